@@ -1,0 +1,64 @@
+"""Tiny random DiffusionGemma models with a tokenizer trained in-process, for tests and demos.
+
+Random weights show nothing about language, but they run every code path of the real model in
+milliseconds on a CPU and need no files.
+"""
+
+from __future__ import annotations
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerFast
+
+from petri.configs import small_diffusion_gemma_config
+from petri.models import LoadedModel
+
+SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>"]
+
+_TRAINING_TEXT = """
+The customer placed an order for twelve units and the warehouse checked the inventory.
+A person in the shipping team confirmed the order and updated the stock level.
+The inventory shows ninety units in stock while the order asks for one hundred and twenty units.
+Every order names a customer, a product, a quantity and a delivery date.
+The manager of the store counted the inventory at the end of the day.
+A supplier delivered new stock and the person at the desk signed the invoice.
+""".strip()
+
+
+def build_tiny_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer trained on a few built-in sentences (ids 0-3: pad, eos, bos, unk)."""
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_TRAINING_TEXT.splitlines() * 4, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        bos_token="<bos>",
+        unk_token="<unk>",
+    )
+
+
+def tiny_random_model(canvas_length: int = 16, seed: int = 0, **config_overrides) -> LoadedModel:
+    """A randomly initialised 2-layer DiffusionGemma (MoE and self-conditioning on) on the CPU."""
+    tokenizer = build_tiny_tokenizer()
+    config = small_diffusion_gemma_config(
+        vocab_size=len(tokenizer), canvas_length=canvas_length, **config_overrides
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = DiffusionGemmaForBlockDiffusion(config).eval()
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        model_id=f"tiny-random-seed{seed}",
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+    )

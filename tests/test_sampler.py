@@ -1,0 +1,74 @@
+"""Pinned sampling on a tiny random model: anchors hold, the record means what it says."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from petri.dish import Dish, concept_token_ids, layout_samples
+from petri.sampler import accept_mask, run_sampler
+from petri.trajectory import SamplerSettings
+
+import torch
+
+
+def pinned_run(lm, settings, seed=11, samples=4, on_step=None):
+    dish = Dish(concepts=("order", "inventory", "person"), event="x")
+    ids = {c: concept_token_ids(lm.tokenizer, c) for c in dish.concepts}
+    layouts = layout_samples(dish, ids, lm.canvas_length, samples, seed=seed)
+    prompt = [lm.tokenizer.bos_token_id, *lm.tokenizer.encode("The customer placed an order")]
+    return run_sampler(lm, prompt, layouts, settings, seed=seed, canvas_prefix=(), on_step=on_step), layouts
+
+
+def test_anchors_are_pinned_and_recorded_raw(tiny_lm):
+    traj, layouts = pinned_run(tiny_lm, SamplerSettings(max_denoising_steps=6))
+    assert traj.argmax.shape == (4, 6, 16)
+    for s, spans in enumerate(layouts):
+        for span in spans:
+            np.testing.assert_array_equal(traj.final_ids[s, span.start : span.end], span.token_ids)
+            assert traj.anchor_mask[s, span.start : span.end].all()
+            assert traj.accepted[s, :, span.start : span.end].all()
+        assert traj.anchor_mask[s].sum() == sum(len(a.token_ids) for a in spans)
+        assert " order" in traj.final_texts[s] and " person" in traj.final_texts[s]
+    # a random model does not agree with the anchors: the raw argmax must show it somewhere
+    anchored = np.broadcast_to(traj.anchor_mask[:, None, :], traj.argmax.shape)
+    pinned_ids = np.broadcast_to(traj.final_ids[:, None, :], traj.argmax.shape)
+    assert (traj.argmax[anchored] != pinned_ids[anchored]).any()
+
+
+def test_same_seed_same_trajectory(tiny_lm):
+    settings = SamplerSettings(max_denoising_steps=5)
+    first, _ = pinned_run(tiny_lm, settings)
+    second, _ = pinned_run(tiny_lm, settings)
+    np.testing.assert_array_equal(first.argmax, second.argmax)
+    np.testing.assert_array_equal(first.entropy, second.entropy)
+    third, _ = pinned_run(tiny_lm, settings, seed=12)
+    assert not np.array_equal(first.argmax, third.argmax)
+
+
+def test_early_stopped_samples_are_padded(confident_lm):
+    settings = SamplerSettings(max_denoising_steps=20, entropy_bound=2.0, stability_threshold=0, confidence_threshold=1.5)
+    traj, _ = pinned_run(confident_lm, settings, samples=6)
+    assert traj.steps.max() == traj.argmax.shape[1]
+    for s in range(traj.n_samples):
+        ran = int(traj.steps[s])
+        assert (traj.argmax[s, :ran] >= 0).all() and (traj.argmax[s, ran:] == -1).all()
+        assert not np.isnan(traj.entropy[s, :ran]).any() and np.isnan(traj.entropy[s, ran:]).all()
+        assert not traj.accepted[s, ran:].any()
+
+
+def test_live_callback_sees_every_step(tiny_lm):
+    seen = []
+    traj, _ = pinned_run(tiny_lm, SamplerSettings(max_denoising_steps=4), on_step=lambda i, a, f: seen.append((i, a)))
+    assert [i for i, _ in seen] == [0, 1, 2, 3]
+    np.testing.assert_array_equal(np.stack([a for _, a in seen], axis=1), traj.argmax)
+
+
+def test_anchors_do_not_use_the_entropy_budget():
+    # entropies 5, 0.1, 0.2, 9 with a bound of 0.25: the two lowest are accepted (0.1 + 0.2 - 0.2 ≤ 0.25),
+    # the third not (0.1 + 0.2 + 5 - 5 = 0.3 > 0.25). Pinning position 3 (entropy 9) leaves that unchanged
+    # and accepts it for free; pinning position 1 lets position 0 in (0 + 0.2 + 5 - 5 = 0.2).
+    entropy = torch.tensor([[5.0, 0.1, 0.2, 9.0]])
+    none = torch.zeros((1, 4), dtype=torch.bool)
+    assert accept_mask(entropy, none, 0.25).tolist() == [[False, True, True, False]]
+    assert accept_mask(entropy, torch.tensor([[False, False, False, True]]), 0.25).tolist() == [[False, True, True, True]]
+    assert accept_mask(entropy, torch.tensor([[False, True, False, False]]), 0.25).tolist() == [[True, True, True, False]]
