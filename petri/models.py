@@ -15,6 +15,7 @@ import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
 
 from petri.backends import resolve_device, resolve_dtype
+from petri.trajectory import SamplerSettings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EMBEDDED_MODEL_PATH = REPO_ROOT / "assets" / "petri-tiny"
@@ -43,6 +44,10 @@ class LoadedModel:
     def vocab_size(self) -> int:
         return int(self.model.config.text_config.vocab_size)
 
+    def default_settings(self) -> SamplerSettings:
+        """The sampler settings of the checkpoint's generation config, DiffusionGemma's defaults elsewhere."""
+        return settings_from_generation_config(self.model.generation_config)
+
     def describe(self) -> dict[str, str | int]:
         return {
             "model_id": self.model_id,
@@ -51,6 +56,29 @@ class LoadedModel:
             "canvas_length": self.canvas_length,
             "vocab_size": self.vocab_size,
         }
+
+
+def settings_from_generation_config(generation_config) -> SamplerSettings:
+    """Read DiffusionGemma's sampler settings off a (DiffusionGemma)GenerationConfig; unset ones keep
+    :class:`SamplerSettings`' defaults, which are transformers' global defaults."""
+    defaults = SamplerSettings()
+    sampler_config = getattr(generation_config, "sampler_config", None)
+    entropy_bound = getattr(sampler_config, "entropy_bound", None)
+    if isinstance(sampler_config, dict):
+        entropy_bound = sampler_config.get("entropy_bound")
+
+    def pick(name):
+        value = getattr(generation_config, name, None)
+        return getattr(defaults, name) if value is None else value
+
+    return SamplerSettings(
+        max_denoising_steps=int(pick("max_denoising_steps")),
+        t_min=float(pick("t_min")),
+        t_max=float(pick("t_max")),
+        entropy_bound=float(entropy_bound if entropy_bound is not None else defaults.entropy_bound),
+        stability_threshold=pick("stability_threshold"),
+        confidence_threshold=pick("confidence_threshold"),
+    )
 
 
 def real_model_is_cached(model_id: str = REAL_MODEL_ID) -> bool:

@@ -1,0 +1,5 @@
+import sys
+
+from petri.cli import main
+
+sys.exit(main())

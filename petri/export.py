@@ -1,0 +1,87 @@
+"""Tidy CSV export with a JSON sidecar that records everything a methods section needs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import platform
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+import pandas as pd
+
+from petri.tables import pairs_table, positions_table, samples_table, segments_table
+from petri.trajectory import Trajectory
+
+TABLES = {
+    "positions": positions_table,
+    "segments": segments_table,
+    "samples": samples_table,
+    "pairs": pairs_table,
+}
+
+_VERSIONED = ("torch", "transformers", "numpy", "scipy", "pandas")
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in _VERSIONED:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def run_tables(trajectories: Sequence[Trajectory]) -> dict[str, pd.DataFrame]:
+    """Each tidy table over all trajectories (one per event), rows tagged with event and model."""
+    return {
+        name: pd.concat([build(t) for t in trajectories], ignore_index=True)
+        for name, build in TABLES.items()
+    }
+
+
+def run_metadata(trajectories: Sequence[Trajectory], **extra) -> dict:
+    """Model, settings, seeds, prompts, timings and package versions of a run."""
+    first = trajectories[0]
+    return {
+        "model_id": first.model_id,
+        "device": first.device,
+        "settings": first.settings.to_dict(),
+        "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "versions": package_versions(),
+        "events": [
+            {
+                "event": t.event,
+                "template": t.template,
+                "prompt": t.prompt,
+                "seed": t.seed,
+                "samples": t.n_samples,
+                "canvas_length": t.canvas_length,
+                "timings": t.timings,
+            }
+            for t in trajectories
+        ],
+        **extra,
+    }
+
+
+def write_run(trajectories: Sequence[Trajectory], out_dir: str | Path, **extra) -> dict[str, Path]:
+    """Write ``positions.csv``, ``segments.csv``, ``samples.csv``, ``pairs.csv`` and ``run.json``
+    into ``out_dir`` (created if needed). Returns the written paths by table name."""
+    if not trajectories:
+        raise ValueError("trajectories: nothing to export")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for name, table in run_tables(trajectories).items():
+        path = out / f"{name}.csv"
+        # Quote every text field: decoded canvases may hold bare carriage returns or commas.
+        table.to_csv(path, index=False, quoting=csv.QUOTE_NONNUMERIC)
+        written[name] = path
+    sidecar = out / "run.json"
+    sidecar.write_text(json.dumps(run_metadata(trajectories, **extra), indent=2, default=str))
+    written["run"] = sidecar
+    return written

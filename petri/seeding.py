@@ -1,0 +1,41 @@
+"""One seeding request: a dish, a number of samples, settings and a seed → a Trajectory.
+
+This is the single entry point the CLI, the HTTP API, the UI and the study runner share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from petri.dish import Dish, concept_token_ids, encode_prompt, layout_samples
+from petri.models import LoadedModel
+from petri.sampler import StepCallback, run_sampler
+from petri.trajectory import SamplerSettings, Trajectory
+
+
+def seed_dish(
+    lm: LoadedModel,
+    dish: Dish,
+    n_samples: int,
+    settings: SamplerSettings = SamplerSettings(),
+    seed: int = 0,
+    on_step: StepCallback | None = None,
+) -> Trajectory:
+    """Lay the dish's anchors out for ``n_samples`` samples (shuffled with ``seed``) and denoise
+    them as one batch, the prompt encoded once. Layout errors are raised before any model work."""
+    prompt = encode_prompt(lm.tokenizer, dish.prompt_text(), pin_thought_channel=settings.pin_thought_channel)
+    concept_ids = {c: concept_token_ids(lm.tokenizer, c) for c in dish.concepts}
+    layouts = layout_samples(
+        dish, concept_ids, lm.canvas_length, n_samples, seed=seed, first_free=len(prompt.canvas_prefix_ids)
+    )
+    traj = run_sampler(
+        lm,
+        prompt.ids,
+        layouts,
+        settings,
+        seed=seed,
+        canvas_prefix=prompt.canvas_prefix_ids,
+        prompt_text=prompt.text,
+        on_step=on_step,
+    )
+    return replace(traj, event=dish.event, template=dish.template)

@@ -1,0 +1,135 @@
+"""A :class:`~petri.trajectory.Trajectory` as tidy pandas tables (no torch).
+
+Every table starts with the columns ``event``, ``template`` and ``model_id`` copied from the trajectory, so
+tables of several runs can be concatenated with ``pd.concat``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from petri.metrics import (
+    Segment,
+    anchor_agreement,
+    anchor_concepts,
+    anchor_intact_in_text,
+    commit_steps,
+    flip_counts,
+    in_canvas_order,
+    pair_instability,
+    pair_segment_values,
+    segment_instability,
+    segments,
+    settled_share,
+    step_sum,
+)
+from petri.trajectory import Trajectory
+
+
+def _tagged(traj: Trajectory, columns: dict) -> pd.DataFrame:
+    return pd.DataFrame({"event": traj.event, "template": traj.template, "model_id": traj.model_id, **columns})
+
+
+def _flips(traj: Trajectory) -> np.ndarray:
+    return flip_counts(traj.argmax, traj.steps, traj.anchor_mask)
+
+
+def _segments(traj: Trajectory) -> tuple[list[Segment], np.ndarray]:
+    segs = segments(traj.anchors)
+    return segs, segment_instability(_flips(traj), segs)
+
+
+def positions_table(traj: Trajectory) -> pd.DataFrame:
+    """One row per sample × position.
+
+    Columns: sample, position, is_anchor (from ``anchor_mask``), concept (``""`` off anchors),
+    final_token_id, flips (0 at anchors), commit_step (of the raw argmax, anchors included),
+    mean_entropy and accepted_steps (over the steps the sample ran).
+    """
+    n, length = traj.n_samples, traj.canvas_length
+    steps = traj.steps
+    return _tagged(
+        traj,
+        {
+            "sample": np.repeat(np.arange(n), length),
+            "position": np.tile(np.arange(length), n),
+            "is_anchor": traj.anchor_mask.ravel(),
+            "concept": anchor_concepts(traj.anchors, length).ravel(),
+            "final_token_id": traj.final_ids.ravel(),
+            "flips": _flips(traj).ravel(),
+            "commit_step": commit_steps(traj.argmax, steps).ravel(),
+            "mean_entropy": (step_sum(traj.entropy, steps) / steps[:, None]).ravel(),
+            "accepted_steps": step_sum(traj.accepted, steps).astype(int).ravel(),
+        },
+    )
+
+
+def segments_table(traj: Trajectory) -> pd.DataFrame:
+    """One row per segment: sample, left, right, pair (``"a|b"``, sorted), start, end, length,
+    instability (NaN for empty segments)."""
+    segs, values = _segments(traj)
+    return _tagged(
+        traj,
+        {
+            "sample": [g.sample for g in segs],
+            "left": [g.left for g in segs],
+            "right": [g.right for g in segs],
+            "pair": ["|".join(g.pair) for g in segs],
+            "start": [g.start for g in segs],
+            "end": [g.end for g in segs],
+            "length": [g.length for g in segs],
+            "instability": values,
+        },
+    )
+
+
+def samples_table(traj: Trajectory, last_k: int = 3) -> pd.DataFrame:
+    """One row per sample.
+
+    Columns: sample, steps, mean_flips_free (mean flips over non-anchor positions), settled_share
+    (free positions that did not flip in the last ``last_k`` steps), anchor_layout
+    (``"person@3,order@20"`` in canvas order), final_text, anchors_intact (anchors whose concept is
+    a whole word of the final text), n_anchors, mean_agreement (mean anchor agreement; NaN
+    without anchors).
+    """
+    free = ~traj.anchor_mask
+    agreement = anchor_agreement(traj.argmax, traj.steps, traj.anchors)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_flips_free = _flips(traj).sum(axis=1) / free.sum(axis=1)  # anchors count 0 flips
+    return _tagged(
+        traj,
+        {
+            "sample": np.arange(traj.n_samples),
+            "steps": traj.steps,
+            "mean_flips_free": mean_flips_free,
+            "settled_share": settled_share(traj.argmax, traj.steps, last_k, traj.anchor_mask),
+            "anchor_layout": [
+                ",".join(f"{a.concept}@{a.start}" for a in in_canvas_order(spans))
+                for spans in traj.anchors
+            ],
+            "final_text": traj.final_texts,
+            "anchors_intact": [
+                sum(anchor_intact_in_text(text, a.concept) for a in spans)
+                for text, spans in zip(traj.final_texts, traj.anchors)
+            ],
+            "n_anchors": [len(spans) for spans in traj.anchors],
+            "mean_agreement": [float(np.mean(a)) if a else np.nan for a in agreement],
+        },
+    )
+
+
+def pairs_table(traj: Trajectory) -> pd.DataFrame:
+    """One row per unordered pair seen adjacent: pair (``"a|b"``), n_segments (non-empty
+    segments averaged), instability (NaN when every segment of the pair was empty)."""
+    segs, values = _segments(traj)
+    means = pair_instability(segs, values)
+    counts = {p: v.size for p, v in pair_segment_values(segs, values).items()}
+    return _tagged(
+        traj,
+        {
+            "pair": ["|".join(p) for p in means],
+            "n_segments": [counts[p] for p in means],
+            "instability": list(means.values()),
+        },
+    )
