@@ -1,0 +1,42 @@
+"""The service runs one model job at a time and stores what it ran."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from petri.dish import Dish
+from petri.service import BusyError, PetriService, SeedEvent
+from petri.store import RunStore
+from petri.trajectory import SamplerSettings
+
+
+def test_seed_stores_every_event(tiny_lm, tmp_path):
+    service = PetriService(tiny_lm, RunStore(tmp_path))
+    events = [SeedEvent(Dish(("order", "person"), "ok"), "benign"), SeedEvent(Dish(("order", "person"), "bad"), "contradictory")]
+    result = service.seed(events, 2, SamplerSettings(max_denoising_steps=3), seed=1)
+    stored = service.store.load_events(result.run_id)
+    assert [(k, g) for k, g, _ in stored] == [("event0", "benign"), ("event1", "contradictory")]
+    assert [t.event for t in result.trajectories] == ["ok", "bad"]
+    assert service.store.get_run(result.run_id)["status"] == "done"
+
+
+def test_second_job_gets_busy(tiny_lm, tmp_path):
+    service = PetriService(tiny_lm, RunStore(tmp_path))
+    entered, release = threading.Event(), threading.Event()
+
+    def hold():
+        with service.exclusive():
+            entered.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    entered.wait(10)
+    assert service.busy
+    with pytest.raises(BusyError, match="already running"):
+        service.seed([SeedEvent(Dish(("order",), "x"))], 1, SamplerSettings(max_denoising_steps=2))
+    release.set()
+    holder.join()
+    assert not service.busy

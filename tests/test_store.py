@@ -1,0 +1,59 @@
+"""The run store keeps whole trajectories, resumes, and refuses bad run ids and unwritable folders."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from petri.dish import Dish
+from petri.seeding import seed_dish
+from petri.store import RunStore, StoreError, check_run_id
+from petri.trajectory import SamplerSettings
+
+
+@pytest.fixture(scope="module")
+def traj(tiny_lm):
+    return seed_dish(tiny_lm, Dish(("order", "person"), "A person orders."), 3, SamplerSettings(max_denoising_steps=4), seed=2)
+
+
+def test_trajectory_roundtrip_and_resume(tmp_path, traj):
+    store = RunStore(tmp_path)
+    assert store.create_run("abcd1234", "study", traj.model_id, {"n": 1})
+    store.save_event("abcd1234", 0, "e1", traj, group="benign")
+    store.close()
+
+    reopened = RunStore(tmp_path)  # a new process after a crash sees what was committed
+    assert not reopened.create_run("abcd1234", "study", traj.model_id, {"n": 1})
+    assert reopened.completed_events("abcd1234") == {"e1"}
+    [(key, group, back)] = reopened.load_events("abcd1234")
+    assert (key, group) == ("e1", "benign")
+    for name in ("argmax", "entropy", "accepted", "steps", "anchor_mask", "final_ids", "prompt_ids"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(traj, name))
+    assert back.anchors == traj.anchors and back.settings == traj.settings and back.final_texts == traj.final_texts
+    assert reopened.get_run("abcd1234")["events_stored"] == 1
+    reopened.finish_run("abcd1234")
+    assert reopened.get_run("abcd1234")["status"] == "done"
+
+
+@pytest.mark.parametrize("bad", ["../etc", "ABCDEF12", "abc", "abcd1234/..", "", "a" * 65])
+def test_path_like_run_ids_are_refused(bad):
+    with pytest.raises(ValueError, match="run_id"):
+        check_run_id(bad)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere; see the read-only file test")
+def test_unwritable_folder_is_reported(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    with pytest.raises(StoreError, match="cannot open or write"):
+        RunStore(folder / "runs")
+
+
+def test_store_path_that_is_a_file_is_reported(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(StoreError, match="cannot open or write"):
+        RunStore(blocker)
