@@ -28,10 +28,14 @@ class ModelNotFoundError(RuntimeError):
 
 @dataclass
 class LoadedModel:
-    """A model ready to sample from, with everything an output must name."""
+    """A model ready to sample from, with everything an output must name.
+
+    ``tokenizer`` is ``None`` only for benchmark models built without a vocabulary (random weights
+    of the full-size architecture); their trajectories carry empty texts.
+    """
 
     model: DiffusionGemmaForBlockDiffusion
-    tokenizer: PreTrainedTokenizerBase
+    tokenizer: PreTrainedTokenizerBase | None
     model_id: str
     device: torch.device
     dtype: torch.dtype

@@ -18,6 +18,7 @@ With no anchors and the same ``torch.manual_seed``, the tokens returned equal ``
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -114,6 +115,17 @@ def _anchor_tensors(
     return mask.to(device), ids.to(device)
 
 
+def _cache_kwarg(function: Callable, cache) -> dict:
+    """transformers renamed ``past_key_values`` to ``cache`` in DiffusionGemma's code (after 5.17);
+    pass the KV cache under whichever name ``function`` takes."""
+    parameters = inspect.signature(function).parameters
+    return {"cache" if "cache" in parameters else "past_key_values": cache}
+
+
+def _output_cache(output):
+    return output.cache if getattr(output, "cache", None) is not None else output.past_key_values
+
+
 def _encode_prompt_once(lm: LoadedModel, prompt_ids: torch.Tensor, batch: int) -> DynamicCache:
     """Run the causal encoder on one copy of the prompt (1, P) and repeat its KV cache ``batch`` times."""
     model = lm.model
@@ -125,12 +137,17 @@ def _encode_prompt_once(lm: LoadedModel, prompt_ids: torch.Tensor, batch: int) -
         config=model.config,
         inputs_embeds=torch.empty((1, length, 0), dtype=model.dtype, device=lm.device),
         attention_mask=attention_mask,
-        cache=cache,
         position_ids=position_ids,
+        **_cache_kwarg(model.model.encoder.create_masks_for_generate, cache),
     )
-    cache = model.model.encoder(
-        input_ids=prompt_ids, attention_mask=mask_mapping, cache=cache, position_ids=position_ids
-    ).cache
+    cache = _output_cache(
+        model.model.encoder(
+            input_ids=prompt_ids,
+            attention_mask=mask_mapping,
+            position_ids=position_ids,
+            **_cache_kwarg(model.model.encoder.forward, cache),
+        )
+    )
     if batch > 1:
         cache.batch_repeat_interleave(batch)
     return cache
@@ -187,7 +204,7 @@ def run_sampler(
     mask_mapping = model.model.decoder.create_diffusion_decoder_attention_mask(
         config=model.config,
         inputs_embeds=canvas.unsqueeze(-1),
-        cache=cache,
+        **_cache_kwarg(model.model.decoder.create_diffusion_decoder_attention_mask, cache),
         decoder_attention_mask=torch.ones((batch, prompt_length + length), dtype=torch.bool, device=device),
     )
     stopper = None
@@ -198,6 +215,7 @@ def run_sampler(
     argmax_canvas = canvas
     self_conditioning: torch.Tensor | None = None
     embed_dtype = model.model.decoder.embed_tokens.weight.dtype
+    forward_cache = _cache_kwarg(model.forward, cache)
 
     for index, remaining in enumerate(range(max_steps, 0, -1)):
         running = ~finished
@@ -206,8 +224,8 @@ def run_sampler(
             decoder_input_ids=canvas,
             self_conditioning_logits=self_conditioning,
             decoder_attention_mask=mask_mapping,
-            cache=cache,
             decoder_position_ids=decoder_positions,
+            **forward_cache,
         ).logits
         temperature = settings.t_min + (settings.t_max - settings.t_min) * (remaining / max_steps)
         logits = logits / temperature
@@ -271,7 +289,10 @@ def _to_trajectory(
     entropy = record.entropy[:steps_run].permute(1, 0, 2).cpu().numpy()
     accepted = record.accepted[:steps_run].permute(1, 0, 2).cpu().numpy()
     final_ids = final_canvas.cpu().numpy().astype(np.int64)
-    texts = lm.tokenizer.batch_decode(final_ids.tolist(), skip_special_tokens=False)
+    if lm.tokenizer is None:  # benchmark models built without a vocabulary
+        texts = [""] * len(final_ids)
+    else:
+        texts = lm.tokenizer.batch_decode(final_ids.tolist(), skip_special_tokens=False)
     return Trajectory(
         argmax=argmax,
         entropy=entropy,
