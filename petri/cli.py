@@ -1,4 +1,4 @@
-"""Command line: ``python -m petri seed ...`` (and the commands later issues add)."""
+"""Command line: ``python -m petri seed ...`` (one event) and ``python -m petri study FILE ...`` (a study file)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import replace
 from petri.dish import DEFAULT_TEMPLATE, Dish, LayoutError
 from petri.export import run_tables, write_run
 from petri.models import ModelNotFoundError, load_model
+from petri.store import StoreError
 
 
 def _concepts(value: str) -> tuple[str, ...]:
@@ -58,7 +59,31 @@ def build_parser() -> argparse.ArgumentParser:
     seed.add_argument("--out", default=None, help="folder for the tidy CSVs and run.json")
     add_model_arguments(seed)
     add_sampler_arguments(seed)
+
+    study = commands.add_parser(
+        "study",
+        help="run a study file (events × templates × samples), resumable; write report.md, CSVs and figures",
+        description="Run a study file on a model. Every finished (event, template) batch is committed to the run "
+        "store before the next starts; rerunning the same command resumes where it stopped.",
+    )
+    study.add_argument("file", help="study file (JSON; see assets/studies/README.md)")
+    study.add_argument("--out", default=None, help="output folder for report.md, CSVs, run.json and figures/ (default: out/<study id>)")
+    study.add_argument("--store", default="runs/store", help="run store folder (SQLite); default: runs/store")
+    study.add_argument("--samples", type=int, default=12, help="shuffled samples per (event, template); default 12")
+    study.add_argument("--seed", type=int, default=0, help="base seed; each batch's seed is derived from it and the ids")
+    study.add_argument("--templates", type=_ids, default=None, help="comma-separated template ids to run (default: all)")
+    study.add_argument("--top-n", type=int, default=20, help="top-N nouns per template for the Jaccard; default 20")
+    study.add_argument("--no-images", action="store_true", help="write HTML figures only (no PNG/SVG attempt)")
+    study.add_argument("--quiet", action="store_true", help="no progress bar")
+    study.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice); "
+                       "keep it the same when resuming for bit-identical numbers")
+    add_model_arguments(study)
+    add_sampler_arguments(study)
     return parser
+
+
+def _ids(value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip())
 
 
 def cmd_seed(args) -> int:
@@ -77,12 +102,59 @@ def cmd_seed(args) -> int:
     return 0
 
 
+def cmd_study(args) -> int:
+    import shlex
+
+    from petri.report import write_study
+    from petri.runner import run_study
+    from petri.store import RunStore
+    from petri.study import load_study
+
+    study = load_study(args.file)  # malformed files are refused before the model is even loaded
+    if args.templates is not None:
+        study.select_templates(args.templates)
+    if args.samples < 1:
+        raise ValueError(f"--samples must be >= 1, got {args.samples}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
+    lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    settings = settings_from_args(lm.default_settings(), args)
+    store = RunStore(args.store)
+    out = args.out or f"out/{study.id}"
+    try:
+        result = run_study(
+            lm, study, store, samples=args.samples, seed=args.seed, settings=settings, templates=args.templates,
+            show_progress=not args.quiet,
+        )
+    finally:
+        store.close()
+    command = "python -m petri " + " ".join(shlex.quote(a) for a in (args.argv or []))
+    outputs = write_study(result, out, top_n=args.top_n, images=not args.no_images, command=command)
+    comp = outputs.analysis.comparison
+    print(f"model: {result.model_id} on {result.device}; run {result.run_id}: {result.computed} batches computed, {result.resumed} resumed")
+    print(comp.event.summary())
+    print(comp.segment.summary())
+    for note in outputs.notes:
+        print(f"note: {note}")
+    n_csv = sum(p.suffix == ".csv" for p in outputs.tables.values())
+    print(f"wrote {outputs.report}, {n_csv} CSVs, run.json and {len(outputs.figures)} figures in {outputs.out_dir}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     try:
         if args.command == "seed":
             return cmd_seed(args)
-    except (LayoutError, ValueError, ModelNotFoundError) as err:
+        if args.command == "study":
+            return cmd_study(args)
+    except (LayoutError, ValueError, ModelNotFoundError, StoreError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 1

@@ -22,7 +22,7 @@ TABLES = {
     "pairs": pairs_table,
 }
 
-_VERSIONED = ("torch", "transformers", "numpy", "scipy", "pandas")
+_VERSIONED = ("torch", "transformers", "numpy", "scipy", "pandas", "plotly", "textblob")
 
 
 def package_versions() -> dict[str, str]:
@@ -68,20 +68,26 @@ def run_metadata(trajectories: Sequence[Trajectory], **extra) -> dict:
     }
 
 
+def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path, metadata: dict, sidecar: str = "run.json") -> dict[str, Path]:
+    """Write each table as ``<name>.csv`` and ``metadata`` as the JSON ``sidecar`` into ``out_dir``
+    (created if needed). Returns the written paths by table name (the sidecar under ``"run"``)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for name, table in tables.items():
+        path = out / f"{name}.csv"
+        # Quote every text field: decoded canvases may hold bare carriage returns or commas.
+        table.to_csv(path, index=False, quoting=csv.QUOTE_NONNUMERIC)
+        written[name] = path
+    side = out / sidecar
+    side.write_text(json.dumps(metadata, indent=2, default=str, ensure_ascii=False), encoding="utf-8")
+    written["run"] = side
+    return written
+
+
 def write_run(trajectories: Sequence[Trajectory], out_dir: str | Path, **extra) -> dict[str, Path]:
     """Write ``positions.csv``, ``segments.csv``, ``samples.csv``, ``pairs.csv`` and ``run.json``
     into ``out_dir`` (created if needed). Returns the written paths by table name."""
     if not trajectories:
         raise ValueError("trajectories: nothing to export")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = {}
-    for name, table in run_tables(trajectories).items():
-        path = out / f"{name}.csv"
-        # Quote every text field: decoded canvases may hold bare carriage returns or commas.
-        table.to_csv(path, index=False, quoting=csv.QUOTE_NONNUMERIC)
-        written[name] = path
-    sidecar = out / "run.json"
-    sidecar.write_text(json.dumps(run_metadata(trajectories, **extra), indent=2, default=str))
-    written["run"] = sidecar
-    return written
+    return write_tables(run_tables(trajectories), out_dir, run_metadata(trajectories, **extra))

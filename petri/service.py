@@ -12,9 +12,11 @@ from dataclasses import dataclass
 
 from petri.dish import Dish
 from petri.models import LoadedModel
+from petri.runner import ProgressCallback, StudyResult, run_study
 from petri.sampler import StepCallback
 from petri.seeding import seed_dish
 from petri.store import RunStore
+from petri.study import Study
 from petri.trajectory import SamplerSettings, Trajectory
 
 
@@ -95,3 +97,25 @@ class PetriService:
                 raise
             self.store.finish_run(run_id, "done")
         return SeedResult(run_id, trajectories, [e.group for e in events], time.perf_counter() - started)
+
+    def run_study(
+        self,
+        study: Study,
+        *,
+        samples: int = 12,
+        seed: int = 0,
+        settings: SamplerSettings | None = None,
+        templates: Sequence[str] | None = None,
+        progress: ProgressCallback | None = None,
+        on_step: StepCallback | None = None,
+        wait_s: float | None = None,
+        show_progress: bool = False,
+    ) -> StudyResult:
+        """:func:`petri.runner.run_study` on this service's model and store, holding the one-job
+        lock for the whole study (raises :class:`BusyError` if another job holds it). Rerunning the
+        same study with the same arguments resumes from the store."""
+        with self.exclusive(wait_s):
+            return run_study(
+                self.lm, study, self.store, samples=samples, seed=seed, settings=settings, templates=templates,
+                progress=progress, on_step=on_step, show_progress=show_progress,
+            )

@@ -1,0 +1,274 @@
+"""The study's numbers from its batches: tidy tables with group labels, the event-level headline
+test with the segment-level one beside it, per-event instability with bootstrap CIs, anchor
+preservation (both readings), template sensitivity and convergence. Never imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from petri.dish import THOUGHT_CHANNEL
+from petri.export import TABLES
+from petri.metrics import anchor_agreement, anchor_intact_in_text
+from petri.nouns import jaccard_matrix, mean_off_diagonal, tagger_name, top_nouns_by_template
+from petri.stats import GroupComparison, LevelComparisons, compare_groups, compare_levels, event_level_values
+
+if TYPE_CHECKING:  # the runner imports torch; analysis only reads its result
+    from petri.runner import StudyBatch, StudyResult
+
+_SPECIAL_TOKEN = re.compile(r"<\|?[A-Za-z_][\w]*\|?>")
+KEY_COLUMNS = ("study_id", "event_id", "group", "template_id")
+
+
+def clean_text(text: str) -> str:
+    """A generated canvas without the pinned thought block and special tokens (``<pad>``,
+    ``<eos>``, ``<|...|>``), so they are never counted as words."""
+    return _SPECIAL_TOKEN.sub(" ", text.replace(THOUGHT_CHANNEL, " "))
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def study_tables(batches: list[StudyBatch], study_id: str) -> dict[str, pd.DataFrame]:
+    """The tidy tables (positions, segments, samples, pairs) of every batch, each row tagged with
+    study_id, event_id, group and template_id in front of the per-trajectory columns. The event and
+    template *texts* are left out of these tables (they would repeat on every row): join on
+    ``event_id`` with the events table and on ``template_id`` with the study's templates."""
+    out: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
+    for b in batches:
+        for name, build in TABLES.items():
+            df = build(b.trajectory).drop(columns=["event", "template"])
+            for i, (col, value) in enumerate(zip(KEY_COLUMNS, (study_id, b.event_id, b.group, b.template_id))):
+                df.insert(i, col, value)
+            out[name].append(df)
+    return {name: pd.concat(frames, ignore_index=True) for name, frames in out.items()}
+
+
+def cluster_bootstrap_mean(sums: np.ndarray, counts: np.ndarray, n_boot: int, confidence: float, rng: np.random.Generator) -> tuple[float, float]:
+    """Percentile CI of ``sum(sums) / sum(counts)`` resampling clusters (samples) with replacement."""
+    keep = counts > 0
+    sums, counts = sums[keep], counts[keep]
+    if sums.size < 2:
+        return float("nan"), float("nan")
+    idx = rng.integers(0, sums.size, size=(n_boot, sums.size))
+    stats = sums[idx].sum(axis=1) / counts[idx].sum(axis=1)
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(stats, [alpha, 1 - alpha])
+    return float(low), float(high)
+
+
+def events_table(tables: dict[str, pd.DataFrame], study, max_steps: int, *, n_boot: int = 2000, confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
+    """One row per event: mean segment instability (the event-level value of the test) with a
+    cluster-bootstrap CI over the event's samples, plus flips, convergence and preservation."""
+    seg, smp = tables["segments"], tables["samples"]
+    values = event_level_values(seg, event_col="event_id").set_index("event_id")
+    rows = []
+    for index, event in enumerate(study.events):
+        es = seg[seg["event_id"] == event.id]
+        per_sample = es.assign(_v=es["instability"]).groupby(["template_id", "sample"])["_v"].agg(["sum", "count"])
+        low, high = cluster_bootstrap_mean(
+            per_sample["sum"].to_numpy(float), per_sample["count"].to_numpy(float), n_boot, confidence,
+            np.random.default_rng([seed, index]),
+        )
+        ss = smp[smp["event_id"] == event.id]
+        rows.append(
+            {
+                "study_id": study.id,
+                "event_id": event.id,
+                "group": event.group,
+                "event": event.text,
+                "n_templates": int(ss["template_id"].nunique()),
+                "n_samples": int(len(ss)),
+                "n_segments": int(es["instability"].notna().sum()),
+                "instability": float(values.loc[event.id, "instability"]) if event.id in values.index else math.nan,
+                "ci_low": low,
+                "ci_high": high,
+                "mean_flips_free": float(ss["mean_flips_free"].mean()),
+                "mean_steps": float(ss["steps"].mean()),
+                "stopped_early_share": float((ss["steps"] < max_steps).mean()),
+                "settled_share": float(ss["settled_share"].mean()),
+                "anchors_intact": int(ss["anchors_intact"].sum()),
+                "anchors_total": int(ss["n_anchors"].sum()),
+                "mean_agreement": float(ss["mean_agreement"].mean()),
+                "n_chars": len(event.text),
+                "has_digits": any(ch.isdigit() for ch in event.text),
+            }
+        )
+    df = pd.DataFrame(rows)
+    df["rank"] = df["instability"].rank(ascending=False, method="min").astype("Int64")
+    return df
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+@dataclass
+class StudyAnalysis:
+    """Everything the report, figures and sidecar need."""
+
+    tables: dict[str, pd.DataFrame]
+    comparison: LevelComparisons
+    secondary: list[GroupComparison]
+    group_summary: pd.DataFrame
+    preservation: dict[str, Any]
+    preservation_by_concept: pd.DataFrame
+    jaccard: pd.DataFrame
+    jaccard_mean: float
+    top_nouns: dict[str, list[str]]
+    tagger: str
+    top_n: int
+    convergence: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def events(self) -> pd.DataFrame:
+        return self.tables["events"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable summary (no per-row tables)."""
+        return {
+            "comparison": self.comparison.to_dict(),
+            "secondary_comparisons": [c.to_dict() for c in self.secondary],
+            "groups": self.group_summary.to_dict(orient="records"),
+            "preservation": self.preservation,
+            "preservation_by_concept": self.preservation_by_concept.to_dict(orient="records"),
+            "template_sensitivity": {
+                "tagger": self.tagger,
+                "top_n": self.top_n,
+                "jaccard": {r: {c: _num(v) for c, v in row.items()} for r, row in self.jaccard.to_dict(orient="index").items()},
+                "mean_off_diagonal": _num(self.jaccard_mean),
+                "top_nouns": self.top_nouns,
+            },
+            "convergence": self.convergence,
+            "notes": self.notes,
+        }
+
+
+def _num(v: Any) -> Any:
+    if isinstance(v, (float, np.floating)):
+        return None if math.isnan(v) else float(v)
+    if isinstance(v, np.integer):
+        return int(v)
+    return v
+
+
+def _preservation(batches: list[StudyBatch]) -> tuple[dict[str, Any], pd.DataFrame]:
+    rows = []
+    for b in batches:
+        t = b.trajectory
+        agreement = anchor_agreement(t.argmax, t.steps, t.anchors)
+        for s, (text, spans) in enumerate(zip(t.final_texts, t.anchors)):
+            for a, share in zip(spans, agreement[s]):
+                rows.append({"group": b.group, "concept": a.concept, "intact": anchor_intact_in_text(text, a.concept), "agreement": share, "sample": (b.key, s)})
+    df = pd.DataFrame(rows)
+    per_sample = df.groupby("sample")["intact"].all()
+    summary = {
+        "anchors_intact": int(df["intact"].sum()),
+        "anchors_total": int(len(df)),
+        "intact_share": float(df["intact"].mean()),
+        "samples_all_intact": int(per_sample.sum()),
+        "samples_total": int(per_sample.size),
+        "mean_agreement": float(df["agreement"].mean()),
+        "by_group": {
+            g: {"anchors_intact": int(d["intact"].sum()), "anchors_total": int(len(d)), "mean_agreement": float(d["agreement"].mean())}
+            for g, d in df.groupby("group", sort=False)
+        },
+        "reading_1": "anchor's surface form is a whole word of the decoded final text",
+        "reading_2": "share of steps in which the unforced argmax at the anchor's positions equals the anchor tokens",
+    }
+    by_concept = (
+        df.groupby("concept", sort=False)
+        .agg(anchors_intact=("intact", "sum"), anchors_total=("intact", "size"), mean_agreement=("agreement", "mean"))
+        .reset_index()
+    )
+    return summary, by_concept
+
+
+def _convergence(samples: pd.DataFrame, max_steps: int) -> dict[str, Any]:
+    def block(d: pd.DataFrame) -> dict[str, float]:
+        return {
+            "samples": int(len(d)),
+            "mean_steps": float(d["steps"].mean()),
+            "stopped_early_share": float((d["steps"] < max_steps).mean()),
+            "mean_settled_share": float(d["settled_share"].mean()),
+        }
+
+    return {"max_denoising_steps": max_steps, **block(samples), "by_group": {g: block(d) for g, d in samples.groupby("group", sort=False)}}
+
+
+def analyze(result: StudyResult, *, top_n: int = 20, n_bootstrap: int = 2000, confidence: float = 0.95) -> StudyAnalysis:
+    """All of the study's statistics from a :class:`~petri.runner.StudyResult`."""
+    study = result.study
+    max_steps = result.settings.max_denoising_steps
+    tables = study_tables(result.batches, study.id)
+    tables["events"] = events_table(tables, study, max_steps, n_boot=n_bootstrap, confidence=confidence, seed=result.seed)
+    seg = tables["segments"]
+    notes: list[str] = []
+
+    stats_kwargs = dict(n_bootstrap=n_bootstrap, confidence=confidence, seed=result.seed)
+    a, b = study.comparison
+    comparison = compare_levels(seg, group_col="group", groups=(a, b), event_col="event_id", **stats_kwargs)
+    ev = tables["events"]
+    secondary = []
+    for g in study.show:
+        for x, y in ((a, g), (g, b)):
+            try:
+                secondary.append(
+                    compare_groups(ev.loc[ev.group == x, "instability"], ev.loc[ev.group == y, "instability"], unit="event", labels=(x, y), **stats_kwargs)
+                )
+            except ValueError as err:
+                notes.append(f"secondary comparison {x} vs {y} skipped: {err}")
+
+    group_summary = (
+        ev.groupby("group", sort=False)
+        .agg(
+            events=("event_id", "size"),
+            median_instability=("instability", "median"),
+            mean_instability=("instability", "mean"),
+            mean_chars=("n_chars", "mean"),
+            share_with_digits=("has_digits", "mean"),
+        )
+        .reindex([g for g in study.groups if g in set(ev.group)])
+        .reset_index()
+    )
+    segs_per_group = seg.groupby("group")["instability"].agg(lambda v: int(v.notna().sum()))
+    group_summary.insert(2, "segments", group_summary["group"].map(segs_per_group).astype(int))
+
+    preservation, by_concept = _preservation(result.batches)
+
+    texts: dict[str, list[str]] = {tid: [] for tid in result.template_ids}
+    for batch in result.batches:
+        texts[batch.template_id].extend(clean_text(t) for t in batch.trajectory.final_texts)
+    top = top_nouns_by_template(texts, n=top_n)
+    jaccard = jaccard_matrix(top)  # = template_jaccard(texts, top_n), nouns extracted once
+    jmean = mean_off_diagonal(jaccard) if len(texts) >= 2 else float("nan")
+    if len(texts) < 2:
+        notes.append("template sensitivity needs at least 2 templates; only one was run")
+    tagger = tagger_name()
+    if study.language.lower() not in ("en", "english") and "Pattern" in tagger:
+        notes.append(
+            f"the noun tagger is English-only; on {study.language} text it tags unknown words as nouns, "
+            "so the template Jaccard counts every word"
+        )
+
+    return StudyAnalysis(
+        tables=tables,
+        comparison=comparison,
+        secondary=secondary,
+        group_summary=group_summary,
+        preservation=preservation,
+        preservation_by_concept=by_concept,
+        jaccard=jaccard,
+        jaccard_mean=jmean,
+        top_nouns=top,
+        tagger=tagger,
+        top_n=top_n,
+        convergence=_convergence(tables["samples"], max_steps),
+        notes=notes,
+    )

@@ -1,0 +1,114 @@
+"""Choosing the compute backend: PyTorch (CUDA, Apple MPS, CPU) or MLX (the Apple-silicon fallback).
+
+Rules for ``select_backend("auto")``:
+
+1. the environment variable ``PETRI_BACKEND`` (``torch`` / ``mlx``), when set, wins;
+2. on Apple silicon (macOS, arm64) where PyTorch has no usable GPU (MPS unavailable) and ``mlx`` is
+   importable: ``"mlx"``;
+3. otherwise ``"torch"``.
+
+``select_backend("mlx")`` insists on MLX and raises :class:`BackendUnavailableError` with the
+install command when it cannot be imported. MLX is optional: nothing here imports it (or torch)
+at module import time, so ``petri`` imports fine without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import platform
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+BACKENDS = ("torch", "mlx")
+ENV_VAR = "PETRI_BACKEND"
+MLX_INSTALL_HINT = 'pip install "mlx[cpu]" on Linux, pip install mlx on macOS (Apple silicon)'
+
+
+class BackendUnavailableError(RuntimeError):
+    """The backend asked for cannot run here (not installed, or no such backend)."""
+
+
+def is_apple_silicon() -> bool:
+    return sys.platform == "darwin" and platform.machine() == "arm64"
+
+
+def mlx_available() -> bool:
+    """True when ``mlx.core`` imports (checked lazily; the import is cached by Python)."""
+    if importlib.util.find_spec("mlx") is None:
+        return False
+    try:
+        importlib.import_module("mlx.core")
+    except Exception:  # noqa: BLE001 - a broken install counts as unavailable
+        return False
+    return True
+
+
+def torch_gpu_available() -> bool:
+    """True when PyTorch sees CUDA or Apple MPS."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    if torch.cuda.is_available():
+        return True
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def select_backend(name: str | None = "auto") -> str:
+    """``"torch"`` or ``"mlx"`` for a requested backend name (``"auto"``, ``"torch"``, ``"mlx"``)."""
+    requested = (name or "auto").strip().lower()
+    if requested == "auto":
+        requested = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
+    if requested == "auto":
+        if is_apple_silicon() and not torch_gpu_available() and mlx_available():
+            return "mlx"
+        return "torch"
+    if requested not in BACKENDS:
+        raise BackendUnavailableError(f"backend={name!r} is not one of auto, {', '.join(BACKENDS)}")
+    if requested == "mlx" and not mlx_available():
+        raise BackendUnavailableError(f"backend='mlx' was asked for but mlx is not importable ({MLX_INSTALL_HINT})")
+    return requested
+
+
+def load_backend_model(
+    name_or_path: str | os.PathLike | None = None,
+    backend: str | None = "auto",
+    device: str = "auto",
+    dtype: str = "auto",
+) -> Any:
+    """Load a checkpoint on the selected backend: a :class:`petri.models.LoadedModel` (torch) or a
+    :class:`petri.backends.mlx_sampler.MLXLoadedModel` (mlx; ``device`` is ignored: MLX runs on
+    its default device, the GPU on Apple silicon)."""
+    if select_backend(backend) == "mlx":
+        from petri.backends.mlx_sampler import load_mlx_model
+
+        return load_mlx_model(name_or_path, dtype=dtype)
+    from petri.models import load_model
+
+    return load_model(name_or_path, device=device, dtype=dtype)
+
+
+def backend_of(lm: Any) -> str:
+    """The backend a loaded model belongs to."""
+    return getattr(lm, "backend", "torch")
+
+
+def run_backend_sampler(lm: Any, prompt_ids: Sequence[int], layouts: Sequence, settings: Any = None, **kwargs: Any):
+    """Run the pinned, logged sampler of ``lm``'s backend (arguments as ``petri.sampler.run_sampler``)."""
+    from petri.trajectory import SamplerSettings
+
+    settings = settings if settings is not None else SamplerSettings()
+    if backend_of(lm) == "mlx":
+        from petri.backends.mlx_sampler import run_mlx_sampler
+
+        return run_mlx_sampler(lm, prompt_ids, layouts, settings, **kwargs)
+    if kwargs.get("fixed_noise") is not None:
+        raise ValueError("fixed_noise is supported by the MLX sampler only")
+    kwargs.pop("fixed_noise", None)
+    from petri.sampler import run_sampler
+
+    return run_sampler(lm, prompt_ids, layouts, settings, **kwargs)

@@ -1,0 +1,337 @@
+"""Figures (plotly; never imports torch).
+
+Study figures: (1) :func:`instability_figure`, instability distributions of the compared groups
+and the extra ones with the event-level test on the figure; (2) :func:`event_ranking_figure`, mean
+instability per event, ranked, with confidence intervals, coloured by group; (3)
+:func:`jaccard_heatmap`, the template Jaccard matrix. One-sample views for the UI:
+(4) :func:`flip_heatmap`, step × position, 1 where the raw argmax changed from the previous step;
+(5) :func:`flips_bar`, flips per position with the anchors highlighted.
+
+:func:`save_figure` always writes standalone HTML; PNG/SVG only where a Chrome for kaleido is
+present (see :func:`image_export_status`), and never fails for want of one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from petri.metrics import flip_counts
+from petri.stats import LevelComparisons
+from petri.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
+
+GROUP_COLORS = {"benign": "#2a9d8f", "contradictory": "#e63946", "control": "#6c757d"}
+_PALETTE = ["#457b9d", "#f4a261", "#8d5fd3", "#e9c46a", "#264653", "#bc6c25"]
+ANCHOR_COLOR = "#f4a261"
+
+
+def group_colors(groups: Sequence[str]) -> dict[str, str]:
+    """A colour per group: fixed ones for benign / contradictory / control, a palette otherwise."""
+    out, spare = {}, iter(_PALETTE * 4)
+    for g in groups:
+        out[g] = GROUP_COLORS.get(g) or next(spare)
+    return out
+
+
+def _wrap(text: str, width: int = 110) -> str:
+    """Break a long line for a plotly title/annotation (which only knows <br>)."""
+    words, lines, line = text.split(" "), [], ""
+    for w in words:
+        if line and len(line) + 1 + len(w) > width:
+            lines.append(line)
+            line = w
+        else:
+            line = f"{line} {w}".strip()
+    lines.append(line)
+    return "<br>".join(lines)
+
+
+# --------------------------------------------------------------------------- study figures
+
+
+def instability_figure(
+    segments: pd.DataFrame,
+    events: pd.DataFrame,
+    comparison: LevelComparisons,
+    groups: Sequence[str],
+    *,
+    model_id: str = "",
+    value: str = "instability",
+) -> go.Figure:
+    """Left: one point per event (its mean segment instability: the independent unit of the test)
+    with a box per group. Right: every segment (non-independent), as violins. The event-level test
+    is the title; the segment-level one is written under the right panel."""
+    colors = group_colors(groups)
+    fig = make_subplots(
+        rows=1, cols=2, column_widths=[0.45, 0.55], horizontal_spacing=0.08,
+        subplot_titles=("events: one point per event (the test's unit)", "segments (non-independent)"),
+    )
+    for g in groups:
+        ev = events.loc[events["group"] == g]
+        fig.add_trace(
+            go.Box(
+                y=ev[value], x=[g] * len(ev), name=g, marker_color=colors[g], boxpoints="all", jitter=0.35,
+                pointpos=0, text=ev["event_id"] + ": " + ev["event"], hovertemplate="%{text}<br>instability %{y:.4f}<extra></extra>",
+                legendgroup=g,
+            ),
+            row=1, col=1,
+        )
+        seg = segments.loc[(segments["group"] == g) & segments[value].notna(), value]
+        fig.add_trace(
+            go.Violin(y=seg, x=[g] * len(seg), name=g, line_color=colors[g], box_visible=True, meanline_visible=True,
+                      points=False, showlegend=False, legendgroup=g, hoverinfo="y"),
+            row=1, col=2,
+        )
+    fig.update_yaxes(title_text="instability (mean flips per free position)", row=1, col=1)
+    fig.update_yaxes(title_text="segment instability", row=1, col=2)
+    title = _wrap(comparison.event.summary())
+    fig.update_layout(
+        title={"text": f"<b>{title}</b>", "font": {"size": 13}, "x": 0.01, "xanchor": "left"},
+        template="plotly_white",
+        width=1100,
+        height=640,
+        margin={"t": 110, "b": 150, "l": 70, "r": 30},
+        showlegend=True,
+    )
+    fig.add_annotation(
+        text=_wrap(comparison.segment.summary(), 150) + (f"<br>model: {model_id}" if model_id else ""),
+        xref="paper", yref="paper", x=0, y=-0.13, yanchor="top", showarrow=False, align="left", xanchor="left",
+        font={"size": 11, "color": "#555"},
+    )
+    return fig
+
+
+def event_ranking_figure(events: pd.DataFrame, groups: Sequence[str] | None = None, *, confidence: float = 0.95, model_id: str = "") -> go.Figure:
+    """Mean instability per event, highest first, with its bootstrap CI, coloured by group."""
+    groups = list(groups) if groups is not None else list(dict.fromkeys(events["group"]))
+    colors = group_colors(groups)
+    ranked = events.sort_values("instability", ascending=True)  # plotly draws the first row at the bottom
+    fig = go.Figure()
+    for g in groups:
+        d = ranked[ranked["group"] == g]
+        fig.add_trace(
+            go.Scatter(
+                x=d["instability"], y=d["event_id"], mode="markers", name=g, marker={"color": colors[g], "size": 9},
+                error_x={"type": "data", "symmetric": False, "array": d["ci_high"] - d["instability"],
+                         "arrayminus": d["instability"] - d["ci_low"], "thickness": 1.5, "width": 3},
+                text=d["event"], hovertemplate="%{y}: %{text}<br>instability %{x:.4f}<extra>" + g + "</extra>",
+            )
+        )
+    ids = list(ranked["event_id"])
+    fig.update_yaxes(categoryorder="array", categoryarray=ids, tickmode="array", tickvals=ids, ticktext=ids, title_text="event")
+    fig.update_xaxes(title_text=f"mean segment instability ({100 * confidence:g}% cluster-bootstrap CI over samples)")
+    fig.update_layout(
+        title="Mean instability per event, ranked" + (f" — model {model_id}" if model_id else ""),
+        template="plotly_white", width=900, height=max(420, 22 * len(events) + 160), legend={"title": "group"},
+    )
+    return fig
+
+
+def jaccard_heatmap(matrix: pd.DataFrame, mean_off_diagonal: float | None = None, *, tagger: str = "", top_n: int | None = None) -> go.Figure:
+    """Template × template Jaccard overlap of the top-N noun sets."""
+    z = matrix.to_numpy(dtype=float)
+    fig = go.Figure(
+        go.Heatmap(
+            z=z, x=list(matrix.columns), y=list(matrix.index), zmin=0, zmax=1, colorscale="Blues",
+            text=np.vectorize(lambda v: "" if np.isnan(v) else f"{v:.2f}")(z), texttemplate="%{text}",
+            hovertemplate="%{y} vs %{x}: %{z:.3f}<extra></extra>", colorbar={"title": "Jaccard"},
+        )
+    )
+    title = "Template sensitivity: Jaccard of top" + (f"-{top_n}" if top_n else "-N") + " nouns"
+    if mean_off_diagonal is not None and np.isfinite(mean_off_diagonal):
+        title += f" (mean off-diagonal {mean_off_diagonal:.3f})"
+    if tagger:
+        title += f"<br><sup>{tagger}</sup>"
+    fig.update_layout(title=title, template="plotly_white", height=520, width=640)
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+# --------------------------------------------------------------------------- one-sample views
+
+
+def _token_texts(tokenizer, ids: np.ndarray) -> np.ndarray:
+    """Decoded text of each id (same shape), each distinct id decoded once."""
+    uniq = np.unique(ids)
+    table = {int(i): (tokenizer.decode([int(i)]) if i >= 0 else "") for i in uniq}
+    return np.vectorize(lambda i: repr(table[int(i)])[1:-1], otypes=[object])(ids)
+
+
+def _check_sample(traj: Trajectory, sample: int) -> int:
+    if not 0 <= int(sample) < traj.n_samples:
+        raise ValueError(f"sample must be in 0..{traj.n_samples - 1}, got {sample}")
+    return int(sample)
+
+
+def _mark_anchors(fig: go.Figure, traj: Trajectory, sample: int, *, outline: bool = False) -> None:
+    """Mark each anchor span (labelled with its concept above the plot) and the pinned canvas
+    prefix: shaded behind bars, or outlined on top of a heatmap (``outline``)."""
+    spans = traj.anchors[sample]
+    in_span = np.zeros(traj.canvas_length, dtype=bool)
+
+    def mark(x0: float, x1: float, color: str, label: str, size: int) -> None:
+        if outline:
+            fig.add_vrect(x0=x0, x1=x1, fillcolor="rgba(0,0,0,0)", line_width=2.5, line_color=color, layer="above")
+        else:
+            fig.add_vrect(x0=x0, x1=x1, fillcolor=color, opacity=0.25, line_width=1.5, line_color=color, layer="below")
+        fig.add_annotation(x=(x0 + x1) / 2, y=1.0, yref="paper", yanchor="bottom", text=label, showarrow=False, font={"color": color, "size": size})
+
+    for a in spans:
+        in_span[a.start:a.end] = True
+        mark(a.start - 0.5, a.end - 0.5, ANCHOR_COLOR, f"<b>{a.concept}</b>", 12)
+    prefix = np.flatnonzero(traj.anchor_mask[sample] & ~in_span)
+    if prefix.size:
+        mark(prefix.min() - 0.5, prefix.max() + 0.5, "#6c757d", "pinned prefix", 10)
+
+
+def flip_heatmap(traj: Trajectory, sample: int, tokenizer=None) -> go.Figure:
+    """Step × position map of one sample: z = 1 where the raw argmax changed from the previous step
+    (step 0 is all 0). Anchor spans are outlined. With a tokenizer, hovering shows the argmax token
+    at that step."""
+    s = _check_sample(traj, sample)
+    hist = traj.sample_argmax(s)
+    z = np.zeros(hist.shape, dtype=int)
+    z[1:] = hist[1:] != hist[:-1]
+    hover = "step %{y}, position %{x}<br>flipped: %{z}"
+    custom = None
+    if tokenizer is not None:
+        custom = _token_texts(tokenizer, hist)
+        hover += "<br>token: %{customdata}"
+    fig = go.Figure(
+        go.Heatmap(
+            z=z, x=np.arange(hist.shape[1]), y=np.arange(hist.shape[0]), customdata=custom, zmin=0, zmax=1,
+            colorscale=[[0, "#f8f9fa"], [1, "#d62828"]], showscale=False, hovertemplate=hover + "<extra></extra>",
+            xgap=1, ygap=1,
+        )
+    )
+    _mark_anchors(fig, traj, s, outline=True)
+    flips = int(z.sum())
+    fig.update_layout(
+        title=f"Flips of sample {s}: {flips} argmax changes over {hist.shape[0]} steps (anchors outlined)",
+        template="plotly_white", height=max(320, 12 * hist.shape[0] + 160),
+    )
+    fig.update_xaxes(title_text="canvas position")
+    fig.update_yaxes(title_text="denoising step", autorange="reversed")
+    return fig
+
+
+def flips_bar(traj: Trajectory, sample: int, tokenizer=None) -> go.Figure:
+    """Flips per canvas position of one sample (anchors count 0 and are shaded, labelled with the
+    concept). With a tokenizer, hovering shows the final token."""
+    s = _check_sample(traj, sample)
+    flips = flip_counts(traj.argmax[s : s + 1], traj.steps[s : s + 1], traj.anchor_mask[s : s + 1])[0]
+    colors = np.where(traj.anchor_mask[s], ANCHOR_COLOR, "#457b9d")
+    hover = "position %{x}<br>flips %{y}"
+    custom = None
+    if tokenizer is not None:
+        custom = _token_texts(tokenizer, traj.final_ids[s])
+        hover += "<br>final token: %{customdata}"
+    fig = go.Figure(go.Bar(x=np.arange(traj.canvas_length), y=flips, marker_color=list(colors), customdata=custom, hovertemplate=hover + "<extra></extra>"))
+    _mark_anchors(fig, traj, s)
+    free = ~traj.anchor_mask[s]
+    mean_free = float(flips[free].mean()) if free.any() else float("nan")
+    fig.update_layout(
+        title=f"Flips per position, sample {s} ({int(traj.steps[s])} steps; mean over free positions {mean_free:.3f})",
+        template="plotly_white", height=380, bargap=0.1,
+    )
+    fig.update_xaxes(title_text="canvas position")
+    fig.update_yaxes(title_text="flips")
+    return fig
+
+
+# --------------------------------------------------------------------------- saving
+
+_IMAGE_STATUS: tuple[bool, str] | None = None
+_CHROMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+
+
+def find_chrome() -> str | None:
+    """A Chrome/Chromium binary for kaleido: ``$BROWSER_PATH`` or one on ``PATH``."""
+    env = os.environ.get("BROWSER_PATH")
+    if env and Path(env).exists():
+        return env
+    for name in _CHROMES:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def image_export_status() -> tuple[bool, str]:
+    """(available, note): whether PNG/SVG can be attempted here (kaleido importable and a Chrome
+    found). Rendering failures later are caught by :func:`save_figures`, never raised."""
+    global _IMAGE_STATUS
+    if _IMAGE_STATUS is not None:
+        return _IMAGE_STATUS
+    try:
+        import kaleido  # noqa: F401
+    except Exception:
+        _IMAGE_STATUS = (False, "PNG/SVG skipped: kaleido is not installed (HTML written)")
+        return _IMAGE_STATUS
+    chrome = find_chrome()
+    if chrome is None:
+        _IMAGE_STATUS = (False, "PNG/SVG skipped: kaleido needs Chrome/Chromium and none was found (HTML written)")
+        return _IMAGE_STATUS
+    os.environ.setdefault("BROWSER_PATH", chrome)
+    _IMAGE_STATUS = (True, f"kaleido with {chrome}")
+    return _IMAGE_STATUS
+
+
+def save_figures(
+    figures: dict[str, go.Figure], out_dir: str | Path, *, images: Sequence[str] = ("png", "svg"), plotlyjs: str | bool = True
+) -> tuple[dict[str, dict[str, Path]], list[str]]:
+    """Write ``<name>.html`` for every figure (standalone: plotly.js inlined unless ``plotlyjs``
+    says otherwise) and, where the machine can render them, ``<name>.png`` / ``.svg`` (one
+    browser session for all). Returns (paths by name and format, notes); image failures are
+    logged and noted, never raised."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: dict[str, dict[str, Path]] = {}
+    for name, fig in figures.items():
+        html = out / f"{name}.html"
+        fig.write_html(html, include_plotlyjs=plotlyjs, full_html=True)
+        written[name] = {"html": html}
+    notes: list[str] = []
+    if not images or not figures:
+        return written, notes
+    ok, note = image_export_status()
+    if not ok:
+        log.info(note)
+        return written, [note]
+    jobs = [(name, fmt) for name in figures for fmt in images]
+    try:
+        import plotly.io as pio
+
+        pio.write_images(
+            [figures[name] for name, _ in jobs],
+            [out / f"{name}.{fmt}" for name, fmt in jobs],
+            format=[fmt for _, fmt in jobs],
+            scale=[2 if fmt == "png" else 1 for _, fmt in jobs],
+            width=[figures[name].layout.width or 1000 for name, _ in jobs],
+            height=[figures[name].layout.height or 600 for name, _ in jobs],
+        )
+    except Exception as err:  # kaleido / Chrome failures come in many types
+        note = f"PNG/SVG skipped: kaleido could not render ({type(err).__name__}: {str(err)[:200]}); HTML written"
+        log.warning(note)
+        return written, [note]
+    for name, fmt in jobs:
+        path = out / f"{name}.{fmt}"
+        if path.exists():
+            written[name][fmt] = path
+    return written, notes
+
+
+def save_figure(fig: go.Figure, out_dir: str | Path, name: str, *, images: Sequence[str] = ("png", "svg"), plotlyjs: str | bool = True) -> dict[str, Path]:
+    """:func:`save_figures` for one figure; returns its paths by format."""
+    written, _ = save_figures({name: fig}, out_dir, images=images, plotlyjs=plotlyjs)
+    return written[name]

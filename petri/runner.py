@@ -1,0 +1,300 @@
+"""Run a study: events × templates × samples, one batch per (event, template), resumable.
+
+Every finished (event, template) batch is committed to the :class:`~petri.store.RunStore` before
+the next one starts, so a crash loses at most the batch in flight. The run id is derived from
+everything that determines the numbers (study content, model fingerprint, settings, samples, seed,
+templates), so rerunning the same command finds the run and skips what is stored. Each batch's
+seed is derived from the base seed and the (event id, template id) pair, never from run order, so a
+resumed run and an uninterrupted one give identical numbers.
+
+Hold :meth:`petri.service.PetriService.exclusive` around :func:`run_study` when the model is
+shared (the UI does; ``PetriService.run_study`` does it for you).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import torch
+from tqdm.auto import tqdm
+
+from petri.dish import Dish, concept_token_ids, encode_prompt, layout_samples
+from petri.models import LoadedModel
+from petri.sampler import StepCallback
+from petri.seeding import seed_dish
+from petri.store import RunStore
+from petri.study import Study, Template
+from petri.trajectory import SamplerSettings, Trajectory
+
+#: Bump when a change makes stored batches incompatible with new ones (new run ids then).
+RUN_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class StudyBatch:
+    """One (event, template) batch of the study and its trajectory."""
+
+    event_id: str
+    template_id: str
+    group: str
+    seed: int
+    trajectory: Trajectory
+
+    @property
+    def key(self) -> str:
+        return batch_key(self.event_id, self.template_id)
+
+
+@dataclass(frozen=True)
+class StudyProgress:
+    """What the progress callback receives after each batch is stored (or found stored)."""
+
+    done: int
+    total: int
+    event_id: str
+    template_id: str
+    group: str
+    skipped: bool
+    elapsed_s: float
+
+
+ProgressCallback = Callable[[StudyProgress], None]
+
+
+@dataclass
+class StudyResult:
+    """A finished study run: every batch in study order (events outer, templates inner)."""
+
+    study: Study
+    run_id: str
+    model_id: str
+    model_fingerprint: str
+    settings: SamplerSettings
+    samples: int
+    seed: int
+    template_ids: tuple[str, ...]
+    batches: list[StudyBatch]
+    computed: int
+    resumed: int
+    store_path: str
+    started_at: str
+    finished_at: str
+    wall_s: float
+    device: str = "cpu"
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        return [b.trajectory for b in self.batches]
+
+    def metadata(self) -> dict:
+        """Run facts for the JSON sidecar and the report."""
+        return {
+            "run_id": self.run_id,
+            "study_id": self.study.id,
+            "study_title": self.study.title,
+            "study_file": self.study.source,
+            "study_file_sha256": self.study.file_sha256,
+            "study_content_sha256": self.study.content_hash(),
+            "model_id": self.model_id,
+            "model_fingerprint": self.model_fingerprint,
+            "device": self.device,
+            "settings": self.settings.to_dict(),
+            "samples_per_batch": self.samples,
+            "seed": self.seed,
+            "templates": list(self.template_ids),
+            "batches": len(self.batches),
+            "batches_computed_this_run": self.computed,
+            "batches_resumed_from_store": self.resumed,
+            "store": self.store_path,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "wall_s": self.wall_s,
+            "timings": self.timings,
+        }
+
+
+def batch_key(event_id: str, template_id: str) -> str:
+    return f"{event_id}::{template_id}"
+
+
+def batch_seed(seed: int, event_id: str, template_id: str) -> int:
+    """The seed of one (event, template) batch: a hash of (base seed, event id, template id),
+    independent of the order batches run in. 31 bits, so any RNG accepts it."""
+    digest = hashlib.sha256(f"petri-study/{int(seed)}/{event_id}/{template_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def model_fingerprint(lm: LoadedModel) -> str:
+    """A cheap fingerprint of the weights (config + shape and first values of every tensor), so a
+    retrained checkpoint under the same folder name gets a new run id instead of a wrong resume."""
+    h = hashlib.sha256(lm.model.config.to_json_string(use_diff=False).encode())
+    h.update(str(lm.dtype).encode())
+    with torch.no_grad():
+        for name, tensor in lm.model.state_dict().items():
+            h.update(name.encode())
+            h.update(str(tuple(tensor.shape)).encode())
+            head = tensor.detach()
+            while head.dim() > 1:  # the first row, as a view: never copies a large tensor
+                head = head[0]
+            head = head.reshape(-1)[:64].to("cpu", torch.float32).numpy()
+            h.update(head.tobytes())
+    return h.hexdigest()[:16]
+
+
+def study_run_id(
+    study: Study,
+    model_id: str,
+    settings: SamplerSettings,
+    samples: int,
+    seed: int,
+    template_ids: tuple[str, ...],
+    fingerprint: str = "",
+    device_type: str = "cpu",
+) -> str:
+    """Lowercase hex run id (24 characters) derived from everything that fixes the numbers."""
+    key = {
+        "format": RUN_FORMAT,
+        "study": study.content_hash(),
+        "model_id": model_id,
+        "fingerprint": fingerprint,
+        "device_type": device_type,
+        "settings": settings.to_dict(),
+        "samples": int(samples),
+        "seed": int(seed),
+        "templates": list(template_ids),
+    }
+    canonical = json.dumps(key, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:24]
+
+
+def check_layouts(lm: LoadedModel, dishes: list[Dish], settings: SamplerSettings) -> None:
+    """Lay out every distinct concept set once before sampling anything, so a concept set that does
+    not fit the canvas fails the whole run up front (raises :class:`~petri.dish.LayoutError`)."""
+    prefix = len(encode_prompt(lm.tokenizer, "x", pin_thought_channel=settings.pin_thought_channel).canvas_prefix_ids)
+    for concepts in dict.fromkeys(d.concepts for d in dishes):
+        ids = {c: concept_token_ids(lm.tokenizer, c) for c in concepts}
+        layout_samples(Dish(concepts, "x"), ids, lm.canvas_length, 1, seed=0, first_free=prefix)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def run_study(
+    lm: LoadedModel,
+    study: Study,
+    store: RunStore,
+    *,
+    samples: int = 12,
+    seed: int = 0,
+    settings: SamplerSettings | None = None,
+    templates: list[str] | tuple[str, ...] | None = None,
+    progress: ProgressCallback | None = None,
+    on_step: StepCallback | None = None,
+    show_progress: bool = True,
+) -> StudyResult:
+    """Sample every (event, template) batch of ``study`` (``samples`` shuffled layouts each) and
+    commit each to ``store`` before the next starts; batches already stored under the same run id
+    are skipped (a resume). Returns every batch, reloaded from the store so fresh and resumed runs
+    are read back identically.
+
+    Args:
+        settings: sampler settings; ``None`` uses the model's defaults.
+        templates: template ids to run (study order kept); ``None`` runs them all.
+        progress: called with a :class:`StudyProgress` after each batch (stored or skipped);
+            an exception it raises aborts the run (the stored batches stay).
+        on_step: passed to the sampler for live per-step views (costs a host copy per step).
+        show_progress: draw a tqdm progress bar on stderr.
+    """
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    settings = settings or lm.default_settings()
+    chosen: tuple[Template, ...] = study.select_templates(templates)
+    template_ids = tuple(t.id for t in chosen)
+    fingerprint = model_fingerprint(lm)
+    run_id = study_run_id(study, lm.model_id, settings, samples, seed, template_ids, fingerprint, lm.device.type)
+    plan = [(e, t) for e in study.events for t in chosen]
+    dishes = {batch_key(e.id, t.id): Dish(study.event_concepts(e), e.text, t.text) for e, t in plan}
+    check_layouts(lm, list(dishes.values()), settings)
+    request = {
+        "study": study.to_dict(),
+        "study_file": study.source,
+        "study_file_sha256": study.file_sha256,
+        "model_fingerprint": fingerprint,
+        "settings": settings.to_dict(),
+        "samples": samples,
+        "seed": seed,
+        "templates": list(template_ids),
+    }
+    started_at, started = _now(), time.perf_counter()
+    store.create_run(run_id, "study", lm.model_id, request)
+    stored = store.completed_events(run_id)
+    computed = 0
+    sample_s = 0.0
+    already = sum(batch_key(e.id, t.id) in stored for e, t in plan)
+    bar = tqdm(total=len(plan), desc=f"study {study.id}", unit="batch", disable=not show_progress, initial=already)
+    if already:
+        bar.set_postfix_str(f"{already} batches resumed from the store")
+    try:
+        for position, (event, template) in enumerate(plan):
+            key = batch_key(event.id, template.id)
+            skipped = key in stored
+            if not skipped:
+                traj = seed_dish(lm, dishes[key], samples, settings, seed=batch_seed(seed, event.id, template.id), on_step=on_step)
+                store.save_event(run_id, position, key, traj, group=event.group)
+                computed += 1
+                sample_s += float(traj.timings.get("total_s", 0.0))
+                bar.update(1)
+                bar.set_postfix_str(f"{event.id}/{template.id}")
+            if progress is not None:
+                progress(StudyProgress(position + 1, len(plan), event.id, template.id, event.group, skipped, time.perf_counter() - started))
+    except BaseException as err:
+        try:
+            store.finish_run(run_id, "failed", error=f"{type(err).__name__}: {err}")
+        except Exception:  # the store itself may be what failed; keep the original error
+            pass
+        raise
+    finally:
+        bar.close()
+
+    groups = {e.id: e.group for e in study.events}
+    batches = []
+    for key, _, traj in store.load_events(run_id):
+        event_id, template_id = key.split("::", 1)
+        if template_id not in template_ids:
+            continue
+        batches.append(StudyBatch(event_id, template_id, groups[event_id], batch_seed(seed, event_id, template_id), traj))
+    if len(batches) != len(plan):
+        raise RuntimeError(f"run store {store.path}: run {run_id} holds {len(batches)} of {len(plan)} batches after the run")
+    store.finish_run(run_id, "done")
+    wall = time.perf_counter() - started
+    return StudyResult(
+        study=study,
+        run_id=run_id,
+        model_id=lm.model_id,
+        model_fingerprint=fingerprint,
+        settings=settings,
+        samples=samples,
+        seed=seed,
+        template_ids=template_ids,
+        batches=batches,
+        computed=computed,
+        resumed=len(plan) - computed,
+        store_path=str(store.path),
+        started_at=started_at,
+        finished_at=_now(),
+        wall_s=wall,
+        device=str(lm.device),
+        timings={
+            "wall_s": wall,
+            "sampling_s_this_run": sample_s,
+            "mean_batch_s": float(sum(b.trajectory.timings.get("total_s", 0.0) for b in batches) / len(batches)),
+            "sampling_s_all_batches": float(sum(b.trajectory.timings.get("total_s", 0.0) for b in batches)),
+        },
+    )

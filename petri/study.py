@@ -1,0 +1,362 @@
+"""Study files: concepts, events with group labels, prompt templates (JSON, validated on load).
+
+A study file describes one experiment: which concepts are pinned on the canvas, which events the
+model reads (each with a group label such as ``benign`` / ``contradictory`` / ``control``), which
+prompt templates wrap them, and which two groups the headline test compares. The schema is
+documented in ``assets/studies/README.md``; :func:`load_study` checks all of it *before* any
+sampling and raises :class:`StudyError` naming the file, the entry and the reason.
+
+This module never imports torch; the runner (``petri.runner.run_study``, re-exported here) does,
+lazily.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from petri.dish import LayoutError, validate_concepts
+
+SCHEMA_VERSION = 1
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_PLACEHOLDER = re.compile(r"(?<!\{)\{([^{}]*)\}(?!\})")
+
+_TOP_KEYS = {"schema", "id", "title", "language", "description", "concepts", "groups", "comparison", "templates", "events"}
+_REQUIRED_TOP = ("id", "title", "language", "concepts", "templates", "events")
+_TEMPLATE_KEYS = {"id", "text"}
+_EVENT_KEYS = {"id", "group", "text", "concepts", "note"}
+_COMPARISON_KEYS = {"groups", "show"}
+
+
+class StudyError(ValueError):
+    """A malformed study file: ``file``, ``entry`` (e.g. ``events[3] (id 'c04')``) and ``reason``."""
+
+    def __init__(self, file: str, entry: str, reason: str):
+        self.file = file
+        self.entry = entry
+        self.reason = reason
+        super().__init__(f"{file}: {entry}: {reason}")
+
+
+@dataclass(frozen=True)
+class Template:
+    """A prompt template; ``text`` uses ``{event}`` and optionally ``{concepts}``."""
+
+    id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class StudyEvent:
+    """One event the model reads. ``concepts`` (a subset of the study's) or ``None`` for all."""
+
+    id: str
+    group: str
+    text: str
+    concepts: tuple[str, ...] | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Study:
+    """A validated study. ``comparison`` is the (reference, comparison) pair of groups of the
+    headline test; ``show`` the extra groups shown beside them (e.g. ``control``)."""
+
+    id: str
+    title: str
+    language: str
+    concepts: tuple[str, ...]
+    templates: tuple[Template, ...]
+    events: tuple[StudyEvent, ...]
+    groups: tuple[str, ...]
+    comparison: tuple[str, str]
+    show: tuple[str, ...]
+    description: str = ""
+    source: str = "<dict>"
+    file_sha256: str = ""
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def event_concepts(self, event: StudyEvent) -> tuple[str, ...]:
+        """The concepts pinned for ``event`` (its own subset, or all the study's, in study order)."""
+        if event.concepts is None:
+            return self.concepts
+        return tuple(c for c in self.concepts if c in event.concepts)
+
+    def events_in(self, group: str) -> list[StudyEvent]:
+        return [e for e in self.events if e.group == group]
+
+    def template(self, template_id: str) -> Template:
+        for t in self.templates:
+            if t.id == template_id:
+                return t
+        raise KeyError(f"template {template_id!r} is not in study {self.id!r}; have {[t.id for t in self.templates]}")
+
+    def select_templates(self, ids: list[str] | tuple[str, ...] | None) -> tuple[Template, ...]:
+        """The templates named in ``ids`` (in study order), all when ``None``; unknown ids raise
+        :class:`StudyError`."""
+        if ids is None:
+            return self.templates
+        known = {t.id for t in self.templates}
+        unknown = [i for i in ids if i not in known]
+        if unknown or not ids:
+            raise StudyError(self.source, "templates", f"unknown template id(s) {unknown or '(none given)'}; have {sorted(known)}")
+        return tuple(t for t in self.templates if t.id in ids)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The study as plain data in the file schema (normalised, defaults filled in)."""
+        return {
+            "schema": SCHEMA_VERSION,
+            "id": self.id,
+            "title": self.title,
+            "language": self.language,
+            "description": self.description,
+            "concepts": list(self.concepts),
+            "groups": list(self.groups),
+            "comparison": {"groups": list(self.comparison), "show": list(self.show)},
+            "templates": [{"id": t.id, "text": t.text} for t in self.templates],
+            "events": [
+                {
+                    "id": e.id,
+                    "group": e.group,
+                    "text": e.text,
+                    **({"concepts": list(e.concepts)} if e.concepts is not None else {}),
+                    **({"note": e.note} if e.note else {}),
+                }
+                for e in self.events
+            ],
+        }
+
+    def content_hash(self) -> str:
+        """SHA-256 of the normalised content (not of the file bytes: reformatting keeps it)."""
+        canonical = json.dumps(self.to_dict(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+# --------------------------------------------------------------------------- validation
+
+
+class _Checker:
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, entry: str, reason: str) -> StudyError:
+        return StudyError(self.source, entry, reason)
+
+    def keys(self, obj: Any, entry: str, allowed: set[str], required: tuple[str, ...]) -> dict:
+        if not isinstance(obj, dict):
+            raise self.fail(entry, f"must be a JSON object, got {type(obj).__name__}")
+        unknown = sorted(set(obj) - allowed)
+        if unknown:
+            raise self.fail(entry, f"unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+        for key in required:
+            if key not in obj:
+                raise self.fail(entry, f"missing required key {key!r}")
+        return obj
+
+    def text(self, value: Any, entry: str, *, empty_ok: bool = False) -> str:
+        if not isinstance(value, str):
+            raise self.fail(entry, f"must be a string, got {type(value).__name__}")
+        if not empty_ok and not value.strip():
+            raise self.fail(entry, "is empty")
+        return value
+
+    def ident(self, value: Any, entry: str) -> str:
+        self.text(value, entry)
+        if not ID_PATTERN.match(value):
+            raise self.fail(entry, f"{value!r} is not a valid id (letters, digits, '_', '.', '-'; at most 64 characters)")
+        return value
+
+    def string_list(self, value: Any, entry: str) -> list[str]:
+        if not isinstance(value, list):
+            raise self.fail(entry, f"must be a list of strings, got {type(value).__name__}")
+        for i, item in enumerate(value):
+            self.text(item, f"{entry}[{i}]")
+        return value
+
+
+def _event_entry(i: int, raw: Any) -> str:
+    if isinstance(raw, dict) and isinstance(raw.get("id"), str):
+        return f"events[{i}] (id {raw['id']!r})"
+    return f"events[{i}]"
+
+
+def _template_entry(i: int, raw: Any) -> str:
+    if isinstance(raw, dict) and isinstance(raw.get("id"), str):
+        return f"templates[{i}] (id {raw['id']!r})"
+    return f"templates[{i}]"
+
+
+def _check_template_text(check: _Checker, entry: str, text: str) -> None:
+    fields = _PLACEHOLDER.findall(text)
+    unknown = sorted({f for f in fields if f not in ("event", "concepts")})
+    if unknown:
+        raise check.fail(f"{entry}.text", f"unknown placeholder(s) {unknown}; use {{event}} and {{concepts}} only (double braces for literal ones)")
+    if "event" not in fields:
+        raise check.fail(f"{entry}.text", "does not use {event}, so every event would get the same prompt")
+    try:
+        text.format(event="x", concepts="y")
+    except (KeyError, IndexError, ValueError) as err:
+        raise check.fail(f"{entry}.text", f"is not a valid template ({err}); use {{event}} and {{concepts}}, double braces for literal ones") from None
+
+
+def study_from_dict(data: Any, source: str = "<dict>", file_sha256: str = "") -> Study:
+    """Validate parsed study data; raise :class:`StudyError` (``source``, entry, reason)."""
+    check = _Checker(source)
+    check.keys(data, "top level", _TOP_KEYS, _REQUIRED_TOP)
+    if "schema" in data and data["schema"] != SCHEMA_VERSION:
+        raise check.fail("schema", f"unsupported schema version {data['schema']!r}; this petri reads version {SCHEMA_VERSION}")
+    study_id = check.ident(data["id"], "id")
+    title = check.text(data["title"], "title")
+    language = check.text(data["language"], "language")
+    description = check.text(data.get("description", ""), "description", empty_ok=True)
+
+    concepts = check.string_list(data["concepts"], "concepts")
+    try:
+        validate_concepts(concepts)
+    except LayoutError as err:
+        raise check.fail(f"concepts ({err.concept!r})", err.reason) from None
+    except ValueError as err:
+        raise check.fail("concepts", str(err).removeprefix("concepts: ")) from None
+    if len(concepts) < 2:
+        raise check.fail("concepts", f"at least 2 concepts are needed (instability is measured between two anchors), got {len(concepts)}")
+    concept_set = set(concepts)
+
+    # templates
+    raw_templates = data["templates"]
+    if not isinstance(raw_templates, list) or not raw_templates:
+        raise check.fail("templates", "must be a non-empty list of {\"id\", \"text\"} objects")
+    templates, seen_t = [], {}
+    for i, raw in enumerate(raw_templates):
+        entry = _template_entry(i, raw)
+        check.keys(raw, entry, _TEMPLATE_KEYS, ("id", "text"))
+        tid = check.ident(raw["id"], f"{entry}.id")
+        if tid in seen_t:
+            raise check.fail(entry, f"duplicate template id {tid!r} (also templates[{seen_t[tid]}])")
+        seen_t[tid] = i
+        text = check.text(raw["text"], f"{entry}.text")
+        _check_template_text(check, entry, text)
+        templates.append(Template(tid, text))
+
+    # events
+    raw_events = data["events"]
+    if not isinstance(raw_events, list) or not raw_events:
+        raise check.fail("events", "must be a non-empty list of event objects")
+    events, seen_e, seen_text = [], {}, {}
+    for i, raw in enumerate(raw_events):
+        entry = _event_entry(i, raw)
+        check.keys(raw, entry, _EVENT_KEYS, ("id", "group", "text"))
+        eid = check.ident(raw["id"], f"{entry}.id")
+        if eid in seen_e:
+            raise check.fail(entry, f"duplicate event id {eid!r} (also events[{seen_e[eid]}])")
+        seen_e[eid] = i
+        group = check.text(raw["group"], f"{entry}.group")
+        if group != group.strip():
+            raise check.fail(f"{entry}.group", f"{group!r} has leading or trailing whitespace")
+        text = check.text(raw["text"], f"{entry}.text")
+        key = " ".join(text.split()).casefold()
+        if key in seen_text:
+            raise check.fail(f"{entry}.text", f"duplicate event text (same as events[{seen_text[key]}])")
+        seen_text[key] = i
+        sub = None
+        if "concepts" in raw:
+            sub = check.string_list(raw["concepts"], f"{entry}.concepts")
+            unknown = [c for c in sub if c not in concept_set]
+            if unknown:
+                raise check.fail(f"{entry}.concepts", f"unknown concept {unknown[0]!r}; the study's concepts are {concepts}")
+            dupes = [c for c, n in Counter(sub).items() if n > 1]
+            if dupes:
+                raise check.fail(f"{entry}.concepts", f"duplicate concept {dupes[0]!r}")
+            if len(sub) < 2:
+                raise check.fail(f"{entry}.concepts", f"at least 2 concepts are needed, got {len(sub)}")
+            sub = tuple(sub)
+        note = check.text(raw.get("note", ""), f"{entry}.note", empty_ok=True)
+        events.append(StudyEvent(eid, group, text, sub, note))
+
+    # groups
+    present = list(dict.fromkeys(e.group for e in events))
+    if "groups" in data:
+        groups = check.string_list(data["groups"], "groups")
+        dupes = [g for g, n in Counter(groups).items() if n > 1]
+        if dupes:
+            raise check.fail("groups", f"duplicate group {dupes[0]!r}")
+        for i, e in enumerate(events):
+            if e.group not in groups:
+                raise check.fail(f"{_event_entry(i, raw_events[i])}.group", f"group {e.group!r} is not listed in \"groups\" {groups}")
+        for g in groups:
+            if g not in present:
+                raise check.fail("groups", f"group {g!r} has no events")
+    else:
+        groups = present
+
+    # comparison
+    show: list[str]
+    if "comparison" in data:
+        comp = check.keys(data["comparison"], "comparison", _COMPARISON_KEYS, ("groups",))
+        pair = check.string_list(comp["groups"], "comparison.groups")
+        if len(pair) != 2 or pair[0] == pair[1]:
+            raise check.fail("comparison.groups", f"must name two different groups (reference, comparison), got {pair}")
+        show = check.string_list(comp.get("show", []), "comparison.show")
+        for name, entry in [(g, "comparison.groups") for g in pair] + [(g, "comparison.show") for g in show]:
+            if name not in groups:
+                raise check.fail(entry, f"group {name!r} has no events; groups present: {groups}")
+        overlap = [g for g in show if g in pair]
+        if overlap:
+            raise check.fail("comparison.show", f"group {overlap[0]!r} is already compared")
+    else:
+        if len(groups) < 2:
+            raise check.fail("events", f"at least two groups are needed for a comparison, found {groups}")
+        pair = groups[:2]
+        show = groups[2:]
+    for g in pair:
+        n = sum(e.group == g for e in events)
+        if n < 2:
+            raise check.fail(f"group {g!r}", f"a compared group needs at least 2 events, got {n}")
+
+    return Study(
+        id=study_id,
+        title=title,
+        language=language,
+        concepts=tuple(concepts),
+        templates=tuple(templates),
+        events=tuple(events),
+        groups=tuple(groups),
+        comparison=(pair[0], pair[1]),
+        show=tuple(show),
+        description=description,
+        source=source,
+        file_sha256=file_sha256,
+        raw=data,
+    )
+
+
+def load_study(path: str | Path) -> Study:
+    """Read and validate a study file (JSON, UTF-8). Raises :class:`StudyError` naming the file,
+    the entry and the reason for anything malformed; nothing is sampled before this passes."""
+    path = Path(path)
+    source = str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise StudyError(source, "file", f"cannot be read ({err.strerror or err})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise StudyError(source, "file", f"is not UTF-8 ({err.reason} at byte {err.start})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise StudyError(source, f"JSON line {err.lineno} column {err.colno}", f"invalid JSON: {err.msg}") from None
+    return study_from_dict(data, source=source, file_sha256=hashlib.sha256(raw).hexdigest())
+
+
+def __getattr__(name: str):  # PEP 562: the runner imports torch, so load it only when asked for
+    if name in ("run_study", "StudyResult", "StudyBatch", "study_run_id"):
+        from petri import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,286 @@
+"""The study runner on a tiny random model: deterministic, resumable after a crash without
+recomputing finished batches, with order-independent per-batch seeds; then the analysis, the
+figures and the report."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+import torch
+
+import petri.runner as runner
+from petri.analysis import analyze, clean_text, cluster_bootstrap_mean, study_tables
+from petri.dish import LayoutError
+from petri.metrics import flip_counts
+from petri.plots import flip_heatmap, flips_bar, save_figures
+from petri.report import write_study
+from petri.service import BusyError, PetriService
+from petri.stats import event_level_values
+from petri.store import RunStore
+from petri.study import study_from_dict
+from petri.trajectory import SamplerSettings
+
+SETTINGS = SamplerSettings(max_denoising_steps=4)
+SAMPLES = 3
+STUDY = {
+    "id": "tiny-study",
+    "title": "Tiny study",
+    "language": "en",
+    "concepts": ["order", "inventory", "person"],
+    "comparison": {"groups": ["benign", "contradictory"], "show": ["control"]},
+    "templates": [
+        {"id": "t1", "text": "Event: {event}\nDescribe how {concepts} relate."},
+        {"id": "t2", "text": "{event} Explain {concepts}."},
+    ],
+    "events": [
+        {"id": "b1", "group": "benign", "text": "A customer placed an order."},
+        {"id": "b2", "group": "benign", "text": "The store counted its inventory."},
+        {"id": "b3", "group": "benign", "text": "A person checked the stock.", "concepts": ["inventory", "person"]},
+        {"id": "c1", "group": "contradictory", "text": "Only 90 units are in stock, but 120 were ordered."},
+        {"id": "c2", "group": "contradictory", "text": "The order shipped 50 boxes from 30 in stock."},
+        {"id": "c3", "group": "contradictory", "text": "A buyer returned 5 lamps never sold."},
+        {"id": "k1", "group": "control", "text": "Only 90 units are in stock, and 60 were ordered."},
+        {"id": "k2", "group": "control", "text": "The order shipped 30 boxes from 50 in stock."},
+    ],
+}
+N_BATCHES = len(STUDY["events"]) * len(STUDY["templates"])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One intra-op thread: on a shared 2-core machine, two spinning threads are ~10x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def study():
+    return study_from_dict(STUDY, source="tiny-study.json")
+
+
+@pytest.fixture(scope="module")
+def full(tiny_lm, study, tmp_path_factory):
+    """An uninterrupted run."""
+    store = RunStore(tmp_path_factory.mktemp("full"))
+    return runner.run_study(tiny_lm, study, store, samples=SAMPLES, seed=7, settings=SETTINGS, show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def analysis(full):
+    return analyze(full, n_bootstrap=200)
+
+
+def count_seed_dish(monkeypatch) -> list[str]:
+    calls: list[str] = []
+    original = runner.seed_dish
+
+    def counting(lm, dish, *args, **kwargs):
+        calls.append(dish.event)
+        return original(lm, dish, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "seed_dish", counting)
+    return calls
+
+
+def assert_same_numbers(a, b):
+    ta, tb = study_tables(a.batches, a.study.id), study_tables(b.batches, b.study.id)
+    for name in ta:
+        pd.testing.assert_frame_equal(ta[name], tb[name], check_exact=True)
+
+
+def test_plan_order_and_batches(full, study):
+    assert [(b.event_id, b.template_id) for b in full.batches] == [(e.id, t.id) for e in study.events for t in study.templates]
+    assert full.computed == N_BATCHES and full.resumed == 0
+    assert all(b.trajectory.n_samples == SAMPLES for b in full.batches)
+    assert full.batches[4].trajectory.anchors[0] and {a.concept for a in full.batches[4].trajectory.anchors[0]} == {"inventory", "person"}
+    assert len(full.run_id) == 24 and full.run_id == full.run_id.lower()
+    assert full.model_id == "tiny-random-seed0"
+
+
+def test_crash_then_resume_skips_finished_batches_and_matches(tiny_lm, study, full, tmp_path, monkeypatch):
+    store = RunStore(tmp_path)
+    per_event = len(study.templates)
+
+    def crash(p):
+        if p.done == per_event:  # the first event (all its templates) is stored
+            raise KeyboardInterrupt("simulated crash")
+
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_study(tiny_lm, study, store, samples=SAMPLES, seed=7, settings=SETTINGS, progress=crash, show_progress=False)
+    assert len(store.completed_events(full.run_id)) == per_event  # same run id as the uninterrupted run
+    assert store.get_run(full.run_id)["status"] == "failed"
+
+    calls = count_seed_dish(monkeypatch)
+    seen = []
+    resumed = runner.run_study(tiny_lm, study, store, samples=SAMPLES, seed=7, settings=SETTINGS, progress=seen.append, show_progress=False)
+    assert len(calls) == N_BATCHES - per_event and study.events[0].text not in calls
+    assert resumed.computed == N_BATCHES - per_event and resumed.resumed == per_event
+    assert [p.skipped for p in seen] == [True] * per_event + [False] * (N_BATCHES - per_event)
+    assert seen[-1].done == seen[-1].total == N_BATCHES
+    assert store.get_run(full.run_id)["status"] == "done"
+    assert_same_numbers(full, resumed)
+
+    # A third run computes nothing.
+    calls.clear()
+    again = runner.run_study(tiny_lm, study, store, samples=SAMPLES, seed=7, settings=SETTINGS, show_progress=False)
+    assert calls == [] and again.computed == 0
+    assert_same_numbers(full, again)
+
+
+def test_run_id_depends_on_everything_that_fixes_the_numbers(tiny_lm, study, full):
+    fp = runner.model_fingerprint(tiny_lm)
+    base = dict(study=study, model_id=tiny_lm.model_id, settings=SETTINGS, samples=SAMPLES, seed=7, template_ids=("t1", "t2"), fingerprint=fp)
+    assert runner.study_run_id(**base) == full.run_id
+    for change in (dict(seed=8), dict(samples=4), dict(settings=SamplerSettings(max_denoising_steps=5)), dict(template_ids=("t1",)), dict(fingerprint="x")):
+        assert runner.study_run_id(**{**base, **change}) != full.run_id
+    assert runner.batch_seed(7, "b1", "t1") == runner.batch_seed(7, "b1", "t1") != runner.batch_seed(7, "t1", "b1")
+
+
+def test_batch_seeds_do_not_depend_on_run_order(tiny_lm, study, full, tmp_path):
+    # Running only template t2 gives exactly the t2 batches of the full run.
+    part = runner.run_study(tiny_lm, study, RunStore(tmp_path), samples=SAMPLES, seed=7, settings=SETTINGS, templates=["t2"], show_progress=False)
+    assert part.run_id != full.run_id and [b.template_id for b in part.batches] == ["t2"] * len(study.events)
+    for b in part.batches:
+        ref = next(x for x in full.batches if x.key == b.key)
+        np.testing.assert_array_equal(b.trajectory.argmax, ref.trajectory.argmax)
+        assert b.seed == ref.seed and b.trajectory.anchors == ref.trajectory.anchors
+
+
+def test_a_concept_set_that_does_not_fit_fails_before_sampling(tiny_lm, tmp_path, monkeypatch):
+    data = {**STUDY, "concepts": ["order", "inventory", "person", "supercalifragilisticexpialidocious warehouse"]}
+    data["events"] = [dict(e, concepts=["order", "person"]) if e["id"] != "c3" else dict(e) for e in STUDY["events"]]
+    study = study_from_dict(data)
+    calls = count_seed_dish(monkeypatch)
+    with pytest.raises(LayoutError, match="anchor tokens but the canvas has"):
+        runner.run_study(tiny_lm, study, RunStore(tmp_path), samples=2, settings=SETTINGS, show_progress=False)
+    assert calls == []
+
+
+def test_service_runs_a_study_under_the_lock(tiny_lm, study, tmp_path):
+    service = PetriService(tiny_lm, RunStore(tmp_path))
+    result = service.run_study(study, samples=1, settings=SETTINGS, templates=["t1"])
+    assert result.computed == len(study.events) and not service.busy
+    entered, release = threading.Event(), threading.Event()
+
+    def hold():
+        with service.exclusive():
+            entered.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    entered.wait(10)
+    try:
+        with pytest.raises(BusyError):
+            service.run_study(study, samples=1, settings=SETTINGS, templates=["t1"])
+    finally:
+        release.set()
+        holder.join()
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+def test_tables_carry_group_labels(analysis, full):
+    seg, smp, pos, ev = (analysis.tables[k] for k in ("segments", "samples", "positions", "events"))
+    assert list(seg.columns[:4]) == ["study_id", "event_id", "group", "template_id"]
+    assert len(smp) == N_BATCHES * SAMPLES and len(pos) == N_BATCHES * SAMPLES * full.batches[0].trajectory.canvas_length
+    assert set(seg["group"]) == {"benign", "contradictory", "control"}
+    assert list(ev["event_id"]) == [e["id"] for e in STUDY["events"]]
+    expected = event_level_values(seg, event_col="event_id").set_index("event_id")["instability"]
+    np.testing.assert_allclose(ev.set_index("event_id")["instability"], expected.loc[ev["event_id"]])
+    assert ((ev["ci_low"] <= ev["instability"] + 1e-12) & (ev["instability"] <= ev["ci_high"] + 1e-12)).all()
+
+
+def test_headline_is_event_level_with_segment_level_beside(analysis):
+    c = analysis.comparison
+    assert c.event.unit == "event" and (c.event.n_a, c.event.n_b) == (3, 3)
+    assert c.segment.unit == "segment" and "non-independent" in c.segment.summary()
+    assert c.segment.n_a > c.event.n_a
+    assert [(s.group_a, s.group_b) for s in analysis.secondary] == [("benign", "control"), ("control", "contradictory")]
+
+
+def test_preservation_convergence_and_template_sensitivity(analysis, full):
+    pres = analysis.preservation
+    n_anchors = sum(len(spans) for b in full.batches for spans in b.trajectory.anchors)
+    assert pres["anchors_total"] == n_anchors and 0 <= pres["anchors_intact"] <= n_anchors
+    assert pres["samples_total"] == N_BATCHES * SAMPLES and 0 <= pres["mean_agreement"] <= 1
+    conv = analysis.convergence
+    assert conv["max_denoising_steps"] == 4 and 1 <= conv["mean_steps"] <= 4 and conv["samples"] == N_BATCHES * SAMPLES
+    assert list(analysis.jaccard.index) == ["t1", "t2"] and analysis.jaccard.loc["t1", "t1"] == 1.0
+    assert analysis.jaccard_mean == analysis.jaccard.loc["t1", "t2"]
+    assert analysis.tagger
+    json.dumps(analysis.to_dict())  # the sidecar summary is JSON-serialisable
+
+
+def test_clean_text_and_cluster_bootstrap():
+    assert clean_text("<|channel>thought\n<channel|>The order<pad><eos>").split() == ["The", "order"]
+    rng = np.random.default_rng(0)
+    low, high = cluster_bootstrap_mean(np.array([1.0, 2.0, 3.0, 4.0]), np.ones(4), 500, 0.95, rng)
+    assert 1.0 <= low <= 2.5 <= high <= 4.0
+    assert np.isnan(cluster_bootstrap_mean(np.array([1.0]), np.ones(1), 10, 0.95, rng)[0])
+
+
+# --------------------------------------------------------------------------- figures and report
+
+
+def test_one_sample_figures(full, tiny_lm, tmp_path):
+    traj = full.batches[0].trajectory
+    heat = flip_heatmap(traj, 1, tokenizer=tiny_lm.tokenizer)
+    hist = traj.sample_argmax(1)
+    z = np.asarray(heat.data[0].z)
+    assert z.shape == hist.shape and not z[0].any()
+    np.testing.assert_array_equal(z[1:], (hist[1:] != hist[:-1]).astype(int))
+    assert np.asarray(heat.data[0].customdata).shape == hist.shape
+    bar = flips_bar(traj, 1)
+    expected = flip_counts(traj.argmax, traj.steps, traj.anchor_mask)[1]
+    np.testing.assert_array_equal(np.asarray(bar.data[0].y), expected)
+    anchor_labels = {a.text.strip("<b>/") for a in bar.layout.annotations}
+    assert {a.concept for a in traj.anchors[1]} <= anchor_labels
+    with pytest.raises(ValueError, match="sample must be in"):
+        flips_bar(traj, SAMPLES)
+    paths, _ = save_figures({"heat": heat}, tmp_path, images=())
+    assert set(paths["heat"]) == {"html"}
+
+
+def test_image_failures_never_fail_the_run(monkeypatch, tmp_path):
+    import petri.plots as plots
+
+    monkeypatch.setattr(plots, "_IMAGE_STATUS", (True, "pretend"))
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no browser here")
+
+    monkeypatch.setattr("plotly.io.write_images", broken)
+    paths, notes = save_figures({"f": go.Figure()}, tmp_path, images=("png",))
+    assert set(paths["f"]) == {"html"} and "no browser here" in notes[0]
+
+
+def test_write_study_outputs(full, analysis, tmp_path):
+    out = write_study(full, tmp_path / "out", images=False, analysis=analysis, command="python -m petri study tiny.json")
+    for name in ("positions", "segments", "samples", "events", "pairs", "jaccard"):
+        assert (tmp_path / "out" / f"{name}.csv").stat().st_size > 0
+    events = pd.read_csv(tmp_path / "out" / "events.csv")
+    assert len(events) == len(STUDY["events"]) and {"instability", "ci_low", "ci_high", "group"} <= set(events.columns)
+    for name in ("instability", "events", "jaccard"):
+        html = (tmp_path / "out" / "figures" / f"{name}.html").read_text()
+        assert html.lstrip().lower().startswith(("<!doctype html>", "<html")) and "Plotly.newPlot" in html and html.rstrip().endswith("</html>")
+    meta = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert meta["model_id"] == "tiny-random-seed0" and meta["seed"] == 7 and meta["samples_per_batch"] == SAMPLES
+    assert meta["settings"]["max_denoising_steps"] == 4 and meta["tagger"] and "torch" in meta["versions"]
+    assert meta["study_file"] == "tiny-study.json" and meta["run_id"] == full.run_id and meta["started_at"]
+    assert set(meta["batch_seeds"]) == {b.key for b in full.batches}
+    report = out.report.read_text()
+    assert "## Headline (event level: the independent unit)" in report
+    assert analysis.comparison.event.summary() in report
+    assert "segment level (non-independent)" in report
+    assert "not for DiffusionGemma" in report and "tiny-random-seed0" in report
+    assert "Mean off-diagonal Jaccard" in report and "Anchor preservation" in report and "Convergence" in report
+    assert "figures/instability.html" in report
