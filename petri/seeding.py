@@ -7,10 +7,28 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from petri.dish import Dish, concept_token_ids, encode_prompt, layout_samples
+from petri.dish import Dish, PromptEncoding, concept_token_ids, encode_prompt, layout_samples
 from petri.models import LoadedModel
 from petri.sampler import StepCallback, run_sampler
-from petri.trajectory import SamplerSettings, Trajectory
+from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
+
+
+def plan_dish(
+    lm: LoadedModel,
+    dish: Dish,
+    n_samples: int,
+    settings: SamplerSettings = SamplerSettings(),
+    seed: int = 0,
+) -> tuple[PromptEncoding, list[list[AnchorSpan]]]:
+    """The encoded prompt and every sample's anchor layout, without any model work: the check a
+    request can run before it waits for the model. Raises :class:`~petri.dish.LayoutError` (naming
+    the concept) or ``ValueError`` (bad template)."""
+    prompt = encode_prompt(lm.tokenizer, dish.prompt_text(), pin_thought_channel=settings.pin_thought_channel)
+    concept_ids = {c: concept_token_ids(lm.tokenizer, c) for c in dish.concepts}
+    layouts = layout_samples(
+        dish, concept_ids, lm.canvas_length, n_samples, seed=seed, first_free=len(prompt.canvas_prefix_ids)
+    )
+    return prompt, layouts
 
 
 def seed_dish(
@@ -23,11 +41,7 @@ def seed_dish(
 ) -> Trajectory:
     """Lay the dish's anchors out for ``n_samples`` samples (shuffled with ``seed``) and denoise
     them as one batch, the prompt encoded once. Layout errors are raised before any model work."""
-    prompt = encode_prompt(lm.tokenizer, dish.prompt_text(), pin_thought_channel=settings.pin_thought_channel)
-    concept_ids = {c: concept_token_ids(lm.tokenizer, c) for c in dish.concepts}
-    layouts = layout_samples(
-        dish, concept_ids, lm.canvas_length, n_samples, seed=seed, first_free=len(prompt.canvas_prefix_ids)
-    )
+    prompt, layouts = plan_dish(lm, dish, n_samples, settings, seed)
     traj = run_sampler(
         lm,
         prompt.ids,

@@ -28,3 +28,42 @@ def confident_lm():
     with torch.no_grad():
         lm.model.lm_head.weight.mul_(8.0)
     return lm
+
+
+class LiveServer:
+    """uvicorn serving an ASGI ``app`` in a thread on a free loopback port (``url``)."""
+
+    def __init__(self, app):
+        import socket
+        import threading
+
+        import uvicorn
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self) -> "LiveServer":
+        import time
+
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+@pytest.fixture(scope="session")
+def live_server():
+    """``live_server(app)``: a context manager serving ``app`` on 127.0.0.1 (random free port)."""
+    return LiveServer

@@ -1,0 +1,271 @@
+"""The Study tab: an editable study (concepts, events with group labels, templates) loaded from a
+bundled study file or an upload, run under the service's lock, then the study's three figures, the
+statistics summary and the CSV downloads.
+
+The study is validated by :func:`petri.study.study_from_dict` (the same checks as a study file) and
+run by :meth:`petri.service.PetriService.run_study` (the one-job lock; resumable); the numbers come
+from :func:`petri.analysis.analyze`, the figures from :mod:`petri.plots` and the files from
+:func:`petri.report.write_study`.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+
+from petri.api import MAX_SAMPLES, MAX_STEPS, gpu_task
+from petri.models import REPO_ROOT
+from petri.service import BusyError, PetriService
+from petri.study import Study, StudyError, load_study, study_from_dict
+
+STUDY_DIR = REPO_ROOT / "assets" / "studies"
+#: The UI runs at most this many (event, template) batches per study (the CLI has no limit).
+MAX_STUDY_BATCHES = 600
+UI_WAIT_S = 600.0
+EVENT_COLUMNS = ["id", "group", "text", "concepts"]
+TEMPLATE_COLUMNS = ["id", "text"]
+
+
+def builtin_studies() -> dict[str, Path]:
+    """The study files bundled in ``assets/studies`` by file name (a fixed server-side list)."""
+    if not STUDY_DIR.is_dir():
+        return {}
+    return {p.name: p for p in sorted(STUDY_DIR.glob("*.json"))}
+
+
+def study_to_fields(study: Study) -> tuple[dict, str, pd.DataFrame, pd.DataFrame, str, str, list[str]]:
+    """(meta, concepts text, events table, templates table, comparison text, show text, template ids)."""
+    meta = {"id": study.id, "title": study.title, "language": study.language, "description": study.description}
+    events = pd.DataFrame(
+        [[e.id, e.group, e.text, ", ".join(e.concepts) if e.concepts else ""] for e in study.events],
+        columns=EVENT_COLUMNS,
+    )
+    templates = pd.DataFrame([[t.id, t.text] for t in study.templates], columns=TEMPLATE_COLUMNS)
+    return (meta, ", ".join(study.concepts), events, templates, ", ".join(study.comparison), ", ".join(study.show),
+            [t.id for t in study.templates])
+
+
+def _split(text: str | None) -> list[str]:
+    return [p.strip() for p in (text or "").split(",") if p.strip()]
+
+
+def _rows(table) -> list[list]:
+    if table is None:
+        return []
+    frame = table if isinstance(table, pd.DataFrame) else pd.DataFrame(table)
+    rows = []
+    for row in frame.fillna("").astype(str).values.tolist():
+        if any(cell.strip() for cell in row):
+            rows.append([cell.strip() if i < 2 else cell for i, cell in enumerate(row)])
+    return rows
+
+
+def fields_to_study(meta: dict | None, concepts: str, events, templates, comparison: str, show: str) -> Study:
+    """The edited tables as a validated :class:`Study` (raises :class:`StudyError` naming the entry)."""
+    meta = meta or {}
+    data: dict = {
+        "schema": 1,
+        "id": meta.get("id") or "ui_study",
+        "title": meta.get("title") or "Study from the UI",
+        "language": meta.get("language") or "en",
+        "description": meta.get("description") or "",
+        "concepts": _split(concepts),
+        "templates": [{"id": r[0], "text": r[1]} for r in _rows(templates)],
+        "events": [],
+    }
+    for row in _rows(events):
+        row = (row + ["", "", "", ""])[:4]
+        entry = {"id": row[0], "group": row[1], "text": row[2]}
+        if row[3].strip():
+            entry["concepts"] = _split(row[3])
+        data["events"].append(entry)
+    pair = _split(comparison)
+    if pair:
+        data["comparison"] = {"groups": pair, "show": _split(show)}
+    return study_from_dict(data, source="study (UI)")
+
+
+@gpu_task
+def _run_study(service: PetriService, study: Study, samples: int, seed: int, settings, template_ids, progress):
+    """The study under the service's one-job lock (waits up to ``UI_WAIT_S`` for a running job)."""
+    return service.run_study(study, samples=samples, seed=seed, settings=settings, templates=template_ids,
+                             progress=progress, wait_s=UI_WAIT_S)
+
+
+def statistics_markdown(result, analysis) -> str:
+    """The statistics summary: the event-level test (the headline), the segment-level one beside it,
+    secondary comparisons, preservation, template sensitivity, convergence and notes."""
+    c = analysis.comparison
+    lines = [
+        f"**Run** `{result.run_id}` — model `{result.model_id}` on `{result.device}`, {len(result.batches)} batches "
+        f"× {result.samples} samples ({result.computed} computed, {result.resumed} from the store), "
+        f"{result.wall_s:.1f} s.",
+        "",
+        f"**Headline (event level, independent units):** {c.event.summary()}",
+        "",
+        f"Segment level (segments of one event are not independent; shown beside it): {c.segment.summary()}",
+    ]
+    for comp in analysis.secondary:
+        lines += ["", f"Secondary: {comp.summary()}"]
+    p = analysis.preservation
+    lines += [
+        "",
+        f"**Anchor preservation:** {p['anchors_intact']}/{p['anchors_total']} anchors intact in the final text "
+        f"(reading 1); mean model agreement {p['mean_agreement']:.3f} (reading 2).",
+    ]
+    if math.isfinite(analysis.jaccard_mean):
+        lines += ["", f"**Template sensitivity:** mean off-diagonal Jaccard of the top-{analysis.top_n} nouns "
+                      f"{analysis.jaccard_mean:.3f} ({analysis.tagger})."]
+    conv = analysis.convergence
+    lines += ["", f"**Convergence:** mean {conv['mean_steps']:.1f} of {conv['max_denoising_steps']} steps; "
+                  f"{100 * conv['stopped_early_share']:.0f}% of samples stopped early."]
+    for note in analysis.notes:
+        lines += ["", f"_Note: {note}_"]
+    return "\n".join(lines)
+
+
+class StudyController:
+    def __init__(self, service: PetriService):
+        self.service = service
+        self.workdir = Path(tempfile.mkdtemp(prefix="petri-study-"))
+
+    def load_builtin(self, name: str):
+        studies = builtin_studies()
+        if name not in studies:
+            raise gr.Error(f"study: {name!r} is not a bundled study")
+        return self._loaded(load_study(studies[name]))
+
+    def load_upload(self, file):
+        if not file:
+            return [gr.update()] * 8
+        path = file if isinstance(file, str) else getattr(file, "name", None)
+        try:
+            study = load_study(path)
+        except StudyError as err:
+            raise gr.Error(f"{Path(err.file).name}: {err.entry}: {err.reason}", title="Study file") from None
+        return self._loaded(study)
+
+    @staticmethod
+    def _loaded(study: Study):
+        meta, concepts, events, templates, comparison, show, ids = study_to_fields(study)
+        note = f"Loaded **{study.title}** — {len(study.events)} events in groups {', '.join(study.groups)}, " \
+               f"{len(study.templates)} templates."
+        return (meta, concepts, events, templates, comparison, show,
+                gr.update(choices=ids, value=ids[:1]), note)
+
+    @staticmethod
+    def template_choices(templates, selected):
+        ids = [r[0] for r in _rows(templates) if r and r[0]]
+        return gr.update(choices=ids, value=[i for i in (selected or []) if i in ids] or ids[:1])
+
+    def run(self, meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps=None,
+            progress=gr.Progress()):
+        from petri.plots import event_ranking_figure, instability_figure, jaccard_heatmap
+        from petri.report import write_study
+
+        try:
+            study = fields_to_study(meta, concepts, events, templates, comparison, show)
+        except StudyError as err:
+            raise gr.Error(f"{err.entry}: {err.reason}", title="Check the study") from None
+        samples = int(samples or 1)
+        if not 1 <= samples <= MAX_SAMPLES:
+            raise gr.Error(f"samples: must be 1-{MAX_SAMPLES}, got {samples}")
+        settings = self.service.lm.default_settings()
+        if steps:
+            if not 1 <= int(steps) <= MAX_STEPS:
+                raise gr.Error(f"max_denoising_steps: must be 1-{MAX_STEPS}, got {steps}")
+            settings = replace(settings, max_denoising_steps=int(steps))
+        if not template_ids:
+            raise gr.Error("templates: choose at least one template to run")
+        try:
+            chosen = study.select_templates(list(template_ids))
+        except StudyError as err:
+            raise gr.Error(f"{err.entry}: {err.reason}") from None
+        batches = len(study.events) * len(chosen)
+        if batches > MAX_STUDY_BATCHES:
+            raise gr.Error(f"study: {batches} batches (events × templates) is more than the UI runs "
+                           f"({MAX_STUDY_BATCHES}); use `python -m petri study` for large studies")
+        progress((0, batches), desc="waiting for the model" if self.service.busy else "starting")
+
+        def on_progress(p):
+            progress((p.done, p.total), desc=f"{p.event_id} / {p.template_id}" + (" (stored)" if p.skipped else ""))
+
+        try:
+            result = _run_study(self.service, study, samples, int(seed or 0), settings, [t.id for t in chosen],
+                                on_progress)
+        except BusyError as err:
+            raise gr.Error(f"The model is busy: {err}", title="Busy") from None
+        except (StudyError, ValueError) as err:
+            raise gr.Error(str(err)) from None
+        outputs = write_study(result, self.workdir / result.run_id, images=False)
+        analysis = outputs.analysis
+        shown = [*study.comparison, *study.show]
+        figures = (
+            instability_figure(analysis.tables["segments"], analysis.events, analysis.comparison, shown,
+                               model_id=result.model_id),
+            event_ranking_figure(analysis.events, list(study.groups), model_id=result.model_id),
+            jaccard_heatmap(analysis.jaccard, analysis.jaccard_mean, tagger=analysis.tagger, top_n=analysis.top_n),
+        )
+        files = [str(p) for p in outputs.tables.values()] + [str(outputs.report)]
+        groups = analysis.group_summary.round(4)
+        return (*figures, statistics_markdown(result, analysis), groups, files)
+
+
+def build_study_tab(service: PetriService) -> None:
+    """The Study tab's components and events (inside an open ``gr.Tab``)."""
+    ctl = StudyController(service)
+    studies = builtin_studies()
+    first = next(iter(studies), None)
+    initial = study_to_fields(load_study(studies[first])) if first else (
+        {}, "order, inventory, person", pd.DataFrame(columns=EVENT_COLUMNS), pd.DataFrame(columns=TEMPLATE_COLUMNS),
+        "", "", [])
+    meta0, concepts0, events0, templates0, comparison0, show0, ids0 = initial
+
+    gr.Markdown(
+        "Compare groups of events (e.g. benign vs contradictory): every event × template is sampled "
+        "`samples` times with the concepts shuffled over the slots; the headline test is at the event level "
+        "(Mann-Whitney, rank-biserial r with a bootstrap CI), the segment-level test is shown beside it."
+    )
+    meta = gr.State(meta0)
+    with gr.Row():
+        builtin = gr.Dropdown(list(studies), value=first, label="Bundled study", scale=2)
+        load_btn = gr.Button("Load", size="sm", scale=1)
+        upload = gr.File(label="…or upload a study file (.json)", file_types=[".json"], type="filepath", scale=2)
+    loaded = gr.Markdown("")
+    concepts = gr.Textbox(concepts0, label="Concepts (comma-separated)")
+    events = gr.Dataframe(events0, headers=EVENT_COLUMNS, datatype=["str", "str", "str", "str"], interactive=True,
+                          label="Events (id, group label, text, optional concept subset)", wrap=True,
+                          max_height=360, elem_id="petri-study-events")
+    templates = gr.Dataframe(templates0, headers=TEMPLATE_COLUMNS, datatype=["str", "str"], interactive=True,
+                             label="Templates ({event}, {concepts})", wrap=True)
+    with gr.Row():
+        comparison = gr.Textbox(comparison0, label="Compared groups (reference, comparison)")
+        show = gr.Textbox(show0, label="Also show groups")
+    template_ids = gr.CheckboxGroup(ids0, value=ids0[:1], label="Templates to run")
+    with gr.Row():
+        samples = gr.Slider(1, MAX_SAMPLES, value=4, step=1, label="Samples per event × template")
+        seed = gr.Number(0, precision=0, minimum=0, label="Seed")
+        steps = gr.Slider(1, MAX_STEPS, value=service.lm.default_settings().max_denoising_steps, step=1,
+                          label="Max denoising steps")
+    run_btn = gr.Button("Run the study", variant="primary", elem_id="petri-study-run")
+    stats = gr.Markdown("", elem_id="petri-study-stats")
+    fig_instability = gr.Plot(show_label=False)
+    fig_events = gr.Plot(show_label=False)
+    fig_jaccard = gr.Plot(show_label=False)
+    groups = gr.Dataframe(label="Groups", interactive=False)
+    files = gr.File(label="CSV downloads (tidy tables, run.json, report.md)", file_count="multiple", interactive=False)
+
+    fields = [meta, concepts, events, templates, comparison, show, template_ids, loaded]
+    load_btn.click(ctl.load_builtin, builtin, fields)
+    upload.upload(ctl.load_upload, upload, fields)
+    templates.change(ctl.template_choices, [templates, template_ids], template_ids, show_progress="hidden")
+    run_btn.click(
+        ctl.run, [meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps],
+        [fig_instability, fig_events, fig_jaccard, stats, groups, files],
+        concurrency_limit=1, concurrency_id="model",
+    )

@@ -1,0 +1,128 @@
+"""The UI's handlers without a browser: the dish run streams live heatmaps before its results, the
+validator names the bad field, the Study tab runs a small study end to end through the runner,
+analysis, figures and report, and ``python app.py`` fails cleanly on a missing model."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+
+from petri.service import PetriService
+from petri.store import RunStore
+from petri.study import StudyError
+from petri.ui import DishController, highlighted_text, parse_concepts
+from petri.ui_study import StudyController, builtin_studies, fields_to_study, study_to_fields
+
+
+@pytest.fixture()
+def service(tiny_lm, tmp_path):
+    return PetriService(tiny_lm, RunStore(tmp_path / "store"))
+
+
+def dish_inputs(ctl: DishController, concepts="order, inventory, person", **changes):
+    values = {
+        "concepts": concepts, "event": "Only 90 units are in stock.", "template": "{event}", "samples": 3,
+        "seed": 2, "placement": ctl.spread(concepts), "shuffle": True, "steps": 5, "entropy_bound": 0.1,
+        "t_min": 0.4, "t_max": 0.8, "adaptive": False, "pin_thought": True,
+    }
+    values.update(changes)
+    return list(values.values())
+
+
+def test_dish_run_streams_then_reports(service):
+    ctl = DishController(service)
+    updates = list(ctl.run(*dish_inputs(ctl)))
+    live, final = updates[:-1], updates[-1]
+    assert live and all(set(u) == {"status", "heatmap"} for u in live)
+    assert "while sampling" in live[0]["heatmap"].layout.title.text
+    assert "Done" in final["status"] and isinstance(final["heatmap"], go.Figure)
+    run_id = final["run_id"]
+    traj = service.store.load_events(run_id)[0][2]
+    assert traj.n_samples == 3 and traj.steps.tolist() == [5, 5, 5]
+    names = {p.rsplit("/", 1)[-1] for p in final["files"]}
+    assert names == {"positions.csv", "segments.csv", "samples.csv", "pairs.csv", "run.json"}
+    positions = pd.read_csv(next(p for p in final["files"] if p.endswith("positions.csv")))
+    assert len(positions) == 3 * 16 and positions["group"].isna().all()
+    assert list(final["pairs"].columns) == ["pair", "n_segments", "instability"]
+    labelled = [label for _, label in highlighted_text(traj, 1, ctl.tokens) if label]
+    assert {"order", "inventory", "person"} <= set(labelled)
+    assert set(ctl.show_sample(run_id, 2)) == {"final_text", "flips"}
+
+
+def test_dish_validator_names_the_field(service):
+    ctl = DishController(service)
+    assert all(v["is_valid"] for v in ctl.validate(*dish_inputs(ctl)))
+    bad = ctl.validate(*dish_inputs(ctl, concepts="order", placement=ctl.spread("order")))
+    assert not bad[0]["is_valid"] and "concepts" in bad[0]["message"]
+    bad = ctl.validate(*dish_inputs(ctl, template="Event: {evnt}"))
+    assert not bad[2]["is_valid"] and bad[2]["message"].startswith("template:")
+    overlapping = pd.DataFrame({"concept": ["order", "inventory", "person"], "start": [3, 3, 9], "tokens": [1, 1, 1]})
+    bad = ctl.validate(*dish_inputs(ctl, placement=overlapping))
+    assert not bad[5]["is_valid"] and "overlaps" in bad[5]["message"]
+    bad = ctl.validate(*dish_inputs(ctl, t_min=-1))
+    assert not bad[9]["is_valid"] and "t_min" in bad[9]["message"]
+
+
+def test_placement_helpers(service):
+    ctl = DishController(service)
+    assert parse_concepts(" order, ,person ") == ["order", "", "person"]
+    spread = ctl.spread("order, person")
+    assert list(spread["concept"]) == ["order", "person"] and spread["start"].is_monotonic_increasing
+    shuffled = ctl.shuffle(spread)
+    assert sorted(shuffled["concept"]) == ["order", "person"]
+    assert "overlaps" in ctl.strip(pd.DataFrame({"concept": ["order", "person"], "start": [4, 4]})).layout.title.text
+
+
+def small_study_fields():
+    events = pd.DataFrame(
+        [["b1", "benign", "The order was packed.", ""], ["b2", "benign", "The stock was counted.", ""],
+         ["c1", "contradictory", "Ninety units in stock, none in stock.", ""],
+         ["c2", "contradictory", "The order arrived before it was placed.", "order, person"]],
+        columns=["id", "group", "text", "concepts"],
+    )
+    templates = pd.DataFrame([["t1", "Event: {event}"], ["t2", "{event} ({concepts})"]], columns=["id", "text"])
+    return {"id": "mini", "title": "mini", "language": "en"}, "order, inventory, person", events, templates
+
+
+def test_study_tab_runs_a_study(service):
+    meta, concepts, events, templates = small_study_fields()
+    out = StudyController(service).run(meta, concepts, events, templates, "benign, contradictory", "", ["t1", "t2"], 2, 0, 3)
+    fig_instability, fig_events, fig_jaccard, stats, groups, files = out
+    assert all(isinstance(f, go.Figure) for f in (fig_instability, fig_events, fig_jaccard))
+    assert "Headline (event level" in stats and "Segment level" in stats
+    assert list(groups["group"]) == ["benign", "contradictory"]
+    names = {p.rsplit("/", 1)[-1] for p in files}
+    assert {"positions.csv", "segments.csv", "samples.csv", "events.csv", "pairs.csv", "report.md"} <= names
+    assert not service.busy
+
+
+def test_study_fields_are_checked_by_the_study_schema():
+    meta, concepts, events, templates = small_study_fields()
+    study = fields_to_study(meta, concepts, events, templates, "benign, contradictory", "")
+    assert study.events[3].concepts == ("order", "person")
+    bad = events.copy()
+    bad.loc[1, "id"] = "b1"
+    with pytest.raises(StudyError, match="duplicate event id"):
+        fields_to_study(meta, concepts, bad, templates, "", "")
+    with pytest.raises(StudyError, match=r"templates\[0\].*placeholder"):
+        fields_to_study(meta, concepts, events, templates.replace("Event: {event}", "Event: {evnt}"), "", "")
+
+
+def test_bundled_studies_load_into_the_tables():
+    studies = builtin_studies()
+    if not studies:
+        pytest.skip("no bundled study files")
+    from petri.study import load_study
+
+    name, path = next(iter(studies.items()))
+    meta, concepts, events, templates, comparison, show, ids = study_to_fields(load_study(path))
+    assert len(events) >= 4 and ids and "," in comparison
+    assert fields_to_study(meta, concepts, events, templates, comparison, show).id == meta["id"]
+
+
+def test_app_main_reports_a_missing_model(tmp_path, capsys):
+    import app
+
+    assert app.main(["--model", str(tmp_path / "nope"), "--store", str(tmp_path / "runs")]) == 2
+    assert "was not found" in capsys.readouterr().err
