@@ -13,7 +13,8 @@ import os
 import sys
 
 from petri.api import create_app
-from petri.models import ModelNotFoundError, load_model
+from petri.backends.select import BackendUnavailableError, load_backend_model
+from petri.models import ModelNotFoundError
 from petri.service import PetriService
 from petri.store import RunStore, StoreError
 
@@ -25,6 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--store", default="runs", help="run-store folder (SQLite); default: runs/")
     parser.add_argument("--device", default="auto", help="auto (cuda → mps → cpu), cuda, mps or cpu")
     parser.add_argument("--dtype", default="auto", help="auto, bf16, fp16 or fp32")
+    parser.add_argument("--backend", default="auto",
+                        help="auto (MLX on Apple silicon without a torch GPU, else torch), torch or mlx")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                         help="address to bind (env GRADIO_SERVER_NAME; default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
@@ -42,7 +45,7 @@ def build_service(args) -> tuple[PetriService, str | None]:
 
         lm, source = tiny_random_model(canvas_length=64), None
     else:
-        lm = load_model(args.model, device=args.device, dtype=args.dtype)
+        lm = load_backend_model(args.model, backend=args.backend, device=args.device, dtype=args.dtype)
         from petri.models import default_model_name
 
         source = str(args.model) if args.model is not None else default_model_name()
@@ -53,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         service, source = build_service(args)
-    except (ModelNotFoundError, StoreError, ValueError) as err:
+    except (ModelNotFoundError, StoreError, ValueError, BackendUnavailableError) as err:
         print(f"error: {err}", file=sys.stderr)
         if isinstance(err, ModelNotFoundError):
             print("hint: `python app.py --tiny-random` serves the app on a tiny random model (its text is noise)",

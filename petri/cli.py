@@ -8,7 +8,8 @@ from dataclasses import replace
 
 from petri.dish import DEFAULT_TEMPLATE, Dish, LayoutError
 from petri.export import run_tables, write_run
-from petri.models import ModelNotFoundError, load_model
+from petri.backends.select import BackendUnavailableError, backend_of, load_backend_model
+from petri.models import ModelNotFoundError
 from petri.store import StoreError
 
 
@@ -20,6 +21,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="hub id (local cache only) or checkpoint folder; default: the embedded model")
     parser.add_argument("--device", default="auto", help="auto (cuda → mps → cpu), cuda, mps or cpu")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp16 on MPS, fp32 on CPU), bf16, fp16 or fp32")
+    parser.add_argument(
+        "--backend", default="auto", help="auto (MLX on Apple silicon without a torch GPU, else torch), torch or mlx"
+    )
 
 
 def add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,7 +94,7 @@ def cmd_seed(args) -> int:
     from petri.seeding import seed_dish
 
     dish = Dish(concepts=args.concepts, event=args.event, template=args.template)
-    lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    lm = load_backend_model(args.model, backend=args.backend, device=args.device, dtype=args.dtype)
     settings = settings_from_args(lm.default_settings(), args)
     traj = seed_dish(lm, dish, args.samples, settings, seed=args.seed)
     tables = run_tables([traj])
@@ -121,7 +125,9 @@ def cmd_study(args) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    lm = load_backend_model(args.model, backend=args.backend, device=args.device, dtype=args.dtype)
+    if backend_of(lm) != "torch":
+        raise ValueError("--backend mlx: studies run on the torch backend for now (`seed` runs on MLX)")
     settings = settings_from_args(lm.default_settings(), args)
     store = RunStore(args.store)
     out = args.out or f"out/{study.id}"
@@ -154,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_seed(args)
         if args.command == "study":
             return cmd_study(args)
-    except (LayoutError, ValueError, ModelNotFoundError, StoreError) as err:
+    except (LayoutError, ValueError, ModelNotFoundError, StoreError, BackendUnavailableError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 1

@@ -9,7 +9,8 @@ from dataclasses import replace
 
 from petri.dish import Dish, PromptEncoding, concept_token_ids, encode_prompt, layout_samples
 from petri.models import LoadedModel
-from petri.sampler import StepCallback, run_sampler
+from petri.backends.select import run_backend_sampler
+from petri.sampler import StepCallback
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
 
 
@@ -42,7 +43,7 @@ def seed_dish(
     """Lay the dish's anchors out for ``n_samples`` samples (shuffled with ``seed``) and denoise
     them as one batch, the prompt encoded once. Layout errors are raised before any model work."""
     prompt, layouts = plan_dish(lm, dish, n_samples, settings, seed)
-    traj = run_sampler(
+    traj = run_backend_sampler(
         lm,
         prompt.ids,
         layouts,

@@ -19,6 +19,7 @@ MLX tests skip when ``mlx`` is not importable (CI installs ``mlx[cpu]`` from req
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -341,3 +342,23 @@ def test_petri_imports_without_mlx():
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_cli_seed_runs_on_the_mlx_backend(tmp_path):
+    """``python -m petri seed --backend mlx`` samples with the MLX port end to end."""
+    pytest.importorskip("mlx.core")
+    from petri.tiny import tiny_random_model
+
+    lm = tiny_random_model(canvas_length=16)
+    folder = tmp_path / "tiny-mlx"
+    lm.model.save_pretrained(folder)
+    lm.tokenizer.save_pretrained(folder)
+    out = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "petri", "seed", "--backend", "mlx", "--model", str(folder), "--event", "A person orders.",
+         "--concepts", "order,person", "--samples", "2", "--steps", "3", "--out", str(out)],
+        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "on mlx:" in result.stdout
+    assert json.loads((out / "run.json").read_text())["device"].startswith("mlx:")
