@@ -7,8 +7,9 @@ instability per event, ranked, with confidence intervals, coloured by group; (3)
 (4) :func:`flip_heatmap`, step × position, 1 where the raw argmax changed from the previous step;
 (5) :func:`flips_bar`, flips per position with the anchors highlighted.
 
-:func:`save_figure` always writes standalone HTML; PNG/SVG only where a Chrome for kaleido is
-present (see :func:`image_export_status`), and never fails for want of one.
+:func:`save_figures` always writes HTML (with one shared ``plotly.min.js`` beside the files, so
+they open offline); PNG/SVG only where a Chrome for kaleido is present (see
+:func:`image_export_status`), and never fails for want of one.
 """
 
 from __future__ import annotations
@@ -288,10 +289,14 @@ def image_export_status() -> tuple[bool, str]:
 
 
 def save_figures(
-    figures: dict[str, go.Figure], out_dir: str | Path, *, images: Sequence[str] = ("png", "svg"), plotlyjs: str | bool = True
+    figures: dict[str, go.Figure],
+    out_dir: str | Path,
+    *,
+    images: Sequence[str] = ("png", "svg"),
+    plotlyjs: str | bool = "directory",
 ) -> tuple[dict[str, dict[str, Path]], list[str]]:
-    """Write ``<name>.html`` for every figure (standalone: plotly.js inlined unless ``plotlyjs``
-    says otherwise) and, where the machine can render them, ``<name>.png`` / ``.svg`` (one
+    """Write ``<name>.html`` for every figure (by default all share one ``plotly.min.js`` written
+    beside them; ``plotlyjs=True`` inlines it into each file, ~4.8 MB apiece) and, where the machine can render them, ``<name>.png`` / ``.svg`` (one
     browser session for all). Returns (paths by name and format, notes); image failures are
     logged and noted, never raised."""
     out = Path(out_dir)
@@ -330,8 +335,3 @@ def save_figures(
             written[name][fmt] = path
     return written, notes
 
-
-def save_figure(fig: go.Figure, out_dir: str | Path, name: str, *, images: Sequence[str] = ("png", "svg"), plotlyjs: str | bool = True) -> dict[str, Path]:
-    """:func:`save_figures` for one figure; returns its paths by format."""
-    written, _ = save_figures({name: fig}, out_dir, images=images, plotlyjs=plotlyjs)
-    return written[name]
