@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from petri.dish import even_slots  # noqa: E402
-from petri.models import LoadedModel, load_model  # noqa: E402
+from petri.models import LoadedModel, compile_for_sampling, load_model  # noqa: E402
 from petri.sampler import run_sampler  # noqa: E402
 from petri.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
 
@@ -88,7 +88,7 @@ def three_anchor_layouts(batch: int, length: int, vocab: int) -> list[list[Ancho
     return [spans for _ in range(batch)]
 
 
-def time_generate(lm: LoadedModel, prompt: torch.Tensor, settings: SamplerSettings) -> float:
+def time_generate(lm: LoadedModel, prompt: torch.Tensor, settings: SamplerSettings, cache: str | None = None) -> float:
     from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
 
     sync(lm.device)
@@ -103,6 +103,7 @@ def time_generate(lm: LoadedModel, prompt: torch.Tensor, settings: SamplerSettin
         sampler_config=EntropyBoundSamplerConfig(entropy_bound=settings.entropy_bound),
         stability_threshold=settings.stability_threshold,
         confidence_threshold=settings.confidence_threshold,
+        **({"cache_implementation": cache} if cache else {}),
     )
     sync(lm.device)
     return time.perf_counter() - start
@@ -126,6 +127,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--adaptive", action="store_true", help="keep the model's adaptive stopping (embedded model)")
     parser.add_argument("--skip-generate", action="store_true")
+    parser.add_argument("--generate-cache", default=None,
+                        help="cache_implementation for generate (e.g. static: transformers then compiles its step)")
+    parser.add_argument("--compile-petri", action="store_true",
+                        help="torch.compile the model forward the petri sampler calls (default mode, no CUDA graphs)")
     args = parser.parse_args()
 
     from petri.backends import resolve_device
@@ -143,17 +148,19 @@ def main() -> None:
     layouts = three_anchor_layouts(args.batch, lm.canvas_length, lm.vocab_size)
     batch_prompt = prompt.expand(args.batch, -1).contiguous()
 
+    if args.compile_petri:
+        compile_for_sampling(lm)
     torch.manual_seed(0)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     # warm-up: the first call of each shape pays kernel selection and allocation
     warm = {"petri_s": time_petri(lm, prompt, settings, layouts)[0]}
     if not args.skip_generate:
-        warm["generate_s"] = time_generate(lm, batch_prompt, settings)
+        warm["generate_s"] = time_generate(lm, batch_prompt, settings, args.generate_cache)
     petri_times, generate_times, steps_seen = [], [], []
     for _ in range(args.repeats):  # interleaved, so drift hits both alike
         if not args.skip_generate:
-            generate_times.append(time_generate(lm, batch_prompt, settings))
+            generate_times.append(time_generate(lm, batch_prompt, settings, args.generate_cache))
         seconds, steps = time_petri(lm, prompt, settings, layouts)
         petri_times.append(seconds)
         steps_seen.append(steps)
@@ -169,6 +176,8 @@ def main() -> None:
         "prompt_tokens": args.prompt_tokens,
         "max_steps": args.steps,
         "adaptive_stopping": args.adaptive,
+        "generate_cache": args.generate_cache,
+        "compiled_petri": args.compile_petri,
         "canvas_length": lm.canvas_length,
         "build_s": round(build_s, 3),
         "warmup": {k: round(v, 3) for k, v in warm.items()},

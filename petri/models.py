@@ -62,6 +62,17 @@ class LoadedModel:
         }
 
 
+def compile_for_sampling(lm: LoadedModel, backend: str = "inductor") -> LoadedModel:
+    """Compile the model forward the sampler calls with ``torch.compile`` (default mode: fused
+    elementwise kernels, no CUDA graphs), in place. Measured on one H200 with the full-size
+    architecture (12 samples × 24 steps): 2.85 s instead of 4.72 s eager, after a one-off
+    compilation of about 160 s (``experiments/results/bench_h200_b12_p200_compiled_petri.json``).
+    Worth it for long GPU sessions and studies, not for a single request. ``backend="eager"``
+    traces without compiling (what the CPU test uses)."""
+    lm.model.forward = torch.compile(lm.model.forward, backend=backend)
+    return lm
+
+
 def settings_from_generation_config(generation_config) -> SamplerSettings:
     """Read DiffusionGemma's sampler settings off a (DiffusionGemma)GenerationConfig; unset ones keep
     :class:`SamplerSettings`' defaults, which are transformers' global defaults."""
