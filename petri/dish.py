@@ -190,3 +190,20 @@ def check_spans(spans: Sequence[AnchorSpan], canvas_length: int, first_free: int
                 later.concept,
                 f"overlaps {earlier.concept!r} (positions {earlier.start}..{earlier.end - 1})",
             )
+
+
+def pinned_arrays(
+    layouts: Sequence[Sequence[AnchorSpan]], canvas_prefix: Sequence[int], length: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per sample, what the sampler pins: (S, L) bool mask and (S, L) int64 token ids (0 where
+    free); the canvas prefix (the thought block) on every sample, then each sample's anchors."""
+    mask = np.zeros((len(layouts), length), dtype=bool)
+    ids = np.zeros((len(layouts), length), dtype=np.int64)
+    for s, spans in enumerate(layouts):
+        if canvas_prefix:
+            mask[s, : len(canvas_prefix)] = True
+            ids[s, : len(canvas_prefix)] = list(canvas_prefix)
+        for span in spans:
+            mask[s, span.start : span.end] = True
+            ids[s, span.start : span.end] = list(span.token_ids)
+    return mask, ids

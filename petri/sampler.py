@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from petri.dish import pinned_arrays
 from petri.models import LoadedModel
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
 
@@ -97,22 +98,6 @@ class StabilityTracker:
         else:  # exactly transformers' reduction
             mean_entropy = entropy.mean(dim=-1)
         return stable & (mean_entropy < self.confidence)
-
-
-def _anchor_tensors(
-    layouts: Sequence[Sequence[AnchorSpan]], canvas_prefix: Sequence[int], length: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(S, L) bool mask of pinned positions and (S, L) long pinned token ids (0 where free)."""
-    mask = torch.zeros((len(layouts), length), dtype=torch.bool)
-    ids = torch.zeros((len(layouts), length), dtype=torch.long)
-    for s, spans in enumerate(layouts):
-        if canvas_prefix:
-            mask[s, : len(canvas_prefix)] = True
-            ids[s, : len(canvas_prefix)] = torch.tensor(canvas_prefix)
-        for span in spans:
-            mask[s, span.start : span.end] = True
-            ids[s, span.start : span.end] = torch.tensor(span.token_ids)
-    return mask.to(device), ids.to(device)
 
 
 def _cache_kwarg(function: Callable, cache) -> dict:
@@ -190,7 +175,9 @@ def run_sampler(
     if seed is not None:
         torch.manual_seed(seed)
 
-    anchor_mask, anchor_ids = _anchor_tensors(layouts, canvas_prefix, length, device)
+    pinned_mask, pinned_ids = pinned_arrays(layouts, canvas_prefix, length)
+    anchor_mask = torch.from_numpy(pinned_mask).to(device)
+    anchor_ids = torch.from_numpy(pinned_ids).to(device)
     prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
     cache = _encode_prompt_once(lm, prompt, batch)
     encoded = time.perf_counter()

@@ -26,6 +26,7 @@ import numpy as np
 
 from petri.backends.fixed_noise import FixedNoise
 from petri.backends.mlx_model import MLXDiffusionGemma, resolve_mlx_dtype
+from petri.dish import pinned_arrays
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
 
 #: Called after each step with (step index, raw argmax (S, L) on the host, finished (S,) bool).
@@ -162,21 +163,6 @@ class StabilityTracker:
         return stable & (mean_entropy < self.confidence)
 
 
-def _anchor_arrays(
-    layouts: Sequence[Sequence[AnchorSpan]], canvas_prefix: Sequence[int], length: int
-) -> tuple[np.ndarray, np.ndarray]:
-    mask = np.zeros((len(layouts), length), dtype=bool)
-    ids = np.zeros((len(layouts), length), dtype=np.int64)
-    for s, spans in enumerate(layouts):
-        if canvas_prefix:
-            mask[s, : len(canvas_prefix)] = True
-            ids[s, : len(canvas_prefix)] = list(canvas_prefix)
-        for span in spans:
-            mask[s, span.start : span.end] = True
-            ids[s, span.start : span.end] = list(span.token_ids)
-    return mask, ids
-
-
 # ------------------------------------------------------------------------------------ sampler
 def run_mlx_sampler(
     lm: MLXLoadedModel,
@@ -212,7 +198,7 @@ def run_mlx_sampler(
     if seed is not None:
         mx.random.seed(seed)
 
-    mask_np, ids_np = _anchor_arrays(layouts, canvas_prefix, length)
+    mask_np, ids_np = pinned_arrays(layouts, canvas_prefix, length)
     anchor_mask, anchor_ids = mx.array(mask_np), mx.array(ids_np.astype(np.int32))
     cache = model.encode(np.asarray([list(prompt_ids)])).repeat(batch)
     encoded = time.perf_counter()
