@@ -4,16 +4,21 @@
     python app.py --model PATH_OR_ID --store runs/ --device cuda
 
 ``GRADIO_SERVER_NAME`` / ``GRADIO_SERVER_PORT`` set the address (as on Hugging Face Spaces).
+The server binds to loopback (127.0.0.1) unless told otherwise: ``--host 0.0.0.0`` (or
+``GRADIO_SERVER_NAME=0.0.0.0``, which a Space sets) makes it reachable from the network, where the
+API has no authentication (see RELIABILITY.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import sys
 
 from petri.api import create_app
-from petri.backends.select import BackendUnavailableError, load_backend_model
+from petri.backends.select import BackendUnavailableError
+from petri.cli import add_model_arguments, load_from_args
 from petri.models import ModelNotFoundError
 from petri.service import PetriService
 from petri.store import RunStore, StoreError
@@ -21,13 +26,8 @@ from petri.store import RunStore, StoreError
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Serve the Concept Petri Dish web app (UI + HTTP API).")
-    parser.add_argument("--model", default=None, help="hub id (local cache only) or checkpoint folder; default: "
-                        "the real DiffusionGemma when cached on a GPU machine, else the embedded assets/petri-tiny")
+    add_model_arguments(parser)
     parser.add_argument("--store", default="runs", help="run-store folder (SQLite); default: runs/")
-    parser.add_argument("--device", default="auto", help="auto (cuda → mps → cpu), cuda, mps or cpu")
-    parser.add_argument("--dtype", default="auto", help="auto, bf16, fp16 or fp32")
-    parser.add_argument("--backend", default="auto",
-                        help="auto (MLX on Apple silicon without a torch GPU, else torch), torch or mlx")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                         help="address to bind (env GRADIO_SERVER_NAME; default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
@@ -40,16 +40,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_service(args) -> tuple[PetriService, str | None]:
+    # The store first: an unwritable run folder fails in a second, not after loading a 52 GB model.
+    store = RunStore(args.store)
     if args.tiny_random:
         from petri.tiny import tiny_random_model
 
         lm, source = tiny_random_model(canvas_length=64), None
     else:
-        lm = load_backend_model(args.model, backend=args.backend, device=args.device, dtype=args.dtype)
+        lm = load_from_args(args)
         from petri.models import default_model_name
 
         source = str(args.model) if args.model is not None else default_model_name()
-    return PetriService(lm, RunStore(args.store)), source
+    return PetriService(lm, store), source
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"Concept Petri Dish: {service.lm.model_id} on {service.lm.device} — http://{args.host}:{args.port}/ "
           f"(API docs at /docs)", flush=True)
+    if not is_loopback(args.host):
+        print(f"warning: serving on {args.host}, reachable from the network; the API has no authentication "
+              "(see RELIABILITY.md)", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return 0
 

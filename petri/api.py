@@ -8,20 +8,27 @@ Routes (OpenAPI docs at ``/docs``):
 - ``GET /api/runs`` (recent runs), ``GET /api/runs/{run_id}`` and
   ``GET /api/runs/{run_id}/{table}.csv`` (``positions``, ``segments``, ``samples``, ``pairs``):
   stored results, recomputed from the stored trajectories.
+- ``POST /api/study``: a study (the study-file schema), samples, settings, a seed → the study run
+  (resumable: posting the same body again resumes an interrupted run from the run store).
 - ``GET /api/health``: model, device, dtype, whether a job is running, and the request limits.
 
-Every bad field is a 4xx whose body names the field (``detail[*].loc``); a busy model is a 503
-with ``Retry-After``. Sampling runs in a worker thread, so the server stays responsive. The server
-never loads a model or reads a file named by a request: run ids are checked with
+Every bad field is a 4xx whose body names the field (``detail[*].loc``); a body over
+:data:`MAX_BODY_BYTES` is a 413; a busy model is a 503 with ``Retry-After``; a run store that cannot
+be written (full disk, read-only folder) is a 507 whose detail says so. Sampling runs in a worker
+thread, so the server stays responsive; at most :data:`MAX_QUEUED` model jobs wait for the lock
+(``busy_wait_s`` > 0), so waiting requests never take every worker thread. The server never loads a
+model or reads a file named by a request: unknown fields are refused, run ids are checked with
 :func:`~petri.store.check_run_id` and tables come from a fixed list.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import logging
 import math
+import string
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -31,17 +38,21 @@ import numpy as np
 import pandas as pd
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParam
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from petri.dish import DEFAULT_TEMPLATE, Dish, LayoutError
+from petri.dish import DEFAULT_TEMPLATE, Dish, LayoutError, encode_prompt
 from petri.export import TABLES, run_metadata, write_tables
 from petri.metrics import anchor_agreement, anchor_intact_in_text, flip_counts
+from petri.runner import StudyResult, check_layouts
 from petri.seeding import plan_dish
 from petri.service import BusyError, PetriService, SeedEvent, SeedResult
-from petri.store import check_run_id
+from petri.store import StoreError, check_run_id
+from petri.study import Study, StudyError, study_from_dict
 from petri.tables import pairs_table, samples_table, segments_table
 from petri.trajectory import SamplerSettings, Trajectory
 
@@ -57,11 +68,24 @@ MAX_EVENTS = 24
 MAX_TEXT_CHARS = 2000
 MAX_GROUP_CHARS = 64
 MAX_STEPS = 256
+#: Lowest sampler temperature: the logits are divided by it, and a smaller one overflows to inf/NaN
+#: (at once in fp16/bf16).
+MIN_TEMPERATURE = 0.01
 MAX_SEED = 2**32 - 1
 #: ``include_trajectories`` returns samples × steps × canvas integers per event; capped per response.
 MAX_TRAJECTORY_CELLS = 8_000_000
 #: Seconds a client is told to wait (``Retry-After``) when the model is busy.
 RETRY_AFTER_S = 5
+#: Largest request body (bytes) of a POST route; a bigger one is refused with 413 before it is parsed.
+#: The largest valid seed request is far smaller (24 events of 2,000 characters).
+MAX_BODY_BYTES = 1024 * 1024
+#: Largest file the Gradio UI accepts (a study file); Gradio's own default is no limit at all.
+MAX_UPLOAD_BYTES = 4 * 1024 * 1024
+#: Model jobs that may wait for the one-job lock at once (only with ``busy_wait_s`` > 0); one more
+#: is refused with 503, so waiting requests never hold every worker thread of the server.
+MAX_QUEUED = 8
+#: (event, template) batches of one ``POST /api/study`` (``python -m petri study`` has no limit).
+MAX_STUDY_BATCHES = 600
 
 LIMITS = {
     "concepts": f"{MIN_CONCEPTS}-{MAX_CONCEPTS} per request, each 1-{MAX_CONCEPT_CHARS} characters, "
@@ -71,10 +95,16 @@ LIMITS = {
     "text": f"event and template at most {MAX_TEXT_CHARS} characters each; group labels at most "
     f"{MAX_GROUP_CHARS}",
     "max_denoising_steps": f"1-{MAX_STEPS}",
+    "temperature": f"t_min and t_max {MIN_TEMPERATURE}-10",
+    "template": "placeholders {event} and {concepts} only (no format specs or attributes); "
+    "the prompt plus the canvas must fit the model's positions",
     "seed": f"0-{MAX_SEED}",
     "positions": "one canvas start per concept; every anchor must fit the free canvas without overlap",
     "include_trajectories": f"at most {MAX_TRAJECTORY_CELLS:,} argmax values (events × samples × steps × canvas) "
     "per response",
+    "body": f"at most {MAX_BODY_BYTES:,} bytes of JSON per request (else 413)",
+    "study": f"at most {MAX_STUDY_BATCHES} (event, template) batches; concepts, events, templates and groups "
+    "within the limits above",
 }
 
 
@@ -101,21 +131,57 @@ def run_seed(
     return service.seed(events, n_samples, settings, seed=seed, on_step=on_step, wait_s=wait_s)
 
 
+@gpu_task
+def run_study_job(
+    service: PetriService,
+    study: Study,
+    samples: int,
+    seed: int,
+    settings: SamplerSettings,
+    templates: Sequence[str] | None,
+    wait_s: float | None = None,
+) -> StudyResult:
+    """``POST /api/study``'s model call: the resumable study runner under the service's lock."""
+    return service.run_study(study, samples=samples, seed=seed, settings=settings, templates=templates, wait_s=wait_s)
+
+
 # ----------------------------------------------------------------------------------- request models
 
 
-def _no_control(value: str, allow_newlines: bool) -> str:
+def _no_control(value: str, allow_newlines: bool, allow_format: bool = True) -> str:
+    """Refuse control characters and lone surrogates; with ``allow_format=False`` also invisible
+    format characters (zero-width spaces and joiners, bidirectional overrides such as U+202E), which
+    would make a label look like another one."""
     allowed = {"\n", "\r", "\t"} if allow_newlines else set()
     for ch in value:
-        if ch not in allowed and unicodedata.category(ch) in ("Cc", "Cs"):
+        category = unicodedata.category(ch)
+        if ch not in allowed and category in ("Cc", "Cs"):
             raise ValueError(f"contains the control character {ch!r}")
+        if not allow_format and category == "Cf":
+            raise ValueError(f"contains the invisible format character U+{ord(ch):04X} (zero-width or bidirectional control)")
     return value
 
 
 def _concept_check(value: str) -> str:
-    _no_control(value, allow_newlines=False)
+    _no_control(value, allow_newlines=False, allow_format=False)
     if value != value.strip():
         raise ValueError("has leading or trailing whitespace")
+    return value
+
+
+def _template_check(value: str) -> str:
+    """Only the bare placeholders ``{event}`` and ``{concepts}``: a format spec (``{event:>999999}``
+    would build a prompt of a million characters), a conversion or an attribute/index lookup
+    (``{event.__class__}``) is refused."""
+    try:
+        fields = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(value) if name is not None]
+    except ValueError as err:
+        raise ValueError(f"is not a valid template ({err}); use {{event}} and {{concepts}}, double braces for literal ones") from None
+    for name, spec, conversion in fields:
+        if name not in ("event", "concepts") or spec or conversion:
+            shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise ValueError(f"placeholder {shown[:80]!r} is not allowed; use {{event}} and {{concepts}} only "
+                             "(double braces for literal ones)")
     return value
 
 
@@ -130,7 +196,7 @@ Text = Annotated[
 Group = Annotated[
     str,
     StringConstraints(min_length=1, max_length=MAX_GROUP_CHARS),
-    AfterValidator(lambda v: _no_control(v, allow_newlines=False)),
+    AfterValidator(lambda v: _no_control(v, allow_newlines=False, allow_format=False)),
 ]
 
 
@@ -149,8 +215,8 @@ class SettingsIn(_Strict):
     """Sampler settings; every field is optional and defaults to the model's generation config."""
 
     max_denoising_steps: int | None = Field(None, ge=1, le=MAX_STEPS)
-    t_min: float | None = Field(None, gt=0, le=10)
-    t_max: float | None = Field(None, gt=0, le=10)
+    t_min: float | None = Field(None, ge=MIN_TEMPERATURE, le=10)
+    t_max: float | None = Field(None, ge=MIN_TEMPERATURE, le=10)
     entropy_bound: float | None = Field(None, ge=0, le=1e6)
     stability_threshold: int | None = Field(None, ge=0, le=16)
     confidence_threshold: float | None = Field(None, ge=0, le=1e3)
@@ -184,7 +250,7 @@ class SeedRequest(_Strict):
     event: Text | None = Field(None, examples=["Only 90 units are in stock, but a customer ordered 120."])
     group: Group | None = None
     events: list[EventIn] | None = Field(None, min_length=1, max_length=MAX_EVENTS)
-    template: Text = DEFAULT_TEMPLATE
+    template: Annotated[Text, AfterValidator(_template_check)] = DEFAULT_TEMPLATE
     positions: list[Annotated[int, Field(ge=0, le=1_000_000)]] | None = Field(
         None, description="canvas start of each concept's slot (one per concept); default: spread evenly"
     )
@@ -193,6 +259,21 @@ class SeedRequest(_Strict):
     settings: SettingsIn = Field(default_factory=SettingsIn)
     seed: int = Field(0, ge=0, le=MAX_SEED)
     include_trajectories: bool = Field(False, description="add each sample's per-step raw argmax")
+
+
+TemplateId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+
+
+class StudyRequest(_Strict):
+    """A study to run on the served model: ``study`` is what a study file holds (id, title, language,
+    concepts, templates, events with group labels; see ``assets/studies/README.md``)."""
+
+    study: dict[str, Any] = Field(description="the study, in the study-file schema (schema version 1)")
+    samples: int = Field(12, ge=1, le=MAX_SAMPLES, description="shuffled samples per (event, template) batch")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="base seed; each batch's seed derives from it and the ids")
+    templates: list[TemplateId] | None = Field(None, min_length=1, max_length=64,
+                                               description="template ids to run (default: all)")
+    settings: SettingsIn = Field(default_factory=SettingsIn)
 
 
 # ----------------------------------------------------------------------------------- response models
@@ -277,6 +358,23 @@ class RunOut(BaseModel):
     created_at: str | None = None
     finished_at: str | None = None
     error: str | None = None
+
+
+class StudyOut(BaseModel):
+    run_id: str
+    kind: str = "study"
+    status: str
+    study_id: str
+    model: ModelOut
+    settings: dict[str, Any]
+    samples: int
+    seed: int
+    templates: list[str]
+    batches: int
+    computed: int = Field(description="batches sampled by this request")
+    resumed: int = Field(description="batches found already stored (an interrupted or repeated run)")
+    timings: dict[str, float]
+    csv: dict[str, str] = Field(description="download links of the tidy tables (GET /api/runs/{run_id} has the rest)")
 
 
 class HealthOut(BaseModel):
@@ -402,19 +500,82 @@ class FieldError(Exception):
         super().__init__(msg)
 
 
+def _clean(text) -> str:
+    """``text`` as a string that encodes to UTF-8 (a lone surrogate from a ``\\ud800`` escape
+    becomes the escape again instead of breaking the response)."""
+    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _safe_error(error: dict) -> dict:
-    """A pydantic error as JSON-safe data: type, loc, msg and (short, plain) input only; a NaN or a
-    huge payload is never echoed back."""
-    out = {"type": str(error.get("type", "")), "loc": [p if isinstance(p, int) else str(p) for p in error.get("loc", ())],
-           "msg": str(error.get("msg", ""))}
+    """A pydantic error as JSON-safe data: type, loc, msg and (short, plain) input only; a NaN, a
+    lone surrogate or a huge payload is never echoed back."""
+    out = {"type": _clean(error.get("type", "")),
+           "loc": [p if isinstance(p, int) else _clean(p)[:200] for p in error.get("loc", ())],
+           "msg": _clean(error.get("msg", ""))}
     value = error.get("input")
-    if isinstance(value, bool) or value is None or isinstance(value, int):
+    if isinstance(value, bool) or value is None:
         out["input"] = value
+    elif isinstance(value, int):
+        out["input"] = value if abs(value) < 10**30 else _clean(f"{str(value)[:40]}... ({len(str(value))} digits)")
     elif isinstance(value, float):
         out["input"] = _num(value)
     elif isinstance(value, str):
-        out["input"] = value[:200]
+        out["input"] = _clean(value[:200])
     return out
+
+
+def _body_error(kind: str, msg: str) -> dict:
+    return {"detail": [{"type": kind, "loc": ["body"], "msg": msg}]}
+
+
+class BodyTooLarge(StarletteHTTPException):
+    """Raised while a request body is read once it passes :data:`MAX_BODY_BYTES` (an HTTPException,
+    so FastAPI passes it on unchanged instead of calling it a parse error)."""
+
+    def __init__(self) -> None:
+        super().__init__(413, "Content Too Large")
+
+
+class BodyLimitMiddleware:
+    """Refuse a request body over ``limit`` bytes on ``/api/`` routes with 413 and a JSON detail that
+    names the body: at once when ``Content-Length`` says so, else as soon as the streamed (chunked)
+    body passes the limit, so a huge body is never buffered or parsed. The Gradio UI (uploads) keeps
+    its own limits."""
+
+    def __init__(self, app, limit: int = MAX_BODY_BYTES, prefix: str = "/api/"):
+        self.app, self.limit, self.prefix = app, limit, prefix
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or ()).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            response = JSONResponse(_body_error("body_too_large", f"the request body is larger than {self.limit:,} bytes"),
+                                    status_code=413)
+            return await response(scope, receive, send)
+        received = 0
+
+        async def limited_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise BodyTooLarge()
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+
+def _parse_failure(err: BaseException | None) -> str:
+    """Why a request body could not be parsed at all (FastAPI answers 400 without saying)."""
+    if isinstance(err, RecursionError):
+        return "the JSON is nested too deeply"
+    if isinstance(err, UnicodeDecodeError):
+        return "the body is not valid UTF-8"
+    if isinstance(err, ValueError) and "digits" in str(err):
+        return "the JSON holds an integer with too many digits"
+    return "the body could not be parsed as JSON"
 
 
 def _field_error_body(err: FieldError) -> dict:
@@ -424,6 +585,15 @@ def _field_error_body(err: FieldError) -> dict:
 def _layout_loc(err: LayoutError, concepts: Sequence[str]) -> list:
     index = list(concepts).index(err.concept) if err.concept in concepts else None
     return ["body", "concepts"] + ([index] if index is not None else [])
+
+
+POST_RESPONSES = {
+    400: {"description": "the body is not parseable JSON (too deeply nested, not UTF-8)"},
+    413: {"description": f"the body is larger than {MAX_BODY_BYTES:,} bytes"},
+    422: {"description": "a bad field (named in detail[*].loc)"},
+    503: {"description": "busy: the model runs one job at a time (Retry-After)"},
+    507: {"description": "the run store cannot be written (full disk, unwritable folder)"},
+}
 
 
 def _busy(err: BusyError) -> HTTPException:
@@ -482,14 +652,80 @@ def prepare_seed(request: SeedRequest, lm) -> tuple[list[SeedEvent], SamplerSett
             f"carries ({MAX_TRAJECTORY_CELLS:,}); ask for fewer events or samples, or read the stored run's CSVs",
         )
     for index, event in enumerate(events):
+        event_loc = ["body", "event"] if request.event is not None else ["body", "events", index, "event"]
         try:
-            plan_dish(lm, event.dish, request.samples, settings, request.seed)
+            prompt, _ = plan_dish(lm, event.dish, request.samples, settings, request.seed)
         except LayoutError as err:
             raise FieldError(_layout_loc(err, request.concepts), err.reason, "layout_error", concept=err.concept) from None
         except ValueError as err:
             loc = ["body", "template"] if str(err).startswith("template") else ["body", "events", index]
             raise FieldError(loc, str(err)) from None
+        check_prompt_length(lm, len(prompt.ids), event_loc)
     return events, settings
+
+
+def max_positions(lm) -> int | None:
+    """The positions the model reads (``max_position_embeddings``), when its config says."""
+    config = getattr(getattr(lm, "model", None), "config", None) or getattr(lm, "config", None)
+    value = getattr(getattr(config, "text_config", None) or config, "max_position_embeddings", None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def check_prompt_length(lm, prompt_tokens: int, loc: list) -> None:
+    """A prompt that with the canvas overflows the model's positions is refused (naming ``loc``):
+    the model was never trained on such positions, and the attention cost grows with the square."""
+    limit = max_positions(lm)
+    if limit is not None and prompt_tokens + lm.canvas_length > limit:
+        raise FieldError(loc, f"the prompt (template with this event) is {prompt_tokens:,} tokens; with the "
+                              f"{lm.canvas_length}-token canvas that is more than the {limit:,} positions this model "
+                              "reads; shorten the event or the template", "prompt_too_long")
+
+
+def prepare_study(request: StudyRequest, lm) -> tuple[Study, SamplerSettings, list[str] | None]:
+    """The request's study (validated as a study file, then held to the API's limits), settings and
+    template ids, every concept set laid out once (no model work): raises :class:`FieldError`."""
+    try:
+        study = study_from_dict(request.study, source="request")
+    except StudyError as err:
+        raise FieldError(["body", "study", _clean(err.entry)], _clean(err.reason)) from None
+    try:
+        chosen = study.select_templates(request.templates)
+    except StudyError as err:
+        raise FieldError(["body", "templates"], _clean(err.reason)) from None
+    if len(study.concepts) > MAX_CONCEPTS:
+        raise FieldError(["body", "study", "concepts"], f"{len(study.concepts)} concepts; at most {MAX_CONCEPTS}")
+    checks = [(("concepts", i), c, MAX_CONCEPT_CHARS, _concept_check) for i, c in enumerate(study.concepts)]
+    checks += [(("templates", i, "text"), t.text, MAX_TEXT_CHARS, lambda v: _no_control(v, allow_newlines=True))
+               for i, t in enumerate(study.templates)]
+    for i, e in enumerate(study.events):
+        checks.append((("events", i, "text"), e.text, MAX_TEXT_CHARS, lambda v: _no_control(v, allow_newlines=True)))
+        checks.append((("events", i, "group"), e.group, MAX_GROUP_CHARS,
+                       lambda v: _no_control(v, allow_newlines=False, allow_format=False)))
+    for loc, value, limit, check in checks:
+        if len(value) > limit:
+            raise FieldError(["body", "study", *loc], f"{len(value)} characters; at most {limit}")
+        try:
+            check(value)
+        except ValueError as err:
+            raise FieldError(["body", "study", *loc], str(err)) from None
+    batches = len(study.events) * len(chosen)
+    if batches > MAX_STUDY_BATCHES:
+        raise FieldError(["body", "study", "events"], f"{batches} (event, template) batches; at most {MAX_STUDY_BATCHES} "
+                         "per request (use `python -m petri study` for large studies)")
+    settings = request.settings.apply(lm.default_settings())
+    if max_positions(lm) is not None:
+        for i, event in enumerate(study.events):
+            for template in chosen:
+                text = Dish(study.event_concepts(event), event.text, template.text).prompt_text()
+                prompt = encode_prompt(lm.tokenizer, text, pin_thought_channel=settings.pin_thought_channel)
+                check_prompt_length(lm, len(prompt.ids), ["body", "study", "events", i, "text"])
+    try:
+        check_layouts(lm, [Dish(study.event_concepts(e), e.text) for e in study.events], settings)
+    except LayoutError as err:
+        index = study.concepts.index(err.concept) if err.concept in study.concepts else None
+        raise FieldError(["body", "study", "concepts"] + ([index] if index is not None else []), err.reason,
+                         "layout_error", concept=err.concept) from None
+    return study, settings, [t.id for t in chosen] if request.templates is not None else None
 
 
 def write_run_files(
@@ -505,6 +741,7 @@ def write_run_files(
 def create_api(service: PetriService, app: FastAPI, busy_wait_s: float = 0.0) -> FastAPI:
     """Register the ``/api`` routes on ``app`` (before anything is mounted at ``/``)."""
     lm = service.lm
+    app.add_middleware(BodyLimitMiddleware, limit=MAX_BODY_BYTES)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, err: RequestValidationError):
@@ -519,14 +756,48 @@ def create_api(service: PetriService, app: FastAPI, busy_wait_s: float = 0.0) ->
         exc = _busy(err)
         return JSONResponse({"detail": exc.detail}, status_code=503, headers=exc.headers)
 
+    @app.exception_handler(StoreError)
+    async def _store_error(_: Request, err: StoreError):
+        # A full disk or an unwritable run folder: said plainly (507 Insufficient Storage), never a bare 500.
+        log.error("run store failure: %s", err)
+        return JSONResponse({"detail": _clean(f"{err}; the run was not stored")}, status_code=507)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, err: StarletteHTTPException):
+        # The two answers FastAPI gives before a body is validated, with the field (the body) named.
+        if err.status_code == 413:
+            return JSONResponse(_body_error("body_too_large", f"the request body is larger than {MAX_BODY_BYTES:,} bytes"),
+                                status_code=413)
+        if err.status_code == 400 and err.detail == "There was an error parsing the body":
+            return JSONResponse(_body_error("body_unparsable", _parse_failure(err.__cause__)), status_code=400)
+        return await http_exception_handler(request, err)
+
     def model_out(model_id: str | None = None, device: str | None = None) -> ModelOut:
         info = lm.describe()
         if model_id is None or model_id == info["model_id"]:
             return ModelOut(**info)
         return ModelOut(model_id=model_id, device=device or "unknown")
 
+    in_flight = 0  # model jobs of this API running or waiting for the lock (event-loop thread only)
+
+    async def model_job(fn: Callable, *args, **kwargs):
+        """``fn`` in a worker thread, or 503 (+ Retry-After) when the model is taken and either this
+        server does not wait (``busy_wait_s`` 0) or :data:`MAX_QUEUED` jobs already wait."""
+        nonlocal in_flight
+        if service.busy and (busy_wait_s <= 0 or in_flight > MAX_QUEUED):
+            waiting = f" and {in_flight} requests are waiting for it" if busy_wait_s > 0 else ""
+            raise _busy(BusyError(f"a model job is already running{waiting}"))
+        in_flight += 1
+        try:
+            return await run_in_threadpool(functools.partial(fn, *args, **kwargs))
+        except BusyError as err:
+            raise _busy(err) from None
+        finally:
+            in_flight -= 1
+
     @app.get("/api/health", response_model=HealthOut, tags=["api"])
-    def health() -> HealthOut:
+    async def health() -> HealthOut:
+        # async: answered on the event loop, so it never waits for a worker thread
         info = lm.describe()
         return HealthOut(
             status="ok", model_id=info["model_id"], device=info["device"], dtype=info["dtype"],
@@ -538,19 +809,12 @@ def create_api(service: PetriService, app: FastAPI, busy_wait_s: float = 0.0) ->
         response_model=RunOut,
         response_model_exclude_none=False,
         tags=["api"],
-        responses={422: {"description": "a bad field (named in detail[*].loc)"}, 503: {"description": "busy"}},
+        responses=POST_RESPONSES,
     )
     async def seed(request: SeedRequest) -> RunOut:
         """Sample every event (one batch of ``samples`` per event) with the concepts pinned."""
         events, settings = prepare_seed(request, lm)
-        if service.busy and busy_wait_s <= 0:
-            raise _busy(BusyError("a model job is already running"))
-        try:
-            result = await run_in_threadpool(
-                run_seed, service, events, request.samples, settings, request.seed, None, busy_wait_s
-            )
-        except BusyError as err:
-            raise _busy(err) from None
+        result = await model_job(run_seed, service, events, request.samples, settings, request.seed, None, busy_wait_s)
         summaries = [
             event_summary(i, traj, group, request.include_trajectories)
             for i, (traj, group) in enumerate(zip(result.trajectories, result.groups))
@@ -569,6 +833,30 @@ def create_api(service: PetriService, app: FastAPI, busy_wait_s: float = 0.0) ->
             csv=csv_links(result.run_id),
             created_at=run.get("created_at"),
             finished_at=run.get("finished_at"),
+        )
+
+    @app.post("/api/study", response_model=StudyOut, tags=["api"], responses=POST_RESPONSES)
+    async def study(request: StudyRequest) -> StudyOut:
+        """Run a study (events × templates × ``samples``) on the served model. Every finished (event,
+        template) batch is committed to the run store before the next starts; the run id derives from
+        the study, model, settings, samples and seed, so posting the same body again resumes an
+        interrupted run (or returns a finished one at once). Tables: ``GET /api/runs/{run_id}``."""
+        parsed, settings, templates = prepare_study(request, lm)
+        result = await model_job(run_study_job, service, parsed, request.samples, request.seed, settings, templates, busy_wait_s)
+        return StudyOut(
+            run_id=result.run_id,
+            status="done",
+            study_id=parsed.id,
+            model=model_out(),
+            settings=settings.to_dict(),
+            samples=result.samples,
+            seed=result.seed,
+            templates=list(result.template_ids),
+            batches=len(result.batches),
+            computed=result.computed,
+            resumed=result.resumed,
+            timings={k: float(v) for k, v in result.timings.items()},
+            csv=csv_links(result.run_id),
         )
 
     def load_run(run_id: str) -> tuple[dict, list]:
@@ -660,5 +948,5 @@ def create_app(
         from petri.ui import UI_CSS, build_ui
 
         blocks = build_ui(service, model_source=model_source)
-        app = gr.mount_gradio_app(app, blocks, path="/", css=UI_CSS)
+        app = gr.mount_gradio_app(app, blocks, path="/", css=UI_CSS, max_file_size=MAX_UPLOAD_BYTES)
     return app

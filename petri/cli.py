@@ -18,7 +18,8 @@ def _concepts(value: str) -> tuple[str, ...]:
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default=None, help="hub id (local cache only) or checkpoint folder; default: the embedded model")
+    parser.add_argument("--model", default=None, help="hub id (local cache only) or checkpoint folder; default: the real DiffusionGemma when "
+        "cached on a GPU machine, else the embedded assets/petri-tiny")
     parser.add_argument("--device", default="auto", help="auto (cuda → mps → cpu), cuda, mps or cpu")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp16 on MPS, fp32 on CPU), bf16, fp16 or fp32")
     parser.add_argument(
@@ -139,11 +140,11 @@ def cmd_study(args) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    store = RunStore(args.store)  # an unwritable store is reported before the (slow) model load
     lm = load_from_args(args)
     if backend_of(lm) != "torch":
         raise ValueError("--backend mlx: studies run on the torch backend for now (`seed` runs on MLX)")
     settings = settings_from_args(lm.default_settings(), args)
-    store = RunStore(args.store)
     out = args.out or f"out/{study.id}"
     try:
         result = run_study(

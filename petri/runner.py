@@ -23,10 +23,10 @@ from datetime import datetime, timezone
 import torch
 from tqdm.auto import tqdm
 
-from petri.dish import Dish, concept_token_ids, encode_prompt, layout_samples
+from petri.dish import Dish
 from petri.models import LoadedModel
 from petri.sampler import StepCallback
-from petri.seeding import seed_dish
+from petri.seeding import plan_dish, seed_dish
 from petri.store import RunStore
 from petri.study import Study, Template
 from petri.trajectory import SamplerSettings, Trajectory
@@ -176,10 +176,8 @@ def study_run_id(
 def check_layouts(lm: LoadedModel, dishes: list[Dish], settings: SamplerSettings) -> None:
     """Lay out every distinct concept set once before sampling anything, so a concept set that does
     not fit the canvas fails the whole run up front (raises :class:`~petri.dish.LayoutError`)."""
-    prefix = len(encode_prompt(lm.tokenizer, "x", pin_thought_channel=settings.pin_thought_channel).canvas_prefix_ids)
     for concepts in dict.fromkeys(d.concepts for d in dishes):
-        ids = {c: concept_token_ids(lm.tokenizer, c) for c in concepts}
-        layout_samples(Dish(concepts, "x"), ids, lm.canvas_length, 1, seed=0, first_free=prefix)
+        plan_dish(lm, Dish(concepts, "x"), 1, settings, seed=0)
 
 
 def _now() -> str:

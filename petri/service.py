@@ -93,7 +93,10 @@ class PetriService:
                     self.store.save_event(run_id, index, f"event{index}", traj, event.group)
                     trajectories.append(traj)
             except Exception as err:
-                self.store.finish_run(run_id, "failed", error=str(err))
+                try:
+                    self.store.finish_run(run_id, "failed", error=str(err))
+                except Exception:  # the store itself may be what failed (full disk): keep the original error
+                    pass
                 raise
             self.store.finish_run(run_id, "done")
         return SeedResult(run_id, trajectories, [e.group for e in events], time.perf_counter() - started)

@@ -18,14 +18,13 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from petri.api import MAX_SAMPLES, MAX_STEPS, gpu_task
+from petri.api import MAX_SAMPLES, MAX_STEPS, MAX_STUDY_BATCHES, gpu_task
 from petri.models import REPO_ROOT
 from petri.service import BusyError, PetriService
 from petri.study import Study, StudyError, load_study, study_from_dict
 
 STUDY_DIR = REPO_ROOT / "assets" / "studies"
 #: The UI runs at most this many (event, template) batches per study (the CLI has no limit).
-MAX_STUDY_BATCHES = 600
 UI_WAIT_S = 600.0
 EVENT_COLUMNS = ["id", "group", "text", "concepts"]
 TEMPLATE_COLUMNS = ["id", "text"]
