@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -67,3 +69,24 @@ class LiveServer:
 def live_server():
     """``live_server(app)``: a context manager serving ``app`` on 127.0.0.1 (random free port)."""
     return LiveServer
+
+
+@contextmanager
+def model_held(service):
+    """Hold ``service``'s one-job lock from another thread for the duration of the ``with`` block,
+    as a long job would."""
+    entered, release = threading.Event(), threading.Event()
+
+    def hold():
+        with service.exclusive():
+            entered.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert entered.wait(10), "the holder thread never got the lock"
+        yield
+    finally:
+        release.set()
+        holder.join()

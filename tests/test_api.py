@@ -17,6 +17,7 @@ from petri.api import MAX_SAMPLES, create_app
 from petri.service import PetriService
 from petri.store import RunStore
 from petri.tables import pairs_table
+from conftest import model_held
 
 EVENT = "Only 90 units are in stock, but a customer ordered 120."
 CONCEPTS = ["order", "inventory", "person"]
@@ -155,23 +156,10 @@ def test_busy_gets_503_and_server_stays_responsive(client, server, service):
 
 
 def test_busy_while_another_caller_holds_the_model(client, service):
-    entered, release = threading.Event(), threading.Event()
-
-    def hold():
-        with service.exclusive():
-            entered.set()
-            release.wait(20)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert entered.wait(10)
+    with model_held(service):
         r = client.post("/api/seed", json=seed_body())
         assert r.status_code == 503 and "busy" in r.json()["detail"] and "Retry-After" in r.headers
         assert client.get("/api/runs").status_code == 200
-    finally:
-        release.set()
-        holder.join()
     assert client.post("/api/seed", json=seed_body(samples=1)).status_code == 200
 
 

@@ -21,7 +21,6 @@ import json
 import math
 import os
 import sys
-import threading
 from collections import Counter
 
 import httpx
@@ -35,6 +34,7 @@ import app as app_module
 from petri.api import MAX_BODY_BYTES, MAX_SEED, create_app
 from petri.service import PetriService
 from petri.store import RunStore
+from conftest import model_held
 from reliability_support import HEAVY
 
 FUZZ_EXAMPLES = int(os.environ.get("PETRI_FUZZ_EXAMPLES", "300" if HEAVY else "25"))
@@ -456,20 +456,7 @@ def test_the_server_binds_to_loopback_by_default(monkeypatch, capsys):
 
 def test_health_answers_while_requests_are_refused(client, server, service):
     """While another job holds the model, a burst of seeds is refused at once and health answers."""
-    entered, release = threading.Event(), threading.Event()
-
-    def hold():
-        with service.exclusive():
-            entered.set()
-            release.wait(30)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert entered.wait(10)
+    with model_held(service):
         codes = Counter(client.post("/api/seed", json=seed_body()).status_code for _ in range(20))
         assert codes == {503: 20}, codes
         assert client.get("/api/health").json()["busy"] is True
-    finally:
-        release.set()
-        holder.join()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 
 import pytest
 
@@ -10,6 +9,7 @@ from petri.dish import Dish
 from petri.service import BusyError, PetriService, SeedEvent
 from petri.store import RunStore
 from petri.trajectory import SamplerSettings
+from conftest import model_held
 
 
 def test_seed_stores_every_event(tiny_lm, tmp_path):
@@ -24,19 +24,8 @@ def test_seed_stores_every_event(tiny_lm, tmp_path):
 
 def test_second_job_gets_busy(tiny_lm, tmp_path):
     service = PetriService(tiny_lm, RunStore(tmp_path))
-    entered, release = threading.Event(), threading.Event()
-
-    def hold():
-        with service.exclusive():
-            entered.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    entered.wait(10)
-    assert service.busy
-    with pytest.raises(BusyError, match="already running"):
-        service.seed([SeedEvent(Dish(("order",), "x"))], 1, SamplerSettings(max_denoising_steps=2))
-    release.set()
-    holder.join()
+    with model_held(service):
+        assert service.busy
+        with pytest.raises(BusyError, match="already running"):
+            service.seed([SeedEvent(Dish(("order",), "x"))], 1, SamplerSettings(max_denoising_steps=2))
     assert not service.busy

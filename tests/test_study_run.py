@@ -5,7 +5,6 @@ figures and the report."""
 from __future__ import annotations
 
 import json
-import threading
 
 import numpy as np
 import pandas as pd
@@ -24,6 +23,7 @@ from petri.stats import event_level_values
 from petri.store import RunStore
 from petri.study import study_from_dict
 from petri.trajectory import SamplerSettings
+from conftest import model_held
 
 SETTINGS = SamplerSettings(max_denoising_steps=4)
 SAMPLES = 3
@@ -167,22 +167,8 @@ def test_service_runs_a_study_under_the_lock(tiny_lm, study, tmp_path):
     service = PetriService(tiny_lm, RunStore(tmp_path))
     result = service.run_study(study, samples=1, settings=SETTINGS, templates=["t1"])
     assert result.computed == len(study.events) and not service.busy
-    entered, release = threading.Event(), threading.Event()
-
-    def hold():
-        with service.exclusive():
-            entered.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    entered.wait(10)
-    try:
-        with pytest.raises(BusyError):
-            service.run_study(study, samples=1, settings=SETTINGS, templates=["t1"])
-    finally:
-        release.set()
-        holder.join()
+    with model_held(service), pytest.raises(BusyError):
+        service.run_study(study, samples=1, settings=SETTINGS, templates=["t1"])
 
 
 # --------------------------------------------------------------------------- analysis
