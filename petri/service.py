@@ -15,7 +15,7 @@ from petri.models import LoadedModel
 from petri.runner import ProgressCallback, StudyResult, run_study
 from petri.sampler import StepCallback
 from petri.seeding import seed_dish
-from petri.store import RunStore
+from petri.store import RunStore, StoreError
 from petri.study import Study
 from petri.trajectory import SamplerSettings, Trajectory
 
@@ -95,7 +95,7 @@ class PetriService:
             except Exception as err:
                 try:
                     self.store.finish_run(run_id, "failed", error=str(err))
-                except Exception:  # the store itself may be what failed (full disk): keep the original error
+                except StoreError:  # the store itself may be what failed (full disk): keep the original error
                     pass
                 raise
             self.store.finish_run(run_id, "done")

@@ -35,7 +35,16 @@ from petri.api import (
     run_seed,
     write_run_files,
 )
-from petri.dish import DEFAULT_TEMPLATE, Dish, LayoutError, check_spans, concept_token_ids, encode_prompt, even_slots
+from petri.dish import (
+    DEFAULT_TEMPLATE,
+    Dish,
+    LayoutError,
+    check_spans,
+    concept_token_ids,
+    encode_prompt,
+    even_slots,
+    pinned_arrays,
+)
 from petri.metrics import anchor_concepts, steps_run
 from petri.plots import flips_bar
 from petri.seeding import plan_dish
@@ -93,16 +102,6 @@ class TokenText:
 
     def grid(self, ids: np.ndarray) -> np.ndarray:
         return np.vectorize(self.__call__, otypes=[object])(ids) if ids.size else np.empty(ids.shape, dtype=object)
-
-
-def anchor_layout_mask(layouts: Sequence[Sequence[AnchorSpan]], canvas_length: int, prefix: int) -> np.ndarray:
-    """(S, L) bool: pinned positions (the canvas prefix and every anchor) of each sample."""
-    mask = np.zeros((len(layouts), canvas_length), dtype=bool)
-    mask[:, :prefix] = True
-    for s, spans in enumerate(layouts):
-        for a in spans:
-            mask[s, a.start : a.end] = True
-    return mask
 
 
 class LiveFlips:
@@ -363,8 +362,7 @@ class DishController:
             raise gr.Error(request_error_message(err), title="Check the dish") from None
         dish: Dish = events[0].dish
         prompt, layouts = plan_dish(self.lm, dish, request.samples, settings, request.seed)
-        prefix = len(prompt.canvas_prefix_ids)
-        pinned = anchor_layout_mask(layouts, self.lm.canvas_length, prefix)
+        pinned, _ = pinned_arrays(layouts, prompt.canvas_prefix_ids, self.lm.canvas_length)
         colors = concept_colors(dish.concepts)
         live = LiveFlips(pinned)
         steps_max = settings.max_denoising_steps
