@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from petri.dish import even_slots  # noqa: E402
 from petri.models import LoadedModel, compile_for_sampling, load_model  # noqa: E402
-from petri.sampler import run_sampler  # noqa: E402
+from petri.sampler import generate_kwargs, run_sampler  # noqa: E402
 from petri.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
 
 
@@ -89,20 +89,13 @@ def three_anchor_layouts(batch: int, length: int, vocab: int) -> list[list[Ancho
 
 
 def time_generate(lm: LoadedModel, prompt: torch.Tensor, settings: SamplerSettings, cache: str | None = None) -> float:
-    from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
-
     sync(lm.device)
     start = time.perf_counter()
     lm.model.generate(
         prompt,
         max_new_tokens=lm.canvas_length,
         eos_token_id=None,
-        max_denoising_steps=settings.max_denoising_steps,
-        t_min=settings.t_min,
-        t_max=settings.t_max,
-        sampler_config=EntropyBoundSamplerConfig(entropy_bound=settings.entropy_bound),
-        stability_threshold=settings.stability_threshold,
-        confidence_threshold=settings.confidence_threshold,
+        **generate_kwargs(settings),
         **({"cache_implementation": cache} if cache else {}),
     )
     sync(lm.device)

@@ -54,6 +54,21 @@ class _Record:
         )
 
 
+def generate_kwargs(settings: SamplerSettings) -> dict:
+    """``settings`` spelled as keywords of transformers' DiffusionGemma ``generate`` (the reference
+    this sampler reproduces)."""
+    from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
+
+    return {
+        "max_denoising_steps": settings.max_denoising_steps,
+        "t_min": settings.t_min,
+        "t_max": settings.t_max,
+        "sampler_config": EntropyBoundSamplerConfig(entropy_bound=settings.entropy_bound),
+        "stability_threshold": settings.stability_threshold,
+        "confidence_threshold": settings.confidence_threshold,
+    }
+
+
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy (nats) of softmax(logits) over the last axis: (S, L, V) → (S, L); computed as
     transformers' sampler computes it, so acceptance decisions match bit for bit."""

@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
 
-from petri.sampler import run_sampler
+from petri.sampler import generate_kwargs, run_sampler
 from petri.trajectory import SamplerSettings
 
 
@@ -36,12 +35,7 @@ def generate_reference(lm, prompt, batch, settings: SamplerSettings, seed: int):
         max_new_tokens=lm.canvas_length,
         eos_token_id=None,
         streamer=recorder,
-        max_denoising_steps=settings.max_denoising_steps,
-        t_min=settings.t_min,
-        t_max=settings.t_max,
-        sampler_config=EntropyBoundSamplerConfig(entropy_bound=settings.entropy_bound),
-        stability_threshold=settings.stability_threshold,
-        confidence_threshold=settings.confidence_threshold,
+        **generate_kwargs(settings),
     )
     return out.sequences[:, len(prompt):].numpy(), np.stack(recorder.drafts, axis=1)
 
