@@ -23,9 +23,7 @@ model or reads a file named by a request: unknown fields are refused, run ids ar
 
 from __future__ import annotations
 
-import csv
 import functools
-import io
 import logging
 import math
 import string
@@ -46,7 +44,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from petri.dish import DEFAULT_TEMPLATE, Dish, LayoutError, encode_prompt
-from petri.export import TABLES, run_metadata, write_tables
+from petri.export import TABLES, run_metadata, run_table, run_tables, write_csv, write_tables
 from petri.metrics import anchor_agreement, anchor_intact_in_text, flip_counts
 from petri.runner import StudyResult, check_layouts
 from petri.seeding import plan_dish
@@ -469,23 +467,6 @@ def csv_links(run_id: str) -> dict[str, str]:
     return {name: f"/api/runs/{run_id}/{name}.csv" for name in TABLES}
 
 
-def run_table(trajectories: Sequence[Trajectory], groups: Sequence[str | None], name: str) -> pd.DataFrame:
-    """One tidy table over a run's events, with ``event_index`` and ``group`` beside ``event``."""
-    frames = []
-    for index, (traj, group) in enumerate(zip(trajectories, groups)):
-        frame = TABLES[name](traj)
-        frame.insert(1, "group", group if group is not None else "")
-        frame.insert(1, "event_index", index)
-        frames.append(frame)
-    return pd.concat(frames, ignore_index=True)
-
-
-def table_csv(table: pd.DataFrame) -> str:
-    buffer = io.StringIO()
-    table.to_csv(buffer, index=False, quoting=csv.QUOTE_NONNUMERIC)
-    return buffer.getvalue()
-
-
 # ----------------------------------------------------------------------------------- errors
 
 RunId = Annotated[str, PathParam(description="a run id: 8-64 lowercase hex characters", max_length=64)]
@@ -733,7 +714,7 @@ def write_run_files(
 ) -> list:
     """The run's tidy CSVs (as ``GET /api/runs/{id}/{table}.csv`` serves them) and ``run.json``
     (model, settings, seeds, prompts, timings, versions) in ``folder``; returns the paths."""
-    tables = {name: run_table(trajectories, groups, name) for name in TABLES}
+    tables = run_tables(trajectories, groups)
     meta = run_metadata(trajectories, run_id=run_id, groups=list(groups))
     return list(write_tables(tables, folder, meta).values())
 
@@ -908,9 +889,9 @@ def create_api(service: PetriService, app: FastAPI, busy_wait_s: float = 0.0) ->
         run, stored = load_run(run_id)
         if not stored:
             raise HTTPException(404, detail=f"run_id: run {run_id!r} has no stored events (status {run['status']})")
-        frame = run_table([t for _, _, t in stored], [g for _, g, _ in stored], table)
+        frame = run_table([t for _, _, t in stored], table, [g for _, g, _ in stored])
         return Response(
-            table_csv(frame),
+            write_csv(frame),
             media_type="text/csv; charset=utf-8",
             headers={"Content-Disposition": f'attachment; filename="{run_id}-{table}.csv"'},
         )

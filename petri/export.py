@@ -35,12 +35,33 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def run_tables(trajectories: Sequence[Trajectory]) -> dict[str, pd.DataFrame]:
-    """Each tidy table over all trajectories (one per event), rows tagged with event and model."""
-    return {
-        name: pd.concat([build(t) for t in trajectories], ignore_index=True)
-        for name, build in TABLES.items()
-    }
+def run_table(
+    trajectories: Sequence[Trajectory], name: str, groups: Sequence[str | None] | None = None
+) -> pd.DataFrame:
+    """One tidy table (``name`` in :data:`TABLES`) over all trajectories (one per event), rows tagged
+    with event and model; with ``groups`` (one label per trajectory), also ``event_index`` and
+    ``group`` beside ``event``."""
+    frames = []
+    for index, traj in enumerate(trajectories):
+        frame = TABLES[name](traj)
+        if groups is not None:
+            frame.insert(1, "group", groups[index] if groups[index] is not None else "")
+            frame.insert(1, "event_index", index)
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+def run_tables(
+    trajectories: Sequence[Trajectory], groups: Sequence[str | None] | None = None
+) -> dict[str, pd.DataFrame]:
+    """Every table of :data:`TABLES` by :func:`run_table`."""
+    return {name: run_table(trajectories, name, groups) for name in TABLES}
+
+
+def write_csv(table: pd.DataFrame, target=None):
+    """``table`` as CSV to a path or buffer (``None``: return the text). Every text field is quoted:
+    decoded canvases may hold bare carriage returns or commas."""
+    return table.to_csv(target, index=False, quoting=csv.QUOTE_NONNUMERIC)
 
 
 def run_metadata(trajectories: Sequence[Trajectory], **extra) -> dict:
@@ -76,8 +97,7 @@ def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path, metadata:
     written = {}
     for name, table in tables.items():
         path = out / f"{name}.csv"
-        # Quote every text field: decoded canvases may hold bare carriage returns or commas.
-        table.to_csv(path, index=False, quoting=csv.QUOTE_NONNUMERIC)
+        write_csv(table, path)
         written[name] = path
     side = out / sidecar
     side.write_text(json.dumps(metadata, indent=2, default=str, ensure_ascii=False), encoding="utf-8")

@@ -29,7 +29,7 @@ from transformers import DynamicCache
 
 from petri.dish import pinned_arrays
 from petri.models import LoadedModel
-from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
+from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory, assemble_trajectory, check_sampler_inputs
 
 #: Called after each step with (step index, raw argmax (S, L) on the host, finished (S,) bool).
 StepCallback = Callable[[int, np.ndarray, np.ndarray], None]
@@ -179,10 +179,7 @@ def run_sampler(
 
     Returns: a :class:`Trajectory` (numpy arrays; see its docstring for shapes).
     """
-    if not layouts:
-        raise ValueError("layouts: at least one sample is needed")
-    if len(prompt_ids) == 0:
-        raise ValueError("prompt_ids: the prompt is empty")
+    check_sampler_inputs(prompt_ids, layouts)
     model, device = lm.model, lm.device
     batch, length, vocab = len(layouts), lm.canvas_length, lm.vocab_size
     max_steps = settings.max_denoising_steps
@@ -216,6 +213,7 @@ def run_sampler(
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     argmax_canvas = canvas
     self_conditioning: torch.Tensor | None = None
+    last_entropy: torch.Tensor | None = None  # the entropy finished samples keep (adaptive stop)
     embed_dtype = model.model.decoder.embed_tokens.weight.dtype
     forward_cache = _cache_kwarg(model.forward, cache)
 
@@ -263,52 +261,23 @@ def run_sampler(
             break
 
     steps_run = index + 1
-    return _to_trajectory(
-        lm, record, steps_run, argmax_canvas, anchor_mask, layouts, prompt_ids, prompt_text, settings, seed,
+    return assemble_trajectory(
+        lm,
+        # one device→host copy of each record, reshaped (T, S, L) → (S, T, L)
+        argmax=record.argmax[:steps_run].permute(1, 0, 2).cpu().numpy(),
+        entropy=record.entropy[:steps_run].permute(1, 0, 2).cpu().numpy(),
+        accepted=record.accepted[:steps_run].permute(1, 0, 2).cpu().numpy(),
+        steps=record.steps.cpu().numpy(),
+        anchor_mask=pinned_mask,
+        final_ids=argmax_canvas.cpu().numpy(),
+        layouts=layouts,
+        prompt_ids=prompt_ids,
+        prompt_text=prompt_text,
+        settings=settings,
+        seed=seed,
         timings={
             "encode_s": encoded - started,
             "denoise_s": time.perf_counter() - encoded,
             "total_s": time.perf_counter() - started,
         },
-    )
-
-
-def _to_trajectory(
-    lm: LoadedModel,
-    record: _Record,
-    steps_run: int,
-    final_canvas: torch.Tensor,
-    anchor_mask: torch.Tensor,
-    layouts: Sequence[Sequence[AnchorSpan]],
-    prompt_ids: Sequence[int],
-    prompt_text: str,
-    settings: SamplerSettings,
-    seed: int | None,
-    timings: dict[str, float],
-) -> Trajectory:
-    """One device→host copy of everything, reshaped to (S, T, L)."""
-    argmax = record.argmax[:steps_run].permute(1, 0, 2).cpu().numpy()
-    entropy = record.entropy[:steps_run].permute(1, 0, 2).cpu().numpy()
-    accepted = record.accepted[:steps_run].permute(1, 0, 2).cpu().numpy()
-    final_ids = final_canvas.cpu().numpy().astype(np.int64)
-    if lm.tokenizer is None:  # benchmark models built without a vocabulary
-        texts = [""] * len(final_ids)
-    else:
-        texts = lm.tokenizer.batch_decode(final_ids.tolist(), skip_special_tokens=False)
-    return Trajectory(
-        argmax=argmax,
-        entropy=entropy,
-        accepted=accepted,
-        steps=record.steps.cpu().numpy(),
-        anchor_mask=anchor_mask.cpu().numpy(),
-        final_ids=final_ids,
-        anchors=[list(spans) for spans in layouts],
-        final_texts=texts,
-        prompt=prompt_text,
-        prompt_ids=np.asarray(list(prompt_ids), dtype=np.int64),
-        settings=settings,
-        model_id=lm.model_id,
-        seed=seed,
-        device=str(lm.device),
-        timings=timings,
     )

@@ -129,3 +129,54 @@ class Trajectory:
     def sample_argmax(self, s: int) -> np.ndarray:
         """The (steps[s], L) argmax history of sample ``s`` with the padding cut off."""
         return self.argmax[s, : int(self.steps[s])]
+
+
+def check_sampler_inputs(prompt_ids, layouts) -> None:
+    """What every sampler backend refuses before doing any work."""
+    if not layouts:
+        raise ValueError("layouts: at least one sample is needed")
+    if len(prompt_ids) == 0:
+        raise ValueError("prompt_ids: the prompt is empty")
+
+
+def assemble_trajectory(
+    lm: Any,
+    *,
+    argmax: np.ndarray,
+    entropy: np.ndarray,
+    accepted: np.ndarray,
+    steps: np.ndarray,
+    anchor_mask: np.ndarray,
+    final_ids: np.ndarray,
+    layouts: list[list[AnchorSpan]],
+    prompt_ids,
+    prompt_text: str,
+    settings: SamplerSettings,
+    seed: int | None,
+    timings: dict[str, float],
+) -> Trajectory:
+    """A sampler backend's host arrays (shapes as in :class:`Trajectory`) and what the run was → a
+    :class:`Trajectory`; the final canvases are decoded with ``lm.tokenizer`` (empty texts for
+    benchmark models built without one)."""
+    final_ids = np.asarray(final_ids).astype(np.int64)
+    if lm.tokenizer is None:
+        texts = [""] * len(final_ids)
+    else:
+        texts = lm.tokenizer.batch_decode(final_ids.tolist(), skip_special_tokens=False)
+    return Trajectory(
+        argmax=np.asarray(argmax).astype(np.int32),
+        entropy=np.asarray(entropy).astype(np.float32),
+        accepted=np.asarray(accepted).astype(bool),
+        steps=np.asarray(steps).astype(np.int32),
+        anchor_mask=np.asarray(anchor_mask).astype(bool),
+        final_ids=final_ids,
+        anchors=[list(spans) for spans in layouts],
+        final_texts=texts,
+        prompt=prompt_text,
+        prompt_ids=np.asarray(list(prompt_ids), dtype=np.int64),
+        settings=settings,
+        model_id=lm.model_id,
+        seed=seed,
+        device=str(lm.device),
+        timings=timings,
+    )

@@ -27,7 +27,7 @@ import numpy as np
 from petri.backends.fixed_noise import FixedNoise
 from petri.backends.mlx_model import MLXDiffusionGemma, resolve_mlx_dtype
 from petri.dish import pinned_arrays
-from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
+from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory, assemble_trajectory, check_sampler_inputs
 
 #: Called after each step with (step index, raw argmax (S, L) on the host, finished (S,) bool).
 StepCallback = Callable[[int, np.ndarray, np.ndarray], None]
@@ -182,10 +182,7 @@ def run_mlx_sampler(
     samples. ``fixed_noise`` removes the randomness (given start canvas, argmax denoiser, fixed
     renoise stream) so the run can be compared token for token with the torch backend.
     """
-    if not layouts:
-        raise ValueError("layouts: at least one sample is needed")
-    if len(prompt_ids) == 0:
-        raise ValueError("prompt_ids: the prompt is empty")
+    check_sampler_inputs(prompt_ids, layouts)
     model = lm.model
     batch, length, vocab = len(layouts), lm.canvas_length, lm.vocab_size
     max_steps = settings.max_denoising_steps
@@ -268,29 +265,19 @@ def run_mlx_sampler(
         if stopper is not None and bool(mx.all(finished).item()):
             break
 
-    argmax = np.array(mx.stack(argmax_log, axis=1)).astype(np.int32)
-    entropy_np = np.array(mx.stack(entropy_log, axis=1)).astype(np.float32)
-    accepted_np = np.array(mx.stack(accepted_log, axis=1)).astype(bool)
-    final_ids = np.array(argmax_canvas).astype(np.int64)
-    if lm.tokenizer is None:  # benchmark models built without a vocabulary
-        texts = [""] * len(final_ids)
-    else:
-        texts = lm.tokenizer.batch_decode(final_ids.tolist(), skip_special_tokens=False)
-    return Trajectory(
-        argmax=argmax,
-        entropy=entropy_np,
-        accepted=accepted_np,
-        steps=np.array(steps).astype(np.int32),
+    return assemble_trajectory(
+        lm,
+        argmax=np.array(mx.stack(argmax_log, axis=1)),
+        entropy=np.array(mx.stack(entropy_log, axis=1)),
+        accepted=np.array(mx.stack(accepted_log, axis=1)),
+        steps=np.array(steps),
         anchor_mask=mask_np,
-        final_ids=final_ids,
-        anchors=[list(spans) for spans in layouts],
-        final_texts=texts,
-        prompt=prompt_text,
-        prompt_ids=np.asarray(list(prompt_ids), dtype=np.int64),
+        final_ids=np.array(argmax_canvas),
+        layouts=layouts,
+        prompt_ids=prompt_ids,
+        prompt_text=prompt_text,
         settings=settings,
-        model_id=lm.model_id,
         seed=seed,
-        device=lm.device,
         timings={
             "encode_s": encoded - started,
             "denoise_s": time.perf_counter() - encoded,
