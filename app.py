@@ -17,9 +17,9 @@ import os
 import sys
 
 from petri.api import create_app
-from petri.backends.select import BackendUnavailableError
+from petri.engine.select import BackendUnavailableError
 from petri.cli import add_model_arguments, load_from_args
-from petri.models import ModelNotFoundError
+from petri.engine.torch_model import ModelNotFoundError
 from petri.service import PetriService
 from petri.store import RunStore, StoreError
 
@@ -43,12 +43,12 @@ def build_service(args) -> tuple[PetriService, str | None]:
     # The store first: an unwritable run folder fails in a second, not after loading a 52 GB model.
     store = RunStore(args.store)
     if args.tiny_random:
-        from petri.tiny import tiny_random_model
+        from petri.engine.tiny import tiny_random_model
 
         lm, source = tiny_random_model(canvas_length=64), None
     else:
         lm = load_from_args(args)
-        from petri.models import default_model_name
+        from petri.engine.torch_model import default_model_name
 
         source = str(args.model) if args.model is not None else default_model_name()
     return PetriService(lm, store), source

@@ -30,8 +30,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from petri.dish import even_slots  # noqa: E402
-from petri.models import LoadedModel, compile_for_sampling, load_model  # noqa: E402
-from petri.sampler import generate_kwargs, run_sampler  # noqa: E402
+from petri.engine.torch_model import LoadedModel, compile_for_sampling, load_model  # noqa: E402
+from petri.engine.torch_sampler import generate_kwargs, run_sampler  # noqa: E402
 from petri.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
 
 
@@ -57,7 +57,7 @@ def full_size_config():
         "enable_moe_block": True,
         "attention_k_eq_v": True,
     }
-    from petri.configs import MINIMAL_VISION_CONFIG
+    from petri.engine.configs import MINIMAL_VISION_CONFIG
 
     return DiffusionGemmaConfig(text_config=text, vision_config=dict(MINIMAL_VISION_CONFIG), canvas_length=256)
 
@@ -126,7 +126,7 @@ def main() -> None:
                         help="torch.compile the model forward the petri sampler calls (default mode, no CUDA graphs)")
     args = parser.parse_args()
 
-    from petri.backends import resolve_device
+    from petri.engine.device import resolve_device
 
     device = resolve_device(args.device)
     built = time.perf_counter()

@@ -46,7 +46,7 @@ def run(argv: list[str] | None = None) -> int:
     if "--out" not in rest:
         model = rest[rest.index("--model") + 1] if "--model" in rest and rest.index("--model") + 1 < len(rest) else None
         if model is None:
-            from petri.models import default_model_name
+            from petri.engine.torch_model import default_model_name
 
             model = default_model_name()
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(model).name or model)

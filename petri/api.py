@@ -46,11 +46,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from petri.dish import DEFAULT_TEMPLATE, Dish, LayoutError, encode_prompt
 from petri.export import TABLES, run_metadata, run_table, run_tables, write_csv, write_tables
 from petri.metrics import anchor_agreement, anchor_intact_in_text, flip_counts
-from petri.runner import StudyResult, check_layouts
-from petri.seeding import plan_dish
+from petri.study.runner import StudyResult, check_layouts
+from petri.engine.seeding import plan_dish
 from petri.service import BusyError, PetriService, SeedEvent, SeedResult
 from petri.store import StoreError, check_run_id
-from petri.study import Study, StudyError, study_from_dict
+from petri.study.schema import Study, StudyError, study_from_dict
 from petri.tables import pairs_table, samples_table, segments_table
 from petri.trajectory import SamplerSettings, Trajectory
 

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 from petri.dish import DEFAULT_TEMPLATE, Dish, LayoutError
 from petri.export import run_tables, write_run
-from petri.backends.select import BackendUnavailableError, backend_of, load_backend_model
-from petri.models import ModelNotFoundError, compile_for_sampling
+from petri.engine.select import BackendUnavailableError, backend_of, load_backend_model
+from petri.engine.torch_model import ModelNotFoundError, compile_for_sampling
 from petri.store import StoreError
 
 
@@ -106,7 +106,7 @@ def _ids(value: str) -> tuple[str, ...]:
 
 
 def cmd_seed(args) -> int:
-    from petri.seeding import seed_dish
+    from petri.engine.seeding import seed_dish
 
     dish = Dish(concepts=args.concepts, event=args.event, template=args.template)
     lm = load_from_args(args)
@@ -124,10 +124,10 @@ def cmd_seed(args) -> int:
 def cmd_study(args) -> int:
     import shlex
 
-    from petri.report import write_study
-    from petri.runner import run_study
+    from petri.study.report import write_study
+    from petri.study.runner import run_study
     from petri.store import RunStore
-    from petri.study import load_study
+    from petri.study.schema import load_study
 
     study = load_study(args.file)  # malformed files are refused before the model is even loaded
     if args.templates is not None:

@@ -11,12 +11,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from petri.dish import Dish
-from petri.models import LoadedModel
-from petri.runner import ProgressCallback, StudyResult, run_study
-from petri.sampler import StepCallback
-from petri.seeding import seed_dish
+from petri.engine.torch_model import LoadedModel
+from petri.study.runner import ProgressCallback, StudyResult, run_study
+from petri.engine.torch_sampler import StepCallback
+from petri.engine.seeding import seed_dish
 from petri.store import RunStore, StoreError
-from petri.study import Study
+from petri.study.schema import Study
 from petri.trajectory import SamplerSettings, Trajectory
 
 
@@ -114,7 +114,7 @@ class PetriService:
         wait_s: float | None = None,
         show_progress: bool = False,
     ) -> StudyResult:
-        """:func:`petri.runner.run_study` on this service's model and store, holding the one-job
+        """:func:`petri.study.runner.run_study` on this service's model and store, holding the one-job
         lock for the whole study (raises :class:`BusyError` if another job holds it). Rerunning the
         same study with the same arguments resumes from the store."""
         with self.exclusive(wait_s):

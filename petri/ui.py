@@ -46,8 +46,8 @@ from petri.dish import (
     pinned_arrays,
 )
 from petri.metrics import anchor_concepts, steps_run
-from petri.plots import flips_bar
-from petri.seeding import plan_dish
+from petri.study.plots import flips_bar
+from petri.engine.seeding import plan_dish
 from petri.service import BusyError, PetriService
 from petri.tables import pairs_table, samples_table
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory

@@ -2,10 +2,10 @@
 bundled study file or an upload, run under the service's lock, then the study's three figures, the
 statistics summary and the CSV downloads.
 
-The study is validated by :func:`petri.study.study_from_dict` (the same checks as a study file) and
+The study is validated by :func:`petri.study.schema.study_from_dict` (the same checks as a study file) and
 run by :meth:`petri.service.PetriService.run_study` (the one-job lock; resumable); the numbers come
-from :func:`petri.analysis.analyze`, the figures from :mod:`petri.plots` and the files from
-:func:`petri.report.write_study`.
+from :func:`petri.study.analysis.analyze`, the figures from :mod:`petri.study.plots` and the files from
+:func:`petri.study.report.write_study`.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import gradio as gr
 import pandas as pd
 
 from petri.api import MAX_SAMPLES, MAX_STEPS, MAX_STUDY_BATCHES, gpu_task
-from petri.models import REPO_ROOT
+from petri.paths import studies_dir
 from petri.service import BusyError, PetriService
-from petri.study import Study, StudyError, load_study, study_from_dict
+from petri.study.schema import Study, StudyError, load_study, study_from_dict
 
-STUDY_DIR = REPO_ROOT / "assets" / "studies"
+STUDY_DIR = studies_dir()
 #: The UI runs at most this many (event, template) batches per study (the CLI has no limit).
 UI_WAIT_S = 600.0
 EVENT_COLUMNS = ["id", "group", "text", "concepts"]
@@ -164,8 +164,8 @@ class StudyController:
 
     def run(self, meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps=None,
             progress=gr.Progress()):
-        from petri.plots import event_ranking_figure, instability_figure, jaccard_heatmap
-        from petri.report import write_study
+        from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap
+        from petri.study.report import write_study
 
         try:
             study = fields_to_study(meta, concepts, events, templates, comparison, show)

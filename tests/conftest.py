@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from petri.tiny import tiny_random_model  # noqa: E402
+from petri.engine.tiny import tiny_random_model  # noqa: E402
 
 
 @pytest.fixture(scope="session")

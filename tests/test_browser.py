@@ -29,10 +29,10 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory, live_server):
     from petri.api import create_app
-    from petri.models import EMBEDDED_MODEL_PATH, load_model
+    from petri.engine.torch_model import EMBEDDED_MODEL_PATH, load_model
     from petri.service import PetriService
     from petri.store import RunStore
-    from petri.tiny import tiny_random_model
+    from petri.engine.tiny import tiny_random_model
 
     if (EMBEDDED_MODEL_PATH / "config.json").exists():
         lm, source = load_model(EMBEDDED_MODEL_PATH, device="cpu"), str(EMBEDDED_MODEL_PATH)

@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 
 from petri.dish import Dish
-from petri.models import EMBEDDED_MODEL_PATH, default_model_name, load_model
-from petri.seeding import seed_dish
+from petri.engine.torch_model import EMBEDDED_MODEL_PATH, default_model_name, load_model
+from petri.engine.seeding import seed_dish
 
 
 @pytest.fixture(scope="module")

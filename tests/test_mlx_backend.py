@@ -4,10 +4,10 @@
     absolute difference ≤ ``LOGITS_ATOL`` (1e-4; logits are softcapped to ±30; measured ≈ 2e-6).
 (b) Same trajectory with sampling noise removed: both samplers start from one given canvas, take the
     argmax instead of a multinomial draw and renoise from one fixed token stream
-    (:class:`~petri.backends.fixed_noise.FixedNoise`); anchors pinned. The raw argmax at every step,
+    (:class:`~petri.engine.fixed_noise.FixedNoise`); anchors pinned. The raw argmax at every step,
     the accept masks, the steps run and the final canvas must be equal; entropies within 1e-4.
 
-The torch sampler (``petri/sampler.py``) has no noise-free mode of its own, so the test drives it,
+The torch sampler (``petri/engine/torch_sampler.py``) has no noise-free mode of its own, so the test drives it,
 unchanged, by standing in for ``torch.randint`` (first call: the start canvas; later calls: the
 renoise stream) and ``torch.multinomial`` (argmax) while it runs.
 
@@ -31,12 +31,12 @@ import numpy as np
 import pytest
 import torch
 
-from petri.backends.fixed_noise import FixedNoise
-from petri.backends.select import BackendUnavailableError, mlx_available, select_backend
+from petri.engine.fixed_noise import FixedNoise
+from petri.engine.select import BackendUnavailableError, mlx_available, select_backend
 from petri.dish import Dish, concept_token_ids, layout_samples
-from petri.models import EMBEDDED_MODEL_PATH, LoadedModel, load_model
-from petri.sampler import _encode_prompt_once, run_sampler
-from petri.tiny import build_tiny_tokenizer, tiny_random_model
+from petri.engine.torch_model import EMBEDDED_MODEL_PATH, LoadedModel, load_model
+from petri.engine.torch_sampler import _encode_prompt_once, run_sampler
+from petri.engine.tiny import build_tiny_tokenizer, tiny_random_model
 from petri.trajectory import SamplerSettings
 
 LOGITS_ATOL = 1e-4
@@ -60,7 +60,7 @@ def variant_model() -> LoadedModel:
     sliding window, 6 experts top-3, and perturbed norms, router scales and layer scalars."""
     from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 
-    from petri.configs import MINIMAL_VISION_CONFIG
+    from petri.engine.configs import MINIMAL_VISION_CONFIG
 
     tokenizer = build_tiny_tokenizer()
     vocab = len(tokenizer)
@@ -108,7 +108,7 @@ def pairs(tmp_path_factory):
     """Per case: the torch model and the MLX model loaded from its saved checkpoint folder."""
     if not mlx_available():
         pytest.skip('mlx is not importable (pip install "mlx[cpu]")')
-    from petri.backends.mlx_sampler import load_mlx_model
+    from petri.engine.mlx_sampler import load_mlx_model
 
     built = {}
     for name, make in MODELS.items():
@@ -122,7 +122,7 @@ def pairs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def embedded_pair():
-    from petri.backends.mlx_sampler import load_mlx_model
+    from petri.engine.mlx_sampler import load_mlx_model
 
     return load_model(CHECKPOINT, device="cpu", dtype="float32"), load_mlx_model(CHECKPOINT, dtype="float32")
 
@@ -184,7 +184,7 @@ def test_same_logits_embedded(embedded_pair):
 # ------------------------------------------------------------------- (b) noise-free trajectory
 @contextmanager
 def torch_driven_by(fixed: FixedNoise, vocab: int):
-    """Make petri.sampler's random draws fixed: ``torch.randint`` hands out the start canvas, then
+    """Make petri.engine.torch_sampler's random draws fixed: ``torch.randint`` hands out the start canvas, then
     the renoise stream step by step; ``torch.multinomial`` becomes an argmax."""
     real_randint, real_multinomial = torch.randint, torch.multinomial
     calls = {"n": 0}
@@ -215,7 +215,7 @@ def anchored_layouts(lm, samples, seed=3, first_free=0):
 
 
 def check_trajectories(lm, mlm, prompt, layouts, settings, canvas_prefix=(), seed=5):
-    from petri.backends.mlx_sampler import run_mlx_sampler
+    from petri.engine.mlx_sampler import run_mlx_sampler
 
     fixed = FixedNoise.from_seed(seed, len(layouts), lm.canvas_length, lm.vocab_size, settings.max_denoising_steps)
     with torch_driven_by(fixed, lm.vocab_size):
@@ -273,7 +273,7 @@ def test_same_noise_free_trajectory_embedded(embedded_pair):
 # ------------------------------------------------------------------------- MLX sampler itself
 @needs_mlx
 def test_mlx_sampler_samples_with_anchors(pairs):
-    from petri.backends.mlx_sampler import run_mlx_sampler
+    from petri.engine.mlx_sampler import run_mlx_sampler
 
     lm, mlm = pairs["tiny-short-window"]
     layouts = anchored_layouts(lm, 4)
@@ -296,8 +296,8 @@ def test_mlx_sampler_samples_with_anchors(pairs):
 
 @needs_mlx
 def test_load_mlx_model_reads_the_folder(pairs, tmp_path):
-    from petri.backends.mlx_sampler import load_mlx_model
-    from petri.models import ModelNotFoundError
+    from petri.engine.mlx_sampler import load_mlx_model
+    from petri.engine.torch_model import ModelNotFoundError
 
     lm, mlm = pairs["tiny"]
     assert mlm.canvas_length == lm.canvas_length and mlm.vocab_size == lm.vocab_size
@@ -311,7 +311,7 @@ def test_load_mlx_model_reads_the_folder(pairs, tmp_path):
 
 # ----------------------------------------------------------------------- backend selection
 def test_select_backend_rules(monkeypatch):
-    import petri.backends.select as sel
+    import petri.engine.select as sel
 
     monkeypatch.delenv(sel.ENV_VAR, raising=False)
     monkeypatch.setattr(sel, "mlx_available", lambda: True)
@@ -336,7 +336,7 @@ def test_select_backend_rules(monkeypatch):
 def test_petri_imports_without_mlx():
     """MLX is optional: importing the package and the selector never imports mlx."""
     code = (
-        "import sys; import petri, petri.backends, petri.backends.select, petri.backends.fixed_noise; "
+        "import sys; import petri, petri.engine.select, petri.engine.select, petri.engine.fixed_noise; "
         "assert 'mlx' not in sys.modules, sorted(m for m in sys.modules if 'mlx' in m)"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -347,7 +347,7 @@ def test_petri_imports_without_mlx():
 def test_cli_seed_runs_on_the_mlx_backend(tmp_path):
     """``python -m petri seed --backend mlx`` samples with the MLX port end to end."""
     pytest.importorskip("mlx.core")
-    from petri.tiny import tiny_random_model
+    from petri.engine.tiny import tiny_random_model
 
     lm = tiny_random_model(canvas_length=16)
     folder = tmp_path / "tiny-mlx"

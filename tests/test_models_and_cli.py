@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 import torch
 
-from petri.backends import resolve_device, resolve_dtype
-from petri.models import ModelNotFoundError, load_model, settings_from_generation_config
-from petri.tiny import tiny_random_model
+from petri.engine.device import resolve_device, resolve_dtype
+from petri.engine.torch_model import ModelNotFoundError, load_model, settings_from_generation_config
+from petri.engine.tiny import tiny_random_model
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from petri.backends.torch_device import mps_available
+from petri.engine.device import mps_available
 from petri.dish import Dish
-from petri.models import load_model
-from petri.seeding import seed_dish
+from petri.engine.torch_model import load_model
+from petri.engine.seeding import seed_dish
 
 pytestmark = pytest.mark.skipif(not mps_available(), reason="no Apple MPS device on this machine")
 

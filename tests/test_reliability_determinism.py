@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from petri.api import create_app
-from petri.models import load_model
+from petri.engine.torch_model import load_model
 from petri.service import PetriService
 from petri.store import RunStore
 from reliability_support import EMBEDDED

@@ -229,7 +229,7 @@ def torch_threads():
 
 def test_cli_study_reports_a_full_disk_and_resumes_once_there_is_space(tmp_path, capsys, torch_threads):
     from petri.cli import main as cli_main
-    from petri.tiny import tiny_random_model
+    from petri.engine.tiny import tiny_random_model
 
     checkpoint = tmp_path / "tiny-ckpt"
     lm = tiny_random_model(canvas_length=16, seed=3)

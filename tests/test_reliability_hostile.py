@@ -379,8 +379,8 @@ sys.addaudithook(_audit_hook)  # audit hooks cannot be removed: it records only 
 
 
 def test_requests_naming_files_or_models_never_open_or_load_them(client, server, monkeypatch, tmp_path):
-    import petri.backends.select as select
-    import petri.models as models
+    import petri.engine.select as select
+    import petri.engine.torch_model as models
     from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
     secret_dir = tmp_path / "secret-target"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from petri.sampler import generate_kwargs, run_sampler
+from petri.engine.torch_sampler import generate_kwargs, run_sampler
 from petri.trajectory import SamplerSettings
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from petri.dish import Dish
-from petri.seeding import seed_dish
+from petri.engine.seeding import seed_dish
 from petri.store import RunStore, StoreError, check_run_id
 from petri.trajectory import SamplerSettings
 

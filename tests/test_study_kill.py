@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from petri.cli import main
-from petri.tiny import tiny_random_model
+from petri.engine.tiny import tiny_random_model
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = 2

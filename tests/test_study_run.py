@@ -12,16 +12,16 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-import petri.runner as runner
-from petri.analysis import analyze, clean_text, cluster_bootstrap_mean, study_tables
+import petri.study.runner as runner
+from petri.study.analysis import analyze, clean_text, cluster_bootstrap_mean, study_tables
 from petri.dish import LayoutError
 from petri.metrics import flip_counts
-from petri.plots import flip_heatmap, flips_bar, save_figures
-from petri.report import write_study
+from petri.study.plots import flip_heatmap, flips_bar, save_figures
+from petri.study.report import write_study
 from petri.service import BusyError, PetriService
 from petri.stats import event_level_values
 from petri.store import RunStore
-from petri.study import study_from_dict
+from petri.study.schema import study_from_dict
 from petri.trajectory import SamplerSettings
 from conftest import model_held
 
@@ -237,7 +237,7 @@ def test_one_sample_figures(full, tiny_lm, tmp_path):
 
 
 def test_image_failures_never_fail_the_run(monkeypatch, tmp_path):
-    import petri.plots as plots
+    import petri.study.plots as plots
 
     monkeypatch.setattr(plots, "_IMAGE_STATUS", (True, "pretend"))
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from petri.cli import main
-from petri.study import StudyError, load_study, study_from_dict
+from petri.study.schema import StudyError, load_study, study_from_dict
 
 REPO = Path(__file__).resolve().parent.parent
 STUDIES = REPO / "assets" / "studies"

@@ -10,7 +10,7 @@ import pytest
 
 from petri.service import PetriService
 from petri.store import RunStore
-from petri.study import StudyError
+from petri.study.schema import StudyError
 from petri.ui import DishController, highlighted_text, parse_concepts
 from petri.ui_study import StudyController, builtin_studies, fields_to_study, study_to_fields
 
@@ -113,7 +113,7 @@ def test_bundled_studies_load_into_the_tables():
     studies = builtin_studies()
     if not studies:
         pytest.skip("no bundled study files")
-    from petri.study import load_study
+    from petri.study.schema import load_study
 
     name, path = next(iter(studies.items()))
     meta, concepts, events, templates, comparison, show, ids = study_to_fields(load_study(path))

@@ -20,7 +20,7 @@ from petri.nouns import jaccard_matrix, mean_off_diagonal, tagger_name, top_noun
 from petri.stats import GroupComparison, LevelComparisons, compare_groups, compare_levels, event_level_values
 
 if TYPE_CHECKING:  # the runner imports torch; analysis only reads its result
-    from petri.runner import StudyBatch, StudyResult
+    from petri.study.runner import StudyBatch, StudyResult
 
 _SPECIAL_TOKEN = re.compile(r"<\|?[A-Za-z_][\w]*\|?>")
 KEY_COLUMNS = ("study_id", "event_id", "group", "template_id")
@@ -203,7 +203,7 @@ def _convergence(samples: pd.DataFrame, max_steps: int) -> dict[str, Any]:
 
 
 def analyze(result: StudyResult, *, top_n: int = 20, n_bootstrap: int = 2000, confidence: float = 0.95) -> StudyAnalysis:
-    """All of the study's statistics from a :class:`~petri.runner.StudyResult`."""
+    """All of the study's statistics from a :class:`~petri.study.runner.StudyResult`."""
     study = result.study
     max_steps = result.settings.max_denoising_steps
     tables = study_tables(result.batches, study.id)

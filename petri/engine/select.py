@@ -80,14 +80,14 @@ def load_backend_model(
     device: str = "auto",
     dtype: str = "auto",
 ) -> Any:
-    """Load a checkpoint on the selected backend: a :class:`petri.models.LoadedModel` (torch) or a
-    :class:`petri.backends.mlx_sampler.MLXLoadedModel` (mlx; ``device`` is ignored: MLX runs on
+    """Load a checkpoint on the selected backend: a :class:`petri.engine.torch_model.LoadedModel` (torch) or a
+    :class:`petri.engine.mlx_sampler.MLXLoadedModel` (mlx; ``device`` is ignored: MLX runs on
     its default device, the GPU on Apple silicon)."""
     if select_backend(backend) == "mlx":
-        from petri.backends.mlx_sampler import load_mlx_model
+        from petri.engine.mlx_sampler import load_mlx_model
 
         return load_mlx_model(name_or_path, dtype=dtype)
-    from petri.models import load_model
+    from petri.engine.torch_model import load_model
 
     return load_model(name_or_path, device=device, dtype=dtype)
 
@@ -98,17 +98,17 @@ def backend_of(lm: Any) -> str:
 
 
 def run_backend_sampler(lm: Any, prompt_ids: Sequence[int], layouts: Sequence, settings: Any = None, **kwargs: Any):
-    """Run the pinned, logged sampler of ``lm``'s backend (arguments as ``petri.sampler.run_sampler``)."""
+    """Run the pinned, logged sampler of ``lm``'s backend (arguments as ``petri.engine.torch_sampler.run_sampler``)."""
     from petri.trajectory import SamplerSettings
 
     settings = settings if settings is not None else SamplerSettings()
     if backend_of(lm) == "mlx":
-        from petri.backends.mlx_sampler import run_mlx_sampler
+        from petri.engine.mlx_sampler import run_mlx_sampler
 
         return run_mlx_sampler(lm, prompt_ids, layouts, settings, **kwargs)
     if kwargs.get("fixed_noise") is not None:
         raise ValueError("fixed_noise is supported by the MLX sampler only")
     kwargs.pop("fixed_noise", None)
-    from petri.sampler import run_sampler
+    from petri.engine.torch_sampler import run_sampler
 
     return run_sampler(lm, prompt_ids, layouts, settings, **kwargs)

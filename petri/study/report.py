@@ -1,6 +1,6 @@
 """Write a study's outputs: tidy CSVs + JSON sidecar, the figures, and ``report.md``.
 
-Never imports torch: it reads a :class:`~petri.runner.StudyResult` and its analysis.
+Never imports torch: it reads a :class:`~petri.study.runner.StudyResult` and its analysis.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from petri.analysis import StudyAnalysis, analyze
+from petri.study.analysis import StudyAnalysis, analyze
 from petri.export import package_versions, write_tables
-from petri.plots import event_ranking_figure, instability_figure, jaccard_heatmap, save_figures
+from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap, save_figures
 from petri.stats import GroupComparison
 
 if TYPE_CHECKING:
-    from petri.runner import StudyResult
+    from petri.study.runner import StudyResult
 
 #: The CSVs a study writes (the four tidy levels first, then pairs).
 STUDY_TABLES = ("positions", "segments", "samples", "events", "pairs")

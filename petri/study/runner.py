@@ -24,11 +24,11 @@ import torch
 from tqdm.auto import tqdm
 
 from petri.dish import Dish
-from petri.models import LoadedModel
-from petri.sampler import StepCallback
-from petri.seeding import plan_dish, seed_dish
+from petri.engine.torch_model import LoadedModel
+from petri.engine.torch_sampler import StepCallback
+from petri.engine.seeding import plan_dish, seed_dish
 from petri.store import RunStore
-from petri.study import Study, Template
+from petri.study.schema import Study, Template
 from petri.trajectory import SamplerSettings, Trajectory
 
 #: Bump when a change makes stored batches incompatible with new ones (new run ids then).

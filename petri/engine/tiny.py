@@ -10,8 +10,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerFast
 
-from petri.configs import small_diffusion_gemma_config
-from petri.models import LoadedModel
+from petri.engine.configs import small_diffusion_gemma_config
+from petri.engine.torch_model import LoadedModel
 
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>"]
 

@@ -28,7 +28,7 @@ import torch
 from transformers import DynamicCache
 
 from petri.dish import pinned_arrays
-from petri.models import LoadedModel
+from petri.engine.torch_model import LoadedModel
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory, assemble_trajectory, check_sampler_inputs
 
 #: Called after each step with (step index, raw argmax (S, L) on the host, finished (S,) bool).

@@ -6,7 +6,7 @@ prompt templates wrap them, and which two groups the headline test compares. The
 documented in ``assets/studies/README.md``; :func:`load_study` checks all of it *before* any
 sampling and raises :class:`StudyError` naming the file, the entry and the reason.
 
-This module never imports torch; the runner (``petri.runner.run_study``, re-exported here) does,
+This module never imports torch; the runner (``petri.study.runner.run_study``, re-exported here) does,
 lazily.
 """
 
@@ -352,11 +352,3 @@ def load_study(path: str | Path) -> Study:
     except json.JSONDecodeError as err:
         raise StudyError(source, f"JSON line {err.lineno} column {err.colno}", f"invalid JSON: {err.msg}") from None
     return study_from_dict(data, source=source, file_sha256=hashlib.sha256(raw).hexdigest())
-
-
-def __getattr__(name: str):  # PEP 562: the runner imports torch, so load it only when asked for
-    if name in ("run_study", "StudyResult", "StudyBatch", "study_run_id"):
-        from petri import runner
-
-        return getattr(runner, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

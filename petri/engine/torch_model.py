@@ -14,11 +14,11 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
 
-from petri.backends import resolve_device, resolve_dtype
+from petri.engine.device import resolve_device, resolve_dtype
+from petri.paths import embedded_model_path
 from petri.trajectory import SamplerSettings
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-EMBEDDED_MODEL_PATH = REPO_ROOT / "assets" / "petri-tiny"
+EMBEDDED_MODEL_PATH = embedded_model_path()
 REAL_MODEL_ID = "google/diffusiongemma-26B-A4B-it"
 
 

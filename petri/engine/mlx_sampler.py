@@ -1,7 +1,7 @@
 """The pinned, logged DiffusionGemma sampler on MLX (the fallback backend for Apple silicon without a
 usable PyTorch GPU; MLX also runs on a Linux CPU, where CI tests it).
 
-Step for step the same as :func:`petri.sampler.run_sampler` (see its docstring): decoder forward
+Step for step the same as :func:`petri.engine.torch_sampler.run_sampler` (see its docstring): decoder forward
 with the previous step's (temperature-scaled) logits as self-conditioning → linear temperature
 schedule → multinomial denoiser canvas → entropy-bounded acceptance with anchors at entropy 0 →
 renoise the rest → pin anchors → adaptive stop on a stable argmax canvas and low mean entropy over
@@ -10,7 +10,7 @@ free positions. It records the same raw argmax / entropy / accept logs and retur
 
 MLX draws different random numbers than torch, so the same seed gives different samples on the two
 backends. Parity is proven with the noise removed: pass ``fixed_noise`` (a
-:class:`~petri.backends.fixed_noise.FixedNoise`) to start from a given canvas, take the argmax
+:class:`~petri.engine.fixed_noise.FixedNoise`) to start from a given canvas, take the argmax
 instead of a multinomial draw, and renoise from a fixed token stream.
 """
 
@@ -24,8 +24,8 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from petri.backends.fixed_noise import FixedNoise
-from petri.backends.mlx_model import MLXDiffusionGemma, resolve_mlx_dtype
+from petri.engine.fixed_noise import FixedNoise
+from petri.engine.mlx_model import MLXDiffusionGemma, resolve_mlx_dtype
 from petri.dish import pinned_arrays
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory, assemble_trajectory, check_sampler_inputs
 
@@ -35,7 +35,7 @@ StepCallback = Callable[[int, np.ndarray, np.ndarray], None]
 
 @dataclass
 class MLXLoadedModel:
-    """An MLX model ready to sample from; mirrors :class:`petri.models.LoadedModel`'s fields."""
+    """An MLX model ready to sample from; mirrors :class:`petri.engine.torch_model.LoadedModel`'s fields."""
 
     model: MLXDiffusionGemma
     tokenizer: object
@@ -60,7 +60,7 @@ class MLXLoadedModel:
         return self.model.vocab_size
 
     def default_settings(self) -> SamplerSettings:
-        from petri.models import settings_from_generation_config
+        from petri.engine.torch_model import settings_from_generation_config
 
         if self.generation_config is None:
             return SamplerSettings()
@@ -81,11 +81,11 @@ def load_mlx_model(name_or_path: str | Path | None = None, dtype: str = "auto") 
 
     ``name_or_path``: a checkpoint folder or a hub id resolved from the local Hugging Face cache
     only (``None``: the embedded model). ``dtype``: ``"auto"`` is float32 on the CPU and bfloat16 on
-    an Apple GPU. Raises :class:`petri.models.ModelNotFoundError` when nothing is found locally.
+    an Apple GPU. Raises :class:`petri.engine.torch_model.ModelNotFoundError` when nothing is found locally.
     """
     from transformers import AutoTokenizer
 
-    from petri.models import EMBEDDED_MODEL_PATH, ModelNotFoundError, _missing_model_message
+    from petri.engine.torch_model import EMBEDDED_MODEL_PATH, ModelNotFoundError, _missing_model_message
 
     name = str(name_or_path) if name_or_path is not None else str(EMBEDDED_MODEL_PATH)
     local = Path(name).expanduser()
@@ -138,7 +138,7 @@ def accept_mask(entropy: mx.array, anchor_mask: mx.array, entropy_bound: float) 
 
 class StabilityTracker:
     """The adaptive stop: argmax canvas equal to the previous ``threshold`` ones and mean entropy
-    over free positions below ``confidence`` (exactly :class:`petri.sampler.StabilityTracker`)."""
+    over free positions below ``confidence`` (exactly :class:`petri.engine.torch_sampler.StabilityTracker`)."""
 
     def __init__(self, threshold: int, confidence: float, anchor_mask: mx.array):
         self.threshold = threshold
@@ -176,7 +176,7 @@ def run_mlx_sampler(
     on_step: StepCallback | None = None,
     fixed_noise: FixedNoise | None = None,
 ) -> Trajectory:
-    """Denoise one canvas per sample on MLX; arguments as :func:`petri.sampler.run_sampler`.
+    """Denoise one canvas per sample on MLX; arguments as :func:`petri.engine.torch_sampler.run_sampler`.
 
     ``seed`` seeds MLX's generator (``mx.random.seed``): reproducible on MLX, not equal to torch's
     samples. ``fixed_noise`` removes the randomness (given start canvas, argmax denoiser, fixed

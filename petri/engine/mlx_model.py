@@ -23,7 +23,7 @@ for op (fp32: logits within ~1e-5 of the torch model; ``tests/test_mlx_backend.p
 Weights are read with ``mx.load`` from the checkpoint's safetensors file(s) (bf16 included); the
 vision tower is ignored. The configuration is read with transformers' ``AutoConfig`` so per-layer
 head sizes resolve exactly as in the torch model. ``mlx`` is imported by this module: import it only
-when the MLX backend is wanted (``petri.backends.select`` does so lazily).
+when the MLX backend is wanted (``petri.engine.select`` does so lazily).
 
 Not ported (the petri sampler needs none of it): images, padded batches / attention masks, static
 caches, ``use_bidirectional_attention="all"``, attention biases, training. In bf16 the port and

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from petri.dish import Dish, PromptEncoding, concept_token_ids, encode_prompt, layout_samples
-from petri.models import LoadedModel
-from petri.backends.select import run_backend_sampler
-from petri.sampler import StepCallback
+from petri.engine.torch_model import LoadedModel
+from petri.engine.select import run_backend_sampler
+from petri.engine.torch_sampler import StepCallback
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
 
 

@@ -1,0 +1,37 @@
+"""Where the project's shipped files are: the embedded model and the study files.
+
+``assets/`` sits at the top of the source checkout. An installed copy (``pip install .``) puts the
+same files under ``<prefix>/share/concept-petri-dish/assets`` (the wheel's data files). The
+environment variable ``PETRI_ASSETS`` names another folder and wins over both.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+ENV_VAR = "PETRI_ASSETS"
+_CHECKOUT_ASSETS = Path(__file__).resolve().parent.parent / "assets"
+_INSTALLED_ASSETS = Path(sys.prefix) / "share" / "concept-petri-dish" / "assets"
+
+
+def assets_dir() -> Path:
+    """The assets folder: ``$PETRI_ASSETS``, else the source checkout's, else the installed copy's
+    (the first that exists; the checkout's path when none does, so messages name a real place)."""
+    if os.environ.get(ENV_VAR):
+        return Path(os.environ[ENV_VAR]).expanduser()
+    for candidate in (_CHECKOUT_ASSETS, _INSTALLED_ASSETS):
+        if (candidate / "petri-tiny").is_dir():
+            return candidate
+    return _CHECKOUT_ASSETS
+
+
+def embedded_model_path() -> Path:
+    """The embedded model's checkpoint folder (``assets/petri-tiny``)."""
+    return assets_dir() / "petri-tiny"
+
+
+def studies_dir() -> Path:
+    """The shipped study files (``assets/studies``)."""
+    return assets_dir() / "studies"
