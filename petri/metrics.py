@@ -96,14 +96,31 @@ def step_sum(values, steps) -> np.ndarray:
     return np.where(ran, values, 0).sum(axis=1, dtype=float)
 
 
-def _flipped(argmax: np.ndarray, steps: np.ndarray) -> np.ndarray:
-    """``(S, T, L)`` bool: position flipped at step t (never at t = 0 or in padding)."""
-    flipped = np.zeros(argmax.shape, dtype=bool)
-    flipped[:, 1:] = argmax[:, 1:] != argmax[:, :-1]
-    return flipped & steps_run(steps, argmax.shape[1])[:, :, None]
-
-
 # --------------------------------------------------------------------------- flips and commits
+
+
+def step_flips(previous, current) -> np.ndarray:
+    """One denoising step against the step before it: ``previous`` and ``current`` argmax of the
+    same shape (e.g. ``(S, L)``) → bool of that shape, True where the argmax changed (a flip).
+    The live view applies it to each new step as it arrives; :func:`flip_grid` to a whole history."""
+    previous, current = np.asarray(previous), np.asarray(current)
+    if previous.shape != current.shape:
+        raise ValueError(f"previous and current must have the same shape, got {previous.shape} and {current.shape}")
+    return previous != current
+
+
+def flip_grid(argmax, steps, anchor_mask=None) -> np.ndarray:
+    """Where each sample flipped: ``argmax`` ``(S, T, L)`` int, ``steps`` ``(S,)`` int,
+    ``anchor_mask`` ``(S, L)`` bool or None → ``(S, T, L)`` bool, True where
+    ``1 <= t < steps[s]`` and ``argmax[s, t, i] != argmax[s, t-1, i]`` (never at step 0, in padding,
+    or at a position of ``anchor_mask``). Every flip count, commit step and flip figure reads it."""
+    argmax, steps = _history(argmax, steps)
+    mask = _anchor_mask(anchor_mask, (argmax.shape[0], argmax.shape[2]))
+    flipped = np.zeros(argmax.shape, dtype=bool)
+    flipped[:, 1:] = step_flips(argmax[:, :-1], argmax[:, 1:])
+    flipped &= steps_run(steps, argmax.shape[1])[:, :, None]
+    flipped &= ~mask[:, None, :]
+    return flipped
 
 
 def flip_counts(argmax, steps, anchor_mask=None) -> np.ndarray:
@@ -113,11 +130,7 @@ def flip_counts(argmax, steps, anchor_mask=None) -> np.ndarray:
     → ``(S, L)`` int: ``sum over 1 <= t < steps[s] of [argmax[s,t,i] != argmax[s,t-1,i]]``,
     0 at anchor positions (so never average them in: select the free positions).
     """
-    argmax, steps = _history(argmax, steps)
-    mask = _anchor_mask(anchor_mask, (argmax.shape[0], argmax.shape[2]))
-    counts = _flipped(argmax, steps).sum(axis=1)
-    counts[mask] = 0
-    return counts
+    return flip_grid(argmax, steps, anchor_mask).sum(axis=1)
 
 
 def sample_flip_counts(history) -> np.ndarray:
@@ -140,7 +153,7 @@ def commit_steps(argmax, steps) -> np.ndarray:
     """
     argmax, steps = _history(argmax, steps)
     t = np.arange(argmax.shape[1])[None, :, None]
-    return (t * _flipped(argmax, steps)).max(axis=1)
+    return (t * flip_grid(argmax, steps)).max(axis=1)
 
 
 def settled_share(argmax, steps, last_k: int = 3, anchor_mask=None) -> np.ndarray:

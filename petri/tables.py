@@ -84,17 +84,50 @@ def segments_table(traj: Trajectory) -> pd.DataFrame:
     )
 
 
+def anchors_table(traj: Trajectory) -> pd.DataFrame:
+    """One row per sample × anchor (each sample's anchors in ``traj.anchors`` order): sample,
+    concept, start, end, intact (reading 1: the concept is a whole word of the sample's final text)
+    and agreement (reading 2: share of the sample's steps whose unforced argmax equals the anchor's
+    tokens). Every preservation figure (per sample, per event, per study) aggregates these rows."""
+    agreement = anchor_agreement(traj.argmax, traj.steps, traj.anchors)
+    rows = [
+        (s, a.concept, a.start, a.end, anchor_intact_in_text(text, a.concept), share)
+        for s, (text, spans) in enumerate(zip(traj.final_texts, traj.anchors))
+        for a, share in zip(spans, agreement[s])
+    ]
+    columns = ["sample", "concept", "start", "end", "intact", "agreement"]
+    frame = pd.DataFrame(rows, columns=columns).astype(
+        {"sample": int, "start": int, "end": int, "intact": bool, "agreement": float}
+    )
+    return _tagged(traj, {c: frame[c].to_numpy() for c in columns})
+
+
+def preservation_summary(anchors: pd.DataFrame) -> dict[str, float | int]:
+    """Anchor preservation of any set of :func:`anchors_table` rows (one event, one group, a whole
+    study): anchors_total, anchors_intact, intact_share (NaN without anchors) and mean_agreement
+    (NaN without anchors)."""
+    total = int(len(anchors))
+    intact = int(anchors["intact"].sum()) if total else 0
+    return {
+        "anchors_total": total,
+        "anchors_intact": intact,
+        "intact_share": intact / total if total else float("nan"),
+        "mean_agreement": float(anchors["agreement"].mean()) if total else float("nan"),
+    }
+
+
 def samples_table(traj: Trajectory, last_k: int = 3) -> pd.DataFrame:
     """One row per sample.
 
     Columns: sample, steps, mean_flips_free (mean flips over non-anchor positions), settled_share
     (free positions that did not flip in the last ``last_k`` steps), anchor_layout
-    (``"person@3,order@20"`` in canvas order), final_text, anchors_intact (anchors whose concept is
-    a whole word of the final text), n_anchors, mean_agreement (mean anchor agreement; NaN
-    without anchors).
+    (``"person@3,order@20"`` in canvas order), final_text, and the sample's
+    :func:`preservation_summary` as anchors_intact, n_anchors and mean_agreement (NaN without
+    anchors).
     """
     free = ~traj.anchor_mask
-    agreement = anchor_agreement(traj.argmax, traj.steps, traj.anchors)
+    anchors = anchors_table(traj)
+    kept = [preservation_summary(anchors[anchors["sample"] == s]) for s in range(traj.n_samples)]
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_flips_free = _flips(traj).sum(axis=1) / free.sum(axis=1)  # anchors count 0 flips
     return _tagged(
@@ -109,12 +142,9 @@ def samples_table(traj: Trajectory, last_k: int = 3) -> pd.DataFrame:
                 for spans in traj.anchors
             ],
             "final_text": traj.final_texts,
-            "anchors_intact": [
-                sum(anchor_intact_in_text(text, a.concept) for a in spans)
-                for text, spans in zip(traj.final_texts, traj.anchors)
-            ],
-            "n_anchors": [len(spans) for spans in traj.anchors],
-            "mean_agreement": [float(np.mean(a)) if a else np.nan for a in agreement],
+            "anchors_intact": [k["anchors_intact"] for k in kept],
+            "n_anchors": [k["anchors_total"] for k in kept],
+            "mean_agreement": [k["mean_agreement"] for k in kept],
         },
     )
 

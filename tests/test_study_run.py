@@ -16,7 +16,7 @@ import petri.study.runner as runner
 from petri.study.analysis import analyze, clean_text, cluster_bootstrap_mean, study_tables
 from petri.dish import LayoutError
 from petri.metrics import flip_counts
-from petri.study.plots import flip_heatmap, flips_bar, save_figures
+from petri.study.plots import flips_bar, save_figures, sample_flip_heatmap as flip_heatmap
 from petri.study.report import write_study
 from petri.service import BusyError, PetriService
 from petri.stats import event_level_values

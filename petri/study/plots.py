@@ -4,7 +4,8 @@ Study figures: (1) :func:`instability_figure`, instability distributions of the 
 and the extra ones with the event-level test on the figure; (2) :func:`event_ranking_figure`, mean
 instability per event, ranked, with confidence intervals, coloured by group; (3)
 :func:`jaccard_heatmap`, the template Jaccard matrix. One-sample views for the UI:
-(4) :func:`flip_heatmap`, step × position, 1 where the raw argmax changed from the previous step;
+(4) :func:`flip_heatmap`, step × position, how many samples' raw argmax changed from the previous
+step (the one drawing of it, also used live by the UI; :func:`sample_flip_heatmap` for one sample);
 (5) :func:`flips_bar`, flips per position with the anchors highlighted.
 
 :func:`save_figures` always writes HTML (with one shared ``plotly.min.js`` beside the files, so
@@ -17,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,9 +26,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from petri.metrics import flip_counts
+from petri.metrics import flip_counts, flip_grid
 from petri.stats import LevelComparisons
-from petri.trajectory import Trajectory
+from petri.trajectory import AnchorSpan, Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -161,11 +162,19 @@ def jaccard_heatmap(matrix: pd.DataFrame, mean_off_diagonal: float | None = None
 # --------------------------------------------------------------------------- one-sample views
 
 
-def _token_texts(tokenizer, ids: np.ndarray) -> np.ndarray:
-    """Decoded text of each id (same shape), each distinct id decoded once."""
-    uniq = np.unique(ids)
-    table = {int(i): (tokenizer.decode([int(i)]) if i >= 0 else "") for i in uniq}
-    return np.vectorize(lambda i: repr(table[int(i)])[1:-1], otypes=[object])(ids)
+def token_texts(decode: Callable[[int], str], ids) -> np.ndarray:
+    """Readable text of each token id, for hovers: ``ids`` any int shape → object array of that
+    shape, each distinct id decoded once with ``decode(id)``, control characters escaped (a newline
+    shows as ``\\n``), ``""`` for -1 (no token)."""
+    ids = np.asarray(ids)
+    if ids.size == 0:
+        return np.empty(ids.shape, dtype=object)
+    table = {int(i): (repr(decode(int(i)))[1:-1] if i >= 0 else "") for i in np.unique(ids)}
+    return np.vectorize(lambda i: table[int(i)], otypes=[object])(ids)
+
+
+def _decoder(tokenizer) -> Callable[[int], str]:
+    return lambda i: tokenizer.decode([i])
 
 
 def _check_sample(traj: Trajectory, sample: int) -> int:
@@ -174,11 +183,14 @@ def _check_sample(traj: Trajectory, sample: int) -> int:
     return int(sample)
 
 
-def _mark_anchors(fig: go.Figure, traj: Trajectory, sample: int, *, outline: bool = False) -> None:
-    """Mark each anchor span (labelled with its concept above the plot) and the pinned canvas
-    prefix: shaded behind bars, or outlined on top of a heatmap (``outline``)."""
-    spans = traj.anchors[sample]
-    in_span = np.zeros(traj.canvas_length, dtype=bool)
+def _mark_anchors(
+    fig: go.Figure, spans: Sequence[AnchorSpan], pinned, *, outline: bool = False, colors: dict[str, str] | None = None
+) -> None:
+    """Mark each anchor span (labelled with its concept above the plot, coloured by ``colors`` or
+    :data:`ANCHOR_COLOR`) and the rest of the pinned positions ``pinned`` ``(L,)`` bool (the canvas
+    prefix): shaded behind bars, or outlined on top of a heatmap (``outline``)."""
+    pinned = np.asarray(pinned, dtype=bool)
+    in_span = np.zeros(pinned.shape, dtype=bool)
 
     def mark(x0: float, x1: float, color: str, label: str, size: int) -> None:
         if outline:
@@ -189,41 +201,74 @@ def _mark_anchors(fig: go.Figure, traj: Trajectory, sample: int, *, outline: boo
 
     for a in spans:
         in_span[a.start:a.end] = True
-        mark(a.start - 0.5, a.end - 0.5, ANCHOR_COLOR, f"<b>{a.concept}</b>", 12)
-    prefix = np.flatnonzero(traj.anchor_mask[sample] & ~in_span)
+        mark(a.start - 0.5, a.end - 0.5, (colors or {}).get(a.concept, ANCHOR_COLOR), f"<b>{a.concept}</b>", 12)
+    prefix = np.flatnonzero(pinned & ~in_span)
     if prefix.size:
         mark(prefix.min() - 0.5, prefix.max() + 0.5, "#6c757d", "pinned prefix", 10)
 
 
-def flip_heatmap(traj: Trajectory, sample: int, tokenizer=None) -> go.Figure:
-    """Step × position map of one sample: z = 1 where the raw argmax changed from the previous step
-    (step 0 is all 0). Anchor spans are outlined. With a tokenizer, hovering shows the argmax token
-    at that step."""
-    s = _check_sample(traj, sample)
-    hist = traj.sample_argmax(s)
-    z = np.zeros(hist.shape, dtype=int)
-    z[1:] = hist[1:] != hist[:-1]
-    hover = "step %{y}, position %{x}<br>flipped: %{z}"
-    custom = None
-    if tokenizer is not None:
-        custom = _token_texts(tokenizer, hist)
-        hover += "<br>token: %{customdata}"
+def flip_heatmap(
+    flips,
+    *,
+    n_samples: int = 1,
+    anchors: Sequence[AnchorSpan] = (),
+    pinned=None,
+    blank_pinned: bool = False,
+    tokens=None,
+    colors: dict[str, str] | None = None,
+    title: str = "",
+) -> go.Figure:
+    """The step × position flip map (the one drawing of it: one sample, a whole dish, or a dish
+    while it samples). ``flips`` ``(T, L)``: how many of ``n_samples`` samples flipped at each step
+    and position (0/1 for one sample; rows from :func:`petri.metrics.flip_grid`). ``anchors`` are
+    outlined and labelled; ``pinned`` ``(L,)`` bool marks the pinned prefix, and with
+    ``blank_pinned`` its positions are drawn blank (not measured). ``tokens`` ``(T, L)`` text (from
+    :func:`token_texts`) is shown on hover."""
+    z = np.asarray(flips, dtype=float)
+    if z.ndim != 2:
+        raise ValueError(f"flips must have shape (T, L), got {z.shape}")
+    length = z.shape[1]
+    pinned = np.zeros(length, dtype=bool) if pinned is None else np.asarray(pinned, dtype=bool)
+    if z.shape[0] == 0:
+        z, tokens = np.full((1, length), np.nan), None
+    if blank_pinned:
+        z = z.copy()
+        z[:, pinned] = np.nan
+    hover = "step %{y}, position %{x}<br>samples flipping: %{z}"
+    if tokens is not None:
+        tokens = np.asarray(tokens, dtype=object)
+        if tokens.shape != z.shape:
+            raise ValueError(f"tokens must have the shape of flips {z.shape}, got {tokens.shape}")
+        hover += "<br>token (sample 0): <b>%{customdata}</b>"
     fig = go.Figure(
         go.Heatmap(
-            z=z, x=np.arange(hist.shape[1]), y=np.arange(hist.shape[0]), customdata=custom, zmin=0, zmax=1,
-            colorscale=[[0, "#f8f9fa"], [1, "#d62828"]], showscale=False, hovertemplate=hover + "<extra></extra>",
-            xgap=1, ygap=1,
+            z=z, x=np.arange(length), y=np.arange(z.shape[0]), customdata=tokens, zmin=0, zmax=max(1, n_samples),
+            colorscale="YlOrRd", showscale=n_samples > 1, hovertemplate=hover + "<extra></extra>", xgap=0, ygap=0,
+            colorbar={"title": {"text": "samples<br>flipping", "side": "top"}, "thickness": 12, "tickformat": "d"},
         )
     )
-    _mark_anchors(fig, traj, s, outline=True)
-    flips = int(z.sum())
+    _mark_anchors(fig, anchors, pinned, outline=True, colors=colors)
     fig.update_layout(
-        title=f"Flips of sample {s}: {flips} argmax changes over {hist.shape[0]} steps (anchors outlined)",
-        template="plotly_white", height=max(320, 12 * hist.shape[0] + 160),
+        title={"text": title, "font": {"size": 14}, "x": 0.01}, template="plotly_white",
+        height=max(400, min(900, 12 * z.shape[0] + 160)), margin={"l": 50, "r": 10, "t": 80, "b": 40},
     )
-    fig.update_xaxes(title_text="canvas position")
+    fig.update_xaxes(title_text="canvas position", range=[-0.5, length - 0.5])
     fig.update_yaxes(title_text="denoising step", autorange="reversed")
     return fig
+
+
+def sample_flip_heatmap(traj: Trajectory, sample: int, tokenizer=None) -> go.Figure:
+    """:func:`flip_heatmap` of one sample over the steps it ran: 1 where its raw argmax changed from
+    the previous step (step 0 is all 0; anchors included: their raw argmax is the model's unforced
+    proposal). With a tokenizer, hovering shows the argmax token at that step."""
+    s = _check_sample(traj, sample)
+    ran = int(traj.steps[s])
+    z = flip_grid(traj.argmax[s : s + 1, :ran], traj.steps[s : s + 1])[0].astype(int)
+    tokens = token_texts(_decoder(tokenizer), traj.argmax[s, :ran]) if tokenizer is not None else None
+    return flip_heatmap(
+        z, anchors=traj.anchors[s], pinned=traj.anchor_mask[s], tokens=tokens,
+        title=f"Flips of sample {s}: {int(z.sum())} argmax changes over {ran} steps (anchors outlined)",
+    )
 
 
 def flips_bar(traj: Trajectory, sample: int, tokenizer=None) -> go.Figure:
@@ -235,10 +280,10 @@ def flips_bar(traj: Trajectory, sample: int, tokenizer=None) -> go.Figure:
     hover = "position %{x}<br>flips %{y}"
     custom = None
     if tokenizer is not None:
-        custom = _token_texts(tokenizer, traj.final_ids[s])
+        custom = token_texts(_decoder(tokenizer), traj.final_ids[s])
         hover += "<br>final token: %{customdata}"
     fig = go.Figure(go.Bar(x=np.arange(traj.canvas_length), y=flips, marker_color=list(colors), customdata=custom, hovertemplate=hover + "<extra></extra>"))
-    _mark_anchors(fig, traj, s)
+    _mark_anchors(fig, traj.anchors[s], traj.anchor_mask[s])
     free = ~traj.anchor_mask[s]
     mean_free = float(flips[free].mean()) if free.any() else float("nan")
     fig.update_layout(
