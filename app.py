@@ -16,7 +16,7 @@ import ipaddress
 import os
 import sys
 
-from petri.api import create_app
+from petri.web.app import create_app
 from petri.engine.select import BackendUnavailableError
 from petri.cli import add_model_arguments, load_from_args
 from petri.engine.torch_model import ModelNotFoundError

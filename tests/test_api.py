@@ -13,7 +13,8 @@ import httpx
 import pandas as pd
 import pytest
 
-from petri.api import MAX_SAMPLES, create_app
+from petri.web.app import create_app
+from petri.web.limits import MAX_SAMPLES
 from petri.service import PetriService
 from petri.store import RunStore
 from petri.tables import pairs_table
@@ -219,9 +220,9 @@ def test_bad_field_is_named(client, case):
 
 
 def test_trajectories_too_large_for_one_response(client, monkeypatch):
-    import petri.api
+    import petri.web.limits
 
-    monkeypatch.setattr(petri.api, "MAX_TRAJECTORY_CELLS", 1000)  # 3 samples × 4 steps × 16 = 192 per event
+    monkeypatch.setattr(petri.web.limits, "MAX_TRAJECTORY_CELLS", 1000)  # 3 samples × 4 steps × 16 = 192 per event
     body = seed_body(event=None, events=[{"event": f"event {i}"} for i in range(6)], include_trajectories=True)
     r = client.post("/api/seed", json=body)
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "include_trajectories"]

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory, live_server):
-    from petri.api import create_app
+    from petri.web.app import create_app
     from petri.engine.torch_model import EMBEDDED_MODEL_PATH, load_model
     from petri.service import PetriService
     from petri.store import RunStore

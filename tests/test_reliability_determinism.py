@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from petri.api import create_app
+from petri.web.app import create_app
 from petri.engine.torch_model import load_model
 from petri.service import PetriService
 from petri.store import RunStore

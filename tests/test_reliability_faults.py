@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 import app as app_module
-from petri.api import create_app
+from petri.web.app import create_app
 from petri.service import PetriService
 from petri.store import RunStore
 from reliability_support import EMBEDDED, HEAVY, REPO, AppProcess, integrity, remount, stored_rows, tmpfs

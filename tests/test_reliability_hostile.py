@@ -31,7 +31,8 @@ from hypothesis import strategies as st
 from schemathesis.checks import negative_data_rejection, not_a_server_error, response_schema_conformance
 
 import app as app_module
-from petri.api import MAX_BODY_BYTES, MAX_SEED, create_app
+from petri.web.app import create_app
+from petri.web.limits import MAX_BODY_BYTES, MAX_SEED
 from petri.service import PetriService
 from petri.store import RunStore
 from conftest import model_held

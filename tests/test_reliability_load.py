@@ -27,7 +27,7 @@ import httpx
 import pandas as pd
 import pytest
 
-from petri.api import MAX_QUEUED
+from petri.web.limits import MAX_QUEUED
 from reliability_support import EMBEDDED, HEAVY, AppProcess, listening_addresses
 
 N_REQUESTS = 200 if HEAVY else 50

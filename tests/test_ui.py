@@ -11,8 +11,9 @@ import pytest
 from petri.service import PetriService
 from petri.store import RunStore
 from petri.study.schema import StudyError
-from petri.ui import DishController, highlighted_text, parse_concepts
-from petri.ui_study import StudyController, builtin_studies, fields_to_study, study_to_fields
+from petri.web.ui_dish import DishController
+from petri.web.ui_views import highlighted_text, parse_concepts
+from petri.web.ui_study import StudyController, builtin_studies, fields_to_study, study_to_fields
 
 
 @pytest.fixture()

@@ -2,9 +2,11 @@
 bundled study file or an upload, run under the service's lock, then the study's three figures, the
 statistics summary and the CSV downloads.
 
-The study is validated by :func:`petri.study.schema.study_from_dict` (the same checks as a study file) and
-run by :meth:`petri.service.PetriService.run_study` (the one-job lock; resumable); the numbers come
-from :func:`petri.study.analysis.analyze`, the figures from :mod:`petri.study.plots` and the files from
+The edited tables become a ``POST /api/study`` body (:class:`~petri.web.requests.StudyRequest`)
+and go through the API's checks (:func:`~petri.web.requests.prepare_study`: the study-file schema,
+the text limits, :data:`~petri.web.limits.MAX_STUDY_BATCHES`, prompt length, layouts) and the API's
+model call (:func:`~petri.web.gpu.run_study_job`: the one-job lock; resumable); the numbers come from
+:func:`petri.study.analysis.analyze`, the figures from :mod:`petri.study.plots` and the files from
 :func:`petri.study.report.write_study`.
 """
 
@@ -12,19 +14,23 @@ from __future__ import annotations
 
 import math
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 import gradio as gr
 import pandas as pd
+from pydantic import ValidationError
 
-from petri.api import MAX_SAMPLES, MAX_STEPS, MAX_STUDY_BATCHES, gpu_task
 from petri.paths import studies_dir
 from petri.service import BusyError, PetriService
 from petri.study.schema import Study, StudyError, load_study, study_from_dict
+from petri.web.errors import FieldError
+from petri.web.gpu import run_study_job
+from petri.web.limits import MAX_SAMPLES, MAX_STEPS
+from petri.web.requests import SettingsIn, StudyRequest, prepare_study
+from petri.web.ui_views import request_error_message
 
 STUDY_DIR = studies_dir()
-#: The UI runs at most this many (event, template) batches per study (the CLI has no limit).
+#: How long a study waits for a running job (an API request or another tab) before giving up.
 UI_WAIT_S = 600.0
 EVENT_COLUMNS = ["id", "group", "text", "concepts"]
 TEMPLATE_COLUMNS = ["id", "text"]
@@ -64,8 +70,8 @@ def _rows(table) -> list[list]:
     return rows
 
 
-def fields_to_study(meta: dict | None, concepts: str, events, templates, comparison: str, show: str) -> Study:
-    """The edited tables as a validated :class:`Study` (raises :class:`StudyError` naming the entry)."""
+def fields_to_dict(meta: dict | None, concepts: str, events, templates, comparison: str, show: str) -> dict:
+    """The edited tables as a study in the study-file schema (what ``POST /api/study`` takes)."""
     meta = meta or {}
     data: dict = {
         "schema": 1,
@@ -86,14 +92,12 @@ def fields_to_study(meta: dict | None, concepts: str, events, templates, compari
     pair = _split(comparison)
     if pair:
         data["comparison"] = {"groups": pair, "show": _split(show)}
-    return study_from_dict(data, source="study (UI)")
+    return data
 
 
-@gpu_task
-def _run_study(service: PetriService, study: Study, samples: int, seed: int, settings, template_ids, progress):
-    """The study under the service's one-job lock (waits up to ``UI_WAIT_S`` for a running job)."""
-    return service.run_study(study, samples=samples, seed=seed, settings=settings, templates=template_ids,
-                             progress=progress, wait_s=UI_WAIT_S)
+def fields_to_study(meta: dict | None, concepts: str, events, templates, comparison: str, show: str) -> Study:
+    """The edited tables as a validated :class:`Study` (raises :class:`StudyError` naming the entry)."""
+    return study_from_dict(fields_to_dict(meta, concepts, events, templates, comparison, show), source="study (UI)")
 
 
 def statistics_markdown(result, analysis) -> str:
@@ -129,6 +133,8 @@ def statistics_markdown(result, analysis) -> str:
 
 
 class StudyController:
+    """The Study tab's handlers (kept apart from the layout code so they can be called directly)."""
+
     def __init__(self, service: PetriService):
         self.service = service
         self.workdir = Path(tempfile.mkdtemp(prefix="petri-study-"))
@@ -167,36 +173,25 @@ class StudyController:
         from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap
         from petri.study.report import write_study
 
-        try:
-            study = fields_to_study(meta, concepts, events, templates, comparison, show)
-        except StudyError as err:
-            raise gr.Error(f"{err.entry}: {err.reason}", title="Check the study") from None
-        samples = int(samples or 1)
-        if not 1 <= samples <= MAX_SAMPLES:
-            raise gr.Error(f"samples: must be 1-{MAX_SAMPLES}, got {samples}")
-        settings = self.service.lm.default_settings()
-        if steps:
-            if not 1 <= int(steps) <= MAX_STEPS:
-                raise gr.Error(f"max_denoising_steps: must be 1-{MAX_STEPS}, got {steps}")
-            settings = replace(settings, max_denoising_steps=int(steps))
         if not template_ids:
             raise gr.Error("templates: choose at least one template to run")
         try:
-            chosen = study.select_templates(list(template_ids))
-        except StudyError as err:
-            raise gr.Error(f"{err.entry}: {err.reason}") from None
-        batches = len(study.events) * len(chosen)
-        if batches > MAX_STUDY_BATCHES:
-            raise gr.Error(f"study: {batches} batches (events × templates) is more than the UI runs "
-                           f"({MAX_STUDY_BATCHES}); use `python -m petri study` for large studies")
-        progress((0, batches), desc="waiting for the model" if self.service.busy else "starting")
+            request = StudyRequest(
+                study=fields_to_dict(meta, concepts, events, templates, comparison, show),
+                samples=int(samples or 1), seed=int(seed or 0), templates=list(template_ids),
+                settings=SettingsIn(max_denoising_steps=int(steps) if steps else None),
+            )
+            study, settings, chosen = prepare_study(request, self.service.lm)  # the checks of POST /api/study
+        except (ValidationError, FieldError) as err:
+            raise gr.Error(request_error_message(err), title="Check the study") from None
+        progress((0, len(study.events) * len(chosen)), desc="waiting for the model" if self.service.busy else "starting")
 
         def on_progress(p):
             progress((p.done, p.total), desc=f"{p.event_id} / {p.template_id}" + (" (stored)" if p.skipped else ""))
 
         try:
-            result = _run_study(self.service, study, samples, int(seed or 0), settings, [t.id for t in chosen],
-                                on_progress)
+            result = run_study_job(self.service, study, request.samples, request.seed, settings, chosen,
+                                   UI_WAIT_S, on_progress)
         except BusyError as err:
             raise gr.Error(f"The model is busy: {err}", title="Busy") from None
         except (StudyError, ValueError) as err:

@@ -1,0 +1,42 @@
+"""The whole web app: ``/api/*`` routes, OpenAPI docs at ``/docs``, the Gradio UI at ``/``."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from petri.service import PetriService
+from petri.web.errors import install_error_handlers
+from petri.web.limits import MAX_UPLOAD_BYTES
+from petri.web.routes import JobGate, router
+
+
+def create_app(
+    service: PetriService,
+    *,
+    ui: bool = True,
+    model_source: str | None = None,
+    busy_wait_s: float = 0.0,
+) -> FastAPI:
+    """The FastAPI app over ``service`` (kept on ``app.state.service``), with the Gradio UI mounted at
+    ``/`` unless ``ui`` is False.
+
+    ``model_source`` (the folder or hub id the model came from) lets the UI show its model card;
+    ``busy_wait_s`` is how long an API request waits for a running job before answering 503.
+    """
+    app = FastAPI(
+        title="Concept Petri Dish",
+        description="Pin concept anchors on a text-diffusion canvas and measure where the model struggled.",
+        version="1.0",
+    )
+    app.state.service = service
+    app.state.jobs = JobGate(service, busy_wait_s)
+    install_error_handlers(app)
+    app.include_router(router)
+    if ui:
+        import gradio as gr
+
+        from petri.web.ui import UI_CSS, build_ui
+
+        blocks = build_ui(service, model_source=model_source)
+        app = gr.mount_gradio_app(app, blocks, path="/", css=UI_CSS, max_file_size=MAX_UPLOAD_BYTES)
+    return app

@@ -1,0 +1,54 @@
+"""The limits of a request to the web app (API and UI alike), and their wording for ``/api/health``.
+
+Read a limit as ``limits.MAX_...`` where it may be changed at run time (tests lower
+:data:`MAX_TRAJECTORY_CELLS`): every reader then sees the same value.
+"""
+
+from __future__ import annotations
+
+MIN_CONCEPTS = 2
+MAX_CONCEPTS = 8
+MAX_CONCEPT_CHARS = 64
+MAX_SAMPLES = 64
+MAX_EVENTS = 24
+MAX_TEXT_CHARS = 2000
+MAX_GROUP_CHARS = 64
+MAX_STEPS = 256
+#: Lowest sampler temperature: the logits are divided by it, and a smaller one overflows to inf/NaN
+#: (at once in fp16/bf16).
+MIN_TEMPERATURE = 0.01
+MAX_SEED = 2**32 - 1
+#: ``include_trajectories`` returns samples × steps × canvas integers per event; capped per response.
+MAX_TRAJECTORY_CELLS = 8_000_000
+#: Seconds a client is told to wait (``Retry-After``) when the model is busy.
+RETRY_AFTER_S = 5
+#: Largest request body (bytes) of a POST route; a bigger one is refused with 413 before it is parsed.
+#: The largest valid seed request is far smaller (24 events of 2,000 characters).
+MAX_BODY_BYTES = 1024 * 1024
+#: Largest file the Gradio UI accepts (a study file); Gradio's own default is no limit at all.
+MAX_UPLOAD_BYTES = 4 * 1024 * 1024
+#: Model jobs that may wait for the one-job lock at once (only with ``busy_wait_s`` > 0); one more
+#: is refused with 503, so waiting requests never hold every worker thread of the server.
+MAX_QUEUED = 8
+#: (event, template) batches of one study run from the web (``python -m petri study`` has no limit).
+MAX_STUDY_BATCHES = 600
+
+LIMITS = {
+    "concepts": f"{MIN_CONCEPTS}-{MAX_CONCEPTS} per request, each 1-{MAX_CONCEPT_CHARS} characters, "
+    "no control characters, no leading/trailing whitespace, no duplicates",
+    "samples": f"1-{MAX_SAMPLES} per event",
+    "events": f"1-{MAX_EVENTS} per request",
+    "text": f"event and template at most {MAX_TEXT_CHARS} characters each; group labels at most "
+    f"{MAX_GROUP_CHARS}",
+    "max_denoising_steps": f"1-{MAX_STEPS}",
+    "temperature": f"t_min and t_max {MIN_TEMPERATURE}-10",
+    "template": "placeholders {event} and {concepts} only (no format specs or attributes); "
+    "the prompt plus the canvas must fit the model's positions",
+    "seed": f"0-{MAX_SEED}",
+    "positions": "one canvas start per concept; every anchor must fit the free canvas without overlap",
+    "include_trajectories": f"at most {MAX_TRAJECTORY_CELLS:,} argmax values (events × samples × steps × canvas) "
+    "per response",
+    "body": f"at most {MAX_BODY_BYTES:,} bytes of JSON per request (else 413)",
+    "study": f"at most {MAX_STUDY_BATCHES} (event, template) batches; concepts, events, templates and groups "
+    "within the limits above",
+}

@@ -1,0 +1,204 @@
+"""The ``/api`` routes (OpenAPI docs at ``/docs``); each gets the service with ``Depends``.
+
+- ``POST /api/seed``: concepts, one event or a list of events (with group labels), a template,
+  samples, sampler settings, a seed → run id, model, per-sample anchor layout, final text, steps,
+  flips, segments, preservation, per-pair instability, timings; the per-step argmax on request.
+- ``GET /api/runs`` (recent runs), ``GET /api/runs/{run_id}`` and
+  ``GET /api/runs/{run_id}/{table}.csv`` (``positions``, ``segments``, ``samples``, ``pairs``):
+  stored results, recomputed from the stored trajectories.
+- ``POST /api/study``: a study (the study-file schema), samples, settings, a seed → the study run
+  (resumable: posting the same body again resumes an interrupted run from the run store).
+- ``GET /api/health``: model, device, dtype, whether a job is running, and the request limits.
+
+Sampling runs in a worker thread, so the server stays responsive; at most
+:data:`~petri.web.limits.MAX_QUEUED` model jobs wait for the lock (``busy_wait_s`` > 0), so waiting
+requests never take every worker thread. The server never loads a model or reads a file named by a
+request: unknown fields are refused, run ids are checked with :func:`~petri.store.check_run_id` and
+tables come from a fixed list.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import Path as PathParam
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+
+from petri.export import TABLES, run_table, write_csv
+from petri.service import BusyError, PetriService
+from petri.store import check_run_id
+from petri.web import limits
+from petri.web.errors import POST_RESPONSES, FieldError, busy_error
+from petri.web.gpu import run_seed, run_study_job
+from petri.web.requests import SeedRequest, StudyRequest, prepare_seed, prepare_study
+from petri.web.responses import HealthOut, RunOut, StudyOut, csv_links, event_summary, model_out
+
+RunId = Annotated[str, PathParam(description="a run id: 8-64 lowercase hex characters", max_length=64)]
+TableName = Annotated[str, PathParam(description="positions, segments, samples or pairs", max_length=32)]
+
+
+class JobGate:
+    """The API's model jobs: each runs in a worker thread; while the model is taken a job waits for
+    it (up to ``busy_wait_s``) only if fewer than :data:`~petri.web.limits.MAX_QUEUED` others wait,
+    else it is refused with 503 (+ ``Retry-After``). Used from the event-loop thread only."""
+
+    def __init__(self, service: PetriService, busy_wait_s: float = 0.0):
+        self.service, self.busy_wait_s = service, busy_wait_s
+        self.in_flight = 0  # jobs running or waiting for the lock
+
+    async def run(self, fn: Callable, *args, **kwargs):
+        if self.service.busy and (self.busy_wait_s <= 0 or self.in_flight > limits.MAX_QUEUED):
+            waiting = f" and {self.in_flight} requests are waiting for it" if self.busy_wait_s > 0 else ""
+            raise busy_error(BusyError(f"a model job is already running{waiting}"))
+        self.in_flight += 1
+        try:
+            return await run_in_threadpool(functools.partial(fn, *args, **kwargs))
+        except BusyError as err:
+            raise busy_error(err) from None
+        finally:
+            self.in_flight -= 1
+
+
+# async: resolved on the event loop, so a route never waits for a worker thread to learn its service
+async def get_service(request: Request) -> PetriService:
+    """The app's service (``app.state.service``, set by :func:`petri.web.app.create_app`)."""
+    return request.app.state.service
+
+
+async def get_jobs(request: Request) -> JobGate:
+    """The app's job gate (``app.state.jobs``)."""
+    return request.app.state.jobs
+
+
+Service = Annotated[PetriService, Depends(get_service)]
+Jobs = Annotated[JobGate, Depends(get_jobs)]
+
+router = APIRouter()
+
+
+@router.get("/api/health", response_model=HealthOut, tags=["api"])
+async def health(service: Service) -> HealthOut:
+    # async: answered on the event loop, so it never waits for a worker thread
+    info = service.lm.describe()
+    return HealthOut(
+        status="ok", model_id=info["model_id"], device=info["device"], dtype=info["dtype"],
+        canvas_length=info["canvas_length"], busy=service.busy, limits=limits.LIMITS,
+    )
+
+
+@router.post("/api/seed", response_model=RunOut, response_model_exclude_none=False, tags=["api"],
+             responses=POST_RESPONSES)
+async def seed(request: SeedRequest, service: Service, jobs: Jobs) -> RunOut:
+    """Sample every event (one batch of ``samples`` per event) with the concepts pinned."""
+    events, settings = prepare_seed(request, service.lm)
+    result = await jobs.run(run_seed, service, events, request.samples, settings, request.seed, None, jobs.busy_wait_s)
+    summaries = [
+        event_summary(i, traj, group, request.include_trajectories)
+        for i, (traj, group) in enumerate(zip(result.trajectories, result.groups))
+    ]
+    run = service.store.get_run(result.run_id) or {}
+    return RunOut(
+        run_id=result.run_id,
+        status=run.get("status", "done"),
+        model=model_out(service.lm),
+        settings=settings.to_dict(),
+        events=summaries,
+        timings={
+            "wall_s": result.wall_s,
+            "sampling_s": float(sum(t.timings.get("total_s", 0.0) for t in result.trajectories)),
+        },
+        csv=csv_links(result.run_id),
+        created_at=run.get("created_at"),
+        finished_at=run.get("finished_at"),
+    )
+
+
+@router.post("/api/study", response_model=StudyOut, tags=["api"], responses=POST_RESPONSES)
+async def study(request: StudyRequest, service: Service, jobs: Jobs) -> StudyOut:
+    """Run a study (events × templates × ``samples``) on the served model. Every finished (event,
+    template) batch is committed to the run store before the next starts; the run id derives from
+    the study, model, settings, samples and seed, so posting the same body again resumes an
+    interrupted run (or returns a finished one at once). Tables: ``GET /api/runs/{run_id}``."""
+    parsed, settings, templates = prepare_study(request, service.lm)
+    result = await jobs.run(run_study_job, service, parsed, request.samples, request.seed, settings, templates,
+                            jobs.busy_wait_s)
+    return StudyOut(
+        run_id=result.run_id,
+        status="done",
+        study_id=parsed.id,
+        model=model_out(service.lm),
+        settings=settings.to_dict(),
+        samples=result.samples,
+        seed=result.seed,
+        templates=list(result.template_ids),
+        batches=len(result.batches),
+        computed=result.computed,
+        resumed=result.resumed,
+        timings={k: float(v) for k, v in result.timings.items()},
+        csv=csv_links(result.run_id),
+    )
+
+
+def _load_run(service: PetriService, run_id: str) -> tuple[dict, list]:
+    """A stored run and its events, or 404 naming the run id."""
+    try:
+        check_run_id(run_id)
+    except ValueError:
+        raise HTTPException(404, detail=f"run_id: no run {run_id[:80]!r} (run ids are 8-64 lowercase hex characters)") from None
+    run = service.store.get_run(run_id)
+    if run is None:
+        raise HTTPException(404, detail=f"run_id: no run {run_id!r}")
+    return run, service.store.load_events(run_id)
+
+
+@router.get("/api/runs", tags=["api"])
+def list_runs(service: Service, limit: int = Query(20, ge=1, le=200)) -> list[dict]:
+    """The most recent runs (id, kind, model, status, times, events stored)."""
+    keys = ("run_id", "kind", "model_id", "status", "created_at", "finished_at", "events_stored", "error")
+    return [{k: r.get(k) for k in keys} for r in service.store.list_runs(limit)]
+
+
+@router.get("/api/runs/{run_id}", response_model=RunOut, tags=["api"])
+def get_run(run_id: RunId, service: Service, include_trajectories: bool = False) -> RunOut:
+    """A stored run, every number recomputed from its stored trajectories."""
+    run, stored = _load_run(service, run_id)
+    trajectories = [t for _, _, t in stored]
+    first = trajectories[0] if trajectories else None
+    cells = sum(t.argmax.size for t in trajectories)
+    if include_trajectories and cells > limits.MAX_TRAJECTORY_CELLS:
+        raise FieldError(["query", "include_trajectories"],
+                         f"{cells:,} argmax values is more than one response carries ({limits.MAX_TRAJECTORY_CELLS:,})")
+    return RunOut(
+        run_id=run_id,
+        kind=run["kind"],
+        status=run["status"],
+        model=model_out(service.lm, run["model_id"], first.device if first else None),
+        settings=first.settings.to_dict() if first else run["request"].get("settings", {}),
+        events=[event_summary(i, t, g, include_trajectories) for i, (_, g, t) in enumerate(stored)],
+        timings={"sampling_s": float(sum(t.timings.get("total_s", 0.0) for t in trajectories))},
+        csv=csv_links(run_id),
+        created_at=run["created_at"],
+        finished_at=run["finished_at"],
+        error=run["error"],
+    )
+
+
+@router.get("/api/runs/{run_id}/{table}.csv", tags=["api"], response_class=Response,
+            responses={200: {"content": {"text/csv": {}}}})
+def get_table(run_id: RunId, table: TableName, service: Service) -> Response:
+    """A tidy table of a stored run: one of ``positions``, ``segments``, ``samples``, ``pairs``."""
+    if table not in TABLES:
+        raise HTTPException(404, detail=f"table: {table[:40]!r} is not one of {', '.join(TABLES)}")
+    run, stored = _load_run(service, run_id)
+    if not stored:
+        raise HTTPException(404, detail=f"run_id: run {run_id!r} has no stored events (status {run['status']})")
+    frame = run_table([t for _, _, t in stored], table, [g for _, g, _ in stored])
+    return Response(
+        write_csv(frame),
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{run_id}-{table}.csv"'},
+    )

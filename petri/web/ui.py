@@ -1,0 +1,39 @@
+"""The Gradio UI (Blocks + plotly): tabs *Dish*, *Study* and *Model*, all over the one service.
+
+Thin over :class:`~petri.service.PetriService` and :mod:`petri.web.requests`: every model job goes
+through the service's lock (the UI's queue runs one job per event handler; an API job running at the
+same time makes the UI wait), and every request is checked by the functions the API calls.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from petri.service import PetriService
+from petri.web.ui_dish import build_dish_tab
+from petri.web.ui_model import model_markdown
+from petri.web.ui_study import build_study_tab
+
+UI_CSS = """
+#petri-strip, #petri-heatmap { min-height: 0; }
+.petri-note { color: var(--body-text-color-subdued); font-size: 0.9em; }
+"""
+
+
+def build_ui(service: PetriService, model_source: str | None = None) -> gr.Blocks:
+    """The Blocks app: Dish, Study and Model tabs."""
+    lm = service.lm
+    with gr.Blocks(title="Concept Petri Dish", analytics_enabled=False) as demo:
+        gr.Markdown(
+            "# Concept Petri Dish\n"
+            "Pin concepts on a text-diffusion canvas, let the model fill in the relations, and watch where "
+            "it struggles: positions whose most likely token keeps **flipping** between denoising steps. "
+            f"Model: `{lm.model_id}` on `{lm.device}`. HTTP API: [`/docs`](/docs)."
+        )
+        with gr.Tab("Dish", id="dish"):
+            build_dish_tab(service)
+        with gr.Tab("Study", id="study"):
+            build_study_tab(service)
+        with gr.Tab("Model", id="model"):
+            gr.Markdown(model_markdown(service, model_source), elem_id="petri-model")
+    return demo

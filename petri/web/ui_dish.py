@@ -1,0 +1,354 @@
+"""The Dish tab: concepts, an event and a template, the anchor slots previewed on a canvas strip,
+a run whose flip map is redrawn live as the steps arrive, then the final text, flips per position,
+pair instability and the CSV downloads.
+
+Thin over the web layer: the canvas preview is :func:`~petri.web.requests.preview_layout`, the
+checks are :func:`~petri.web.requests.prepare_seed` (those of ``POST /api/seed``), the run is
+:func:`~petri.web.gpu.run_seed` (the service's lock). While a dish samples, the sampler's
+``on_step`` callback (worker thread) pushes each step's raw argmax through a queue; the run handler
+is a generator that redraws the flip map as the steps arrive.
+"""
+
+from __future__ import annotations
+
+import queue
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from pydantic import ValidationError
+
+from petri.dish import DEFAULT_TEMPLATE, Dish, pinned_arrays
+from petri.engine.seeding import plan_dish
+from petri.metrics import flip_grid
+from petri.service import BusyError, PetriService
+from petri.study.plots import flip_heatmap, flips_bar, token_texts
+from petri.tables import pairs_table, samples_table
+from petri.trajectory import SamplerSettings, Trajectory
+from petri.web.errors import FieldError
+from petri.web.gpu import run_seed
+from petri.web.limits import MAX_SAMPLES, MAX_STEPS
+from petri.web.requests import SeedRequest, SettingsIn, prepare_seed, preview_layout
+from petri.web.responses import write_run_files
+from petri.web.ui_views import (
+    PREFIX_LABEL,
+    LiveFlips,
+    TokenText,
+    canvas_strip,
+    concept_colors,
+    highlighted_text,
+    parse_concepts,
+    request_error_message,
+)
+
+#: How long a UI job waits for a running job (an API request or another tab) before giving up.
+UI_WAIT_S = 600.0
+#: Redraw the live heatmap at most this often (seconds).
+LIVE_REDRAW_S = 0.25
+
+TEMPLATES = [
+    DEFAULT_TEMPLATE,
+    "{event}",
+    "Event: {event}\nWrite a short report about this event that mentions {concepts}.",
+    "Here is what happened: {event}\nExplain the situation in terms of {concepts}.",
+]
+EXAMPLE_EVENT = "Only 90 units are in stock, but a customer ordered 120."
+EXAMPLE_CONCEPTS = "order, inventory, person"
+PLACEMENT_COLUMNS = ["concept", "start", "tokens"]
+
+
+def _placement(concepts: list[str], spans) -> pd.DataFrame:
+    """The slot table: each concept's start and token count (0 and 0 where it has no span)."""
+    by_concept = {s.concept: s for s in spans}
+    rows = [[c, int(by_concept[c].start), len(by_concept[c].token_ids)] if c in by_concept else [c, 0, 0]
+            for c in concepts]
+    return pd.DataFrame(rows, columns=PLACEMENT_COLUMNS)
+
+
+class DishController:
+    """The Dish tab's handlers (kept apart from the layout code so they can be called directly)."""
+
+    def __init__(self, service: PetriService):
+        self.service = service
+        self.lm = service.lm
+        self.tokens = TokenText(self.lm.tokenizer)
+        self.workdir = Path(tempfile.mkdtemp(prefix="petri-ui-"))
+
+    # -- placement ------------------------------------------------------------------------
+    def spread(self, concepts_text: str, pin_thought: bool = True) -> pd.DataFrame:
+        """The concepts spread evenly over the free canvas (as a run without positions lays them)."""
+        concepts = [c for c in parse_concepts(concepts_text) if c]
+        return _placement(concepts, preview_layout(self.lm, concepts, None, pin_thought).spans)
+
+    def shuffle(self, placement: pd.DataFrame, pin_thought: bool = True) -> pd.DataFrame:
+        """The concepts in a random order over the same slots (spread evenly where they do not fit)."""
+        table = self._clean(placement)
+        if table.empty:
+            return table
+        order = np.random.default_rng().permutation(len(table))
+        concepts = table["concept"].iloc[order].tolist()
+        preview = preview_layout(self.lm, concepts, sorted(table["start"].tolist()), pin_thought)
+        if preview.error:
+            preview = preview_layout(self.lm, concepts, None, pin_thought)
+        return _placement(concepts, preview.spans)
+
+    @staticmethod
+    def _clean(placement) -> pd.DataFrame:
+        table = pd.DataFrame(placement, columns=PLACEMENT_COLUMNS) if not isinstance(placement, pd.DataFrame) else placement.copy()
+        if table.empty:
+            return pd.DataFrame(columns=PLACEMENT_COLUMNS)
+        table = table[table["concept"].astype(str).str.strip() != ""]
+        table["concept"] = table["concept"].astype(str).str.strip()
+        table["start"] = pd.to_numeric(table["start"], errors="coerce").fillna(0).astype(int)
+        return table.reset_index(drop=True)
+
+    def strip(self, placement, pin_thought: bool = True) -> go.Figure:
+        """The canvas strip of the slot table, titled with the layout check's error if it fails."""
+        table = self._clean(placement)
+        concepts = list(table["concept"])
+        preview = preview_layout(self.lm, concepts, [int(s) for s in table["start"]], pin_thought)
+        return canvas_strip(preview, concept_colors(concepts))
+
+    # -- the run ----------------------------------------------------------------------------
+    def build_request(self, concepts_text, event, template, samples, seed, placement, shuffle, steps,
+                      entropy_bound, t_min, t_max, adaptive, pin_thought) -> SeedRequest:
+        """The tab's inputs as the ``POST /api/seed`` body they stand for."""
+        concepts = parse_concepts(concepts_text)
+        table = self._clean(placement)
+        positions = None
+        if list(table["concept"]) and sorted(table["concept"]) == sorted(c for c in concepts if c):
+            concepts = list(table["concept"])  # the table's order is the slot order
+            positions = [int(s) for s in table["start"]]
+        settings = SettingsIn(
+            max_denoising_steps=int(steps) if steps else None,
+            entropy_bound=entropy_bound, t_min=t_min, t_max=t_max,
+            adaptive_stop=bool(adaptive), pin_thought_channel=bool(pin_thought),
+        )
+        return SeedRequest(
+            concepts=concepts, event=event or None, template=template or DEFAULT_TEMPLATE,
+            positions=positions, shuffle=bool(shuffle), samples=int(samples or 1), settings=settings,
+            seed=int(seed or 0),
+        )
+
+    #: Where a request field's error is shown: the index of the UI input that holds it.
+    INPUT_OF_FIELD = {
+        "concepts": 0, "event": 1, "template": 2, "samples": 3, "seed": 4, "positions": 5, "shuffle": 6,
+        "max_denoising_steps": 7, "entropy_bound": 8, "t_min": 9, "t_max": 10, "adaptive_stop": 11,
+        "pin_thought_channel": 12,
+    }
+
+    def validate(self, *inputs) -> list[dict]:
+        """Gradio validator: one ``gr.validate`` per input, the bad ones carrying the message
+        (the same checks as ``POST /api/seed``), so the UI marks the field itself."""
+        problems: dict[int, list[str]] = {}
+        request = None
+        try:
+            request = self.build_request(*inputs)
+            prepare_seed(request, self.lm)
+        except ValidationError as err:
+            for e in err.errors():
+                loc = [p for p in e["loc"] if p != "settings"]
+                index = self.INPUT_OF_FIELD.get(str(loc[0]) if loc else "", 0)
+                problems.setdefault(index, []).append(f"{'.'.join(map(str, e['loc']))}: {e['msg']}")
+        except FieldError as err:
+            loc = [p for p in err.loc if p not in ("body", "settings")]
+            index = self.INPUT_OF_FIELD.get(str(loc[0]) if loc else "", 0)
+            if err.kind == "layout_error" and request is not None and request.positions is not None:
+                index = self.INPUT_OF_FIELD["positions"]  # the slots the user placed
+            problems.setdefault(index, []).append(request_error_message(err))
+        return [gr.validate(i not in problems, "; ".join(problems.get(i, []))) for i in range(len(inputs))]
+
+    def run(self, *inputs):
+        """Generator: validate, start the job in a worker thread, redraw the heatmap per step,
+        then yield every result. Yields dicts keyed by output component name."""
+        try:
+            request = self.build_request(*inputs)
+            events, settings = prepare_seed(request, self.lm)
+        except (ValidationError, FieldError) as err:
+            raise gr.Error(request_error_message(err), title="Check the dish") from None
+        dish: Dish = events[0].dish
+        prompt, layouts = plan_dish(self.lm, dish, request.samples, settings, request.seed)
+        pinned, _ = pinned_arrays(layouts, prompt.canvas_prefix_ids, self.lm.canvas_length)
+        colors = concept_colors(dish.concepts)
+        live = LiveFlips(pinned)
+        steps_max = settings.max_denoising_steps
+        messages: queue.Queue = queue.Queue()
+
+        def on_step(index, argmax, finished):
+            messages.put(("step", index, np.array(argmax, copy=True), np.array(finished, copy=True)))
+
+        def work():
+            try:
+                result = run_seed(self.service, events, request.samples, settings, request.seed, on_step, UI_WAIT_S)
+                messages.put(("done", result))
+            except BaseException as err:  # noqa: BLE001 - handed to the generator
+                messages.put(("error", err))
+
+        if self.service.busy:
+            yield {"status": "⏳ Waiting for the model: another job is running…"}
+        threading.Thread(target=work, daemon=True, name="petri-ui-seed").start()
+        last_draw = 0.0
+        result = None
+        while result is None:
+            try:
+                item = messages.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if item[0] == "error":
+                err = item[1]
+                if isinstance(err, BusyError):
+                    raise gr.Error(f"The model is busy: {err}", title="Busy")
+                raise gr.Error(f"Sampling failed: {err}")
+            if item[0] == "done":
+                result = item[1]
+                break
+            _, index, argmax, finished = item
+            live.add(argmax, finished)
+            now = time.monotonic()
+            if now - last_draw >= LIVE_REDRAW_S:
+                last_draw = now
+                yield {
+                    "status": f"Sampling… step {index + 1} of at most {steps_max} "
+                              f"({int(finished.sum())}/{len(finished)} samples settled)",
+                    "heatmap": flip_heatmap(
+                        live.counts(), n_samples=request.samples, anchors=layouts[0], pinned=pinned.all(axis=0),
+                        blank_pinned=True, tokens=token_texts(self.tokens, live.token_ids()), colors=colors,
+                        title=f"flips while sampling — step {index + 1}",
+                    ),
+                }
+        traj = result.trajectories[0]
+        files = write_run_files(result.run_id, result.trajectories, result.groups, self.workdir / result.run_id)
+        yield {
+            "status": (f"Done: run `{result.run_id}` — {traj.n_samples} samples, steps {traj.steps.tolist()}, "
+                       f"{result.wall_s:.2f} s on {traj.device}. Stored; also at `/api/runs/{result.run_id}`."),
+            "heatmap": self.final_heatmap(traj),
+            "run_id": result.run_id,
+            **self.sample_views(traj, 0),
+            "pairs": self.pairs_view(traj),
+            "samples_table": self.samples_view(traj),
+            "files": [str(p) for p in files],
+            "sample": gr.update(maximum=max(traj.n_samples - 1, 1), value=0, interactive=traj.n_samples > 1),
+        }
+
+    def final_heatmap(self, traj: Trajectory) -> go.Figure:
+        """The finished dish's flip map: samples flipping per step and free position."""
+        return flip_heatmap(
+            flip_grid(traj.argmax, traj.steps, traj.anchor_mask).sum(axis=0), n_samples=traj.n_samples,
+            anchors=traj.anchors[0], pinned=traj.anchor_mask.all(axis=0), blank_pinned=True,
+            tokens=token_texts(self.tokens, traj.argmax[0]), colors=concept_colors([a.concept for a in traj.anchors[0]]),
+            title=f"flips per step and position ({traj.n_samples} samples)",
+        )
+
+    def sample_views(self, traj: Trajectory, sample: int) -> dict:
+        """The highlighted final text and the flips bar of one sample."""
+        colors = concept_colors(sorted({a.concept for spans in traj.anchors for a in spans}))
+        sample = min(max(sample, 0), traj.n_samples - 1)
+        pieces = highlighted_text(traj, sample, self.tokens)
+        color_map = {**colors, **({PREFIX_LABEL: "#d1d5db"} if any(l == PREFIX_LABEL for _, l in pieces) else {})}
+        return {
+            "final_text": gr.update(value=pieces, color_map=color_map),
+            "flips": flips_bar(traj, sample, self.lm.tokenizer),
+        }
+
+    @staticmethod
+    def pairs_view(traj: Trajectory) -> pd.DataFrame:
+        table = pairs_table(traj)[["pair", "n_segments", "instability"]]
+        return table.sort_values("instability", ascending=False, na_position="last").round(3)
+
+    @staticmethod
+    def samples_view(traj: Trajectory) -> pd.DataFrame:
+        cols = ["sample", "steps", "anchor_layout", "mean_flips_free", "settled_share", "anchors_intact",
+                "n_anchors", "mean_agreement", "final_text"]
+        return samples_table(traj)[cols].copy().round(3)
+
+    def show_sample(self, run_id: str, sample: int) -> dict:
+        """A stored run's sample (the sample slider)."""
+        if not run_id:
+            return {}
+        stored = self.service.store.load_events(run_id)
+        if not stored:
+            return {}
+        return self.sample_views(stored[0][2], int(sample))
+
+
+def build_dish_tab(service: PetriService) -> None:
+    """The Dish tab's components and events (inside an open ``gr.Tab``)."""
+    ctl = DishController(service)
+    defaults: SamplerSettings = service.lm.default_settings()
+    with gr.Row():
+        with gr.Column(scale=3):
+            concepts = gr.Textbox(EXAMPLE_CONCEPTS, label="Concepts (2–8, comma-separated)", elem_id="petri-concepts")
+            event = gr.Textbox(EXAMPLE_EVENT, label="Event", lines=3, max_length=2000, elem_id="petri-event")
+            template = gr.Dropdown(TEMPLATES, value=DEFAULT_TEMPLATE, allow_custom_value=True,
+                                   label="Prompt template ({event}, {concepts})")
+        with gr.Column(scale=2):
+            placement = gr.Dataframe(
+                ctl.spread(EXAMPLE_CONCEPTS), headers=PLACEMENT_COLUMNS,
+                datatype=["str", "number", "number"], interactive=True, static_columns=[0, 2],
+                label="Anchor slots (edit a start position)", elem_id="petri-placement",
+            )
+            with gr.Row():
+                spread_btn = gr.Button("Spread evenly", size="sm")
+                shuffle_btn = gr.Button("Shuffle", size="sm")
+            shuffle_per_sample = gr.Checkbox(
+                True, label="Shuffle concepts over the slots per sample (every pair becomes adjacent somewhere)")
+    strip = gr.Plot(ctl.strip(ctl.spread(EXAMPLE_CONCEPTS)), label="Canvas", show_label=False, elem_id="petri-strip")
+    with gr.Row():
+        samples = gr.Slider(1, MAX_SAMPLES, value=8, step=1, label="Samples", elem_id="petri-samples")
+        seed = gr.Number(0, precision=0, minimum=0, label="Seed")
+    with gr.Accordion("Sampler settings", open=False):
+        with gr.Row():
+            steps = gr.Slider(1, MAX_STEPS, value=defaults.max_denoising_steps, step=1, label="Max denoising steps",
+                              elem_id="petri-steps")
+            entropy_bound = gr.Number(defaults.entropy_bound, label="Entropy bound")
+            t_min = gr.Number(defaults.t_min, label="t_min")
+            t_max = gr.Number(defaults.t_max, label="t_max")
+        with gr.Row():
+            adaptive = gr.Checkbox(defaults.stability_threshold is not None, label="Adaptive stop")
+            pin_thought = gr.Checkbox(defaults.pin_thought_channel,
+                                      label="Pin the empty thought block (chat-template models)")
+    run_btn = gr.Button("Run the dish", variant="primary", elem_id="petri-run")
+    status = gr.Markdown("", elem_id="petri-status")
+    heatmap = gr.Plot(label="Flips: step × position (live)", show_label=False, elem_id="petri-heatmap")
+    run_id = gr.State("")
+    with gr.Row():
+        sample = gr.Slider(0, 1, value=0, step=1, label="Sample (numbered from 0, as in the CSVs)", interactive=False)
+    final_text = gr.HighlightedText(label="Final text (anchors highlighted)", combine_adjacent=True,
+                                    show_legend=True, elem_id="petri-final")
+    flips = gr.Plot(label="Flips per position", show_label=False, elem_id="petri-flips")
+    with gr.Row():
+        pairs = gr.Dataframe(pd.DataFrame(columns=["pair", "n_segments", "instability"]),
+                             label="Pair instability (mean flips between adjacent anchors)",
+                             interactive=False, elem_id="petri-pairs")
+        files = gr.File(label="CSV downloads (tidy tables + run.json)", file_count="multiple",
+                        interactive=False, elem_id="petri-files")
+    with gr.Accordion("Samples", open=False):
+        samples_table_view = gr.Dataframe(interactive=False, wrap=True)
+
+    run_inputs = [concepts, event, template, samples, seed, placement, shuffle_per_sample, steps,
+                  entropy_bound, t_min, t_max, adaptive, pin_thought]
+    names = {"status": status, "heatmap": heatmap, "run_id": run_id, "final_text": final_text,
+             "flips": flips, "pairs": pairs, "samples_table": samples_table_view, "files": files,
+             "sample": sample}
+
+    def run_handler(*args):
+        for update in ctl.run(*args):
+            yield {names[k]: v for k, v in update.items()}
+
+    concepts.change(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
+    spread_btn.click(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
+    shuffle_btn.click(ctl.shuffle, [placement, pin_thought], placement, show_progress="hidden")
+    placement.change(ctl.strip, [placement, pin_thought], strip, show_progress="hidden")
+    pin_thought.change(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
+    run_btn.click(run_handler, run_inputs, list(names.values()), concurrency_limit=1,
+                  concurrency_id="model", show_progress="minimal", validator=ctl.validate)
+
+    def sample_handler(rid, s):
+        return {names[k]: v for k, v in ctl.show_sample(rid, s).items()}
+
+    sample.release(sample_handler, [run_id, sample], [final_text, flips], show_progress="hidden")

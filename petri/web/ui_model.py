@@ -1,0 +1,55 @@
+"""The Model tab: the served model, its sampler defaults, the request limits and its model card."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from petri.service import PetriService
+from petri.web.limits import LIMITS
+
+
+def model_card(model_source: str | None) -> str:
+    """The model folder's README.md (a model card), if the model came from a local folder."""
+    if not model_source:
+        return ""
+    folder = Path(model_source).expanduser()
+    readme = folder / "README.md"
+    try:
+        if folder.is_dir() and readme.is_file():
+            text = readme.read_text(encoding="utf-8", errors="replace")[:20000]
+            if text.startswith("---"):  # YAML front matter of a Hub model card
+                end = text.find("\n---", 3)
+                text = text[end + 4 :].lstrip() if end != -1 else text
+            return text
+    except OSError:
+        pass
+    return ""
+
+
+def model_markdown(service: PetriService, model_source: str | None) -> str:
+    """The tab's text: a property table, the sampler defaults, the limits, then the model card."""
+    import torch
+    import transformers
+
+    info = service.lm.describe()
+    defaults = service.lm.default_settings()
+    lines = [
+        "| property | value |", "|---|---|",
+        f"| model | `{info['model_id']}` |",
+        f"| source | `{model_source or 'in-process'}` |",
+        f"| backend | PyTorch {torch.__version__} · transformers {transformers.__version__} "
+        f"(`{type(service.lm.model).__name__}`) |",
+        f"| device | `{info['device']}` |",
+        f"| dtype | `{info['dtype']}` |",
+        f"| canvas length | {info['canvas_length']} tokens |",
+        f"| vocabulary | {info['vocab_size']} tokens |",
+        f"| run store | `{service.store.path}` |",
+        "",
+        "**Sampler defaults** (from the model's generation config): "
+        + ", ".join(f"`{k}={v}`" for k, v in defaults.to_dict().items()),
+        "",
+        "**Request limits** (UI and `POST /api/seed`): " + "; ".join(f"{k}: {v}" for k, v in LIMITS.items()),
+    ]
+    card = model_card(model_source)
+    lines += ["", "---", "### Model card", "", card if card else "_No model card (README.md) in the model folder._"]
+    return "\n".join(lines)
