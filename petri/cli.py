@@ -8,8 +8,8 @@ from dataclasses import replace
 
 from petri.dish import DEFAULT_TEMPLATE, Dish, LayoutError
 from petri.export import run_tables, write_run
-from petri.engine.select import BackendUnavailableError, backend_of, load_backend_model
-from petri.engine.torch_model import ModelNotFoundError, compile_for_sampling
+from petri.engine.base import BackendUnavailableError, ModelNotFoundError
+from petri.engine.select import load_backend_model
 from petri.store import StoreError
 
 
@@ -45,8 +45,10 @@ def load_from_args(args):
     """The model the ``add_model_arguments`` options name, compiled if ``--compile`` (torch only)."""
     lm = load_backend_model(args.model, backend=args.backend, device=args.device, dtype=args.dtype)
     if args.compile:
-        if backend_of(lm) != "torch":
+        if lm.backend != "torch":
             raise ValueError("--compile applies to the torch backend only")
+        from petri.engine.torch_model import compile_for_sampling
+
         compile_for_sampling(lm)
     return lm
 
@@ -137,13 +139,11 @@ def cmd_study(args) -> int:
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
-        import torch
+        from petri.engine.device import set_cpu_threads
 
-        torch.set_num_threads(args.threads)
+        set_cpu_threads(args.threads)
     store = RunStore(args.store)  # an unwritable store is reported before the (slow) model load
     lm = load_from_args(args)
-    if backend_of(lm) != "torch":
-        raise ValueError("--backend mlx: studies run on the torch backend for now (`seed` runs on MLX)")
     settings = settings_from_args(lm.default_settings(), args)
     out = args.out or f"out/{study.id}"
     try:

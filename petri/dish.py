@@ -10,12 +10,14 @@ somewhere across samples.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-from transformers import PreTrainedTokenizerBase
 
 from petri.trajectory import AnchorSpan
+
+if TYPE_CHECKING:  # a type hint only: the numpy layer never imports transformers
+    from transformers import PreTrainedTokenizerBase
 
 #: The instruction-tuned DiffusionGemma opens its answer with this (empty) thought block.
 THOUGHT_CHANNEL = "<|channel>thought\n<channel|>"

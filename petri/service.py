@@ -11,10 +11,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from petri.dish import Dish
-from petri.engine.torch_model import LoadedModel
-from petri.study.runner import ProgressCallback, StudyResult, run_study
-from petri.engine.torch_sampler import StepCallback
+from petri.engine.base import SamplingModel, StepCallback
 from petri.engine.seeding import seed_dish
+from petri.study.runner import ProgressCallback, StudyResult, run_study
 from petri.store import RunStore, StoreError
 from petri.study.schema import Study
 from petri.trajectory import SamplerSettings, Trajectory
@@ -43,7 +42,7 @@ class SeedResult:
 class PetriService:
     """Loaded model + run store + a lock (one model job at a time)."""
 
-    def __init__(self, lm: LoadedModel, store: RunStore, busy_wait_s: float = 0.0):
+    def __init__(self, lm: SamplingModel, store: RunStore, busy_wait_s: float = 0.0):
         self.lm = lm
         self.store = store
         self.busy_wait_s = busy_wait_s

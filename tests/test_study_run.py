@@ -135,7 +135,7 @@ def test_crash_then_resume_skips_finished_batches_and_matches(tiny_lm, study, fu
 
 
 def test_run_id_depends_on_everything_that_fixes_the_numbers(tiny_lm, study, full):
-    fp = runner.model_fingerprint(tiny_lm)
+    fp = tiny_lm.fingerprint()
     base = dict(study=study, model_id=tiny_lm.model_id, settings=SETTINGS, samples=SAMPLES, seed=7, template_ids=("t1", "t2"), fingerprint=fp)
     assert runner.study_run_id(**base) == full.run_id
     for change in (dict(seed=8), dict(samples=4), dict(settings=SamplerSettings(max_denoising_steps=5)), dict(template_ids=("t1",)), dict(fingerprint="x")):

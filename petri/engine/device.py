@@ -55,3 +55,8 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype
     if name not in _DTYPES:
         raise ValueError(f"dtype={dtype!r} is not one of auto, {', '.join(sorted(_DTYPES))}")
     return _DTYPES[name]
+
+
+def set_cpu_threads(threads: int) -> None:
+    """Use ``threads`` CPU threads for torch's intra-op work (numbers on the CPU can depend on it)."""
+    torch.set_num_threads(int(threads))

@@ -45,6 +45,12 @@ class FixedNoise:
             renoise=rng.integers(0, vocab_size, (steps, batch, length), dtype=np.int64),
         )
 
+    def check_batch(self, batch: int, length: int) -> None:
+        """Raise ``ValueError`` unless the start canvas is (``batch``, ``length``)."""
+        shape = np.asarray(self.initial_canvas).shape
+        if shape != (batch, length):
+            raise ValueError(f"fixed_noise.initial_canvas has shape {shape}, expected {(batch, length)}")
+
     def renoise_tokens(self, step: int) -> np.ndarray:
         if step >= len(self.renoise):
             raise IndexError(f"FixedNoise holds renoise tokens for {len(self.renoise)} steps; step {step} was asked")

@@ -16,21 +16,21 @@ instead of a multinomial draw, and renoise from a fixed token stream.
 
 from __future__ import annotations
 
+import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 
+from petri.dish import pinned_arrays
+from petri.engine.base import ModelNotFoundError, StepCallback, missing_model_message, settings_from_generation_config
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.mlx_model import MLXDiffusionGemma, resolve_mlx_dtype
-from petri.dish import pinned_arrays
+from petri.paths import embedded_model_path
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory, assemble_trajectory, check_sampler_inputs
-
-#: Called after each step with (step index, raw argmax (S, L) on the host, finished (S,) bool).
-StepCallback = Callable[[int, np.ndarray, np.ndarray], None]
 
 
 @dataclass
@@ -42,6 +42,7 @@ class MLXLoadedModel:
     model_id: str
     generation_config: object | None = None
     backend: str = "mlx"
+    checkpoint_digest: str = ""
 
     @property
     def device(self) -> str:
@@ -59,11 +60,11 @@ class MLXLoadedModel:
     def vocab_size(self) -> int:
         return self.model.vocab_size
 
-    def default_settings(self) -> SamplerSettings:
-        from petri.engine.torch_model import settings_from_generation_config
+    @property
+    def device_type(self) -> str:
+        return "mlx"
 
-        if self.generation_config is None:
-            return SamplerSettings()
+    def default_settings(self) -> SamplerSettings:
         return settings_from_generation_config(self.generation_config)
 
     def describe(self) -> dict[str, str | int]:
@@ -75,34 +76,70 @@ class MLXLoadedModel:
             "vocab_size": self.vocab_size,
         }
 
+    def fingerprint(self) -> str:
+        """The checkpoint's digest (config and weight files, see :func:`checkpoint_digest`) with
+        the dtype it runs in: 16 hex characters."""
+        return hashlib.sha256(f"{self.checkpoint_digest}/{self.dtype}".encode()).hexdigest()[:16]
+
+    def sample(
+        self,
+        prompt_ids: Sequence[int],
+        layouts: Sequence[Sequence[AnchorSpan]],
+        settings: SamplerSettings,
+        *,
+        seed: int | None = None,
+        canvas_prefix: Sequence[int] = (),
+        prompt_text: str = "",
+        on_step: StepCallback | None = None,
+        fixed_noise: FixedNoise | None = None,
+    ) -> Trajectory:
+        """:func:`run_mlx_sampler` on this model (see :meth:`petri.engine.base.SamplingModel.sample`)."""
+        return run_mlx_sampler(
+            self, prompt_ids, layouts, settings, seed=seed, canvas_prefix=canvas_prefix,
+            prompt_text=prompt_text, on_step=on_step, fixed_noise=fixed_noise,
+        )
+
+
+def checkpoint_digest(folder: Path, head_bytes: int = 1 << 20) -> str:
+    """A cheap digest of a checkpoint folder: ``config.json`` whole, and of every safetensors file
+    its size and first and last ``head_bytes`` (the header names every tensor and its offsets)."""
+    digest = hashlib.sha256((folder / "config.json").read_bytes())
+    for weights in sorted(folder.glob("*.safetensors")):
+        size = weights.stat().st_size
+        digest.update(f"{weights.name}/{size}".encode())
+        with weights.open("rb") as handle:
+            digest.update(handle.read(head_bytes))
+            handle.seek(max(0, size - head_bytes))
+            digest.update(handle.read(head_bytes))
+    return digest.hexdigest()
+
 
 def load_mlx_model(name_or_path: str | Path | None = None, dtype: str = "auto") -> MLXLoadedModel:
     """Load a DiffusionGemma checkpoint for the MLX backend.
 
     ``name_or_path``: a checkpoint folder or a hub id resolved from the local Hugging Face cache
     only (``None``: the embedded model). ``dtype``: ``"auto"`` is float32 on the CPU and bfloat16 on
-    an Apple GPU. Raises :class:`petri.engine.torch_model.ModelNotFoundError` when nothing is found locally.
+    an Apple GPU. Raises :class:`petri.engine.base.ModelNotFoundError` when nothing is found locally.
     """
     from transformers import AutoTokenizer
 
-    from petri.engine.torch_model import EMBEDDED_MODEL_PATH, ModelNotFoundError, _missing_model_message
-
-    name = str(name_or_path) if name_or_path is not None else str(EMBEDDED_MODEL_PATH)
+    embedded = str(embedded_model_path())
+    name = str(name_or_path) if name_or_path is not None else embedded
     local = Path(name).expanduser()
     if local.is_dir():
         folder = local
     elif local.exists() or name.startswith((".", "/", "~")):
-        raise ModelNotFoundError(_missing_model_message(name))
+        raise ModelNotFoundError(missing_model_message(name, embedded))
     else:
         from huggingface_hub import snapshot_download
 
         try:
             folder = Path(snapshot_download(name, local_files_only=True))
         except Exception as err:  # noqa: BLE001 - any miss in the local cache means "not found"
-            raise ModelNotFoundError(_missing_model_message(name)) from err
+            raise ModelNotFoundError(missing_model_message(name, embedded)) from err
     has_weights = (folder / "model.safetensors").exists() or (folder / "model.safetensors.index.json").exists()
     if not has_weights:
-        raise ModelNotFoundError(_missing_model_message(name))
+        raise ModelNotFoundError(missing_model_message(name, embedded))
     tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     model = MLXDiffusionGemma.from_pretrained(folder, dtype=resolve_mlx_dtype(dtype))
     generation_config = None
@@ -115,6 +152,7 @@ def load_mlx_model(name_or_path: str | Path | None = None, dtype: str = "auto") 
         tokenizer=tokenizer,
         model_id=local.name if local.is_dir() else name,
         generation_config=generation_config,
+        checkpoint_digest=checkpoint_digest(folder),
     )
 
 
@@ -186,11 +224,8 @@ def run_mlx_sampler(
     model = lm.model
     batch, length, vocab = len(layouts), lm.canvas_length, lm.vocab_size
     max_steps = settings.max_denoising_steps
-    if fixed_noise is not None and np.asarray(fixed_noise.initial_canvas).shape != (batch, length):
-        raise ValueError(
-            f"fixed_noise.initial_canvas has shape {np.asarray(fixed_noise.initial_canvas).shape}, "
-            f"expected {(batch, length)}"
-        )
+    if fixed_noise is not None:
+        fixed_noise.check_batch(batch, length)
     started = time.perf_counter()
     if seed is not None:
         mx.random.seed(seed)

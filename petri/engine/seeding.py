@@ -8,14 +8,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from petri.dish import Dish, PromptEncoding, concept_token_ids, encode_prompt, layout_samples
-from petri.engine.torch_model import LoadedModel
-from petri.engine.select import run_backend_sampler
-from petri.engine.torch_sampler import StepCallback
+from petri.engine.base import SamplingModel, StepCallback
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
 
 
 def plan_dish(
-    lm: LoadedModel,
+    lm: SamplingModel,
     dish: Dish,
     n_samples: int,
     settings: SamplerSettings = SamplerSettings(),
@@ -33,7 +31,7 @@ def plan_dish(
 
 
 def seed_dish(
-    lm: LoadedModel,
+    lm: SamplingModel,
     dish: Dish,
     n_samples: int,
     settings: SamplerSettings = SamplerSettings(),
@@ -43,8 +41,7 @@ def seed_dish(
     """Lay the dish's anchors out for ``n_samples`` samples (shuffled with ``seed``) and denoise
     them as one batch, the prompt encoded once. Layout errors are raised before any model work."""
     prompt, layouts = plan_dish(lm, dish, n_samples, settings, seed)
-    traj = run_backend_sampler(
-        lm,
+    traj = lm.sample(
         prompt.ids,
         layouts,
         settings,

@@ -19,16 +19,12 @@ import importlib.util
 import os
 import platform
 import sys
-from collections.abc import Sequence
-from typing import Any
+
+from petri.engine.base import BackendUnavailableError, SamplingModel
 
 BACKENDS = ("torch", "mlx")
 ENV_VAR = "PETRI_BACKEND"
 MLX_INSTALL_HINT = 'pip install "mlx[cpu]" on Linux, pip install mlx on macOS (Apple silicon)'
-
-
-class BackendUnavailableError(RuntimeError):
-    """The backend asked for cannot run here (not installed, or no such backend)."""
 
 
 def is_apple_silicon() -> bool:
@@ -79,7 +75,7 @@ def load_backend_model(
     backend: str | None = "auto",
     device: str = "auto",
     dtype: str = "auto",
-) -> Any:
+) -> SamplingModel:
     """Load a checkpoint on the selected backend: a :class:`petri.engine.torch_model.LoadedModel` (torch) or a
     :class:`petri.engine.mlx_sampler.MLXLoadedModel` (mlx; ``device`` is ignored: MLX runs on
     its default device, the GPU on Apple silicon)."""
@@ -90,25 +86,3 @@ def load_backend_model(
     from petri.engine.torch_model import load_model
 
     return load_model(name_or_path, device=device, dtype=dtype)
-
-
-def backend_of(lm: Any) -> str:
-    """The backend a loaded model belongs to."""
-    return getattr(lm, "backend", "torch")
-
-
-def run_backend_sampler(lm: Any, prompt_ids: Sequence[int], layouts: Sequence, settings: Any = None, **kwargs: Any):
-    """Run the pinned, logged sampler of ``lm``'s backend (arguments as ``petri.engine.torch_sampler.run_sampler``)."""
-    from petri.trajectory import SamplerSettings
-
-    settings = settings if settings is not None else SamplerSettings()
-    if backend_of(lm) == "mlx":
-        from petri.engine.mlx_sampler import run_mlx_sampler
-
-        return run_mlx_sampler(lm, prompt_ids, layouts, settings, **kwargs)
-    if kwargs.get("fixed_noise") is not None:
-        raise ValueError("fixed_noise is supported by the MLX sampler only")
-    kwargs.pop("fixed_noise", None)
-    from petri.engine.torch_sampler import run_sampler
-
-    return run_sampler(lm, prompt_ids, layouts, settings, **kwargs)

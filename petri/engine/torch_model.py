@@ -7,23 +7,29 @@ missing model produces a :class:`ModelNotFoundError` whose message says how to g
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
 
+from petri.engine import torch_sampler
+from petri.engine.base import (
+    REAL_MODEL_ID,
+    ModelNotFoundError,
+    StepCallback,
+    missing_model_message,
+    settings_from_generation_config,
+)
 from petri.engine.device import resolve_device, resolve_dtype
+from petri.engine.fixed_noise import FixedNoise
 from petri.paths import embedded_model_path
-from petri.trajectory import SamplerSettings
+from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
 
 EMBEDDED_MODEL_PATH = embedded_model_path()
-REAL_MODEL_ID = "google/diffusiongemma-26B-A4B-it"
-
-
-class ModelNotFoundError(RuntimeError):
-    """The named model is neither a local folder nor in the local Hugging Face cache."""
 
 
 @dataclass
@@ -39,6 +45,11 @@ class LoadedModel:
     model_id: str
     device: torch.device
     dtype: torch.dtype
+    backend: str = "torch"
+
+    @property
+    def device_type(self) -> str:
+        return self.device.type
 
     @property
     def canvas_length(self) -> int:
@@ -61,6 +72,41 @@ class LoadedModel:
             "vocab_size": self.vocab_size,
         }
 
+    def fingerprint(self) -> str:
+        """A cheap fingerprint of the weights (config, dtype, and the name, shape and first 64
+        values of every tensor), so a retrained checkpoint under the same folder name gets a new
+        study run id instead of a wrong resume. 16 hex characters."""
+        digest = hashlib.sha256(self.model.config.to_json_string(use_diff=False).encode())
+        digest.update(str(self.dtype).encode())
+        with torch.no_grad():
+            for name, tensor in self.model.state_dict().items():
+                digest.update(name.encode())
+                digest.update(str(tuple(tensor.shape)).encode())
+                head = tensor.detach()
+                while head.dim() > 1:  # the first row, as a view: never copies a large tensor
+                    head = head[0]
+                digest.update(head.reshape(-1)[:64].to("cpu", torch.float32).numpy().tobytes())
+        return digest.hexdigest()[:16]
+
+    def sample(
+        self,
+        prompt_ids: Sequence[int],
+        layouts: Sequence[Sequence[AnchorSpan]],
+        settings: SamplerSettings,
+        *,
+        seed: int | None = None,
+        canvas_prefix: Sequence[int] = (),
+        prompt_text: str = "",
+        on_step: StepCallback | None = None,
+        fixed_noise: FixedNoise | None = None,
+    ) -> Trajectory:
+        """:func:`petri.engine.torch_sampler.run_sampler` on this model (see
+        :meth:`petri.engine.base.SamplingModel.sample`)."""
+        return torch_sampler.run_sampler(
+            self, prompt_ids, layouts, settings, seed=seed, canvas_prefix=canvas_prefix,
+            prompt_text=prompt_text, on_step=on_step, fixed_noise=fixed_noise,
+        )
+
 
 def compile_for_sampling(lm: LoadedModel, backend: str = "inductor") -> LoadedModel:
     """Compile the model forward the sampler calls with ``torch.compile`` (default mode: fused
@@ -71,29 +117,6 @@ def compile_for_sampling(lm: LoadedModel, backend: str = "inductor") -> LoadedMo
     traces without compiling (what the CPU test uses)."""
     lm.model.forward = torch.compile(lm.model.forward, backend=backend)
     return lm
-
-
-def settings_from_generation_config(generation_config) -> SamplerSettings:
-    """Read DiffusionGemma's sampler settings off a (DiffusionGemma)GenerationConfig; unset ones keep
-    :class:`SamplerSettings`' defaults, which are transformers' global defaults."""
-    defaults = SamplerSettings()
-    sampler_config = getattr(generation_config, "sampler_config", None)
-    entropy_bound = getattr(sampler_config, "entropy_bound", None)
-    if isinstance(sampler_config, dict):
-        entropy_bound = sampler_config.get("entropy_bound")
-
-    def pick(name):
-        value = getattr(generation_config, name, None)
-        return getattr(defaults, name) if value is None else value
-
-    return SamplerSettings(
-        max_denoising_steps=int(pick("max_denoising_steps")),
-        t_min=float(pick("t_min")),
-        t_max=float(pick("t_max")),
-        entropy_bound=float(entropy_bound if entropy_bound is not None else defaults.entropy_bound),
-        stability_threshold=pick("stability_threshold"),
-        confidence_threshold=pick("confidence_threshold"),
-    )
 
 
 def real_model_is_cached(model_id: str = REAL_MODEL_ID) -> bool:
@@ -112,16 +135,6 @@ def default_model_name() -> str:
     if torch.cuda.is_available() and real_model_is_cached():
         return REAL_MODEL_ID
     return str(EMBEDDED_MODEL_PATH)
-
-
-def _missing_model_message(name: str) -> str:
-    return (
-        f"Model {name!r} was not found: it is not a local folder and not in the local Hugging Face cache "
-        f"({os.environ.get('HF_HOME', '~/.cache/huggingface')}). Petri never downloads at run time. "
-        f"To use it, download it once on a machine with access, e.g. "
-        f"`huggingface-cli download {name}` (about 52 GB for {REAL_MODEL_ID}), or pass the path of a "
-        f"checkpoint folder. Without a model argument petri uses the embedded model in {EMBEDDED_MODEL_PATH}."
-    )
 
 
 def load_model(
@@ -143,14 +156,14 @@ def load_model(
     local = Path(name).expanduser()
     source = str(local) if local.is_dir() else name
     if not local.is_dir() and (local.exists() or name.startswith((".", "/", "~"))):
-        raise ModelNotFoundError(_missing_model_message(name))
+        raise ModelNotFoundError(missing_model_message(name, str(EMBEDDED_MODEL_PATH)))
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(
             source, local_files_only=True, dtype=torch_dtype
         )
     except OSError as err:
-        raise ModelNotFoundError(_missing_model_message(name)) from err
+        raise ModelNotFoundError(missing_model_message(name, str(EMBEDDED_MODEL_PATH))) from err
     model.to(torch_device).eval()
     model_id = local.name if local.is_dir() else name
     return LoadedModel(model=model, tokenizer=tokenizer, model_id=model_id, device=torch_device, dtype=torch_dtype)

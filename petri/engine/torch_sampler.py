@@ -22,17 +22,19 @@ import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from transformers import DynamicCache
 
 from petri.dish import pinned_arrays
-from petri.engine.torch_model import LoadedModel
+from petri.engine.base import StepCallback
+from petri.engine.fixed_noise import FixedNoise
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory, assemble_trajectory, check_sampler_inputs
 
-#: Called after each step with (step index, raw argmax (S, L) on the host, finished (S,) bool).
-StepCallback = Callable[[int, np.ndarray, np.ndarray], None]
+if TYPE_CHECKING:  # the model class calls this module; the sampler only reads the model's fields
+    from petri.engine.torch_model import LoadedModel
 
 
 @dataclass
@@ -164,6 +166,7 @@ def run_sampler(
     canvas_prefix: Sequence[int] = (),
     prompt_text: str = "",
     on_step: StepCallback | None = None,
+    fixed_noise: FixedNoise | None = None,
 ) -> Trajectory:
     """Denoise one canvas per sample, all samples in one batch sharing one encoded prompt.
 
@@ -176,12 +179,17 @@ def run_sampler(
         canvas_prefix: tokens pinned at the canvas start for every sample (the thought block).
         on_step: optional live callback; it costs one device→host copy per step, so leave it
             ``None`` for batch runs.
+        fixed_noise: replaces the three random draws (the start canvas, the denoiser's multinomial
+            draw → the argmax, the renoise tokens of each step) for backend parity tests
+            (:mod:`petri.engine.fixed_noise`); ``None`` samples as ``generate`` does.
 
     Returns: a :class:`Trajectory` (numpy arrays; see its docstring for shapes).
     """
     check_sampler_inputs(prompt_ids, layouts)
     model, device = lm.model, lm.device
     batch, length, vocab = len(layouts), lm.canvas_length, lm.vocab_size
+    if fixed_noise is not None:
+        fixed_noise.check_batch(batch, length)
     max_steps = settings.max_denoising_steps
     started = time.perf_counter()
     if seed is not None:
@@ -198,7 +206,10 @@ def run_sampler(
     decoder_positions = torch.arange(
         prompt_length, prompt_length + length, dtype=torch.int32, device=device
     ).unsqueeze(0)
-    canvas = torch.randint(0, vocab, (batch, length), device=device)
+    if fixed_noise is None:
+        canvas = torch.randint(0, vocab, (batch, length), device=device)
+    else:
+        canvas = torch.as_tensor(np.asarray(fixed_noise.initial_canvas), dtype=torch.long, device=device)
     canvas = torch.where(anchor_mask, anchor_ids, canvas)
     mask_mapping = model.model.decoder.create_diffusion_decoder_attention_mask(
         config=model.config,
@@ -230,13 +241,19 @@ def run_sampler(
         temperature = settings.t_min + (settings.t_max - settings.t_min) * (remaining / max_steps)
         logits = logits / temperature
         probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
-        denoised = torch.multinomial(probs.view(-1, vocab), num_samples=1).view(batch, length)
         raw_argmax = torch.argmax(logits, dim=-1)
+        if fixed_noise is None:
+            denoised = torch.multinomial(probs.view(-1, vocab), num_samples=1).view(batch, length)
+        else:
+            denoised = raw_argmax
         entropy = token_entropy(logits)
         accepted = accept_mask(entropy, anchor_mask, settings.entropy_bound)
 
         new_canvas = torch.where(accepted, denoised, canvas)
-        noise = torch.randint(0, vocab, (batch, length), device=device)
+        if fixed_noise is None:
+            noise = torch.randint(0, vocab, (batch, length), device=device)
+        else:
+            noise = torch.as_tensor(fixed_noise.renoise_tokens(index), dtype=torch.long, device=device)
         new_canvas = torch.where(accepted, new_canvas, noise)
         new_canvas = torch.where(anchor_mask, anchor_ids, new_canvas)
         new_argmax = torch.where(anchor_mask, anchor_ids, raw_argmax)

@@ -20,12 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-import torch
 from tqdm.auto import tqdm
 
 from petri.dish import Dish
-from petri.engine.torch_model import LoadedModel
-from petri.engine.torch_sampler import StepCallback
+from petri.engine.base import SamplingModel, StepCallback
 from petri.engine.seeding import plan_dish, seed_dish
 from petri.store import RunStore
 from petri.study.schema import Study, Template
@@ -130,23 +128,6 @@ def batch_seed(seed: int, event_id: str, template_id: str) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
-def model_fingerprint(lm: LoadedModel) -> str:
-    """A cheap fingerprint of the weights (config + shape and first values of every tensor), so a
-    retrained checkpoint under the same folder name gets a new run id instead of a wrong resume."""
-    h = hashlib.sha256(lm.model.config.to_json_string(use_diff=False).encode())
-    h.update(str(lm.dtype).encode())
-    with torch.no_grad():
-        for name, tensor in lm.model.state_dict().items():
-            h.update(name.encode())
-            h.update(str(tuple(tensor.shape)).encode())
-            head = tensor.detach()
-            while head.dim() > 1:  # the first row, as a view: never copies a large tensor
-                head = head[0]
-            head = head.reshape(-1)[:64].to("cpu", torch.float32).numpy()
-            h.update(head.tobytes())
-    return h.hexdigest()[:16]
-
-
 def study_run_id(
     study: Study,
     model_id: str,
@@ -173,7 +154,7 @@ def study_run_id(
     return hashlib.sha256(canonical.encode()).hexdigest()[:24]
 
 
-def check_layouts(lm: LoadedModel, dishes: list[Dish], settings: SamplerSettings) -> None:
+def check_layouts(lm: SamplingModel, dishes: list[Dish], settings: SamplerSettings) -> None:
     """Lay out every distinct concept set once before sampling anything, so a concept set that does
     not fit the canvas fails the whole run up front (raises :class:`~petri.dish.LayoutError`)."""
     for concepts in dict.fromkeys(d.concepts for d in dishes):
@@ -185,7 +166,7 @@ def _now() -> str:
 
 
 def run_study(
-    lm: LoadedModel,
+    lm: SamplingModel,
     study: Study,
     store: RunStore,
     *,
@@ -215,8 +196,8 @@ def run_study(
     settings = settings or lm.default_settings()
     chosen: tuple[Template, ...] = study.select_templates(templates)
     template_ids = tuple(t.id for t in chosen)
-    fingerprint = model_fingerprint(lm)
-    run_id = study_run_id(study, lm.model_id, settings, samples, seed, template_ids, fingerprint, lm.device.type)
+    fingerprint = lm.fingerprint()
+    run_id = study_run_id(study, lm.model_id, settings, samples, seed, template_ids, fingerprint, lm.device_type)
     plan = [(e, t) for e in study.events for t in chosen]
     dishes = {batch_key(e.id, t.id): Dish(study.event_concepts(e), e.text, t.text) for e, t in plan}
     check_layouts(lm, list(dishes.values()), settings)
@@ -288,7 +269,7 @@ def run_study(
         started_at=started_at,
         finished_at=_now(),
         wall_s=wall,
-        device=str(lm.device),
+        device=str(lm.describe()["device"]),
         timings={
             "wall_s": wall,
             "sampling_s_this_run": sample_s,

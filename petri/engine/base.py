@@ -1,0 +1,121 @@
+"""The engine boundary: what every backend's loaded model offers, and the errors it raises.
+
+Layers above the engine (seeding, the study runner, the service, the web edge, the CLI) talk to a
+:class:`SamplingModel` only: they never import torch or mlx. A backend implements the protocol
+with its own loaded-model class (``petri.engine.torch_model.LoadedModel`` for PyTorch on CUDA, MPS
+or the CPU; ``petri.engine.mlx_sampler.MLXLoadedModel`` for MLX). Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
+
+if TYPE_CHECKING:
+    from petri.engine.fixed_noise import FixedNoise
+
+#: Called after each step with (step index, raw argmax (S, L) on the host, finished (S,) bool).
+StepCallback = Callable[[int, Any, Any], None]
+
+REAL_MODEL_ID = "google/diffusiongemma-26B-A4B-it"
+
+
+class ModelNotFoundError(RuntimeError):
+    """The named model is neither a local folder nor in the local Hugging Face cache."""
+
+
+class BackendUnavailableError(RuntimeError):
+    """The backend asked for cannot run here (not installed, or no such backend)."""
+
+
+@runtime_checkable
+class SamplingModel(Protocol):
+    """A loaded DiffusionGemma on one backend, ready to run the pinned, logged sampler.
+
+    Attributes: ``tokenizer`` (a transformers tokenizer; ``None`` only for benchmark models without
+    a vocabulary), ``model_id`` (what every output names), ``backend`` (``"torch"`` or ``"mlx"``).
+    """
+
+    tokenizer: Any
+    model_id: str
+    backend: str
+
+    @property
+    def canvas_length(self) -> int: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def device_type(self) -> str:
+        """``"cuda"``, ``"mps"``, ``"cpu"`` or ``"mlx"``: what a run id must tell apart (numbers
+        differ between device kinds)."""
+        ...
+
+    def default_settings(self) -> SamplerSettings: ...
+
+    def describe(self) -> dict[str, str | int]:
+        """``model_id``, ``device``, ``dtype``, ``canvas_length``, ``vocab_size`` (for every output)."""
+        ...
+
+    def fingerprint(self) -> str:
+        """A cheap hash of config and weights (16 hex characters), so a retrained checkpoint under
+        the same name never resumes a stored study run."""
+        ...
+
+    def sample(
+        self,
+        prompt_ids: Sequence[int],
+        layouts: Sequence[Sequence[AnchorSpan]],
+        settings: SamplerSettings,
+        *,
+        seed: int | None = None,
+        canvas_prefix: Sequence[int] = (),
+        prompt_text: str = "",
+        on_step: StepCallback | None = None,
+        fixed_noise: "FixedNoise | None" = None,
+    ) -> Trajectory:
+        """Denoise one canvas per layout (a batch of S = ``len(layouts)``), the prompt (P,) encoded
+        once; anchors and ``canvas_prefix`` pinned at every step. ``fixed_noise`` replaces the three
+        random draws (start canvas, denoiser draw → argmax, renoise stream) so that two backends
+        can be compared token for token."""
+        ...
+
+
+def settings_from_generation_config(generation_config) -> SamplerSettings:
+    """Read DiffusionGemma's sampler settings off a (DiffusionGemma)GenerationConfig; unset ones keep
+    :class:`SamplerSettings`' defaults, which are transformers' global defaults."""
+    defaults = SamplerSettings()
+    if generation_config is None:
+        return defaults
+    sampler_config = getattr(generation_config, "sampler_config", None)
+    entropy_bound = getattr(sampler_config, "entropy_bound", None)
+    if isinstance(sampler_config, dict):
+        entropy_bound = sampler_config.get("entropy_bound")
+
+    def pick(name):
+        value = getattr(generation_config, name, None)
+        return getattr(defaults, name) if value is None else value
+
+    return SamplerSettings(
+        max_denoising_steps=int(pick("max_denoising_steps")),
+        t_min=float(pick("t_min")),
+        t_max=float(pick("t_max")),
+        entropy_bound=float(entropy_bound if entropy_bound is not None else defaults.entropy_bound),
+        stability_threshold=pick("stability_threshold"),
+        confidence_threshold=pick("confidence_threshold"),
+    )
+
+
+def missing_model_message(name: str, embedded_path: str) -> str:
+    """The one message for a model that is not on this machine: how to get it, and the fallback."""
+    return (
+        f"Model {name!r} was not found: it is not a local folder and not in the local Hugging Face cache "
+        f"({os.environ.get('HF_HOME', '~/.cache/huggingface')}). Petri never downloads at run time. "
+        f"To use it, download it once on a machine with access, e.g. "
+        f"`huggingface-cli download {name}` (about 52 GB for {REAL_MODEL_ID}), or pass the path of a "
+        f"checkpoint folder. Without a model argument petri uses the embedded model in {embedded_path}."
+    )
