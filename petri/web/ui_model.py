@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from petri.service import PetriService
@@ -26,19 +27,35 @@ def model_card(model_source: str | None) -> str:
     return ""
 
 
+#: The packages that make up each backend, named on the tab with their installed versions.
+BACKEND_PACKAGES = {"torch": (("PyTorch", "torch"), ("transformers", "transformers")), "mlx": (("MLX", "mlx"),)}
+
+
+def _installed(package: str) -> str:
+    """``package``'s installed version (read from its metadata; the package is never imported)."""
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def backend_line(lm) -> str:
+    """``PyTorch 2.x · transformers 4.x (`ModelClass`)`` for the served model's backend."""
+    backend = getattr(lm, "backend", "torch")
+    parts = [f"{label} {_installed(package)}" for label, package in BACKEND_PACKAGES.get(backend, ((backend, backend),))]
+    model = getattr(lm, "model", None)
+    return " · ".join(parts) + (f" (`{type(model).__name__}`)" if model is not None else "")
+
+
 def model_markdown(service: PetriService, model_source: str | None) -> str:
     """The tab's text: a property table, the sampler defaults, the limits, then the model card."""
-    import torch
-    import transformers
-
     info = service.lm.describe()
     defaults = service.lm.default_settings()
     lines = [
         "| property | value |", "|---|---|",
         f"| model | `{info['model_id']}` |",
         f"| source | `{model_source or 'in-process'}` |",
-        f"| backend | PyTorch {torch.__version__} · transformers {transformers.__version__} "
-        f"(`{type(service.lm.model).__name__}`) |",
+        f"| backend | {backend_line(service.lm)} |",
         f"| device | `{info['device']}` |",
         f"| dtype | `{info['dtype']}` |",
         f"| canvas length | {info['canvas_length']} tokens |",
