@@ -1,15 +1,15 @@
-"""Command line: ``python -m petri seed ...`` (one event) and ``python -m petri study FILE ...`` (a study file)."""
+"""The ``petri`` command (also ``python -m petri``): ``seed`` (one event), ``study FILE`` (a study
+file) and ``serve`` (the web app, as ``python app.py``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 
 from petri.dish import DEFAULT_TEMPLATE, Dish, LayoutError
 from petri.export import run_tables, write_run
 from petri.engine.base import BackendUnavailableError, ModelNotFoundError
-from petri.engine.select import load_backend_model
+from petri.model_options import add_model_arguments, add_sampler_arguments, load_from_args, settings_from_args
 from petri.store import StoreError
 
 
@@ -17,60 +17,12 @@ def _concepts(value: str) -> tuple[str, ...]:
     return tuple(c.strip() for c in value.split(","))
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default=None, help="hub id (local cache only) or checkpoint folder; default: the real DiffusionGemma when "
-        "cached on a GPU machine, else the embedded assets/petri-tiny")
-    parser.add_argument("--device", default="auto", help="auto (cuda → mps → cpu), cuda, mps or cpu")
-    parser.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp16 on MPS, fp32 on CPU), bf16, fp16 or fp32")
-    parser.add_argument(
-        "--compile", action="store_true",
-        help="torch.compile the model forward (GPU; pays a one-off compilation, ~160 s for the 26B model)",
-    )
-    parser.add_argument(
-        "--backend", default="auto", help="auto (MLX on Apple silicon without a torch GPU, else torch), torch or mlx"
-    )
-
-
-def add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("sampler (defaults: the model's generation config)")
-    group.add_argument("--steps", type=int, help="maximum denoising steps")
-    group.add_argument("--entropy-bound", type=float)
-    group.add_argument("--t-min", type=float)
-    group.add_argument("--t-max", type=float)
-    group.add_argument("--no-adaptive-stop", action="store_true", help="always run every step")
-    group.add_argument("--no-thought-channel", action="store_true", help="do not pin the empty thought block (chat models)")
-
-
-def load_from_args(args):
-    """The model the ``add_model_arguments`` options name, compiled if ``--compile`` (torch only)."""
-    lm = load_backend_model(args.model, backend=args.backend, device=args.device, dtype=args.dtype)
-    if args.compile:
-        if lm.backend != "torch":
-            raise ValueError("--compile applies to the torch backend only")
-        from petri.engine.torch_model import compile_for_sampling
-
-        compile_for_sampling(lm)
-    return lm
-
-
-def settings_from_args(defaults, args):
-    changes = {
-        "max_denoising_steps": args.steps,
-        "entropy_bound": args.entropy_bound,
-        "t_min": args.t_min,
-        "t_max": args.t_max,
-    }
-    settings = replace(defaults, **{k: v for k, v in changes.items() if v is not None})
-    if args.no_adaptive_stop:
-        settings = replace(settings, stability_threshold=None, confidence_threshold=None)
-    if args.no_thought_channel:
-        settings = replace(settings, pin_thought_channel=False)
-    return settings
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m petri", description="Concept Petri Dish")
+    parser = argparse.ArgumentParser(prog="petri", description="Concept Petri Dish")
     commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser(
+        "serve", add_help=False, help="serve the web app (UI + HTTP API); `petri serve --help` lists its options"
+    )
     seed = commands.add_parser("seed", help="sample one event with pinned concepts; print pair instability, write CSVs")
     seed.add_argument("--event", required=True, help="the event text the model reads")
     seed.add_argument("--concepts", required=True, type=_concepts, help="comma-separated, e.g. order,inventory,person")
@@ -168,6 +120,10 @@ def cmd_study(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:  # the server has its own options (shared with app.py)
+        from petri.web.server import main as serve
+
+        return serve(argv[1:], prog="petri serve")
     args = build_parser().parse_args(argv)
     args.argv = argv
     try:

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from petri.engine.tiny import tiny_random_model  # noqa: E402
+from petri.engine.tiny import tiny_random_model
 
 
 @pytest.fixture(scope="session")

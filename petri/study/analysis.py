@@ -15,9 +15,9 @@ import pandas as pd
 
 from petri.dish import THOUGHT_CHANNEL
 from petri.export import TABLES
-from petri.metrics import anchor_agreement, anchor_intact_in_text
 from petri.nouns import jaccard_matrix, mean_off_diagonal, tagger_name, top_nouns_by_template
 from petri.stats import GroupComparison, LevelComparisons, compare_groups, compare_levels, event_level_values
+from petri.tables import anchors_table, preservation_summary
 
 if TYPE_CHECKING:  # the runner imports torch; analysis only reads its result
     from petri.study.runner import StudyBatch, StudyResult
@@ -159,26 +159,17 @@ def _num(v: Any) -> Any:
 
 
 def _preservation(batches: list[StudyBatch]) -> tuple[dict[str, Any], pd.DataFrame]:
-    rows = []
-    for b in batches:
-        t = b.trajectory
-        agreement = anchor_agreement(t.argmax, t.steps, t.anchors)
-        for s, (text, spans) in enumerate(zip(t.final_texts, t.anchors)):
-            for a, share in zip(spans, agreement[s]):
-                rows.append({"group": b.group, "concept": a.concept, "intact": anchor_intact_in_text(text, a.concept), "agreement": share, "sample": (b.key, s)})
-    df = pd.DataFrame(rows)
-    per_sample = df.groupby("sample")["intact"].all()
+    """Anchor preservation (both readings) over the whole study, per group and per concept: every
+    figure aggregates :func:`petri.tables.anchors_table` rows with :func:`petri.tables.preservation_summary`."""
+    df = pd.concat(
+        [anchors_table(b.trajectory).assign(group=b.group, batch=i) for i, b in enumerate(batches)], ignore_index=True
+    )
+    per_sample = df.groupby(["batch", "sample"])["intact"].all()
     summary = {
-        "anchors_intact": int(df["intact"].sum()),
-        "anchors_total": int(len(df)),
-        "intact_share": float(df["intact"].mean()),
+        **preservation_summary(df),
         "samples_all_intact": int(per_sample.sum()),
         "samples_total": int(per_sample.size),
-        "mean_agreement": float(df["agreement"].mean()),
-        "by_group": {
-            g: {"anchors_intact": int(d["intact"].sum()), "anchors_total": int(len(d)), "mean_agreement": float(d["agreement"].mean())}
-            for g, d in df.groupby("group", sort=False)
-        },
+        "by_group": {g: preservation_summary(d) for g, d in df.groupby("group", sort=False)},
         "reading_1": "anchor's surface form is a whole word of the decoded final text",
         "reading_2": "share of steps in which the unforced argmax at the anchor's positions equals the anchor tokens",
     }

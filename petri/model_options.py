@@ -1,0 +1,63 @@
+"""Command-line options shared by the ``petri`` command and the web server (``app.py``,
+``petri serve``): which model to load and how, and the sampler settings."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from petri.engine.base import SamplingModel
+from petri.engine.select import load_backend_model
+from petri.trajectory import SamplerSettings
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=None, help="hub id (local cache only) or checkpoint folder; default: the real DiffusionGemma when "
+        "cached on a GPU machine, else the embedded assets/petri-tiny")
+    parser.add_argument("--device", default="auto", help="auto (cuda → mps → cpu), cuda, mps or cpu")
+    parser.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp16 on MPS, fp32 on CPU), bf16, fp16 or fp32")
+    parser.add_argument(
+        "--compile", action="store_true",
+        help="torch.compile the model forward (GPU; pays a one-off compilation, ~160 s for the 26B model)",
+    )
+    parser.add_argument(
+        "--backend", default="auto", help="auto (MLX on Apple silicon without a torch GPU, else torch), torch or mlx"
+    )
+
+
+def add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("sampler (defaults: the model's generation config)")
+    group.add_argument("--steps", type=int, help="maximum denoising steps")
+    group.add_argument("--entropy-bound", type=float)
+    group.add_argument("--t-min", type=float)
+    group.add_argument("--t-max", type=float)
+    group.add_argument("--no-adaptive-stop", action="store_true", help="always run every step")
+    group.add_argument("--no-thought-channel", action="store_true", help="do not pin the empty thought block (chat models)")
+
+
+def load_from_args(args: argparse.Namespace) -> SamplingModel:
+    """The model the ``add_model_arguments`` options name, compiled if ``--compile`` (torch only)."""
+    lm = load_backend_model(args.model, backend=args.backend, device=args.device, dtype=args.dtype)
+    if args.compile:
+        if lm.backend != "torch":
+            raise ValueError("--compile applies to the torch backend only")
+        from petri.engine.torch_model import compile_for_sampling
+
+        compile_for_sampling(lm)
+    return lm
+
+
+def settings_from_args(defaults: SamplerSettings, args: argparse.Namespace) -> SamplerSettings:
+    """``defaults`` with the sampler options the user gave."""
+    changes = {
+        "max_denoising_steps": args.steps,
+        "entropy_bound": args.entropy_bound,
+        "t_min": args.t_min,
+        "t_max": args.t_max,
+    }
+    settings = replace(defaults, **{k: v for k, v in changes.items() if v is not None})
+    if args.no_adaptive_stop:
+        settings = replace(settings, stability_threshold=None, confidence_threshold=None)
+    if args.no_thought_channel:
+        settings = replace(settings, pin_thought_channel=False)
+    return settings

@@ -1,0 +1,75 @@
+"""``pip install .`` gives a working library and ``petri`` command, from any directory.
+
+A fresh virtual environment that sees this machine's packages (torch and friends are not
+downloaded again) gets the project built as a wheel and installed (no editable link to the
+checkout). From a folder outside the checkout, the installed ``petri`` command seeds the embedded
+model that the wheel installed as data files, and ``import petri`` resolves to the installed copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The virtual environment's folder, with the project installed from a wheel."""
+    root = tmp_path_factory.mktemp("install")
+    env_dir = root / "venv"
+    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
+    # `pip install .` is "build a wheel, install it": the wheel is built with this interpreter's
+    # setuptools (no download), then installed into the fresh environment by its own pip.
+    # (from a clean copy of the tree: an in-tree build/ folder can carry stale modules into a wheel)
+    source = root / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        ".git", "build", "runs", "out", "results", "*.egg-info", "__pycache__", ".device-carry", ".whl"))
+    wheels = root / "wheels"
+    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)]
+    done = subprocess.run(build, capture_output=True, text=True, timeout=600, cwd=root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (wheel,) = wheels.glob("concept_petri_dish-*.whl")
+    install = [str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel)]
+    done = subprocess.run(install, capture_output=True, text=True, timeout=600, cwd=root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return env_dir
+
+
+def run_outside(env_dir: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PETRI_ASSETS")}
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=600, cwd=cwd, env=environment)
+
+
+def test_the_installed_package_is_the_wheel_not_the_checkout(installed, tmp_path):
+    done = run_outside(
+        installed, str(installed / "bin" / "python"), "-c",
+        "import json, petri, petri.paths; print(json.dumps([petri.__file__, str(petri.paths.embedded_model_path())]))",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    package_file, model_path = json.loads(done.stdout)
+    assert Path(package_file).is_relative_to(installed), package_file
+    assert Path(model_path) == installed / "share" / "concept-petri-dish" / "assets" / "petri-tiny"
+    assert (Path(model_path) / "model.safetensors").stat().st_size == (REPO / "assets" / "petri-tiny" / "model.safetensors").stat().st_size
+
+
+def test_the_petri_command_seeds_the_embedded_model_from_anywhere(installed, tmp_path):
+    petri = str(installed / "bin" / "petri")
+    help_text = run_outside(installed, petri, "--help", cwd=tmp_path)
+    assert help_text.returncode == 0 and all(c in help_text.stdout for c in ("seed", "study", "serve"))
+    done = run_outside(
+        installed, petri, "seed", "--event", "The order was shipped on time.", "--concepts", "order,inventory",
+        "--samples", "2", "--steps", "3", "--device", "cpu", "--out", str(tmp_path / "out"), cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "model: petri-tiny" in done.stdout
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["pairs.csv", "positions.csv", "run.json", "samples.csv", "segments.csv"]

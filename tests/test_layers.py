@@ -1,0 +1,191 @@
+"""The house's layers, written down once, and checked by reading every module's imports (ast).
+
+    layer 1  numpy/pandas only      petri.paths, trajectory, dish, metrics, tables, stats, nouns
+    layer 2  engines                petri.engine.*  (the only place torch, mlx or transformers is imported;
+                                    elsewhere only as type hints under TYPE_CHECKING)
+    layer 3  study, store, export   petri.study.*, petri.store, petri.export
+    layer 4  service                petri.service
+    layer 5  edges                  petri.web.*, petri.cli, petri.model_options, petri.__main__
+
+A module may import from its own layer or below, never above; the module graph has no circle
+(lazy imports inside functions count; imports under ``if TYPE_CHECKING:`` do not, since they never
+run). Library files stay under 500 lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "petri"
+
+LAYERS: dict[str, int] = {
+    "petri.paths": 1,
+    "petri.trajectory": 1,
+    "petri.dish": 1,
+    "petri.metrics": 1,
+    "petri.tables": 1,
+    "petri.stats": 1,
+    "petri.nouns": 1,
+    "petri.engine": 2,
+    "petri.study": 3,
+    "petri.store": 3,
+    "petri.export": 3,
+    "petri.service": 4,
+    "petri.web": 5,
+    "petri.cli": 5,
+    "petri.model_options": 5,
+    "petri.__main__": 5,
+}
+HEAVY = ("torch", "mlx", "transformers")
+MAX_LINES = 500
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> int | None:
+    """The layer of ``module`` (the longest matching prefix in LAYERS); None for ``petri`` itself."""
+    matches = [prefix for prefix in LAYERS if module == prefix or module.startswith(prefix + ".")]
+    return LAYERS[max(matches, key=len)] if matches else None
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports_of(path: Path) -> list[tuple[str, bool]]:
+    """Every module ``path`` imports, as (dotted name, runs at run time). ``from petri.x import y``
+    counts as ``petri.x.y`` when that is a module, else ``petri.x``."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    found: list[tuple[str, bool]] = []
+
+    def visit(node: ast.AST, runtime: bool) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.body:
+                visit(child, False)
+            for child in node.orelse:
+                visit(child, runtime)
+            return
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, runtime) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                is_module = (PACKAGE.parent / Path(*candidate.split("."))).with_suffix(".py").exists() or (
+                    PACKAGE.parent / Path(*candidate.split(".")) / "__init__.py"
+                ).exists()
+                found.append((candidate if is_module else base, runtime))
+        for child in ast.iter_child_nodes(node):
+            visit(child, runtime)
+
+    visit(tree, True)
+    return found
+
+
+def all_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_every_module_has_a_layer():
+    unplaced = [m for m in all_modules() if m != "petri" and layer_of(m) is None]
+    assert not unplaced, f"modules with no layer in LAYERS: {unplaced}"
+
+
+def test_no_import_reaches_up_a_layer():
+    upward = []
+    for module, path in all_modules().items():
+        own = layer_of(module)
+        for target, _ in imports_of(path):
+            if target.startswith("petri.") or target == "petri":
+                theirs = layer_of(target)
+                if own is not None and theirs is not None and theirs > own:
+                    upward.append(f"{module} (layer {own}) imports {target} (layer {theirs})")
+    assert not upward, "\n".join(upward)
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a list of nodes (first == last), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt):], nxt]
+            if state.get(nxt) is None and (cycle := visit(nxt)):
+                return cycle
+        state[node] = 2
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if state.get(node) is None and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_find_cycle_sees_a_circle_and_a_clean_graph():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_circles():
+    modules = all_modules()
+    graph = {
+        module: {target for target, runtime in imports_of(path) if runtime and target in modules and target != module}
+        for module, path in modules.items()
+    }
+    # importing a submodule runs its package's __init__ first: count that edge too
+    for module in modules:
+        parent = module.rpartition(".")[0]
+        if parent in modules and parent != "petri":
+            for deps in graph.values():
+                if module in deps:
+                    deps.add(parent)
+    assert find_cycle(graph) is None, f"import circle: {' -> '.join(find_cycle(graph))}"
+
+
+def test_only_the_engine_imports_torch_mlx_or_transformers():
+    offenders = [
+        f"{module} imports {target}"
+        for module, path in all_modules().items()
+        if layer_of(module) != 2
+        for target, runtime in imports_of(path)
+        if runtime and target.split(".")[0] in HEAVY
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_library_files_stay_short():
+    long_files = {str(p.relative_to(PACKAGE.parent)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long_files, f"over {MAX_LINES} lines: {long_files}"
+
+
+@pytest.mark.parametrize(
+    "modules",
+    [
+        "petri.trajectory, petri.dish, petri.metrics, petri.tables, petri.stats, petri.nouns",
+        "petri.study.runner, petri.study.analysis, petri.store, petri.export, petri.service",
+    ],
+)
+def test_numpy_layers_import_without_torch(modules):
+    """Importing the layers above the engine loads neither torch nor transformers (a fresh process)."""
+    code = f"import sys, {modules}; heavy = [m for m in ('torch', 'transformers', 'mlx') if m in sys.modules]; print(heavy); assert not heavy"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
