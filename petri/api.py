@@ -15,8 +15,9 @@ Routes (OpenAPI docs at ``/docs``):
 Every bad field is a 4xx whose body names the field (``detail[*].loc``); a body over
 :data:`MAX_BODY_BYTES` is a 413; a busy model is a 503 with ``Retry-After``; a run store that cannot
 be written (full disk, read-only folder) is a 507 whose detail says so. Sampling runs in a worker
-thread, so the server stays responsive; at most :data:`MAX_QUEUED` model jobs wait for the lock
-(``busy_wait_s`` > 0), so waiting requests never take every worker thread. The server never loads a
+thread, so the server stays responsive; with ``busy_wait_s`` > 0 at most ``MAX_QUEUED + 1`` API model
+jobs are in flight (one running and :data:`MAX_QUEUED` waiting for the lock, or ``MAX_QUEUED + 1``
+waiting while the UI holds the model), so waiting requests never take every worker thread. The server never loads a
 model or reads a file named by a request: unknown fields are refused, run ids are checked with
 :func:`~petri.store.check_run_id` and tables come from a fixed list.
 """
@@ -79,8 +80,10 @@ RETRY_AFTER_S = 5
 MAX_BODY_BYTES = 1024 * 1024
 #: Largest file the Gradio UI accepts (a study file); Gradio's own default is no limit at all.
 MAX_UPLOAD_BYTES = 4 * 1024 * 1024
-#: Model jobs that may wait for the one-job lock at once (only with ``busy_wait_s`` > 0); one more
-#: is refused with 503, so waiting requests never hold every worker thread of the server.
+#: With ``busy_wait_s`` > 0, a model request is admitted while at most this many API model jobs are
+#: in flight (running or waiting for the one-job lock), so at most ``MAX_QUEUED + 1`` are: one running
+#: and ``MAX_QUEUED`` waiting, or ``MAX_QUEUED + 1`` waiting while the UI holds the model. One more is
+#: refused with 503, so waiting requests never hold every worker thread of the server.
 MAX_QUEUED = 8
 #: (event, template) batches of one ``POST /api/study`` (``python -m petri study`` has no limit).
 MAX_STUDY_BATCHES = 600
@@ -763,10 +766,11 @@ def create_api(service: PetriService, app: FastAPI, busy_wait_s: float = 0.0) ->
 
     async def model_job(fn: Callable, *args, **kwargs):
         """``fn`` in a worker thread, or 503 (+ Retry-After) when the model is taken and either this
-        server does not wait (``busy_wait_s`` 0) or :data:`MAX_QUEUED` jobs already wait."""
+        server does not wait (``busy_wait_s`` 0) or more than :data:`MAX_QUEUED` API model jobs are
+        already in flight (running or waiting)."""
         nonlocal in_flight
         if service.busy and (busy_wait_s <= 0 or in_flight > MAX_QUEUED):
-            waiting = f" and {in_flight} requests are waiting for it" if busy_wait_s > 0 else ""
+            waiting = f" and {in_flight} API requests are running or waiting for it" if busy_wait_s > 0 else ""
             raise _busy(BusyError(f"a model job is already running{waiting}"))
         in_flight += 1
         try:
