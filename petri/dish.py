@@ -9,6 +9,7 @@ somewhere across samples.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
@@ -115,7 +116,7 @@ def encode_prompt(
         ids = tokenizer.apply_chat_template(
             [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
         )
-        if isinstance(ids, dict):  # some tokenizers return a BatchEncoding
+        if isinstance(ids, Mapping):  # transformers 5 returns a BatchEncoding (a UserDict, not a dict)
             ids = ids["input_ids"]
         prefix: tuple[int, ...] = ()
         if pin_thought_channel:

@@ -13,11 +13,12 @@ import httpx
 import pandas as pd
 import pytest
 
+from contextlib import contextmanager
+
 from petri.web.app import create_app
-from petri.web.limits import MAX_SAMPLES
+from petri.web.limits import MAX_QUEUED, MAX_SAMPLES
 from petri.service import PetriService
 from petri.store import RunStore
-from petri.tables import pairs_table
 from conftest import model_held
 
 EVENT = "Only 90 units are in stock, but a customer ordered 120."
@@ -45,6 +46,43 @@ def seed_body(**changes) -> dict:
     body = {"concepts": CONCEPTS, "event": EVENT, "samples": 3, "settings": {"max_denoising_steps": 4}, "seed": 1}
     body.update(changes)
     return body
+
+
+# --------------------------------------------------------------------------------- references
+
+
+def reference_flips(samples: list[dict]) -> list[list[int]]:
+    """Flips per position of each returned sample, by plain loops over its ``argmax`` (steps × L):
+    a change between consecutive steps counts 1; anchor positions count 0."""
+    out = []
+    for sample in samples:
+        history = sample["argmax"]
+        pinned = {i for a in sample["anchors"] for i in range(a["start"], a["end"])}
+        flips = [0] * len(history[0])
+        for t in range(1, len(history)):
+            for i in range(len(flips)):
+                if history[t][i] != history[t - 1][i] and i not in pinned:
+                    flips[i] += 1
+        out.append(flips)
+    return out
+
+
+def reference_segments_and_pairs(samples: list[dict]):
+    """Segments ``(sample, left, right, start, end, instability)`` between neighbouring anchors (in
+    canvas order; instability = mean flips over the gap, NaN when empty) and, per sorted pair
+    ``"a|b"``, ``(non-empty segments, their mean)``."""
+    segments, values = [], {}
+    for sample, flips in zip(samples, reference_flips(samples)):
+        ordered = sorted(sample["anchors"], key=lambda a: a["start"])
+        for a, b in zip(ordered, ordered[1:]):
+            gap = flips[a["end"]:b["start"]]
+            value = sum(gap) / len(gap) if gap else float("nan")
+            segments.append((sample["sample"], a["concept"], b["concept"], a["end"], b["start"], value))
+            bucket = values.setdefault("|".join(sorted((a["concept"], b["concept"]))), [])
+            if gap:
+                bucket.append(value)
+    pairs = {p: (len(v), sum(v) / len(v) if v else float("nan")) for p, v in values.items()}
+    return segments, pairs
 
 
 # --------------------------------------------------------------------------------- happy path
@@ -89,7 +127,19 @@ def test_seed_stores_and_serves_csv(client, service):
         for a in sample["anchors"]:
             assert sample["flips"][a["start"]] == 0 and 0 <= a["agreement"] <= 1
     assert len(event["segments"]) == 3 * 2  # three anchors → two segments per sample
-    assert {p["pair"] for p in event["pairs"]} <= {"inventory|order", "inventory|person", "order|person"}
+    # flips, segments and pairs against a plain-loop reference over the returned argmax history
+    expected_segments, expected_pairs = reference_segments_and_pairs(event["samples"])
+    for sample, flips in zip(event["samples"], reference_flips(event["samples"])):
+        assert sample["flips"] == flips
+    nan = float("nan")
+    assert [(g["sample"], g["left"], g["right"], g["start"], g["end"]) for g in event["segments"]] == [e[:5] for e in expected_segments]
+    assert [nan if g["instability"] is None else g["instability"] for g in event["segments"]] == pytest.approx(
+        [e[5] for e in expected_segments], nan_ok=True)
+    assert sorted(p["pair"] for p in event["pairs"]) == sorted(expected_pairs)
+    for p in event["pairs"]:
+        n_segments, instability = expected_pairs[p["pair"]]
+        assert p["n_segments"] == n_segments, p
+        assert (nan if p["instability"] is None else p["instability"]) == pytest.approx(instability, nan_ok=True), p
     assert event["preservation"]["anchors"] == 9
     assert set(event["timings"]) >= {"encode_s", "denoise_s", "total_s"}
 
@@ -100,9 +150,8 @@ def test_seed_stores_and_serves_csv(client, service):
     assert again["events"][0]["pairs"] == event["pairs"]
     assert again["events"][1]["samples"][2]["flips"] == run["events"][1]["samples"][2]["flips"]
     assert again["events"][0]["samples"][0]["argmax"] is None  # only on request
-    traj = service.store.load_events(run["run_id"])[0][2]
-    expected = pairs_table(traj).set_index("pair")["instability"].to_dict()
-    assert {p["pair"]: p["instability"] for p in event["pairs"]} == pytest.approx(expected, nan_ok=True)
+    stored_event = client.get(f"/api/runs/{run['run_id']}", params={"include_trajectories": True}).json()["events"][0]
+    assert [s["argmax"] for s in stored_event["samples"]] == [s["argmax"] for s in event["samples"]]
     assert run["run_id"] in {r["run_id"] for r in client.get("/api/runs").json()}
 
     csv = client.get(run["csv"]["positions"])
@@ -128,32 +177,127 @@ def test_settings_override_and_adaptive_stop(client):
 # --------------------------------------------------------------------------------- busy
 
 
-def test_busy_gets_503_and_server_stays_responsive(client, server, service):
-    # a long job in flight: health and stored runs still answer; a second seed gets 503 + Retry-After
-    long_body = seed_body(samples=32, settings={"max_denoising_steps": 96, "adaptive_stop": False})
+@contextmanager
+def api_job_held(service, monkeypatch):
+    """While the block runs, the first model job that takes ``service``'s lock keeps it (gated)
+    until the block ends; yields an event set once that job holds the lock."""
+    holding, release = threading.Event(), threading.Event()
+    original = service.exclusive
+
+    @contextmanager
+    def gated(wait_s=None):
+        with original(wait_s):
+            if not holding.is_set():
+                holding.set()
+                assert release.wait(60), "the test never released the job"
+            yield
+
+    monkeypatch.setattr(service, "exclusive", gated)
+    try:
+        yield holding
+    finally:
+        release.set()
+
+
+def test_busy_gets_503_and_server_stays_responsive(client, server, service, monkeypatch):
+    # a job of this API holds the model (sampling in a worker thread): health and stored runs
+    # answer while it holds it, and a second seed gets 503 + Retry-After at once
     results = {}
 
     def long_request():
         with httpx.Client(base_url=server.url, timeout=120) as c:
-            results["long"] = c.post("/api/seed", json=long_body)
+            results["long"] = c.post("/api/seed", json=seed_body(samples=2))
 
-    worker = threading.Thread(target=long_request)
-    worker.start()
-    deadline = time.monotonic() + 20
-    while not service.busy and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert service.busy, "the long job never started"
-    started = time.monotonic()
-    health = client.get("/api/health")
-    assert health.status_code == 200 and health.json()["busy"] is True
-    assert time.monotonic() - started < 2.0
-    busy = client.post("/api/seed", json=seed_body())
+    with api_job_held(service, monkeypatch) as holding:
+        worker = threading.Thread(target=long_request)
+        worker.start()
+        assert holding.wait(30), "the first job never took the model"
+        health = client.get("/api/health")
+        assert health.status_code == 200 and health.json()["busy"] is True
+        assert client.get("/api/runs").status_code == 200
+        busy = client.post("/api/seed", json=seed_body())
+        assert busy.status_code == 503, busy.text
+        assert busy.headers["retry-after"].isdigit() and "busy" in busy.json()["detail"]
+        assert "long" not in results  # the first job is still held: the 503 came while it ran
     worker.join(120)
     assert results["long"].status_code == 200, results["long"].text
-    if busy.status_code == 200:  # the long job finished first on a very fast machine
-        pytest.skip("the long job finished before the second request")
-    assert busy.status_code == 503
-    assert busy.headers["retry-after"].isdigit() and "busy" in busy.json()["detail"]
+    assert client.get("/api/health").json()["busy"] is False
+
+
+class CountingService(PetriService):
+    """A service that counts the API model jobs that reached its lock (API jobs pass the server's
+    ``busy_wait_s``; :func:`conftest.model_held` passes nothing and is not counted)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.reached = 0
+        self._count = threading.Lock()
+
+    @contextmanager
+    def exclusive(self, wait_s=None):
+        if wait_s:
+            with self._count:
+                self.reached += 1
+        with super().exclusive(wait_s):
+            yield
+
+
+@pytest.mark.parametrize("holder", ["another caller", "an API job"])
+def test_at_most_max_queued_requests_wait_and_health_answers(tiny_lm, tmp_path, live_server, monkeypatch, holder):
+    """With ``busy_wait_s`` > 0 at most ``MAX_QUEUED + 1`` API jobs are in flight (running or
+    waiting for the lock): one running and ``MAX_QUEUED`` waiting while an API job holds the model,
+    ``MAX_QUEUED + 1`` waiting while another caller (the UI) holds it. Every further request is
+    refused with 503 at once, and health answers while all of them wait."""
+    extra = 3
+    service = CountingService(tiny_lm, RunStore(tmp_path))
+    responses: dict[int, httpx.Response] = {}
+
+    def post(i: int) -> None:
+        with httpx.Client(base_url=live.url, timeout=120) as c:
+            responses[i] = c.post("/api/seed", json=seed_body(samples=1, seed=i, settings={"max_denoising_steps": 2}))
+
+    def refused() -> int:
+        return sum(r.status_code == 503 for r in list(responses.values()))
+
+    def settle(total: int) -> None:
+        """Poll (deadline 60 s) until every one of ``total`` requests reached the lock or was refused."""
+        deadline = time.monotonic() + 60
+        while service.reached + refused() < total and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    with live_server(create_app(service, ui=False, busy_wait_s=60)) as live, httpx.Client(base_url=live.url, timeout=60) as c:
+        if holder == "an API job":
+            hold = api_job_held(service, monkeypatch)
+            holding = hold.__enter__()
+            first = threading.Thread(target=post, args=(1000,))
+            first.start()
+            assert holding.wait(30), "the first job never took the model"
+            n_requests = MAX_QUEUED + extra  # the first one runs: MAX_QUEUED more may wait
+        else:
+            hold = model_held(service)
+            hold.__enter__()
+            first = None
+            n_requests = MAX_QUEUED + 1 + extra
+        try:
+            threads = [threading.Thread(target=post, args=(i,)) for i in range(n_requests)]
+            for t in threads:
+                t.start()
+            in_flight = n_requests + (first is not None)
+            settle(in_flight)
+            assert refused() == extra, sorted((i, r.status_code) for i, r in responses.items())
+            assert service.reached == in_flight - extra == MAX_QUEUED + 1
+            assert len(responses) == extra  # nothing else has answered: the admitted ones wait
+            health = c.get("/api/health")  # answered on the event loop while every job waits
+            assert health.status_code == 200 and health.json()["busy"] is True
+            for r in responses.values():
+                assert r.headers["retry-after"].isdigit() and "busy" in r.json()["detail"]
+        finally:
+            hold.__exit__(None, None, None)
+        for t in threads + ([first] if first else []):
+            t.join(120)
+        codes = sorted(r.status_code for r in responses.values())
+        assert codes == [200] * (MAX_QUEUED + 1) + [503] * extra
+        assert c.get("/api/health").json()["busy"] is False
 
 
 def test_busy_while_another_caller_holds_the_model(client, service):

@@ -103,7 +103,8 @@ def test_run_a_dish_in_the_browser(page, tmp_path):
 def test_bad_concepts_are_named_in_the_browser(page, tmp_path):
     page.fill("#petri-concepts textarea, #petri-concepts input", "order")
     page.wait_for_function("!document.querySelector('#petri-placement').innerText.includes('inventory')")
-    page.wait_for_timeout(300)  # the strip redraw
+    # the canvas strip is redrawn for the new concepts (its annotations are SVG text in the plot)
+    page.wait_for_function("!document.querySelector('#petri-strip').textContent.includes('inventory')")
     page.click("#petri-run")
     page.wait_for_selector("#petri-concepts:has-text('at least 2 items')")
     assert "concepts" in page.inner_text("#petri-concepts")

@@ -92,3 +92,42 @@ def test_plain_prompt_starts_with_bos(tiny_lm):
     enc = encode_prompt(tiny_lm.tokenizer, "hello")
     assert enc.ids[0] == tiny_lm.tokenizer.bos_token_id
     assert not enc.chat_template and enc.canvas_prefix_ids == ()
+
+
+def test_plain_prompt_is_bos_then_the_text_tokens(tiny_lm):
+    tok = tiny_lm.tokenizer
+    enc = encode_prompt(tok, "The customer placed an order")
+    assert list(enc.ids) == [tok.bos_token_id, *tok.encode("The customer placed an order", add_special_tokens=False)]
+    assert enc.text == "The customer placed an order"
+
+
+def test_shuffles_put_every_pair_of_concepts_side_by_side_somewhere(tiny_lm):
+    """The module's promise: across samples every pair becomes adjacent in canvas order, and every
+    concept takes every slot. (A cyclic rotation of the order would never make a-c or b-d adjacent.)"""
+    concepts = ("order", "inventory", "person", "customer")
+    dish = Dish(concepts=concepts, event="x")
+    layouts = layout_samples(dish, ids_for(tiny_lm.tokenizer, dish), 16, 24, seed=0)
+    adjacent = set()
+    for spans in layouts:
+        names = [a.concept for a in spans]
+        adjacent |= {frozenset(pair) for pair in zip(names, names[1:])}
+    assert adjacent == {frozenset((a, b)) for i, a in enumerate(concepts) for b in concepts[i + 1 :]}
+    for slot in range(4):
+        assert {spans[slot].concept for spans in layouts} == set(concepts), f"slot {slot}"
+
+
+def test_explicit_positions_are_shuffled_over_the_same_slots(tiny_lm):
+    dish = Dish(concepts=("order", "person"), event="x", positions=(3, 10), shuffle=True)
+    layouts = layout_samples(dish, ids_for(tiny_lm.tokenizer, dish), 16, 10, seed=1)
+    assert all([a.start for a in spans] == [3, 10] for spans in layouts)
+    assert {spans[0].concept for spans in layouts} == {"order", "person"}
+
+
+def test_an_anchor_on_the_pinned_prefix_is_rejected(tiny_lm):
+    # positions 0..2 hold the thought block (first_free=3): an anchor at 1 overlaps it
+    dish = Dish(concepts=("order", "person"), event="x", positions=(1, 9), shuffle=False)
+    with pytest.raises(LayoutError) as err:
+        layout_samples(dish, ids_for(tiny_lm.tokenizer, dish), 16, 1, seed=0, first_free=3)
+    assert err.value.concept == "order" and "outside the free canvas 3..15" in err.value.reason
+    # the same positions are fine without a prefix
+    assert [a.start for a in layout_samples(dish, ids_for(tiny_lm.tokenizer, dish), 16, 1, seed=0)[0]] == [1, 9]

@@ -250,7 +250,7 @@ def test_same_noise_free_trajectory_staggered_stops(pairs):
         max_denoising_steps=20, entropy_bound=2.0, stability_threshold=0, confidence_threshold=1.5
     )
     ref, _ = check_trajectories(lm, mlm, prompt, anchored_layouts(lm, 4), settings, canvas_prefix=(5, 6))
-    assert ref.steps.min() < ref.steps.max() or ref.steps.max() < 20  # the adaptive stop acted
+    assert len(set(ref.steps.tolist())) > 1, f"the samples must stop at different steps, got {ref.steps.tolist()}"
 
 
 @needs_mlx

@@ -24,9 +24,14 @@ from petri.nouns import (
 
 def test_real_tagger_is_in_use():
     # The study requires a real POS tagger; textblob (bundled Pattern tagger) must be installed.
-    assert nouns.TAGGER_NAME == tagger_name()
-    assert "Pattern tagger" in nouns.TAGGER_NAME, nouns.TAGGER_NAME
-    assert "fallback" not in nouns.TAGGER_NAME
+    from importlib.metadata import version
+
+    expected = f"textblob {version('textblob')} Pattern tagger (Penn Treebank NN/NNS/NNP/NNPS; English)"
+    assert nouns.TAGGER_NAME == expected and tagger_name() == expected
+    # and the default extractor is that tagger, not the content-word fallback: the verb "ordered"
+    # and the adjective "late" are dropped and the plural is singularised
+    assert extract_nouns("The manager ordered late shipments.") == ["manager", "shipment"]
+    assert extract_nouns("The manager ordered late shipments.", method=FALLBACK) != ["manager", "shipment"]
 
 
 def test_tagger_finds_nouns_not_verbs():

@@ -1,5 +1,6 @@
 """Faults: the real server SIGKILLed in the middle of a study, then restarted; run stores that cannot
-be written (at startup, when the disk fills up, when the folder turns read-only while serving).
+be written (at startup, when the disk fills up). A folder that turns read-only *while* serving is not
+tested (Linux refuses to remount a tmpfs read-only while SQLite holds it open; see RELIABILITY.md).
 
 - Kill: ``python app.py`` (embedded model, subprocess) runs a study posted to ``POST /api/study``;
   once some batches are committed it is SIGKILLed. The SQLite store passes ``PRAGMA
@@ -26,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-import app as app_module
+import petri.web.server as app_module
 from petri.web.app import create_app
 from petri.service import PetriService
 from petri.store import RunStore

@@ -51,8 +51,11 @@ def test_early_stopped_samples_are_padded(confident_lm):
     settings = SamplerSettings(max_denoising_steps=20, entropy_bound=2.0, stability_threshold=0, confidence_threshold=1.5)
     traj, _ = pinned_run(confident_lm, settings, samples=6)
     assert traj.steps.max() == traj.argmax.shape[1]
+    early = [s for s in range(traj.n_samples) if traj.steps[s] < traj.steps.max()]
+    assert early, f"some sample must stop before the others, got steps {traj.steps.tolist()}"
     for s in range(traj.n_samples):
         ran = int(traj.steps[s])
+        assert (traj.argmax[s, ran:].size > 0) == (s in early)  # the padding checks run over real steps
         assert (traj.argmax[s, :ran] >= 0).all() and (traj.argmax[s, ran:] == -1).all()
         assert not np.isnan(traj.entropy[s, :ran]).any() and np.isnan(traj.entropy[s, ran:]).all()
         assert not traj.accepted[s, ran:].any()

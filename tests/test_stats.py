@@ -1,6 +1,8 @@
 """Tests for petri.stats: effect size vs brute force, p-values vs scipy, CI, determinism, checks."""
 
+import itertools
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -63,49 +65,83 @@ def test_cliffs_delta_rejects_empty_and_nan():
         cliffs_delta([1.0, np.nan], [1.0])
 
 
-# ------------------------------------------------------------------ U and p against scipy
+# ------------------------------------------------------------------ U and p against an explicit reference
+
+
+def pair_count_u(a, b) -> float:
+    """Reference ``U_a``: over every pair, 1 when the ``a`` value is larger, 1/2 when tied."""
+    return sum(1.0 if x > y else 0.5 if x == y else 0.0 for x in a for y in b)
+
+
+def midranks(values) -> list[float]:
+    """1-based ranks of ``values``, tied values sharing the mean of their ranks (plain loops)."""
+    order = sorted(values)
+    return [sum(i + 1 for i, w in enumerate(order) if w == v) / order.count(v) for v in values]
+
+
+def null_u(a, b) -> np.ndarray:
+    """``U_a`` of every one of the C(n_a + n_b, n_a) ways to split the pooled values into groups of
+    n_a and n_b (all permutations under the null), from midranks: ``U_a = R_a - n_a (n_a + 1) / 2``."""
+    pooled = list(a) + list(b)
+    ranks = np.array(midranks(pooled))
+    splits = np.array(list(itertools.combinations(range(len(pooled)), len(a))))
+    return ranks[splits].sum(axis=1) - len(a) * (len(a) + 1) / 2
+
+
+def enumerated_p(a, b, alternative: str) -> float:
+    """Exact permutation p of ``U_a``: ``greater`` P(U >= u), ``less`` P(U <= u), two-sided twice
+    the smaller tail (at most 1)."""
+    u, null = pair_count_u(a, b), null_u(a, b)
+    greater, less = np.mean(null >= u - 1e-9), np.mean(null <= u + 1e-9)
+    return {"greater": greater, "less": less, "two-sided": min(1.0, 2 * min(greater, less))}[alternative]
+
+
+def test_reference_hand_values():
+    # a = [1, 2], b = [1, 3]: pairs (1,1) tie, (1,3) <, (2,1) >, (2,3) < -> U_a = 1.5
+    assert pair_count_u([1, 2], [1, 3]) == 1.5
+    assert midranks([5, 1, 5, 2]) == [3.5, 1.0, 3.5, 2.0]
+    # a = [3, 4], b = [1, 2]: U_a over the 6 splits of {1,2,3,4} is 0,1,2,2,3,4; observed 4 -> 1/6
+    assert sorted(null_u([3, 4], [1, 2])) == [0, 1, 2, 2, 3, 4]
+    assert enumerated_p([3, 4], [1, 2], "greater") == pytest.approx(1 / 6)
+    assert enumerated_p([3, 4], [1, 2], "two-sided") == pytest.approx(2 / 6)
 
 
 @pytest.mark.parametrize("alternative", ["two-sided", "less", "greater"])
 def test_exact_when_small_without_ties(rng, alternative):
-    a = rng.normal(1.16, 0.2, 12)
-    b = rng.normal(1.47, 0.2, 12)
+    a = rng.normal(1.16, 0.2, 6)
+    b = rng.normal(1.47, 0.2, 7)
     c = compare_groups(a, b, unit="event", alternative=alternative)
-    ref = sps.mannwhitneyu(a, b, alternative=alternative, method="exact")
     assert c.p_method == "exact"
-    assert c.u_statistic == ref.statistic
-    assert c.p_value == pytest.approx(ref.pvalue, rel=1e-12)
+    assert c.u_statistic == pair_count_u(a, b)
+    assert c.p_value == pytest.approx(enumerated_p(a, b, alternative), rel=1e-9)  # all C(13, 6) = 1716 splits
     assert c.alternative == alternative
 
 
 def test_permutation_when_small_with_ties(rng):
     a = np.round(rng.normal(1.0, 0.3, 10), 1)
-    b = np.round(rng.normal(1.3, 0.3, 11), 1)
+    b = np.round(rng.normal(1.15, 0.3, 11), 1)
     assert np.unique(np.concatenate([a, b])).size < 21  # there are ties
     c = compare_groups(a, b, unit="event", seed=7, n_permutations=4999)
-    ref = sps.mannwhitneyu(a, b, method=sps.PermutationMethod(n_resamples=4999, rng=7))
     assert c.p_method == "permutation"
     assert c.n_permutations == 4999
-    assert c.u_statistic == ref.statistic
-    assert c.p_value == ref.pvalue
+    assert c.u_statistic == pair_count_u(a, b)
+    # 4999 sampled permutations against all C(21, 10) = 352,716 of them: within 4 standard errors
+    exact = enumerated_p(a, b, "two-sided")
+    assert 0.005 < exact < 0.9  # a p-value where sampling error is visible
+    assert abs(c.p_value - exact) <= 4 * math.sqrt(exact * (1 - exact) / 4999) + 1 / 5000, (c.p_value, exact)
     # agrees roughly with the tie-corrected normal approximation
     asym = sps.mannwhitneyu(a, b, method="asymptotic").pvalue
     assert abs(c.p_value - asym) < 0.05
 
 
 def test_permutation_enumerates_all_when_few(rng):
-    # C(8, 4) = 70 arrangements <= n_resamples: scipy enumerates them, so the p-value is exact.
+    # C(8, 4) = 70 arrangements <= n_resamples: every one is counted, so the p-value is exact.
     a = [1.0, 2.0, 2.0, 3.0]
     b = [2.0, 4.0, 5.0, 6.0]
     c = compare_groups(a, b, unit="event")
     assert c.p_method == "permutation"
-    ref = sps.permutation_test(
-        (a, b),
-        lambda x, y: sps.mannwhitneyu(x, y, method="asymptotic").statistic,
-        permutation_type="independent",
-        n_resamples=np.inf,
-    ).pvalue
-    assert c.p_value == pytest.approx(ref)
+    assert c.u_statistic == 2.0  # 1 < all of b; each 2 ties one 2 (1/2 + 1/2); 3 > 2 (1)
+    assert c.p_value == pytest.approx(enumerated_p(a, b, "two-sided"))
 
 
 def test_asymptotic_when_large(rng):

@@ -4,7 +4,9 @@ figures and the report."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -15,11 +17,10 @@ import torch
 import petri.study.runner as runner
 from petri.study.analysis import analyze, clean_text, cluster_bootstrap_mean, study_tables
 from petri.dish import LayoutError
-from petri.metrics import flip_counts
+from petri.nouns import tagger_name
 from petri.study.plots import flips_bar, save_figures, sample_flip_heatmap as flip_heatmap
-from petri.study.report import write_study
+from petri.study.report import render_report, write_study
 from petri.service import BusyError, PetriService
-from petri.stats import event_level_values
 from petri.store import RunStore
 from petri.study.schema import study_from_dict
 from petri.trajectory import SamplerSettings
@@ -87,6 +88,35 @@ def count_seed_dish(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(runner, "seed_dish", counting)
     return calls
+
+
+def loop_flips(history, spans) -> list[int]:
+    """Reference flips of one sample: ``history`` (steps, L) raw argmax; a change between consecutive
+    steps counts 1, positions covered by ``spans`` (its anchors) count 0. Plain loops."""
+    pinned = {i for a in spans for i in range(a.start, a.end)}
+    flips = [0] * history.shape[1]
+    for t in range(1, history.shape[0]):
+        for i in range(history.shape[1]):
+            if i not in pinned and history[t, i] != history[t - 1, i]:
+                flips[i] += 1
+    return flips
+
+
+def loop_event_instability(batches, event_id: str) -> float:
+    """Reference event-level value: the mean, over every non-empty segment (gap between neighbouring
+    anchors) of every sample of every template of the event, of the mean flips over the gap."""
+    values = []
+    for b in batches:
+        if b.event_id != event_id:
+            continue
+        for s, spans in enumerate(b.trajectory.anchors):
+            flips = loop_flips(b.trajectory.sample_argmax(s), spans)
+            ordered = sorted(spans, key=lambda a: a.start)
+            for left, right in zip(ordered, ordered[1:]):
+                gap = flips[left.end:right.start]
+                if gap:
+                    values.append(sum(gap) / len(gap))
+    return sum(values) / len(values) if values else float("nan")
 
 
 def assert_same_numbers(a, b):
@@ -180,8 +210,8 @@ def test_tables_carry_group_labels(analysis, full):
     assert len(smp) == N_BATCHES * SAMPLES and len(pos) == N_BATCHES * SAMPLES * full.batches[0].trajectory.canvas_length
     assert set(seg["group"]) == {"benign", "contradictory", "control"}
     assert list(ev["event_id"]) == [e["id"] for e in STUDY["events"]]
-    expected = event_level_values(seg, event_col="event_id").set_index("event_id")["instability"]
-    np.testing.assert_allclose(ev.set_index("event_id")["instability"], expected.loc[ev["event_id"]])
+    expected = [loop_event_instability(full.batches, e["id"]) for e in STUDY["events"]]
+    np.testing.assert_allclose(ev["instability"], expected, rtol=1e-12)
     assert ((ev["ci_low"] <= ev["instability"] + 1e-12) & (ev["instability"] <= ev["ci_high"] + 1e-12)).all()
 
 
@@ -194,23 +224,58 @@ def test_headline_is_event_level_with_segment_level_beside(analysis):
 
 
 def test_preservation_convergence_and_template_sensitivity(analysis, full):
+    # reference counts by plain loops over the batches
+    intact = agreement_sum = anchors = 0
+    for b in full.batches:
+        t = b.trajectory
+        for s, (text, spans) in enumerate(zip(t.final_texts, t.anchors)):
+            history = t.sample_argmax(s)
+            for a in spans:
+                anchors += 1
+                intact += re.search(rf"(?<!\w){re.escape(a.concept)}(?!\w)", text) is not None
+                agreement_sum += np.mean([list(row[a.start:a.end]) == list(a.token_ids) for row in history])
     pres = analysis.preservation
-    n_anchors = sum(len(spans) for b in full.batches for spans in b.trajectory.anchors)
-    assert pres["anchors_total"] == n_anchors and 0 <= pres["anchors_intact"] <= n_anchors
-    assert pres["samples_total"] == N_BATCHES * SAMPLES and 0 <= pres["mean_agreement"] <= 1
+    assert pres["anchors_total"] == anchors and pres["anchors_intact"] == intact
+    assert pres["samples_total"] == N_BATCHES * SAMPLES
+    assert pres["mean_agreement"] == pytest.approx(agreement_sum / anchors, rel=1e-12)
+    steps = [int(x) for b in full.batches for x in b.trajectory.steps]
     conv = analysis.convergence
-    assert conv["max_denoising_steps"] == 4 and 1 <= conv["mean_steps"] <= 4 and conv["samples"] == N_BATCHES * SAMPLES
+    assert conv["max_denoising_steps"] == 4 and conv["samples"] == N_BATCHES * SAMPLES
+    assert conv["mean_steps"] == pytest.approx(sum(steps) / len(steps), rel=1e-12)
+    assert conv["stopped_early_share"] == pytest.approx(sum(x < 4 for x in steps) / len(steps), rel=1e-12)
     assert list(analysis.jaccard.index) == ["t1", "t2"] and analysis.jaccard.loc["t1", "t1"] == 1.0
+    top1, top2 = set(analysis.top_nouns["t1"]), set(analysis.top_nouns["t2"])
+    assert analysis.jaccard.loc["t1", "t2"] == pytest.approx(len(top1 & top2) / len(top1 | top2))
     assert analysis.jaccard_mean == analysis.jaccard.loc["t1", "t2"]
-    assert analysis.tagger
+    assert analysis.tagger == tagger_name() and "Pattern tagger" in analysis.tagger
+    assert analysis.notes == []  # an English study: no tagger caveat
     json.dumps(analysis.to_dict())  # the sidecar summary is JSON-serialisable
+
+
+def test_non_english_study_report_labels_the_english_only_tagger(full, analysis, tmp_path):
+    """A Korean study (as assets/studies/inventory_order_ko.json) gets the English-only caveat on
+    its template sensitivity in the analysis notes and in report.md; the English study does not."""
+    korean = dataclasses.replace(full, study=dataclasses.replace(full.study, language="ko"))
+    ko = analyze(korean, n_bootstrap=20)
+    caveat = "the noun tagger is English-only; on ko text it tags unknown words as nouns"
+    assert len(ko.notes) == 1 and ko.notes[0].startswith(caveat), ko.notes
+    report = render_report(korean, ko, {}, tmp_path)
+    notes = report.split("## Notes", 1)[1]
+    assert caveat in notes
+    assert "English-only" not in render_report(full, analysis, {}, tmp_path)
 
 
 def test_clean_text_and_cluster_bootstrap():
     assert clean_text("<|channel>thought\n<channel|>The order<pad><eos>").split() == ["The", "order"]
     rng = np.random.default_rng(0)
+    # means of 4 draws from {1, 2, 3, 4}: P(mean <= 1.25) = 5/256 < 2.5% < P(mean <= 1.5) = 15/256,
+    # so the 2.5% and 97.5% points lie at 1.25-1.5 and 3.5-3.75 (500 resamples, interpolated)
     low, high = cluster_bootstrap_mean(np.array([1.0, 2.0, 3.0, 4.0]), np.ones(4), 500, 0.95, rng)
-    assert 1.0 <= low <= 2.5 <= high <= 4.0
+    assert 1.25 <= low <= 1.5 and 3.5 <= high <= 3.75, (low, high)
+    # clusters (sum 1, count 1) and (sum 6, count 2): resamples give 1, 3 (1/4 each) or 7/3 (1/2,
+    # the ratio of the sums; a mean of per-cluster ratios would give 2); the 30% and 70% points are 7/3
+    low, high = cluster_bootstrap_mean(np.array([1.0, 6.0]), np.array([1.0, 2.0]), 2000, 0.4, np.random.default_rng(1))
+    assert low == pytest.approx(7 / 3) and high == pytest.approx(7 / 3)
     assert np.isnan(cluster_bootstrap_mean(np.array([1.0]), np.ones(1), 10, 0.95, rng)[0])
 
 
@@ -226,8 +291,7 @@ def test_one_sample_figures(full, tiny_lm, tmp_path):
     np.testing.assert_array_equal(z[1:], (hist[1:] != hist[:-1]).astype(int))
     assert np.asarray(heat.data[0].customdata).shape == hist.shape
     bar = flips_bar(traj, 1)
-    expected = flip_counts(traj.argmax, traj.steps, traj.anchor_mask)[1]
-    np.testing.assert_array_equal(np.asarray(bar.data[0].y), expected)
+    np.testing.assert_array_equal(np.asarray(bar.data[0].y), loop_flips(hist, traj.anchors[1]))
     anchor_labels = {a.text.strip("<b>/") for a in bar.layout.annotations}
     assert {a.concept for a in traj.anchors[1]} <= anchor_labels
     with pytest.raises(ValueError, match="sample must be in"):

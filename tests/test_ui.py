@@ -70,8 +70,20 @@ def test_placement_helpers(service):
     assert parse_concepts(" order, ,person ") == ["order", "", "person"]
     spread = ctl.spread("order, person")
     assert list(spread["concept"]) == ["order", "person"] and spread["start"].is_monotonic_increasing
-    shuffled = ctl.shuffle(spread)
-    assert sorted(shuffled["concept"]) == ["order", "person"]
+    # shuffling three concepts: every row keeps its concept's token count, the spans stay in canvas
+    # order without overlapping, and over 200 shuffles all 3! = 6 orders appear (an identity
+    # "shuffle" gives one; the chance that a fair one misses an order is below 1e-14)
+    three = ctl.spread("order, inventory, person")
+    tokens = dict(zip(three["concept"], three["tokens"]))
+    orders = set()
+    for _ in range(200):
+        shuffled = ctl.shuffle(three)
+        assert sorted(shuffled["concept"]) == ["inventory", "order", "person"]
+        assert [tokens[c] for c in shuffled["concept"]] == list(shuffled["tokens"])
+        ends = shuffled["start"] + shuffled["tokens"]
+        assert (shuffled["start"].iloc[1:].to_numpy() >= ends.iloc[:-1].to_numpy()).all() and ends.iloc[-1] <= 16
+        orders.add(tuple(shuffled["concept"]))
+    assert len(orders) == 6, orders
     assert "overlaps" in ctl.strip(pd.DataFrame({"concept": ["order", "person"], "start": [4, 4]})).layout.title.text
 
 

@@ -27,8 +27,10 @@ RETRY_AFTER_S = 5
 MAX_BODY_BYTES = 1024 * 1024
 #: Largest file the Gradio UI accepts (a study file); Gradio's own default is no limit at all.
 MAX_UPLOAD_BYTES = 4 * 1024 * 1024
-#: Model jobs that may wait for the one-job lock at once (only with ``busy_wait_s`` > 0); one more
-#: is refused with 503, so waiting requests never hold every worker thread of the server.
+#: With ``busy_wait_s`` > 0, a model request is admitted while at most this many API model jobs are
+#: in flight (running or waiting for the one-job lock), so at most ``MAX_QUEUED + 1`` are: one running
+#: and ``MAX_QUEUED`` waiting, or ``MAX_QUEUED + 1`` waiting while the UI holds the model. One more is
+#: refused with 503, so waiting requests never hold every worker thread of the server.
 MAX_QUEUED = 8
 #: (event, template) batches of one study run from the web (``python -m petri study`` has no limit).
 MAX_STUDY_BATCHES = 600

@@ -10,8 +10,9 @@
   (resumable: posting the same body again resumes an interrupted run from the run store).
 - ``GET /api/health``: model, device, dtype, whether a job is running, and the request limits.
 
-Sampling runs in a worker thread, so the server stays responsive; at most
-:data:`~petri.web.limits.MAX_QUEUED` model jobs wait for the lock (``busy_wait_s`` > 0), so waiting
+Sampling runs in a worker thread, so the server stays responsive; with ``busy_wait_s`` > 0 at most
+``MAX_QUEUED + 1`` API model jobs are in flight (one running and :data:`~petri.web.limits.MAX_QUEUED`
+waiting for the lock, or ``MAX_QUEUED + 1`` waiting while the UI holds the model), so waiting
 requests never take every worker thread. The server never loads a model or reads a file named by a
 request: unknown fields are refused, run ids are checked with :func:`~petri.store.check_run_id` and
 tables come from a fixed list.
@@ -43,8 +44,9 @@ TableName = Annotated[str, PathParam(description="positions, segments, samples o
 
 class JobGate:
     """The API's model jobs: each runs in a worker thread; while the model is taken a job waits for
-    it (up to ``busy_wait_s``) only if fewer than :data:`~petri.web.limits.MAX_QUEUED` others wait,
-    else it is refused with 503 (+ ``Retry-After``). Used from the event-loop thread only."""
+    it (up to ``busy_wait_s``) only while at most :data:`~petri.web.limits.MAX_QUEUED` API model jobs
+    are in flight (running or waiting), else it is refused with 503 (+ ``Retry-After``). Used from
+    the event-loop thread only."""
 
     def __init__(self, service: PetriService, busy_wait_s: float = 0.0):
         self.service, self.busy_wait_s = service, busy_wait_s
@@ -52,7 +54,7 @@ class JobGate:
 
     async def run(self, fn: Callable, *args, **kwargs):
         if self.service.busy and (self.busy_wait_s <= 0 or self.in_flight > limits.MAX_QUEUED):
-            waiting = f" and {self.in_flight} requests are waiting for it" if self.busy_wait_s > 0 else ""
+            waiting = f" and {self.in_flight} API requests are running or waiting for it" if self.busy_wait_s > 0 else ""
             raise busy_error(BusyError(f"a model job is already running{waiting}"))
         self.in_flight += 1
         try:
