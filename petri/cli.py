@@ -98,14 +98,18 @@ def cmd_study(args) -> int:
     lm = load_from_args(args)
     settings = settings_from_args(lm.default_settings(), args)
     out = args.out or f"out/{study.id}"
+    command = "python -m petri " + " ".join(shlex.quote(a) for a in (args.argv or []))
     try:
         result = run_study(
             lm, study, store, samples=args.samples, seed=args.seed, settings=settings, templates=args.templates,
             show_progress=not args.quiet,
         )
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: every finished batch is in the run store ({store.path}); resume with the same "
+              f"command:\n  {command}", file=sys.stderr, flush=True)
+        return 130
     finally:
         store.close()
-    command = "python -m petri " + " ".join(shlex.quote(a) for a in (args.argv or []))
     outputs = write_study(result, out, top_n=args.top_n, images=not args.no_images, command=command)
     comp = outputs.analysis.comparison
     print(f"model: {result.model_id} on {result.device}; run {result.run_id}: {result.computed} batches computed, {result.resumed} resumed")

@@ -9,6 +9,7 @@ somewhere across samples.
 
 from __future__ import annotations
 
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
@@ -69,6 +70,28 @@ class Dish:
                 f"template: unknown placeholder {err}; use {{event}} and {{concepts}} only "
                 "(double braces {{ }} for literal ones)"
             ) from None
+
+
+def template_problem(text: str) -> str | None:
+    """Why ``text`` is not a usable prompt template, or None when it is. The one rule for every
+    template (study files, the HTTP API, the UI): only the bare placeholders ``{event}`` and
+    ``{concepts}`` (no format spec, conversion, index or attribute: ``{event:>999999}`` would build a
+    prompt of a million characters), and ``{event}`` present, or every event gets the same prompt."""
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(text) if name is not None]
+    except ValueError as err:
+        return f"is not a valid template ({err}); use {{event}} and {{concepts}}, double braces for literal ones"
+    unknown = sorted({name for name, _, _ in fields if name not in ("event", "concepts")})
+    if unknown:
+        return f"unknown placeholder(s) {unknown}; use {{event}} and {{concepts}} only (double braces for literal ones)"
+    for name, spec, conv in fields:
+        if spec or conv:
+            shown = "{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+            return (f"placeholder {shown[:80]!r} is not allowed; use {{event}} and {{concepts}} only "
+                    "(double braces for literal ones)")
+    if "event" not in {name for name, _, _ in fields}:
+        return "does not use {event}, so every event would get the same prompt"
+    return None
 
 
 def validate_concepts(concepts: Sequence[str]) -> None:

@@ -1,5 +1,11 @@
-"""The one object that owns the loaded model, the run store and the lock that lets one model job
-run at a time. The HTTP routes and the Gradio UI are thin layers over it."""
+"""The one object that owns the loaded model, the run store, the job queue and the lock that lets
+one model job run at a time. The HTTP routes, the Gradio UI and the CLI are thin layers over it.
+
+Two ways in: a synchronous call (:meth:`PetriService.seed`, :meth:`PetriService.run_study`) that
+takes the lock itself, and a job (:meth:`PetriService.submit_seed`, :meth:`PetriService.submit_study`)
+that the job queue runs in order. Both can be cancelled through a :class:`~petri.cancel.CancelToken`,
+and :meth:`PetriService.shutdown` stops all of it (``interrupted``, resumable).
+"""
 
 from __future__ import annotations
 
@@ -10,11 +16,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from petri.cancel import Cancelled, CancelToken
 from petri.dish import Dish
 from petri.engine.base import SamplingModel, StepCallback
 from petri.engine.seeding import seed_dish
-from petri.study.runner import ProgressCallback, StudyResult, run_study
+from petri.jobs import Job, JobContext, JobQueue
 from petri.store import RunStore, StoreError
+from petri.study.runner import ProgressCallback, StudyProgress, StudyResult, run_study
 from petri.study.schema import Study
 from petri.trajectory import SamplerSettings, Trajectory
 
@@ -40,23 +48,37 @@ class SeedResult:
 
 
 class PetriService:
-    """Loaded model + run store + a lock (one model job at a time)."""
+    """Loaded model + run store + job queue + a lock (one model job at a time).
 
-    def __init__(self, lm: SamplingModel, store: RunStore, busy_wait_s: float = 0.0):
+    Args:
+        busy_wait_s: how long a synchronous call waits for the lock before :class:`BusyError`.
+        max_queued_jobs: jobs that may wait in the queue at once (:class:`~petri.jobs.QueueFull`).
+    """
+
+    def __init__(self, lm: SamplingModel, store: RunStore, busy_wait_s: float = 0.0, max_queued_jobs: int = 16):
         self.lm = lm
         self.store = store
         self.busy_wait_s = busy_wait_s
         self._lock = threading.Lock()
+        self.jobs = JobQueue(store, self._lock, max_queued=max_queued_jobs)
+        self._active: set[CancelToken] = set()
+        self._active_lock = threading.Lock()
 
     @property
     def busy(self) -> bool:
         return self._lock.locked()
 
     @contextmanager
-    def exclusive(self, wait_s: float | None = None) -> Iterator[None]:
-        """Hold the model for one job; raise :class:`BusyError` if it stays taken for ``wait_s``."""
+    def exclusive(self, wait_s: float | None = None, cancel: CancelToken | None = None) -> Iterator[None]:
+        """Hold the model for one job; raise :class:`BusyError` if it stays taken for ``wait_s``
+        (or :class:`~petri.cancel.Cancelled` if ``cancel`` is cancelled while waiting)."""
         wait = self.busy_wait_s if wait_s is None else wait_s
-        acquired = self._lock.acquire(timeout=wait) if wait > 0 else self._lock.acquire(blocking=False)
+        deadline = time.monotonic() + max(wait, 0.0)
+        acquired = self._lock.acquire(blocking=False)
+        while not acquired and time.monotonic() < deadline:
+            if cancel is not None:
+                cancel.check()
+            acquired = self._lock.acquire(timeout=min(0.1, max(deadline - time.monotonic(), 0.001)))
         if not acquired:
             raise BusyError(f"a model job is already running (waited {wait:.0f} s); try again later")
         try:
@@ -64,6 +86,19 @@ class PetriService:
         finally:
             self._lock.release()
 
+    @contextmanager
+    def cancellable(self, token: CancelToken | None = None) -> Iterator[CancelToken]:
+        """A token for synchronous work that :meth:`shutdown` can stop (registered while in use)."""
+        token = token or CancelToken()
+        with self._active_lock:
+            self._active.add(token)
+        try:
+            yield token
+        finally:
+            with self._active_lock:
+                self._active.discard(token)
+
+    # ------------------------------------------------------------------------------ seeding
     def seed(
         self,
         events: Sequence[SeedEvent],
@@ -72,8 +107,16 @@ class PetriService:
         seed: int = 0,
         on_step: StepCallback | None = None,
         wait_s: float | None = None,
+        cancel: CancelToken | None = None,
+        owner: str | None = None,
     ) -> SeedResult:
-        """Sample every event (one batch per event), store each as it finishes, return them all."""
+        """Sample every event (one batch per event), store each as it finishes, return them all.
+        ``owner`` (a token hash) may read the run on a public server."""
+        with self.cancellable(cancel) as token, self.exclusive(wait_s, token):
+            return self._seed(events, n_samples, settings, seed, on_step, token, owner)
+
+    def _seed(self, events, n_samples, settings, seed, on_step, cancel, owner, started_run=None, event_done=None) -> SeedResult:
+        """:meth:`seed`'s work, the lock already held."""
         settings = settings or self.lm.default_settings()
         run_id = uuid.uuid4().hex
         request = {
@@ -83,23 +126,57 @@ class PetriService:
             "seed": seed,
         }
         started = time.perf_counter()
-        with self.exclusive(wait_s):
-            self.store.create_run(run_id, "seed", self.lm.model_id, request)
-            trajectories = []
+        self.store.create_run(run_id, "seed", self.lm.model_id, request)
+        if owner is not None:
+            self.store.add_run_owner(run_id, owner)
+        if started_run is not None:
+            started_run(run_id)
+        trajectories = []
+        try:
+            for index, event in enumerate(events):
+                traj = seed_dish(self.lm, event.dish, n_samples, settings, seed=seed, on_step=on_step, cancel=cancel)
+                self.store.save_event(run_id, index, f"event{index}", traj, event.group)
+                trajectories.append(traj)
+                if event_done is not None:
+                    event_done(index)
+        except BaseException as err:
+            status = err.reason if isinstance(err, Cancelled) else "failed"
             try:
-                for index, event in enumerate(events):
-                    traj = seed_dish(self.lm, event.dish, n_samples, settings, seed=seed, on_step=on_step)
-                    self.store.save_event(run_id, index, f"event{index}", traj, event.group)
-                    trajectories.append(traj)
-            except Exception as err:
-                try:
-                    self.store.finish_run(run_id, "failed", error=str(err))
-                except StoreError:  # the store itself may be what failed (full disk): keep the original error
-                    pass
-                raise
-            self.store.finish_run(run_id, "done")
+                self.store.finish_run(run_id, status, error=str(err))
+            except StoreError:  # the store itself may be what failed (full disk): keep the original error
+                pass
+            raise
+        self.store.finish_run(run_id, "done")
         return SeedResult(run_id, trajectories, [e.group for e in events], time.perf_counter() - started)
 
+    def submit_seed(
+        self, events: Sequence[SeedEvent], n_samples: int, settings: SamplerSettings, seed: int = 0,
+        owner: str | None = None,
+    ) -> Job:
+        """Queue a seed as a job; its progress counts denoising steps (``events × max steps`` at most:
+        samples that stop early finish their event sooner). The job's result is a :class:`SeedResult`."""
+        max_steps = settings.max_denoising_steps
+
+        def work(ctx: JobContext) -> SeedResult:
+            total = len(events) * max_steps
+            steps = [0]
+
+            def step() -> None:
+                steps[0] += 1
+                ctx.progress(min(steps[0], total), total, "step")
+
+            def event_done(index: int) -> None:
+                steps[0] = (index + 1) * max_steps
+                ctx.progress(steps[0], total, "step")
+
+            ctx.progress(0, total, "step")
+            ctx.cancel.heartbeat = step
+            return self._seed(events, n_samples, settings, seed, None, ctx.cancel, owner,
+                              started_run=ctx.set_run_id, event_done=event_done)
+
+        return self.jobs.submit("seed", work, owner)
+
+    # ------------------------------------------------------------------------------ studies
     def run_study(
         self,
         study: Study,
@@ -112,12 +189,56 @@ class PetriService:
         on_step: StepCallback | None = None,
         wait_s: float | None = None,
         show_progress: bool = False,
+        cancel: CancelToken | None = None,
+        owner: str | None = None,
     ) -> StudyResult:
         """:func:`petri.study.runner.run_study` on this service's model and store, holding the one-job
         lock for the whole study (raises :class:`BusyError` if another job holds it). Rerunning the
         same study with the same arguments resumes from the store."""
-        with self.exclusive(wait_s):
-            return run_study(
-                self.lm, study, self.store, samples=samples, seed=seed, settings=settings, templates=templates,
-                progress=progress, on_step=on_step, show_progress=show_progress,
-            )
+        with self.cancellable(cancel) as token, self.exclusive(wait_s, token):
+            return self._study(study, samples, seed, settings, templates, progress, on_step, show_progress, token, owner)
+
+    def _study(self, study, samples, seed, settings, templates, progress, on_step, show_progress, cancel, owner,
+               started_run=None) -> StudyResult:
+        """:meth:`run_study`'s work, the lock already held."""
+
+        def registered(run_id: str) -> None:
+            if owner is not None:
+                self.store.add_run_owner(run_id, owner)
+            if started_run is not None:
+                started_run(run_id)
+
+        return run_study(
+            self.lm, study, self.store, samples=samples, seed=seed, settings=settings, templates=templates,
+            progress=progress, on_step=on_step, show_progress=show_progress, cancel=cancel, on_run_id=registered,
+        )
+
+    def submit_study(
+        self, study: Study, samples: int, seed: int, settings: SamplerSettings | None,
+        templates: Sequence[str] | None = None, owner: str | None = None,
+    ) -> Job:
+        """Queue a study as a job; its progress counts (event, template) batches, stored ones
+        included. The job's result is a :class:`~petri.study.runner.StudyResult`."""
+
+        def work(ctx: JobContext) -> StudyResult:
+            def batch(p: StudyProgress) -> None:
+                ctx.progress(p.done, p.total, "batch")
+
+            return self._study(study, samples, seed, settings, templates, batch, None, False, ctx.cancel, owner,
+                               started_run=ctx.set_run_id)
+
+        return self.jobs.submit("study", work, owner)
+
+    # ------------------------------------------------------------------------------ shutdown
+    def shutdown(self, timeout: float = 8.0) -> None:
+        """Stop everything for a process that exits: queued jobs never start, the running job and
+        every synchronous call stop at their next step, all marked ``interrupted`` (resumable)."""
+        self.begin_shutdown()
+        self.jobs.shutdown(timeout)
+
+    def begin_shutdown(self) -> None:
+        """The non-blocking half of :meth:`shutdown` (for a signal handler)."""
+        self.jobs.begin_shutdown()
+        with self._active_lock:
+            for token in self._active:
+                token.cancel("interrupted")

@@ -45,7 +45,24 @@ CREATE TABLE IF NOT EXISTS events (
     stored_at TEXT NOT NULL,
     PRIMARY KEY (run_id, event_key)
 );
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    owner TEXT,
+    status TEXT NOT NULL,
+    state TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_by_time ON jobs (created_at);
+CREATE TABLE IF NOT EXISTS run_owners (
+    run_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    PRIMARY KEY (run_id, owner)
+);
 """
+
+#: What a job can be while a process runs it; anything else is final.
+_UNFINISHED = ("queued", "running")
 
 
 class StoreError(RuntimeError):
@@ -183,6 +200,67 @@ class RunStore:
 
     def list_runs(self, limit: int = 50) -> list[dict]:
         rows = self._read("SELECT run_id FROM runs ORDER BY created_at DESC LIMIT ?", (limit,))
+        return [self.get_run(r[0]) for r in rows]
+
+    # ------------------------------------------------------------------------------ jobs
+    def save_job(self, job: dict) -> None:
+        """Write a job's public state (``petri.jobs.Job.public()`` plus ``owner``), replacing the last."""
+        state = {k: v for k, v in job.items() if k != "owner"}
+        self._write(
+            "INSERT OR REPLACE INTO jobs (job_id, kind, owner, status, state, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (job["job_id"], job["kind"], job.get("owner"), job["status"], json.dumps(state), job["created"]),
+        )
+
+    def get_job(self, job_id: str) -> dict | None:
+        """A job's last written state plus ``owner``, or None."""
+        rows = self._read("SELECT state, owner FROM jobs WHERE job_id = ?", (job_id,))
+        return {**json.loads(rows[0][0]), "owner": rows[0][1]} if rows else None
+
+    def list_jobs(self, owner: str | None = None, limit: int = 20, offset: int = 0, any_owner: bool = False) -> list[dict]:
+        """Jobs newest first; only ``owner``'s unless ``any_owner``."""
+        where, params = ("", ()) if any_owner else ("WHERE owner IS ?", (owner,))
+        rows = self._read(
+            f"SELECT state, owner FROM jobs {where} ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?",
+            (*params, limit, offset),
+        )
+        return [{**json.loads(state), "owner": who} for state, who in rows]
+
+    def mark_unfinished_interrupted(self) -> tuple[int, int]:
+        """What a crash left ``running`` (runs) or ``queued``/``running`` (jobs) becomes
+        ``interrupted`` (a stored study resumes from it). Returns (runs, jobs) changed."""
+        with self._lock:
+            try:
+                runs = self._db.execute(
+                    "UPDATE runs SET status = 'interrupted', finished_at = ?, error = 'the process running it stopped' "
+                    "WHERE status = 'running'", (_now(),),
+                ).rowcount
+                stale = self._db.execute(
+                    f"SELECT job_id, state FROM jobs WHERE status IN {_UNFINISHED}"
+                ).fetchall()
+                for job_id, state in stale:
+                    fixed = {**json.loads(state), "status": "interrupted", "finished": _now(),
+                             "error": "the process running it stopped"}
+                    self._db.execute("UPDATE jobs SET status = 'interrupted', state = ? WHERE job_id = ?",
+                                     (json.dumps(fixed), job_id))
+            except sqlite3.Error as err:
+                raise StoreError(f"run store {self.path}: write failed ({err})") from err
+        return runs, len(stale)
+
+    # ------------------------------------------------------------------------------ owners
+    def add_run_owner(self, run_id: str, owner: str) -> None:
+        """Let ``owner`` (a token hash) see ``run_id`` on a public server."""
+        self._write("INSERT OR IGNORE INTO run_owners (run_id, owner) VALUES (?, ?)", (check_run_id(run_id), owner))
+
+    def owns_run(self, run_id: str, owner: str | None) -> bool:
+        return owner is not None and bool(
+            self._read("SELECT 1 FROM run_owners WHERE run_id = ? AND owner = ?", (check_run_id(run_id), owner))
+        )
+
+    def list_owned_runs(self, owner: str | None, limit: int = 50) -> list[dict]:
+        rows = self._read(
+            "SELECT r.run_id FROM runs r JOIN run_owners o ON o.run_id = r.run_id WHERE o.owner IS ? "
+            "ORDER BY r.created_at DESC LIMIT ?", (owner, limit),
+        )
         return [self.get_run(r[0]) for r in rows]
 
     def close(self) -> None:

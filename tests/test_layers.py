@@ -1,10 +1,10 @@
 """The house's layers, written down once, and checked by reading every module's imports (ast).
 
-    layer 1  numpy/pandas only      petri.paths, trajectory, dish, metrics, tables, stats, nouns
+    layer 1  numpy/pandas only      petri.paths, cancel, trajectory, dish, metrics, tables, stats, nouns
     layer 2  engines                petri.engine.*  (the only place torch, mlx or transformers is imported;
                                     elsewhere only as type hints under TYPE_CHECKING)
     layer 3  study, store, export   petri.study.*, petri.store, petri.export
-    layer 4  service                petri.service
+    layer 4  service and its jobs   petri.service, petri.jobs
     layer 5  edges                  petri.web.*, petri.cli, petri.model_options, petri.__main__
 
 A module may import from its own layer or below, never above; the module graph has no circle
@@ -25,6 +25,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "petri"
 
 LAYERS: dict[str, int] = {
     "petri.paths": 1,
+    "petri.cancel": 1,
     "petri.trajectory": 1,
     "petri.dish": 1,
     "petri.metrics": 1,
@@ -36,6 +37,7 @@ LAYERS: dict[str, int] = {
     "petri.store": 3,
     "petri.export": 3,
     "petri.service": 4,
+    "petri.jobs": 4,
     "petri.web": 5,
     "petri.cli": 5,
     "petri.model_options": 5,

@@ -524,21 +524,25 @@ def test_the_server_binds_to_loopback_by_default(monkeypatch, capsys):
 @pytest.mark.parametrize("host,warned", [("0.0.0.0", True), ("192.168.1.5", True), ("::", True),
                                          ("127.0.0.1", False), ("localhost", False), ("::1", False)])
 def test_the_app_warns_when_it_binds_beyond_loopback(monkeypatch, capsys, tmp_path, host, warned):
-    """``python app.py --host H``: a non-loopback address prints the no-authentication warning on
-    stderr before serving; loopback prints none. (Model, app and uvicorn are stand-ins here.)"""
+    """``python app.py --host H``: a non-loopback address prints the public-server warning on
+    stderr before serving (and serves a public app); loopback prints none. (Model, app and server
+    are stand-ins here.)"""
     import types
 
-    import uvicorn
-
     lm = types.SimpleNamespace(model_id="stand-in", device="cpu")
+    monkeypatch.delenv("PETRI_PUBLIC", raising=False)
+    monkeypatch.delenv("PETRI_API_TOKEN", raising=False)
     monkeypatch.setattr(app_module, "build_service", lambda args: (types.SimpleNamespace(lm=lm), None))
-    monkeypatch.setattr(app_module, "create_app", lambda service, **kwargs: "the app")
+    monkeypatch.setattr(app_module, "create_app", lambda service, **kwargs: ("the app", kwargs["access"]))
     served = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kwargs: served.append((app, host, port)))
+    monkeypatch.setattr(app_module, "serve", lambda app, service, host, port: served.append((app, host, port)))
     assert app_module.main(["--host", host, "--port", "7861", "--store", str(tmp_path)]) == 0
-    assert served == [("the app", host, 7861)]
+    ((app, access), served_host, served_port), = served
+    assert (app, served_host, served_port) == ("the app", host, 7861)
+    assert access.public is warned and access.api_token is None
     err = capsys.readouterr().err
-    warning = f"warning: serving on {host}, reachable from the network; the API has no authentication"
+    warning = (f"warning: serving on {host}, reachable from the network; jobs and runs are private to whoever "
+               "submitted them (X-Petri-Token); set PETRI_API_TOKEN to require a token on every route")
     assert (warning in err) is warned, err
     assert ("warning" in err) is warned, err
 

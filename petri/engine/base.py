@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from petri.cancel import CancelToken
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
 
 if TYPE_CHECKING:
@@ -77,11 +78,13 @@ class SamplingModel(Protocol):
         prompt_text: str = "",
         on_step: StepCallback | None = None,
         fixed_noise: "FixedNoise | None" = None,
+        cancel: CancelToken | None = None,
     ) -> Trajectory:
         """Denoise one canvas per layout (a batch of S = ``len(layouts)``), the prompt (P,) encoded
         once; anchors and ``canvas_prefix`` pinned at every step. ``fixed_noise`` replaces the three
         random draws (start canvas, denoiser draw → argmax, renoise stream) so that two backends
-        can be compared token for token."""
+        can be compared token for token. ``cancel`` is checked at the start of every step (raises
+        :class:`~petri.cancel.Cancelled`)."""
         ...
 
 

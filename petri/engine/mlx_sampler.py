@@ -25,6 +25,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from petri.cancel import CancelToken
 from petri.dish import pinned_arrays
 from petri.engine.base import ModelNotFoundError, StepCallback, missing_model_message, settings_from_generation_config
 from petri.engine.fixed_noise import FixedNoise
@@ -92,11 +93,12 @@ class MLXLoadedModel:
         prompt_text: str = "",
         on_step: StepCallback | None = None,
         fixed_noise: FixedNoise | None = None,
+        cancel: CancelToken | None = None,
     ) -> Trajectory:
         """:func:`run_mlx_sampler` on this model (see :meth:`petri.engine.base.SamplingModel.sample`)."""
         return run_mlx_sampler(
             self, prompt_ids, layouts, settings, seed=seed, canvas_prefix=canvas_prefix,
-            prompt_text=prompt_text, on_step=on_step, fixed_noise=fixed_noise,
+            prompt_text=prompt_text, on_step=on_step, fixed_noise=fixed_noise, cancel=cancel,
         )
 
 
@@ -213,6 +215,7 @@ def run_mlx_sampler(
     prompt_text: str = "",
     on_step: StepCallback | None = None,
     fixed_noise: FixedNoise | None = None,
+    cancel: CancelToken | None = None,
 ) -> Trajectory:
     """Denoise one canvas per sample on MLX; arguments as :func:`petri.engine.torch_sampler.run_sampler`.
 
@@ -253,6 +256,8 @@ def run_mlx_sampler(
     last_entropy: mx.array | None = None
 
     for index, remaining in enumerate(range(max_steps, 0, -1)):
+        if cancel is not None:  # a host-side flag: no device synchronisation
+            cancel.check()
         running = ~finished
         steps = steps + running.astype(mx.int32)
         logits = model.decode(canvas, cache, self_conditioning)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from petri.cancel import CancelToken
 from petri.dish import Dish, PromptEncoding, concept_token_ids, encode_prompt, layout_samples
 from petri.engine.base import SamplingModel, StepCallback
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
@@ -37,9 +38,11 @@ def seed_dish(
     settings: SamplerSettings = SamplerSettings(),
     seed: int = 0,
     on_step: StepCallback | None = None,
+    cancel: CancelToken | None = None,
 ) -> Trajectory:
     """Lay the dish's anchors out for ``n_samples`` samples (shuffled with ``seed``) and denoise
-    them as one batch, the prompt encoded once. Layout errors are raised before any model work."""
+    them as one batch, the prompt encoded once. Layout errors are raised before any model work;
+    ``cancel`` stops the sampler within one step (:class:`~petri.cancel.Cancelled`)."""
     prompt, layouts = plan_dish(lm, dish, n_samples, settings, seed)
     traj = lm.sample(
         prompt.ids,
@@ -49,5 +52,6 @@ def seed_dish(
         canvas_prefix=prompt.canvas_prefix_ids,
         prompt_text=prompt.text,
         on_step=on_step,
+        cancel=cancel,
     )
     return replace(traj, event=dish.event, template=dish.template)

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
 
+from petri.cancel import CancelToken
 from petri.engine import torch_sampler
 from petri.engine.base import (
     REAL_MODEL_ID,
@@ -99,12 +100,13 @@ class LoadedModel:
         prompt_text: str = "",
         on_step: StepCallback | None = None,
         fixed_noise: FixedNoise | None = None,
+        cancel: CancelToken | None = None,
     ) -> Trajectory:
         """:func:`petri.engine.torch_sampler.run_sampler` on this model (see
         :meth:`petri.engine.base.SamplingModel.sample`)."""
         return torch_sampler.run_sampler(
             self, prompt_ids, layouts, settings, seed=seed, canvas_prefix=canvas_prefix,
-            prompt_text=prompt_text, on_step=on_step, fixed_noise=fixed_noise,
+            prompt_text=prompt_text, on_step=on_step, fixed_noise=fixed_noise, cancel=cancel,
         )
 
 

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from petri.cancel import CancelToken
 from petri.dish import pinned_arrays
 from petri.engine.base import StepCallback
 from petri.engine.fixed_noise import FixedNoise
@@ -167,6 +168,7 @@ def run_sampler(
     prompt_text: str = "",
     on_step: StepCallback | None = None,
     fixed_noise: FixedNoise | None = None,
+    cancel: CancelToken | None = None,
 ) -> Trajectory:
     """Denoise one canvas per sample, all samples in one batch sharing one encoded prompt.
 
@@ -182,6 +184,8 @@ def run_sampler(
         fixed_noise: replaces the three random draws (the start canvas, the denoiser's multinomial
             draw → the argmax, the renoise tokens of each step) for backend parity tests
             (:mod:`petri.engine.fixed_noise`); ``None`` samples as ``generate`` does.
+        cancel: checked at the start of every step; a cancelled token raises
+            :class:`~petri.cancel.Cancelled` within one step.
 
     Returns: a :class:`Trajectory` (numpy arrays; see its docstring for shapes).
     """
@@ -229,6 +233,8 @@ def run_sampler(
     forward_cache = _cache_kwarg(model.forward, cache)
 
     for index, remaining in enumerate(range(max_steps, 0, -1)):
+        if cancel is not None:  # a host-side flag: no device synchronisation
+            cancel.check()
         running = ~finished
         record.steps += running.to(torch.int32)
         logits = model(

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 
 from tqdm.auto import tqdm
 
+from petri.cancel import Cancelled, CancelToken
 from petri.dish import Dish
 from petri.engine.base import SamplingModel, StepCallback
 from petri.engine.seeding import plan_dish, seed_dish
@@ -161,6 +162,16 @@ def check_layouts(lm: SamplingModel, dishes: list[Dish], settings: SamplerSettin
         plan_dish(lm, Dish(concepts, "x"), 1, settings, seed=0)
 
 
+def stopped_status(err: BaseException) -> str:
+    """The status a run gets when ``err`` stops it: the cancel reason, ``interrupted`` on Ctrl-C,
+    else ``failed``."""
+    if isinstance(err, Cancelled):
+        return err.reason
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted"
+    return "failed"
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -177,6 +188,8 @@ def run_study(
     progress: ProgressCallback | None = None,
     on_step: StepCallback | None = None,
     show_progress: bool = True,
+    cancel: CancelToken | None = None,
+    on_run_id: Callable[[str], None] | None = None,
 ) -> StudyResult:
     """Sample every (event, template) batch of ``study`` (``samples`` shuffled layouts each) and
     commit each to ``store`` before the next starts; batches already stored under the same run id
@@ -190,6 +203,10 @@ def run_study(
             an exception it raises aborts the run (the stored batches stay).
         on_step: passed to the sampler for live per-step views (costs a host copy per step).
         show_progress: draw a tqdm progress bar on stderr.
+        cancel: stops the run within one denoising step (:class:`~petri.cancel.Cancelled`); the run
+            is then stored as ``cancelled`` or ``interrupted`` (the token's reason), as it is
+            ``interrupted`` on Ctrl-C, and the same call resumes it.
+        on_run_id: called with the run id once the run is registered in the store (before sampling).
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
@@ -213,6 +230,8 @@ def run_study(
     }
     started_at, started = _now(), time.perf_counter()
     store.create_run(run_id, "study", lm.model_id, request)
+    if on_run_id is not None:
+        on_run_id(run_id)
     stored = store.completed_events(run_id)
     computed = 0
     sample_s = 0.0
@@ -225,7 +244,8 @@ def run_study(
             key = batch_key(event.id, template.id)
             skipped = key in stored
             if not skipped:
-                traj = seed_dish(lm, dishes[key], samples, settings, seed=batch_seed(seed, event.id, template.id), on_step=on_step)
+                traj = seed_dish(lm, dishes[key], samples, settings, seed=batch_seed(seed, event.id, template.id),
+                                 on_step=on_step, cancel=cancel)
                 store.save_event(run_id, position, key, traj, group=event.group)
                 computed += 1
                 sample_s += float(traj.timings.get("total_s", 0.0))
@@ -235,7 +255,7 @@ def run_study(
                 progress(StudyProgress(position + 1, len(plan), event.id, template.id, event.group, skipped, time.perf_counter() - started))
     except BaseException as err:
         try:
-            store.finish_run(run_id, "failed", error=f"{type(err).__name__}: {err}")
+            store.finish_run(run_id, stopped_status(err), error=f"{type(err).__name__}: {err}")
         except Exception:  # the store itself may be what failed; keep the original error
             pass
         raise

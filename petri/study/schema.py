@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from petri.dish import LayoutError, validate_concepts
+from petri.dish import LayoutError, template_problem, validate_concepts
 
 SCHEMA_VERSION = 1
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_PLACEHOLDER = re.compile(r"(?<!\{)\{([^{}]*)\}(?!\})")
 
 _TOP_KEYS = {"schema", "id", "title", "language", "description", "concepts", "groups", "comparison", "templates", "events"}
 _REQUIRED_TOP = ("id", "title", "language", "concepts", "templates", "events")
@@ -192,16 +191,9 @@ def _template_entry(i: int, raw: Any) -> str:
 
 
 def _check_template_text(check: _Checker, entry: str, text: str) -> None:
-    fields = _PLACEHOLDER.findall(text)
-    unknown = sorted({f for f in fields if f not in ("event", "concepts")})
-    if unknown:
-        raise check.fail(f"{entry}.text", f"unknown placeholder(s) {unknown}; use {{event}} and {{concepts}} only (double braces for literal ones)")
-    if "event" not in fields:
-        raise check.fail(f"{entry}.text", "does not use {event}, so every event would get the same prompt")
-    try:
-        text.format(event="x", concepts="y")
-    except (KeyError, IndexError, ValueError) as err:
-        raise check.fail(f"{entry}.text", f"is not a valid template ({err}); use {{event}} and {{concepts}}, double braces for literal ones") from None
+    problem = template_problem(text)
+    if problem is not None:
+        raise check.fail(f"{entry}.text", problem)
 
 
 def study_from_dict(data: Any, source: str = "<dict>", file_sha256: str = "") -> Study:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from petri.service import PetriService
+from petri.web.access import AccessPolicy, ApiTokenMiddleware
 from petri.web.errors import install_error_handlers
+from petri.web.job_routes import router as job_router
 from petri.web.limits import MAX_UPLOAD_BYTES
 from petri.web.routes import JobGate, router
 
@@ -16,12 +18,14 @@ def create_app(
     ui: bool = True,
     model_source: str | None = None,
     busy_wait_s: float = 0.0,
+    access: AccessPolicy = AccessPolicy(),
 ) -> FastAPI:
     """The FastAPI app over ``service`` (kept on ``app.state.service``), with the Gradio UI mounted at
     ``/`` unless ``ui`` is False.
 
     ``model_source`` (the folder or hub id the model came from) lets the UI show its model card;
-    ``busy_wait_s`` is how long an API request waits for a running job before answering 503.
+    ``busy_wait_s`` is how long an API request waits for a running job before answering 503;
+    ``access`` says who may see what (:mod:`petri.web.access`: local, public, API token).
     """
     app = FastAPI(
         title="Concept Petri Dish",
@@ -30,8 +34,10 @@ def create_app(
     )
     app.state.service = service
     app.state.jobs = JobGate(service, busy_wait_s)
+    app.state.access = access
     install_error_handlers(app)
     app.include_router(router)
+    app.include_router(job_router)
     if ui:
         import gradio as gr
 
@@ -39,4 +45,6 @@ def create_app(
 
         blocks = build_ui(service, model_source=model_source)
         app = gr.mount_gradio_app(app, blocks, path="/", css=UI_CSS, max_file_size=MAX_UPLOAD_BYTES)
+    if access.api_token:
+        app.add_middleware(ApiTokenMiddleware, token=access.api_token)
     return app

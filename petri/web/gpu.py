@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from petri.cancel import CancelToken
 from petri.service import PetriService, SeedEvent, SeedResult
 from petri.study.runner import ProgressCallback, StudyResult
 from petri.study.schema import Study
@@ -31,10 +32,13 @@ def run_seed(
     seed: int,
     on_step=None,
     wait_s: float | None = None,
+    cancel: CancelToken | None = None,
+    owner: str | None = None,
 ) -> SeedResult:
     """Sample every event (one batch of ``n_samples`` each) with its concepts pinned; ``on_step``
-    sees each step's raw argmax as it comes (the UI's live view)."""
-    return service.seed(events, n_samples, settings, seed=seed, on_step=on_step, wait_s=wait_s)
+    sees each step's raw argmax as it comes (the UI's live view); ``cancel`` stops it within a step."""
+    return service.seed(events, n_samples, settings, seed=seed, on_step=on_step, wait_s=wait_s, cancel=cancel,
+                        owner=owner)
 
 
 @gpu_task
@@ -47,8 +51,10 @@ def run_study_job(
     templates: Sequence[str] | None,
     wait_s: float | None = None,
     progress: ProgressCallback | None = None,
+    cancel: CancelToken | None = None,
+    owner: str | None = None,
 ) -> StudyResult:
     """The resumable study runner under the service's lock; ``progress`` sees each finished batch
-    (the UI's progress bar)."""
+    (the UI's progress bar); ``cancel`` stops it within a step (stored batches stay)."""
     return service.run_study(study, samples=samples, seed=seed, settings=settings, templates=templates,
-                             progress=progress, wait_s=wait_s)
+                             progress=progress, wait_s=wait_s, cancel=cancel, owner=owner)

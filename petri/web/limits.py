@@ -34,6 +34,13 @@ MAX_UPLOAD_BYTES = 4 * 1024 * 1024
 MAX_QUEUED = 8
 #: (event, template) batches of one study run from the web (``python -m petri study`` has no limit).
 MAX_STUDY_BATCHES = 600
+#: The work one synchronous ``POST /api/seed`` may ask for, in token-steps (events × samples × max
+#: steps × canvas). The embedded model on a 2-core CPU does about 3,700 token-steps a second
+#: (12 samples × 32 steps × 64 positions in 6.6 s), so this is about a minute and a half there;
+#: larger work goes to ``POST /api/jobs/seed``.
+SYNC_MAX_TOKEN_STEPS = 400_000
+#: Jobs that may wait in the job queue at once (``POST /api/jobs/*``); one more is a 503.
+MAX_QUEUED_JOBS = 16
 
 LIMITS = {
     "concepts": f"{MIN_CONCEPTS}-{MAX_CONCEPTS} per request, each 1-{MAX_CONCEPT_CHARS} characters, "
@@ -53,4 +60,6 @@ LIMITS = {
     "body": f"at most {MAX_BODY_BYTES:,} bytes of JSON per request (else 413)",
     "study": f"at most {MAX_STUDY_BATCHES} (event, template) batches; concepts, events, templates and groups "
     "within the limits above",
+    "sync_seed": f"POST /api/seed: at most {SYNC_MAX_TOKEN_STEPS:,} token-steps (events × samples × "
+    "max_denoising_steps × canvas); larger work: POST /api/jobs/seed",
 }

@@ -11,7 +11,6 @@ Each raises :class:`~petri.web.errors.FieldError` naming the field; none does mo
 
 from __future__ import annotations
 
-import string
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -19,7 +18,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from petri.dish import DEFAULT_TEMPLATE, Dish, LayoutError, concept_token_ids, encode_prompt, even_slots
+from petri.dish import DEFAULT_TEMPLATE, Dish, LayoutError, concept_token_ids, encode_prompt, even_slots, template_problem
 from petri.engine.seeding import plan_dish
 from petri.service import SeedEvent
 from petri.study.runner import check_layouts
@@ -77,18 +76,11 @@ def group_check(value: str) -> str:
 
 
 def template_check(value: str) -> str:
-    """Only the bare placeholders ``{event}`` and ``{concepts}``: a format spec (``{event:>999999}``
-    would build a prompt of a million characters), a conversion or an attribute/index lookup
-    (``{event.__class__}``) is refused."""
-    try:
-        fields = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(value) if name is not None]
-    except ValueError as err:
-        raise ValueError(f"is not a valid template ({err}); use {{event}} and {{concepts}}, double braces for literal ones") from None
-    for name, spec, conversion in fields:
-        if name not in ("event", "concepts") or spec or conversion:
-            shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
-            raise ValueError(f"placeholder {shown[:80]!r} is not allowed; use {{event}} and {{concepts}} only "
-                             "(double braces for literal ones)")
+    """The one template rule (:func:`petri.dish.template_problem`, as for study files): only the
+    bare placeholders ``{event}`` and ``{concepts}``, and ``{event}`` present."""
+    problem = template_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 
@@ -101,7 +93,10 @@ TemplateId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    """No unknown fields, no NaN or infinity, and no coercion: ``true`` is not a sample count and
+    ``"3"`` is not a number."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
 class EventIn(_Strict):

@@ -114,6 +114,13 @@ class StudyOut(BaseModel):
     csv: dict[str, str] = Field(description="download links of the tidy tables (GET /api/runs/{run_id} has the rest)")
 
 
+class QueueOut(BaseModel):
+    running: str | None = Field(description="id of the job running now, if any")
+    queued: int = Field(description="jobs waiting")
+    max_queued: int = Field(description="jobs that may wait at once; one more is a 503")
+    sync_max_token_steps: int = Field(description="the work a synchronous POST /api/seed may ask for")
+
+
 class HealthOut(BaseModel):
     status: str
     model_id: str
@@ -122,6 +129,37 @@ class HealthOut(BaseModel):
     canvas_length: int
     busy: bool
     limits: dict[str, str]
+    queue: QueueOut | None = None
+    public: bool | None = Field(None, description="jobs and runs are visible to their submitters only")
+
+
+class JobOut(BaseModel):
+    """A job's state (``GET /api/jobs/{job_id}``)."""
+
+    job_id: str
+    kind: str
+    status: str = Field(description="queued, running, done, failed, cancelled or interrupted")
+    progress: dict[str, Any] = Field(description="done, total and unit (step for a dish, batch for a study)")
+    run_id: str | None = Field(None, description="the run the job writes (GET /api/runs/{run_id})")
+    error: str | None = None
+    created: str
+    started: str | None = None
+    finished: str | None = None
+
+
+class JobSubmitted(BaseModel):
+    """The answer to a job submission (202)."""
+
+    job_id: str
+    status_url: str
+    events_url: str
+    token: str | None = Field(None, description="on a public server: send it as X-Petri-Token to watch or cancel")
+
+
+class JobList(BaseModel):
+    jobs: list[JobOut]
+    limit: int
+    offset: int
 
 
 # ----------------------------------------------------------------------------------- summaries

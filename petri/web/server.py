@@ -5,8 +5,11 @@
 
 ``GRADIO_SERVER_NAME`` / ``GRADIO_SERVER_PORT`` set the address (as on Hugging Face Spaces).
 The server binds to loopback (127.0.0.1) unless told otherwise: ``--host 0.0.0.0`` (or
-``GRADIO_SERVER_NAME=0.0.0.0``, which a Space sets) makes it reachable from the network, where the
-API has no authentication (see RELIABILITY.md).
+``GRADIO_SERVER_NAME=0.0.0.0``, which a Space sets) makes it reachable from the network; it is then
+public (:mod:`petri.web.access`: jobs and runs private to their submitters; ``PETRI_API_TOKEN``
+requires a token on every route). SIGINT/SIGTERM stop the running work at its next step (marked
+``interrupted``, resumable) and the process exits within seconds; at start, what a crash left
+running is marked ``interrupted``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,12 @@ from petri.engine.base import BackendUnavailableError, ModelNotFoundError
 from petri.model_options import add_model_arguments, load_from_args
 from petri.service import PetriService
 from petri.store import RunStore, StoreError
+from petri.web import limits
+from petri.web.access import API_TOKEN_ENV, CALLER_HEADER, PUBLIC_ENV, AccessPolicy
 from petri.web.app import create_app
+
+#: Seconds a stopping server gives open requests and the job worker before it exits anyway.
+SHUTDOWN_GRACE_S = 5.0
 
 
 def build_parser(prog: str = "app.py") -> argparse.ArgumentParser:
@@ -33,6 +41,8 @@ def build_parser(prog: str = "app.py") -> argparse.ArgumentParser:
                         help="port (env GRADIO_SERVER_PORT; default 7860)")
     parser.add_argument("--busy-wait", type=float, default=0.0,
                         help="seconds an API request waits for a running job before answering 503 (default 0)")
+    parser.add_argument("--max-queued-jobs", type=int, default=limits.MAX_QUEUED_JOBS,
+                        help=f"jobs that may wait in the job queue (POST /api/jobs/*); default {limits.MAX_QUEUED_JOBS}")
     parser.add_argument("--tiny-random", action="store_true",
                         help="serve a tiny random model instead (a smoke test of the app; its text is noise)")
     return parser
@@ -43,6 +53,10 @@ def build_service(args: argparse.Namespace) -> tuple[PetriService, str | None]:
     model source to show in the Model tab."""
     # The store first: an unwritable run folder fails in a second, not after loading a 52 GB model.
     store = RunStore(args.store)
+    runs, jobs = store.mark_unfinished_interrupted()
+    if runs or jobs:
+        print(f"note: {runs} runs and {jobs} jobs that a stopped process left unfinished are marked interrupted "
+              "(a study resumes when it is run again)", file=sys.stderr, flush=True)
     if args.tiny_random:
         from petri.engine.tiny import tiny_random_model
 
@@ -52,7 +66,7 @@ def build_service(args: argparse.Namespace) -> tuple[PetriService, str | None]:
         from petri.engine.torch_model import default_model_name
 
         source = str(args.model) if args.model is not None else default_model_name()
-    return PetriService(lm, store), source
+    return PetriService(lm, store, max_queued_jobs=args.max_queued_jobs), source
 
 
 def is_loopback(host: str) -> bool:
@@ -63,6 +77,30 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def access_policy(host: str) -> AccessPolicy:
+    """Public (jobs and runs private to their submitters) when bound beyond loopback or when
+    ``PETRI_PUBLIC=1``; an API token on every route when ``PETRI_API_TOKEN`` is set."""
+    public = not is_loopback(host) or os.environ.get(PUBLIC_ENV, "") == "1"
+    return AccessPolicy(public=public, api_token=os.environ.get(API_TOKEN_ENV) or None)
+
+
+def serve(app, service: PetriService, host: str, port: int) -> None:
+    """uvicorn until SIGINT/SIGTERM. On the signal the service's work stops first (the running job
+    and synchronous requests at their next step, queued jobs at once: all ``interrupted``), so open
+    requests end and the process exits within seconds; then the job worker is joined."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            service.begin_shutdown()
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+    Server(config).run()
+    service.shutdown(timeout=SHUTDOWN_GRACE_S)
+    service.store.close()
 
 
 def main(argv: list[str] | None = None, prog: str = "app.py") -> int:
@@ -76,13 +114,14 @@ def main(argv: list[str] | None = None, prog: str = "app.py") -> int:
             print("hint: `python app.py --tiny-random` serves the app on a tiny random model (its text is noise)",
                   file=sys.stderr)
         return 2
-    app = create_app(service, model_source=source, busy_wait_s=args.busy_wait)
-    import uvicorn
-
+    access = access_policy(args.host)
+    app = create_app(service, model_source=source, busy_wait_s=args.busy_wait, access=access)
     print(f"Concept Petri Dish: {service.lm.model_id} on {service.lm.device} — http://{args.host}:{args.port}/ "
           f"(API docs at /docs)", flush=True)
     if not is_loopback(args.host):
-        print(f"warning: serving on {args.host}, reachable from the network; the API has no authentication "
-              "(see RELIABILITY.md)", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+        guard = ("every route but /api/health needs the API token" if access.api_token else
+                 f"set {API_TOKEN_ENV} to require a token on every route")
+        print(f"warning: serving on {args.host}, reachable from the network; jobs and runs are private to "
+              f"whoever submitted them ({CALLER_HEADER}); {guard} (see RELIABILITY.md)", file=sys.stderr, flush=True)
+    serve(app, service, args.host, args.port)
     return 0
