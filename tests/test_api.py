@@ -185,8 +185,8 @@ def api_job_held(service, monkeypatch):
     original = service.exclusive
 
     @contextmanager
-    def gated(wait_s=None):
-        with original(wait_s):
+    def gated(wait_s=None, cancel=None):
+        with original(wait_s, cancel):
             if not holding.is_set():
                 holding.set()
                 assert release.wait(60), "the test never released the job"
@@ -234,11 +234,11 @@ class CountingService(PetriService):
         self._count = threading.Lock()
 
     @contextmanager
-    def exclusive(self, wait_s=None):
+    def exclusive(self, wait_s=None, cancel=None):
         if wait_s:
             with self._count:
                 self.reached += 1
-        with super().exclusive(wait_s):
+        with super().exclusive(wait_s, cancel):
             yield
 
 

@@ -157,6 +157,15 @@ def test_a_crash_leaves_running_work_that_the_next_start_marks_interrupted(store
     assert store.get_job("cd" * 16)["progress"] == {"done": 1, "total": 4, "unit": "batch"}
 
 
+def test_a_stopped_run_is_marked_by_what_stopped_it():
+    from petri.study.runner import stopped_status
+
+    assert stopped_status(Cancelled("cancelled")) == "cancelled"
+    assert stopped_status(Cancelled("interrupted")) == "interrupted"
+    assert stopped_status(KeyboardInterrupt()) == "interrupted"
+    assert stopped_status(RuntimeError("disk full")) == "failed"
+
+
 # ------------------------------------------------------------------------------ with a model
 def counted_forwards(lm) -> list[int]:
     """Count the model's forward calls (one per denoising step after the encoder)."""

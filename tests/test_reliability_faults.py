@@ -181,7 +181,7 @@ def test_app_process_exits_2_on_an_unwritable_store(tmp_path):
 
 
 def test_full_disk_while_serving(tiny_lm, live_server):
-    with tmpfs("96k") as folder:
+    with tmpfs("128k") as folder:  # the schema (runs, events, jobs, owners) and a run or two
         if folder is None:
             pytest.skip("mounting a tmpfs is not permitted here (needs root)")
         store = RunStore(folder)
@@ -239,7 +239,7 @@ def test_cli_study_reports_a_full_disk_and_resumes_once_there_is_space(tmp_path,
     study_file = tmp_path / "study.json"
     study_file.write_text(json.dumps({**STUDY, "events": STUDY["events"][:2] + STUDY["events"][-2:]}))
     events = 4
-    with tmpfs("112k") as folder:  # room for the schema and a batch or two
+    with tmpfs("144k") as folder:  # room for the schema and a batch or two
         if folder is None:
             pytest.skip("mounting a tmpfs is not permitted here (needs root)")
         command = ["study", str(study_file), "--model", str(checkpoint), "--store", str(folder),

@@ -145,7 +145,7 @@ def test_crash_then_resume_skips_finished_batches_and_matches(tiny_lm, study, fu
     with pytest.raises(KeyboardInterrupt):
         runner.run_study(tiny_lm, study, store, samples=SAMPLES, seed=7, settings=SETTINGS, progress=crash, show_progress=False)
     assert len(store.completed_events(full.run_id)) == per_event  # same run id as the uninterrupted run
-    assert store.get_run(full.run_id)["status"] == "failed"
+    assert store.get_run(full.run_id)["status"] == "interrupted"  # Ctrl-C: resumable, not a failure
 
     calls = count_seed_dish(monkeypatch)
     seen = []
