@@ -164,6 +164,7 @@ def run_sampler(
     canvas_prefix: Sequence[int] = (),
     prompt_text: str = "",
     on_step: StepCallback | None = None,
+    fast: bool | None = None,
 ) -> Trajectory:
     """Denoise one canvas per sample, all samples in one batch sharing one encoded prompt.
 
@@ -176,10 +177,25 @@ def run_sampler(
         canvas_prefix: tokens pinned at the canvas start for every sample (the thought block).
         on_step: optional live callback; it costs one device→host copy per step, so leave it
             ``None`` for batch runs.
+        fast: on CUDA, ``None`` (default) runs the GPU fast path (``petri.engine.fast_sampler``:
+            CUDA graphs, fused logits pass, tokens drawn by exponential race) when it can run and
+            falls back here with a logged reason; ``False`` always runs this eager sampler (the one
+            that reproduces ``generate``); ``True`` raises when the fast path cannot run.
 
     Returns: a :class:`Trajectory` (numpy arrays; see its docstring for shapes).
     """
     check_sampler_inputs(prompt_ids, layouts)
+    # --- GPU fast path (issue 14, petri/engine/fast_sampler.py) ---
+    if fast is not False and lm.device.type == "cuda":
+        from petri.engine.fast_sampler import run_sampler_auto
+
+        result = run_sampler_auto(lm, prompt_ids, layouts, settings, seed=seed, canvas_prefix=canvas_prefix,
+                                  prompt_text=prompt_text, on_step=on_step)
+        if result is not None:
+            return result
+        if fast:
+            raise RuntimeError("the fast path was asked for but cannot run (the log says why)")
+    # --- end of the fast path hook ---
     model, device = lm.model, lm.device
     batch, length, vocab = len(layouts), lm.canvas_length, lm.vocab_size
     max_steps = settings.max_denoising_steps
