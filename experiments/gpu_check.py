@@ -92,11 +92,11 @@ def compiled_tiny_check() -> dict:
     settings = SamplerSettings(max_denoising_steps=8, stability_threshold=None, confidence_threshold=None)
     layouts = [[AnchorSpan("a", 3, (11, 12))] for _ in range(4)]
     prompt = [5, 9, 17, 33, 2]
-    reference = eager_race_loop(lm, prompt, layouts, settings, seed=3)
     began = time.perf_counter()
     compile_for_sampling(lm)
     got = run_sampler_fast(lm, prompt, layouts, settings, seed=3)
     first_s = time.perf_counter() - began
+    reference = eager_race_loop(lm, prompt, layouts, settings, seed=3)  # same compiled layers, eager loop
     _SESSIONS.pop(lm.model, None)
     same = {
         "argmax": bool((got.argmax == reference[0]).all()),
@@ -106,10 +106,60 @@ def compiled_tiny_check() -> dict:
     return {"compile_and_first_seed_s": round(first_s, 2), "equal_to_eager_race_loop": same}
 
 
+def x_exactness(rows: int = 512, vocab: int = 262_144) -> dict:
+    """Kernel's scaled logits x (float32 copy) vs torch's ops, element by element."""
+    out = {}
+    inv = torch.tensor([reciprocal_f32(0.55)], device="cuda")
+    for name, dtype, cap in (("fp32_nocap", torch.float32, None), ("bf16_cap", torch.bfloat16, 30.0)):
+        raw = (torch.randn(rows, vocab, device="cuda") * 8).to(dtype)
+        noise = torch.empty(rows, vocab, device="cuda").exponential_().log_()
+        sc = torch.full((rows, vocab), float("nan"), device="cuda")
+        triton_logit_pass(raw, noise, inv, softcap=cap, self_conditioning_out=sc)
+        logits = raw.float() if cap is None else torch.tanh(raw.float() / cap) * cap
+        for label, x in (("div", logits / 0.55), ("mul_inv", logits * inv)):
+            bad = sc != x
+            out[f"{name}_{label}_mismatches"] = int(bad.sum())
+            if bad.any():
+                i = bad.nonzero()[0]
+                out[f"{name}_{label}_example"] = [float(sc[i[0], i[1]]), float(x[i[0], i[1]]), float(logits[i[0], i[1]])]
+    return out
+
+
+def tiny_options_check() -> dict:
+    """Tiny bf16 model, 10 steps: which fast-path piece (graph, Triton pass) departs from the loop."""
+    from petri.engine.fast_sampler import _SESSIONS, FastOptions, run_sampler_fast
+    from petri.tiny import tiny_random_model
+    from petri.trajectory import SamplerSettings
+    from test_fast_sampler import PROMPT, eager_race_loop, three_anchors
+
+    lm = tiny_random_model(canvas_length=16)
+    lm.model.to("cuda", torch.bfloat16)
+    lm = replace(lm, device=torch.device("cuda"), dtype=torch.bfloat16)
+    settings = SamplerSettings(max_denoising_steps=10, stability_threshold=None, confidence_threshold=None)
+    layouts = three_anchors(6, lm.vocab_size)
+    reference = eager_race_loop(lm, PROMPT, layouts, settings, seed=0)
+    report = {}
+    for options in (FastOptions(graph=False, fused=False), FastOptions(graph=True, fused=False),
+                    FastOptions(graph=False, fused=True), FastOptions()):
+        _SESSIONS.pop(lm.model, None)
+        got = run_sampler_fast(lm, PROMPT, layouts, settings, seed=0, options=options)
+        report[f"graph={options.graph},fused={options.fused}"] = {
+            "argmax": bool((got.argmax == reference[0]).all()),
+            "accepted": bool((got.accepted == reference[2]).all()),
+            "final": bool((got.final_ids == reference[4]).all()),
+            "entropy_max_abs_diff": float(abs(got.entropy - reference[1]).max()),
+        }
+    return report
+
+
 if __name__ == "__main__":
     results = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     results["kernel"] = kernel_check()
     print(json.dumps(results["kernel"]), flush=True)
+    results["x_exactness"] = x_exactness()
+    print(json.dumps(results["x_exactness"]), flush=True)
+    results["tiny_options"] = tiny_options_check()
+    print(json.dumps(results["tiny_options"]), flush=True)
     try:
         results["compiled_tiny"] = compiled_tiny_check()
     except Exception as error:  # report, don't lose the rest

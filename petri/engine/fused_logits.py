@@ -217,5 +217,6 @@ def triton_logit_pass(
         HAS_KEEP=keep_rows_per_sample is not None,
         BLOCK=block,
         num_warps=num_warps,
+        enable_fp_fusion=False,  # no FMA contraction: x·(1/T) - noise rounds like the eager ops
     )
     return out
