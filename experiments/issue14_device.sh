@@ -11,12 +11,16 @@ if [[ $part == all || $part == checks ]]; then
 fi
 if [[ $part == all || $part == bench ]]; then
   timeout ${BENCH_TIMEOUT:-420} python3 experiments/bench.py --model full --device cuda --batch 12 --prompt-tokens 200 \
-    --steps 24 --repeats 3 --configs ${CONFIGS:-generate,generate_static,petri_eager,petri_fast,petri_fast_compiled} \
+    --steps 24 --repeats 3 --configs ${CONFIGS:-petri_eager,petri_fast,petri_fast_compiled,generate,generate_static} \
     --out $OUT/bench_full_b12_p200.json > $OUT/bench_full_b12_p200.log 2>&1
-  timeout 150 python3 experiments/bench.py --model full --device cuda --batch 12 --prompt-tokens 200 --steps 24 \
-    --first-request --out $OUT/first_request_warm.json > $OUT/first_request_warm.log 2>&1
+fi
+if [[ $part == all || $part == first ]]; then  # a fresh process's first request: cold caches, then warm
+  for cache in cold warm; do
+    timeout 200 python3 experiments/bench.py --model full --device cuda --batch 12 --prompt-tokens 200 --steps 24 \
+      --first-request --out $OUT/first_request_$cache.json > $OUT/first_request_$cache.log 2>&1
+  done
 fi
 tail -3 $OUT/pytest.log 2>/dev/null; grep -E "^(FAILED|E  )" $OUT/pytest.log 2>/dev/null | head -20
 tail -c 1500 $OUT/gpu_check.json 2>/dev/null; tail -c 600 $OUT/gpu_check.err 2>/dev/null
 grep -E "^(generate|petri)" $OUT/bench_full_b12_p200.log 2>/dev/null; tail -c 400 $OUT/bench_full_b12_p200.log 2>/dev/null
-tail -c 600 $OUT/first_request_warm.log 2>/dev/null
+for c in cold warm; do grep -A4 first_request\" $OUT/first_request_$c.json 2>/dev/null; done

@@ -426,6 +426,7 @@ def compile_regions(lm, backend: str = "inductor") -> None:
     import torch._dynamo
 
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.expanduser("~/.cache/petri/torchinductor"))
+    _SESSIONS.pop(lm.model, None)  # graphs captured before hold the uncompiled layers
     layers = lm.model.model.decoder.layers
     limit = max(torch._dynamo.config.recompile_limit, 2 * len(layers) + 8)
     torch._dynamo.config.recompile_limit = limit
