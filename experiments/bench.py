@@ -117,6 +117,7 @@ def time_petri(lm: LoadedModel, prompt: torch.Tensor, settings: SamplerSettings,
 
 
 # --- issue 14: configurations measured one at a time, each warm-up + repeats + peak memory ---
+# generate first: petri_fast_compiled compiles the decoder layers in place, which generate would use too
 CONFIGS = ("generate", "generate_static", "petri_eager", "petri_fast", "petri_fast_compiled")
 
 
@@ -162,6 +163,21 @@ def measure(name: str, lm: LoadedModel, prompt, settings, layouts, repeats: int)
     return result
 
 
+def profile_seed(lm: LoadedModel, prompt, settings, layouts, top: int = 25) -> dict:
+    """One fast-path seed under torch.profiler: total CUDA kernel time and the ``top`` kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        seconds, _ = time_petri(lm, prompt, settings, layouts, fast=True)
+    rows = []
+    for event in prof.key_averages():
+        device_us = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
+        if device_us:
+            rows.append({"name": event.key[:120], "ms": round(device_us / 1000, 3), "count": event.count})
+    rows.sort(key=lambda r: -r["ms"])
+    return {"seed_s": round(seconds, 3), "kernel_ms_total": round(sum(r["ms"] for r in rows), 1), "top": rows[:top]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="full", help="full | embedded | a checkpoint folder")
@@ -177,6 +193,8 @@ def main() -> None:
                         help="measure only the first request of a fresh process: build, regional compile "
                              "(caches as left by earlier runs), capture and one seed, end to end")
     parser.add_argument("--no-compile", action="store_true", help="with --first-request: no compilation")
+    parser.add_argument("--profile", action="store_true",
+                        help="with --first-request: then profile one more seed (torch.profiler, CUDA time by kernel)")
     parser.add_argument("--out", default=None, help="also write the JSON here (after each configuration)")
     args = parser.parse_args()
 
@@ -226,6 +244,8 @@ def main() -> None:
             "process_to_result_s": round(time.perf_counter() - process_started, 3),
             "inductor_cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
         }
+        if args.profile:
+            result["profile"] = profile_seed(lm, prompt, settings, layouts)
         print(write())
         return
 

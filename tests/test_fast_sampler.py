@@ -87,7 +87,8 @@ def assert_same(trajectory, reference):
     np.testing.assert_array_equal(trajectory.accepted, accepted)
     np.testing.assert_array_equal(trajectory.steps, steps)
     np.testing.assert_array_equal(trajectory.final_ids, final)
-    np.testing.assert_allclose(trajectory.entropy, entropy, rtol=1e-5, atol=2e-5)
+    # the pass's stated entropy bound, 2e-6·max|x| + 1e-5·H, with |x| ≤ softcap / t_min = 30 / 0.2
+    np.testing.assert_allclose(trajectory.entropy, entropy, rtol=1e-5, atol=3e-4)
 
 
 def three_anchors(batch, vocab):

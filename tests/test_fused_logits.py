@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from petri.engine.fused_logits import HAVE_TRITON, reciprocal_f32, reference_logit_pass, triton_logit_pass
+from petri.engine.fused_logits import HAVE_TRITON, reference_logit_pass, triton_logit_pass
 
 CUDA = torch.cuda.is_available() and HAVE_TRITON
 
@@ -60,13 +60,13 @@ def test_reference_pass_matches_naive_ops(softcap, chunk_rows):
     assert torch.equal(sc[rest], x[rest])
 
 
-def test_reference_pass_inverse_temperature_form():
+def test_reference_pass_tensor_temperature_equals_python_float():
     raw, noise = random_rows(4, 500, scale=3.0, dtype=torch.float32)
-    inv = torch.tensor([reciprocal_f32(0.5)])
-    out = reference_logit_pass(raw, noise, inv_temperature=inv, softcap=None)
-    x = raw * inv
-    assert torch.equal(out.argmax, x.argmax(-1))
-    assert torch.equal(out.sampled, (x - noise).argmax(-1))
+    by_float = reference_logit_pass(raw, noise, temperature=0.45, softcap=30.0)
+    by_tensor = reference_logit_pass(raw, noise, temperature=torch.tensor([0.45]), softcap=30.0)
+    for a, b in zip((by_float.entropy, by_float.argmax, by_float.sampled),
+                    (by_tensor.entropy, by_tensor.argmax, by_tensor.sampled)):
+        assert torch.equal(a, b)
 
 
 def test_exponential_race_samples_softmax():
@@ -91,8 +91,7 @@ def test_triton_pass_matches_naive_ops_on_gpu(softcap, dtype):
     sc = torch.full((rows, vocab), -3.0, dtype=torch.bfloat16, device="cuda")
     keep = torch.zeros(rows // 8, dtype=torch.bool, device="cuda")
     keep[2] = True
-    inv = torch.tensor([reciprocal_f32(temperature)], device="cuda")
-    out = triton_logit_pass(raw, noise, inv, softcap=softcap, self_conditioning_out=sc,
+    out = triton_logit_pass(raw, noise, torch.tensor([temperature], device="cuda"), softcap=softcap, self_conditioning_out=sc,
                             keep_rows_per_sample=keep, rows_per_sample=8)
     assert torch.equal(out.argmax, argmax)
     assert torch.equal(out.sampled, sampled)
