@@ -23,14 +23,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from petri.engine.fused_logits import triton_logit_pass  # noqa: E402
+from petri.engine.fused_logits import scalar_reciprocal, triton_logit_pass  # noqa: E402
 
 
 def kernel_check(rows: int = 3072, vocab: int = 262_144, trials: int = 3) -> dict:
     from triton.testing import do_bench
 
     cap, temperature = 30.0, 0.6
-    temp = torch.tensor([temperature], device="cuda")  # the kernel divides by float32(T)
+    temp = torch.tensor([scalar_reciprocal(temperature)], device="cuda")
     report = {"rows": rows, "vocab": vocab, "trials": []}
     for trial in range(trials):  # fresh random inputs each trial
         raw = (torch.randn(rows, vocab, device="cuda") * (2.0 + 4 * trial)).to(torch.bfloat16)
@@ -110,14 +110,14 @@ def x_exactness(rows: int = 512, vocab: int = 262_144) -> dict:
     """Kernel's scaled logits x (float32 copy) vs torch's ops (true division, and multiplication by
     the float32 reciprocal), element by element."""
     out = {}
-    temp = torch.tensor([0.55], device="cuda")  # the kernel divides by float32(T)
+    temp = torch.tensor([scalar_reciprocal(0.55)], device="cuda")
     for name, dtype, cap in (("fp32_nocap", torch.float32, None), ("bf16_cap", torch.bfloat16, 30.0)):
         raw = (torch.randn(rows, vocab, device="cuda") * 8).to(dtype)
         noise = torch.empty(rows, vocab, device="cuda").exponential_().log_()
         sc = torch.full((rows, vocab), float("nan"), device="cuda")
         triton_logit_pass(raw, noise, temp, softcap=cap, self_conditioning_out=sc)
         logits = raw.float() if cap is None else torch.tanh(raw.float() / cap) * cap
-        for label, x in (("div", logits / 0.55), ("mul_inv", logits * (1 / temp))):
+        for label, x in (("div", logits / 0.55), ("mul_f32_reciprocal", logits * (torch.tensor(1.0, device="cuda") / torch.tensor(0.55, device="cuda")))):
             bad = sc != x
             out[f"{name}_{label}_mismatches"] = int(bad.sum())
             if bad.any():

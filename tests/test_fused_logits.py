@@ -9,10 +9,11 @@ agrees with torch's float32 ``Categorical`` within 2e-6·max|x| + 1e-5·H, and w
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from petri.engine.fused_logits import HAVE_TRITON, reference_logit_pass, triton_logit_pass
+from petri.engine.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
 
 CUDA = torch.cuda.is_available() and HAVE_TRITON
 
@@ -60,13 +61,19 @@ def test_reference_pass_matches_naive_ops(softcap, chunk_rows):
     assert torch.equal(sc[rest], x[rest])
 
 
-def test_reference_pass_tensor_temperature_equals_python_float():
+def test_scalar_reciprocal_is_the_double_reciprocal_rounded_to_float32():
+    assert scalar_reciprocal(0.55) == float(np.float32(1 / 0.55))
+    # 1/0.55 in float32 arithmetic rounds differently: the double-precision form is what CUDA uses
+    assert scalar_reciprocal(0.55) != float(np.float32(1) / np.float32(0.55))
+
+
+def test_reference_pass_inverse_temperature_form():
     raw, noise = random_rows(4, 500, scale=3.0, dtype=torch.float32)
-    by_float = reference_logit_pass(raw, noise, temperature=0.45, softcap=30.0)
-    by_tensor = reference_logit_pass(raw, noise, temperature=torch.tensor([0.45]), softcap=30.0)
-    for a, b in zip((by_float.entropy, by_float.argmax, by_float.sampled),
-                    (by_tensor.entropy, by_tensor.argmax, by_tensor.sampled)):
-        assert torch.equal(a, b)
+    inv = torch.tensor([scalar_reciprocal(0.5)])
+    out = reference_logit_pass(raw, noise, inv_temperature=inv, softcap=None)
+    x = raw * inv
+    assert torch.equal(out.argmax, x.argmax(-1))
+    assert torch.equal(out.sampled, (x - noise).argmax(-1))
 
 
 def test_exponential_race_samples_softmax():
@@ -91,7 +98,8 @@ def test_triton_pass_matches_naive_ops_on_gpu(softcap, dtype):
     sc = torch.full((rows, vocab), -3.0, dtype=torch.bfloat16, device="cuda")
     keep = torch.zeros(rows // 8, dtype=torch.bool, device="cuda")
     keep[2] = True
-    out = triton_logit_pass(raw, noise, torch.tensor([temperature], device="cuda"), softcap=softcap, self_conditioning_out=sc,
+    inv = torch.tensor([scalar_reciprocal(temperature)], device="cuda")
+    out = triton_logit_pass(raw, noise, inv, softcap=softcap, self_conditioning_out=sc,
                             keep_rows_per_sample=keep, rows_per_sample=8)
     assert torch.equal(out.argmax, argmax)
     assert torch.equal(out.sampled, sampled)

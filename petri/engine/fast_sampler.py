@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from petri.dish import pinned_arrays
-from petri.engine.fused_logits import HAVE_TRITON, reference_logit_pass, triton_logit_pass
+from petri.engine.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
 from petri.sampler import StepCallback, _cache_kwarg, _encode_prompt_once, accept_mask
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory, assemble_trajectory, check_sampler_inputs
 
@@ -113,11 +113,14 @@ class _Session:
         self.finished = torch.zeros(S, dtype=torch.bool, device=device)
         self.last_entropy = torch.zeros((S, L), dtype=torch.float32, device=device)
         self.noise = torch.empty((S * L, V), dtype=torch.float32, device=device)
-        # T_k per step k (the eager sampler's schedule), and float32(T_k) on the device for the graph
+        # T_k per step k (the eager sampler's schedule), and on the device the multiplier the CUDA
+        # kernels use for ``logits / T_k`` (see fused_logits), which the graphs index by the step
         self.temperatures = [
             settings.t_min + (settings.t_max - settings.t_min) * (remaining / T) for remaining in range(T, 0, -1)
         ]
-        self.temperature_values = torch.tensor(self.temperatures, dtype=torch.float32, device=device)
+        self.inv_temperatures = torch.tensor(
+            [scalar_reciprocal(t) for t in self.temperatures], dtype=torch.float32, device=device
+        )
         # logs
         self.log_argmax = torch.full((T, S, L), -1, dtype=torch.int32, device=device)
         self.log_entropy = torch.full((T, S, L), float("nan"), dtype=torch.float32, device=device)
@@ -187,16 +190,19 @@ class _Session:
         self.noise.log_()
         keep = self.finished if self.has_stopper else None
         if self.use_triton:
-            temperature = self.temperature_values[self.step] if index is None else self.temperature_values[index : index + 1]
+            inv_t = self.inv_temperatures[self.step] if index is None else self.inv_temperatures[index : index + 1]
             out = triton_logit_pass(
-                self.raw, self.noise, temperature, softcap=self.softcap,
+                self.raw, self.noise, inv_t, softcap=self.softcap,
                 self_conditioning_out=self.self_conditioning.view(S * L, V),
                 keep_rows_per_sample=keep, rows_per_sample=L,
             )
         else:
-            temperature = self.temperature_values[self.step] if index is None else self.temperatures[index]
+            timing = (
+                {"inv_temperature": self.inv_temperatures[self.step]}
+                if index is None else {"temperature": self.temperatures[index]}
+            )
             out = reference_logit_pass(
-                self.raw, self.noise, temperature=temperature, softcap=self.softcap,
+                self.raw, self.noise, softcap=self.softcap, **timing,
                 self_conditioning_out=self.self_conditioning.view(S * L, V),
                 keep_rows=None if keep is None else keep.repeat_interleave(L),
             )

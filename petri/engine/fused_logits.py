@@ -5,6 +5,10 @@ Per row (one canvas position) of ``raw`` (N, V) the pass computes, in float32:
 
     l = tanh(raw / cap) * cap             (the model's final-logit softcap; skipped when cap is None)
     x = l / temperature                   (temperature scaling)
+
+each division evaluated as PyTorch's CUDA kernels evaluate division by a Python scalar:
+multiplication by ``scalar_reciprocal(value)``, the reciprocal computed in double precision and
+rounded to float32 (``div_true_kernel_cuda``).
     entropy = H(softmax(x))               (nats)
     argmax  = first index of max(x)
     sampled = first index of max(x - log_noise)   (exponential race ≡ Gumbel-max: a draw from softmax(x)
@@ -12,10 +16,10 @@ Per row (one canvas position) of ``raw`` (N, V) the pass computes, in float32:
     self_conditioning = bf16(x)           (what the next step's decoder reads)
 
 The operations, constants and rounding are those of the eager code path: the model computes
-``logits.float() / cap``, ``tanh``, ``* cap``, and the sampler ``logits / temperature``, each a
-correctly rounded float32 division (``div_rn`` here; measured on an H200 with PyTorch 2.11: a
-multiplication by the float32 reciprocal instead differs in 79 % of the elements by an ulp), and
-no fused multiply-adds. So x, argmax, sampled tokens and the bf16 copy are exact (first index on
+``logits.float() / cap``, ``tanh``, ``* cap``, and the sampler ``logits / temperature``, and the
+kernel does no fused multiply-adds. (Measured on an H200 with PyTorch 2.11: a correctly rounded
+division instead differs from the eager ops in 62 % of the elements by an ulp, a float32-computed
+reciprocal in up to 79 %, depending on T.) So x, argmax, sampled tokens and the bf16 copy are exact (first index on
 ties, like ``torch.argmax``) provided ``tanh`` rounds alike (checked on the GPU by
 ``tests/test_fused_logits.py`` and ``experiments/gpu_check.py``); the entropy is an online (single-pass) evaluation and agrees with
 ``torch.distributions.Categorical`` within float32 rounding (stated tolerance: 2e-5 absolute +
@@ -46,6 +50,12 @@ except ImportError:  # pragma: no cover - depends on the installation
     HAVE_TRITON = False
 
 
+def scalar_reciprocal(value: float) -> float:
+    """float32(1 / value), the division in double precision: the multiplier PyTorch's CUDA kernels
+    use for ``tensor / value`` with a Python float ``value``."""
+    return float(np.float32(1.0 / value))
+
+
 @dataclass
 class LogitPassOutput:
     """Per row: entropy (N,) float32, argmax (N,) int64, sampled (N,) int64."""
@@ -59,7 +69,8 @@ def reference_logit_pass(
     raw: torch.Tensor,
     log_noise: torch.Tensor,
     *,
-    temperature: float | torch.Tensor,
+    temperature: float | None = None,
+    inv_temperature: torch.Tensor | None = None,
     softcap: float | None = None,
     self_conditioning_out: torch.Tensor | None = None,
     keep_rows: torch.Tensor | None = None,
@@ -71,14 +82,18 @@ def reference_logit_pass(
         raw: (N, V) logits; bf16/fp32 lm-head output when ``softcap`` is given, else the model's
             (softcapped) float32 logits.
         log_noise: (N, V) float32, log of Exp(1) noise (sampling keys are ``x - log_noise``).
-        temperature: a Python float (as the eager sampler divides) or a one-element float32 tensor
-            holding float32(T) (what a CUDA graph replays with a new value each step).
+        temperature: a Python float: ``x = l / temperature`` exactly as the eager sampler writes it.
+        inv_temperature: alternatively a one-element float32 tensor holding
+            ``scalar_reciprocal(T)``: ``x = l * inv_temperature``, what a CUDA graph replays with a
+            new value each step (on CUDA bit-equal to ``l / T``, see the module docstring).
         softcap: the model's ``final_logit_softcapping``; ``None`` when ``raw`` is already softcapped.
         self_conditioning_out: optional (N, V) tensor that receives ``x`` cast to its dtype, except
             in rows where ``keep_rows`` is True (they keep their previous content).
         keep_rows: optional (N,) bool.
         chunk_rows: rows handled at a time (bounds the float32 temporaries to chunk_rows × V).
     """
+    if (temperature is None) == (inv_temperature is None):
+        raise ValueError("give exactly one of temperature and inv_temperature")
     rows = raw.shape[0]
     entropy = torch.empty(rows, dtype=torch.float32, device=raw.device)
     argmax = torch.empty(rows, dtype=torch.long, device=raw.device)
@@ -88,7 +103,7 @@ def reference_logit_pass(
         logits = raw[part].to(torch.float32)
         if softcap is not None:
             logits = torch.tanh(logits / softcap) * softcap
-        x = logits / temperature
+        x = logits / temperature if temperature is not None else logits * inv_temperature
         # validate_args=False: the argument check synchronises, which a CUDA graph cannot capture
         entropy[part] = torch.distributions.Categorical(logits=x, validate_args=False).entropy()
         argmax[part] = torch.argmax(x, dim=-1)
@@ -105,10 +120,10 @@ if HAVE_TRITON:
 
     @triton.jit
     def _logit_pass_kernel(
-        raw_ptr, noise_ptr, sc_ptr, keep_ptr, temperature_ptr,
+        raw_ptr, noise_ptr, sc_ptr, keep_ptr, inv_t_ptr,
         entropy_ptr, argmax_ptr, sampled_ptr,
         rows_per_keep, raw_stride, noise_stride, sc_stride,
-        cap,
+        inv_cap, cap,
         VOCAB: tl.constexpr, HAS_CAP: tl.constexpr, WRITE_SC: tl.constexpr, HAS_KEEP: tl.constexpr,
         BLOCK: tl.constexpr,
     ):
@@ -116,7 +131,7 @@ if HAVE_TRITON:
         (max, Σe, Σe·(x-max)) for the entropy and running (best value, first index) for the two
         argmaxes."""
         row = tl.program_id(0).to(tl.int64)
-        temperature = tl.load(temperature_ptr)
+        inv_t = tl.load(inv_t_ptr)
         if HAS_KEEP:  # finished samples keep their previous self-conditioning input
             writable = tl.load(keep_ptr + row // rows_per_keep) == 0
         else:
@@ -134,8 +149,8 @@ if HAVE_TRITON:
             valid = idx < VOCAB
             l = tl.load(raw_ptr + row * raw_stride + idx, mask=valid, other=0.0).to(tl.float32)
             if HAS_CAP:
-                l = libdevice.tanh(tl.math.div_rn(l, cap)) * cap
-            x = tl.math.div_rn(l, temperature)
+                l = libdevice.tanh(l * inv_cap) * cap
+            x = l * inv_t
             x = tl.where(valid, x, float("-inf"))
             # argmax, first index on ties: a later tile wins only when strictly larger
             tile_max = tl.max(x, axis=0)
@@ -170,7 +185,7 @@ if HAVE_TRITON:
 def triton_logit_pass(
     raw: torch.Tensor,
     log_noise: torch.Tensor,
-    temperature: torch.Tensor,
+    inv_temperature: torch.Tensor,
     *,
     softcap: float | None = None,
     self_conditioning_out: torch.Tensor | None = None,
@@ -181,8 +196,8 @@ def triton_logit_pass(
     num_warps: int = 8,
 ) -> LogitPassOutput:
     """The fused pass as one Triton launch (CUDA only); arguments as :func:`reference_logit_pass`,
-    except ``temperature`` (one-element float32 device tensor, so a CUDA graph can replay it
-    with a new value) and ``keep_rows_per_sample`` (S,) bool with ``rows_per_sample`` rows each
+    except ``inv_temperature`` (one-element float32 device tensor holding
+    ``scalar_reciprocal(T)``, so a CUDA graph can replay it with a new value) and ``keep_rows_per_sample`` (S,) bool with ``rows_per_sample`` rows each
     (row r belongs to sample r // rows_per_sample). ``out`` lets a caller reuse its buffers."""
     if not HAVE_TRITON:
         raise RuntimeError("Triton is not installed")
@@ -199,10 +214,10 @@ def triton_logit_pass(
     keep = keep_rows_per_sample.view(torch.uint8) if keep_rows_per_sample is not None else out.argmax
     cap = float(np.float32(softcap)) if softcap is not None else 1.0
     _logit_pass_kernel[(rows,)](
-        raw, log_noise, sc, keep, temperature,
+        raw, log_noise, sc, keep, inv_temperature,
         out.entropy, out.argmax, out.sampled,
         rows_per_sample, raw.stride(0), log_noise.stride(0), sc.stride(0),
-        cap,
+        scalar_reciprocal(softcap) if softcap is not None else 1.0, cap,
         VOCAB=vocab,
         HAS_CAP=softcap is not None,
         WRITE_SC=self_conditioning_out is not None,
