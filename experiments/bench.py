@@ -1,13 +1,19 @@
 """Side-by-side benchmark: transformers' DiffusionGemma ``generate`` vs the petri sampler.
 
-Both run in one process, interleaved, on the same model, batch, prompt length and fixed number of
-denoising steps (adaptive stopping off: random weights never settle). The petri sampler pins three
-anchors and records the full per-step log. Prints one JSON object.
+Configurations (``--configs``) run one after another in one process, each a warm-up call then
+``--repeats`` timed calls, on the same model, batch, prompt length and fixed number of denoising steps
+(adaptive stopping off: random weights never settle): ``generate`` (eager), ``generate_static``
+(transformers' compiled static-cache step), ``petri_eager``, ``petri_fast`` (graphs + fused pass,
+with per-step forward / sampling / logging GPU time and host synchronisations), ``petri_fast_compiled``
+(the same with regionally compiled layers). The petri samplers pin three anchors and record the full
+per-step log. Peak GPU memory per configuration. Prints one JSON object (and ``--out`` keeps it).
 
     # full-size DiffusionGemma architecture (random bf16 weights, no download) on one GPU
     python experiments/bench.py --model full --device cuda --batch 12 --prompt-tokens 200 --steps 24
+    # the first request of a fresh process (build, compile, capture, one seed; --profile adds a profile)
+    python experiments/bench.py --model full --device cuda --first-request
     # the embedded model on the CPU, with its shipped sampler settings (adaptive stopping on)
-    python experiments/bench.py --model embedded --device cpu --adaptive
+    python experiments/bench.py --model embedded --device cpu --adaptive --configs generate,petri_eager
 
 The full-size config follows google/diffusiongemma-26B-A4B-it's public config: hidden 2816,
 30 layers (five of every six sliding, window 1024), 16 heads, 8 KV heads (2 on global layers), head
