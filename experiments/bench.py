@@ -1,13 +1,19 @@
 """Side-by-side benchmark: transformers' DiffusionGemma ``generate`` vs the petri sampler.
 
-Both run in one process, interleaved, on the same model, batch, prompt length and fixed number of
-denoising steps (adaptive stopping off: random weights never settle). The petri sampler pins three
-anchors and records the full per-step log. Prints one JSON object.
+Configurations (``--configs``) run one after another in one process, each a warm-up call then
+``--repeats`` timed calls, on the same model, batch, prompt length and fixed number of denoising steps
+(adaptive stopping off: random weights never settle): ``generate`` (eager), ``generate_static``
+(transformers' compiled static-cache step), ``petri_eager``, ``petri_fast`` (graphs + fused pass,
+with per-step forward / sampling / logging GPU time and host synchronisations), ``petri_fast_compiled``
+(the same with regionally compiled layers). The petri samplers pin three anchors and record the full
+per-step log. Peak GPU memory per configuration. Prints one JSON object (and ``--out`` keeps it).
 
     # full-size DiffusionGemma architecture (random bf16 weights, no download) on one GPU
     python experiments/bench.py --model full --device cuda --batch 12 --prompt-tokens 200 --steps 24
+    # the first request of a fresh process (build, compile, capture, one seed; --profile adds a profile)
+    python experiments/bench.py --model full --device cuda --first-request
     # the embedded model on the CPU, with its shipped sampler settings (adaptive stopping on)
-    python experiments/bench.py --model embedded --device cpu --adaptive
+    python experiments/bench.py --model embedded --device cpu --adaptive --configs generate,petri_eager
 
 The full-size config follows google/diffusiongemma-26B-A4B-it's public config: hidden 2816,
 30 layers (five of every six sliding, window 1024), 16 heads, 8 KV heads (2 on global layers), head
@@ -18,9 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
+
+_PROCESS_START = time.perf_counter()  # before torch and transformers are imported
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,6 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from petri.dish import even_slots  # noqa: E402
 from petri.engine.torch_model import LoadedModel, compile_for_sampling, load_model  # noqa: E402
+from petri.engine.fast_sampler import run_sampler_fast  # noqa: E402
 from petri.engine.torch_sampler import generate_kwargs, run_sampler  # noqa: E402
 from petri.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
 
@@ -102,12 +112,78 @@ def time_generate(lm: LoadedModel, prompt: torch.Tensor, settings: SamplerSettin
     return time.perf_counter() - start
 
 
-def time_petri(lm: LoadedModel, prompt: torch.Tensor, settings: SamplerSettings, layouts) -> tuple[float, int]:
+def time_petri(lm: LoadedModel, prompt: torch.Tensor, settings: SamplerSettings, layouts, fast: bool = False,
+               phases: dict | None = None) -> tuple[float, int]:
     sync(lm.device)
     start = time.perf_counter()
-    traj = run_sampler(lm, prompt[0].tolist(), layouts, settings)
+    if fast:
+        traj = run_sampler_fast(lm, prompt[0].tolist(), layouts, settings, phase_times=phases)
+    else:
+        traj = run_sampler(lm, prompt[0].tolist(), layouts, settings, fast=False)
     sync(lm.device)
     return time.perf_counter() - start, int(traj.steps.max())
+
+
+# --- issue 14: configurations measured one at a time, each warm-up + repeats + peak memory ---
+# generate first: petri_fast_compiled compiles the decoder layers in place, which generate would use too
+CONFIGS = ("generate", "generate_static", "petri_eager", "petri_fast", "petri_fast_compiled")
+
+
+def measure(name: str, lm: LoadedModel, prompt, settings, layouts, repeats: int) -> dict:
+    """First call (warm-up: capture/compilation included), then ``repeats`` timed calls."""
+    device = lm.device
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    batch_prompt = prompt.expand(len(layouts), -1).contiguous()
+    phases: dict = {}
+    if name == "petri_fast_compiled":
+        began = time.perf_counter()
+        compile_for_sampling(lm)  # regional: lazy, so the compilation lands in the first call
+        phases["compile_call_s"] = time.perf_counter() - began
+
+    def once() -> tuple[float, int]:
+        if name.startswith("generate"):
+            return time_generate(lm, batch_prompt, settings, "static" if name == "generate_static" else None), settings.max_denoising_steps
+        return time_petri(lm, prompt, settings, layouts, fast=name.startswith("petri_fast"), phases=phases)
+
+    torch.manual_seed(0)
+    warm, _ = once()
+    times, steps = [], []
+    for _ in range(repeats):
+        seconds, n = once()
+        times.append(seconds)
+        steps.append(n)
+    result = {
+        "warmup_s": round(warm, 3),
+        "s": [round(t, 4) for t in times],
+        "median_s": round(statistics.median(times), 4),
+        "ms_per_step": round(1000 * statistics.median(t / n for t, n in zip(times, steps)), 2),
+        "steps": steps,
+    }
+    if "forward_ms" in phases:  # per-step GPU time of each graph, last timed call
+        for key in ("forward_ms", "sampling_ms", "logging_ms"):
+            result[key + "_per_step"] = round(statistics.median(phases[key]), 3)
+        result["host_syncs_per_step"] = phases["host_syncs_per_step"]
+    if "compile_call_s" in phases:
+        result["compile_call_s"] = round(phases["compile_call_s"], 3)
+    if device.type == "cuda":
+        result["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    return result
+
+
+def profile_seed(lm: LoadedModel, prompt, settings, layouts, top: int = 25) -> dict:
+    """One fast-path seed under torch.profiler: total CUDA kernel time and the ``top`` kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        seconds, _ = time_petri(lm, prompt, settings, layouts, fast=True)
+    rows = []
+    for event in prof.key_averages():
+        device_us = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
+        if device_us:
+            rows.append({"name": event.key[:120], "ms": round(device_us / 1000, 3), "count": event.count})
+    rows.sort(key=lambda r: -r["ms"])
+    return {"seed_s": round(seconds, 3), "kernel_ms_total": round(sum(r["ms"] for r in rows), 1), "top": rows[:top]}
 
 
 def main() -> None:
@@ -119,11 +195,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--adaptive", action="store_true", help="keep the model's adaptive stopping (embedded model)")
-    parser.add_argument("--skip-generate", action="store_true")
-    parser.add_argument("--generate-cache", default=None,
-                        help="cache_implementation for generate (e.g. static: transformers then compiles its step)")
-    parser.add_argument("--compile-petri", action="store_true",
-                        help="torch.compile the model forward the petri sampler calls (default mode, no CUDA graphs)")
+    parser.add_argument("--configs", default=",".join(CONFIGS),
+                        help="comma-separated, measured in this order: " + ", ".join(CONFIGS))
+    parser.add_argument("--first-request", action="store_true",
+                        help="measure only the first request of a fresh process: build, regional compile "
+                             "(caches as left by earlier runs), capture and one seed, end to end")
+    parser.add_argument("--no-compile", action="store_true", help="with --first-request: no compilation")
+    parser.add_argument("--profile", action="store_true",
+                        help="with --first-request: then profile one more seed (torch.profiler, CUDA time by kernel)")
+    parser.add_argument("--out", default=None, help="also write the JSON here (after each configuration)")
     args = parser.parse_args()
 
     from petri.engine.device import resolve_device
@@ -139,25 +219,6 @@ def main() -> None:
     generator = torch.Generator().manual_seed(0)
     prompt = torch.randint(3, lm.vocab_size, (1, args.prompt_tokens), generator=generator).to(device)
     layouts = three_anchor_layouts(args.batch, lm.canvas_length, lm.vocab_size)
-    batch_prompt = prompt.expand(args.batch, -1).contiguous()
-
-    if args.compile_petri:
-        compile_for_sampling(lm)
-    torch.manual_seed(0)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    # warm-up: the first call of each shape pays kernel selection and allocation
-    warm = {"petri_s": time_petri(lm, prompt, settings, layouts)[0]}
-    if not args.skip_generate:
-        warm["generate_s"] = time_generate(lm, batch_prompt, settings, args.generate_cache)
-    petri_times, generate_times, steps_seen = [], [], []
-    for _ in range(args.repeats):  # interleaved, so drift hits both alike
-        if not args.skip_generate:
-            generate_times.append(time_generate(lm, batch_prompt, settings, args.generate_cache))
-        seconds, steps = time_petri(lm, prompt, settings, layouts)
-        petri_times.append(seconds)
-        steps_seen.append(steps)
-
     result = {
         "model": lm.model_id,
         "device": str(device),
@@ -169,25 +230,45 @@ def main() -> None:
         "prompt_tokens": args.prompt_tokens,
         "max_steps": args.steps,
         "adaptive_stopping": args.adaptive,
-        "generate_cache": args.generate_cache,
-        "compiled_petri": args.compile_petri,
         "canvas_length": lm.canvas_length,
         "build_s": round(build_s, 3),
-        "warmup": {k: round(v, 3) for k, v in warm.items()},
-        "petri_s": [round(t, 4) for t in petri_times],
-        "petri_steps": steps_seen,
-        "petri_median_s": round(statistics.median(petri_times), 4),
-        "petri_ms_per_step": round(1000 * statistics.median(t / s for t, s in zip(petri_times, steps_seen)), 2),
+        "inductor_cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
     }
-    if generate_times:
-        result["generate_s"] = [round(t, 4) for t in generate_times]
-        result["generate_median_s"] = round(statistics.median(generate_times), 4)
-        if not args.adaptive:
-            result["generate_ms_per_step"] = round(1000 * result["generate_median_s"] / args.steps, 2)
-            result["ratio_petri_over_generate"] = round(result["petri_median_s"] / result["generate_median_s"], 3)
-    if device.type == "cuda":
-        result["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
-    print(json.dumps(result, indent=2))
+
+    def write() -> None:
+        text = json.dumps(result, indent=2)
+        if args.out:
+            Path(args.out).write_text(text)
+        return text
+
+    if args.first_request:
+        if not args.no_compile:
+            compile_for_sampling(lm)
+        seconds, _ = time_petri(lm, prompt, settings, layouts, fast=True)
+        result["first_request"] = {
+            "compiled": not args.no_compile,
+            "seed_s": round(seconds, 3),
+            "process_to_result_s": round(time.perf_counter() - _PROCESS_START, 3),
+            "inductor_cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+        }
+        if args.profile:
+            result["profile"] = profile_seed(lm, prompt, settings, layouts)
+        print(write())
+        return
+
+    for name in args.configs.split(","):
+        try:
+            result[name] = measure(name, lm, prompt, settings, layouts, args.repeats)
+        except Exception as error:  # record and go on: one failing configuration must not lose the rest
+            result[name] = {"error": f"{type(error).__name__}: {error}"[:2000]}
+        write()
+        print(name, json.dumps(result[name]), flush=True)
+    medians = {k: result[k]["median_s"] for k in CONFIGS if "median_s" in result.get(k, {})}
+    generate_best = min((v for k, v in medians.items() if k.startswith("generate")), default=None)
+    for key, value in medians.items():
+        if key.startswith("petri") and generate_best:
+            result[key]["over_fastest_generate"] = round(value / generate_best, 3)
+    print(write())
 
 
 if __name__ == "__main__":

@@ -18,20 +18,19 @@ With no anchors and the same ``torch.manual_seed``, the tokens returned equal ``
 
 from __future__ import annotations
 
-import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from transformers import DynamicCache
 
 from petri.cancel import CancelToken
 from petri.dish import pinned_arrays
 from petri.engine.base import StepCallback
 from petri.engine.fixed_noise import FixedNoise
+from petri.engine.torch_step import StabilityTracker, _cache_kwarg, _encode_prompt_once, accept_mask, token_entropy
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory, assemble_trajectory, check_sampler_inputs
 
 if TYPE_CHECKING:  # the model class calls this module; the sampler only reads the model's fields
@@ -72,90 +71,6 @@ def generate_kwargs(settings: SamplerSettings) -> dict:
     }
 
 
-def token_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy (nats) of softmax(logits) over the last axis: (S, L, V) → (S, L); computed as
-    transformers' sampler computes it, so acceptance decisions match bit for bit."""
-    return torch.distributions.Categorical(logits=logits).entropy()
-
-
-def accept_mask(entropy: torch.Tensor, anchor_mask: torch.Tensor, entropy_bound: float) -> torch.Tensor:
-    """Entropy-bounded acceptance (arXiv 2505.24857): accept the k lowest-entropy positions with
-    Σ entropy - max entropy ≤ bound. Anchors count as entropy 0, so they never use the budget.
-    (S, L) float, (S, L) bool → (S, L) bool."""
-    budget_entropy = torch.where(anchor_mask, torch.zeros_like(entropy), entropy)
-    sorted_entropy, order = torch.sort(budget_entropy, dim=-1, descending=False)
-    selected = torch.cumsum(sorted_entropy, dim=-1) - sorted_entropy <= entropy_bound
-    return torch.scatter(torch.zeros_like(selected), -1, order, selected)
-
-
-class StabilityTracker:
-    """DiffusionGemma's adaptive stop: the argmax canvas equals the previous ``threshold`` ones and
-    the mean entropy (over free positions) is below ``confidence``."""
-
-    def __init__(self, threshold: int, confidence: float, anchor_mask: torch.Tensor):
-        self.threshold = threshold
-        self.confidence = confidence
-        self.free = ~anchor_mask
-        self.free_count = self.free.sum(-1).clamp(min=1)
-        self.has_anchors = bool(anchor_mask.any())
-        self.history: torch.Tensor | None = None
-
-    def __call__(self, argmax_canvas: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:
-        if self.threshold == 0:
-            stable = torch.ones(argmax_canvas.shape[0], dtype=torch.bool, device=argmax_canvas.device)
-        else:
-            if self.history is None:
-                self.history = torch.full(
-                    (self.threshold, *argmax_canvas.shape), -1, dtype=argmax_canvas.dtype, device=argmax_canvas.device
-                )
-            stable = (self.history == argmax_canvas[None]).all(dim=-1).all(dim=0)
-            self.history = torch.roll(self.history, shifts=-1, dims=0)
-            self.history[-1] = argmax_canvas
-        if self.has_anchors:
-            mean_entropy = (entropy * self.free).sum(-1) / self.free_count
-        else:  # exactly transformers' reduction
-            mean_entropy = entropy.mean(dim=-1)
-        return stable & (mean_entropy < self.confidence)
-
-
-def _cache_kwarg(function: Callable, cache) -> dict:
-    """transformers renamed ``past_key_values`` to ``cache`` in DiffusionGemma's code (after 5.17);
-    pass the KV cache under whichever name ``function`` takes."""
-    parameters = inspect.signature(function).parameters
-    return {"cache" if "cache" in parameters else "past_key_values": cache}
-
-
-def _output_cache(output):
-    return output.cache if getattr(output, "cache", None) is not None else output.past_key_values
-
-
-def _encode_prompt_once(lm: LoadedModel, prompt_ids: torch.Tensor, batch: int) -> DynamicCache:
-    """Run the causal encoder on one copy of the prompt (1, P) and repeat its KV cache ``batch`` times."""
-    model = lm.model
-    length = prompt_ids.shape[1]
-    cache = DynamicCache(config=model.config.get_text_config(decoder=True))
-    position_ids = torch.arange(0, length, dtype=torch.int32, device=lm.device).unsqueeze(0)
-    attention_mask = torch.ones((1, length), dtype=torch.bool, device=lm.device)
-    mask_mapping = model.model.encoder.create_masks_for_generate(
-        config=model.config,
-        inputs_embeds=torch.empty((1, length, 0), dtype=model.dtype, device=lm.device),
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        **_cache_kwarg(model.model.encoder.create_masks_for_generate, cache),
-    )
-    cache = _output_cache(
-        model.model.encoder(
-            input_ids=prompt_ids,
-            attention_mask=mask_mapping,
-            position_ids=position_ids,
-            **_cache_kwarg(model.model.encoder.forward, cache),
-        )
-    )
-    if batch > 1:
-        cache.batch_repeat_interleave(batch)
-    return cache
-
-
 @torch.no_grad()
 def run_sampler(
     lm: LoadedModel,
@@ -169,6 +84,7 @@ def run_sampler(
     on_step: StepCallback | None = None,
     fixed_noise: FixedNoise | None = None,
     cancel: CancelToken | None = None,
+    fast: bool | None = None,
 ) -> Trajectory:
     """Denoise one canvas per sample, all samples in one batch sharing one encoded prompt.
 
@@ -186,10 +102,25 @@ def run_sampler(
             (:mod:`petri.engine.fixed_noise`); ``None`` samples as ``generate`` does.
         cancel: checked at the start of every step; a cancelled token raises
             :class:`~petri.cancel.Cancelled` within one step.
+        fast: on CUDA, ``None`` (default) runs the GPU fast path (``petri.engine.fast_sampler``:
+            CUDA graphs, fused logits pass, tokens drawn by exponential race) when it can run and
+            falls back here with a logged reason; ``False`` always runs this eager sampler (the one
+            that reproduces ``generate``); ``True`` raises when the fast path cannot run.
 
     Returns: a :class:`Trajectory` (numpy arrays; see its docstring for shapes).
     """
     check_sampler_inputs(prompt_ids, layouts)
+    # --- GPU fast path (issue 14, petri/engine/fast_sampler.py) ---
+    if fast is not False and lm.device.type == "cuda" and fixed_noise is None:
+        from petri.engine.fast_sampler import run_sampler_auto
+
+        result = run_sampler_auto(lm, prompt_ids, layouts, settings, seed=seed, canvas_prefix=canvas_prefix,
+                                  prompt_text=prompt_text, on_step=on_step, cancel=cancel)
+        if result is not None:
+            return result
+        if fast:
+            raise RuntimeError("the fast path was asked for but cannot run (the log says why)")
+    # --- end of the fast path hook ---
     model, device = lm.model, lm.device
     batch, length, vocab = len(layouts), lm.canvas_length, lm.vocab_size
     if fixed_noise is not None:

@@ -1,0 +1,442 @@
+"""The GPU fast path of the pinned, logged sampler: static buffers, the denoising step captured as
+CUDA graphs, and one fused pass over the logits per step (:mod:`petri.engine.fused_logits`).
+
+It runs the same step as :func:`petri.engine.torch_sampler.run_sampler` (same anchors, acceptance rule, renoise,
+adaptive stop and per-step log), with one deliberate difference: the denoiser token is drawn by an
+exponential race (``argmax(x - log E)``, E ~ Exp(1) drawn with ``torch.empty().exponential_()`` on
+the default generator) instead of ``torch.multinomial``, whose random stream no fused kernel can
+reproduce. The draw has the same distribution; with the same seed the fast path's tokens equal those
+of an eager loop that draws the same noise (``tests/test_fast_sampler.py``), not those of
+``run_sampler``/``generate``.
+
+Per step the work is three graphs replayed back to back, with no host synchronisation unless
+adaptive stopping is on (then one read of ``finished.all()`` per step) or ``on_step`` is given:
+
+1. forward: decoder over the canvas (self-conditioning on the previous step's scaled logits; at
+   step 0 a ``self_conditioning_mask`` of False zeroes that signal, which is exactly the eager
+   path's "no logits" input) and the lm head, bf16 (N = S·L rows of V);
+2. sampling: exponential noise, the fused pass (entropy, argmax, sampled token, next bf16
+   self-conditioning input), acceptance, renoise, anchors, adaptive stop state;
+3. logging: the step's raw argmax, entropy and accept mask written at the step index (a device
+   counter) into (T, S, L) logs preallocated for the maximum number of steps.
+
+Sessions (buffers + graphs) are cached per model and shape, so a server captures once per shape;
+a new request copies its prompt cache, anchors and canvas into the static buffers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from petri.cancel import CancelToken
+from petri.dish import pinned_arrays
+from petri.engine.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
+from petri.engine.base import StepCallback
+from petri.engine.torch_step import _cache_kwarg, _encode_prompt_once, accept_mask
+from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory, assemble_trajectory, check_sampler_inputs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FastOptions:
+    """graph: capture the step as CUDA graphs (CUDA only). fused: the Triton logits pass (else the
+    chunked torch reference). fuse_softcap: read the lm head's output and apply the model's
+    final-logit softcap inside the pass (else take the model's own float32 logits)."""
+
+    graph: bool = True
+    fused: bool = True
+    fuse_softcap: bool = True
+
+
+def fast_path_reason(lm, options: FastOptions = FastOptions()) -> str | None:
+    """``None`` when the fast path (with ``options``) can run on ``lm``, else why not."""
+    if lm.device.type != "cuda":
+        return f"the fast path needs CUDA (device is {lm.device.type})"
+    if options.fused and not HAVE_TRITON:
+        return "Triton is not importable"
+    if id(lm.model) in _DISABLED:
+        return _DISABLED[id(lm.model)]
+    for attribute in ("model.decoder", "lm_head"):
+        target = lm.model
+        for part in attribute.split("."):
+            target = getattr(target, part, None)
+        if target is None:
+            return f"the model has no {attribute}"
+    return None
+
+
+_DISABLED: dict[int, str] = {}  # id(model) → why its fast path failed once (then eager is used)
+_SESSIONS: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
+
+
+def softcap_of(model) -> float | None:
+    """The model's ``final_logit_softcapping`` (``None`` when it has none)."""
+    value = getattr(model, "final_logit_softcapping", None)
+    if value is None:
+        value = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
+    return None if value is None else float(value)
+
+
+class _Session:
+    """Static buffers and (optionally) captured graphs for one model, batch S, prompt length P,
+    canvas length L, vocabulary V and sampler settings. Buffers: canvas (S, L) int64; self-
+    conditioning input (S, L, V) in the embedding dtype; logs (T, S, L); noise (S·L, V) float32."""
+
+    def __init__(self, lm, cache, batch: int, settings: SamplerSettings, has_anchors: bool, options: FastOptions):
+        model, device = lm.model, lm.device
+        self.lm, self.options, self.settings = lm, options, settings
+        self.batch, self.length, self.vocab = batch, lm.canvas_length, lm.vocab_size
+        self.device = device
+        self.cache = cache
+        self.softcap = softcap_of(model) if options.fuse_softcap else None
+        self.use_graph = options.graph and device.type == "cuda"
+        self.use_triton = options.fused and device.type == "cuda" and HAVE_TRITON
+        S, L, V, T = batch, self.length, self.vocab, settings.max_denoising_steps
+        prompt_length = cache.get_seq_length()
+        self.positions = torch.arange(prompt_length, prompt_length + L, dtype=torch.int32, device=device).unsqueeze(0)
+        embed_dtype = model.model.decoder.embed_tokens.weight.dtype
+        # inputs and state
+        self.canvas = torch.zeros((S, L), dtype=torch.long, device=device)
+        self.argmax_canvas = torch.zeros((S, L), dtype=torch.long, device=device)
+        self.anchor_mask = torch.zeros((S, L), dtype=torch.bool, device=device)
+        self.anchor_ids = torch.zeros((S, L), dtype=torch.long, device=device)
+        self.self_conditioning = torch.zeros((S, L, V), dtype=embed_dtype, device=device)
+        self.sc_mask = torch.zeros(S, dtype=torch.bool, device=device)
+        self.step = torch.zeros(1, dtype=torch.long, device=device)
+        self.finished = torch.zeros(S, dtype=torch.bool, device=device)
+        self.last_entropy = torch.zeros((S, L), dtype=torch.float32, device=device)
+        self.noise = torch.empty((S * L, V), dtype=torch.float32, device=device)
+        # T_k per step k (the eager sampler's schedule), and on the device the multiplier the CUDA
+        # kernels use for ``logits / T_k`` (see fused_logits), which the graphs index by the step
+        self.temperatures = [
+            settings.t_min + (settings.t_max - settings.t_min) * (remaining / T) for remaining in range(T, 0, -1)
+        ]
+        self.inv_temperatures = torch.tensor(
+            [scalar_reciprocal(t) for t in self.temperatures], dtype=torch.float32, device=device
+        )
+        # logs
+        self.log_argmax = torch.full((T, S, L), -1, dtype=torch.int32, device=device)
+        self.log_entropy = torch.full((T, S, L), float("nan"), dtype=torch.float32, device=device)
+        self.log_accepted = torch.zeros((T, S, L), dtype=torch.bool, device=device)
+        self.log_steps = torch.zeros(S, dtype=torch.int32, device=device)
+        # adaptive stop
+        self.has_stopper = settings.stability_threshold is not None and settings.confidence_threshold is not None
+        self.has_anchors = has_anchors
+        self.history = torch.full((max(1, settings.stability_threshold or 0), S, L), -1, dtype=torch.long, device=device)
+        self.mask_mapping = model.model.decoder.create_diffusion_decoder_attention_mask(
+            config=model.config,
+            inputs_embeds=self.canvas.unsqueeze(-1),
+            **_cache_kwarg(model.model.decoder.create_diffusion_decoder_attention_mask, cache),
+            decoder_attention_mask=torch.ones((S, prompt_length + L), dtype=torch.bool, device=device),
+        )
+        self.graphs: list[torch.cuda.CUDAGraph] | None = None
+
+    # ---- per request -------------------------------------------------------------------------
+    def load(self, cache, canvas: torch.Tensor, anchor_mask: torch.Tensor, anchor_ids: torch.Tensor) -> None:
+        """Copy a request's prompt cache (same shapes), initial canvas and anchors into the buffers
+        and reset the state and logs."""
+        if cache is not self.cache:
+            for mine, theirs in zip(self.cache.layers, cache.layers):
+                mine.keys.copy_(theirs.keys)
+                mine.values.copy_(theirs.values)
+        self.canvas.copy_(canvas)
+        self.argmax_canvas.copy_(canvas)
+        self.anchor_mask.copy_(anchor_mask)
+        self.anchor_ids.copy_(anchor_ids)
+        self.self_conditioning.zero_()
+        self.sc_mask.fill_(False)
+        self.step.zero_()
+        self.finished.fill_(False)
+        self.last_entropy.zero_()
+        self.log_argmax.fill_(-1)
+        self.log_entropy.fill_(float("nan"))
+        self.log_accepted.fill_(False)
+        self.log_steps.zero_()
+        self.history.fill_(-1)
+
+    # ---- the three phases of a step ----------------------------------------------------------
+    def forward(self) -> None:
+        """Decoder + lm head → ``self.raw`` (S·L, V): bf16 lm-head output (softcap still to apply)
+        or, without ``fuse_softcap``, the model's own float32 logits."""
+        model = self.lm.model
+        common = dict(
+            decoder_input_ids=self.canvas,
+            self_conditioning_logits=self.self_conditioning,
+            self_conditioning_mask=self.sc_mask,
+            decoder_attention_mask=self.mask_mapping,
+            decoder_position_ids=self.positions,
+        )
+        if self.softcap is not None:
+            hidden = model.model(**common, **_cache_kwarg(model.model.forward, self.cache)).last_hidden_state
+            raw = model.lm_head(hidden)
+        else:
+            raw = model(**common, **_cache_kwarg(model.forward, self.cache)).logits
+        self.raw = raw.view(self.batch * self.length, self.vocab)
+
+    def sample(self, index: int | None) -> None:
+        """Noise, the logits pass, acceptance, renoise, anchors and the adaptive-stop state.
+        ``index``: the step as a Python int (eager), or ``None`` inside a graph (device counter)."""
+        S, L, V = self.batch, self.length, self.vocab
+        running = ~self.finished
+        self.log_steps += running.to(torch.int32)
+        self.noise.exponential_()
+        self.noise.log_()
+        keep = self.finished if self.has_stopper else None
+        if self.use_triton:
+            inv_t = self.inv_temperatures[self.step] if index is None else self.inv_temperatures[index : index + 1]
+            out = triton_logit_pass(
+                self.raw, self.noise, inv_t, softcap=self.softcap,
+                self_conditioning_out=self.self_conditioning.view(S * L, V),
+                keep_rows_per_sample=keep, rows_per_sample=L,
+            )
+        else:
+            timing = (
+                {"inv_temperature": self.inv_temperatures[self.step]}
+                if index is None else {"temperature": self.temperatures[index]}
+            )
+            out = reference_logit_pass(
+                self.raw, self.noise, softcap=self.softcap, **timing,
+                self_conditioning_out=self.self_conditioning.view(S * L, V),
+                keep_rows=None if keep is None else keep.repeat_interleave(L),
+            )
+        entropy, raw_argmax, denoised = (t.view(S, L) for t in (out.entropy, out.argmax, out.sampled))
+        accepted = accept_mask(entropy, self.anchor_mask, self.settings.entropy_bound)
+        new_canvas = torch.where(accepted, denoised, self.canvas)
+        noise = torch.randint(0, V, (S, L), device=self.device)
+        new_canvas = torch.where(accepted, new_canvas, noise)
+        new_canvas = torch.where(self.anchor_mask, self.anchor_ids, new_canvas)
+        new_argmax = torch.where(self.anchor_mask, self.anchor_ids, raw_argmax)
+        self.step_argmax, self.step_entropy, self.step_accepted, self.step_running = raw_argmax, entropy, accepted, running
+        if self.has_stopper:  # finished samples keep canvas, argmax, entropy (and, in the pass, logits)
+            finished = self.finished[:, None]
+            new_argmax = torch.where(finished, self.argmax_canvas, new_argmax)
+            new_canvas = torch.where(finished, self.canvas, new_canvas)
+            entropy = torch.where(finished, self.last_entropy, entropy)
+            self.finished.copy_(self.finished | self._stop(new_argmax, entropy))
+            self.last_entropy.copy_(entropy)
+        self.canvas.copy_(new_canvas)
+        self.argmax_canvas.copy_(new_argmax)
+        self.sc_mask.fill_(True)
+
+    def _stop(self, argmax_canvas: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:
+        """:class:`petri.engine.torch_sampler.StabilityTracker` over static buffers: (S, L), (S, L) → (S,) bool."""
+        threshold = self.settings.stability_threshold
+        if threshold == 0:
+            stable = torch.ones(self.batch, dtype=torch.bool, device=self.device)
+        else:
+            stable = (self.history == argmax_canvas[None]).all(dim=-1).all(dim=0)
+            self.history.copy_(torch.roll(self.history, shifts=-1, dims=0))
+            self.history[-1].copy_(argmax_canvas)
+        if self.has_anchors:
+            free = ~self.anchor_mask
+            mean_entropy = (entropy * free).sum(-1) / free.sum(-1).clamp(min=1)
+        else:
+            mean_entropy = entropy.mean(dim=-1)
+        return stable & (mean_entropy < self.settings.confidence_threshold)
+
+    def record(self, index: int | None) -> None:
+        """Write the step's raw argmax, entropy and accept mask (running samples only) at the step."""
+        running = self.step_running[:, None]
+        rows = (
+            torch.where(running, self.step_argmax.to(torch.int32), -1),
+            torch.where(running, self.step_entropy.float(), float("nan")),
+            self.step_accepted & running,
+        )
+        for log_array, row in zip((self.log_argmax, self.log_entropy, self.log_accepted), rows):
+            if index is None:
+                log_array.index_copy_(0, self.step, row[None])
+            else:
+                log_array[index] = row
+        self.step += 1
+
+    # ---- capture -----------------------------------------------------------------------------
+    def capture(self, warmup_steps: int = 2) -> None:
+        """Run ``warmup_steps`` steps on a side stream (lazy initialisation, compilation), then
+        capture forward / sample / record as three graphs sharing one memory pool. The state the
+        warm-up changed (buffers and the CUDA RNG) is restored by the caller's :meth:`load`."""
+        rng = torch.cuda.get_rng_state(self.device)
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(warmup_steps):
+                self.forward()
+                self.sample(None)
+                self.record(None)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        torch.cuda.synchronize(self.device)
+        graphs = [torch.cuda.CUDAGraph() for _ in range(3)]
+        pool = None
+        for graph, phase in zip(graphs, (self.forward, lambda: self.sample(None), lambda: self.record(None))):
+            with torch.cuda.graph(graph, pool=pool):
+                phase()
+            pool = graphs[0].pool()
+        torch.cuda.synchronize(self.device)
+        torch.cuda.set_rng_state(rng, self.device)
+        self.graphs = graphs
+
+    def run_step(self, index: int, events: list | None = None) -> None:
+        """One denoising step: replay the graphs (or run the phases eagerly); ``events`` (optional)
+        gets a CUDA event before each phase and after the last."""
+        phases = (
+            [g.replay for g in self.graphs]
+            if self.graphs is not None
+            else [self.forward, lambda: self.sample(index), lambda: self.record(index)]
+        )
+        for phase in phases:
+            if events is not None:
+                events.append(_event(self.device))
+            phase()
+        if events is not None:
+            events.append(_event(self.device))
+
+
+def _event(device: torch.device):
+    event = torch.cuda.Event(enable_timing=True)
+    event.record(torch.cuda.current_stream(device))
+    return event
+
+
+def _session_for(lm, cache, batch, settings, has_anchors, options) -> tuple[_Session, bool]:
+    """The cached session for this shape (prompt cache copied in), or a new one; bool: new."""
+    key = (batch, cache.get_seq_length(), settings, has_anchors, options)
+    sessions = _SESSIONS.setdefault(lm.model, {})
+    session = sessions.get(key)
+    if session is not None:
+        return session, False
+    sessions.clear()  # one shape at a time: a session holds S·L·V buffers
+    session = _Session(lm, cache, batch, settings, has_anchors, options)
+    sessions[key] = session
+    return session, True
+
+
+@torch.no_grad()
+def run_sampler_fast(
+    lm,
+    prompt_ids: Sequence[int],
+    layouts: Sequence[Sequence[AnchorSpan]],
+    settings: SamplerSettings = SamplerSettings(),
+    *,
+    seed: int | None = None,
+    canvas_prefix: Sequence[int] = (),
+    prompt_text: str = "",
+    on_step: StepCallback | None = None,
+    options: FastOptions = FastOptions(),
+    phase_times: dict | None = None,
+    cancel: CancelToken | None = None,
+) -> Trajectory:
+    """Arguments and result as :func:`petri.engine.torch_sampler.run_sampler` (sampling by exponential race,
+    see the module docstring). ``phase_times``, when given a dict, receives per-step GPU
+    milliseconds of forward / sampling / logging (CUDA events; lists of length steps), the host
+    synchronisations per step and whether the session was captured in this call."""
+    check_sampler_inputs(prompt_ids, layouts)
+    device = lm.device
+    batch, length, vocab = len(layouts), lm.canvas_length, lm.vocab_size
+    started = time.perf_counter()
+    if seed is not None:
+        torch.manual_seed(seed)
+    pinned_mask, pinned_ids = pinned_arrays(layouts, canvas_prefix, length)
+    anchor_mask = torch.from_numpy(pinned_mask).to(device)
+    anchor_ids = torch.from_numpy(pinned_ids).to(device)
+    prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
+    cache = _encode_prompt_once(lm, prompt, batch)
+    encoded = time.perf_counter()
+    canvas = torch.randint(0, vocab, (batch, length), device=device)
+    canvas = torch.where(anchor_mask, anchor_ids, canvas)
+
+    session, new = _session_for(lm, cache, batch, settings, bool(pinned_mask.any()), options)
+    if new and session.use_graph:
+        session.load(cache, canvas, anchor_mask, anchor_ids)
+        session.capture()
+    session.load(cache, canvas, anchor_mask, anchor_ids)
+    captured = time.perf_counter()
+
+    events: list | None = [] if phase_times is not None and device.type == "cuda" else None
+    syncs = 0
+    for index in range(settings.max_denoising_steps):
+        if cancel is not None:  # a host-side flag: no device synchronisation
+            cancel.check()
+        session.run_step(index, events)
+        if on_step is not None:
+            on_step(index, session.log_argmax[index].cpu().numpy(), session.finished.cpu().numpy())
+            syncs += 2
+        if session.has_stopper:
+            syncs += 1
+            if bool(session.finished.all()):
+                break
+    steps_run = index + 1
+    trajectory = assemble_trajectory(
+        lm,
+        argmax=session.log_argmax[:steps_run].permute(1, 0, 2).cpu().numpy(),
+        entropy=session.log_entropy[:steps_run].permute(1, 0, 2).cpu().numpy(),
+        accepted=session.log_accepted[:steps_run].permute(1, 0, 2).cpu().numpy(),
+        steps=session.log_steps.cpu().numpy(),
+        anchor_mask=pinned_mask,
+        final_ids=session.argmax_canvas.cpu().numpy(),
+        layouts=layouts,
+        prompt_ids=prompt_ids,
+        prompt_text=prompt_text,
+        settings=settings,
+        seed=seed,
+        timings={
+            "encode_s": encoded - started,
+            "capture_s": captured - encoded,
+            "denoise_s": time.perf_counter() - captured,
+            "total_s": time.perf_counter() - started,
+        },
+    )
+    if phase_times is not None:
+        phase_times["host_syncs_per_step"] = syncs / steps_run
+        phase_times["captured_now"] = bool(new and session.use_graph)
+        if events:
+            torch.cuda.synchronize(device)
+            per_step = [events[i : i + 4] for i in range(0, len(events), 4)]
+            for name, k in (("forward_ms", 0), ("sampling_ms", 1), ("logging_ms", 2)):
+                phase_times[name] = [e[k].elapsed_time(e[k + 1]) for e in per_step]
+    return trajectory
+
+
+def run_sampler_auto(lm, prompt_ids, layouts, settings=SamplerSettings(), **kwargs) -> Trajectory | None:
+    """The fast path when it can run on ``lm``; ``None`` (after logging why) when it cannot, so the
+    caller runs the eager sampler. A failure while building or capturing disables the fast path
+    for this model (logged once) and also returns ``None``."""
+    reason = fast_path_reason(lm)
+    if reason is not None:
+        if lm.device.type == "cuda":
+            log.warning("petri fast path off, eager sampler used: %s", reason)
+        return None
+    try:
+        return run_sampler_fast(lm, prompt_ids, layouts, settings, **kwargs)
+    except (RuntimeError, NotImplementedError, AttributeError, TypeError) as error:
+        _DISABLED[id(lm.model)] = f"it failed once ({type(error).__name__}: {error})"
+        _SESSIONS.pop(lm.model, None)
+        log.warning("petri fast path failed, eager sampler used from now on: %s", error, exc_info=True)
+        return None
+
+
+def compile_regions(lm, backend: str = "inductor") -> None:
+    """Regional compilation: ``torch.compile`` each decoder layer (not the whole forward), so
+    Inductor compiles one layer graph per layer type and Dynamo reuses it across layers. Compiled
+    artifacts go to Inductor's on-disk caches (FX graph, AOTAutograd and Triton kernel caches in
+    ``TORCHINDUCTOR_CACHE_DIR``, set here to ``~/.cache/petri/torchinductor`` unless already set),
+    which a restarted process reuses. The layers index the prompt cache by their layer number, so
+    Dynamo re-traces once per layer; the recompile limit is raised to allow that."""
+    import torch._dynamo
+
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.expanduser("~/.cache/petri/torchinductor"))
+    _SESSIONS.pop(lm.model, None)  # graphs captured before hold the uncompiled layers
+    layers = lm.model.model.decoder.layers
+    limit = max(torch._dynamo.config.recompile_limit, 2 * len(layers) + 8)
+    torch._dynamo.config.recompile_limit = limit
+    if hasattr(torch._dynamo.config, "accumulated_recompile_limit"):
+        torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, 4 * limit)
+    for layer in layers:
+        layer.compile(backend=backend)

@@ -1,0 +1,229 @@
+"""One pass over a denoising step's full-vocabulary logits: entropy, argmax, sampled token and the
+next step's self-conditioning input, without materialising float32 probabilities.
+
+Per row (one canvas position) of ``raw`` (N, V) the pass computes, in float32:
+
+    l = tanh(raw / cap) * cap             (the model's final-logit softcap; skipped when cap is None)
+    x = l / temperature                   (temperature scaling)
+
+each division evaluated as PyTorch's CUDA kernels evaluate division by a Python scalar:
+multiplication by ``scalar_reciprocal(value)``, the reciprocal computed in double precision and
+rounded to float32 (``div_true_kernel_cuda``).
+    entropy = H(softmax(x))               (nats)
+    argmax  = first index of max(x)
+    sampled = first index of max(x - log_noise)   (exponential race ≡ Gumbel-max: a draw from softmax(x)
+                                                   when log_noise = log(Exp(1) noise))
+    self_conditioning = bf16(x)           (what the next step's decoder reads)
+
+The operations, constants and rounding are those of the eager code path: the model computes
+``logits.float() / cap``, ``tanh``, ``* cap``, and the sampler ``logits / temperature``, and the
+kernel does no fused multiply-adds. (Measured on an H200 with PyTorch 2.11: a correctly rounded
+division instead differs from the eager ops in 62 % of the elements by an ulp, a float32-computed
+reciprocal in up to 79 %, depending on T.) So x, argmax, sampled tokens and the bf16 copy are exact (first index on
+ties, like ``torch.argmax``) provided ``tanh`` rounds alike (checked on the GPU by
+``tests/test_fused_logits.py`` and ``experiments/gpu_check.py``); the entropy is an online (single-pass) evaluation and agrees with
+``torch.distributions.Categorical`` within float32 rounding (stated tolerance: 2e-5 absolute +
+1e-5 relative).
+
+:func:`reference_logit_pass` is the same function in plain torch, chunked over rows so that no more
+than ``chunk_rows × V`` float32 values exist at once; it runs everywhere (the CPU fallback) and is
+what the Triton kernel :func:`triton_logit_pass` is checked against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+try:  # Triton is optional: present with CUDA builds of PyTorch, absent on CPU-only machines
+    import triton
+    import triton.language as tl
+
+    try:
+        from triton.language.extra import libdevice
+    except ImportError:  # older layouts
+        from triton.language.extra.cuda import libdevice
+    HAVE_TRITON = True
+except ImportError:  # pragma: no cover - depends on the installation
+    HAVE_TRITON = False
+
+
+def scalar_reciprocal(value: float) -> float:
+    """float32(1 / value), the division in double precision: the multiplier PyTorch's CUDA kernels
+    use for ``tensor / value`` with a Python float ``value``."""
+    return float(np.float32(1.0 / value))
+
+
+@dataclass
+class LogitPassOutput:
+    """Per row: entropy (N,) float32, argmax (N,) int64, sampled (N,) int64."""
+
+    entropy: torch.Tensor
+    argmax: torch.Tensor
+    sampled: torch.Tensor
+
+
+def reference_logit_pass(
+    raw: torch.Tensor,
+    log_noise: torch.Tensor,
+    *,
+    temperature: float | None = None,
+    inv_temperature: torch.Tensor | None = None,
+    softcap: float | None = None,
+    self_conditioning_out: torch.Tensor | None = None,
+    keep_rows: torch.Tensor | None = None,
+    chunk_rows: int = 256,
+) -> LogitPassOutput:
+    """The fused pass in plain torch ops (see the module docstring).
+
+    Args:
+        raw: (N, V) logits; bf16/fp32 lm-head output when ``softcap`` is given, else the model's
+            (softcapped) float32 logits.
+        log_noise: (N, V) float32, log of Exp(1) noise (sampling keys are ``x - log_noise``).
+        temperature: a Python float: ``x = l / temperature`` exactly as the eager sampler writes it.
+        inv_temperature: alternatively a one-element float32 tensor holding
+            ``scalar_reciprocal(T)``: ``x = l * inv_temperature``, what a CUDA graph replays with a
+            new value each step (on CUDA bit-equal to ``l / T``, see the module docstring).
+        softcap: the model's ``final_logit_softcapping``; ``None`` when ``raw`` is already softcapped.
+        self_conditioning_out: optional (N, V) tensor that receives ``x`` cast to its dtype, except
+            in rows where ``keep_rows`` is True (they keep their previous content).
+        keep_rows: optional (N,) bool.
+        chunk_rows: rows handled at a time (bounds the float32 temporaries to chunk_rows × V).
+    """
+    if (temperature is None) == (inv_temperature is None):
+        raise ValueError("give exactly one of temperature and inv_temperature")
+    rows = raw.shape[0]
+    entropy = torch.empty(rows, dtype=torch.float32, device=raw.device)
+    argmax = torch.empty(rows, dtype=torch.long, device=raw.device)
+    sampled = torch.empty(rows, dtype=torch.long, device=raw.device)
+    for start in range(0, rows, chunk_rows):
+        part = slice(start, min(rows, start + chunk_rows))
+        logits = raw[part].to(torch.float32)
+        if softcap is not None:
+            logits = torch.tanh(logits / softcap) * softcap
+        x = logits / temperature if temperature is not None else logits * inv_temperature
+        # validate_args=False: the argument check synchronises, which a CUDA graph cannot capture
+        entropy[part] = torch.distributions.Categorical(logits=x, validate_args=False).entropy()
+        argmax[part] = torch.argmax(x, dim=-1)
+        sampled[part] = torch.argmax(x - log_noise[part], dim=-1)
+        if self_conditioning_out is not None:
+            new = x.to(self_conditioning_out.dtype)
+            if keep_rows is not None:
+                new = torch.where(keep_rows[part, None], self_conditioning_out[part], new)
+            self_conditioning_out[part] = new
+    return LogitPassOutput(entropy=entropy, argmax=argmax, sampled=sampled)
+
+
+if HAVE_TRITON:
+
+    @triton.jit
+    def _logit_pass_kernel(
+        raw_ptr, noise_ptr, sc_ptr, keep_ptr, inv_t_ptr,
+        entropy_ptr, argmax_ptr, sampled_ptr,
+        rows_per_keep, raw_stride, noise_stride, sc_stride,
+        inv_cap, cap,
+        VOCAB: tl.constexpr, HAS_CAP: tl.constexpr, WRITE_SC: tl.constexpr, HAS_KEEP: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
+        """One program per row: stream the row once in BLOCK-wide tiles, keeping running
+        (max, Σe, Σe·(x-max)) for the entropy and running (best value, first index) for the two
+        argmaxes."""
+        row = tl.program_id(0).to(tl.int64)
+        inv_t = tl.load(inv_t_ptr)
+        if HAS_KEEP:  # finished samples keep their previous self-conditioning input
+            writable = tl.load(keep_ptr + row // rows_per_keep) == 0
+        else:
+            writable = True
+        offsets = tl.arange(0, BLOCK)
+        m = tl.full((), -3.0e38, tl.float32)  # finite, so (m - m_new) * z stays 0 at the start
+        z = tl.zeros((), tl.float32)
+        s = tl.zeros((), tl.float32)
+        best = tl.full((), float("-inf"), tl.float32)
+        best_idx = tl.zeros((), tl.int64)
+        key_best = tl.full((), float("-inf"), tl.float32)
+        key_idx = tl.zeros((), tl.int64)
+        for start in range(0, VOCAB, BLOCK):
+            idx = start + offsets
+            valid = idx < VOCAB
+            l = tl.load(raw_ptr + row * raw_stride + idx, mask=valid, other=0.0).to(tl.float32)
+            if HAS_CAP:
+                l = libdevice.tanh(l * inv_cap) * cap
+            x = l * inv_t
+            x = tl.where(valid, x, float("-inf"))
+            # argmax, first index on ties: a later tile wins only when strictly larger
+            tile_max = tl.max(x, axis=0)
+            tile_idx = tl.argmax(x, axis=0, tie_break_left=True).to(tl.int64) + start
+            better = tile_max > best
+            best_idx = tl.where(better, tile_idx, best_idx)
+            best = tl.where(better, tile_max, best)
+            # sampling keys
+            noise = tl.load(noise_ptr + row * noise_stride + idx, mask=valid, other=0.0)
+            key = tl.where(valid, x - noise, float("-inf"))
+            key_max = tl.max(key, axis=0)
+            key_tile_idx = tl.argmax(key, axis=0, tie_break_left=True).to(tl.int64) + start
+            key_better = key_max > key_best
+            key_idx = tl.where(key_better, key_tile_idx, key_idx)
+            key_best = tl.where(key_better, key_max, key_best)
+            # online entropy: z = Σ e^(x-m), s = Σ e^(x-m)·(x-m), rescaled when m grows
+            m_new = tl.maximum(m, tile_max)
+            shift = m - m_new
+            scale = tl.exp(shift)
+            centred = x - m_new
+            e = tl.where(valid, tl.exp(centred), 0.0)
+            s = scale * (s + shift * z) + tl.sum(tl.where(valid, e * centred, 0.0), axis=0)
+            z = z * scale + tl.sum(e, axis=0)
+            m = m_new
+            if WRITE_SC:
+                tl.store(sc_ptr + row * sc_stride + idx, x.to(sc_ptr.dtype.element_ty), mask=valid & writable)
+        tl.store(entropy_ptr + row, tl.log(z) - s / z)
+        tl.store(argmax_ptr + row, best_idx)
+        tl.store(sampled_ptr + row, key_idx)
+
+
+def triton_logit_pass(
+    raw: torch.Tensor,
+    log_noise: torch.Tensor,
+    inv_temperature: torch.Tensor,
+    *,
+    softcap: float | None = None,
+    self_conditioning_out: torch.Tensor | None = None,
+    keep_rows_per_sample: torch.Tensor | None = None,
+    rows_per_sample: int = 1,
+    out: LogitPassOutput | None = None,
+    block: int = 2048,
+    num_warps: int = 8,
+) -> LogitPassOutput:
+    """The fused pass as one Triton launch (CUDA only); arguments as :func:`reference_logit_pass`,
+    except ``inv_temperature`` (one-element float32 device tensor holding
+    ``scalar_reciprocal(T)``, so a CUDA graph can replay it with a new value) and ``keep_rows_per_sample`` (S,) bool with ``rows_per_sample`` rows each
+    (row r belongs to sample r // rows_per_sample). ``out`` lets a caller reuse its buffers."""
+    if not HAVE_TRITON:
+        raise RuntimeError("Triton is not installed")
+    rows, vocab = raw.shape
+    if raw.stride(1) != 1 or log_noise.stride(1) != 1:
+        raise ValueError("raw and log_noise must be contiguous along the vocabulary")
+    if out is None:
+        out = LogitPassOutput(
+            entropy=torch.empty(rows, dtype=torch.float32, device=raw.device),
+            argmax=torch.empty(rows, dtype=torch.long, device=raw.device),
+            sampled=torch.empty(rows, dtype=torch.long, device=raw.device),
+        )
+    sc = self_conditioning_out if self_conditioning_out is not None else raw
+    keep = keep_rows_per_sample.view(torch.uint8) if keep_rows_per_sample is not None else out.argmax
+    cap = float(np.float32(softcap)) if softcap is not None else 1.0
+    _logit_pass_kernel[(rows,)](
+        raw, log_noise, sc, keep, inv_temperature,
+        out.entropy, out.argmax, out.sampled,
+        rows_per_sample, raw.stride(0), log_noise.stride(0), sc.stride(0),
+        scalar_reciprocal(softcap) if softcap is not None else 1.0, cap,
+        VOCAB=vocab,
+        HAS_CAP=softcap is not None,
+        WRITE_SC=self_conditioning_out is not None,
+        HAS_KEEP=keep_rows_per_sample is not None,
+        BLOCK=block,
+        num_warps=num_warps,
+        enable_fp_fusion=False,  # no FMA contraction: x - noise rounds like the eager ops
+    )
+    return out

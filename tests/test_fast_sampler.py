@@ -1,0 +1,187 @@
+"""The fast sampler (petri.engine.fast_sampler) against an independent eager loop written here.
+
+The loop below is run_sampler's step with the token drawn by exponential race from
+``torch.empty(S·L, V).exponential_()`` (then the renoise ``randint``), the model's own forward and
+torch's ``Categorical`` entropy: same seed → the fast path must give the same per-step argmax,
+accept masks, step counts and final tokens, bit for bit, and entropies within float32 rounding.
+On the CPU the fast path runs without graphs and with the torch reference pass; on a GPU (tests
+skipped elsewhere) with CUDA graphs and the Triton pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from petri.dish import pinned_arrays
+from petri.engine.fast_sampler import FastOptions, _SESSIONS, fast_path_reason, run_sampler_fast
+from petri.engine.fused_logits import HAVE_TRITON
+from petri.engine.torch_sampler import StabilityTracker, _cache_kwarg, _encode_prompt_once, accept_mask
+from petri.trajectory import AnchorSpan, SamplerSettings
+
+CUDA = torch.cuda.is_available() and HAVE_TRITON
+
+
+@torch.no_grad()
+def eager_race_loop(lm, prompt_ids, layouts, settings, seed):
+    """Reference: (argmax, entropy, accepted) as (S, T, L), steps (S,), final ids (S, L)."""
+    model, device = lm.model, lm.device
+    S, L, V, T = len(layouts), lm.canvas_length, lm.vocab_size, settings.max_denoising_steps
+    torch.manual_seed(seed)
+    mask_np, ids_np = pinned_arrays(layouts, (), L)
+    anchors, anchor_ids = torch.from_numpy(mask_np).to(device), torch.from_numpy(ids_np).to(device)
+    cache = _encode_prompt_once(lm, torch.tensor([prompt_ids], device=device), S)
+    P = len(prompt_ids)
+    positions = torch.arange(P, P + L, dtype=torch.int32, device=device)[None]
+    canvas = torch.where(anchors, anchor_ids, torch.randint(0, V, (S, L), device=device))
+    masks = model.model.decoder.create_diffusion_decoder_attention_mask(
+        config=model.config, inputs_embeds=canvas[..., None],
+        **_cache_kwarg(model.model.decoder.create_diffusion_decoder_attention_mask, cache),
+        decoder_attention_mask=torch.ones((S, P + L), dtype=torch.bool, device=device))
+    stopper = None
+    if settings.stability_threshold is not None and settings.confidence_threshold is not None:
+        stopper = StabilityTracker(settings.stability_threshold, settings.confidence_threshold, anchors)
+    finished = torch.zeros(S, dtype=torch.bool, device=device)
+    argmax_canvas, sc, last_entropy = canvas, None, None
+    logs, steps = [], torch.zeros(S, dtype=torch.int32)
+    for index, remaining in enumerate(range(T, 0, -1)):
+        running = ~finished
+        steps += running.cpu().int()
+        logits = model(decoder_input_ids=canvas, self_conditioning_logits=sc, decoder_attention_mask=masks,
+                       decoder_position_ids=positions, **_cache_kwarg(model.forward, cache)).logits
+        x = logits / (settings.t_min + (settings.t_max - settings.t_min) * (remaining / T))
+        log_noise = torch.empty((S * L, V), device=device).exponential_().log_()
+        denoised = torch.argmax(x - log_noise.view(S, L, V), dim=-1)
+        raw_argmax = torch.argmax(x, dim=-1)
+        entropy = torch.distributions.Categorical(logits=x).entropy()
+        accepted = accept_mask(entropy, anchors, settings.entropy_bound)
+        new_canvas = torch.where(accepted, denoised, canvas)
+        new_canvas = torch.where(accepted, new_canvas, torch.randint(0, V, (S, L), device=device))
+        new_canvas = torch.where(anchors, anchor_ids, new_canvas)
+        new_argmax = torch.where(anchors, anchor_ids, raw_argmax)
+        logs.append((torch.where(running[:, None], raw_argmax, -1).cpu(),
+                     torch.where(running[:, None], entropy.float(), float("nan")).cpu(),
+                     (accepted & running[:, None]).cpu()))
+        if stopper is not None:
+            if index > 0:
+                new_argmax = torch.where(finished[:, None], argmax_canvas, new_argmax)
+                new_canvas = torch.where(finished[:, None], canvas, new_canvas)
+                x = torch.where(finished[:, None, None], sc, x)
+                entropy = torch.where(finished[:, None], last_entropy, entropy)
+            finished = finished | stopper(new_argmax, entropy)
+            last_entropy = entropy
+        canvas, argmax_canvas, sc = new_canvas, new_argmax, x.to(model.model.decoder.embed_tokens.weight.dtype)
+        if stopper is not None and bool(finished.all()):
+            break
+    argmax, entropy, accepted = (torch.stack(parts, 1).numpy() for parts in zip(*logs))
+    return argmax, entropy, accepted, steps.numpy(), argmax_canvas.cpu().numpy()
+
+
+def assert_same(trajectory, reference):
+    argmax, entropy, accepted, steps, final = reference
+    assert trajectory.argmax.shape == argmax.shape
+    np.testing.assert_array_equal(trajectory.argmax, argmax)
+    np.testing.assert_array_equal(trajectory.accepted, accepted)
+    np.testing.assert_array_equal(trajectory.steps, steps)
+    np.testing.assert_array_equal(trajectory.final_ids, final)
+    # the pass's stated entropy bound, 2e-6·max|x| + 1e-5·H, with |x| ≤ softcap / t_min = 30 / 0.2
+    np.testing.assert_allclose(trajectory.entropy, entropy, rtol=1e-5, atol=3e-4)
+
+
+def three_anchors(batch, vocab):
+    spans = [AnchorSpan("a", 2, (11,)), AnchorSpan("b", 7, (12, 13)), AnchorSpan("c", 12, (vocab - 1,))]
+    return [spans if s % 2 == 0 else [] for s in range(batch)]
+
+
+PROMPT = [5, 9, 17, 33, 2, 40, 41]
+
+
+@pytest.mark.parametrize("fuse_softcap", [True, False])
+def test_fast_path_on_cpu_equals_eager_race_loop(tiny_lm, fuse_softcap):
+    settings = SamplerSettings(max_denoising_steps=6, stability_threshold=None, confidence_threshold=None)
+    layouts = three_anchors(3, tiny_lm.vocab_size)
+    options = FastOptions(graph=False, fused=False, fuse_softcap=fuse_softcap)
+    got = run_sampler_fast(tiny_lm, PROMPT, layouts, settings, seed=4, options=options)
+    assert_same(got, eager_race_loop(tiny_lm, PROMPT, layouts, settings, seed=4))
+    assert (got.accepted.sum(-1) > 0).any() and (got.argmax >= 0).all()
+
+
+@pytest.mark.parametrize("settings", [
+    SamplerSettings(max_denoising_steps=20, entropy_bound=2.0, stability_threshold=0, confidence_threshold=1.5),
+    SamplerSettings(max_denoising_steps=30, t_min=0.2, t_max=0.5, entropy_bound=16.0, stability_threshold=1,
+                    confidence_threshold=3.0),
+])
+def test_fast_path_adaptive_stop_on_cpu(confident_lm, settings):
+    layouts = three_anchors(4, confident_lm.vocab_size)
+    options = FastOptions(graph=False, fused=False)
+    got = run_sampler_fast(confident_lm, PROMPT, layouts, settings, seed=2, options=options)
+    reference = eager_race_loop(confident_lm, PROMPT, layouts, settings, seed=2)
+    assert_same(got, reference)
+    assert len(set(reference[3].tolist())) > 1, "samples should stop at different steps"
+    # a second request reuses the session: its state must be reset
+    again = run_sampler_fast(confident_lm, PROMPT, layouts, settings, seed=2, options=options)
+    assert_same(again, reference)
+
+
+def test_fast_path_reason_on_cpu(tiny_lm):
+    assert "CUDA" in fast_path_reason(tiny_lm)
+
+
+@pytest.fixture(scope="module")
+def gpu_models():
+    from petri.engine.torch_model import EMBEDDED_MODEL_PATH, load_model
+    from petri.engine.tiny import tiny_random_model
+
+    tiny = tiny_random_model(canvas_length=16)
+    tiny.model.to("cuda", torch.bfloat16)
+    tiny = replace(tiny, device=torch.device("cuda"), dtype=torch.bfloat16)
+    confident = tiny_random_model(canvas_length=16, seed=1)
+    with torch.no_grad():
+        confident.model.lm_head.weight.mul_(8.0)
+    confident.model.to("cuda", torch.bfloat16)
+    confident = replace(confident, device=torch.device("cuda"), dtype=torch.bfloat16)
+    models = {"tiny": tiny, "confident": confident}
+    if EMBEDDED_MODEL_PATH.is_dir():
+        models["embedded"] = load_model(str(EMBEDDED_MODEL_PATH), device="cuda")
+    return models
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
+@pytest.mark.parametrize("name", ["tiny", "confident", "embedded"])
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_graph_fast_path_equals_eager_race_loop_on_gpu(gpu_models, name, adaptive):
+    if name not in gpu_models:
+        pytest.skip("embedded model not shipped in this checkout")
+    lm = gpu_models[name]
+    settings = lm.default_settings() if name == "embedded" else SamplerSettings(
+        t_min=0.2, t_max=0.5, entropy_bound=16.0, stability_threshold=1, confidence_threshold=3.0)
+    settings = replace(settings, max_denoising_steps=10)
+    if not adaptive:
+        settings = replace(settings, stability_threshold=None, confidence_threshold=None)
+    layouts = three_anchors(6, lm.vocab_size)
+    _SESSIONS.pop(lm.model, None)
+    phases: dict = {}
+    for seed in (0, 1):  # the second run replays the graphs captured by the first
+        got = run_sampler_fast(lm, PROMPT, layouts, settings, seed=seed, phase_times=phases)
+        assert phases["captured_now"] == (seed == 0)
+        assert_same(got, eager_race_loop(lm, PROMPT, layouts, settings, seed=seed))
+    assert phases["host_syncs_per_step"] == (1.0 if adaptive else 0.0)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
+def test_graph_replay_does_not_synchronise(gpu_models):
+    lm = gpu_models["tiny"]
+    settings = SamplerSettings(max_denoising_steps=4, stability_threshold=None, confidence_threshold=None)
+    run_sampler_fast(lm, PROMPT, three_anchors(2, lm.vocab_size), settings, seed=0)
+    (session,) = _SESSIONS[lm.model].values()
+    assert session.graphs is not None
+    session.step.zero_()  # the step counter indexes the per-step temperatures and logs
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for index in range(4):
+            session.run_step(index)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
