@@ -207,6 +207,12 @@ def test_a_gpu_device_on_a_cluster_without_gpus_is_refused(local_ray, study_file
     assert "--device cuda: the Ray cluster has no GPUs" in err
 
 
+def test_a_model_the_workers_cannot_load_is_refused_with_its_own_error(local_ray, study_file, tmp_path, capsys):
+    missing = tmp_path / "no-such-model"
+    err = refused(capsys, study_file, tmp_path, "--ray", "--workers", "1", "--model", str(missing))
+    assert f"Model {str(missing)!r} was not found" in err and "Traceback" not in err
+
+
 def test_workers_without_ray_is_refused(study_file, tmp_path, capsys):
     assert "--workers needs --ray" in refused(capsys, study_file, tmp_path, "--workers", "2")
 

@@ -53,9 +53,15 @@ class _BatchWorker:
     """The actor: one loaded model, sampling one batch per call (made remote in :class:`RayExecutor`)."""
 
     def __init__(self, spec: ModelSpec):
-        self.lm = spec.load()
+        self.lm, self.load_error = None, None
+        try:
+            self.lm = spec.load()
+        except Exception as err:  # noqa: BLE001 - raised by facts(), so the driver sees the model's own error
+            self.load_error = err
 
     def facts(self) -> tuple[ModelFacts, str]:
+        if self.load_error is not None:
+            raise self.load_error
         return ModelFacts.of(self.lm), socket.gethostname()
 
     def check_layouts(self, dishes: Sequence[Dish], settings: SamplerSettings) -> None:
@@ -133,7 +139,7 @@ class RayExecutor(StudyExecutor):
     Everything that can be refused is refused in the constructor, before any sampling: Ray missing,
     the cluster unreachable, a worker count it cannot hold, a GPU device on a cluster without GPUs,
     a model the workers cannot load, workers that load different models or device kinds.
-    Attributes after a run: ``delivered`` (batches per worker), ``reruns`` ((batch key, dead worker)).
+    Attributes: ``delivered`` (batches per worker in the last run), ``reruns`` ((batch key, dead worker), all runs).
     """
 
     def __init__(self, spec: ModelSpec, address: str = "local", workers: int | None = None, *,
@@ -194,6 +200,7 @@ class RayExecutor(StudyExecutor):
     def run(self, jobs: Sequence[BatchJob], on_landed: BatchLanded) -> None:
         """Keep every worker on one batch; hand each landed trajectory to ``on_landed`` (this thread)."""
         ray = self.ray
+        self.delivered = {}
         queue: deque[BatchJob] = deque(jobs)
         idle = deque(self.actors)
         pending: dict[Any, tuple[str, BatchJob]] = {}
