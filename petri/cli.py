@@ -11,6 +11,7 @@ from petri.export import run_tables, write_run
 from petri.engine.base import BackendUnavailableError, ModelNotFoundError
 from petri.model_options import add_model_arguments, add_sampler_arguments, load_from_args, settings_from_args
 from petri.store import StoreError
+from petri.study.executors import ExecutorError
 
 
 def _concepts(value: str) -> tuple[str, ...]:
@@ -52,7 +53,41 @@ def build_parser() -> argparse.ArgumentParser:
                        "keep it the same when resuming for bit-identical numbers")
     add_model_arguments(study)
     add_sampler_arguments(study)
+    add_ray_arguments(study)
     return parser
+
+
+# --- Ray (issue 13): the study's batches on a cluster; everything Ray-specific is below ---------
+
+def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Ray cluster (optional; pip install \"concept-petri-dish[ray]\")")
+    group.add_argument(
+        "--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+        help="run the batches on Ray workers: no value or 'local' starts Ray on this machine, 'auto' joins the cluster "
+        "started here with `ray start` (or RAY_ADDRESS), HOST:PORT joins a head node; this process alone writes the store",
+    )
+    group.add_argument("--workers", type=int, default=None, help="Ray workers, each holding one model (one per GPU with "
+                       "--device cuda/auto on a GPU cluster); default: as many as the cluster offers")
+
+
+def ray_executor_from_args(args):
+    """A :class:`~petri.study.ray_executor.RayExecutor` for ``--ray/--workers`` (refusals name the option), or None."""
+    if args.ray is None:
+        if args.workers is not None:
+            raise ValueError("--workers needs --ray (without it the study runs in this process)")
+        return None
+    from petri.model_options import spec_from_args
+    from petri.study.ray_executor import RayExecutor
+
+    return RayExecutor(spec_from_args(args), address=args.ray, workers=args.workers)
+
+
+def print_worker_summary(executor) -> None:
+    per = ", ".join(f"{n} on {executor.hosts.get(n, '?')}: {k}" for n, k in sorted(executor.delivered.items()))
+    print(f"{executor.name}: batches {per or 'none (all resumed)'}"
+          + (f"; {len(executor.reruns)} batches rerun after a worker died" if executor.reruns else ""))
+
+# --- end Ray -------------------------------------------------------------------------------------
 
 
 def _ids(value: str) -> tuple[str, ...]:
@@ -95,21 +130,27 @@ def cmd_study(args) -> int:
 
         set_cpu_threads(args.threads)
     store = RunStore(args.store)  # an unwritable store is reported before the (slow) model load
-    lm = load_from_args(args)
-    settings = settings_from_args(lm.default_settings(), args)
-    out = args.out or f"out/{study.id}"
+    executor = None
     command = "python -m petri " + " ".join(shlex.quote(a) for a in (args.argv or []))
     try:
+        executor = ray_executor_from_args(args)  # cluster refusals come before any sampling
+        lm = executor or load_from_args(args)
+        settings = settings_from_args(lm.facts().default_settings if executor else lm.default_settings(), args)
+        out = args.out or f"out/{study.id}"
         result = run_study(
             lm, study, store, samples=args.samples, seed=args.seed, settings=settings, templates=args.templates,
             show_progress=not args.quiet,
         )
+        if executor:
+            print_worker_summary(executor)
     except KeyboardInterrupt:
         print(f"\ninterrupted: every finished batch is in the run store ({store.path}); resume with the same "
               f"command:\n  {command}", file=sys.stderr, flush=True)
         return 130
     finally:
         store.close()
+        if executor:
+            executor.close()
     outputs = write_study(result, out, top_n=args.top_n, images=not args.no_images, command=command)
     comp = outputs.analysis.comparison
     print(f"model: {result.model_id} on {result.device}; run {result.run_id}: {result.computed} batches computed, {result.resumed} resumed")
@@ -135,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_seed(args)
         if args.command == "study":
             return cmd_study(args)
-    except (LayoutError, ValueError, ModelNotFoundError, StoreError, BackendUnavailableError) as err:
+    except (LayoutError, ValueError, ModelNotFoundError, StoreError, BackendUnavailableError, ExecutorError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 1

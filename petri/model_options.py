@@ -7,7 +7,7 @@ import argparse
 from dataclasses import replace
 
 from petri.engine.base import SamplingModel
-from petri.engine.select import load_backend_model
+from petri.study.executors import ModelSpec
 from petri.trajectory import SamplerSettings
 
 
@@ -35,16 +35,15 @@ def add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-thought-channel", action="store_true", help="do not pin the empty thought block (chat models)")
 
 
+def spec_from_args(args: argparse.Namespace) -> ModelSpec:
+    """The ``add_model_arguments`` options (and ``--threads`` where the command has it) as a
+    :class:`ModelSpec`, which a worker process or machine can load on its own."""
+    return ModelSpec(args.model, args.backend, args.device, args.dtype, bool(args.compile), getattr(args, "threads", None))
+
+
 def load_from_args(args: argparse.Namespace) -> SamplingModel:
     """The model the ``add_model_arguments`` options name, compiled if ``--compile`` (torch only)."""
-    lm = load_backend_model(args.model, backend=args.backend, device=args.device, dtype=args.dtype)
-    if args.compile:
-        if lm.backend != "torch":
-            raise ValueError("--compile applies to the torch backend only")
-        from petri.engine.torch_model import compile_for_sampling
-
-        compile_for_sampling(lm)
-    return lm
+    return replace(spec_from_args(args), threads=None).load()
 
 
 def settings_from_args(defaults: SamplerSettings, args: argparse.Namespace) -> SamplerSettings:

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
+import petri.study.executors as executors
 import petri.study.runner as runner
 from petri.study.analysis import analyze, clean_text, cluster_bootstrap_mean, study_tables
 from petri.dish import LayoutError
@@ -80,13 +81,13 @@ def analysis(full):
 
 def count_seed_dish(monkeypatch) -> list[str]:
     calls: list[str] = []
-    original = runner.seed_dish
+    original = executors.seed_dish
 
     def counting(lm, dish, *args, **kwargs):
         calls.append(dish.event)
         return original(lm, dish, *args, **kwargs)
 
-    monkeypatch.setattr(runner, "seed_dish", counting)
+    monkeypatch.setattr(executors, "seed_dish", counting)
     return calls
 
 

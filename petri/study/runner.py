@@ -25,8 +25,8 @@ from tqdm.auto import tqdm
 from petri.cancel import Cancelled, CancelToken
 from petri.dish import Dish
 from petri.engine.base import SamplingModel, StepCallback
-from petri.engine.seeding import plan_dish, seed_dish
 from petri.store import RunStore
+from petri.study.executors import BatchJob, LocalExecutor, StudyExecutor, check_layouts  # noqa: F401 (check_layouts: re-exported)
 from petri.study.schema import Study, Template
 from petri.trajectory import SamplerSettings, Trajectory
 
@@ -51,7 +51,10 @@ class StudyBatch:
 
 @dataclass(frozen=True)
 class StudyProgress:
-    """What the progress callback receives after each batch is stored (or found stored)."""
+    """What the progress callback receives after each batch is stored (or found stored): stored
+    batches first (``skipped``, plan order), then computed ones as they land (any order).
+    ``worker`` names who sampled this batch (``""`` when skipped); ``by_worker`` counts the batches
+    each worker has delivered in this run so far."""
 
     done: int
     total: int
@@ -60,6 +63,8 @@ class StudyProgress:
     group: str
     skipped: bool
     elapsed_s: float
+    worker: str = ""
+    by_worker: dict[str, int] = field(default_factory=dict)
 
 
 ProgressCallback = Callable[[StudyProgress], None]
@@ -155,13 +160,6 @@ def study_run_id(
     return hashlib.sha256(canonical.encode()).hexdigest()[:24]
 
 
-def check_layouts(lm: SamplingModel, dishes: list[Dish], settings: SamplerSettings) -> None:
-    """Lay out every distinct concept set once before sampling anything, so a concept set that does
-    not fit the canvas fails the whole run up front (raises :class:`~petri.dish.LayoutError`)."""
-    for concepts in dict.fromkeys(d.concepts for d in dishes):
-        plan_dish(lm, Dish(concepts, "x"), 1, settings, seed=0)
-
-
 def stopped_status(err: BaseException) -> str:
     """The status a run gets when ``err`` stops it: the cancel reason, ``interrupted`` on Ctrl-C,
     else ``failed``."""
@@ -177,7 +175,7 @@ def _now() -> str:
 
 
 def run_study(
-    lm: SamplingModel,
+    lm: SamplingModel | StudyExecutor,
     study: Study,
     store: RunStore,
     *,
@@ -192,16 +190,20 @@ def run_study(
     on_run_id: Callable[[str], None] | None = None,
 ) -> StudyResult:
     """Sample every (event, template) batch of ``study`` (``samples`` shuffled layouts each) and
-    commit each to ``store`` before the next starts; batches already stored under the same run id
-    are skipped (a resume). Returns every batch, reloaded from the store so fresh and resumed runs
-    are read back identically.
+    commit each to ``store`` as it lands; batches already stored under the same run id are skipped
+    (a resume). Returns every batch, reloaded from the store so fresh and resumed runs are read back
+    identically.
 
     Args:
+        lm: a loaded model (the batches run here, in plan order) or a :class:`StudyExecutor`
+            (e.g. :class:`petri.study.ray_executor.RayExecutor`: the batches run on its workers and
+            land in any order; only this process writes the store).
         settings: sampler settings; ``None`` uses the model's defaults.
         templates: template ids to run (study order kept); ``None`` runs them all.
         progress: called with a :class:`StudyProgress` after each batch (stored or skipped);
             an exception it raises aborts the run (the stored batches stay).
-        on_step: passed to the sampler for live per-step views (costs a host copy per step).
+        on_step: passed to the sampler for live per-step views (costs a host copy per step; a
+            loaded model only).
         show_progress: draw a tqdm progress bar on stderr.
         cancel: stops the run within one denoising step (:class:`~petri.cancel.Cancelled`); the run
             is then stored as ``cancelled`` or ``interrupted`` (the token's reason), as it is
@@ -210,14 +212,24 @@ def run_study(
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
-    settings = settings or lm.default_settings()
+    if isinstance(lm, StudyExecutor):
+        if on_step is not None:
+            raise ValueError("on_step needs a model in this process, not an executor")
+        executor = lm
+    else:
+        executor = LocalExecutor(lm, on_step)
+    facts = executor.facts()
+    settings = settings or facts.default_settings
     chosen: tuple[Template, ...] = study.select_templates(templates)
     template_ids = tuple(t.id for t in chosen)
-    fingerprint = lm.fingerprint()
-    run_id = study_run_id(study, lm.model_id, settings, samples, seed, template_ids, fingerprint, lm.device_type)
-    plan = [(e, t) for e in study.events for t in chosen]
-    dishes = {batch_key(e.id, t.id): Dish(study.event_concepts(e), e.text, t.text) for e, t in plan}
-    check_layouts(lm, list(dishes.values()), settings)
+    fingerprint = facts.fingerprint
+    run_id = study_run_id(study, facts.model_id, settings, samples, seed, template_ids, fingerprint, facts.device_type)
+    plan = [
+        BatchJob(position, batch_key(e.id, t.id), e.id, t.id, e.group, Dish(study.event_concepts(e), e.text, t.text),
+                 samples, settings, batch_seed(seed, e.id, t.id))
+        for position, (e, t) in enumerate((e, t) for e in study.events for t in chosen)
+    ]
+    executor.check_layouts([job.dish for job in plan], settings)
     request = {
         "study": study.to_dict(),
         "study_file": study.source,
@@ -229,30 +241,40 @@ def run_study(
         "templates": list(template_ids),
     }
     started_at, started = _now(), time.perf_counter()
-    store.create_run(run_id, "study", lm.model_id, request)
+    store.create_run(run_id, "study", facts.model_id, request)
     if on_run_id is not None:
         on_run_id(run_id)
     stored = store.completed_events(run_id)
-    computed = 0
+    todo = [job for job in plan if job.key not in stored]
+    landed: set[str] = set()
+    by_worker: dict[str, int] = {}
     sample_s = 0.0
-    already = sum(batch_key(e.id, t.id) in stored for e, t in plan)
-    bar = tqdm(total=len(plan), desc=f"study {study.id}", unit="batch", disable=not show_progress, initial=already)
-    if already:
-        bar.set_postfix_str(f"{already} batches resumed from the store")
+    bar = tqdm(total=len(plan), desc=f"study {study.id}", unit="batch", disable=not show_progress, initial=len(plan) - len(todo))
+    if len(todo) < len(plan):
+        bar.set_postfix_str(f"{len(plan) - len(todo)} batches resumed from the store")
+
+    def report(done: int, job: BatchJob, skipped: bool, worker: str) -> None:
+        if progress is not None:
+            progress(StudyProgress(done, len(plan), job.event_id, job.template_id, job.group, skipped,
+                                   time.perf_counter() - started, worker, dict(by_worker)))
+
+    def on_landed(job: BatchJob, traj: Trajectory, worker: str) -> None:
+        nonlocal sample_s
+        if job.key in landed or job.key in stored:
+            raise RuntimeError(f"batch {job.key} landed twice (worker {worker}); it is stored once")
+        store.save_event(run_id, job.position, job.key, traj, group=job.group)
+        landed.add(job.key)
+        by_worker[worker] = by_worker.get(worker, 0) + 1
+        sample_s += float(traj.timings.get("total_s", 0.0))
+        bar.update(1)
+        per_worker = " ".join(f"{w}:{n}" for w, n in sorted(by_worker.items()))
+        bar.set_postfix_str(per_worker if worker != "local" else f"{job.event_id}/{job.template_id}")
+        report(len(plan) - len(todo) + len(landed), job, False, worker)
+
     try:
-        for position, (event, template) in enumerate(plan):
-            key = batch_key(event.id, template.id)
-            skipped = key in stored
-            if not skipped:
-                traj = seed_dish(lm, dishes[key], samples, settings, seed=batch_seed(seed, event.id, template.id),
-                                 on_step=on_step, cancel=cancel)
-                store.save_event(run_id, position, key, traj, group=event.group)
-                computed += 1
-                sample_s += float(traj.timings.get("total_s", 0.0))
-                bar.update(1)
-                bar.set_postfix_str(f"{event.id}/{template.id}")
-            if progress is not None:
-                progress(StudyProgress(position + 1, len(plan), event.id, template.id, event.group, skipped, time.perf_counter() - started))
+        for done, job in enumerate((job for job in plan if job.key in stored), start=1):
+            report(done, job, True, "")
+        executor.run(todo, on_landed, cancel)
     except BaseException as err:
         try:
             store.finish_run(run_id, stopped_status(err), error=f"{type(err).__name__}: {err}")
@@ -261,6 +283,7 @@ def run_study(
         raise
     finally:
         bar.close()
+    computed = len(landed)
 
     groups = {e.id: e.group for e in study.events}
     batches = []
@@ -276,7 +299,7 @@ def run_study(
     return StudyResult(
         study=study,
         run_id=run_id,
-        model_id=lm.model_id,
+        model_id=facts.model_id,
         model_fingerprint=fingerprint,
         settings=settings,
         samples=samples,
@@ -289,7 +312,7 @@ def run_study(
         started_at=started_at,
         finished_at=_now(),
         wall_s=wall,
-        device=str(lm.describe()["device"]),
+        device=facts.device,
         timings={
             "wall_s": wall,
             "sampling_s_this_run": sample_s,

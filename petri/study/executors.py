@@ -1,0 +1,153 @@
+"""Where a study's batches run: in this process (:class:`LocalExecutor`) or elsewhere (a Ray
+cluster: :mod:`petri.study.ray_executor`).
+
+The study runner plans the (event, template) batches, hands the ones not yet stored to an executor
+and commits each returned trajectory to the run store as it lands, in whatever order they land.
+An executor only samples: it never writes the store. Each :class:`BatchJob` carries its own seed
+(derived from the base seed and the ids), so a batch gives the same numbers wherever it runs, on
+the same kind of device.
+
+Remote executors load their own model from a :class:`ModelSpec` (the name, backend, device and
+dtype options the command got), never from a model object: a 26B model does not travel.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from petri.cancel import CancelToken
+from petri.dish import Dish
+from petri.engine.base import SamplingModel, StepCallback
+from petri.engine.seeding import plan_dish, seed_dish
+from petri.trajectory import SamplerSettings, Trajectory
+
+
+@dataclass(frozen=True)
+class BatchJob:
+    """One (event, template) batch to sample: ``samples`` shuffled layouts of ``dish`` with ``seed``.
+    ``position`` is its index in the study plan (events outer, templates inner)."""
+
+    position: int
+    key: str
+    event_id: str
+    template_id: str
+    group: str
+    dish: Dish
+    samples: int
+    settings: SamplerSettings
+    seed: int
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the driver needs to know about the model an executor samples with (the run id is derived
+    from ``model_id``, ``fingerprint`` and ``device_type``; ``default_settings`` seed the sampler
+    options)."""
+
+    model_id: str
+    fingerprint: str
+    device_type: str
+    device: str
+    default_settings: SamplerSettings
+
+    @classmethod
+    def of(cls, lm: SamplingModel) -> "ModelFacts":
+        return cls(lm.model_id, lm.fingerprint(), lm.device_type, str(lm.describe()["device"]), lm.default_settings())
+
+
+class ExecutorError(RuntimeError):
+    """An executor cannot run the study: its runtime missing (Ray), its cluster unreachable, workers
+    that never start or disagree about the model."""
+
+
+#: Called by :meth:`StudyExecutor.run` in the caller's thread, once per job: (job, trajectory, worker name).
+BatchLanded = Callable[[BatchJob, Trajectory, str], None]
+
+
+class StudyExecutor(ABC):
+    """Runs batches somewhere and hands each trajectory back as it lands (the interface)."""
+
+    #: what progress shows (e.g. ``"local"``, ``"ray (2 workers)"``)
+    name = "executor"
+
+    @abstractmethod
+    def facts(self) -> ModelFacts:
+        """What fixes the numbers and names the run: model id, fingerprint, device kind."""
+
+    @abstractmethod
+    def check_layouts(self, dishes: Sequence[Dish], settings: SamplerSettings) -> None:
+        """Raise :class:`~petri.dish.LayoutError` when a concept set does not fit the canvas."""
+
+    @abstractmethod
+    def run(self, jobs: Sequence[BatchJob], on_landed: BatchLanded, cancel: CancelToken | None = None) -> None:
+        """Sample every job; call ``on_landed`` once per job as its trajectory arrives (any order).
+        An exception raised by ``on_landed`` stops the run and propagates (the landed ones stay);
+        ``cancel`` stops it (:class:`~petri.cancel.Cancelled`) within a step here, or once the
+        driver next looks on a cluster."""
+
+    def close(self) -> None:
+        """Release workers (no-op by default)."""
+
+
+def check_layouts(lm: SamplingModel, dishes: Sequence[Dish], settings: SamplerSettings) -> None:
+    """Lay out every distinct concept set once before sampling anything, so a concept set that does
+    not fit the canvas fails the whole run up front (raises :class:`~petri.dish.LayoutError`)."""
+    for concepts in dict.fromkeys(d.concepts for d in dishes):
+        plan_dish(lm, Dish(concepts, "x"), 1, settings, seed=0)
+
+
+def sample_batch(lm: SamplingModel, job: BatchJob, on_step: StepCallback | None = None,
+                 cancel: CancelToken | None = None) -> Trajectory:
+    """One job's trajectory (S = ``job.samples`` samples) on ``lm``: what every executor runs."""
+    return seed_dish(lm, job.dish, job.samples, job.settings, seed=job.seed, on_step=on_step, cancel=cancel)
+
+
+class LocalExecutor(StudyExecutor):
+    """The batches in plan order, in this process, on an already loaded model."""
+
+    name = "local"
+
+    def __init__(self, lm: SamplingModel, on_step: StepCallback | None = None):
+        self.lm = lm
+        self.on_step = on_step
+
+    def facts(self) -> ModelFacts:
+        return ModelFacts.of(self.lm)
+
+    def check_layouts(self, dishes: Sequence[Dish], settings: SamplerSettings) -> None:
+        check_layouts(self.lm, dishes, settings)
+
+    def run(self, jobs: Sequence[BatchJob], on_landed: BatchLanded, cancel: CancelToken | None = None) -> None:
+        for job in jobs:
+            on_landed(job, sample_batch(self.lm, job, self.on_step, cancel), "local")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How a worker loads its own copy of the model: the ``--model/--backend/--device/--dtype/
+    --compile/--threads`` options, as plain values that travel to another process or machine."""
+
+    name: str | None = None
+    backend: str = "auto"
+    device: str = "auto"
+    dtype: str = "auto"
+    compile: bool = False
+    threads: int | None = None
+
+    def load(self) -> SamplingModel:
+        from petri.engine.select import load_backend_model
+
+        if self.threads is not None:
+            from petri.engine.device import set_cpu_threads
+
+            set_cpu_threads(self.threads)
+        lm = load_backend_model(self.name, backend=self.backend, device=self.device, dtype=self.dtype)
+        if self.compile:
+            if lm.backend != "torch":
+                raise ValueError("--compile applies to the torch backend only")
+            from petri.engine.torch_model import compile_for_sampling
+
+            compile_for_sampling(lm)
+        return lm
