@@ -151,10 +151,11 @@ class PetriService:
 
     def submit_seed(
         self, events: Sequence[SeedEvent], n_samples: int, settings: SamplerSettings, seed: int = 0,
-        owner: str | None = None,
+        owner: str | None = None, on_step: StepCallback | None = None,
     ) -> Job:
         """Queue a seed as a job; its progress counts denoising steps (``events × max steps`` at most:
-        samples that stop early finish their event sooner). The job's result is a :class:`SeedResult`."""
+        samples that stop early finish their event sooner). The job's result is a :class:`SeedResult`.
+        ``on_step`` (in-process callers such as the UI) sees each step's raw argmax, as in :meth:`seed`."""
         max_steps = settings.max_denoising_steps
 
         def work(ctx: JobContext) -> SeedResult:
@@ -171,7 +172,7 @@ class PetriService:
 
             ctx.progress(0, total, "step")
             ctx.cancel.heartbeat = step
-            return self._seed(events, n_samples, settings, seed, None, ctx.cancel, owner,
+            return self._seed(events, n_samples, settings, seed, on_step, ctx.cancel, owner,
                               started_run=ctx.set_run_id, event_done=event_done)
 
         return self.jobs.submit("seed", work, owner)
@@ -215,14 +216,17 @@ class PetriService:
 
     def submit_study(
         self, study: Study, samples: int, seed: int, settings: SamplerSettings | None,
-        templates: Sequence[str] | None = None, owner: str | None = None,
+        templates: Sequence[str] | None = None, owner: str | None = None, progress: ProgressCallback | None = None,
     ) -> Job:
         """Queue a study as a job; its progress counts (event, template) batches, stored ones
-        included. The job's result is a :class:`~petri.study.runner.StudyResult`."""
+        included. The job's result is a :class:`~petri.study.runner.StudyResult`. ``progress``
+        (in-process callers such as the UI) also sees each :class:`~petri.study.runner.StudyProgress`."""
 
         def work(ctx: JobContext) -> StudyResult:
             def batch(p: StudyProgress) -> None:
                 ctx.progress(p.done, p.total, "batch")
+                if progress is not None:
+                    progress(p)
 
             return self._study(study, samples, seed, settings, templates, batch, None, False, ctx.cancel, owner,
                                started_run=ctx.set_run_id)

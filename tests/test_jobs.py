@@ -210,7 +210,8 @@ SETTINGS = SamplerSettings(max_denoising_steps=6)
 def test_a_cancelled_study_job_keeps_its_batches_and_resumes_to_the_same_numbers(tiny_lm, tmp_path):
     study = study_from_dict(STUDY)
     service = PetriService(tiny_lm, RunStore(tmp_path / "a"))
-    job = service.submit_study(study, 2, 5, SETTINGS)
+    batches: list = []
+    job = service.submit_study(study, 2, 5, SETTINGS, progress=batches.append)
     events: list = []
     service.jobs.subscribe(job.job_id, events.append)
 
@@ -223,6 +224,7 @@ def test_a_cancelled_study_job_keeps_its_batches_and_resumes_to_the_same_numbers
     assert service.jobs.wait(job.job_id, DEADLINE_S).status == "cancelled"
     stored = service.store.completed_events(job.run_id)
     assert 1 <= len(stored) < 4 and service.store.get_run(job.run_id)["status"] == "cancelled"
+    assert [p.done for p in batches] == list(range(1, len(stored) + 1))  # the UI's per-batch hook
 
     again = service.submit_study(study, 2, 5, SETTINGS)
     assert service.jobs.wait(again.job_id, DEADLINE_S).status == "done"
@@ -241,13 +243,16 @@ def test_a_seed_job_counts_steps_and_equals_the_synchronous_seed(tiny_lm, tmp_pa
     events = [SeedEvent(Dish(("order", "person"), "A customer ordered."), "benign"),
               SeedEvent(Dish(("order", "person"), "Only 90 in stock."), "contradictory")]
     settings = SamplerSettings(max_denoising_steps=5, stability_threshold=None, confidence_threshold=None)
-    job = service.submit_seed(events, 3, settings, seed=9)
+    live: list = []
+    job = service.submit_seed(events, 3, settings, seed=9, on_step=lambda index, argmax, finished: live.append(argmax))
     seen: list = []
     service.jobs.subscribe(job.job_id, seen.append)
     assert service.jobs.wait(job.job_id, DEADLINE_S).status == "done"
     steps = [e["job"]["progress"]["done"] for e in seen if e["event"] == "progress"]
     assert steps == sorted(steps) and steps[-1] == 10 and job.total == 10 and job.unit == "step"
     sync = service.seed(events, 3, settings, seed=9)
+    assert len(live) == 10  # the UI's live view: every step's raw argmax, through the job
+    np.testing.assert_array_equal(np.stack(live[:5], axis=1), job.result.trajectories[0].argmax)
     for a, b in zip(job.result.trajectories, sync.trajectories):
         np.testing.assert_array_equal(a.argmax, b.argmax)
         np.testing.assert_array_equal(a.accepted, b.accepted)
