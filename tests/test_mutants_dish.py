@@ -15,7 +15,7 @@ from petri.dish import (
     encode_prompt,
     layout_samples,
 )
-from petri.tiny import build_tiny_tokenizer
+from petri.engine.tiny import build_tiny_tokenizer
 from petri.trajectory import AnchorSpan
 
 

@@ -1,4 +1,4 @@
-"""Tests that kill mutants of petri/sampler.py which survived tests/test_sampler.py,
+"""Tests that kill mutants of petri/engine/torch_sampler.py which survived tests/test_sampler.py,
 tests/test_sampler_parity.py and tests/test_sampler_promises.py (experiments/mutation/REPORT.md
 lists them). Small cases are worked out by hand in the comments; the long-prompt case compares
 with transformers' own ``generate``."""
@@ -12,15 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from petri.sampler import (
-    StabilityTracker,
-    _cache_kwarg,
-    _output_cache,
-    accept_mask,
-    generate_kwargs,
-    run_sampler,
-)
-from petri.tiny import tiny_random_model
+from petri.engine.torch_sampler import generate_kwargs, run_sampler
+from petri.engine.torch_step import StabilityTracker, _cache_kwarg, _output_cache, accept_mask
+from petri.engine.tiny import tiny_random_model
 from petri.trajectory import SamplerSettings
 
 

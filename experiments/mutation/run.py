@@ -49,10 +49,17 @@ TARGETS: dict[str, tuple[str, list[str], list[str]]] = {
         [],
     ),
     "sampler": (
-        "petri/sampler.py",
+        "petri/engine/torch_sampler.py",
         ["tests/test_sampler.py", "tests/test_sampler_parity.py", "tests/test_sampler_promises.py",
          "tests/test_mutants_sampler.py"],
         # torch.compile takes ~10 s per run and checks only that compiling changes nothing
+        ["--deselect", "tests/test_sampler.py::test_compiled_forward_samples_the_same_tokens"],
+    ),
+    # the step pieces (acceptance, entropy, adaptive stop, prompt encoding) moved out of the sampler
+    "sampler_step": (
+        "petri/engine/torch_step.py",
+        ["tests/test_sampler.py", "tests/test_sampler_parity.py", "tests/test_sampler_promises.py",
+         "tests/test_mutants_sampler.py"],
         ["--deselect", "tests/test_sampler.py::test_compiled_forward_samples_the_same_tokens"],
     ),
 }
