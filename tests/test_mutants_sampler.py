@@ -149,3 +149,35 @@ def test_accept_mask_admits_a_position_that_meets_the_bound_exactly():
     entropy = torch.tensor([[0.5, 0.125, 0.375]])
     mask = accept_mask(entropy, torch.zeros((1, 3), dtype=torch.bool), 0.5)
     assert mask.tolist() == [[True, True, True]]
+
+
+def test_a_sample_that_stops_at_the_first_step_keeps_its_canvas_while_others_run(tiny_lm):
+    """Stability threshold 0: a sample stops as soon as its free entropy is low. Sample 0 is
+    certain at step 0 (all mass on token position + 20) and its logits then move to token
+    position + 100; samples 1 and 2 stay uniform (entropy ln V) until step 3. Sample 0 must keep the
+    step-0 canvas: its final tokens are the step-0 argmax, and it ran one step. (Kills the
+    off-by-one that froze finished samples only from step 2 on.)"""
+    from test_sampler_promises import PREFIX, anchored_layouts, one_hot_logits, prompt_of, scripted_logits
+    from petri.dish import pinned_arrays
+
+    lm = tiny_lm
+    vocab, length = lm.vocab_size, lm.canvas_length
+    layouts = anchored_layouts(lm, 3, seed=4)
+    pinned, pinned_ids = pinned_arrays(layouts, PREFIX, length)
+    first = (torch.arange(length) + 20).expand(3, -1)
+    later = (torch.arange(length) + 100).expand(3, -1)
+
+    def script(n):
+        logits = one_hot_logits(first if n == 0 else later, vocab)
+        if n < 3:  # samples 1 and 2 uncertain for three steps
+            logits[1:] = torch.zeros(vocab)
+        return logits
+
+    settings = SamplerSettings(max_denoising_steps=6, stability_threshold=0, confidence_threshold=0.5)
+    with scripted_logits(lm.model, script):
+        traj = run_sampler(lm, prompt_of(lm), layouts, settings, seed=1, canvas_prefix=PREFIX)
+    assert traj.steps.tolist() == [1, 4, 4]
+    free = ~pinned[0]
+    np.testing.assert_array_equal(traj.final_ids[0][free], first[0].numpy()[free])
+    np.testing.assert_array_equal(traj.final_ids[0][~free], pinned_ids[0][~free])
+    np.testing.assert_array_equal(traj.final_ids[1][~pinned[1]], later[1].numpy()[~pinned[1]])
