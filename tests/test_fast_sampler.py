@@ -19,7 +19,7 @@ import torch
 from petri.dish import pinned_arrays
 from petri.engine.fast_sampler import FastOptions, _SESSIONS, fast_path_reason, run_sampler_fast
 from petri.engine.fused_logits import HAVE_TRITON
-from petri.engine.torch_sampler import StabilityTracker, _cache_kwarg, _encode_prompt_once, accept_mask
+from petri.engine.torch_step import StabilityTracker, _cache_kwarg, _encode_prompt_once, accept_mask
 from petri.trajectory import AnchorSpan, SamplerSettings
 
 CUDA = torch.cuda.is_available() and HAVE_TRITON

@@ -35,7 +35,8 @@ from petri.engine.fixed_noise import FixedNoise
 from petri.engine.select import BackendUnavailableError, mlx_available, select_backend
 from petri.dish import Dish, concept_token_ids, layout_samples
 from petri.engine.torch_model import EMBEDDED_MODEL_PATH, LoadedModel, load_model
-from petri.engine.torch_sampler import _encode_prompt_once, run_sampler
+from petri.engine.torch_sampler import run_sampler
+from petri.engine.torch_step import _encode_prompt_once
 from petri.engine.tiny import build_tiny_tokenizer, tiny_random_model
 from petri.trajectory import SamplerSettings
 

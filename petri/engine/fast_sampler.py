@@ -33,14 +33,12 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from petri.cancel import CancelToken
-from petri.dish import pinned_arrays
 from petri.engine.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
 from petri.engine.base import StepCallback
-from petri.engine.torch_step import _cache_kwarg, _encode_prompt_once, accept_mask
+from petri.engine.torch_step import _cache_kwarg, accept_mask, start_batch
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory, assemble_trajectory, check_sampler_inputs
 
 log = logging.getLogger(__name__)
@@ -341,13 +339,7 @@ def run_sampler_fast(
     device = lm.device
     batch, length, vocab = len(layouts), lm.canvas_length, lm.vocab_size
     started = time.perf_counter()
-    if seed is not None:
-        torch.manual_seed(seed)
-    pinned_mask, pinned_ids = pinned_arrays(layouts, canvas_prefix, length)
-    anchor_mask = torch.from_numpy(pinned_mask).to(device)
-    anchor_ids = torch.from_numpy(pinned_ids).to(device)
-    prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
-    cache = _encode_prompt_once(lm, prompt, batch)
+    pinned_mask, anchor_mask, anchor_ids, cache = start_batch(lm, prompt_ids, layouts, canvas_prefix, seed)
     encoded = time.perf_counter()
     canvas = torch.randint(0, vocab, (batch, length), device=device)
     canvas = torch.where(anchor_mask, anchor_ids, canvas)

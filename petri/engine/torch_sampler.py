@@ -27,10 +27,9 @@ import numpy as np
 import torch
 
 from petri.cancel import CancelToken
-from petri.dish import pinned_arrays
 from petri.engine.base import StepCallback
 from petri.engine.fixed_noise import FixedNoise
-from petri.engine.torch_step import StabilityTracker, _cache_kwarg, _encode_prompt_once, accept_mask, token_entropy
+from petri.engine.torch_step import StabilityTracker, _cache_kwarg, accept_mask, start_batch, token_entropy
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory, assemble_trajectory, check_sampler_inputs
 
 if TYPE_CHECKING:  # the model class calls this module; the sampler only reads the model's fields
@@ -127,17 +126,10 @@ def run_sampler(
         fixed_noise.check_batch(batch, length)
     max_steps = settings.max_denoising_steps
     started = time.perf_counter()
-    if seed is not None:
-        torch.manual_seed(seed)
-
-    pinned_mask, pinned_ids = pinned_arrays(layouts, canvas_prefix, length)
-    anchor_mask = torch.from_numpy(pinned_mask).to(device)
-    anchor_ids = torch.from_numpy(pinned_ids).to(device)
-    prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
-    cache = _encode_prompt_once(lm, prompt, batch)
+    pinned_mask, anchor_mask, anchor_ids, cache = start_batch(lm, prompt_ids, layouts, canvas_prefix, seed)
     encoded = time.perf_counter()
 
-    prompt_length = prompt.shape[1]
+    prompt_length = len(prompt_ids)
     decoder_positions = torch.arange(
         prompt_length, prompt_length + length, dtype=torch.int32, device=device
     ).unsqueeze(0)

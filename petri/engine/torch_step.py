@@ -7,11 +7,15 @@ adaptive stop. Each computes exactly what transformers' DiffusionGemma sampler c
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 from transformers import DynamicCache
+
+from petri.dish import pinned_arrays
+from petri.trajectory import AnchorSpan
 
 if TYPE_CHECKING:
     from petri.engine.torch_model import LoadedModel
@@ -99,3 +103,22 @@ def _encode_prompt_once(lm: LoadedModel, prompt_ids: torch.Tensor, batch: int) -
     if batch > 1:
         cache.batch_repeat_interleave(batch)
     return cache
+
+
+def start_batch(
+    lm: "LoadedModel", prompt_ids: Sequence[int], layouts: Sequence[Sequence[AnchorSpan]],
+    canvas_prefix: Sequence[int], seed: int | None,
+) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, DynamicCache]:
+    """What every torch sampler does before its first step, in this order (the RNG order is part of
+    parity with ``generate``): seed torch's generator, lay the pins out, encode the prompt once.
+
+    Returns the pinned mask (S, L) bool on the host, the same mask and the pinned ids (S, L) on the
+    model's device, and the prompt's KV cache repeated S times.
+    """
+    if seed is not None:
+        torch.manual_seed(seed)
+    pinned_mask, pinned_ids = pinned_arrays(layouts, canvas_prefix, lm.canvas_length)
+    anchor_mask = torch.from_numpy(pinned_mask).to(lm.device)
+    anchor_ids = torch.from_numpy(pinned_ids).to(lm.device)
+    prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=lm.device)
+    return pinned_mask, anchor_mask, anchor_ids, _encode_prompt_once(lm, prompt, len(layouts))
