@@ -32,7 +32,7 @@ CANVAS_HTML = """
 """
 
 CANVAS_CSS = """
-.pc { padding: 4px 0 2px 0; user-select: none; }
+.pc { padding: 18px 0 2px 0; user-select: none; }
 .pc-track { position: relative; height: 46px; border: 1px solid #9ca3af; border-radius: 4px; background: #f9fafb; overflow: visible; }
 .pc-tick { position: absolute; top: 0; bottom: 0; border-left: 1px solid #e5e7eb; pointer-events: none; }
 .pc-tick.pc-major { border-left-color: #cbd5e1; }
@@ -42,6 +42,8 @@ CANVAS_CSS = """
   display: flex; align-items: center; justify-content: center; white-space: nowrap; overflow: visible; cursor: grab;
   box-shadow: 0 1px 2px rgba(0,0,0,.3); touch-action: none; outline-offset: 2px; }
 .pc-chip:focus { outline: 3px solid #111827; }
+.pc-label { position: absolute; bottom: calc(100% + 6px); left: 50%; transform: translateX(-50%); font-size: 12px;
+  font-weight: 700; white-space: nowrap; pointer-events: none; }
 .pc-chip.pc-dragging { cursor: grabbing; opacity: .85; z-index: 3; }
 .pc-chip.pc-invalid { background: repeating-linear-gradient(45deg, #b91c1c, #b91c1c 5px, #ef4444 5px, #ef4444 10px) !important; }
 .pc-chip.pc-refused { outline: 3px solid #b91c1c; }
@@ -86,6 +88,7 @@ function commit(index, start) {
 function render(focusIndex) {
   const val = current(), L = val.canvas_length;
   track.innerHTML = ''; axis.innerHTML = '';
+  track.dataset.length = L; track.dataset.prefix = val.prefix;
   const step = L > 128 ? 16 : (L > 48 ? 8 : 4);
   for (let p = 0; p <= L; p++) {
     const t = document.createElement('div');
@@ -101,7 +104,9 @@ function render(focusIndex) {
     const chip = document.createElement('div');
     chip.className = 'pc-chip' + (conflict(val.chips, i, c.start) ? ' pc-invalid' : '') + (i === refusedIndex ? ' pc-refused' : '');
     chip.style.left = pct(c.start); chip.style.width = pct(c.tokens); chip.style.background = c.color;
-    chip.textContent = c.concept; chip.tabIndex = 0; chip.dataset.concept = c.concept; chip.dataset.start = c.start;
+    const label = document.createElement('span'); label.className = 'pc-label'; label.style.color = c.color;
+    label.textContent = `${c.concept} @${c.start}`; chip.appendChild(label);
+    chip.tabIndex = 0; chip.dataset.concept = c.concept; chip.dataset.start = c.start; chip.dataset.tokens = c.tokens;
     chip.setAttribute('role', 'slider');
     chip.setAttribute('aria-label', `${c.concept}: ${c.tokens} token(s) starting at position ${c.start}`);
     chip.setAttribute('aria-valuemin', val.prefix); chip.setAttribute('aria-valuemax', L - c.tokens);
@@ -132,6 +137,7 @@ function startDrag(e, chip, index) {
   const move = (ev) => {
     start = Math.round((ev.clientX - rect.left) / unit - grab);
     chip.style.left = pct(start);
+    chip.querySelector('.pc-label').textContent = `${val.chips[index].concept} @${start}`;
     const problem = conflict(val.chips, index, start);
     chip.classList.toggle('pc-invalid', !!problem);
     msg.className = 'pc-msg' + (problem ? ' pc-bad' : '');
@@ -148,7 +154,12 @@ function startDrag(e, chip, index) {
   chip.addEventListener('pointercancel', up);
 }
 
-watch('value', () => { refusal = ''; refusedIndex = -1; render(-1); });
+watch('value', () => {
+  // a value from Python (the slot table): redraw, keeping the keyboard focus on the chip that had it
+  const focused = element.contains(document.activeElement) ? document.activeElement.dataset.concept : null;
+  refusal = ''; refusedIndex = -1;
+  render(current().chips.findIndex((c) => c.concept === focused));
+});
 render(-1);
 """
 

@@ -264,7 +264,7 @@ class DishController:
         colors = concept_colors(sorted({a.concept for spans in traj.anchors for a in spans}))
         sample = min(max(sample, 0), traj.n_samples - 1)
         pieces = highlighted_text(traj, sample, self.tokens)
-        color_map = {**colors, AFTER_END_LABEL: AFTER_END_COLOR}
+        color_map = {**colors, **({AFTER_END_LABEL: AFTER_END_COLOR} if any(l == AFTER_END_LABEL for _, l in pieces) else {})}
         return {
             "final_text": gr.update(value=pieces, color_map=color_map),
             "flips": flips_bar(traj, sample, self.lm.tokenizer),

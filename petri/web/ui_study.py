@@ -300,7 +300,8 @@ def build_study_tab(service: PetriService) -> tuple[StudyController, dict]:
         with gr.Row():
             builtin = gr.Dropdown(list(studies), value=first, label="Bundled study", scale=2)
             load_btn = gr.Button("Load", size="sm", scale=1)
-            upload = gr.File(label="…or upload a study file (.json)", file_types=[".json"], type="filepath", scale=2)
+            upload = gr.File(label="…or upload a study file (.json)", file_types=[".json"], type="filepath", scale=2,
+                             elem_id="petri-study-upload")
         loaded = gr.Markdown("")
         concepts = gr.Textbox(concepts0, label="Concepts (comma-separated)")
         events = gr.Dataframe(events0, headers=EVENT_COLUMNS, datatype=["str", "str", "str", "str"], interactive=True,
