@@ -141,3 +141,14 @@ def test_stored_runs_reopen_without_sampling(service, monkeypatch):
     # the same statistics as when the run finished (the run line differs: wall time, batches resumed)
     assert kind == "study" and views["stats"].split("**Headline")[1] == study_final["stats"].split("**Headline")[1]
     assert views["groups"].equals(study_final["groups"])
+
+
+def test_flip_difference_is_b_minus_a_with_the_shorter_map_padded():
+    from petri.study.plots import flip_difference_heatmap
+
+    a = [[0, 1, 2], [1, 0, 0]]  # A stopped after 2 steps
+    b = [[1, 1, 0], [0, 2, 0], [3, 0, 1]]
+    fig = flip_difference_heatmap(a, b, labels=("benign", "contradictory"), pinned=[False, True, False], n_samples=3)
+    expected = [[1, np.nan, -2], [-1, np.nan, 0], [3, np.nan, 1]]  # worked by hand, the pinned column blank
+    np.testing.assert_array_equal(np.asarray(fig.data[0].z, dtype=float), np.array(expected, dtype=float))
+    assert fig.data[0].zmid == 0 and "contradictory − benign" in fig.layout.title.text
