@@ -4,16 +4,23 @@
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import replace
 
-from petri.engine.base import SamplingModel
+from petri.engine.base import ALLOW_DOWNLOAD_ENV, SamplingModel
 from petri.study.executors import ModelSpec
 from petri.trajectory import SamplerSettings
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default=None, help="hub id (local cache only) or checkpoint folder; default: the real DiffusionGemma when "
-        "cached on a GPU machine, else the embedded assets/petri-tiny")
+    parser.add_argument("--model", default=os.environ.get("PETRI_MODEL") or None,
+        help="hub id (local cache only, unless --allow-download) or checkpoint folder (env PETRI_MODEL); default: the "
+        "real DiffusionGemma when cached on a GPU machine, else the embedded assets/petri-tiny")
+    parser.add_argument(
+        "--allow-download", action="store_true", default=env_flag(ALLOW_DOWNLOAD_ENV),
+        help=f"fetch a hub model that is not in the local cache at start, with a progress bar (env {ALLOW_DOWNLOAD_ENV}=1, "
+        "what a Hugging Face Space sets); off by default",
+    )
     parser.add_argument("--device", default="auto", help="auto (cuda → mps → cpu), cuda, mps or cpu")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp16 on MPS, fp32 on CPU), bf16, fp16 or fp32")
     parser.add_argument(
@@ -23,6 +30,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend", default="auto", help="auto (MLX on Apple silicon without a torch GPU, else torch), torch or mlx"
     )
+
+
+def env_flag(name: str) -> bool:
+    """True when the environment variable ``name`` is 1 / true / yes (any case)."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
 
 
 def add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +50,8 @@ def add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
 def spec_from_args(args: argparse.Namespace) -> ModelSpec:
     """The ``add_model_arguments`` options (and ``--threads`` where the command has it) as a
     :class:`ModelSpec`, which a worker process or machine can load on its own."""
-    return ModelSpec(args.model, args.backend, args.device, args.dtype, bool(args.compile), getattr(args, "threads", None))
+    return ModelSpec(args.model, args.backend, args.device, args.dtype, bool(args.compile), getattr(args, "threads", None),
+                     bool(getattr(args, "allow_download", False)))
 
 
 def load_from_args(args: argparse.Namespace) -> SamplingModel:

@@ -1,15 +1,23 @@
-"""A real browser (Debian's chromium, driven by Playwright; no ``playwright install``) opens the
-UI, runs a dish, waits for the plotly heatmap and the results, and saves a screenshot (to tmp_path
-and, when ``PETRI_SCREENSHOT_DIR`` is set, there too).
+"""A real browser (Debian's chromium, driven by Playwright; no ``playwright install``) drives the UI:
+the Study tab opens on the shipped results; concept chips are dragged with the mouse and moved with
+the keyboard, and the run's stored anchors sit at the new positions; an overlapping drop is refused
+where the user sees it; a dish runs with its live heatmap (the screenshot for the README); a study's
+provisional instability figure appears before the study ends; a comparison shows both heatmaps; a
+stored run reopens. Screenshots go to tmp_path and, when ``PETRI_SCREENSHOT_DIR`` is set, there too.
 
 The model is the embedded one (``assets/petri-tiny``) when its weights are present, else a tiny
-random DiffusionGemma with a 48-token canvas.
+random DiffusionGemma with a 48-token canvas. The study is held after its third batch (a gate in the
+service, opened by the test once the provisional figure is on the page), so "before the study
+ends" is a fact of the test, not a race.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
+import threading
 from pathlib import Path
 
 import httpx
@@ -20,6 +28,7 @@ CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]
+GATE_AFTER_BATCHES = 3
 
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(), reason="/usr/bin/chromium is absent (apt-get install -y chromium); .ci/run installs it"
@@ -27,39 +36,54 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def app_url(tmp_path_factory, live_server):
-    from petri.web.app import create_app
+def served(tmp_path_factory, live_server):
+    """(url, service, gate): the app on a live server; a study run waits at ``gate`` after its
+    third batch until the test sets it."""
+    from petri.engine.tiny import tiny_random_model
     from petri.engine.torch_model import EMBEDDED_MODEL_PATH, load_model
     from petri.service import PetriService
     from petri.store import RunStore
-    from petri.engine.tiny import tiny_random_model
+    from petri.web.app import create_app
 
     if (EMBEDDED_MODEL_PATH / "config.json").exists():
         lm, source = load_model(EMBEDDED_MODEL_PATH, device="cpu"), str(EMBEDDED_MODEL_PATH)
     else:
         lm, source = tiny_random_model(canvas_length=48), None
-    service = PetriService(lm, RunStore(tmp_path_factory.mktemp("browser-store")))
+    gate = threading.Event()
+
+    class GatedService(PetriService):
+        def run_study(self, study, *, progress=None, **kwargs):
+            def held(p):
+                if progress is not None:
+                    progress(p)
+                if p.done == GATE_AFTER_BATCHES:
+                    gate.wait(300)
+
+            return super().run_study(study, progress=held, **kwargs)
+
+    service = GatedService(lm, RunStore(tmp_path_factory.mktemp("browser-store")))
     with live_server(create_app(service, model_source=source)) as live:
-        yield live.url
+        yield live.url, service, gate
+    gate.set()
 
 
 @pytest.fixture(scope="module")
-def page(app_url):
+def page(served):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1300, "height": 900})
-        page.set_default_timeout(60_000)
-        page.goto(app_url)
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.set_default_timeout(120_000)
+        page.goto(served[0])
         page.wait_for_selector("#petri-run")
         yield page
         browser.close()
 
 
-def save_screenshot(page, tmp_path: Path, name: str) -> Path:
+def save_screenshot(page, tmp_path: Path, name: str, full_page: bool = True) -> Path:
     path = tmp_path / name
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path), full_page=full_page)
     extra = os.environ.get("PETRI_SCREENSHOT_DIR")
     if extra:
         Path(extra).mkdir(parents=True, exist_ok=True)
@@ -67,44 +91,217 @@ def save_screenshot(page, tmp_path: Path, name: str) -> Path:
     return path
 
 
-def test_run_a_dish_in_the_browser(page, tmp_path):
-    # the canvas strip shows where each concept sits
-    page.wait_for_selector("#petri-strip .js-plotly-plot")
-    assert "inventory" in page.inner_text("#petri-placement")
+def tab(page, name: str) -> None:
+    page.click(f"button[role=tab]:has-text('{name}')")
 
+
+def chips(page) -> dict[str, tuple[int, int]]:
+    """concept → (start, tokens) as the canvas control draws them."""
+    found = page.locator("#petri-canvas .pc-chip").evaluate_all(
+        "els => els.map(e => [e.dataset.concept, +e.dataset.start, +e.dataset.tokens])")
+    return {c: (s, t) for c, s, t in found}
+
+
+def canvas_geometry(page) -> tuple[dict, int, int]:
+    box = page.locator("#petri-canvas .pc-track").bounding_box()
+    length = int(page.locator("#petri-canvas .pc-track").get_attribute("data-length"))
+    prefix = int(page.locator("#petri-canvas .pc-track").get_attribute("data-prefix"))
+    return box, length, prefix
+
+
+def free_start(placed: dict[str, tuple[int, int]], concept: str, length: int, prefix: int, avoid: set[int]) -> int:
+    """A start where ``concept`` fits without touching another chip (and not in ``avoid``)."""
+    tokens = placed[concept][1]
+    taken = {p for c, (s, t) in placed.items() if c != concept for p in range(s - 1, s + t + 1)}
+    for start in range(prefix, length - tokens + 1):
+        if start not in avoid and not taken & set(range(start, start + tokens)):
+            return start
+    raise AssertionError(f"no free slot for {concept} in {placed}")
+
+
+def drag(page, concept: str, to_start: int) -> None:
+    """Drag ``concept``'s chip with the mouse so that it starts at position ``to_start``."""
+    box, length, _ = canvas_geometry(page)
+    unit = box["width"] / length
+    chip = page.locator(f"#petri-canvas .pc-chip[data-concept='{concept}']").bounding_box()
+    y = chip["y"] + chip["height"] / 2
+    grab_x = chip["x"] + unit / 2  # grab the chip's first token
+    page.mouse.move(grab_x, y)
+    page.mouse.down()
+    target = box["x"] + (to_start + 0.5) * unit
+    page.mouse.move((grab_x + target) / 2, y, steps=4)
+    page.mouse.move(target, y, steps=4)
+    page.mouse.up()
+
+
+def wait_table_start(page, concept: str, start: int) -> None:
+    """Wait until the slot table's row of ``concept`` shows ``start`` (the cells read in order)."""
+    page.wait_for_function(
+        f"() => {{ const w = document.querySelector('#petri-placement').innerText.split(/\\s+/);"
+        f" const i = w.lastIndexOf('{concept}'); return i >= 0 && w[i + 1] === '{start}'; }}")
+
+
+def test_study_tab_opens_on_the_shipped_results(page):
+    tab(page, "Study")
+    page.wait_for_selector("#petri-study-stats:has-text('Shipped results')")
+    stats = page.inner_text("#petri-study-stats")
+    assert "petri-tiny" in stats and "d894fb59657f4120473aeb68" in stats and "Mann-Whitney" in stats
+    page.wait_for_selector("#petri-study-instability .js-plotly-plot")
+    page.wait_for_selector("#petri-study-events-fig .js-plotly-plot")
+    title = page.locator("#petri-study-instability .gtitle").text_content()
+    assert "event level: benign n=12" in title and "provisional" not in title
+    names = {h.rsplit("/", 1)[-1] for h in page.locator("#petri-study-files a[href]").evaluate_all("els => els.map(e => e.href)")}
+    assert {"events.csv", "report.md", "positions.csv.gz"} <= names
+    tab(page, "Dish")
+
+
+def test_drag_and_keyboard_placement_reaches_the_run(page, served, tmp_path):
+    _, service, _ = served
+    page.wait_for_selector("#petri-canvas .pc-chip[data-concept='order']")
+    before = chips(page)
+    _, length, prefix = canvas_geometry(page)
+    # the mouse: order to a free slot
+    order_to = free_start(before, "order", length, prefix, avoid={before["order"][0]})
+    drag(page, "order", order_to)
+    page.wait_for_function(f"document.querySelector(\"#petri-canvas .pc-chip[data-concept='order']\").dataset.start == '{order_to}'")
+    wait_table_start(page, "order", order_to)
+    # the keyboard: person one position along, towards free room
+    placed = chips(page)
+    start, tokens = placed["person"]
+    others = {p for c, (s, t) in placed.items() if c != "person" for p in range(s, s + t)}
+    key, person_to = ("ArrowRight", start + 1) if start + tokens < length and start + tokens not in others else ("ArrowLeft", start - 1)
+    assert person_to >= prefix and person_to not in others
+    page.focus("#petri-canvas .pc-chip[data-concept='person']")
+    page.keyboard.press(key)
+    wait_table_start(page, "person", person_to)
+    page.wait_for_function(f"document.querySelector(\"#petri-canvas .pc-chip[data-concept='person']\").dataset.start == '{person_to}'")
+    assert page.evaluate("document.activeElement.dataset.concept") == "person"  # focus stays on the chip
+
+    # run without per-sample shuffling: every sample's anchors sit where the chips were put
+    page.uncheck("label:has-text('Shuffle concepts over the slots per sample') input")
     page.fill("#petri-samples input[type=number]", "3")
     page.click("text=Sampler settings")
     page.fill("#petri-steps input[type=number]", "16")
     page.click("#petri-run")
-    page.wait_for_selector("#petri-heatmap .js-plotly-plot")  # the live heatmap
+    page.wait_for_selector("#petri-heatmap .js-plotly-plot")
     page.wait_for_selector("#petri-status:has-text('Done')")
-    page.wait_for_selector("#petri-heatmap .hm, #petri-heatmap .heatmaplayer image", state="attached")
-    title = page.locator("#petri-heatmap .gtitle").text_content()
-    assert "flips per step and position (3 samples)" in title
+    run_id = re.search(r"/api/runs/([0-9a-f]+)", page.inner_text("#petri-status")).group(1)
+    traj = service.store.load_events(run_id)[0][2]
+    final_chips = chips(page)
+    for spans in traj.anchors:
+        assert {a.concept: a.start for a in spans} == {c: s for c, (s, _) in final_chips.items()}
+    assert {a.concept: a.start for a in traj.anchors[0]}["order"] == order_to
+    assert {a.concept: a.start for a in traj.anchors[0]}["person"] == person_to
 
+    page.wait_for_selector("#petri-heatmap .hm, #petri-heatmap .heatmaplayer image", state="attached")
+    assert "flips per step and position (3 samples)" in page.locator("#petri-heatmap .gtitle").text_content()
     final = page.inner_text("#petri-final")
+    assert "<eos>" not in final and "<pad>" not in final
     for concept in ("order", "inventory", "person"):
         assert concept in final
-    page.wait_for_selector("#petri-flips .js-plotly-plot")
-    assert "|" in page.inner_text("#petri-pairs")  # pair rows such as inventory|order
+    assert "|" in page.inner_text("#petri-pairs")
     links = page.locator("#petri-files a[href]").evaluate_all("els => els.map(e => e.href)")
-    names = {link.rsplit("/", 1)[-1] for link in links}
-    assert {"positions.csv", "segments.csv", "samples.csv", "pairs.csv", "run.json"} <= names, links
-    csv_link = next(link for link in links if link.endswith("/pairs.csv"))
-    download = httpx.get(csv_link, timeout=30)
+    assert {"positions.csv", "segments.csv", "samples.csv", "pairs.csv", "run.json"} <= {l.rsplit("/", 1)[-1] for l in links}
+    download = httpx.get(next(l for l in links if l.endswith("/pairs.csv")), timeout=30)
     assert download.status_code == 200 and download.text.startswith('"event","event_index","group"')
-    status = page.inner_text("#petri-status")
-    assert "/api/runs/" in status
-    page.wait_for_timeout(500)  # let plotly finish its transitions
+    page.evaluate("window.scrollTo(0, 0)")
+    page.wait_for_function("!document.querySelector('#petri-heatmap .js-plotly-plot').classList.contains('is-transitioning')")
     shot = save_screenshot(page, tmp_path, "dish.png")
     assert shot.stat().st_size > 10_000
+
+
+def test_an_overlapping_drop_is_refused_where_the_user_sees_it(page):
+    placed = chips(page)
+    (a, (a_start, _)), (b, (b_start, _)) = sorted(placed.items(), key=lambda kv: kv[1][0])[:2]
+    table_before = page.inner_text("#petri-placement")
+    drag(page, b, a_start)  # onto the first chip
+    page.wait_for_selector("#petri-canvas .pc-msg.pc-bad:has-text('Refused')")
+    message = page.inner_text("#petri-canvas .pc-msg")
+    assert f"{b} at {a_start} would overlap {a}" in message
+    assert page.locator(f"#petri-canvas .pc-chip[data-concept='{b}']").get_attribute("class").count("pc-refused") == 1
+    assert chips(page)[b][0] == b_start  # the chip went back
+    assert page.inner_text("#petri-placement") == table_before
+
+
+def small_study_file(folder: Path) -> Path:
+    """A 6-event, 1-template study file (benign / contradictory), for a study that runs in seconds."""
+    import pandas as pd
+
+    from petri.web.ui_study import fields_to_dict
+
+    texts = {"benign": ["The order was packed.", "The stock was counted.", "A customer paid for the order."],
+             "contradictory": ["Ninety units in stock, none in stock.", "The order arrived before it was placed.",
+                               "The empty shelf held forty units."]}
+    events = pd.DataFrame([[f"{g[0]}{i}", g, t, ""] for g, ts in texts.items() for i, t in enumerate(ts)],
+                          columns=["id", "group", "text", "concepts"])
+    templates = pd.DataFrame([["t1", "Event: {event}\nDescribe how {concepts} relate."]], columns=["id", "text"])
+    data = fields_to_dict({"id": "browser", "title": "Browser study", "language": "en"}, "order, inventory, person",
+                          events, templates, "benign, contradictory", "")
+    path = folder / "browser_study.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_study_figure_appears_before_the_study_ends(page, served, tmp_path):
+    _, _, gate = served
+    tab(page, "Study")
+    page.click("button:has-text('Study set-up')")
+    page.set_input_files("#petri-study-upload input[type=file]", str(small_study_file(tmp_path)))
+    page.wait_for_selector("text=Loaded Browser study")
+    page.fill("#petri-study-samples input[type=number]", "2")
+    page.fill("#petri-study-steps input[type=number]", "4")
+    try:
+        page.click("#petri-study-run")
+        page.wait_for_function(
+            "(document.querySelector('#petri-study-instability .gtitle') || {}).textContent?.includes('provisional')")
+        title = page.locator("#petri-study-instability .gtitle").text_content()
+        assert re.search(r"provisional: \d of 6 batches; events so far: benign \d", title), title
+        assert "Done" not in page.inner_text("#petri-study-status")  # the study is held at its gate
+        assert "provisional" in page.inner_text("#petri-study-stats").lower()
+        save_screenshot(page, tmp_path, "study-live.png", full_page=False)
+    finally:
+        gate.set()
+    page.wait_for_selector("#petri-study-status:has-text('Done')", timeout=300_000)
+    page.wait_for_function(
+        "!document.querySelector('#petri-study-instability .gtitle').textContent.includes('provisional')")
+    assert page.inner_text("#petri-study-stats").startswith("Final")
+
+
+def test_compare_shows_both_heatmaps(page):
+    tab(page, "Compare")
+    page.fill("#petri-cmp-samples input[type=number]", "2")
+    page.fill("#petri-cmp-steps input[type=number]", "6")
+    page.click("#petri-cmp-run")
+    page.wait_for_selector("#petri-cmp-status:has-text('Done')")
+    for part in ("heatmap-a", "heatmap-b", "difference"):
+        page.wait_for_selector(f"#petri-cmp-{part} .js-plotly-plot")
+    assert "benign" in page.locator("#petri-cmp-heatmap-a .gtitle").text_content()
+    assert "contradictory" in page.locator("#petri-cmp-heatmap-b .gtitle").text_content()
+    assert "same layouts and seed" in page.inner_text("#petri-cmp-summary")
+    assert "contradictory − benign" in page.inner_text("#petri-cmp-paired")
+
+
+def test_a_stored_run_reopens(page, served):
+    _, service, _ = served
+    dish_run = next(r for r in service.store.list_runs(20) if r["kind"] == "seed" and len(r["request"]["events"]) == 1)
+    tab(page, "Runs")
+    page.wait_for_selector(f"#petri-runs-table:has-text('{dish_run['run_id']}')")
+    page.locator("#petri-runs-table").get_by_text(dish_run["run_id"], exact=True).locator("visible=true").first.click()
+    page.wait_for_function(
+        f"document.querySelector('#petri-runs-choice input').value.includes('{dish_run['run_id'][:12]}')")
+    page.click("#petri-runs-open")
+    page.wait_for_selector(f"#petri-status:has-text('Reopened dish run')")
+    assert dish_run["run_id"] in page.inner_text("#petri-status")
+    page.wait_for_selector("#petri-heatmap .js-plotly-plot")
+    assert "order" in page.inner_text("#petri-final")
+    links = page.locator("#petri-files a[href]").evaluate_all("els => els.map(e => e.href)")
+    assert any(f"/{dish_run['run_id']}/" in l or l.endswith("run.json") for l in links)
 
 
 def test_bad_concepts_are_named_in_the_browser(page, tmp_path):
     page.fill("#petri-concepts textarea, #petri-concepts input", "order")
     page.wait_for_function("!document.querySelector('#petri-placement').innerText.includes('inventory')")
-    # the canvas strip is redrawn for the new concepts (its annotations are SVG text in the plot)
-    page.wait_for_function("!document.querySelector('#petri-strip').textContent.includes('inventory')")
+    page.wait_for_function("!document.querySelector('#petri-canvas').textContent.includes('inventory')")
     page.click("#petri-run")
     page.wait_for_selector("#petri-concepts:has-text('at least 2 items')")
     assert "concepts" in page.inner_text("#petri-concepts")

@@ -84,7 +84,7 @@ def test_placement_helpers(service):
         assert (shuffled["start"].iloc[1:].to_numpy() >= ends.iloc[:-1].to_numpy()).all() and ends.iloc[-1] <= 16
         orders.add(tuple(shuffled["concept"]))
     assert len(orders) == 6, orders
-    assert "overlaps" in ctl.strip(pd.DataFrame({"concept": ["order", "person"], "start": [4, 4]})).layout.title.text
+    assert "overlaps" in ctl.canvas(pd.DataFrame({"concept": ["order", "person"], "start": [4, 4]}))["error"]
 
 
 def small_study_fields():
@@ -100,13 +100,14 @@ def small_study_fields():
 
 def test_study_tab_runs_a_study(service):
     meta, concepts, events, templates = small_study_fields()
-    out = StudyController(service).run(meta, concepts, events, templates, "benign, contradictory", "", ["t1", "t2"], 2, 0, 3)
-    fig_instability, fig_events, fig_jaccard, stats, groups, files = out
-    assert all(isinstance(f, go.Figure) for f in (fig_instability, fig_events, fig_jaccard))
-    assert "Headline (event level" in stats and "Segment level" in stats
-    assert list(groups["group"]) == ["benign", "contradictory"]
-    names = {p.rsplit("/", 1)[-1] for p in files}
+    *_, final = StudyController(service).run(meta, concepts, events, templates, "benign, contradictory", "",
+                                             ["t1", "t2"], 2, 0, 3)
+    assert all(isinstance(final[k], go.Figure) for k in ("instability", "events", "jaccard"))
+    assert "Headline (event level" in final["stats"] and "Segment level" in final["stats"]
+    assert list(final["groups"]["group"]) == ["benign", "contradictory"]
+    names = {p.rsplit("/", 1)[-1] for p in final["files"]}
     assert {"positions.csv", "segments.csv", "samples.csv", "events.csv", "pairs.csv", "report.md"} <= names
+    assert final["report"].startswith("#")
     assert not service.busy
 
 

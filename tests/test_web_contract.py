@@ -126,8 +126,8 @@ def study_tab_error(service, data: dict, monkeypatch) -> str:
     templates = pd.DataFrame([[t["id"], t["text"]] for t in data["templates"]], columns=["id", "text"])
     ids = [t["id"] for t in data["templates"]]
     with model_held(service), pytest.raises(gr.Error) as info:
-        StudyController(service).run({"id": "x", "title": "x", "language": "en"}, "order, person", events, templates,
-                                     "benign, contradictory", "", ids, 2, 0, 3)
+        list(StudyController(service).run({"id": "x", "title": "x", "language": "en"}, "order, person", events,
+                                          templates, "benign, contradictory", "", ids, 2, 0, 3))
     assert service.store.list_runs(10) == []  # refused before the model was asked
     return info.value.message
 
@@ -164,8 +164,8 @@ def test_dish_preview_refuses_what_the_seed_request_refuses(service):
     with pytest.raises(FieldError) as info:
         prepare_seed(request, service.lm)
     placement = pd.DataFrame({"concept": ["order", "inventory", "person"], "start": [3, 3, 9], "tokens": [1, 1, 1]})
-    title = ctl.strip(placement).layout.title.text
-    assert info.value.kind == "layout_error" and info.value.msg in title
+    shown = ctl.canvas(placement)["error"]  # the canvas control's refusal line
+    assert info.value.kind == "layout_error" and info.value.msg in shown
     accepted = pd.DataFrame({"concept": ["order", "inventory", "person"], "start": [3, 6, 9], "tokens": [1, 1, 1]})
     prepare_seed(SeedRequest(concepts=["order", "inventory", "person"], event="x", positions=[3, 6, 9]), service.lm)
-    assert ctl.strip(accepted).layout.title.text == f"canvas: {service.lm.canvas_length} positions"
+    assert ctl.canvas(accepted)["error"] == ""

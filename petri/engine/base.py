@@ -113,12 +113,32 @@ def settings_from_generation_config(generation_config) -> SamplerSettings:
     )
 
 
+#: Set to 1 (or pass ``--allow-download``) to let the loaders fetch a hub model that is not cached (a Space).
+ALLOW_DOWNLOAD_ENV = "PETRI_ALLOW_DOWNLOAD"
+
+
 def missing_model_message(name: str, embedded_path: str) -> str:
     """The one message for a model that is not on this machine: how to get it, and the fallback."""
     return (
         f"Model {name!r} was not found: it is not a local folder and not in the local Hugging Face cache "
-        f"({os.environ.get('HF_HOME', '~/.cache/huggingface')}). Petri never downloads at run time. "
-        f"To use it, download it once on a machine with access, e.g. "
+        f"({os.environ.get('HF_HOME', '~/.cache/huggingface')}). Petri never downloads at run time unless "
+        f"asked to: pass --allow-download (or set {ALLOW_DOWNLOAD_ENV}=1, as a Hugging Face Space does) to "
+        f"fetch it at start, or download it once on a machine with access, e.g. "
         f"`huggingface-cli download {name}` (about 52 GB for {REAL_MODEL_ID}), or pass the path of a "
         f"checkpoint folder. Without a model argument petri uses the embedded model in {embedded_path}."
     )
+
+
+def fetch_hub_model(name: str) -> str:
+    """Download hub model ``name`` into the Hugging Face cache (resuming a partial download; files
+    already there are not fetched again), with huggingface_hub's progress bars on stderr, and return
+    its local folder. Only called when downloads are allowed (``allow_download=True``)."""
+    import sys
+
+    from huggingface_hub import snapshot_download
+
+    print(f"petri: fetching {name!r} from the Hugging Face Hub (--allow-download)", file=sys.stderr, flush=True)
+    try:
+        return str(snapshot_download(name))
+    except Exception as err:  # noqa: BLE001 - network, auth, unknown repo: one message naming the cause
+        raise ModelNotFoundError(f"Model {name!r} could not be downloaded from the Hugging Face Hub: {err}") from err

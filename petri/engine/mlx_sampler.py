@@ -27,7 +27,13 @@ import numpy as np
 
 from petri.cancel import CancelToken
 from petri.dish import pinned_arrays
-from petri.engine.base import ModelNotFoundError, StepCallback, missing_model_message, settings_from_generation_config
+from petri.engine.base import (
+    ModelNotFoundError,
+    StepCallback,
+    fetch_hub_model,
+    missing_model_message,
+    settings_from_generation_config,
+)
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.mlx_model import MLXDiffusionGemma, resolve_mlx_dtype
 from petri.paths import embedded_model_path
@@ -116,11 +122,12 @@ def checkpoint_digest(folder: Path, head_bytes: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def load_mlx_model(name_or_path: str | Path | None = None, dtype: str = "auto") -> MLXLoadedModel:
+def load_mlx_model(name_or_path: str | Path | None = None, dtype: str = "auto", allow_download: bool = False) -> MLXLoadedModel:
     """Load a DiffusionGemma checkpoint for the MLX backend.
 
     ``name_or_path``: a checkpoint folder or a hub id resolved from the local Hugging Face cache
-    only (``None``: the embedded model). ``dtype``: ``"auto"`` is float32 on the CPU and bfloat16 on
+    only (``None``: the embedded model), or fetched when ``allow_download`` (see
+    :func:`petri.engine.base.fetch_hub_model`). ``dtype``: ``"auto"`` is float32 on the CPU and bfloat16 on
     an Apple GPU. Raises :class:`petri.engine.base.ModelNotFoundError` when nothing is found locally.
     """
     from transformers import AutoTokenizer
@@ -132,6 +139,8 @@ def load_mlx_model(name_or_path: str | Path | None = None, dtype: str = "auto") 
         folder = local
     elif local.exists() or name.startswith((".", "/", "~")):
         raise ModelNotFoundError(missing_model_message(name, embedded))
+    elif allow_download:
+        folder = Path(fetch_hub_model(name))
     else:
         from huggingface_hub import snapshot_download
 

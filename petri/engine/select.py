@@ -75,14 +75,16 @@ def load_backend_model(
     backend: str | None = "auto",
     device: str = "auto",
     dtype: str = "auto",
+    allow_download: bool = False,
 ) -> SamplingModel:
     """Load a checkpoint on the selected backend: a :class:`petri.engine.torch_model.LoadedModel` (torch) or a
     :class:`petri.engine.mlx_sampler.MLXLoadedModel` (mlx; ``device`` is ignored: MLX runs on
-    its default device, the GPU on Apple silicon)."""
+    its default device, the GPU on Apple silicon). ``allow_download`` lets either loader fetch a hub
+    id that is not in the local cache (off by default)."""
     if select_backend(backend) == "mlx":
         from petri.engine.mlx_sampler import load_mlx_model
 
-        return load_mlx_model(name_or_path, dtype=dtype)
+        return load_mlx_model(name_or_path, dtype=dtype, allow_download=allow_download)
     from petri.engine.torch_model import load_model
 
-    return load_model(name_or_path, device=device, dtype=dtype)
+    return load_model(name_or_path, device=device, dtype=dtype, allow_download=allow_download)

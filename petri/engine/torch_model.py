@@ -1,8 +1,9 @@
 """Loading DiffusionGemma models: the real one from the local Hugging Face cache, a local
 checkpoint folder (the embedded model in ``assets/petri-tiny`` by default), or a tiny random one.
 
-Nothing is ever downloaded at run time: hub ids are resolved from the local cache only, and a
-missing model produces a :class:`ModelNotFoundError` whose message says how to get it.
+Nothing is downloaded at run time unless asked (``allow_download=True``: ``--allow-download`` /
+``PETRI_ALLOW_DOWNLOAD=1``, what a Hugging Face Space sets): hub ids are resolved from the local cache
+only, and a missing model produces a :class:`ModelNotFoundError` whose message says how to get it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from petri.engine.base import (
     REAL_MODEL_ID,
     ModelNotFoundError,
     StepCallback,
+    fetch_hub_model,
     missing_model_message,
     settings_from_generation_config,
 )
@@ -149,14 +151,18 @@ def load_model(
     name_or_path: str | os.PathLike | None = None,
     device: str | torch.device = "auto",
     dtype: str | torch.dtype = "auto",
+    allow_download: bool = False,
 ) -> LoadedModel:
     """Load a DiffusionGemma checkpoint for sampling.
 
     Args:
-        name_or_path: a hub id (resolved from the local cache only) or a checkpoint folder; ``None``
-            picks :func:`default_model_name`.
+        name_or_path: a hub id (resolved from the local cache only, unless ``allow_download``) or a
+            checkpoint folder; ``None`` picks :func:`default_model_name`.
         device: ``"auto"`` (cuda → mps → cpu) or a torch device string.
         dtype: ``"auto"`` (bf16 on CUDA, fp16 on MPS, fp32 on CPU) or a dtype name.
+        allow_download: fetch a hub id that is not cached (:func:`petri.engine.base.fetch_hub_model`,
+            with a progress bar) before loading it; off by default. On a ZeroGPU Space this runs at
+            start, in the main process, outside the ``spaces.GPU`` functions.
     """
     name = str(name_or_path) if name_or_path is not None else default_model_name()
     torch_device = resolve_device(device)
@@ -165,6 +171,8 @@ def load_model(
     source = str(local) if local.is_dir() else name
     if not local.is_dir() and (local.exists() or name.startswith((".", "/", "~"))):
         raise ModelNotFoundError(missing_model_message(name, str(EMBEDDED_MODEL_PATH)))
+    if allow_download and not local.is_dir():
+        source = fetch_hub_model(name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(

@@ -127,7 +127,8 @@ class LocalExecutor(StudyExecutor):
 @dataclass(frozen=True)
 class ModelSpec:
     """How a worker loads its own copy of the model: the ``--model/--backend/--device/--dtype/
-    --compile/--threads`` options, as plain values that travel to another process or machine."""
+    --compile/--threads/--allow-download`` options, as plain values that travel to another process
+    or machine."""
 
     name: str | None = None
     backend: str = "auto"
@@ -135,6 +136,7 @@ class ModelSpec:
     dtype: str = "auto"
     compile: bool = False
     threads: int | None = None
+    allow_download: bool = False
 
     def load(self) -> SamplingModel:
         from petri.engine.select import load_backend_model
@@ -143,7 +145,8 @@ class ModelSpec:
             from petri.engine.device import set_cpu_threads
 
             set_cpu_threads(self.threads)
-        lm = load_backend_model(self.name, backend=self.backend, device=self.device, dtype=self.dtype)
+        lm = load_backend_model(self.name, backend=self.backend, device=self.device, dtype=self.dtype,
+                                allow_download=self.allow_download)
         if self.compile:
             if lm.backend != "torch":
                 raise ValueError("--compile applies to the torch backend only")

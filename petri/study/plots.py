@@ -64,15 +64,19 @@ def _wrap(text: str, width: int = 110) -> str:
 def instability_figure(
     segments: pd.DataFrame,
     events: pd.DataFrame,
-    comparison: LevelComparisons,
+    comparison: LevelComparisons | None,
     groups: Sequence[str],
     *,
     model_id: str = "",
     value: str = "instability",
+    provisional: str = "",
+    waiting: str = "",
 ) -> go.Figure:
     """Left: one point per event (its mean segment instability: the independent unit of the test)
     with a box per group. Right: every segment (non-independent), as violins. The event-level test
-    is the title; the segment-level one is written under the right panel."""
+    is the title; the segment-level one is written under the right panel. While a study runs,
+    ``provisional`` (e.g. ``"provisional: 12 of 36 batches; …"``) heads the title, and with no
+    comparison yet (``None``) ``waiting`` says why in its place."""
     colors = group_colors(groups)
     fig = make_subplots(
         rows=1, cols=2, column_widths=[0.45, 0.55], horizontal_spacing=0.08,
@@ -96,7 +100,9 @@ def instability_figure(
         )
     fig.update_yaxes(title_text="instability (mean flips per free position)", row=1, col=1)
     fig.update_yaxes(title_text="segment instability", row=1, col=2)
-    title = _wrap(comparison.event.summary())
+    title = _wrap(comparison.event.summary() if comparison is not None else (waiting or "no comparison yet"))
+    if provisional:
+        title = f"<span style='color:#b45309'>{provisional}</span><br>{title}"
     fig.update_layout(
         title={"text": f"<b>{title}</b>", "font": {"size": 13}, "x": 0.01, "xanchor": "left"},
         template="plotly_white",
@@ -105,16 +111,19 @@ def instability_figure(
         margin={"t": 110, "b": 150, "l": 70, "r": 30},
         showlegend=True,
     )
+    segment_line = _wrap(comparison.segment.summary(), 150) if comparison is not None else ""
     fig.add_annotation(
-        text=_wrap(comparison.segment.summary(), 150) + (f"<br>model: {model_id}" if model_id else ""),
+        text=segment_line + (f"<br>model: {model_id}" if model_id else ""),
         xref="paper", yref="paper", x=0, y=-0.13, yanchor="top", showarrow=False, align="left", xanchor="left",
         font={"size": 11, "color": "#555"},
     )
     return fig
 
 
-def event_ranking_figure(events: pd.DataFrame, groups: Sequence[str] | None = None, *, confidence: float = 0.95, model_id: str = "") -> go.Figure:
-    """Mean instability per event, highest first, with its bootstrap CI, coloured by group."""
+def event_ranking_figure(events: pd.DataFrame, groups: Sequence[str] | None = None, *, confidence: float = 0.95, model_id: str = "",
+                         provisional: str = "") -> go.Figure:
+    """Mean instability per event, highest first, with its bootstrap CI, coloured by group
+    (``provisional``: a label heading the title while the study runs)."""
     groups = list(groups) if groups is not None else list(dict.fromkeys(events["group"]))
     colors = group_colors(groups)
     ranked = events.sort_values("instability", ascending=True)  # plotly draws the first row at the bottom
@@ -133,7 +142,8 @@ def event_ranking_figure(events: pd.DataFrame, groups: Sequence[str] | None = No
     fig.update_yaxes(categoryorder="array", categoryarray=ids, tickmode="array", tickvals=ids, ticktext=ids, title_text="event")
     fig.update_xaxes(title_text=f"mean segment instability ({100 * confidence:g}% cluster-bootstrap CI over samples)")
     fig.update_layout(
-        title="Mean instability per event, ranked" + (f" — model {model_id}" if model_id else ""),
+        title=(f"<span style='color:#b45309'>{provisional}</span><br>" if provisional else "")
+        + "Mean instability per event, ranked" + (f" — model {model_id}" if model_id else ""),
         template="plotly_white", width=900, height=max(420, 22 * len(events) + 160), legend={"title": "group"},
     )
     return fig
@@ -253,6 +263,37 @@ def flip_heatmap(
         height=max(400, min(900, 12 * z.shape[0] + 160)), margin={"l": 50, "r": 10, "t": 80, "b": 40},
     )
     fig.update_xaxes(title_text="canvas position", range=[-0.5, length - 0.5])
+    fig.update_yaxes(title_text="denoising step", autorange="reversed")
+    return fig
+
+
+def flip_difference_heatmap(flips_a, flips_b, *, labels: tuple[str, str] = ("A", "B"), anchors: Sequence[AnchorSpan] = (),
+                            pinned=None, n_samples: int = 1, title: str = "") -> go.Figure:
+    """``flips_b - flips_a``: two dishes' step × position flip maps ``(T_a, L)`` and ``(T_b, L)``
+    (samples flipping, as :func:`flip_heatmap` takes them) on the same layouts, the shorter padded
+    with zero rows (a stopped dish flips no more). Red: ``labels[1]`` flips more; blue: fewer.
+    Pinned positions (``pinned`` ``(L,)`` bool) are blank."""
+    a, b = np.asarray(flips_a, dtype=float), np.asarray(flips_b, dtype=float)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+        raise ValueError(f"flip maps must be (T, L) with the same L, got {a.shape} and {b.shape}")
+    steps = max(a.shape[0], b.shape[0])
+    z = np.zeros((steps, a.shape[1]))
+    z[: b.shape[0]] += b
+    z[: a.shape[0]] -= a
+    if pinned is not None:
+        z[:, np.asarray(pinned, dtype=bool)] = np.nan
+    bound = max(1, n_samples)
+    fig = go.Figure(go.Heatmap(
+        z=z, x=np.arange(a.shape[1]), y=np.arange(steps), zmin=-bound, zmax=bound, zmid=0, colorscale="RdBu_r",
+        hovertemplate=f"step %{{y}}, position %{{x}}<br>{labels[1]} − {labels[0]}: %{{z}} samples flipping<extra></extra>",
+        colorbar={"title": {"text": f"{labels[1]} − {labels[0]}", "side": "top"}, "thickness": 12},
+    ))
+    _mark_anchors(fig, anchors, np.zeros(a.shape[1], dtype=bool) if pinned is None else pinned, outline=True)
+    fig.update_layout(
+        title={"text": title or f"flip difference: {labels[1]} − {labels[0]}", "font": {"size": 14}, "x": 0.01},
+        template="plotly_white", height=max(400, min(900, 12 * steps + 160)), margin={"l": 50, "r": 10, "t": 80, "b": 40},
+    )
+    fig.update_xaxes(title_text="canvas position", range=[-0.5, a.shape[1] - 0.5])
     fig.update_yaxes(title_text="denoising step", autorange="reversed")
     return fig
 

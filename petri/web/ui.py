@@ -1,4 +1,5 @@
-"""The Gradio UI (Blocks + plotly): tabs *Dish*, *Study* and *Model*, all over the one service.
+"""The Gradio UI (Blocks + plotly): tabs *Dish*, *Compare*, *Study*, *Runs* and *Model*, all over the
+one service.
 
 Thin over :class:`~petri.service.PetriService` and :mod:`petri.web.requests`: every model job goes
 through the service's lock (the UI's queue runs one job per event handler; an API job running at the
@@ -10,18 +11,20 @@ from __future__ import annotations
 import gradio as gr
 
 from petri.service import PetriService
+from petri.web.ui_compare import build_compare_tab
 from petri.web.ui_dish import build_dish_tab
 from petri.web.ui_model import model_markdown
+from petri.web.ui_runs import RunsController, build_runs_tab
 from petri.web.ui_study import build_study_tab
 
 UI_CSS = """
-#petri-strip, #petri-heatmap { min-height: 0; }
+#petri-canvas, #petri-heatmap { min-height: 0; }
 .petri-note { color: var(--body-text-color-subdued); font-size: 0.9em; }
 """
 
 
 def build_ui(service: PetriService, model_source: str | None = None) -> gr.Blocks:
-    """The Blocks app: Dish, Study and Model tabs."""
+    """The Blocks app: Dish, Compare, Study, Runs and Model tabs."""
     lm = service.lm
     with gr.Blocks(title="Concept Petri Dish", analytics_enabled=False) as demo:
         gr.Markdown(
@@ -30,10 +33,18 @@ def build_ui(service: PetriService, model_source: str | None = None) -> gr.Block
             "it struggles: positions whose most likely token keeps **flipping** between denoising steps. "
             f"Model: `{lm.model_id}` on `{lm.device}`. HTTP API: [`/docs`](/docs)."
         )
-        with gr.Tab("Dish", id="dish"):
-            build_dish_tab(service)
-        with gr.Tab("Study", id="study"):
-            build_study_tab(service)
-        with gr.Tab("Model", id="model"):
-            gr.Markdown(model_markdown(service, model_source), elem_id="petri-model")
+        with gr.Tabs(elem_id="petri-tabs") as tabs:
+            with gr.Tab("Dish", id="dish"):
+                dish, dish_views = build_dish_tab(service)
+            with gr.Tab("Compare", id="compare"):
+                compare, compare_views = build_compare_tab(service, dish)
+            with gr.Tab("Study", id="study"):
+                study, study_views = build_study_tab(service)
+            with gr.Tab("Runs", id="runs") as runs_tab:
+                runs = RunsController(service, dish, compare, study)
+                refresh, refreshed = build_runs_tab(
+                    service, tabs, runs, {"dish": dish_views, "compare": compare_views, "study": study_views})
+            with gr.Tab("Model", id="model"):
+                gr.Markdown(model_markdown(service, model_source), elem_id="petri-model")
+        runs_tab.select(refresh, None, refreshed, show_progress="hidden")
     return demo

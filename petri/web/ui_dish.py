@@ -1,17 +1,17 @@
-"""The Dish tab: concepts, an event and a template, the anchor slots previewed on a canvas strip,
-a run whose flip map is redrawn live as the steps arrive, then the final text, flips per position,
-pair instability and the CSV downloads.
+"""The Dish tab: concepts, an event and a template (or one of the examples), the anchor slots placed
+by dragging concept chips along the canvas (:mod:`petri.web.ui_canvas`) or typed into the slot
+table (kept in sync), a run whose flip map is redrawn live as the steps arrive, then the final text
+(as the model's answer), flips per position, pair instability and the CSV downloads.
 
 Thin over the web layer: the canvas preview is :func:`~petri.web.requests.preview_layout`, the
 checks are :func:`~petri.web.requests.prepare_seed` (those of ``POST /api/seed``), the run is
-:func:`~petri.web.gpu.run_seed` (the service's lock). While a dish samples, the sampler's
-``on_step`` callback (worker thread) pushes each step's raw argmax through a queue; the run handler
-is a generator that redraws the flip map as the steps arrive.
+:func:`~petri.web.gpu.run_seed` (the service's lock), streamed by :func:`petri.web.ui_live.stream`:
+the sampler's ``on_step`` callback (worker thread) reports each step's raw argmax and the run
+handler, a generator, redraws the flip map as the steps arrive.
 """
 
 from __future__ import annotations
 
-import queue
 import tempfile
 import threading
 import time
@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from petri.dish import DEFAULT_TEMPLATE, Dish, pinned_arrays
 from petri.engine.seeding import plan_dish
 from petri.metrics import flip_grid
-from petri.service import BusyError, PetriService
+from petri.service import BusyError, PetriService, SeedResult
 from petri.study.plots import flip_heatmap, flips_bar, token_texts
 from petri.tables import pairs_table, samples_table
 from petri.trajectory import SamplerSettings, Trajectory
@@ -35,11 +35,13 @@ from petri.web.gpu import run_seed
 from petri.web.limits import MAX_SAMPLES, MAX_STEPS
 from petri.web.requests import SeedRequest, SettingsIn, prepare_seed, preview_layout
 from petri.web.responses import write_run_files
+from petri.web.ui_canvas import canvas_control, canvas_value, placement_rows
+from petri.web.ui_live import JobCancelled, stream
 from petri.web.ui_views import (
-    PREFIX_LABEL,
+    AFTER_END_COLOR,
+    AFTER_END_LABEL,
     LiveFlips,
     TokenText,
-    canvas_strip,
     concept_colors,
     highlighted_text,
     parse_concepts,
@@ -59,6 +61,15 @@ TEMPLATES = [
 ]
 EXAMPLE_EVENT = "Only 90 units are in stock, but a customer ordered 120."
 EXAMPLE_CONCEPTS = "order, inventory, person"
+#: The Dish tab's examples (concepts, event): benign and contradictory events of the shipped study.
+EXAMPLES = [
+    [EXAMPLE_CONCEPTS, "The customer placed an order, and the warehouse packed it the same afternoon."],
+    [EXAMPLE_CONCEPTS, "A sales assistant checked the inventory before confirming the customer's order."],
+    [EXAMPLE_CONCEPTS, EXAMPLE_EVENT],
+    [EXAMPLE_CONCEPTS, "The order for 40 units shipped in full, although the inventory held no units at all."],
+]
+EXAMPLE_LABELS = ["benign: packed the same afternoon", "benign: inventory checked first",
+                  "contradictory: 120 ordered, 90 in stock", "contradictory: shipped from empty stock"]
 PLACEMENT_COLUMNS = ["concept", "start", "tokens"]
 
 
@@ -107,12 +118,17 @@ class DishController:
         table["start"] = pd.to_numeric(table["start"], errors="coerce").fillna(0).astype(int)
         return table.reset_index(drop=True)
 
-    def strip(self, placement, pin_thought: bool = True) -> go.Figure:
-        """The canvas strip of the slot table, titled with the layout check's error if it fails."""
+    def canvas(self, placement, pin_thought: bool = True) -> dict:
+        """The canvas control's value for the slot table: its chips where the table puts them, and
+        the layout check's error (the seed check's refusal) if the table's layout fails it."""
         table = self._clean(placement)
         concepts = list(table["concept"])
         preview = preview_layout(self.lm, concepts, [int(s) for s in table["start"]], pin_thought)
-        return canvas_strip(preview, concept_colors(concepts))
+        return canvas_value(preview, concept_colors(concepts))
+
+    def from_canvas(self, value: dict | None) -> pd.DataFrame:
+        """The slot table after a move on the canvas (the chips' starts, in chip order)."""
+        return pd.DataFrame(placement_rows(value), columns=PLACEMENT_COLUMNS)
 
     # -- the run ----------------------------------------------------------------------------
     def build_request(self, concepts_text, event, template, samples, seed, placement, shuffle, steps,
@@ -163,9 +179,10 @@ class DishController:
             problems.setdefault(index, []).append(request_error_message(err))
         return [gr.validate(i not in problems, "; ".join(problems.get(i, []))) for i in range(len(inputs))]
 
-    def run(self, *inputs):
+    def run(self, *inputs, cancel: threading.Event | None = None):
         """Generator: validate, start the job in a worker thread, redraw the heatmap per step,
-        then yield every result. Yields dicts keyed by output component name."""
+        then yield every result. Yields dicts keyed by output component name; ``cancel`` is the hook
+        a Cancel button sets (:func:`petri.web.ui_live.stream`)."""
         try:
             request = self.build_request(*inputs)
             events, settings = prepare_seed(request, self.lm)
@@ -177,57 +194,55 @@ class DishController:
         colors = concept_colors(dish.concepts)
         live = LiveFlips(pinned)
         steps_max = settings.max_denoising_steps
-        messages: queue.Queue = queue.Queue()
 
-        def on_step(index, argmax, finished):
-            messages.put(("step", index, np.array(argmax, copy=True), np.array(finished, copy=True)))
-
-        def work():
-            try:
-                result = run_seed(self.service, events, request.samples, settings, request.seed, on_step, UI_WAIT_S)
-                messages.put(("done", result))
-            except BaseException as err:  # noqa: BLE001 - handed to the generator
-                messages.put(("error", err))
+        def work(emit):
+            return run_seed(self.service, events, request.samples, settings, request.seed, emit, UI_WAIT_S)
 
         if self.service.busy:
             yield {"status": "⏳ Waiting for the model: another job is running…"}
-        threading.Thread(target=work, daemon=True, name="petri-ui-seed").start()
         last_draw = 0.0
-        result = None
-        while result is None:
-            try:
-                item = messages.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            if item[0] == "error":
-                err = item[1]
-                if isinstance(err, BusyError):
-                    raise gr.Error(f"The model is busy: {err}", title="Busy")
-                raise gr.Error(f"Sampling failed: {err}")
-            if item[0] == "done":
-                result = item[1]
-                break
-            _, index, argmax, finished = item
-            live.add(argmax, finished)
-            now = time.monotonic()
-            if now - last_draw >= LIVE_REDRAW_S:
-                last_draw = now
-                yield {
-                    "status": f"Sampling… step {index + 1} of at most {steps_max} "
-                              f"({int(finished.sum())}/{len(finished)} samples settled)",
-                    "heatmap": flip_heatmap(
-                        live.counts(), n_samples=request.samples, anchors=layouts[0], pinned=pinned.all(axis=0),
-                        blank_pinned=True, tokens=token_texts(self.tokens, live.token_ids()), colors=colors,
-                        title=f"flips while sampling — step {index + 1}",
-                    ),
-                }
+        result: SeedResult | None = None
+        try:
+            for kind, payload in stream(work, cancel=cancel, name="petri-ui-seed"):
+                if kind == "done":
+                    result = payload
+                    break
+                index, argmax, finished = payload
+                live.add(np.asarray(argmax), np.asarray(finished))
+                now = time.monotonic()
+                if now - last_draw >= LIVE_REDRAW_S:
+                    last_draw = now
+                    yield {
+                        "status": f"Sampling… step {index + 1} of at most {steps_max} "
+                                  f"({int(np.asarray(finished).sum())}/{len(finished)} samples settled)",
+                        "heatmap": flip_heatmap(
+                            live.counts(), n_samples=request.samples, anchors=layouts[0], pinned=pinned.all(axis=0),
+                            blank_pinned=True, tokens=token_texts(self.tokens, live.token_ids()), colors=colors,
+                            title=f"flips while sampling — step {index + 1}",
+                        ),
+                    }
+        except BusyError as err:
+            raise gr.Error(f"The model is busy: {err}", title="Busy") from None
+        except JobCancelled:
+            yield {"status": "Cancelled."}
+            return
+        except Exception as err:  # noqa: BLE001 - shown to the user
+            raise gr.Error(f"Sampling failed: {err}") from None
         traj = result.trajectories[0]
-        files = write_run_files(result.run_id, result.trajectories, result.groups, self.workdir / result.run_id)
         yield {
+            **self.result_views(result.run_id, result.trajectories, result.groups),
             "status": (f"Done: run `{result.run_id}` — {traj.n_samples} samples, steps {traj.steps.tolist()}, "
                        f"{result.wall_s:.2f} s on {traj.device}. Stored; also at `/api/runs/{result.run_id}`."),
+        }
+
+    def result_views(self, run_id: str, trajectories: list[Trajectory], groups: list) -> dict:
+        """Every result view of a stored dish run's first event (heatmap, text, flips, pairs,
+        samples, downloads): after a run, and when a past run is reopened (nothing is sampled)."""
+        traj = trajectories[0]
+        files = write_run_files(run_id, trajectories, groups, self.workdir / run_id)
+        return {
             "heatmap": self.final_heatmap(traj),
-            "run_id": result.run_id,
+            "run_id": run_id,
             **self.sample_views(traj, 0),
             "pairs": self.pairs_view(traj),
             "samples_table": self.samples_view(traj),
@@ -249,7 +264,7 @@ class DishController:
         colors = concept_colors(sorted({a.concept for spans in traj.anchors for a in spans}))
         sample = min(max(sample, 0), traj.n_samples - 1)
         pieces = highlighted_text(traj, sample, self.tokens)
-        color_map = {**colors, **({PREFIX_LABEL: "#d1d5db"} if any(l == PREFIX_LABEL for _, l in pieces) else {})}
+        color_map = {**colors, **({AFTER_END_LABEL: AFTER_END_COLOR} if any(l == AFTER_END_LABEL for _, l in pieces) else {})}
         return {
             "final_text": gr.update(value=pieces, color_map=color_map),
             "flips": flips_bar(traj, sample, self.lm.tokenizer),
@@ -276,8 +291,9 @@ class DishController:
         return self.sample_views(stored[0][2], int(sample))
 
 
-def build_dish_tab(service: PetriService) -> None:
-    """The Dish tab's components and events (inside an open ``gr.Tab``)."""
+def build_dish_tab(service: PetriService) -> tuple[DishController, dict]:
+    """The Dish tab's components and events (inside an open ``gr.Tab``); returns its controller and
+    its result components by name (the Runs tab reopens a stored dish into them)."""
     ctl = DishController(service)
     defaults: SamplerSettings = service.lm.default_settings()
     with gr.Row():
@@ -286,18 +302,20 @@ def build_dish_tab(service: PetriService) -> None:
             event = gr.Textbox(EXAMPLE_EVENT, label="Event", lines=3, max_length=2000, elem_id="petri-event")
             template = gr.Dropdown(TEMPLATES, value=DEFAULT_TEMPLATE, allow_custom_value=True,
                                    label="Prompt template ({event}, {concepts})")
+            gr.Examples(EXAMPLES, [concepts, event], label="Examples (benign and contradictory events)",
+                        example_labels=EXAMPLE_LABELS, elem_id="petri-examples")
         with gr.Column(scale=2):
             placement = gr.Dataframe(
                 ctl.spread(EXAMPLE_CONCEPTS), headers=PLACEMENT_COLUMNS,
                 datatype=["str", "number", "number"], interactive=True, static_columns=[0, 2],
-                label="Anchor slots (edit a start position)", elem_id="petri-placement",
+                label="Anchor slots (drag the chips on the canvas, or type a start position)", elem_id="petri-placement",
             )
             with gr.Row():
                 spread_btn = gr.Button("Spread evenly", size="sm")
                 shuffle_btn = gr.Button("Shuffle", size="sm")
             shuffle_per_sample = gr.Checkbox(
                 True, label="Shuffle concepts over the slots per sample (every pair becomes adjacent somewhere)")
-    strip = gr.Plot(ctl.strip(ctl.spread(EXAMPLE_CONCEPTS)), label="Canvas", show_label=False, elem_id="petri-strip")
+    canvas = canvas_control(ctl.canvas(ctl.spread(EXAMPLE_CONCEPTS)), elem_id="petri-canvas")
     with gr.Row():
         samples = gr.Slider(1, MAX_SAMPLES, value=8, step=1, label="Samples", elem_id="petri-samples")
         seed = gr.Number(0, precision=0, minimum=0, label="Seed")
@@ -318,7 +336,8 @@ def build_dish_tab(service: PetriService) -> None:
     run_id = gr.State("")
     with gr.Row():
         sample = gr.Slider(0, 1, value=0, step=1, label="Sample (numbered from 0, as in the CSVs)", interactive=False)
-    final_text = gr.HighlightedText(label="Final text (anchors highlighted)", combine_adjacent=True,
+    final_text = gr.HighlightedText(label="Final text: the model's answer (anchors highlighted, special tokens "
+                                    "hidden, what follows the end of turn greyed)", combine_adjacent=True,
                                     show_legend=True, elem_id="petri-final")
     flips = gr.Plot(label="Flips per position", show_label=False, elem_id="petri-flips")
     with gr.Row():
@@ -343,7 +362,8 @@ def build_dish_tab(service: PetriService) -> None:
     concepts.change(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
     spread_btn.click(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
     shuffle_btn.click(ctl.shuffle, [placement, pin_thought], placement, show_progress="hidden")
-    placement.change(ctl.strip, [placement, pin_thought], strip, show_progress="hidden")
+    placement.change(ctl.canvas, [placement, pin_thought], canvas, show_progress="hidden")
+    canvas.input(ctl.from_canvas, canvas, placement, show_progress="hidden")
     pin_thought.change(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
     run_btn.click(run_handler, run_inputs, list(names.values()), concurrency_limit=1,
                   concurrency_id="model", show_progress="minimal", validator=ctl.validate)
@@ -352,3 +372,4 @@ def build_dish_tab(service: PetriService) -> None:
         return {names[k]: v for k, v in ctl.show_sample(rid, s).items()}
 
     sample.release(sample_handler, [run_id, sample], [final_text, flips], show_progress="hidden")
+    return ctl, names

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import gradio as gr
@@ -22,11 +24,16 @@ from pydantic import ValidationError
 
 from petri.paths import studies_dir
 from petri.service import BusyError, PetriService
+from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap
+from petri.study.provisional import provisional_statistics, stored_batches
+from petri.study.runner import study_run_id
 from petri.study.schema import Study, StudyError, load_study, study_from_dict
 from petri.web.errors import FieldError
 from petri.web.gpu import run_study_job
 from petri.web.limits import MAX_SAMPLES, MAX_STEPS
 from petri.web.requests import SettingsIn, StudyRequest, prepare_study
+from petri.web.ui_live import JobCancelled, stream
+from petri.web.ui_shipped import load_shipped, report_markdown, shipped_figures, shipped_files, shipped_markdown
 from petri.web.ui_views import request_error_message
 
 STUDY_DIR = studies_dir()
@@ -34,6 +41,8 @@ STUDY_DIR = studies_dir()
 UI_WAIT_S = 600.0
 EVENT_COLUMNS = ["id", "group", "text", "concepts"]
 TEMPLATE_COLUMNS = ["id", "text"]
+#: Redraw the live study figures at most this often (seconds); every batch updates the status line.
+LIVE_STUDY_REDRAW_S = 2.0
 
 
 def builtin_studies() -> dict[str, Path]:
@@ -169,10 +178,12 @@ class StudyController:
         return gr.update(choices=ids, value=[i for i in (selected or []) if i in ids] or ids[:1])
 
     def run(self, meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps=None,
-            progress=gr.Progress()):
-        from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap
-        from petri.study.report import write_study
-
+            cancel: threading.Event | None = None):
+        """Generator: check the study (``POST /api/study``'s checks), run it in a worker thread, and
+        after each stored batch redraw the instability figure, the ranked events and the event-level
+        test from the batches stored so far (labelled provisional with the events so far), then the
+        final figures, statistics, report and files. Yields dicts keyed by output name; ``cancel`` is
+        the hook a Cancel button sets (:func:`petri.web.ui_live.stream`)."""
         if not template_ids:
             raise gr.Error("templates: choose at least one template to run")
         try:
@@ -184,34 +195,84 @@ class StudyController:
             study, settings, chosen = prepare_study(request, self.service.lm)  # the checks of POST /api/study
         except (ValidationError, FieldError) as err:
             raise gr.Error(request_error_message(err), title="Check the study") from None
-        progress((0, len(study.events) * len(chosen)), desc="waiting for the model" if self.service.busy else "starting")
+        lm = self.service.lm
+        chosen_ids = tuple(t.id for t in study.select_templates(chosen))
+        total = len(study.events) * len(chosen_ids)
+        # the id the runner gives this run (it derives it from the same facts), to read its batches live
+        run_id = study_run_id(study, lm.model_id, settings, request.samples, request.seed, chosen_ids,
+                              lm.fingerprint(), lm.device_type)
+        yield {"status": f"Study run `{run_id}`: " + ("waiting for the model…" if self.service.busy else "starting…")}
 
-        def on_progress(p):
-            progress((p.done, p.total), desc=f"{p.event_id} / {p.template_id}" + (" (stored)" if p.skipped else ""))
+        def work(emit):
+            return run_study_job(self.service, study, request.samples, request.seed, settings, chosen, UI_WAIT_S, emit)
 
+        result, last_draw = None, 0.0
         try:
-            result = run_study_job(self.service, study, request.samples, request.seed, settings, chosen,
-                                   UI_WAIT_S, on_progress)
+            for kind, payload in stream(work, cancel=cancel, name="petri-ui-study"):
+                if kind == "done":
+                    result = payload
+                    break
+                status = (f"Study run `{run_id}`: {payload.done} of {payload.total} batches — {payload.event_id} / "
+                          f"{payload.template_id}" + (" (from the store)" if payload.skipped else ""))
+                now = time.monotonic()
+                if now - last_draw >= LIVE_STUDY_REDRAW_S or payload.done == payload.total:
+                    last_draw = now
+                    yield {"status": status, **self.live_views(study, run_id, chosen_ids, settings, request.seed, total)}
+                else:
+                    yield {"status": status}
         except BusyError as err:
             raise gr.Error(f"The model is busy: {err}", title="Busy") from None
+        except JobCancelled:
+            yield {"status": f"Study run `{run_id}` cancelled; its stored batches stay (rerun to resume)."}
+            return
         except (StudyError, ValueError) as err:
             raise gr.Error(str(err)) from None
+        yield self.final_views(result, total)
+
+    def final_views(self, result, total: int) -> dict:
+        """The finished study's figures, statistics, report and files (after a run, and when a stored
+        study run is reopened)."""
+        from petri.study.report import write_study
+
+        study = result.study
         outputs = write_study(result, self.workdir / result.run_id, images=False)
         analysis = outputs.analysis
         shown = [*study.comparison, *study.show]
-        figures = (
-            instability_figure(analysis.tables["segments"], analysis.events, analysis.comparison, shown,
-                               model_id=result.model_id),
-            event_ranking_figure(analysis.events, list(study.groups), model_id=result.model_id),
-            jaccard_heatmap(analysis.jaccard, analysis.jaccard_mean, tagger=analysis.tagger, top_n=analysis.top_n),
-        )
-        files = [str(p) for p in outputs.tables.values()] + [str(outputs.report)]
-        groups = analysis.group_summary.round(4)
-        return (*figures, statistics_markdown(result, analysis), groups, files)
+        return {
+            "status": f"Done: study run `{result.run_id}` — final ({len(result.batches)} of {total} batches).",
+            "instability": instability_figure(analysis.tables["segments"], analysis.events, analysis.comparison, shown,
+                                              model_id=result.model_id),
+            "events": event_ranking_figure(analysis.events, list(study.groups), model_id=result.model_id),
+            "jaccard": jaccard_heatmap(analysis.jaccard, analysis.jaccard_mean, tagger=analysis.tagger,
+                                       top_n=analysis.top_n),
+            "stats": "**Final** (every batch is in).\n\n" + statistics_markdown(result, analysis),
+            "groups": analysis.group_summary.round(4),
+            "files": [str(p) for p in outputs.tables.values()] + [str(outputs.report)],
+            "report": outputs.report.read_text(encoding="utf-8"),
+        }
+
+    def live_views(self, study: Study, run_id: str, template_ids, settings, seed: int, total: int) -> dict:
+        """The provisional figures and statistics of the batches of ``run_id`` stored so far."""
+        batches = stored_batches(self.service.store, run_id, study, template_ids, seed)
+        if not batches:
+            return {}
+        prov = provisional_statistics(study, batches, total, settings.max_denoising_steps, seed=seed)
+        model_id = self.service.lm.model_id
+        shown = [*study.comparison, *study.show]
+        headline = prov.comparison.event.summary() if prov.comparison is not None else f"not yet — {prov.waiting}"
+        return {
+            "instability": instability_figure(prov.segments, prov.events, prov.comparison, shown, model_id=model_id,
+                                              provisional=prov.label(), waiting=prov.waiting),
+            "events": event_ranking_figure(prov.events, list(study.groups), model_id=model_id, provisional=prov.label()),
+            "stats": (f"**{prov.label().capitalize()}** — provisional numbers, final when every batch is in.\n\n"
+                      f"**Headline so far (event level):** {headline}"),
+        }
 
 
-def build_study_tab(service: PetriService) -> None:
-    """The Study tab's components and events (inside an open ``gr.Tab``)."""
+def build_study_tab(service: PetriService) -> tuple[StudyController, dict]:
+    """The Study tab's components and events (inside an open ``gr.Tab``): the shipped study's
+    committed results on top (until a run replaces them), the study set-up, then the run. Returns
+    the controller and its result components by name (the Runs tab reopens a stored study into them)."""
     ctl = StudyController(service)
     studies = builtin_studies()
     first = next(iter(studies), None)
@@ -219,47 +280,70 @@ def build_study_tab(service: PetriService) -> None:
         {}, "order, inventory, person", pd.DataFrame(columns=EVENT_COLUMNS), pd.DataFrame(columns=TEMPLATE_COLUMNS),
         "", "", [])
     meta0, concepts0, events0, templates0, comparison0, show0, ids0 = initial
+    shipped = load_shipped()
+    if shipped is not None:
+        figures0, stats0 = shipped_figures(shipped), shipped_markdown(shipped)
+        groups0, files0 = pd.DataFrame(shipped.analysis["groups"]).round(4), shipped_files(shipped, ctl.workdir)
+        report0 = report_markdown(shipped)
+    else:
+        figures0, stats0, groups0, files0, report0 = (None, None, None), "", None, None, ""
 
     gr.Markdown(
         "Compare groups of events (e.g. benign vs contradictory): every event × template is sampled "
         "`samples` times with the concepts shuffled over the slots; the headline test is at the event level "
-        "(Mann-Whitney, rank-biserial r with a bootstrap CI), the segment-level test is shown beside it."
+        "(Mann-Whitney, rank-biserial r with a bootstrap CI), the segment-level test is shown beside it. "
+        "While a study runs, the instability figure, the ranked events and the event-level test are redrawn "
+        "from the batches stored so far, labelled **provisional** with the events so far."
     )
     meta = gr.State(meta0)
-    with gr.Row():
-        builtin = gr.Dropdown(list(studies), value=first, label="Bundled study", scale=2)
-        load_btn = gr.Button("Load", size="sm", scale=1)
-        upload = gr.File(label="…or upload a study file (.json)", file_types=[".json"], type="filepath", scale=2)
-    loaded = gr.Markdown("")
-    concepts = gr.Textbox(concepts0, label="Concepts (comma-separated)")
-    events = gr.Dataframe(events0, headers=EVENT_COLUMNS, datatype=["str", "str", "str", "str"], interactive=True,
-                          label="Events (id, group label, text, optional concept subset)", wrap=True,
-                          max_height=360, elem_id="petri-study-events")
-    templates = gr.Dataframe(templates0, headers=TEMPLATE_COLUMNS, datatype=["str", "str"], interactive=True,
-                             label="Templates ({event}, {concepts})", wrap=True)
-    with gr.Row():
-        comparison = gr.Textbox(comparison0, label="Compared groups (reference, comparison)")
-        show = gr.Textbox(show0, label="Also show groups")
+    with gr.Accordion("Study set-up: concepts, events, templates", open=shipped is None):
+        with gr.Row():
+            builtin = gr.Dropdown(list(studies), value=first, label="Bundled study", scale=2)
+            load_btn = gr.Button("Load", size="sm", scale=1)
+            upload = gr.File(label="…or upload a study file (.json)", file_types=[".json"], type="filepath", scale=2,
+                             elem_id="petri-study-upload")
+        loaded = gr.Markdown("")
+        concepts = gr.Textbox(concepts0, label="Concepts (comma-separated)")
+        events = gr.Dataframe(events0, headers=EVENT_COLUMNS, datatype=["str", "str", "str", "str"], interactive=True,
+                              label="Events (id, group label, text, optional concept subset)", wrap=True,
+                              max_height=360, elem_id="petri-study-events")
+        templates = gr.Dataframe(templates0, headers=TEMPLATE_COLUMNS, datatype=["str", "str"], interactive=True,
+                                 label="Templates ({event}, {concepts})", wrap=True)
+        with gr.Row():
+            comparison = gr.Textbox(comparison0, label="Compared groups (reference, comparison)")
+            show = gr.Textbox(show0, label="Also show groups")
     template_ids = gr.CheckboxGroup(ids0, value=ids0[:1], label="Templates to run")
     with gr.Row():
-        samples = gr.Slider(1, MAX_SAMPLES, value=4, step=1, label="Samples per event × template")
+        samples = gr.Slider(1, MAX_SAMPLES, value=4, step=1, label="Samples per event × template",
+                            elem_id="petri-study-samples")
         seed = gr.Number(0, precision=0, minimum=0, label="Seed")
         steps = gr.Slider(1, MAX_STEPS, value=service.lm.default_settings().max_denoising_steps, step=1,
-                          label="Max denoising steps")
+                          label="Max denoising steps", elem_id="petri-study-steps")
     run_btn = gr.Button("Run the study", variant="primary", elem_id="petri-study-run")
-    stats = gr.Markdown("", elem_id="petri-study-stats")
-    fig_instability = gr.Plot(show_label=False)
-    fig_events = gr.Plot(show_label=False)
-    fig_jaccard = gr.Plot(show_label=False)
-    groups = gr.Dataframe(label="Groups", interactive=False)
-    files = gr.File(label="CSV downloads (tidy tables, run.json, report.md)", file_count="multiple", interactive=False)
+    status = gr.Markdown("", elem_id="petri-study-status")
+    stats = gr.Markdown(stats0, elem_id="petri-study-stats")
+    fig_instability = gr.Plot(figures0[0], show_label=False, elem_id="petri-study-instability")
+    fig_events = gr.Plot(figures0[1], show_label=False, elem_id="petri-study-events-fig")
+    fig_jaccard = gr.Plot(figures0[2], show_label=False, elem_id="petri-study-jaccard")
+    groups = gr.Dataframe(groups0, label="Groups", interactive=False)
+    files = gr.File(files0, label="CSV downloads (tidy tables, run.json, report.md)", file_count="multiple",
+                    interactive=False, elem_id="petri-study-files")
+    with gr.Accordion("Report (report.md)", open=False):
+        report = gr.Markdown(report0, elem_id="petri-study-report")
 
     fields = [meta, concepts, events, templates, comparison, show, template_ids, loaded]
     load_btn.click(ctl.load_builtin, builtin, fields)
     upload.upload(ctl.load_upload, upload, fields)
     templates.change(ctl.template_choices, [templates, template_ids], template_ids, show_progress="hidden")
+    names = {"status": status, "instability": fig_instability, "events": fig_events, "jaccard": fig_jaccard,
+             "stats": stats, "groups": groups, "files": files, "report": report}
+
+    def run_handler(*args):
+        for update in ctl.run(*args):
+            yield {names[k]: v for k, v in update.items()}
+
     run_btn.click(
-        ctl.run, [meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps],
-        [fig_instability, fig_events, fig_jaccard, stats, groups, files],
-        concurrency_limit=1, concurrency_id="model",
+        run_handler, [meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps],
+        list(names.values()), concurrency_limit=1, concurrency_id="model", show_progress="minimal",
     )
+    return ctl, names

@@ -1,23 +1,29 @@
-"""The UI's pure helpers (no Gradio): parsing the concept field, colours, token text, the live flip
-count, the canvas strip and the highlighted final text, and one-line error messages. The flip
+"""The UI's pure helpers (no Gradio): parsing the concept field, colours, token text (which ids are
+special, which end the turn), the live flip count, the final text as the model's answer, and
+one-line error messages. The flip
 figures themselves are :func:`petri.study.plots.flip_heatmap`; flips are :mod:`petri.metrics`'."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
-import plotly.graph_objects as go
 from pydantic import ValidationError
 
 from petri.metrics import anchor_concepts, step_flips
 from petri.trajectory import Trajectory
 from petri.web.errors import FieldError
-from petri.web.requests import LayoutPreview
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
 PREFIX_LABEL = "pinned prefix"
+#: The label (drawn grey) of what the model wrote after its end-of-turn token: not part of its answer.
+AFTER_END_LABEL = "after the end of turn"
+AFTER_END_COLOR = "#e5e7eb"
+#: Tokens that end the model's turn, where the tokenizer has them (besides its eos token).
+END_OF_TURN_TOKENS = ("<end_of_turn>", "<turn|>", "<|turn_end|>", "<eot>", "<|eot_id|>", "<|im_end|>", "<|end|>")
+_SPECIAL_TEXT = re.compile(r"^<\|?[A-Za-z_][\w]*\|?>$")
 
 
 def parse_concepts(text: str) -> list[str]:
@@ -35,10 +41,24 @@ def concept_colors(concepts: Sequence[str]) -> dict[str, str]:
 
 class TokenText:
     """The text of single token ids (cached), for hovers and the highlighted final text; a callable
-    ``id → str`` as :func:`petri.study.plots.token_texts` takes it."""
+    ``id → str`` as :func:`petri.study.plots.token_texts` takes it. Also knows which ids are special
+    tokens (``<eos>``, ``<pad>``, ``<|channel>`` …: never shown in the answer) and which end the turn."""
 
     def __init__(self, tokenizer):
         self._decode = lru_cache(maxsize=65536)(lambda i: tokenizer.decode([i]) if i >= 0 else "")
+        self.special_ids = {int(i) for i in getattr(tokenizer, "all_special_ids", ()) or ()}
+        vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+        self.end_ids = {int(vocab[t]) for t in END_OF_TURN_TOKENS if t in vocab}
+        if getattr(tokenizer, "eos_token_id", None) is not None:
+            self.end_ids.add(int(tokenizer.eos_token_id))
+
+    def is_special(self, token_id: int) -> bool:
+        """A special / control token: a tokenizer special id or a ``<name>`` / ``<|name|>`` token."""
+        token_id = int(token_id)
+        return token_id in self.special_ids or token_id in self.end_ids or bool(_SPECIAL_TEXT.match(self(token_id)))
+
+    def ends_turn(self, token_id: int) -> bool:
+        return int(token_id) in self.end_ids
 
     def __call__(self, token_id: int) -> str:
         return self._decode(int(token_id))
@@ -79,44 +99,24 @@ class LiveFlips:
         return np.array(self.tokens) if self.tokens else np.zeros((0, self.free.shape[1]), dtype=int)
 
 
-def canvas_strip(preview: LayoutPreview, colors: dict[str, str]) -> go.Figure:
-    """The canvas as a strip: the pinned prefix in grey, each anchor as a coloured block, and the
-    layout check's error (if any) as the title."""
-    canvas_length, prefix = preview.canvas_length, preview.prefix
-    fig = go.Figure()
-    fig.add_shape(type="rect", x0=0, x1=canvas_length, y0=0, y1=1, fillcolor="#f3f4f6", line_width=1, line_color="#9ca3af")
-    if prefix:
-        fig.add_shape(type="rect", x0=0, x1=prefix, y0=0, y1=1, fillcolor="#d1d5db", line_width=0)
-        fig.add_annotation(x=prefix / 2, y=0.5, text="prefix", showarrow=False, font=dict(size=10, color="#374151"))
-    for i, span in enumerate(preview.spans):
-        color = colors.get(span.concept, PALETTE[i % len(PALETTE)])
-        fig.add_shape(type="rect", x0=span.start, x1=span.end, y0=0, y1=1, fillcolor=color, line_width=0, opacity=0.9)
-        fig.add_annotation(
-            x=(span.start + span.end) / 2, y=1.0, yanchor="bottom", text=f"<b>{span.concept}</b> @{span.start}",
-            showarrow=False, font=dict(size=12, color=color),
-        )
-    # an invisible trace so hovering the strip tells the position
-    fig.add_trace(go.Scatter(x=list(range(canvas_length)), y=[0.5] * canvas_length, mode="markers",
-                             marker=dict(opacity=0), hovertemplate="position %{x}<extra></extra>", showlegend=False))
-    error = preview.error
-    title = f"<span style='color:#b91c1c'>{error}</span>" if error else f"canvas: {canvas_length} positions"
-    fig.update_layout(
-        title=dict(text=title, font=dict(size=13), x=0.01, y=0.95),
-        height=150, margin=dict(l=10, r=10, t=50, b=30), plot_bgcolor="white",
-        xaxis=dict(range=[-0.5, canvas_length + 0.5], title=None, showgrid=False, zeroline=False),
-        yaxis=dict(range=[0, 1.6], visible=False, fixedrange=True),
-    )
-    return fig
-
-
 def highlighted_text(traj: Trajectory, sample: int, tokens: TokenText) -> list[tuple[str, str | None]]:
-    """Sample ``sample``'s final canvas, token by token, anchors labelled with their concept."""
+    """Sample ``sample``'s final canvas as the model's answer, token by token: anchors labelled with
+    their concept, special tokens hidden, the pinned prefix (the empty thought block) left out, and
+    whatever follows the first end-of-turn token (``<eos>``, ``<end_of_turn>`` …) labelled
+    :data:`AFTER_END_LABEL` (shown grey; anchors there keep their concept)."""
     concepts = anchor_concepts(traj.anchors, traj.canvas_length)[sample]
     pinned = traj.anchor_mask[sample]
-    out = []
+    out: list[tuple[str, str | None]] = []
+    ended = False
     for i, token_id in enumerate(traj.final_ids[sample]):
-        label = concepts[i] or (PREFIX_LABEL if pinned[i] else None)
-        out.append((tokens(token_id), label or None))
+        if concepts[i]:
+            out.append((tokens(token_id), concepts[i]))
+        elif pinned[i]:
+            continue
+        elif tokens.ends_turn(token_id):
+            ended = True
+        elif not tokens.is_special(token_id):
+            out.append((tokens(token_id), AFTER_END_LABEL if ended else None))
     return out
 
 

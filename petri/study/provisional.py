@@ -1,0 +1,103 @@
+"""A study's statistics while it runs: the numbers of the batches stored so far, computed by the very
+functions the final analysis uses (:func:`petri.study.analysis.study_tables`,
+:func:`~petri.study.analysis.events_table`, :func:`petri.stats.compare_levels`), so once every batch
+is in they are the final numbers. The UI redraws the instability figure, the ranked events and the
+event-level Mann-Whitney from them as batches land. Never imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from petri.stats import LevelComparisons, compare_levels
+from petri.store import RunStore
+from petri.study.analysis import events_table, study_tables
+from petri.study.runner import StudyBatch, batch_key, batch_seed
+from petri.study.schema import Study
+
+
+@dataclass
+class ProvisionalStatistics:
+    """The statistics of ``batches_done`` of ``batches_total`` batches.
+
+    ``events``: one :func:`~petri.study.analysis.events_table` row per event with at least one batch
+    (an event whose templates are not all in yet counts with the ones that are); ``segments``: the
+    segments table of those batches; ``comparison``: the event-level and segment-level tests of the
+    study's compared groups, or ``None`` until each group has 2 events (``waiting`` says why);
+    ``events_per_group``: events so far per group label (every study group, 0 where none yet).
+    """
+
+    batches_done: int
+    batches_total: int
+    events: pd.DataFrame
+    segments: pd.DataFrame
+    comparison: LevelComparisons | None
+    events_per_group: dict[str, int]
+    waiting: str = ""
+
+    @property
+    def final(self) -> bool:
+        return self.batches_done >= self.batches_total
+
+    def label(self) -> str:
+        """``"provisional: 12 of 36 batches; events so far: benign 3, contradictory 2"`` or ``"final: …"``."""
+        counts = ", ".join(f"{g} {n}" for g, n in self.events_per_group.items())
+        state = "final" if self.final else "provisional"
+        return f"{state}: {self.batches_done} of {self.batches_total} batches; events so far: {counts}"
+
+
+def provisional_statistics(
+    study: Study,
+    batches: Sequence[StudyBatch],
+    batches_total: int,
+    max_steps: int,
+    *,
+    seed: int = 0,
+    n_bootstrap: int = 2000,
+    confidence: float = 0.95,
+) -> ProvisionalStatistics:
+    """The statistics of the batches so far (``batches`` in any order, put in the runner's order
+    here; each is one (event, template) batch). ``seed`` is the study's base seed (the bootstrap and permutation seeds of the final
+    analysis). With every batch of the run in, ``events`` and ``comparison`` equal
+    :func:`petri.study.analysis.analyze`'s ``events`` and ``comparison``."""
+    groups = {g: 0 for g in study.groups}
+    if not batches:
+        return ProvisionalStatistics(0, batches_total, pd.DataFrame(), pd.DataFrame(), None, groups,
+                                     "no batch is in yet")
+    # the runner's order (events outer, templates inner, both in study order): the bootstrap resamples
+    # segment rows by index, so the same rows in another order would give another CI
+    event_order = {e.id: i for i, e in enumerate(study.events)}
+    template_order = {t.id: i for i, t in enumerate(study.templates)}
+    ordered = sorted(batches, key=lambda b: (event_order[b.event_id], template_order[b.template_id]))
+    tables = study_tables(list(ordered), study.id)
+    events = events_table(tables, study, max_steps, n_boot=n_bootstrap, confidence=confidence, seed=seed)
+    events = events[events["n_samples"] > 0].reset_index(drop=True)
+    for g, n in events.groupby("group", sort=False).size().items():
+        groups[g] = int(n)
+    a, b = study.comparison
+    comparison, waiting = None, ""
+    if min(groups.get(a, 0), groups.get(b, 0)) < 2:
+        waiting = f"the test needs 2 events in each of {a} and {b} (so far {groups.get(a, 0)} and {groups.get(b, 0)})"
+    else:
+        try:
+            comparison = compare_levels(tables["segments"], group_col="group", groups=(a, b), event_col="event_id",
+                                        n_bootstrap=n_bootstrap, confidence=confidence, seed=seed)
+        except ValueError as err:  # e.g. an event with no observed segment yet
+            waiting = str(err)
+    return ProvisionalStatistics(len(batches), batches_total, events, tables["segments"], comparison, groups, waiting)
+
+
+def stored_batches(store: RunStore, run_id: str, study: Study, template_ids: Sequence[str], seed: int) -> list[StudyBatch]:
+    """The batches of study run ``run_id`` stored so far (read from the store while the run goes on),
+    as the runner returns them: only the chosen templates, each with its group and batch seed."""
+    groups = {e.id: e.group for e in study.events}
+    chosen = set(template_ids)
+    out = []
+    for key, _, traj in store.load_events(run_id):
+        event_id, template_id = key.split("::", 1)
+        if template_id in chosen and event_id in groups and key == batch_key(event_id, template_id):
+            out.append(StudyBatch(event_id, template_id, groups[event_id], batch_seed(seed, event_id, template_id), traj))
+    return out

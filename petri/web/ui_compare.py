@@ -1,0 +1,190 @@
+"""The Compare tab: two events (e.g. benign vs contradictory) on the same concepts, the same anchor
+layouts and the same seed, in one run (``POST /api/seed`` with two events: each event's batch is laid
+out and seeded from the same seed, so sample ``s`` of A and sample ``s`` of B share their layout).
+Shown: both flip maps and their difference, per-pair instability side by side, and the paired
+difference per sample (B − A), with each event's final text.
+
+The tables are :func:`compare_pairs` and :func:`paired_samples` (pure, over
+:func:`petri.tables.pairs_table` / :func:`~petri.tables.segments_table` / :func:`~petri.tables.samples_table`).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import gradio as gr
+import numpy as np
+import pandas as pd
+from pydantic import ValidationError
+
+from petri.dish import DEFAULT_TEMPLATE
+from petri.metrics import flip_grid
+from petri.service import BusyError, PetriService
+from petri.study.plots import flip_difference_heatmap
+from petri.tables import pairs_table, samples_table, segments_table
+from petri.trajectory import Trajectory
+from petri.web.errors import FieldError
+from petri.web.gpu import run_seed
+from petri.web.limits import MAX_SAMPLES, MAX_STEPS
+from petri.web.requests import SeedRequest, SettingsIn, prepare_seed
+from petri.web.ui_dish import EXAMPLE_CONCEPTS, TEMPLATES, DishController
+from petri.web.ui_live import JobCancelled, stream
+from petri.web.ui_views import AFTER_END_COLOR, AFTER_END_LABEL, concept_colors, highlighted_text, request_error_message
+
+UI_WAIT_S = 600.0
+EXAMPLE_A = ("benign", "The customer placed an order, and the warehouse packed it the same afternoon.")
+EXAMPLE_B = ("contradictory", "Only 90 units are in stock, but a customer ordered 120.")
+
+
+def same_layouts(a: Trajectory, b: Trajectory) -> bool:
+    """True when every sample of ``a`` has its anchors where the same sample of ``b`` has them."""
+    return a.n_samples == b.n_samples and all(list(x) == list(y) for x, y in zip(a.anchors, b.anchors))
+
+
+def compare_pairs(a: Trajectory, b: Trajectory, labels: tuple[str, str]) -> pd.DataFrame:
+    """Per-pair instability side by side: pair, ``instability <A>``, ``instability <B>``, ``B − A``."""
+    left = pairs_table(a)[["pair", "instability"]].rename(columns={"instability": f"instability {labels[0]}"})
+    right = pairs_table(b)[["pair", "instability"]].rename(columns={"instability": f"instability {labels[1]}"})
+    out = left.merge(right, on="pair", how="outer").sort_values("pair").reset_index(drop=True)
+    out[f"{labels[1]} − {labels[0]}"] = out[f"instability {labels[1]}"] - out[f"instability {labels[0]}"]
+    return out
+
+
+def paired_samples(a: Trajectory, b: Trajectory, labels: tuple[str, str]) -> pd.DataFrame:
+    """One row per sample (the same layout in both events): its mean segment instability and mean
+    flips over free positions in A and in B, and the paired differences B − A."""
+    rows = {}
+    for label, traj in zip(labels, (a, b)):
+        seg = segments_table(traj).groupby("sample")["instability"].mean()
+        flips = samples_table(traj).set_index("sample")["mean_flips_free"]
+        rows[f"instability {label}"] = seg.reindex(range(traj.n_samples))
+        rows[f"flips {label}"] = flips.reindex(range(traj.n_samples))
+    out = pd.DataFrame(rows)
+    out.insert(0, "layout", samples_table(a)["anchor_layout"].to_numpy())
+    out[f"instability {labels[1]} − {labels[0]}"] = out[f"instability {labels[1]}"] - out[f"instability {labels[0]}"]
+    out[f"flips {labels[1]} − {labels[0]}"] = out[f"flips {labels[1]}"] - out[f"flips {labels[0]}"]
+    return out.rename_axis("sample").reset_index()
+
+
+def summary_line(paired: pd.DataFrame, labels: tuple[str, str]) -> str:
+    """The mean paired difference of per-sample instability and how many samples went each way."""
+    diff = paired[f"instability {labels[1]} − {labels[0]}"].dropna()
+    if diff.empty:
+        return "No sample has a measured segment in both events."
+    return (f"Paired difference of per-sample instability ({labels[1]} − {labels[0]}): mean {diff.mean():+.4f} over "
+            f"{len(diff)} samples; {labels[1]} higher in {int((diff > 0).sum())}, lower in {int((diff < 0).sum())}, "
+            f"equal in {int((diff == 0).sum())}.")
+
+
+class CompareController:
+    """The Compare tab's handler (kept apart from the layout so it can be called directly)."""
+
+    def __init__(self, service: PetriService, dish: DishController):
+        self.service = service
+        self.dish = dish
+
+    def run(self, concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps,
+            cancel: threading.Event | None = None):
+        """Generator: check (those of ``POST /api/seed``), sample both events in one run, yield the views."""
+        labels = ((label_a or "A").strip() or "A", (label_b or "B").strip() or "B")
+        if labels[0] == labels[1]:
+            raise gr.Error("labels: give the two events different labels", title="Check the comparison")
+        try:
+            request = SeedRequest(
+                concepts=[c.strip() for c in (concepts or "").split(",")], template=template or DEFAULT_TEMPLATE,
+                events=[{"event": event_a, "group": labels[0]}, {"event": event_b, "group": labels[1]}],
+                samples=int(samples or 1), seed=int(seed or 0),
+                settings=SettingsIn(max_denoising_steps=int(steps) if steps else None),
+            )
+            events, settings = prepare_seed(request, self.service.lm)
+        except (ValidationError, FieldError) as err:
+            raise gr.Error(request_error_message(err), title="Check the comparison") from None
+        yield {"status": "⏳ Waiting for the model…" if self.service.busy else "Sampling both events…"}
+
+        def work(emit):
+            return run_seed(self.service, events, request.samples, settings, request.seed, None, UI_WAIT_S)
+
+        try:
+            result = next(payload for kind, payload in stream(work, cancel=cancel, name="petri-ui-compare")
+                          if kind == "done")
+        except BusyError as err:
+            raise gr.Error(f"The model is busy: {err}", title="Busy") from None
+        except JobCancelled:
+            yield {"status": "Cancelled."}
+            return
+        yield {**self.views(result.run_id, *result.trajectories, labels),
+               "status": f"Done: run `{result.run_id}` — {labels[0]} and {labels[1]}, {request.samples} samples "
+                         f"each, seed {request.seed}, {result.wall_s:.2f} s. Stored; also at `/api/runs/{result.run_id}`."}
+
+    def views(self, run_id: str, a: Trajectory, b: Trajectory, labels: tuple[str, str]) -> dict:
+        """Both heatmaps, their difference, the pair and per-sample tables, the texts (also for a
+        reopened stored comparison)."""
+        counts = [flip_grid(t.argmax, t.steps, t.anchor_mask).sum(axis=0) for t in (a, b)]
+        paired = paired_samples(a, b, labels)
+        heat_a, heat_b = self.dish.final_heatmap(a), self.dish.final_heatmap(b)
+        heat_a.update_layout(title_text=f"{labels[0]}: {heat_a.layout.title.text}")
+        heat_b.update_layout(title_text=f"{labels[1]}: {heat_b.layout.title.text}")
+        colors = {**concept_colors(sorted({s.concept for s in a.anchors[0]})), AFTER_END_LABEL: AFTER_END_COLOR}
+        layout_note = ("same layouts and seed in both events" if same_layouts(a, b)
+                       else "**the layouts differ between the events** (not a paired comparison)")
+        return {
+            "run_id": run_id,
+            "heatmap_a": heat_a,
+            "heatmap_b": heat_b,
+            "difference": flip_difference_heatmap(
+                counts[0], counts[1], labels=labels, anchors=a.anchors[0], pinned=a.anchor_mask.all(axis=0),
+                n_samples=a.n_samples, title=f"flip difference ({labels[1]} − {labels[0]}), samples flipping per step"),
+            "pairs": compare_pairs(a, b, labels).round(4),
+            "paired": paired.round(4),
+            "summary": f"{summary_line(paired, labels)} ({layout_note}.)",
+            "text_a": gr.update(value=highlighted_text(a, 0, self.dish.tokens), color_map=colors, label=f"{labels[0]}: sample 0"),
+            "text_b": gr.update(value=highlighted_text(b, 0, self.dish.tokens), color_map=colors, label=f"{labels[1]}: sample 0"),
+        }
+
+
+def build_compare_tab(service: PetriService, dish: DishController) -> tuple[CompareController, dict]:
+    """The Compare tab's components and events (inside an open ``gr.Tab``); returns the controller
+    and its result components by name (the Runs tab reopens a stored comparison into them)."""
+    ctl = CompareController(service, dish)
+    gr.Markdown("Two events on the same concepts, anchor layouts and seed: where does the second one make the "
+                "model struggle more? Sample *s* of both events has the same layout, so the per-sample "
+                "differences are paired.")
+    concepts = gr.Textbox(EXAMPLE_CONCEPTS, label="Concepts (2–8, comma-separated)", elem_id="petri-cmp-concepts")
+    with gr.Row():
+        with gr.Column():
+            label_a = gr.Textbox(EXAMPLE_A[0], label="Label A")
+            event_a = gr.Textbox(EXAMPLE_A[1], label="Event A", lines=2, elem_id="petri-cmp-event-a")
+        with gr.Column():
+            label_b = gr.Textbox(EXAMPLE_B[0], label="Label B")
+            event_b = gr.Textbox(EXAMPLE_B[1], label="Event B", lines=2, elem_id="petri-cmp-event-b")
+    with gr.Row():
+        template = gr.Dropdown(TEMPLATES, value=DEFAULT_TEMPLATE, allow_custom_value=True, label="Prompt template")
+        samples = gr.Slider(1, MAX_SAMPLES, value=8, step=1, label="Samples per event", elem_id="petri-cmp-samples")
+        seed = gr.Number(0, precision=0, minimum=0, label="Seed")
+        steps = gr.Slider(1, MAX_STEPS, value=service.lm.default_settings().max_denoising_steps, step=1,
+                          label="Max denoising steps", elem_id="petri-cmp-steps")
+    run_btn = gr.Button("Compare the two events", variant="primary", elem_id="petri-cmp-run")
+    status = gr.Markdown("", elem_id="petri-cmp-status")
+    summary = gr.Markdown("", elem_id="petri-cmp-summary")
+    run_id = gr.State("")
+    with gr.Row():
+        heatmap_a = gr.Plot(show_label=False, elem_id="petri-cmp-heatmap-a")
+        heatmap_b = gr.Plot(show_label=False, elem_id="petri-cmp-heatmap-b")
+    difference = gr.Plot(show_label=False, elem_id="petri-cmp-difference")
+    with gr.Row():
+        pairs = gr.Dataframe(label="Pair instability side by side", interactive=False, elem_id="petri-cmp-pairs")
+        paired = gr.Dataframe(label="Paired difference per sample (same layout in both events)", interactive=False,
+                              elem_id="petri-cmp-paired")
+    with gr.Row():
+        text_a = gr.HighlightedText(label="A: sample 0", combine_adjacent=True, show_legend=True)
+        text_b = gr.HighlightedText(label="B: sample 0", combine_adjacent=True, show_legend=True)
+    names = {"status": status, "summary": summary, "run_id": run_id, "heatmap_a": heatmap_a, "heatmap_b": heatmap_b,
+             "difference": difference, "pairs": pairs, "paired": paired, "text_a": text_a, "text_b": text_b}
+
+    def run_handler(*args):
+        for update in ctl.run(*args):
+            yield {names[k]: v for k, v in update.items()}
+
+    run_btn.click(run_handler, [concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps],
+                  list(names.values()), concurrency_limit=1, concurrency_id="model", show_progress="minimal")
+    return ctl, names

@@ -1,0 +1,154 @@
+"""The UI's new views without a browser: the final text read as the model's answer, the canvas
+control's value both ways, the Compare tab (same layouts, the difference map, paired differences),
+the shipped study results and reopening stored runs (dish, comparison, study) without sampling."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from petri.metrics import flip_grid
+from petri.service import PetriService
+from petri.store import RunStore
+from petri.tables import segments_table
+from petri.web.ui_canvas import placement_rows
+from petri.web.ui_compare import CompareController, paired_samples
+from petri.web.ui_dish import DishController
+from petri.web.ui_runs import RunsController, runs_table
+from petri.web.ui_shipped import SHIPPED_STUDY, load_shipped, shipped_figures, shipped_markdown
+from petri.web.ui_study import StudyController
+from petri.web.ui_views import AFTER_END_LABEL, highlighted_text
+
+
+@pytest.fixture()
+def service(tiny_lm, tmp_path):
+    return PetriService(tiny_lm, RunStore(tmp_path / "store"))
+
+
+def test_final_text_hides_special_tokens_and_greys_what_follows_the_end_of_turn(service):
+    ctl = DishController(service)
+    tok = service.lm.tokenizer
+    *_, final = ctl.run("order, person", "x", "{event}", 1, 0,
+                        pd.DataFrame({"concept": ["order", "person"], "start": [2, 9], "tokens": [1, 1]}),
+                        False, 2, 0.1, 0.4, 0.8, False, True)
+    traj = service.store.load_events(final["run_id"])[0][2]
+    word = tok.encode(" stock", add_special_tokens=False)
+    assert len(word) == 1
+    ids = traj.final_ids.copy()
+    # positions 0..1 words, 2 = order (anchor), 3 <pad>, 4 word, 5 <eos>, 6 word, 7 <bos>, 8 word, 9 = person (anchor)
+    ids[0, [0, 1, 4, 6, 8]] = word[0]
+    ids[0, 3], ids[0, 5], ids[0, 7] = tok.pad_token_id, tok.eos_token_id, tok.bos_token_id
+    ids[0, 10:] = word[0]
+    pieces = highlighted_text(replace(traj, final_ids=ids), 0, ctl.tokens)
+    labels = [label for _, label in pieces]
+    texts = "".join(t for t, _ in pieces)
+    assert "<eos>" not in texts and "<pad>" not in texts and "<bos>" not in texts
+    # before <eos>: 3 words and the order anchor, unlabelled / labelled; after: greyed, person keeps its label
+    assert labels[:4] == [None, None, "order", None]
+    assert labels[4:] == [AFTER_END_LABEL, AFTER_END_LABEL, "person"] + [AFTER_END_LABEL] * (16 - 10)
+
+
+def test_canvas_value_round_trips_to_the_slot_table(service):
+    ctl = DishController(service)
+    table = ctl.spread("order, inventory, person")
+    value = ctl.canvas(table)
+    assert value["canvas_length"] == 16 and value["error"] == ""
+    assert [(c["concept"], c["start"], c["tokens"]) for c in value["chips"]] == [tuple(r) for r in table.values.tolist()]
+    moved = {**value, "chips": [{**c, "start": c["start"] + (1 if c["concept"] == "person" else 0)} for c in value["chips"]]}
+    back = ctl.from_canvas(moved)
+    assert placement_rows(moved) == back.values.tolist()
+    assert back.set_index("concept").loc["person", "start"] == table.set_index("concept").loc["person", "start"] + 1
+
+
+def compare(service, samples=3):
+    ctl = CompareController(service, DishController(service))
+    *_, final = ctl.run("order, inventory, person", "benign", "The order was packed.", "contradictory",
+                        "Ninety units in stock, none in stock.", "{event}", samples, 4, 5)
+    return ctl, final
+
+
+def test_compare_runs_both_events_on_the_same_layouts_and_seed(service):
+    _, final = compare(service)
+    (_, ga, a), (_, gb, b) = service.store.load_events(final["run_id"])
+    assert (ga, gb) == ("benign", "contradictory")
+    assert a.anchors == b.anchors and a.seed == b.seed and not np.array_equal(a.prompt_ids, b.prompt_ids)
+    # the difference map is B's flip counts minus A's (independently: the two grids summed over samples)
+    diff = final["difference"].data[0].z
+    ca = flip_grid(a.argmax, a.steps, a.anchor_mask).sum(axis=0).astype(float)
+    cb = flip_grid(b.argmax, b.steps, b.anchor_mask).sum(axis=0).astype(float)
+    expected = cb - ca
+    expected[:, a.anchor_mask.all(axis=0)] = np.nan
+    np.testing.assert_array_equal(np.asarray(diff, dtype=float), expected)
+    assert "benign" in final["heatmap_a"].layout.title.text and "contradictory" in final["heatmap_b"].layout.title.text
+    # paired per sample: each sample's mean segment instability in B minus in A
+    paired = paired_samples(a, b, ("benign", "contradictory"))
+    for s in range(3):
+        ia = segments_table(a).query("sample == @s")["instability"].mean()
+        ib = segments_table(b).query("sample == @s")["instability"].mean()
+        assert paired.loc[s, "instability contradictory − benign"] == pytest.approx(ib - ia, nan_ok=True)
+    assert "same layouts and seed" in final["summary"]
+    assert {"pair", "instability benign", "instability contradictory"} <= set(final["pairs"].columns)
+
+
+def test_shipped_study_results_are_the_committed_ones():
+    shipped = load_shipped(SHIPPED_STUDY)
+    assert shipped is not None
+    committed = json.loads((SHIPPED_STUDY / "run.json").read_text())
+    instability, ranked, jaccard = shipped_figures(shipped)
+    assert committed["analysis"]["comparison"]["event"]["summary"].replace("<", "") in \
+        instability.layout.title.text.replace("<br>", " ").replace("<b>", "").replace("</b>", "")
+    assert sorted(ranked.data[0].y) == sorted(shipped.events.query("group == 'benign'")["event_id"])
+    assert len(ranked.layout.yaxis.categoryarray) == len(committed["study"]["events"]) == 36
+    text = shipped_markdown(shipped)
+    assert committed["run_id"] in text and committed["model_id"] in text and "Shipped results" in text
+    assert jaccard.data[0].z.shape == (5, 5)
+
+
+def test_stored_runs_reopen_without_sampling(service, monkeypatch):
+    dish = DishController(service)
+    *_, dish_final = dish.run("order, inventory, person", "x", "{event}", 2, 1, dish.spread("order, inventory, person"),
+                              True, 3, 0.1, 0.4, 0.8, False, True)
+    cmp_ctl, cmp_final = compare(service, samples=2)
+    study = StudyController(service)
+    events = pd.DataFrame([["b1", "benign", "A.", ""], ["b2", "benign", "B.", ""], ["c1", "contradictory", "C.", ""],
+                           ["c2", "contradictory", "D.", ""]], columns=["id", "group", "text", "concepts"])
+    templates = pd.DataFrame([["t1", "{event}"]], columns=["id", "text"])
+    *_, study_final = study.run({"id": "m", "title": "m"}, "order, person", events, templates, "benign, contradictory",
+                                "", ["t1"], 2, 0, 3)
+    table = runs_table(service)
+    # newest first (the store keeps times to the second, so runs of one second may come in any order)
+    assert sorted(table["kind"]) == ["compare", "dish", "study"] and table["created_at"].is_monotonic_decreasing
+    by_kind = table.set_index("kind")
+    assert by_kind.loc["dish", "concepts"] == "order, inventory, person"
+    assert by_kind.loc["dish", "run_id"] == dish_final["run_id"] and by_kind.loc["compare", "run_id"] == cmp_final["run_id"]
+
+    def no_sampling(*args, **kwargs):
+        raise AssertionError("reopening a run sampled the model")
+
+    monkeypatch.setattr(service.lm, "sample", no_sampling)
+    runs = RunsController(service, dish, cmp_ctl, study)
+    kind, note, views = runs.open(dish_final["run_id"])
+    assert kind == "dish" and "nothing was sampled" in note
+    assert views["heatmap"].layout.title.text == dish_final["heatmap"].layout.title.text
+    assert views["pairs"].equals(dish_final["pairs"]) and len(views["files"]) == 5
+    kind, _, views = runs.open(cmp_final["run_id"])
+    assert kind == "compare" and views["paired"].equals(cmp_final["paired"])
+    kind, _, views = runs.open(by_kind.loc["study", "run_id"])
+    # the same statistics as when the run finished (the run line differs: wall time, batches resumed)
+    assert kind == "study" and views["stats"].split("**Headline")[1] == study_final["stats"].split("**Headline")[1]
+    assert views["groups"].equals(study_final["groups"])
+
+
+def test_flip_difference_is_b_minus_a_with_the_shorter_map_padded():
+    from petri.study.plots import flip_difference_heatmap
+
+    a = [[0, 1, 2], [1, 0, 0]]  # A stopped after 2 steps
+    b = [[1, 1, 0], [0, 2, 0], [3, 0, 1]]
+    fig = flip_difference_heatmap(a, b, labels=("benign", "contradictory"), pinned=[False, True, False], n_samples=3)
+    expected = [[1, np.nan, -2], [-1, np.nan, 0], [3, np.nan, 1]]  # worked by hand, the pinned column blank
+    np.testing.assert_array_equal(np.asarray(fig.data[0].z, dtype=float), np.array(expected, dtype=float))
+    assert fig.data[0].zmid == 0 and "contradictory − benign" in fig.layout.title.text
