@@ -52,14 +52,16 @@ def served(tmp_path_factory, live_server):
     gate = threading.Event()
 
     class GatedService(PetriService):
-        def run_study(self, study, *, progress=None, **kwargs):
+        """The Study tab's job (``submit_study``) waits at the gate after its third batch."""
+
+        def submit_study(self, study, samples, seed, settings, templates=None, owner=None, progress=None):
             def held(p):
                 if progress is not None:
                     progress(p)
                 if p.done == GATE_AFTER_BATCHES:
                     gate.wait(300)
 
-            return super().run_study(study, progress=held, **kwargs)
+            return super().submit_study(study, samples, seed, settings, templates, owner, progress=held)
 
     service = GatedService(lm, RunStore(tmp_path_factory.mktemp("browser-store")))
     with live_server(create_app(service, model_source=source)) as live:
@@ -265,6 +267,25 @@ def test_study_figure_appears_before_the_study_ends(page, served, tmp_path):
     page.wait_for_function(
         "!document.querySelector('#petri-study-instability .gtitle').textContent.includes('provisional')")
     assert page.inner_text("#petri-study-stats").startswith("Final")
+
+
+def test_cancel_stops_a_running_study(page, served, tmp_path):
+    """The Study tab's Cancel button: the study job stops (its stored batches stay) and the tab says
+    so. Runs after the gated test (its study is loaded, the gate open); 160 steps a batch keep it
+    running long enough to be cancelled midway."""
+    _, service, gate = served
+    assert gate.is_set()
+    tab(page, "Study")  # the gated test's study is still loaded in the set-up
+    page.wait_for_selector("#petri-study-samples input[type=number]")
+    page.fill("#petri-study-samples input[type=number]", "2")
+    page.fill("#petri-study-steps input[type=number]", "160")
+    page.click("#petri-study-run")
+    page.wait_for_selector("#petri-study-status:has-text('of 6 batches')", timeout=300_000)
+    page.click("#petri-study-cancel")
+    page.wait_for_selector("#petri-study-status:has-text('stopped (the job was cancelled)')", timeout=120_000)
+    job = max((j for j in service.jobs if j.kind == "study"), key=lambda j: j.created)
+    assert job.status == "cancelled" and 1 <= job.done < 6
+    assert service.store.get_run(job.run_id)["status"] == "cancelled"
 
 
 def test_compare_shows_both_heatmaps(page):

@@ -117,3 +117,47 @@ def test_study_tab_redraws_provisional_figures_as_batches_land(service, monkeypa
     names = {p.rsplit("/", 1)[-1] for p in final["files"]}
     assert {"positions.csv", "segments.csv", "events.csv", "report.md"} <= names
     assert not service.busy and np.isfinite(final["groups"]["median_instability"]).all()
+
+
+def test_the_study_tab_runs_a_job_and_its_cancel_stops_it_keeping_the_stored_batches(service):
+    """The tab's run is a job of the service's queue (visible as a job, like ``POST /api/jobs``);
+    the Cancel event set after the first stored batch stops it: the job reads ``cancelled``, the
+    run keeps its stored batches, and the tab says so."""
+    import threading
+
+    meta, concepts, events, templates = small_study()
+    cancel = threading.Event()
+    updates = []
+    for update in StudyController(service).run(meta, concepts, events, templates, "benign, contradictory", "",
+                                               ["t1", "t2"], 2, 0, 40, cancel=cancel):
+        updates.append(update)
+        if "1 of 8 batches" in update.get("status", ""):
+            cancel.set()
+    (job,) = list(service.jobs)
+    assert job.kind == "study" and job.status == "cancelled"
+    run = service.store.get_run(job.run_id)
+    assert run["status"] == "cancelled" and 1 <= run["events_stored"] < 8
+    assert "stopped (the job was cancelled); its stored batches stay" in updates[-1]["status"]
+    assert not service.busy
+
+
+def test_the_dish_tab_runs_a_job_and_its_cancel_stops_it(service):
+    """Cancel while the Dish tab samples: the job stops within a step, the run reads cancelled."""
+    import threading
+
+    from petri.web.ui_dish import DishController
+
+    ctl = DishController(service)
+    cancel = threading.Event()
+    placement = ctl.spread("order, inventory", True)
+    inputs = ("order, inventory", "The order was packed.", "Event: {event}", 4, 0, placement, True, 200,
+              None, None, None, False, True)
+    updates = []
+    for update in ctl.run(*inputs, cancel=cancel):
+        updates.append(update)
+        if update.get("status", "").startswith("Sampling"):
+            cancel.set()
+    (job,) = list(service.jobs)
+    assert job.kind == "seed" and job.status == "cancelled" and job.done < 200
+    assert service.store.get_run(job.run_id)["status"] == "cancelled"
+    assert updates[-1]["status"] == "Stopped: the job was cancelled."

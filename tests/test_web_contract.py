@@ -18,7 +18,6 @@ from petri.web.app import create_app
 from petri.web.errors import FieldError
 from petri.web.requests import SeedRequest, StudyRequest, prepare_seed, prepare_study
 from petri.web.ui_dish import DishController
-from petri.web import ui_study
 from petri.web.ui_study import StudyController
 from conftest import model_held
 
@@ -118,9 +117,13 @@ def study_data(events: list[dict], templates: int = 1) -> dict:
 
 def study_tab_error(service, data: dict, monkeypatch) -> str:
     """The Study tab's refusal of ``data`` (as edited tables), which must come before any model work:
-    the model is held meanwhile and the tab may not wait for it, so a request that got past the
-    checks would end in "busy" at once instead of running."""
-    monkeypatch.setattr(ui_study, "UI_WAIT_S", 0.0)
+    the model is held meanwhile and submitting a job fails the test at once, so a request that got
+    past the checks ends in an AssertionError instead of the tab's gr.Error."""
+
+    def no_job(*args, **kwargs):
+        raise AssertionError("the Study tab submitted a job that the API's checks refuse")
+
+    monkeypatch.setattr(service, "submit_study", no_job)
     events = pd.DataFrame([[e["id"], e["group"], e["text"], ""] for e in data["events"]],
                           columns=["id", "group", "text", "concepts"])
     templates = pd.DataFrame([[t["id"], t["text"]] for t in data["templates"]], columns=["id", "text"])

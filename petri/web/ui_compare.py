@@ -13,25 +13,23 @@ from __future__ import annotations
 import threading
 
 import gradio as gr
-import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
 from petri.dish import DEFAULT_TEMPLATE
 from petri.metrics import flip_grid
-from petri.service import BusyError, PetriService
+from petri.jobs import QueueFull
+from petri.service import PetriService
 from petri.study.plots import flip_difference_heatmap
 from petri.tables import pairs_table, samples_table, segments_table
 from petri.trajectory import Trajectory
 from petri.web.errors import FieldError
-from petri.web.gpu import run_seed
 from petri.web.limits import MAX_SAMPLES, MAX_STEPS
 from petri.web.requests import SeedRequest, SettingsIn, prepare_seed
 from petri.web.ui_dish import EXAMPLE_CONCEPTS, TEMPLATES, DishController
-from petri.web.ui_live import JobCancelled, stream
+from petri.web.ui_live import CancelButtons, JobCancelled, stream
 from petri.web.ui_views import AFTER_END_COLOR, AFTER_END_LABEL, concept_colors, highlighted_text, request_error_message
 
-UI_WAIT_S = 600.0
 EXAMPLE_A = ("benign", "The customer placed an order, and the warehouse packed it the same afternoon.")
 EXAMPLE_B = ("contradictory", "Only 90 units are in stock, but a customer ordered 120.")
 
@@ -101,16 +99,16 @@ class CompareController:
             raise gr.Error(request_error_message(err), title="Check the comparison") from None
         yield {"status": "⏳ Waiting for the model…" if self.service.busy else "Sampling both events…"}
 
-        def work(emit):
-            return run_seed(self.service, events, request.samples, settings, request.seed, None, UI_WAIT_S)
+        def submit(emit):
+            return self.service.submit_seed(events, request.samples, settings, request.seed)
 
         try:
-            result = next(payload for kind, payload in stream(work, cancel=cancel, name="petri-ui-compare")
+            result = next(payload for kind, payload in stream(submit, self.service.jobs, cancel=cancel)
                           if kind == "done")
-        except BusyError as err:
+        except QueueFull as err:
             raise gr.Error(f"The model is busy: {err}", title="Busy") from None
-        except JobCancelled:
-            yield {"status": "Cancelled."}
+        except JobCancelled as stop:
+            yield {"status": f"Stopped: {stop}."}
             return
         yield {**self.views(result.run_id, *result.trajectories, labels),
                "status": f"Done: run `{result.run_id}` — {labels[0]} and {labels[1]}, {request.samples} samples "
@@ -163,7 +161,9 @@ def build_compare_tab(service: PetriService, dish: DishController) -> tuple[Comp
         seed = gr.Number(0, precision=0, minimum=0, label="Seed")
         steps = gr.Slider(1, MAX_STEPS, value=service.lm.default_settings().max_denoising_steps, step=1,
                           label="Max denoising steps", elem_id="petri-cmp-steps")
-    run_btn = gr.Button("Compare the two events", variant="primary", elem_id="petri-cmp-run")
+    with gr.Row():
+        run_btn = gr.Button("Compare the two events", variant="primary", elem_id="petri-cmp-run", scale=4)
+        cancel_btn = gr.Button("Cancel", variant="stop", elem_id="petri-cmp-cancel", scale=1)
     status = gr.Markdown("", elem_id="petri-cmp-status")
     summary = gr.Markdown("", elem_id="petri-cmp-summary")
     run_id = gr.State("")
@@ -181,9 +181,16 @@ def build_compare_tab(service: PetriService, dish: DishController) -> tuple[Comp
     names = {"status": status, "summary": summary, "run_id": run_id, "heatmap_a": heatmap_a, "heatmap_b": heatmap_b,
              "difference": difference, "pairs": pairs, "paired": paired, "text_a": text_a, "text_b": text_b}
 
-    def run_handler(*args):
-        for update in ctl.run(*args):
+    cancels = CancelButtons()
+
+    def run_handler(request: gr.Request, *args):  # Gradio passes the request first
+        for update in ctl.run(*args, cancel=cancels.start(request.session_hash)):
             yield {names[k]: v for k, v in update.items()}
+
+    def cancel_handler(request: gr.Request):
+        cancels.cancel(request.session_hash)
+
+    cancel_btn.click(cancel_handler, None, None, concurrency_limit=None, show_progress="hidden")
 
     run_btn.click(run_handler, [concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps],
                   list(names.values()), concurrency_limit=1, concurrency_id="model", show_progress="minimal")

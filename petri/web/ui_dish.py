@@ -4,10 +4,11 @@ table (kept in sync), a run whose flip map is redrawn live as the steps arrive, 
 (as the model's answer), flips per position, pair instability and the CSV downloads.
 
 Thin over the web layer: the canvas preview is :func:`~petri.web.requests.preview_layout`, the
-checks are :func:`~petri.web.requests.prepare_seed` (those of ``POST /api/seed``), the run is
-:func:`~petri.web.gpu.run_seed` (the service's lock), streamed by :func:`petri.web.ui_live.stream`:
-the sampler's ``on_step`` callback (worker thread) reports each step's raw argmax and the run
-handler, a generator, redraws the flip map as the steps arrive.
+checks are :func:`~petri.web.requests.prepare_seed` (those of ``POST /api/seed``), the run is a
+job of the service's queue (:meth:`~petri.service.PetriService.submit_seed`, as ``POST
+/api/jobs/seed``), streamed by :func:`petri.web.ui_live.stream`: the sampler's ``on_step`` hook
+reports each step's raw argmax and the run handler, a generator, redraws the flip map as the steps
+arrive; the Cancel button stops the job within one step.
 """
 
 from __future__ import annotations
@@ -26,17 +27,17 @@ from pydantic import ValidationError
 from petri.dish import DEFAULT_TEMPLATE, Dish, pinned_arrays
 from petri.engine.seeding import plan_dish
 from petri.metrics import flip_grid
-from petri.service import BusyError, PetriService, SeedResult
+from petri.jobs import QueueFull
+from petri.service import PetriService, SeedResult
 from petri.study.plots import flip_heatmap, flips_bar, token_texts
 from petri.tables import pairs_table, samples_table
 from petri.trajectory import SamplerSettings, Trajectory
 from petri.web.errors import FieldError
-from petri.web.gpu import run_seed
 from petri.web.limits import MAX_SAMPLES, MAX_STEPS
 from petri.web.requests import SeedRequest, SettingsIn, prepare_seed, preview_layout
 from petri.web.responses import write_run_files
 from petri.web.ui_canvas import canvas_control, canvas_value, placement_rows
-from petri.web.ui_live import JobCancelled, stream
+from petri.web.ui_live import CancelButtons, JobCancelled, stream
 from petri.web.ui_views import (
     AFTER_END_COLOR,
     AFTER_END_LABEL,
@@ -48,8 +49,6 @@ from petri.web.ui_views import (
     request_error_message,
 )
 
-#: How long a UI job waits for a running job (an API request or another tab) before giving up.
-UI_WAIT_S = 600.0
 #: Redraw the live heatmap at most this often (seconds).
 LIVE_REDRAW_S = 0.25
 
@@ -195,15 +194,15 @@ class DishController:
         live = LiveFlips(pinned)
         steps_max = settings.max_denoising_steps
 
-        def work(emit):
-            return run_seed(self.service, events, request.samples, settings, request.seed, emit, UI_WAIT_S)
+        def submit(emit):
+            return self.service.submit_seed(events, request.samples, settings, request.seed, on_step=emit)
 
         if self.service.busy:
-            yield {"status": "⏳ Waiting for the model: another job is running…"}
+            yield {"status": "⏳ Queued: another job is running…"}
         last_draw = 0.0
         result: SeedResult | None = None
         try:
-            for kind, payload in stream(work, cancel=cancel, name="petri-ui-seed"):
+            for kind, payload in stream(submit, self.service.jobs, cancel=cancel):
                 if kind == "done":
                     result = payload
                     break
@@ -221,10 +220,10 @@ class DishController:
                             title=f"flips while sampling — step {index + 1}",
                         ),
                     }
-        except BusyError as err:
+        except QueueFull as err:
             raise gr.Error(f"The model is busy: {err}", title="Busy") from None
-        except JobCancelled:
-            yield {"status": "Cancelled."}
+        except JobCancelled as stop:
+            yield {"status": f"Stopped: {stop}."}
             return
         except Exception as err:  # noqa: BLE001 - shown to the user
             raise gr.Error(f"Sampling failed: {err}") from None
@@ -330,7 +329,9 @@ def build_dish_tab(service: PetriService) -> tuple[DishController, dict]:
             adaptive = gr.Checkbox(defaults.stability_threshold is not None, label="Adaptive stop")
             pin_thought = gr.Checkbox(defaults.pin_thought_channel,
                                       label="Pin the empty thought block (chat-template models)")
-    run_btn = gr.Button("Run the dish", variant="primary", elem_id="petri-run")
+    with gr.Row():
+        run_btn = gr.Button("Run the dish", variant="primary", elem_id="petri-run", scale=4)
+        cancel_btn = gr.Button("Cancel", variant="stop", elem_id="petri-cancel", scale=1)
     status = gr.Markdown("", elem_id="petri-status")
     heatmap = gr.Plot(label="Flips: step × position (live)", show_label=False, elem_id="petri-heatmap")
     run_id = gr.State("")
@@ -355,9 +356,14 @@ def build_dish_tab(service: PetriService) -> tuple[DishController, dict]:
              "flips": flips, "pairs": pairs, "samples_table": samples_table_view, "files": files,
              "sample": sample}
 
-    def run_handler(*args):
-        for update in ctl.run(*args):
+    cancels = CancelButtons()
+
+    def run_handler(request: gr.Request, *args):  # Gradio passes the request first
+        for update in ctl.run(*args, cancel=cancels.start(request.session_hash)):
             yield {names[k]: v for k, v in update.items()}
+
+    def cancel_handler(request: gr.Request):
+        cancels.cancel(request.session_hash)
 
     concepts.change(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
     spread_btn.click(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
@@ -367,6 +373,7 @@ def build_dish_tab(service: PetriService) -> tuple[DishController, dict]:
     pin_thought.change(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
     run_btn.click(run_handler, run_inputs, list(names.values()), concurrency_limit=1,
                   concurrency_id="model", show_progress="minimal", validator=ctl.validate)
+    cancel_btn.click(cancel_handler, None, None, concurrency_limit=None, show_progress="hidden")
 
     def sample_handler(rid, s):
         return {names[k]: v for k, v in ctl.show_sample(rid, s).items()}

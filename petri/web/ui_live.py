@@ -1,12 +1,15 @@
 """Running one model job for a UI event handler (a generator) and streaming what it reports.
 
-:func:`stream` runs ``work(emit)`` in a worker thread; each ``emit(payload)`` (the sampler's per-step
-callback, the study runner's per-batch progress callback) reaches the handler as
-``("progress", payload)``, and the result as ``("done", result)``; an exception in the job is
-re-raised in the handler. ``cancel`` (a :class:`threading.Event`) is the hook a Cancel button sets:
-the next ``emit`` raises :class:`JobCancelled` inside the job, which the sampler and the study
-runner let through (the study's stored batches stay). The Dish, Compare and Study tabs run their
-jobs through here, so moving them onto a job system changes this one function.
+The Dish, Compare and Study tabs submit their work to the service's job queue, the same jobs
+``POST /api/jobs/*`` makes (:mod:`petri.jobs`): :func:`stream` calls ``submit(emit)``, which
+queues the job with ``emit`` as its in-process hook (the sampler's per-step callback, the study
+runner's per-batch progress), and yields ``("progress", payload)`` for each call, then
+``("done", result)``. A Cancel button sets the ``cancel`` event: the job is cancelled (a queued one
+never starts, a running one stops within one denoising step; a study's stored batches stay) and
+:class:`JobCancelled` is raised in the handler. A failed job raises :class:`JobFailed`.
+
+:class:`CancelButtons` keeps one cancel event per browser session, so a Cancel button stops that
+session's run only.
 """
 
 from __future__ import annotations
@@ -16,42 +19,71 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from petri.jobs import FINAL, Job, JobQueue
+
 
 class JobCancelled(RuntimeError):
-    """The user cancelled the job (raised inside the job at its next progress report)."""
+    """The job was cancelled (by the user, or interrupted by a server that stops)."""
+
+
+class JobFailed(RuntimeError):
+    """The job failed; the message is the job's error."""
 
 
 def stream(
-    work: Callable[[Callable[..., None]], Any],
+    submit: Callable[[Callable[..., None]], Job],
+    jobs: JobQueue,
     *,
     cancel: threading.Event | None = None,
-    name: str = "petri-ui-job",
-    poll_s: float = 0.5,
+    poll_s: float = 0.1,
 ) -> Iterator[tuple[str, Any]]:
-    """Yield ``("progress", args)`` for each ``emit(*args)`` of ``work(emit)`` (run in a daemon
-    thread), then ``("done", result)``. ``args`` is the tuple ``emit`` was called with, or its one
-    element. Raises what ``work`` raised."""
+    """Yield ``("progress", args)`` for each ``emit(*args)`` of the job that ``submit(emit)``
+    queued (``args`` is the tuple ``emit`` was called with, or its one element), then
+    ``("done", job.result)``. Raises :class:`JobCancelled` / :class:`JobFailed`, and what
+    ``submit`` raises (e.g. :class:`petri.jobs.QueueFull`)."""
     messages: queue.Queue = queue.Queue()
 
     def emit(*args) -> None:
-        if cancel is not None and cancel.is_set():
-            raise JobCancelled("cancelled by the user")
-        messages.put(("progress", args[0] if len(args) == 1 else args))
+        messages.put(args[0] if len(args) == 1 else args)
 
-    def run() -> None:
-        try:
-            messages.put(("done", work(emit)))
-        except BaseException as err:  # noqa: BLE001 - handed to the generator
-            messages.put(("error", err))
-
-    threading.Thread(target=run, daemon=True, name=name).start()
+    job = submit(emit)
+    asked = False
     while True:
+        if cancel is not None and cancel.is_set() and not asked:
+            jobs.cancel(job.job_id)
+            asked = True
         try:
-            kind, payload = messages.get(timeout=poll_s)
+            payload = messages.get(timeout=poll_s)
         except queue.Empty:
+            if job.status in FINAL and messages.empty():
+                break
             continue
-        if kind == "error":
-            raise payload
-        yield kind, payload
-        if kind == "done":
-            return
+        if not asked:
+            yield "progress", payload
+    if job.status == "done":
+        yield "done", job.result
+        return
+    if job.status in ("cancelled", "interrupted"):
+        raise JobCancelled(f"the job was {job.status}")
+    raise JobFailed(job.error or "the job failed")
+
+
+class CancelButtons:
+    """One cancel event per browser session (``gr.Request.session_hash``): :meth:`start` hands a
+    run its fresh event, :meth:`cancel` sets the session's current one."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def start(self, session: str | None) -> threading.Event:
+        event = threading.Event()
+        with self._lock:
+            self._events[session or ""] = event
+        return event
+
+    def cancel(self, session: str | None) -> None:
+        with self._lock:
+            event = self._events.get(session or "")
+        if event is not None:
+            event.set()

@@ -1,11 +1,12 @@
 """The Study tab: an editable study (concepts, events with group labels, templates) loaded from a
-bundled study file or an upload, run under the service's lock, then the study's three figures, the
-statistics summary and the CSV downloads.
+bundled study file or an upload, run as a job of the service's queue (Cancel stops it within one
+step; its stored batches stay), with the figures and statistics redrawn as batches land, then the
+study's three figures, the statistics summary and the CSV downloads.
 
 The edited tables become a ``POST /api/study`` body (:class:`~petri.web.requests.StudyRequest`)
 and go through the API's checks (:func:`~petri.web.requests.prepare_study`: the study-file schema,
 the text limits, :data:`~petri.web.limits.MAX_STUDY_BATCHES`, prompt length, layouts) and the API's
-model call (:func:`~petri.web.gpu.run_study_job`: the one-job lock; resumable); the numbers come from
+job (:meth:`~petri.service.PetriService.submit_study`, as ``POST /api/jobs/study``; resumable); the numbers come from
 :func:`petri.study.analysis.analyze`, the figures from :mod:`petri.study.plots` and the files from
 :func:`petri.study.report.write_study`.
 """
@@ -23,22 +24,20 @@ import pandas as pd
 from pydantic import ValidationError
 
 from petri.paths import studies_dir
-from petri.service import BusyError, PetriService
+from petri.jobs import QueueFull
+from petri.service import PetriService
 from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap
 from petri.study.provisional import provisional_statistics, stored_batches
 from petri.study.runner import study_run_id
 from petri.study.schema import Study, StudyError, load_study, study_from_dict
 from petri.web.errors import FieldError
-from petri.web.gpu import run_study_job
 from petri.web.limits import MAX_SAMPLES, MAX_STEPS
 from petri.web.requests import SettingsIn, StudyRequest, prepare_study
-from petri.web.ui_live import JobCancelled, stream
+from petri.web.ui_live import CancelButtons, JobCancelled, JobFailed, stream
 from petri.web.ui_shipped import load_shipped, report_markdown, shipped_figures, shipped_files, shipped_markdown
 from petri.web.ui_views import request_error_message
 
 STUDY_DIR = studies_dir()
-#: How long a study waits for a running job (an API request or another tab) before giving up.
-UI_WAIT_S = 600.0
 EVENT_COLUMNS = ["id", "group", "text", "concepts"]
 TEMPLATE_COLUMNS = ["id", "text"]
 #: Redraw the live study figures at most this often (seconds); every batch updates the status line.
@@ -203,12 +202,12 @@ class StudyController:
                               lm.fingerprint(), lm.device_type)
         yield {"status": f"Study run `{run_id}`: " + ("waiting for the model…" if self.service.busy else "starting…")}
 
-        def work(emit):
-            return run_study_job(self.service, study, request.samples, request.seed, settings, chosen, UI_WAIT_S, emit)
+        def submit(emit):
+            return self.service.submit_study(study, request.samples, request.seed, settings, chosen, progress=emit)
 
         result, last_draw = None, 0.0
         try:
-            for kind, payload in stream(work, cancel=cancel, name="petri-ui-study"):
+            for kind, payload in stream(submit, self.service.jobs, cancel=cancel):
                 if kind == "done":
                     result = payload
                     break
@@ -220,11 +219,13 @@ class StudyController:
                     yield {"status": status, **self.live_views(study, run_id, chosen_ids, settings, request.seed, total)}
                 else:
                     yield {"status": status}
-        except BusyError as err:
+        except QueueFull as err:
             raise gr.Error(f"The model is busy: {err}", title="Busy") from None
-        except JobCancelled:
-            yield {"status": f"Study run `{run_id}` cancelled; its stored batches stay (rerun to resume)."}
+        except JobCancelled as stop:
+            yield {"status": f"Study run `{run_id}` stopped ({stop}); its stored batches stay (run it again to resume)."}
             return
+        except JobFailed as err:
+            raise gr.Error(f"The study failed: {err}") from None
         except (StudyError, ValueError) as err:
             raise gr.Error(str(err)) from None
         yield self.final_views(result, total)
@@ -319,7 +320,9 @@ def build_study_tab(service: PetriService) -> tuple[StudyController, dict]:
         seed = gr.Number(0, precision=0, minimum=0, label="Seed")
         steps = gr.Slider(1, MAX_STEPS, value=service.lm.default_settings().max_denoising_steps, step=1,
                           label="Max denoising steps", elem_id="petri-study-steps")
-    run_btn = gr.Button("Run the study", variant="primary", elem_id="petri-study-run")
+    with gr.Row():
+        run_btn = gr.Button("Run the study", variant="primary", elem_id="petri-study-run", scale=4)
+        cancel_btn = gr.Button("Cancel", variant="stop", elem_id="petri-study-cancel", scale=1)
     status = gr.Markdown("", elem_id="petri-study-status")
     stats = gr.Markdown(stats0, elem_id="petri-study-stats")
     fig_instability = gr.Plot(figures0[0], show_label=False, elem_id="petri-study-instability")
@@ -338,9 +341,16 @@ def build_study_tab(service: PetriService) -> tuple[StudyController, dict]:
     names = {"status": status, "instability": fig_instability, "events": fig_events, "jaccard": fig_jaccard,
              "stats": stats, "groups": groups, "files": files, "report": report}
 
-    def run_handler(*args):
-        for update in ctl.run(*args):
+    cancels = CancelButtons()
+
+    def run_handler(request: gr.Request, *args):  # Gradio passes the request first
+        for update in ctl.run(*args, cancel=cancels.start(request.session_hash)):
             yield {names[k]: v for k, v in update.items()}
+
+    def cancel_handler(request: gr.Request):
+        cancels.cancel(request.session_hash)
+
+    cancel_btn.click(cancel_handler, None, None, concurrency_limit=None, show_progress="hidden")
 
     run_btn.click(
         run_handler, [meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps],
