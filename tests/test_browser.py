@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import shutil
 import threading
 from pathlib import Path
@@ -279,8 +280,12 @@ def test_cancel_stops_a_running_study(page, served, tmp_path):
     page.wait_for_selector("#petri-study-samples input[type=number]")
     page.fill("#petri-study-samples input[type=number]", "2")
     page.fill("#petri-study-steps input[type=number]", "160")
+    before = {j.job_id for j in service.jobs}
     page.click("#petri-study-run")
-    page.wait_for_selector("#petri-study-status:has-text('of 6 batches')", timeout=300_000)
+    deadline = time.monotonic() + 300
+    while not any(j.job_id not in before and j.done >= 1 for j in service.jobs):  # a batch of this run stored
+        assert time.monotonic() < deadline, "the study never stored a batch"
+        page.wait_for_timeout(50)
     page.click("#petri-study-cancel")
     page.wait_for_selector("#petri-study-status:has-text('stopped (the job was cancelled)')", timeout=120_000)
     job = max((j for j in service.jobs if j.kind == "study"), key=lambda j: j.created)

@@ -27,7 +27,7 @@ from petri.web.errors import FieldError
 from petri.web.limits import MAX_SAMPLES, MAX_STEPS
 from petri.web.requests import SeedRequest, SettingsIn, prepare_seed
 from petri.web.ui_dish import EXAMPLE_CONCEPTS, TEMPLATES, DishController
-from petri.web.ui_live import CancelButtons, JobCancelled, stream
+from petri.web.ui_live import JobCancelled, stream, wire_run
 from petri.web.ui_views import AFTER_END_COLOR, AFTER_END_LABEL, concept_colors, highlighted_text, request_error_message
 
 EXAMPLE_A = ("benign", "The customer placed an order, and the warehouse packed it the same afternoon.")
@@ -181,17 +181,6 @@ def build_compare_tab(service: PetriService, dish: DishController) -> tuple[Comp
     names = {"status": status, "summary": summary, "run_id": run_id, "heatmap_a": heatmap_a, "heatmap_b": heatmap_b,
              "difference": difference, "pairs": pairs, "paired": paired, "text_a": text_a, "text_b": text_b}
 
-    cancels = CancelButtons()
-
-    def run_handler(request: gr.Request, *args):  # Gradio passes the request first
-        for update in ctl.run(*args, cancel=cancels.start(request.session_hash)):
-            yield {names[k]: v for k, v in update.items()}
-
-    def cancel_handler(request: gr.Request):
-        cancels.cancel(request.session_hash)
-
-    cancel_btn.click(cancel_handler, None, None, concurrency_limit=None, show_progress="hidden")
-
-    run_btn.click(run_handler, [concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps],
-                  list(names.values()), concurrency_limit=1, concurrency_id="model", show_progress="minimal")
+    wire_run(run_btn, cancel_btn, ctl.run, [concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps],
+             names, concurrency_limit=1, concurrency_id="model", show_progress="minimal")
     return ctl, names

@@ -37,7 +37,7 @@ from petri.web.limits import MAX_SAMPLES, MAX_STEPS
 from petri.web.requests import SeedRequest, SettingsIn, prepare_seed, preview_layout
 from petri.web.responses import write_run_files
 from petri.web.ui_canvas import canvas_control, canvas_value, placement_rows
-from petri.web.ui_live import CancelButtons, JobCancelled, stream
+from petri.web.ui_live import JobCancelled, stream, wire_run
 from petri.web.ui_views import (
     AFTER_END_COLOR,
     AFTER_END_LABEL,
@@ -356,24 +356,14 @@ def build_dish_tab(service: PetriService) -> tuple[DishController, dict]:
              "flips": flips, "pairs": pairs, "samples_table": samples_table_view, "files": files,
              "sample": sample}
 
-    cancels = CancelButtons()
-
-    def run_handler(request: gr.Request, *args):  # Gradio passes the request first
-        for update in ctl.run(*args, cancel=cancels.start(request.session_hash)):
-            yield {names[k]: v for k, v in update.items()}
-
-    def cancel_handler(request: gr.Request):
-        cancels.cancel(request.session_hash)
-
     concepts.change(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
     spread_btn.click(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
     shuffle_btn.click(ctl.shuffle, [placement, pin_thought], placement, show_progress="hidden")
     placement.change(ctl.canvas, [placement, pin_thought], canvas, show_progress="hidden")
     canvas.input(ctl.from_canvas, canvas, placement, show_progress="hidden")
     pin_thought.change(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
-    run_btn.click(run_handler, run_inputs, list(names.values()), concurrency_limit=1,
-                  concurrency_id="model", show_progress="minimal", validator=ctl.validate)
-    cancel_btn.click(cancel_handler, None, None, concurrency_limit=None, show_progress="hidden")
+    wire_run(run_btn, cancel_btn, ctl.run, run_inputs, names, concurrency_limit=1, concurrency_id="model",
+             show_progress="minimal", validator=ctl.validate)
 
     def sample_handler(rid, s):
         return {names[k]: v for k, v in ctl.show_sample(rid, s).items()}

@@ -8,8 +8,8 @@ runner's per-batch progress), and yields ``("progress", payload)`` for each call
 never starts, a running one stops within one denoising step; a study's stored batches stay) and
 :class:`JobCancelled` is raised in the handler. A failed job raises :class:`JobFailed`.
 
-:class:`CancelButtons` keeps one cancel event per browser session, so a Cancel button stops that
-session's run only.
+:func:`wire_run` wires a tab's Run and Cancel buttons; :class:`CancelButtons` keeps one cancel
+event per browser session, so a Cancel button stops that session's run only.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
+
+import gradio as gr
 
 from petri.jobs import FINAL, Job, JobQueue
 
@@ -66,6 +68,23 @@ def stream(
     if job.status in ("cancelled", "interrupted"):
         raise JobCancelled(f"the job was {job.status}")
     raise JobFailed(job.error or "the job failed")
+
+
+def wire_run(run_btn, cancel_btn, run: Callable[..., Iterator[dict]], inputs: list, names: dict, **click: Any) -> None:
+    """Wire a tab's Run and Cancel buttons: Run streams ``run(*inputs, cancel=event)`` (updates
+    keyed by output name, mapped through ``names`` to components), Cancel sets that browser
+    session's event (at once: it is in no concurrency group). ``click`` goes to Run's ``click``."""
+    cancels = CancelButtons()
+
+    def run_handler(request: gr.Request, *args):  # Gradio passes the request first
+        for update in run(*args, cancel=cancels.start(request.session_hash)):
+            yield {names[k]: v for k, v in update.items()}
+
+    def cancel_handler(request: gr.Request):
+        cancels.cancel(request.session_hash)
+
+    run_btn.click(run_handler, inputs, list(names.values()), **click)
+    cancel_btn.click(cancel_handler, None, None, concurrency_limit=None, show_progress="hidden")
 
 
 class CancelButtons:

@@ -33,7 +33,7 @@ from petri.study.schema import Study, StudyError, load_study, study_from_dict
 from petri.web.errors import FieldError
 from petri.web.limits import MAX_SAMPLES, MAX_STEPS
 from petri.web.requests import SettingsIn, StudyRequest, prepare_study
-from petri.web.ui_live import CancelButtons, JobCancelled, JobFailed, stream
+from petri.web.ui_live import JobCancelled, JobFailed, stream, wire_run
 from petri.web.ui_shipped import load_shipped, report_markdown, shipped_figures, shipped_files, shipped_markdown
 from petri.web.ui_views import request_error_message
 
@@ -341,19 +341,7 @@ def build_study_tab(service: PetriService) -> tuple[StudyController, dict]:
     names = {"status": status, "instability": fig_instability, "events": fig_events, "jaccard": fig_jaccard,
              "stats": stats, "groups": groups, "files": files, "report": report}
 
-    cancels = CancelButtons()
-
-    def run_handler(request: gr.Request, *args):  # Gradio passes the request first
-        for update in ctl.run(*args, cancel=cancels.start(request.session_hash)):
-            yield {names[k]: v for k, v in update.items()}
-
-    def cancel_handler(request: gr.Request):
-        cancels.cancel(request.session_hash)
-
-    cancel_btn.click(cancel_handler, None, None, concurrency_limit=None, show_progress="hidden")
-
-    run_btn.click(
-        run_handler, [meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps],
-        list(names.values()), concurrency_limit=1, concurrency_id="model", show_progress="minimal",
-    )
+    wire_run(run_btn, cancel_btn, ctl.run,
+             [meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps],
+             names, concurrency_limit=1, concurrency_id="model", show_progress="minimal")
     return ctl, names
