@@ -16,6 +16,7 @@ from petri.engine.torch_sampler import generate_kwargs, run_sampler
 from petri.engine.torch_step import StabilityTracker, _cache_kwarg, _output_cache, accept_mask
 from petri.engine.tiny import tiny_random_model
 from petri.trajectory import SamplerSettings
+from test_sampler_parity import DraftRecorder
 
 
 def test_generate_kwargs_spell_every_setting():
@@ -73,22 +74,6 @@ def test_first_canvas_is_never_stable_whatever_its_tokens():
     assert tracker(canvas, low).tolist() == [True, True]
 
 
-class _DraftRecorder:
-    """A streamer keeping every draft (argmax canvas) ``generate`` emits, one per step."""
-
-    def __init__(self):
-        self.drafts: list[np.ndarray] = []
-
-    def put(self, value):
-        pass
-
-    def put_draft(self, value):
-        self.drafts.append(value.numpy().copy())
-
-    def end(self):
-        pass
-
-
 @pytest.fixture(scope="module")
 def short_window_lm():
     """The tiny model with a 4-token sliding window, so a 20-token prompt spills past it."""
@@ -101,7 +86,7 @@ def test_matches_generate_when_the_prompt_is_longer_than_the_sliding_window(shor
     prompt = [lm.tokenizer.bos_token_id, *lm.tokenizer.encode(text)]
     assert len(prompt) > 4 * 3
     settings = SamplerSettings(max_denoising_steps=4, stability_threshold=None, confidence_threshold=None)
-    recorder = _DraftRecorder()
+    recorder = DraftRecorder()
     torch.manual_seed(5)
     out = lm.model.generate(
         torch.tensor([prompt] * 2), max_new_tokens=lm.canvas_length, eos_token_id=None,
