@@ -20,7 +20,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -252,24 +252,16 @@ class JobQueue:
                 with self._cond:
                     self.current = None
 
-    def _holding_model(self, token: CancelToken) -> AbstractContextManager[None]:
+    @contextmanager
+    def _holding_model(self, token: CancelToken) -> Iterator[None]:
         """The model lock, waited for in short slices so a cancel during the wait is seen."""
-        queue = self
-
-        class Holding:
-            def __enter__(self) -> None:
-                while not queue.model_lock.acquire(timeout=0.1):
-                    token.check()
-                try:
-                    token.check()
-                except Cancelled:
-                    queue.model_lock.release()
-                    raise
-
-            def __exit__(self, *exc) -> None:
-                queue.model_lock.release()
-
-        return Holding()
+        while not self.model_lock.acquire(timeout=0.1):
+            token.check()
+        try:
+            token.check()
+            yield
+        finally:
+            self.model_lock.release()
 
     # ------------------------------------------------------------------------------- state
     def _finish(self, job: Job, status: str, error: str | None) -> None:

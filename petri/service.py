@@ -16,13 +16,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from petri.cancel import Cancelled, CancelToken
+from petri.cancel import CancelToken
 from petri.dish import Dish
 from petri.engine.base import SamplingModel, StepCallback
 from petri.engine.seeding import seed_dish
 from petri.jobs import Job, JobContext, JobQueue
 from petri.store import RunStore, StoreError
-from petri.study.runner import ProgressCallback, StudyProgress, StudyResult, run_study
+from petri.study.runner import ProgressCallback, StudyProgress, StudyResult, run_study, stopped_status
 from petri.study.schema import Study
 from petri.trajectory import SamplerSettings, Trajectory
 
@@ -140,9 +140,8 @@ class PetriService:
                 if event_done is not None:
                     event_done(index)
         except BaseException as err:
-            status = err.reason if isinstance(err, Cancelled) else "failed"
             try:
-                self.store.finish_run(run_id, status, error=str(err))
+                self.store.finish_run(run_id, stopped_status(err), error=str(err))
             except StoreError:  # the store itself may be what failed (full disk): keep the original error
                 pass
             raise
