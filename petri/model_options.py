@@ -24,8 +24,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto (cuda → mps → cpu), cuda, mps or cpu")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp16 on MPS, fp32 on CPU), bf16, fp16 or fp32")
     parser.add_argument(
-        "--compile", action="store_true",
-        help="torch.compile the model forward (GPU; pays a one-off compilation, ~160 s for the 26B model)",
+        "--compile", action=argparse.BooleanOptionalAction, default=env_choice("PETRI_COMPILE"),
+        help="the compiled tier of the GPU fast path: compiled decoder layers, the fused experts op, the "
+        "sampler's self-conditioning softmax and inverse-CDF draw (not bit-exact; see the README). Default "
+        "(env PETRI_COMPILE=1/0 overrides): on with CUDA and Triton, off elsewhere; the first request pays "
+        "the compilation (tens of seconds, cached on disk for the next start)",
     )
     parser.add_argument(
         "--backend", default="auto", help="auto (MLX on Apple silicon without a torch GPU, else torch), torch or mlx"
@@ -35,6 +38,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 def env_flag(name: str) -> bool:
     """True when the environment variable ``name`` is 1 / true / yes (any case)."""
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
+def env_choice(name: str) -> bool | None:
+    """The environment variable ``name`` as True (1 / true / yes), False (0 / false / no) or ``None``
+    (unset or anything else: the default applies)."""
+    value = os.environ.get(name, "").strip().lower()
+    return True if value in ("1", "true", "yes") else False if value in ("0", "false", "no") else None
 
 
 def add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,12 +60,12 @@ def add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
 def spec_from_args(args: argparse.Namespace) -> ModelSpec:
     """The ``add_model_arguments`` options (and ``--threads`` where the command has it) as a
     :class:`ModelSpec`, which a worker process or machine can load on its own."""
-    return ModelSpec(args.model, args.backend, args.device, args.dtype, bool(args.compile), getattr(args, "threads", None),
+    return ModelSpec(args.model, args.backend, args.device, args.dtype, args.compile, getattr(args, "threads", None),
                      bool(getattr(args, "allow_download", False)))
 
 
 def load_from_args(args: argparse.Namespace) -> SamplingModel:
-    """The model the ``add_model_arguments`` options name, compiled if ``--compile`` (torch only)."""
+    """The model the ``add_model_arguments`` options name, compiled as ``--compile`` says (torch only)."""
     return replace(spec_from_args(args), threads=None).load()
 
 

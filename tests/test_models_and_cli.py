@@ -108,3 +108,67 @@ def test_cli_names_the_bad_concept(tiny_checkpoint):
     result = run_cli("seed", "--event", "x", "--concepts", "order,,person", "--model", str(folder))
     assert result.returncode == 2
     assert "empty concept" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_compile_option_is_a_tri_state_and_auto_compiles_only_cuda(tiny_checkpoint, monkeypatch):
+    """``--compile`` / ``--no-compile`` / neither (auto: on with CUDA and Triton, so never on this
+    CPU) reach ModelSpec, and ModelSpec.load compiles exactly when it should."""
+    import argparse
+
+    from petri import model_options
+    from petri.engine import torch_model
+    from petri.study.executors import ModelSpec
+
+    folder, _ = tiny_checkpoint
+    monkeypatch.delenv("PETRI_COMPILE", raising=False)
+    parser = argparse.ArgumentParser()
+    model_options.add_model_arguments(parser)
+    assert [model_options.spec_from_args(parser.parse_args(argv)).compile for argv in ([], ["--compile"], ["--no-compile"])] == [None, True, False]
+    for value, expected in (("0", False), ("yes", True), ("", None)):
+        monkeypatch.setenv("PETRI_COMPILE", value)
+        parser = argparse.ArgumentParser()
+        model_options.add_model_arguments(parser)
+        assert parser.parse_args([]).compile is expected
+    assert parser.parse_args(["--compile"]).compile is True  # the flag wins over the environment
+
+    compiled = []
+    monkeypatch.setattr(torch_model, "compile_for_sampling", lambda lm: compiled.append(lm) or lm)
+    lm = ModelSpec(str(folder), device="cpu").load()
+    assert not torch_model.compiles_by_default(lm) and compiled == []
+    ModelSpec(str(folder), device="cpu", compile=True).load()
+    assert len(compiled) == 1
+    monkeypatch.setattr(torch_model, "compiles_by_default", lambda lm: True)  # as on a CUDA machine
+    ModelSpec(str(folder), device="cpu").load()
+    ModelSpec(str(folder), device="cpu", compile=False).load()
+    assert len(compiled) == 2
+
+
+def test_a_failing_compiled_tier_falls_back_to_the_plain_fast_path(tiny_lm, monkeypatch, caplog):
+    """When the compiled tier fails (compilation or capture), the sampler uncompiles the model, says
+    why in the log and serves the request with the uncompiled fast path."""
+    import copy
+    from dataclasses import replace
+
+    from petri.engine import fast_sampler
+    from petri.engine.compiled_tier import is_compiled
+    from petri.engine.torch_model import compile_for_sampling
+    from petri.trajectory import SamplerSettings
+
+    lm = compile_for_sampling(replace(tiny_lm, model=copy.deepcopy(tiny_lm.model)), backend="eager")
+    real = fast_sampler.run_sampler_fast
+    calls = []
+
+    def fast(lm, *args, **kwargs):
+        calls.append(is_compiled(lm))
+        if is_compiled(lm):
+            raise RuntimeError("Inductor could not compile")
+        return real(lm, *args, **kwargs, options=fast_sampler.FastOptions(graph=False, fused=False))
+
+    monkeypatch.setattr(fast_sampler, "fast_path_reason", lambda lm, options=None: None)  # as on CUDA
+    monkeypatch.setattr(fast_sampler, "run_sampler_fast", fast)
+    settings = SamplerSettings(max_denoising_steps=3)
+    trajectory = fast_sampler.run_sampler_auto(lm, [5, 6, 7], [[], []], settings, seed=1)
+    assert calls == [True, False] and trajectory is not None and trajectory.argmax.shape[:2] == (2, 3)
+    assert "Inductor could not compile" in caplog.text
+    assert not is_compiled(lm)
+    assert all("forward" not in vars(layer.experts) for layer in lm.model.model.decoder.layers)

@@ -52,8 +52,8 @@ class SamplingModel(Protocol):
 
     @property
     def device_type(self) -> str:
-        """``"cuda"``, ``"mps"``, ``"cpu"`` or ``"mlx"``: what a run id must tell apart (numbers
-        differ between device kinds)."""
+        """``"cuda"``, ``"mps"``, ``"cpu"`` or ``"mlx"`` (``"cuda-compiled"`` in the GPU fast path's
+        compiled tier): what a run id must tell apart (numbers differ between them)."""
         ...
 
     def default_settings(self) -> SamplerSettings: ...

@@ -9,13 +9,22 @@ reproduce. The draw has the same distribution; with the same seed the fast path'
 of an eager loop that draws the same noise (``tests/test_fast_sampler.py``), not those of
 ``run_sampler``/``generate``.
 
+Two tiers. The exact tier (the default :class:`FastOptions`) is bit-equal to that eager loop. The
+compiled tier (:func:`petri.engine.compiled_tier.compile_regions`, what ``--compile`` turns on; the default on CUDA) adds
+compiled decoder layers, the fused experts op (:mod:`petri.engine.fused_experts`), the decoder's
+self-conditioning softmax done in the logits pass, and an inverse-CDF draw from one uniform per
+position instead of the race over S·L·V exponentials: each the same computation up to float
+rounding (tolerances in the README, "GPU fast path"), so its tokens are statistically, not bitwise,
+those of the exact tier.
+
 Per step the work is three graphs replayed back to back, with no host synchronisation unless
 adaptive stopping is on (then one read of ``finished.all()`` per step) or ``on_step`` is given:
 
 1. forward: decoder over the canvas (self-conditioning on the previous step's scaled logits; at
    step 0 a ``self_conditioning_mask`` of False zeroes that signal, which is exactly the eager
-   path's "no logits" input) and the lm head, bf16 (N = S·L rows of V);
-2. sampling: exponential noise, the fused pass (entropy, argmax, sampled token, next bf16
+   path's "no logits" input; in the compiled tier the soft embeddings of the previous step's
+   probabilities, zeros at step 0) and the lm head, bf16 (N = S·L rows of V);
+2. sampling: the noise (or uniforms), the fused pass (entropy, argmax, sampled token, next bf16
    self-conditioning input), acceptance, renoise, anchors, adaptive stop state;
 3. logging: the step's raw argmax, entropy and accept mask written at the step index (a device
    counter) into (T, S, L) logs preallocated for the maximum number of steps.
@@ -26,37 +35,29 @@ a new request copies its prompt cache, anchors and canvas into the static buffer
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
 import time
-import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from petri.cancel import CancelToken
-from petri.engine.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
 from petri.engine.base import StepCallback
+from petri.engine.compiled_tier import is_compiled, uncompile_regions
+from petri.engine.decoder_hooks import self_conditioning_reason, soft_embeddings_fed
+from petri.engine.fast_options import _SESSIONS, FastOptions, default_options
+from petri.engine.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
 from petri.engine.torch_step import _cache_kwarg, accept_mask, start_batch
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory, assemble_trajectory, check_sampler_inputs
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class FastOptions:
-    """graph: capture the step as CUDA graphs (CUDA only). fused: the Triton logits pass (else the
-    chunked torch reference). fuse_softcap: read the lm head's output and apply the model's
-    final-logit softcap inside the pass (else take the model's own float32 logits)."""
-
-    graph: bool = True
-    fused: bool = True
-    fuse_softcap: bool = True
-
-
-def fast_path_reason(lm, options: FastOptions = FastOptions()) -> str | None:
-    """``None`` when the fast path (with ``options``) can run on ``lm``, else why not."""
+def fast_path_reason(lm, options: FastOptions | None = None) -> str | None:
+    """``None`` when the fast path (with ``options``, :func:`default_options` unless given) can run
+    on ``lm``, else why not."""
+    options = default_options(lm) if options is None else options
     if lm.device.type != "cuda":
         return f"the fast path needs CUDA (device is {lm.device.type})"
     if options.fused and not HAVE_TRITON:
@@ -73,7 +74,6 @@ def fast_path_reason(lm, options: FastOptions = FastOptions()) -> str | None:
 
 
 _DISABLED: dict[int, str] = {}  # id(model) → why its fast path failed once (then eager is used)
-_SESSIONS: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
 
 
 def softcap_of(model) -> float | None:
@@ -87,7 +87,8 @@ def softcap_of(model) -> float | None:
 class _Session:
     """Static buffers and (optionally) captured graphs for one model, batch S, prompt length P,
     canvas length L, vocabulary V and sampler settings. Buffers: canvas (S, L) int64; self-
-    conditioning input (S, L, V) in the embedding dtype; logs (T, S, L); noise (S·L, V) float32."""
+    conditioning input (S, L, V) in the embedding dtype; logs (T, S, L); noise (S·L, V) float32,
+    or with the inverse-CDF draw uniforms (S·L,) float32."""
 
     def __init__(self, lm, cache, batch: int, settings: SamplerSettings, has_anchors: bool, options: FastOptions):
         model, device = lm.model, lm.device
@@ -98,6 +99,10 @@ class _Session:
         self.softcap = softcap_of(model) if options.fuse_softcap else None
         self.use_graph = options.graph and device.type == "cuda"
         self.use_triton = options.fused and device.type == "cuda" and HAVE_TRITON
+        self.sc_probabilities = options.softmax_self_conditioning
+        if self.sc_probabilities and (reason := self_conditioning_reason(model)) is not None:
+            log.warning("softmax of the self-conditioning left to the decoder: %s", reason)
+            self.sc_probabilities = False
         S, L, V, T = batch, self.length, self.vocab, settings.max_denoising_steps
         prompt_length = cache.get_seq_length()
         self.positions = torch.arange(prompt_length, prompt_length + L, dtype=torch.int32, device=device).unsqueeze(0)
@@ -112,7 +117,8 @@ class _Session:
         self.step = torch.zeros(1, dtype=torch.long, device=device)
         self.finished = torch.zeros(S, dtype=torch.bool, device=device)
         self.last_entropy = torch.zeros((S, L), dtype=torch.float32, device=device)
-        self.noise = torch.empty((S * L, V), dtype=torch.float32, device=device)
+        noise_shape = (S * L,) if options.inverse_cdf_draw else (S * L, V)
+        self.noise = torch.empty(noise_shape, dtype=torch.float32, device=device)
         # T_k per step k (the eager sampler's schedule), and on the device the multiplier the CUDA
         # kernels use for ``logits / T_k`` (see fused_logits), which the graphs index by the step
         self.temperatures = [
@@ -168,16 +174,25 @@ class _Session:
         model = self.lm.model
         common = dict(
             decoder_input_ids=self.canvas,
-            self_conditioning_logits=self.self_conditioning,
+            self_conditioning_logits=None if self.sc_probabilities else self.self_conditioning,
             self_conditioning_mask=self.sc_mask,
             decoder_attention_mask=self.mask_mapping,
             decoder_position_ids=self.positions,
         )
-        if self.softcap is not None:
-            hidden = model.model(**common, **_cache_kwarg(model.model.forward, self.cache)).last_hidden_state
-            raw = model.lm_head(hidden)
+        if self.sc_probabilities:  # the decoder's soft embeddings, by its own ops, from our probabilities
+            decoder = model.model.decoder
+            embed = decoder.embed_tokens
+            # at step 0 the buffer holds zeros, so this is the decoder's "no self-conditioning" zeros
+            soft = torch.matmul(self.self_conditioning, embed.weight) * embed.embed_scale.to(embed.weight.dtype)
+            feeding = soft_embeddings_fed(decoder, soft)
         else:
-            raw = model(**common, **_cache_kwarg(model.forward, self.cache)).logits
+            feeding = contextlib.nullcontext()
+        with feeding:
+            if self.softcap is not None:
+                hidden = model.model(**common, **_cache_kwarg(model.model.forward, self.cache)).last_hidden_state
+                raw = model.lm_head(hidden)
+            else:
+                raw = model(**common, **_cache_kwarg(model.forward, self.cache)).logits
         self.raw = raw.view(self.batch * self.length, self.vocab)
 
     def sample(self, index: int | None) -> None:
@@ -186,15 +201,20 @@ class _Session:
         S, L, V = self.batch, self.length, self.vocab
         running = ~self.finished
         self.log_steps += running.to(torch.int32)
-        self.noise.exponential_()
-        self.noise.log_()
+        if self.options.inverse_cdf_draw:
+            self.noise.uniform_()
+            draw = {"log_noise": None, "uniforms": self.noise}
+        else:
+            self.noise.exponential_()
+            self.noise.log_()
+            draw = {"log_noise": self.noise}
         keep = self.finished if self.has_stopper else None
         if self.use_triton:
             inv_t = self.inv_temperatures[self.step] if index is None else self.inv_temperatures[index : index + 1]
             out = triton_logit_pass(
-                self.raw, self.noise, inv_t, softcap=self.softcap,
+                self.raw, inv_temperature=inv_t, softcap=self.softcap, **draw,
                 self_conditioning_out=self.self_conditioning.view(S * L, V),
-                keep_rows_per_sample=keep, rows_per_sample=L,
+                keep_rows_per_sample=keep, rows_per_sample=L, probabilities=self.sc_probabilities,
             )
         else:
             timing = (
@@ -202,9 +222,10 @@ class _Session:
                 if index is None else {"temperature": self.temperatures[index]}
             )
             out = reference_logit_pass(
-                self.raw, self.noise, softcap=self.softcap, **timing,
+                self.raw, softcap=self.softcap, **timing, **draw,
                 self_conditioning_out=self.self_conditioning.view(S * L, V),
                 keep_rows=None if keep is None else keep.repeat_interleave(L),
+                probabilities=self.sc_probabilities,
             )
         entropy, raw_argmax, denoised = (t.view(S, L) for t in (out.entropy, out.argmax, out.sampled))
         accepted = accept_mask(entropy, self.anchor_mask, self.settings.entropy_bound)
@@ -327,15 +348,17 @@ def run_sampler_fast(
     canvas_prefix: Sequence[int] = (),
     prompt_text: str = "",
     on_step: StepCallback | None = None,
-    options: FastOptions = FastOptions(),
+    options: FastOptions | None = None,
     phase_times: dict | None = None,
     cancel: CancelToken | None = None,
 ) -> Trajectory:
     """Arguments and result as :func:`petri.engine.torch_sampler.run_sampler` (sampling by exponential race,
-    see the module docstring). ``phase_times``, when given a dict, receives per-step GPU
+    or by inverse CDF in the compiled tier: see the module docstring). ``phase_times``, when given a dict, receives per-step GPU
     milliseconds of forward / sampling / logging (CUDA events; lists of length steps), the host
-    synchronisations per step and whether the session was captured in this call."""
+    synchronisations per step and whether the session was captured in this call. ``options``:
+    :func:`default_options` unless given."""
     check_sampler_inputs(prompt_ids, layouts)
+    options = default_options(lm) if options is None else options
     device = lm.device
     batch, length, vocab = len(layouts), lm.canvas_length, lm.vocab_size
     started = time.perf_counter()
@@ -408,27 +431,11 @@ def run_sampler_auto(lm, prompt_ids, layouts, settings=SamplerSettings(), **kwar
     try:
         return run_sampler_fast(lm, prompt_ids, layouts, settings, **kwargs)
     except (RuntimeError, NotImplementedError, AttributeError, TypeError) as error:
+        if is_compiled(lm):  # the compiled tier failed (compilation, capture): the plain fast path
+            log.warning("compiled tier failed, the uncompiled fast path is used from now on: %s", error, exc_info=True)
+            uncompile_regions(lm)
+            return run_sampler_auto(lm, prompt_ids, layouts, settings, **kwargs)
         _DISABLED[id(lm.model)] = f"it failed once ({type(error).__name__}: {error})"
         _SESSIONS.pop(lm.model, None)
         log.warning("petri fast path failed, eager sampler used from now on: %s", error, exc_info=True)
         return None
-
-
-def compile_regions(lm, backend: str = "inductor") -> None:
-    """Regional compilation: ``torch.compile`` each decoder layer (not the whole forward), so
-    Inductor compiles one layer graph per layer type and Dynamo reuses it across layers. Compiled
-    artifacts go to Inductor's on-disk caches (FX graph, AOTAutograd and Triton kernel caches in
-    ``TORCHINDUCTOR_CACHE_DIR``, set here to ``~/.cache/petri/torchinductor`` unless already set),
-    which a restarted process reuses. The layers index the prompt cache by their layer number, so
-    Dynamo re-traces once per layer; the recompile limit is raised to allow that."""
-    import torch._dynamo
-
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.expanduser("~/.cache/petri/torchinductor"))
-    _SESSIONS.pop(lm.model, None)  # graphs captured before hold the uncompiled layers
-    layers = lm.model.model.decoder.layers
-    limit = max(torch._dynamo.config.recompile_limit, 2 * len(layers) + 8)
-    torch._dynamo.config.recompile_limit = limit
-    if hasattr(torch._dynamo.config, "accumulated_recompile_limit"):
-        torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, 4 * limit)
-    for layer in layers:
-        layer.compile(backend=backend)

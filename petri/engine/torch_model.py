@@ -19,6 +19,7 @@ from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, PreTrai
 
 from petri.cancel import CancelToken
 from petri.engine import torch_sampler
+from petri.engine.compiled_tier import is_compiled
 from petri.engine.base import (
     REAL_MODEL_ID,
     ModelNotFoundError,
@@ -52,7 +53,8 @@ class LoadedModel:
 
     @property
     def device_type(self) -> str:
-        return self.device.type
+        """The device kind, ``-compiled`` added in the compiled tier (its numbers differ too)."""
+        return self.device.type + ("-compiled" if is_compiled(self) else "")
 
     @property
     def canvas_length(self) -> int:
@@ -112,18 +114,31 @@ class LoadedModel:
         )
 
 
-def compile_for_sampling(lm: LoadedModel, backend: str = "inductor", regional: bool = True) -> LoadedModel:
+def compiles_by_default(lm: LoadedModel) -> bool:
+    """Whether ``--compile`` is on unless turned off: on CUDA with Triton, where the compiled tier
+    is the fastest path measured (``experiments/bench.py``; README, "GPU fast path")."""
+    from petri.engine.fused_logits import HAVE_TRITON
+
+    return lm.device.type == "cuda" and HAVE_TRITON
+
+
+def compile_for_sampling(
+    lm: LoadedModel, backend: str = "inductor", regional: bool = True, fused_experts: bool = True
+) -> LoadedModel:
     """Compile what the samplers call, in place. ``regional`` (default): ``torch.compile`` each decoder
-    layer (``petri.engine.fast_sampler.compile_regions``: one compiled graph per layer type, reused
+    layer (``petri.engine.compiled_tier.compile_regions``: one compiled graph per layer type, reused
     across layers and across restarts through Inductor's on-disk caches); the GPU fast path captures
     the compiled layers in its CUDA graphs. ``regional=False``: the whole model forward, as before
     (measured on one H200, full-size architecture, 12 samples × 24 steps: 2.85 s instead of 4.72 s
     eager after about 160 s of compilation, ``experiments/results/bench_h200_b12_p200_compiled_petri.json``).
+    ``regional`` also brings the rest of the compiled tier (``compile_regions``): ``fused_experts``
+    (default) routes the decoder's experts through :func:`petri.engine.fused_experts.moe_experts`
+    (the gather, gate and combine around the expert GEMMs as Triton kernels, opaque to the compiler).
     ``backend="eager"`` traces without compiling (what the CPU test uses)."""
     if regional:
-        from petri.engine.fast_sampler import compile_regions
+        from petri.engine.compiled_tier import compile_regions
 
-        compile_regions(lm, backend=backend)
+        compile_regions(lm, backend=backend, fused_experts=fused_experts)
     else:
         lm.model.forward = torch.compile(lm.model.forward, backend=backend)
     return lm

@@ -134,7 +134,7 @@ class ModelSpec:
     backend: str = "auto"
     device: str = "auto"
     dtype: str = "auto"
-    compile: bool = False
+    compile: bool | None = None  # None: on where it is the default (torch on CUDA with Triton)
     threads: int | None = None
     allow_download: bool = False
 
@@ -147,10 +147,11 @@ class ModelSpec:
             set_cpu_threads(self.threads)
         lm = load_backend_model(self.name, backend=self.backend, device=self.device, dtype=self.dtype,
                                 allow_download=self.allow_download)
-        if self.compile:
-            if lm.backend != "torch":
-                raise ValueError("--compile applies to the torch backend only")
-            from petri.engine.torch_model import compile_for_sampling
+        if self.compile and lm.backend != "torch":
+            raise ValueError("--compile applies to the torch backend only")
+        if self.compile is not False and getattr(lm, "backend", None) == "torch":
+            from petri.engine.torch_model import compile_for_sampling, compiles_by_default
 
-            compile_for_sampling(lm)
+            if self.compile or compiles_by_default(lm):
+                compile_for_sampling(lm)
         return lm

@@ -1,0 +1,46 @@
+"""The compiled tier of the GPU fast path, switched on and off in place: the decoder's experts
+through the fused experts op (:mod:`petri.engine.fused_experts`), regional compilation of the decoder
+layers with one graph per layer type (:mod:`petri.engine.decoder_hooks`), and the fast path's
+options that are not bit-exact either (:class:`petri.engine.fast_options.FastOptions`: the
+self-conditioning softmax in the logits pass, the inverse-CDF draw)."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from petri.engine.decoder_hooks import compile_layers, layers_compiled, uncompile_layers
+from petri.engine.fast_options import FastOptions, set_options
+from petri.engine.fused_experts import fuse_experts, unfuse_experts
+
+log = logging.getLogger(__name__)
+
+
+def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True) -> None:
+    """The compiled tier, in place: the decoder's experts through the fused experts op
+    (``fused_experts``; skipped, with the reason logged, where the layers do not fit it), then
+    regional compilation of the decoder layers (:func:`petri.engine.decoder_hooks.compile_layers`:
+    one graph per layer type), and the sampler's softmax of the self-conditioning and inverse-CDF
+    draw (:class:`FastOptions`). Compiled artifacts go to Inductor's on-disk caches (FX graph,
+    AOTAutograd and Triton kernel caches in ``TORCHINDUCTOR_CACHE_DIR``, set here to
+    ``~/.cache/petri/torchinductor`` unless already set), which a restarted process reuses.
+    :func:`uncompile_regions` undoes it all."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.expanduser("~/.cache/petri/torchinductor"))
+    uncompile_regions(lm)
+    if fused_experts and (reason := fuse_experts(lm.model)) is not None:
+        log.warning("fused experts off: %s", reason)
+    compile_layers(lm.model.model.decoder.layers, backend)
+    set_options(lm, FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True))
+
+
+def is_compiled(lm) -> bool:
+    """Whether :func:`compile_regions` compiled ``lm``'s decoder layers."""
+    decoder = getattr(getattr(lm.model, "model", None), "decoder", None)
+    return decoder is not None and layers_compiled(decoder.layers)
+
+
+def uncompile_regions(lm) -> None:
+    """The decoder layers' own forward and experts again, and the default options."""
+    set_options(lm, None)  # also drops graphs captured with the other layers
+    uncompile_layers(lm.model.model.decoder.layers)
+    unfuse_experts(lm.model)
