@@ -4,8 +4,13 @@ Configurations (``--configs``) run one after another in one process, each a warm
 ``--repeats`` timed calls, on the same model, batch, prompt length and fixed number of denoising steps
 (adaptive stopping off: random weights never settle): ``generate`` (eager), ``generate_static``
 (transformers' compiled static-cache step), ``petri_eager``, ``petri_fast`` (graphs + fused pass,
-with per-step forward / sampling / logging GPU time and host synchronisations), ``petri_fast_compiled``
-(the same with regionally compiled layers). The petri samplers pin three anchors and record the full
+with per-step forward / sampling / logging GPU time and host synchronisations),
+``petri_fast_fused_experts`` (the same with the experts op of ``petri.engine.fused_experts``),
+``petri_fast_compiled_plain`` (graphs + fused pass + regionally compiled layers, transformers'
+experts), ``petri_fast_compiled_experts`` (compiled layers around the fused experts op),
+``petri_fast_compiled_softmax`` (and the decoder's self-conditioning softmax done by the sampler's
+pass) and ``petri_fast_compiled`` (and the inverse-CDF draw: what ``--compile``, the default on
+CUDA, does). Each configuration puts the model in its mode first (``MODES``). The petri samplers pin three anchors and record the full
 per-step log. Peak GPU memory per configuration. Prints one JSON object (and ``--out`` keeps it).
 
     # full-size DiffusionGemma architecture (random bf16 weights, no download) on one GPU
@@ -40,6 +45,8 @@ sys.path.insert(0, str(REPO))
 
 from petri.dish import even_slots  # noqa: E402
 from petri.engine.torch_model import LoadedModel, compile_for_sampling, load_model  # noqa: E402
+from petri.engine.compiled_tier import uncompile_regions  # noqa: E402
+from petri.engine.fast_options import FastOptions, set_options  # noqa: E402
 from petri.engine.fast_sampler import run_sampler_fast  # noqa: E402
 from petri.engine.torch_sampler import generate_kwargs, run_sampler  # noqa: E402
 from petri.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
@@ -126,7 +133,41 @@ def time_petri(lm: LoadedModel, prompt: torch.Tensor, settings: SamplerSettings,
 
 # --- issue 14: configurations measured one at a time, each warm-up + repeats + peak memory ---
 # generate first: petri_fast_compiled compiles the decoder layers in place, which generate would use too
-CONFIGS = ("generate", "generate_static", "petri_eager", "petri_fast", "petri_fast_compiled")
+CONFIGS = (
+    "generate", "generate_static", "petri_eager", "petri_fast", "petri_fast_fused_experts",
+    "petri_fast_compiled_plain", "petri_fast_compiled_experts", "petri_fast_compiled_softmax", "petri_fast_compiled",
+)
+#: configuration → (compiled layers, fused experts op, the self-conditioning softmax in the sampler,
+#: the inverse-CDF draw): each lever added one at a time
+MODES = {
+    "petri_fast_fused_experts": (False, True, False, False),
+    "petri_fast_compiled_plain": (True, False, False, False),
+    "petri_fast_compiled_experts": (True, True, False, False),
+    "petri_fast_compiled_softmax": (True, True, True, False),
+    "petri_fast_compiled": (True, True, True, True),  # what --compile does (the default on CUDA)
+}
+_current_mode: list = [(False, False, False, False)]
+
+
+def set_model_mode(lm: LoadedModel, compiled: bool, fused_experts: bool, softmax_sc: bool, inverse_cdf: bool) -> None:
+    """Put the model in one configuration whatever the previous one was: uncompiled layers and the
+    transformers experts, then (``fused_experts``) the fused experts op and (``compiled``) regional
+    compilation (lazy: it lands in the next call); the layers are only reset and recompiled when
+    those two change."""
+    import torch._dynamo
+
+    from petri.engine.fused_experts import fuse_experts, unfuse_experts
+
+    if _current_mode[0][:2] != (compiled, fused_experts):
+        uncompile_regions(lm)  # also drops graphs captured in the previous configuration
+        unfuse_experts(lm.model)
+        torch._dynamo.reset()
+        if compiled:
+            compile_for_sampling(lm, fused_experts=fused_experts)
+        elif fused_experts:
+            fuse_experts(lm.model)
+    set_options(lm, FastOptions(softmax_self_conditioning=softmax_sc, inverse_cdf_draw=inverse_cdf))
+    _current_mode[0] = (compiled, fused_experts, softmax_sc, inverse_cdf)
 
 
 def measure(name: str, lm: LoadedModel, prompt, settings, layouts, repeats: int) -> dict:
@@ -136,9 +177,9 @@ def measure(name: str, lm: LoadedModel, prompt, settings, layouts, repeats: int)
         torch.cuda.reset_peak_memory_stats()
     batch_prompt = prompt.expand(len(layouts), -1).contiguous()
     phases: dict = {}
-    if name == "petri_fast_compiled":
-        began = time.perf_counter()
-        compile_for_sampling(lm)  # regional: lazy, so the compilation lands in the first call
+    began = time.perf_counter()
+    set_model_mode(lm, *MODES.get(name, (False, False, False, False)))
+    if name.startswith("petri_fast_compiled"):
         phases["compile_call_s"] = time.perf_counter() - began
 
     def once() -> tuple[float, int]:
@@ -202,7 +243,8 @@ def main() -> None:
                              "(caches as left by earlier runs), capture and one seed, end to end")
     parser.add_argument("--no-compile", action="store_true", help="with --first-request: no compilation")
     parser.add_argument("--profile", action="store_true",
-                        help="with --first-request: then profile one more seed (torch.profiler, CUDA time by kernel)")
+                        help="then profile one more fast-path seed (torch.profiler, CUDA time by kernel): after the "
+                             "first request, or after the last configuration")
     parser.add_argument("--out", default=None, help="also write the JSON here (after each configuration)")
     args = parser.parse_args()
 
@@ -251,6 +293,20 @@ def main() -> None:
             "process_to_result_s": round(time.perf_counter() - _PROCESS_START, 3),
             "inductor_cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
         }
+        write()
+        # what a request of another shape costs next (a new prompt length: recompilation, capture)
+        for extra in (50, 100):
+            longer = torch.cat([prompt, prompt[:, :extra]], dim=1)
+            seconds, _ = time_petri(lm, longer, settings, layouts, fast=True)
+            result["first_request"][f"prompt_{args.prompt_tokens + extra}_s"] = round(seconds, 3)
+        seconds, _ = time_petri(lm, prompt, settings, layouts, fast=True)
+        result["first_request"]["first_shape_again_s"] = round(seconds, 3)
+        # reproducible: the same seed twice gives the same arrays
+        runs = [run_sampler_fast(lm, prompt[0].tolist(), layouts, settings, seed=11) for _ in range(2)]
+        result["first_request"]["same_seed_identical"] = all(
+            (getattr(runs[0], name) == getattr(runs[1], name)).all() for name in ("argmax", "accepted", "final_ids")
+        ) and bool((runs[0].entropy == runs[1].entropy).all())
+        write()
         if args.profile:
             result["profile"] = profile_seed(lm, prompt, settings, layouts)
         print(write())
@@ -263,6 +319,8 @@ def main() -> None:
             result[name] = {"error": f"{type(error).__name__}: {error}"[:2000]}
         write()
         print(name, json.dumps(result[name]), flush=True)
+    if args.profile:  # one more seed in the last configuration, under the profiler
+        result["profile"] = profile_seed(lm, prompt, settings, layouts)
     medians = {k: result[k]["median_s"] for k in CONFIGS if "median_s" in result.get(k, {})}
     generate_best = min((v for k, v in medians.items() if k.startswith("generate")), default=None)
     for key, value in medians.items():
