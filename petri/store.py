@@ -199,7 +199,7 @@ class RunStore:
         return run
 
     def list_runs(self, limit: int = 50) -> list[dict]:
-        rows = self._read("SELECT run_id FROM runs ORDER BY created_at DESC LIMIT ?", (limit,))
+        rows = self._read("SELECT run_id FROM runs ORDER BY created_at DESC, rowid DESC LIMIT ?", (limit,))
         return [self.get_run(r[0]) for r in rows]
 
     # ------------------------------------------------------------------------------ jobs
@@ -259,7 +259,7 @@ class RunStore:
     def list_owned_runs(self, owner: str | None, limit: int = 50) -> list[dict]:
         rows = self._read(
             "SELECT r.run_id FROM runs r JOIN run_owners o ON o.run_id = r.run_id WHERE o.owner IS ? "
-            "ORDER BY r.created_at DESC LIMIT ?", (owner, limit),
+            "ORDER BY r.created_at DESC, r.rowid DESC LIMIT ?", (owner, limit),
         )
         return [self.get_run(r[0]) for r in rows]
 

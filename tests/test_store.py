@@ -57,3 +57,18 @@ def test_store_path_that_is_a_file_is_reported(tmp_path):
     blocker.write_text("not a folder")
     with pytest.raises(StoreError, match="cannot open or write"):
         RunStore(blocker)
+
+
+def test_runs_created_in_the_same_second_list_newest_first(tmp_path):
+    """created_at has one-second resolution: runs made within one second list in the reverse order of
+    their creation (the insertion order breaks the tie), for everyone and per owner."""
+    store = RunStore(tmp_path)
+    run_ids = [f"{i:02d}" * 4 for i in range(5)]  # valid ids: eight hex characters
+    for run_id in run_ids:
+        store.create_run(run_id, "seed", "tiny", {})
+        store.add_run_owner(run_id, "owner-hash")
+    stamps = {run["created_at"] for run in store.list_runs()}
+    assert len(stamps) <= 2  # all within one or two seconds: ties exist
+    assert [run["run_id"] for run in store.list_runs()] == run_ids[::-1]
+    assert [run["run_id"] for run in store.list_owned_runs("owner-hash")] == run_ids[::-1]
+    assert [run["run_id"] for run in store.list_runs(limit=2)] == run_ids[::-1][:2]
