@@ -102,7 +102,8 @@ def run_sampler(
         cancel: checked at the start of every step; a cancelled token raises
             :class:`~petri.cancel.Cancelled` within one step.
         fast: on CUDA, ``None`` (default) runs the GPU fast path (``petri.engine.fast_sampler``:
-            CUDA graphs, fused logits pass, tokens drawn by exponential race) when it can run and
+            CUDA graphs, fused logits pass, tokens drawn by exponential race, or by inverse CDF in
+            its compiled tier) when it can run and
             falls back here with a logged reason; ``False`` always runs this eager sampler (the one
             that reproduces ``generate``); ``True`` raises when the fast path cannot run.
 
