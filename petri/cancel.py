@@ -9,6 +9,7 @@ a client that left (``cancelled``), or a server shutting down (``interrupted``, 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 #: The reasons a job can be stopped with; each is also the job's final status.
@@ -59,3 +60,19 @@ class CancelToken:
             self.heartbeat()
         if self._event.is_set():
             raise Cancelled(self._reason or "cancelled")
+
+
+def acquire_or_cancel(lock: threading.Lock, token: "CancelToken | None", timeout: float | None = None) -> bool:
+    """Acquire ``lock``, waiting in slices of at most 0.1 s so that a cancel of ``token`` during the
+    wait raises :class:`Cancelled` within one slice. ``timeout``: seconds to wait at most (``None``:
+    no limit); returns False when it expires without the lock, True once held."""
+    deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+    while not lock.acquire(blocking=False):
+        if token is not None:
+            token.check()
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            return False
+        if lock.acquire(timeout=0.1 if remaining is None else min(0.1, remaining)):
+            return True
+    return True

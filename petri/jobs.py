@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from petri.cancel import Cancelled, CancelToken
+from petri.cancel import Cancelled, CancelToken, acquire_or_cancel
 from petri.store import RunStore
 
 STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted")
@@ -255,8 +255,7 @@ class JobQueue:
     @contextmanager
     def _holding_model(self, token: CancelToken) -> Iterator[None]:
         """The model lock, waited for in short slices so a cancel during the wait is seen."""
-        while not self.model_lock.acquire(timeout=0.1):
-            token.check()
+        acquire_or_cancel(self.model_lock, token)
         try:
             token.check()
             yield

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from petri.cancel import CancelToken
+from petri.cancel import CancelToken, acquire_or_cancel
 from petri.dish import Dish
 from petri.engine.base import SamplingModel, StepCallback
 from petri.engine.seeding import seed_dish
@@ -73,13 +73,7 @@ class PetriService:
         """Hold the model for one job; raise :class:`BusyError` if it stays taken for ``wait_s``
         (or :class:`~petri.cancel.Cancelled` if ``cancel`` is cancelled while waiting)."""
         wait = self.busy_wait_s if wait_s is None else wait_s
-        deadline = time.monotonic() + max(wait, 0.0)
-        acquired = self._lock.acquire(blocking=False)
-        while not acquired and time.monotonic() < deadline:
-            if cancel is not None:
-                cancel.check()
-            acquired = self._lock.acquire(timeout=min(0.1, max(deadline - time.monotonic(), 0.001)))
-        if not acquired:
+        if not acquire_or_cancel(self._lock, cancel, timeout=wait):
             raise BusyError(f"a model job is already running (waited {wait:.0f} s); try again later")
         try:
             yield

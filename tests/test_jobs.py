@@ -258,3 +258,19 @@ def test_a_seed_job_counts_steps_and_equals_the_synchronous_seed(tiny_lm, tmp_pa
         np.testing.assert_array_equal(a.accepted, b.accepted)
     assert service.store.get_run(job.run_id)["status"] == "done"
     service.shutdown()
+
+
+def test_acquire_or_cancel_waits_times_out_and_sees_a_cancel_while_waiting():
+    from petri.cancel import acquire_or_cancel
+
+    lock = threading.Lock()
+    assert acquire_or_cancel(lock, None, timeout=0)  # free: taken at once, even with no time to wait
+    assert not acquire_or_cancel(lock, CancelToken(), timeout=0.25)  # held: False once the time is up
+    token = CancelToken()
+    threading.Timer(0.2, token.cancel, args=("interrupted",)).start()
+    with pytest.raises(Cancelled) as stopped:
+        acquire_or_cancel(lock, token)  # no time limit: only the cancel ends the wait
+    assert stopped.value.reason == "interrupted"
+    threading.Timer(0.2, lock.release).start()
+    assert acquire_or_cancel(lock, CancelToken(), timeout=5)  # released while waiting: taken
+    assert lock.locked()
