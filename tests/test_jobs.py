@@ -269,7 +269,7 @@ def test_acquire_or_cancel_waits_times_out_and_sees_a_cancel_while_waiting():
     token = CancelToken()
     threading.Timer(0.2, token.cancel, args=("interrupted",)).start()
     with pytest.raises(Cancelled) as stopped:
-        acquire_or_cancel(lock, token)  # no time limit: only the cancel ends the wait
+        acquire_or_cancel(lock, token, timeout=10)  # the cancel ends the wait long before the limit
     assert stopped.value.reason == "interrupted"
     threading.Timer(0.2, lock.release).start()
     assert acquire_or_cancel(lock, CancelToken(), timeout=5)  # released while waiting: taken
