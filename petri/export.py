@@ -70,6 +70,7 @@ def run_metadata(trajectories: Sequence[Trajectory], **extra) -> dict:
     return {
         "model_id": first.model_id,
         "device": first.device,
+        "sampler": first.sampler,
         "settings": first.settings.to_dict(),
         "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "versions": package_versions(),

@@ -95,6 +95,7 @@ def trajectory_to_blobs(traj: Trajectory) -> tuple[str, bytes]:
         "timings": traj.timings,
         "event": traj.event,
         "template": traj.template,
+        "sampler": traj.sampler,
     }
     return json.dumps(header), buffer.getvalue()
 
@@ -116,6 +117,7 @@ def trajectory_from_blobs(header: str, arrays: bytes) -> Trajectory:
         timings=meta["timings"],
         event=meta["event"],
         template=meta["template"],
+        sampler=meta.get("sampler", "unknown"),  # runs stored before the field existed
     )
 
 

@@ -79,6 +79,11 @@ class Trajectory:
 
     Lists: ``anchors[s]`` is sample ``s``'s anchors in canvas order; ``final_texts[s]`` the
     decoded canvas. ``prompt_ids`` is the encoded prompt (P,) shared by all samples.
+
+    ``sampler`` names the code path that drew the tokens (the numbers depend on it): ``eager`` (the
+    torch sampler that reproduces ``generate``), ``mlx``, ``fast`` (the GPU fast path's exact tier),
+    ``fast`` with ``+compiled``, ``+sc-softmax``, ``+inverse-cdf`` for the compiled tier's levers
+    (``petri.engine.fast_sampler``); ``unknown`` for runs stored before it was recorded.
     """
 
     argmax: np.ndarray
@@ -98,6 +103,7 @@ class Trajectory:
     timings: dict[str, float] = field(default_factory=dict)
     event: str = ""
     template: str = ""
+    sampler: str = "eager"
 
     def __post_init__(self) -> None:
         s, t, length = self.argmax.shape
@@ -154,6 +160,7 @@ def assemble_trajectory(
     settings: SamplerSettings,
     seed: int | None,
     timings: dict[str, float],
+    sampler: str = "eager",
 ) -> Trajectory:
     """A sampler backend's host arrays (shapes as in :class:`Trajectory`) and what the run was → a
     :class:`Trajectory`; the final canvases are decoded with ``lm.tokenizer`` (empty texts for
@@ -179,4 +186,5 @@ def assemble_trajectory(
         seed=seed,
         device=str(lm.device),
         timings=timings,
+        sampler=sampler,
     )

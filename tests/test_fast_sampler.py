@@ -166,6 +166,7 @@ def test_compiled_tier_on_cpu_equals_eager_race_loop():
         got = run_sampler_fast(lm, PROMPT, layouts, settings, seed=9, options=replace(
             default_options(lm), graph=False, fused=False))
         assert counters["stats"]["unique_graphs"] == 2
+        assert got.sampler == "fast+compiled+sc-softmax+inverse-cdf"
     finally:
         uncompile_regions(lm)
         unfuse_experts(lm.model)
@@ -176,6 +177,7 @@ def test_compiled_tier_on_cpu_equals_eager_race_loop():
     assert not default_options(lm).softmax_self_conditioning and not default_options(lm).inverse_cdf_draw
     plain = run_sampler_fast(lm, PROMPT, layouts, settings, seed=9, options=FastOptions(graph=False, fused=False))
     assert_same(plain, eager_race_loop(lm, PROMPT, layouts, settings, seed=9))
+    assert plain.sampler == "fast"
 
 
 def test_fast_path_reason_on_cpu(tiny_lm):

@@ -362,4 +362,5 @@ def test_cli_seed_runs_on_the_mlx_backend(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "on mlx:" in result.stdout
-    assert json.loads((out / "run.json").read_text())["device"].startswith("mlx:")
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["device"].startswith("mlx:") and meta["sampler"] == "mlx"

@@ -101,6 +101,7 @@ def test_cli_seed_end_to_end(tiny_checkpoint, tmp_path):
     meta = json.loads((out / "run.json").read_text())
     assert meta["model_id"] == "tiny-ckpt" and meta["settings"]["max_denoising_steps"] == 5
     assert meta["events"][0]["seed"] == 4 and "transformers" in meta["versions"]
+    assert meta["sampler"] == "eager"  # the CPU runs the torch sampler that reproduces generate
 
 
 def test_cli_names_the_bad_concept(tiny_checkpoint):

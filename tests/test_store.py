@@ -32,6 +32,7 @@ def test_trajectory_roundtrip_and_resume(tmp_path, traj):
     for name in ("argmax", "entropy", "accepted", "steps", "anchor_mask", "final_ids", "prompt_ids"):
         np.testing.assert_array_equal(getattr(back, name), getattr(traj, name))
     assert back.anchors == traj.anchors and back.settings == traj.settings and back.final_texts == traj.final_texts
+    assert back.sampler == traj.sampler == "eager"  # which code path drew the tokens travels with them
     assert reopened.get_run("abcd1234")["events_stored"] == 1
     reopened.finish_run("abcd1234")
     assert reopened.get_run("abcd1234")["status"] == "done"
@@ -72,3 +73,15 @@ def test_runs_created_in_the_same_second_list_newest_first(tmp_path):
     assert [run["run_id"] for run in store.list_runs()] == run_ids[::-1]
     assert [run["run_id"] for run in store.list_owned_runs("owner-hash")] == run_ids[::-1]
     assert [run["run_id"] for run in store.list_runs(limit=2)] == run_ids[::-1][:2]
+
+
+def test_the_sampler_is_stored_and_old_runs_read_as_unknown(traj):
+    import json
+    from dataclasses import replace
+
+    from petri.store import trajectory_from_blobs, trajectory_to_blobs
+
+    header, arrays = trajectory_to_blobs(replace(traj, sampler="fast+compiled+sc-softmax+inverse-cdf"))
+    assert trajectory_from_blobs(header, arrays).sampler == "fast+compiled+sc-softmax+inverse-cdf"
+    old_header = {k: v for k, v in json.loads(header).items() if k != "sampler"}  # a run stored before
+    assert trajectory_from_blobs(json.dumps(old_header), arrays).sampler == "unknown"

@@ -388,8 +388,11 @@ def run_sampler_fast(
             if bool(session.finished.all()):
                 break
     steps_run = index + 1
+    levers = (("+compiled", is_compiled(lm)), ("+sc-softmax", session.sc_probabilities),
+              ("+inverse-cdf", options.inverse_cdf_draw))
     trajectory = assemble_trajectory(
         lm,
+        sampler="fast" + "".join(name for name, used in levers if used),
         argmax=session.log_argmax[:steps_run].permute(1, 0, 2).cpu().numpy(),
         entropy=session.log_entropy[:steps_run].permute(1, 0, 2).cpu().numpy(),
         accepted=session.log_accepted[:steps_run].permute(1, 0, 2).cpu().numpy(),

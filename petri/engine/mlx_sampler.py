@@ -327,6 +327,7 @@ def run_mlx_sampler(
         prompt_text=prompt_text,
         settings=settings,
         seed=seed,
+        sampler="mlx",
         timings={
             "encode_s": encoded - started,
             "denoise_s": time.perf_counter() - encoded,
