@@ -37,7 +37,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def env_flag(name: str) -> bool:
     """True when the environment variable ``name`` is 1 / true / yes (any case)."""
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+    return env_choice(name) is True
 
 
 def env_choice(name: str) -> bool | None:
