@@ -10,6 +10,7 @@ skipped elsewhere) with CUDA graphs and the Triton pass.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -178,6 +179,20 @@ def test_compiled_tier_on_cpu_equals_eager_race_loop():
     plain = run_sampler_fast(lm, PROMPT, layouts, settings, seed=9, options=FastOptions(graph=False, fused=False))
     assert_same(plain, eager_race_loop(lm, PROMPT, layouts, settings, seed=9))
     assert plain.sampler == "fast"
+
+
+def test_compiled_tier_keeps_inductor_caches_under_petri_unless_told_otherwise(monkeypatch):
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    from petri.engine.compiled_tier import PETRI_CACHE_DIR, use_petri_cache_dir
+
+    for before, after in ((None, PETRI_CACHE_DIR), (default_cache_dir(), PETRI_CACHE_DIR), ("/data/mine", "/data/mine")):
+        if before is None:
+            monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+        else:  # Inductor's own /tmp default (written by Inductor when it first looked) counts as unset
+            monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", before)
+        use_petri_cache_dir()
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == after
 
 
 def test_fast_path_reason_on_cpu(tiny_lm):

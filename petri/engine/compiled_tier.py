@@ -15,6 +15,9 @@ from petri.engine.fused_experts import fuse_experts, unfuse_experts
 
 log = logging.getLogger(__name__)
 
+#: where the compiled tier keeps Inductor's caches unless TORCHINDUCTOR_CACHE_DIR says otherwise
+PETRI_CACHE_DIR = os.path.expanduser("~/.cache/petri/torchinductor")
+
 
 def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True) -> None:
     """The compiled tier, in place: the decoder's experts through the fused experts op
@@ -22,15 +25,31 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True) -
     regional compilation of the decoder layers (:func:`petri.engine.decoder_hooks.compile_layers`:
     one graph per layer type), and the sampler's softmax of the self-conditioning and inverse-CDF
     draw (:class:`FastOptions`). Compiled artifacts go to Inductor's on-disk caches (FX graph,
-    AOTAutograd and Triton kernel caches in ``TORCHINDUCTOR_CACHE_DIR``, set here to
-    ``~/.cache/petri/torchinductor`` unless already set), which a restarted process reuses.
+    AOTAutograd and Triton kernel caches in ``TORCHINDUCTOR_CACHE_DIR``, :func:`use_petri_cache_dir`),
+    which a restarted process reuses.
     :func:`uncompile_regions` undoes it all."""
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.expanduser("~/.cache/petri/torchinductor"))
+    use_petri_cache_dir()
     uncompile_regions(lm)
     if fused_experts and (reason := fuse_experts(lm.model)) is not None:
         log.warning("fused experts off: %s", reason)
     compile_layers(lm.model.model.decoder.layers, backend)
     set_options(lm, FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True))
+
+
+def use_petri_cache_dir() -> None:
+    """Point Inductor's caches at ``~/.cache/petri/torchinductor`` (kept across reboots) unless
+    ``TORCHINDUCTOR_CACHE_DIR`` names another place. Inductor writes its own default (a folder in
+    /tmp) into that variable the first time it looks, which can happen before anything is compiled
+    (building a model does it), so that value counts as unset."""
+    current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        inductor_default = os.path.abspath(default_cache_dir())
+    except ImportError:  # pragma: no cover - a PyTorch without that module
+        inductor_default = None
+    if current is None or os.path.abspath(current) == inductor_default:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = PETRI_CACHE_DIR
 
 
 def is_compiled(lm) -> bool:
