@@ -113,16 +113,32 @@ def kernel_check(rows: int = 3072, vocab: int = 262_144, trials: int = 3) -> dic
     return report
 
 
-def compiled_tiny_check() -> dict:
-    from petri.engine.fast_sampler import _SESSIONS, run_sampler_fast
-    from petri.engine.torch_model import compile_for_sampling
+def tiny_cuda_model():
+    """The tests' tiny random model (canvas 16) in bf16 on the GPU."""
     from petri.engine.tiny import tiny_random_model
-    from petri.trajectory import AnchorSpan, SamplerSettings
-    from test_fast_sampler import eager_race_loop
 
     lm = tiny_random_model(canvas_length=16)
     lm.model.to("cuda", torch.bfloat16)
-    lm = replace(lm, device=torch.device("cuda"), dtype=torch.bfloat16)
+    return replace(lm, device=torch.device("cuda"), dtype=torch.bfloat16)
+
+
+def agreement(got, reference) -> dict:
+    """Fractions of per-step argmax, accept masks and final tokens equal to an eager loop's
+    (``test_fast_sampler.eager_race_loop``'s tuple)."""
+    return {
+        "argmax": float((got.argmax == reference[0]).mean()),
+        "accepted": float((got.accepted == reference[2]).mean()),
+        "final": float((got.final_ids == reference[4]).mean()),
+    }
+
+
+def compiled_tiny_check() -> dict:
+    from petri.engine.fast_sampler import _SESSIONS, run_sampler_fast
+    from petri.engine.torch_model import compile_for_sampling
+    from petri.trajectory import AnchorSpan, SamplerSettings
+    from test_fast_sampler import eager_race_loop
+
+    lm = tiny_cuda_model()
     settings = SamplerSettings(max_denoising_steps=8, stability_threshold=None, confidence_threshold=None)
     layouts = [[AnchorSpan("a", 3, (11, 12))] for _ in range(4)]
     prompt = [5, 9, 17, 33, 2]
@@ -133,12 +149,8 @@ def compiled_tiny_check() -> dict:
     # same compiled layers and draw, eager loop
     reference = eager_race_loop(lm, prompt, layouts, settings, seed=3, draw="inverse_cdf")
     _SESSIONS.pop(lm.model, None)
-    agree = {  # the compiled tier is not bit-exact (fused experts, the sampler's softmax): fractions
-        "argmax": float((got.argmax == reference[0]).mean()),
-        "accepted": float((got.accepted == reference[2]).mean()),
-        "final": float((got.final_ids == reference[4]).mean()),
-    }
-    return {"compile_and_first_seed_s": round(first_s, 2), "agreement_with_eager_race_loop": agree}
+    # the compiled tier is not bit-exact (fused experts, the sampler's softmax): fractions equal
+    return {"compile_and_first_seed_s": round(first_s, 2), "agreement_with_eager_race_loop": agreement(got, reference)}
 
 
 def x_exactness(rows: int = 512, vocab: int = 262_144) -> dict:
@@ -164,13 +176,10 @@ def x_exactness(rows: int = 512, vocab: int = 262_144) -> dict:
 def tiny_options_check() -> dict:
     """Tiny bf16 model, 10 steps: which fast-path piece (graph, Triton pass) departs from the loop."""
     from petri.engine.fast_sampler import _SESSIONS, FastOptions, run_sampler_fast
-    from petri.engine.tiny import tiny_random_model
     from petri.trajectory import SamplerSettings
     from test_fast_sampler import PROMPT, eager_race_loop, three_anchors
 
-    lm = tiny_random_model(canvas_length=16)
-    lm.model.to("cuda", torch.bfloat16)
-    lm = replace(lm, device=torch.device("cuda"), dtype=torch.bfloat16)
+    lm = tiny_cuda_model()
     settings = SamplerSettings(max_denoising_steps=10, stability_threshold=None, confidence_threshold=None)
     layouts = three_anchors(6, lm.vocab_size)
     reference = eager_race_loop(lm, PROMPT, layouts, settings, seed=0)
@@ -190,11 +199,7 @@ def tiny_options_check() -> dict:
     _SESSIONS.pop(lm.model, None)
     got = run_sampler_fast(lm, PROMPT, layouts, settings, seed=0,
                            options=FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True))
-    report["softmax_self_conditioning,inverse_cdf_draw (fractions equal)"] = {
-        "argmax": float((got.argmax == reference[0]).mean()),
-        "accepted": float((got.accepted == reference[2]).mean()),
-        "final": float((got.final_ids == reference[4]).mean()),
-    }
+    report["softmax_self_conditioning,inverse_cdf_draw (fractions equal)"] = agreement(got, reference)
     return report
 
 
