@@ -119,6 +119,7 @@ def cmd_study(args) -> int:
     from petri.study.schema import load_study
 
     study = load_study(args.file)  # malformed files are refused before the model is even loaded
+    study.noun_method()  # so is a language whose noun analyser is not installed
     if args.templates is not None:
         study.select_templates(args.templates)
     if args.samples < 1:

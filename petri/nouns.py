@@ -1,31 +1,48 @@
 """Template sensitivity: the nouns of generated texts, top-N per prompt template, Jaccard overlap.
 
-Pure Python (never imports torch).
+Pure Python (never imports torch). One noun extractor per study language, chosen with
+:func:`analyser_for`; every analyser installs from PyPI with its dictionary *inside* the package,
+so nothing is downloaded at run time, and each is imported lazily (an English study never loads
+the Korean or Japanese one).
 
-**Tagger.** Nouns come from a real part-of-speech tagger: the Pattern tagger (Brill-style
-lexicon + contextual rules, Penn Treebank tags) that ships *inside* the ``textblob`` package
-(``textblob.en.tag``; its lexicon ``textblob/en/en-lexicon.txt`` is part of the wheel), so it
-installs from PyPI with ``pip install textblob`` and needs **no run-time download** (unlike
-TextBlob's default NLTK tagger, which needs ``nltk_data``; it is not used here). It is an English
-tagger: on other scripts (e.g. Korean) it tags unknown words as nouns, so every word counts.
+**English** (``"pattern"``). The Pattern tagger (Brill-style lexicon + contextual rules, Penn
+Treebank tags) that ships inside the ``textblob`` package (``textblob.en.tag``; its lexicon is part
+of the wheel); not TextBlob's default NLTK tagger, which needs ``nltk_data``. Tags ``NN``, ``NNS``,
+``NNP``, ``NNPS`` count; nouns are lowercased and plurals (``NNS`` / ``NNPS``) singularised with
+Pattern's inflection rules (``units`` -> ``unit``); tokens shorter than 2 characters are dropped.
+If ``textblob`` cannot be imported, an English study falls back to the labelled content-word
+fallback below.
 
-If ``textblob`` cannot be imported, :func:`extract_nouns` falls back to a clearly labelled
-**content-word fallback** — lowercased alphabetic tokens minus an English stopword list — which is
-*not* a noun extractor (verbs and adjectives pass). :data:`TAGGER_NAME` / :func:`tagger_name` says
-which one is in use; record it with every export.
+**Korean** (``"kiwi"``). The Kiwi morphological analyser (``kiwipiepy`` with its model package
+``kiwipiepy-model``): morphemes tagged ``NNG`` (common noun) or ``NNP`` (proper noun) count, as
+their surface form, particles and endings split off (``재고가`` -> ``재고``). Bound nouns (``NNB``:
+counters such as ``개``, ``것``, ``수``) and numbers (``SN``) do not; a verbal noun that Kiwi splits
+off its verb suffix counts (``확정되다`` -> ``확정`` NNG + ``되`` XSV).
 
-**Output form.** Nouns are lowercased surface forms; tokens the tagger marks plural
-(``NNS`` / ``NNPS``) are singularised with Pattern's English inflection rules (``units`` ->
-``unit``), so singular and plural count as one noun. Tags ``NN``, ``NNS``, ``NNP``, ``NNPS`` count
-(proper nouns included); tokens without a letter or shorter than 2 characters are dropped.
+**Japanese** (``"fugashi"``). MeCab through ``fugashi`` with the ``unidic-lite`` dictionary (loaded
+explicitly, so a full ``unidic`` installed beside it changes nothing): words whose UniDic part of
+speech is 名詞 with subclass 普通名詞 (common) or 固有名詞 (proper) count, as their surface form;
+numerals (名詞-数詞), pronouns (代名詞) and suffixes such as the counter 個 (接尾辞) do not; a
+suru-noun counts (``確定する`` -> ``確定`` 名詞-普通名詞-サ変可能).
+
+For Korean and Japanese, one-character nouns count (``날``, ``日``); tokens need a letter.
+
+**Content-word fallback** (``"content-words"``). Lowercased runs of letters minus an English
+stopword list: *not* a noun extractor (verbs and adjectives pass) and, on Korean or Japanese, word-
+or phrase-level (particles stay attached; Japanese has no spaces). Used only for English without
+``textblob``, or when a study asks for it (``"nouns": "words"``); :func:`tagger_name` says so.
+
+:func:`tagger_name` names the extractor in use with its package versions; record it with every
+export.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from collections import Counter
 from functools import lru_cache
-from importlib import metadata
+from importlib import metadata, util
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -33,8 +50,15 @@ import pandas as pd
 
 __all__ = [
     "PATTERN",
+    "KIWI",
+    "FUGASHI",
     "FALLBACK",
+    "ANALYSERS",
     "TAGGER_NAME",
+    "UnsupportedLanguage",
+    "language_code",
+    "analyser_for",
+    "analyser_problem",
     "tagger_name",
     "extract_nouns",
     "top_nouns",
@@ -47,8 +71,24 @@ __all__ = [
 
 PATTERN = "pattern"
 """Method name of the real tagger (Pattern tagger bundled in textblob)."""
+KIWI = "kiwi"
+"""Method name of the Korean analyser (kiwipiepy + kiwipiepy-model)."""
+FUGASHI = "fugashi"
+"""Method name of the Japanese analyser (fugashi/MeCab + unidic-lite)."""
 FALLBACK = "content-words"
 """Method name of the fallback (stopword-filtered alphabetic tokens; not a POS tagger)."""
+
+ANALYSERS: dict[str, str] = {"en": PATTERN, "ko": KIWI, "ja": FUGASHI}
+"""Language code (ISO 639-1) -> the method that extracts its nouns."""
+_LANGUAGE_NAMES = {"english": "en", "korean": "ko", "japanese": "ja"}
+# method -> (importable module, pip distribution) pairs it needs
+_PACKAGES = {
+    KIWI: (("kiwipiepy", "kiwipiepy"), ("kiwipiepy_model", "kiwipiepy-model")),
+    FUGASHI: (("fugashi", "fugashi"), ("unidic_lite", "unidic-lite")),
+}
+_EXTRA = {KIWI: "ko", FUGASHI: "ja"}
+_KIWI_TAGS = frozenset({"NNG", "NNP"})
+_UNIDIC_NOUNS = frozenset({"普通名詞", "固有名詞"})
 
 _NOUN_TAGS = frozenset({"NN", "NNS", "NNP", "NNPS"})
 _PLURAL_TAGS = frozenset({"NNS", "NNPS"})
@@ -82,6 +122,75 @@ def _pattern() -> tuple[Callable, Callable, str] | None:
     return tag, singularize, version
 
 
+def _version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@lru_cache(maxsize=1)
+def _kiwi():
+    """The Kiwi analyser (built once: ~2 s and a few hundred MB for its model)."""
+    from kiwipiepy import Kiwi
+
+    return Kiwi()
+
+
+@lru_cache(maxsize=1)
+def _fugashi():
+    """A MeCab tagger on the unidic-lite dictionary, named explicitly (not whichever UniDic is found)."""
+    import fugashi
+    import unidic_lite
+
+    dicdir = unidic_lite.DICDIR
+    return fugashi.Tagger(f'-r "{dicdir}/mecabrc" -d "{dicdir}"')
+
+
+_FUGASHI_LOCK = threading.Lock()  # a MeCab tagger is not documented as thread-safe
+
+
+class UnsupportedLanguage(ValueError):
+    """A study language with no noun analyser here."""
+
+
+def language_code(language: str) -> str:
+    """The lowercased primary subtag of a language tag (``"ko-KR"`` -> ``"ko"``); English names
+    of the supported languages are accepted too (``"Korean"`` -> ``"ko"``)."""
+    code = re.split(r"[-_]", language.strip().lower(), maxsplit=1)[0]
+    return _LANGUAGE_NAMES.get(code, code)
+
+
+def analyser_for(language: str, *, words: bool = False) -> str:
+    """The noun-extraction method for a study written in ``language``.
+
+    English -> ``"pattern"`` (or the labelled fallback when textblob is missing), Korean ->
+    ``"kiwi"``, Japanese -> ``"fugashi"``; ``words=True`` asks for the labelled content-word
+    fallback in any language. Any other language raises :class:`UnsupportedLanguage`.
+    """
+    if words:
+        return FALLBACK
+    code = language_code(language)
+    if code not in ANALYSERS:
+        raise UnsupportedLanguage(
+            f"no noun analyser for language {language!r} (have: {', '.join(sorted(ANALYSERS))}); "
+            'set "nouns": "words" in the study to use the labelled word-level fallback'
+        )
+    return _resolve(None) if code == "en" else ANALYSERS[code]
+
+
+def analyser_problem(method: str) -> str | None:
+    """Why ``method`` cannot run here (a package missing, with the command that installs it), or
+    None when it can. Looks the packages up without importing them."""
+    missing = [dist for module, dist in _PACKAGES.get(method, ()) if util.find_spec(module) is None]
+    if not missing:
+        return None
+    return (
+        f"the {method} noun analyser needs {' and '.join(missing)}: "
+        f"pip install -r requirements.txt (or pip install 'concept-petri-dish[{_EXTRA[method]}]')"
+    )
+
+
 def _resolve(method: str | None) -> str:
     if method is None:
         return PATTERN if _pattern() is not None else FALLBACK
@@ -89,17 +198,31 @@ def _resolve(method: str | None) -> str:
         if _pattern() is None:
             raise RuntimeError("method='pattern' needs the textblob package (pip install textblob)")
         return PATTERN
-    if method == FALLBACK:
-        return FALLBACK
-    raise ValueError(f"method must be None, {PATTERN!r} or {FALLBACK!r}, got {method!r}")
+    if method in (FALLBACK, KIWI, FUGASHI):
+        problem = analyser_problem(method)
+        if problem is not None:
+            raise RuntimeError(problem)
+        return method
+    raise ValueError(f"method must be None, {PATTERN!r}, {KIWI!r}, {FUGASHI!r} or {FALLBACK!r}, got {method!r}")
 
 
 def tagger_name(method: str | None = None) -> str:
     """Human-readable name of the noun extractor that ``method`` (default: best available) uses."""
-    if _resolve(method) == PATTERN:
+    resolved = _resolve(method)
+    if resolved == PATTERN:
         version = _pattern()[2]
         return f"textblob {version} Pattern tagger (Penn Treebank NN/NNS/NNP/NNPS; English)"
-    return "content-word fallback (NO part-of-speech tagger: stopword-filtered alphabetic tokens)"
+    if resolved == KIWI:
+        return (
+            f"kiwipiepy {_version('kiwipiepy')} Kiwi analyser with kiwipiepy-model {_version('kiwipiepy-model')} "
+            "(morphemes tagged NNG/NNP; Korean)"
+        )
+    if resolved == FUGASHI:
+        return (
+            f"fugashi {_version('fugashi')} MeCab with unidic-lite {_version('unidic-lite')} "
+            "(UniDic 名詞-普通名詞/固有名詞; Japanese)"
+        )
+    return "content-word fallback (NO part-of-speech tagger: stopword-filtered alphabetic tokens, word-level)"
 
 
 def __getattr__(name: str) -> str:  # PEP 562: TAGGER_NAME is computed on first use
@@ -108,19 +231,36 @@ def __getattr__(name: str) -> str:  # PEP 562: TAGGER_NAME is computed on first 
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _keep(token: str) -> bool:
-    return len(token) >= 2 and any(ch.isalpha() for ch in token)
+def _keep(token: str, min_len: int = 2) -> bool:
+    return len(token) >= min_len and any(ch.isalpha() for ch in token)
+
+
+def _korean_nouns(text: str) -> list[str]:
+    return [t.form.lower() for t in _kiwi().tokenize(text) if t.tag in _KIWI_TAGS and _keep(t.form, 1)]
+
+
+def _japanese_nouns(text: str) -> list[str]:
+    with _FUGASHI_LOCK:
+        words = [(w.surface, w.feature.pos1, w.feature.pos2) for w in _fugashi()(text)]
+    return [s.lower() for s, pos1, pos2 in words if pos1 == "名詞" and pos2 in _UNIDIC_NOUNS and _keep(s, 1)]
 
 
 def extract_nouns(text: str, *, method: str | None = None) -> list[str]:
-    """Nouns of ``text`` in order of appearance, lowercased, plurals singularised (see module doc).
+    """Nouns of ``text`` in order of appearance, lowercased (see module doc).
 
-    ``method``: ``None`` (the tagger if installed, else the fallback), ``"pattern"`` (require the
-    tagger) or ``"content-words"`` (force the fallback, which returns content words, not nouns).
+    ``method``: ``None`` (English: the tagger if installed, else the fallback), ``"pattern"``
+    (require the English tagger), ``"kiwi"`` (Korean), ``"fugashi"`` (Japanese) or
+    ``"content-words"`` (force the fallback, which returns content words, not nouns).
+    :func:`analyser_for` picks the method for a study language.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, got {type(text).__name__}")
-    if _resolve(method) == FALLBACK:
+    resolved = _resolve(method)
+    if resolved == KIWI:
+        return _korean_nouns(text)
+    if resolved == FUGASHI:
+        return _japanese_nouns(text)
+    if resolved == FALLBACK:
         words = (m.group(0).lower() for m in _WORD.finditer(text))
         return [w for w in words if _keep(w) and w not in _STOPWORDS]
     tag, singularize, _ = _pattern()

@@ -15,7 +15,7 @@ import pandas as pd
 
 from petri.dish import THOUGHT_CHANNEL
 from petri.export import TABLES
-from petri.nouns import jaccard_matrix, mean_off_diagonal, tagger_name, top_nouns_by_template
+from petri.nouns import FALLBACK, jaccard_matrix, mean_off_diagonal, tagger_name, top_nouns_by_template
 from petri.stats import GroupComparison, LevelComparisons, compare_groups, compare_levels, event_level_values
 from petri.tables import anchors_table, preservation_summary
 
@@ -236,16 +236,17 @@ def analyze(result: StudyResult, *, top_n: int = 20, n_bootstrap: int = 2000, co
     texts: dict[str, list[str]] = {tid: [] for tid in result.template_ids}
     for batch in result.batches:
         texts[batch.template_id].extend(clean_text(t) for t in batch.trajectory.final_texts)
-    top = top_nouns_by_template(texts, n=top_n)
+    method = study.noun_method()  # the study language's analyser (petri.nouns)
+    top = top_nouns_by_template(texts, n=top_n, method=method)
     jaccard = jaccard_matrix(top)  # = template_jaccard(texts, top_n), nouns extracted once
     jmean = mean_off_diagonal(jaccard) if len(texts) >= 2 else float("nan")
     if len(texts) < 2:
         notes.append("template sensitivity needs at least 2 templates; only one was run")
-    tagger = tagger_name()
-    if study.language.lower() not in ("en", "english") and "Pattern" in tagger:
+    tagger = tagger_name(method)
+    if method == FALLBACK:
         notes.append(
-            f"the noun tagger is English-only; on {study.language} text it tags unknown words as nouns, "
-            "so the template Jaccard counts every word"
+            f"template sensitivity uses the word-level fallback, not a noun analyser ({tagger}), "
+            f"so on {study.language} text the template Jaccard counts content words, not nouns"
         )
 
     return StudyAnalysis(

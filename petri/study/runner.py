@@ -212,6 +212,7 @@ def run_study(
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
+    study.noun_method()  # the analysis needs the language's noun analyser: refused before sampling
     if isinstance(lm, StudyExecutor):
         if on_step is not None:
             raise ValueError("on_step needs a model in this process, not an executor")

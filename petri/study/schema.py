@@ -21,13 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from petri.dish import LayoutError, template_problem, validate_concepts
+from petri.nouns import UnsupportedLanguage, analyser_for, analyser_problem
 
 SCHEMA_VERSION = 1
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
-_TOP_KEYS = {"schema", "id", "title", "language", "description", "concepts", "groups", "comparison", "templates", "events"}
+_TOP_KEYS = {"schema", "id", "title", "language", "nouns", "description", "concepts", "groups", "comparison", "templates", "events"}
 _REQUIRED_TOP = ("id", "title", "language", "concepts", "templates", "events")
 _TEMPLATE_KEYS = {"id", "text"}
+NOUNS_CHOICES = ("analyser", "words")
+"""``nouns``: the language's noun analyser (default) or the labelled word-level fallback."""
 _EVENT_KEYS = {"id", "group", "text", "concepts", "note"}
 _COMPARISON_KEYS = {"groups", "show"}
 
@@ -76,9 +79,20 @@ class Study:
     comparison: tuple[str, str]
     show: tuple[str, ...]
     description: str = ""
+    nouns: str = "analyser"
     source: str = "<dict>"
     file_sha256: str = ""
     raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def noun_method(self) -> str:
+        """The :mod:`petri.nouns` method for this study's template sensitivity (from ``language``
+        and ``nouns``). Raises :class:`StudyError` on ``language`` when its analyser's packages are
+        not installed here, so a run is refused before anything is sampled."""
+        method = analyser_for(self.language, words=self.nouns == "words")
+        problem = analyser_problem(method)
+        if problem is not None:
+            raise StudyError(self.source, "language", f"{self.language!r}: {problem}")
+        return method
 
     def event_concepts(self, event: StudyEvent) -> tuple[str, ...]:
         """The concepts pinned for ``event`` (its own subset, or all the study's, in study order)."""
@@ -113,6 +127,7 @@ class Study:
             "id": self.id,
             "title": self.title,
             "language": self.language,
+            **({"nouns": self.nouns} if self.nouns != "analyser" else {}),  # keeps older content hashes
             "description": self.description,
             "concepts": list(self.concepts),
             "groups": list(self.groups),
@@ -205,6 +220,13 @@ def study_from_dict(data: Any, source: str = "<dict>", file_sha256: str = "") ->
     study_id = check.ident(data["id"], "id")
     title = check.text(data["title"], "title")
     language = check.text(data["language"], "language")
+    nouns = data.get("nouns", "analyser")
+    if nouns not in NOUNS_CHOICES:
+        raise check.fail("nouns", f"must be one of {list(NOUNS_CHOICES)}, got {nouns!r}")
+    try:
+        analyser_for(language, words=nouns == "words")
+    except UnsupportedLanguage as err:
+        raise check.fail("language", str(err)) from None
     description = check.text(data.get("description", ""), "description", empty_ok=True)
 
     concepts = check.string_list(data["concepts"], "concepts")
@@ -320,6 +342,7 @@ def study_from_dict(data: Any, source: str = "<dict>", file_sha256: str = "") ->
         comparison=(pair[0], pair[1]),
         show=tuple(show),
         description=description,
+        nouns=nouns,
         source=source,
         file_sha256=file_sha256,
         raw=data,
