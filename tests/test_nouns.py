@@ -1,6 +1,10 @@
-"""Tests for petri.nouns: the tagger, top-N with deterministic ties, Jaccard, off-diagonal mean."""
+"""Tests for petri.nouns: the taggers (English, Korean, Japanese), top-N with deterministic ties, Jaccard, off-diagonal mean."""
 
 import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -9,7 +13,12 @@ import pytest
 from petri import nouns
 from petri.nouns import (
     FALLBACK,
+    FUGASHI,
+    KIWI,
     PATTERN,
+    UnsupportedLanguage,
+    analyser_for,
+    analyser_problem,
     extract_nouns,
     jaccard,
     jaccard_matrix,
@@ -18,6 +27,8 @@ from petri.nouns import (
     template_jaccard,
     top_nouns,
 )
+
+REPO = Path(__file__).resolve().parent.parent
 
 # ------------------------------------------------------------------ the tagger
 
@@ -175,3 +186,127 @@ def test_mean_off_diagonal_numpy_nan_and_shape():
 def test_template_jaccard_empty():
     with pytest.raises(ValueError):
         template_jaccard({})
+
+
+# ------------------------------------------------------------------ Korean and Japanese analysers
+# Expected nouns are marked by hand (the morphological analysis a person gives); the analysers must
+# agree. Korean counts NNG/NNP (common/proper nouns), Japanese UniDic 名詞-普通名詞/固有名詞.
+
+
+def test_language_picks_the_analyser():
+    assert analyser_for("en") == PATTERN and analyser_for("English") == PATTERN
+    assert analyser_for("ko") == KIWI and analyser_for("ko-KR") == KIWI and analyser_for("Korean") == KIWI
+    assert analyser_for("ja") == FUGASHI and analyser_for("ja_JP") == FUGASHI
+    assert analyser_for("fr", words=True) == FALLBACK and analyser_for("ko", words=True) == FALLBACK
+    with pytest.raises(UnsupportedLanguage, match=r"'fr'.*have: en, ja, ko.*\"nouns\": \"words\""):
+        analyser_for("fr")
+
+
+@pytest.mark.parametrize(
+    "sentence, expected",
+    [
+        # the issue's sentence: 재고(가) 90개(bound noun 개) 밖에 없는데 120개의 주문(이) 확정(되다);
+        # the counter 개 is a bound noun (NNB), so it is not counted; 확정되다 = 확정 (NNG) + 되 (XSV)
+        ("재고가 90개밖에 없는데 120개의 주문이 확정된다", ["재고", "주문", "확정"]),
+        # 그날 = 그 (determiner) + 날 (noun, one syllable): counted
+        ("고객이 주문을 넣었고 창고는 그날 오후에 포장을 마쳤다.", ["고객", "주문", "창고", "날", "오후", "포장"]),
+        # plural suffix 들 and the verb suffix 하다 split off
+        ("사람들이 주문했다", ["사람", "주문"]),
+        ("", []),
+    ],
+)
+def test_korean_nouns_hand_checked(sentence, expected):
+    assert extract_nouns(sentence, method=KIWI) == expected
+
+
+def test_korean_counters_are_excluded_by_their_tag():
+    # what the analyser says about the counter and the numbers: 개 is NNB, 90/120 are SN
+    tags = {(t.form, t.tag) for t in nouns._kiwi().tokenize("재고가 90개밖에 없는데 120개의 주문이 확정된다")}
+    assert ("개", "NNB") in tags and ("90", "SN") in tags and ("120", "SN") in tags
+
+
+@pytest.mark.parametrize(
+    "sentence, expected",
+    [
+        # the issue's sentence: numerals (名詞-数詞) and the counter 個 (接尾辞) are not counted;
+        # 確定する = 確定 (名詞-普通名詞-サ変可能) + する
+        ("在庫が90個しかないのに120個の注文が確定する", ["在庫", "注文", "確定"]),
+        ("顧客が注文を入れ、倉庫はその日の午後に梱包を終えた。", ["顧客", "注文", "倉庫", "日", "午後", "梱包"]),
+        # the pronoun 私 (代名詞) is not a noun here; the proper noun マリア is
+        ("私はマリアの注文を確認した", ["マリア", "注文", "確認"]),
+        ("", []),
+    ],
+)
+def test_japanese_nouns_hand_checked(sentence, expected):
+    assert extract_nouns(sentence, method=FUGASHI) == expected
+
+
+# two templates share 2 of 5 nouns, the third shares none: J = 2/5, 0, 0; mean = 0.4 / 3
+HAND_JACCARD = {("t1", "t2"): 0.4, ("t1", "t3"): 0.0, ("t2", "t3"): 0.0}
+
+
+@pytest.mark.parametrize(
+    "method, texts",
+    [
+        (KIWI, {
+            "t1": ["고객이 주문을 넣었다.", "창고에 재고가 있다."],  # {고객, 주문, 창고, 재고}
+            "t2": ["직원이 재고를 세었다.", "고객이 웃었다."],  # {직원, 재고, 고객}
+            "t3": ["사람이 왔다."],  # {사람}
+        }),
+        (FUGASHI, {
+            "t1": ["顧客が注文を入れた。", "倉庫に在庫がある。"],  # {顧客, 注文, 倉庫, 在庫}
+            "t2": ["店員が在庫を数えた。", "顧客が笑った。"],  # {店員, 在庫, 顧客}
+            "t3": ["人が来た。"],  # {人}
+        }),
+    ],
+)
+def test_template_jaccard_korean_and_japanese_by_hand(method, texts):
+    m = template_jaccard(texts, n=20, method=method)
+    for (a, b), value in HAND_JACCARD.items():
+        assert m.loc[a, b] == pytest.approx(value) and m.loc[b, a] == pytest.approx(value), (a, b)
+    assert mean_off_diagonal(m) == pytest.approx(0.4 / 3)
+
+
+def test_analysers_are_named_with_their_versions():
+    from importlib.metadata import version
+
+    ko, ja = tagger_name(KIWI), tagger_name(FUGASHI)
+    assert f"kiwipiepy {version('kiwipiepy')}" in ko and f"kiwipiepy-model {version('kiwipiepy-model')}" in ko
+    assert f"fugashi {version('fugashi')}" in ja and f"unidic-lite {version('unidic-lite')}" in ja
+    assert "word-level" in tagger_name(FALLBACK)
+
+
+def test_missing_analyser_package_is_named(monkeypatch):
+    real = nouns.util.find_spec
+    monkeypatch.setattr(nouns.util, "find_spec", lambda name: None if name == "unidic_lite" else real(name))
+    problem = analyser_problem(FUGASHI)
+    assert "unidic-lite" in problem and "concept-petri-dish[ja]" in problem and "fugashi and" not in problem
+    with pytest.raises(RuntimeError, match="unidic-lite"):
+        extract_nouns("注文", method=FUGASHI)
+    assert analyser_problem(KIWI) is None and analyser_problem(PATTERN) is None
+
+
+def test_an_english_study_never_imports_the_korean_or_japanese_analysers():
+    """In a fresh interpreter: load and analyse English text the way a study does; none of the
+    Korean/Japanese packages is imported. Then a Korean extraction does import kiwipiepy (so the
+    check can see an import when there is one)."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from petri.nouns import analyser_for, template_jaccard
+        from petri.study.schema import load_study
+        import petri.study.analysis, petri.study.report
+        study = load_study("assets/studies/inventory_order.json")
+        method = study.noun_method()
+        template_jaccard({"a": ["The order shipped."], "b": ["The inventory grew."]}, method=method)
+        heavy = ("kiwipiepy", "kiwipiepy_model", "fugashi", "unidic_lite")
+        print(sorted(m for m in sys.modules if m.split(".")[0] in heavy))
+        template_jaccard({"a": ["주문"], "b": ["재고"]}, method=analyser_for("ko"))
+        print(sorted(m for m in heavy if m in sys.modules))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    english, korean = out.stdout.strip().splitlines()
+    assert english == "[]"
+    assert "'kiwipiepy'" in korean and "fugashi" not in korean

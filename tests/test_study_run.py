@@ -18,9 +18,9 @@ import petri.study.executors as executors
 import petri.study.runner as runner
 from petri.study.analysis import analyze, clean_text, cluster_bootstrap_mean, study_tables
 from petri.dish import LayoutError
-from petri.nouns import tagger_name
+from petri.nouns import FALLBACK, FUGASHI, KIWI, tagger_name, top_nouns_by_template
 from petri.study.plots import flips_bar, save_figures, sample_flip_heatmap as flip_heatmap
-from petri.study.report import render_report, write_study
+from petri.study.report import render_report, sidecar, write_study
 from petri.service import BusyError, PetriService
 from petri.store import RunStore
 from petri.study.schema import study_from_dict
@@ -253,17 +253,32 @@ def test_preservation_convergence_and_template_sensitivity(analysis, full):
     json.dumps(analysis.to_dict())  # the sidecar summary is JSON-serialisable
 
 
-def test_non_english_study_report_labels_the_english_only_tagger(full, analysis, tmp_path):
-    """A Korean study (as assets/studies/inventory_order_ko.json) gets the English-only caveat on
-    its template sensitivity in the analysis notes and in report.md; the English study does not."""
-    korean = dataclasses.replace(full, study=dataclasses.replace(full.study, language="ko"))
-    ko = analyze(korean, n_bootstrap=20)
-    caveat = "the noun tagger is English-only; on ko text it tags unknown words as nouns"
-    assert len(ko.notes) == 1 and ko.notes[0].startswith(caveat), ko.notes
-    report = render_report(korean, ko, {}, tmp_path)
-    notes = report.split("## Notes", 1)[1]
-    assert caveat in notes
-    assert "English-only" not in render_report(full, analysis, {}, tmp_path)
+@pytest.mark.parametrize("language, method, name", [("ko", KIWI, "kiwipiepy"), ("ja", FUGASHI, "unidic-lite")])
+def test_korean_and_japanese_studies_use_their_noun_analysers(full, analysis, tmp_path, language, method, name):
+    """A Korean / Japanese study (as assets/studies/inventory_order_{ko,ja}.json) extracts its nouns
+    with its own analyser, named with its version in report.md and run.json, and carries no
+    word-level caveat; the English study keeps the Pattern tagger."""
+    translated = dataclasses.replace(full, study=dataclasses.replace(full.study, language=language))
+    result = analyze(translated, n_bootstrap=20)
+    assert result.tagger == tagger_name(method) and name in result.tagger
+    assert result.notes == []
+    texts = {t: [clean_text(x) for b in full.batches if b.template_id == t for x in b.trajectory.final_texts] for t in full.template_ids}
+    assert result.top_nouns == top_nouns_by_template(texts, n=result.top_n, method=method)
+    report = render_report(translated, result, {}, tmp_path)
+    assert f"Tagger: {result.tagger}." in report and "word-level" not in report and "English-only" not in report
+    assert sidecar(translated, result, [])["tagger"] == result.tagger
+    assert "Pattern tagger" in render_report(full, analysis, {}, tmp_path)
+
+
+def test_a_word_level_study_is_labelled_in_the_report(full, tmp_path):
+    """A study that asks for the word-level fallback ("nouns": "words", e.g. a language with no
+    analyser) gets it, labelled in the analysis notes and in report.md."""
+    words = dataclasses.replace(full, study=dataclasses.replace(full.study, language="fr", nouns="words"))
+    result = analyze(words, n_bootstrap=20)
+    assert result.tagger == tagger_name(FALLBACK)
+    caveat = "template sensitivity uses the word-level fallback, not a noun analyser"
+    assert len(result.notes) == 1 and result.notes[0].startswith(caveat) and "on fr text" in result.notes[0]
+    assert caveat in render_report(words, result, {}, tmp_path).split("## Notes", 1)[1]
 
 
 def test_clean_text_and_cluster_bootstrap():

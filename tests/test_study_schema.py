@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from petri import nouns
 from petri.cli import main
 from petri.study.schema import StudyError, load_study, study_from_dict
 
@@ -57,7 +58,7 @@ def test_base_fixture_is_valid(tmp_path):
     assert again.content_hash() == study.content_hash() and again.file_sha256 != study.file_sha256
 
 
-@pytest.mark.parametrize("name", ["inventory_order.json", "inventory_order_ko.json"])
+@pytest.mark.parametrize("name", ["inventory_order.json", "inventory_order_ko.json", "inventory_order_ja.json"])
 def test_shipped_studies_load_and_are_balanced(name):
     study = load_study(STUDIES / name)
     assert study.concepts and len(study.templates) == 5
@@ -70,11 +71,53 @@ def test_shipped_studies_load_and_are_balanced(name):
         assert abs(len(c.text) - len(k.text)) <= 0.15 * len(c.text), (c.text, k.text)
 
 
-def test_korean_study_mirrors_english():
-    en, ko = load_study(STUDIES / "inventory_order.json"), load_study(STUDIES / "inventory_order_ko.json")
-    assert [(e.id, e.group) for e in en.events] == [(e.id, e.group) for e in ko.events]
-    assert [t.id for t in en.templates] == [t.id for t in ko.templates]
-    assert ko.language == "ko" and all(re.search("[가-힣]", e.text) for e in ko.events)
+@pytest.mark.parametrize(
+    "name, language, script, method",
+    [("inventory_order_ko.json", "ko", "[가-힣]", nouns.KIWI), ("inventory_order_ja.json", "ja", "[\u3040-\u30ff\u4e00-\u9fff]", nouns.FUGASHI)],
+)
+def test_translated_study_mirrors_english(name, language, script, method):
+    en, tr = load_study(STUDIES / "inventory_order.json"), load_study(STUDIES / name)
+    assert [(e.id, e.group, e.concepts) for e in en.events] == [(e.id, e.group, e.concepts) for e in tr.events]
+    assert [t.id for t in en.templates] == [t.id for t in tr.templates]
+    assert tr.language == language and all(re.search(script, e.text) for e in tr.events)
+    assert all(re.search(script, c) for c in tr.concepts) and all(re.search(script, t.text) for t in tr.templates)
+    # the digits of each event are the English event's, so the control matching carries over
+    assert [sorted(re.findall(r"\d+", e.text)) for e in en.events] == [sorted(re.findall(r"\d+", e.text)) for e in tr.events]
+    assert tr.noun_method() == method and en.noun_method() == nouns.PATTERN
+
+
+def test_a_language_without_an_analyser_is_refused_unless_words_are_asked_for(tmp_path):
+    french = mutate(lambda d: d.__setitem__("language", "fr"))
+    with pytest.raises(StudyError) as err:
+        load_study(write(tmp_path, french))
+    assert err.value.entry == "language" and "no noun analyser for language 'fr'" in err.value.reason
+    assert '"nouns": "words"' in err.value.reason
+    study = study_from_dict({**french, "nouns": "words"})
+    assert study.noun_method() == nouns.FALLBACK and study.to_dict()["nouns"] == "words"
+    assert study_from_dict(study.to_dict()).nouns == "words"  # survives the run store's round trip
+    with pytest.raises(StudyError) as err:
+        study_from_dict({**BASE, "nouns": "pos"})
+    assert err.value.entry == "nouns" and "['analyser', 'words']" in err.value.reason
+    # the default is not written out, so the content hash (and run id) of older studies is kept
+    assert "nouns" not in study_from_dict(BASE).to_dict()
+
+
+def test_a_missing_analyser_package_is_refused_before_the_model_or_sampling(tmp_path, capsys, monkeypatch):
+    real = nouns.util.find_spec
+    monkeypatch.setattr(nouns.util, "find_spec", lambda name: None if name == "kiwipiepy_model" else real(name))
+    path = STUDIES / "inventory_order_ko.json"
+    study = load_study(path)  # the file itself is valid
+    with pytest.raises(StudyError) as err:
+        study.noun_method()
+    assert err.value.entry == "language" and "kiwipiepy-model" in err.value.reason
+    from petri.study.runner import run_study
+
+    with pytest.raises(StudyError, match="kiwipiepy-model"):  # before the model is even asked for its facts
+        run_study(object(), study, store=None)
+    code = main(["study", str(path), "--model", str(tmp_path / "no-such-model"), "--store", str(tmp_path / "store")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{path}: language: 'ko': the kiwi noun analyser needs kiwipiepy-model" in err
+    assert "not found" not in err and not (tmp_path / "store").exists()
 
 
 MALFORMED = {
