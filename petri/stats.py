@@ -51,6 +51,8 @@ from scipy import stats as sps
 __all__ = [
     "UNITS",
     "SMALL_N",
+    "MIN_INFORMATIVE_N",
+    "too_small_note",
     "BCA_MAX_N",
     "GroupComparison",
     "LevelComparisons",
@@ -66,6 +68,20 @@ UNITS = ("event", "segment", "sample")
 
 SMALL_N = 20
 """Below this smallest-group size the p-value is exact (no ties) or by permutation (ties)."""
+
+MIN_INFORMATIVE_N = 5
+"""Below this many values in either group a comparison is flagged uninformative: with 3 vs 3 the
+smallest attainable exact two-sided p is 0.1 (so no result can reach 0.05), and with 4 or fewer
+values the bootstrap interval has so few distinct resamples that it says nothing (2 vs 2 gives
+r = +1.00 [+1.00, +1.00] whenever the groups do not overlap). The statistics are still computed and
+kept in the JSON, but printed as uninformative, not as a result."""
+
+
+def too_small_note(n_a: int, n_b: int, unit: str = "event") -> str:
+    """The sentence that replaces a result when a group is below :data:`MIN_INFORMATIVE_N`."""
+    return (f"too few {unit}s for the test or the interval to mean anything ({n_a} and {n_b}; each group needs "
+            f"at least {MIN_INFORMATIVE_N})")
+
 
 BCA_MAX_N = 2000
 """Largest ``n_a + n_b`` for which the bootstrap CI is BCa; percentile above."""
@@ -108,6 +124,11 @@ class GroupComparison:
         return self.unit == "event"
 
     @property
+    def informative(self) -> bool:
+        """False when either group has fewer than :data:`MIN_INFORMATIVE_N` values."""
+        return min(self.n_a, self.n_b) >= MIN_INFORMATIVE_N
+
+    @property
     def unit_label(self) -> str:
         """``"event level"``, or e.g. ``"segment level (non-independent)"``."""
         label = f"{self.unit} level"
@@ -120,13 +141,20 @@ class GroupComparison:
         U=23, p=1.3e-04 (exact, two-sided); rank-biserial r=+0.68 [95% CI +0.41, +0.88]``
         """
         conf = f"{100 * self.confidence:g}%"
-        text = (
-            f"{self.unit_label}: {self.group_a} n={self.n_a} median {self.median_a:.4g} vs "
-            f"{self.group_b} n={self.n_b} median {self.median_b:.4g}; Mann-Whitney "
-            f"U={self.u_statistic:g}, p={_fmt_p(self.p_value)} ({self.p_method}, "
-            f"{self.alternative}); rank-biserial r={self.rank_biserial:+.2f} "
-            f"[{conf} CI {self.ci_low:+.2f}, {self.ci_high:+.2f}]"
-        )
+        if not self.informative:
+            text = (
+                f"{self.unit_label}: {self.group_a} n={self.n_a} median {self.median_a:.4g} vs "
+                f"{self.group_b} n={self.n_b} median {self.median_b:.4g}; UNINFORMATIVE: "
+                + too_small_note(self.n_a, self.n_b, self.unit)
+            )
+        else:
+            text = (
+                f"{self.unit_label}: {self.group_a} n={self.n_a} median {self.median_a:.4g} vs "
+                f"{self.group_b} n={self.n_b} median {self.median_b:.4g}; Mann-Whitney "
+                f"U={self.u_statistic:g}, p={_fmt_p(self.p_value)} ({self.p_method}, "
+                f"{self.alternative}); rank-biserial r={self.rank_biserial:+.2f} "
+                f"[{conf} CI {self.ci_low:+.2f}, {self.ci_high:+.2f}]"
+            )
         if self.n_nan_a or self.n_nan_b:
             text += f"; NaN dropped: {self.n_nan_a} {self.group_a}, {self.n_nan_b} {self.group_b}"
         return text
@@ -135,6 +163,8 @@ class GroupComparison:
         """Plain-Python dict (JSON-serialisable), with ``independent`` and ``summary`` added."""
         out = {k: _plain(v) for k, v in asdict(self).items()}
         out["independent"] = self.independent
+        out["informative"] = self.informative
+        out["min_informative_n"] = MIN_INFORMATIVE_N
         out["summary"] = self.summary()
         return out
 

@@ -1,6 +1,7 @@
 """The house's layers, written down once, and checked by reading every module's imports (ast).
 
-    layer 1  numpy/pandas only      petri.paths, cancel, trajectory, dish, metrics, tables, stats, nouns
+    layer 1  numpy/pandas only      petri.paths, cancel, trajectory, dish, metrics, tables, stats, nouns,
+                                    mixed, multiple, paired, power (scipy / statsmodels too)
     layer 2  engines                petri.engine.*  (the only place torch, mlx or transformers is imported;
                                     elsewhere only as type hints under TYPE_CHECKING)
     layer 3  study, store, export   petri.study.*, petri.store, petri.export
@@ -32,6 +33,10 @@ LAYERS: dict[str, int] = {
     "petri.tables": 1,
     "petri.stats": 1,
     "petri.nouns": 1,
+    "petri.mixed": 1,
+    "petri.multiple": 1,
+    "petri.paired": 1,
+    "petri.power": 1,
     "petri.engine": 2,
     "petri.study": 3,
     "petri.store": 3,

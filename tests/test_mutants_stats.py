@@ -40,15 +40,29 @@ def test_p_values_are_written_plainly_down_to_one_in_a_thousand(p, text):
 
 
 def test_summary_line_with_nan_in_one_group_only():
-    # a = [1, 2, 3] (one NaN dropped), b = [4, 5, 6]: no ties, n < 20 → exact; every a below every
-    # b → U_a = 0, r = 1 - 0 = +1; two-sided p = 2 * P(U = 0) = 2 / C(6, 3) = 0.1. Every bootstrap
-    # resample keeps the separation (delta = 1), BCa is undefined → percentile CI [+1, +1].
-    c = compare_groups([1.0, 2.0, np.nan, 3.0], [4.0, 5.0, 6.0], unit="event")
+    # a = [1, 2, 3, 4, 5] (one NaN dropped), b = [6, ..., 10]: no ties, n < 20 → exact; every a below
+    # every b → U_a = 0, r = 1 - 0 = +1; two-sided p = 2 * P(U = 0) = 2 / C(10, 5) = 2 / 252 = 0.00794.
+    # Every bootstrap resample keeps the separation (delta = 1), BCa is undefined → percentile [+1, +1].
+    c = compare_groups([1.0, 2.0, np.nan, 3.0, 4.0, 5.0], [6.0, 7.0, 8.0, 9.0, 10.0], unit="event")
     assert c.summary() == (
-        "event level: benign n=3 median 2 vs contradictory n=3 median 5; Mann-Whitney U=0, "
-        "p=0.1 (exact, two-sided); rank-biserial r=+1.00 [95% CI +1.00, +1.00]; "
+        "event level: benign n=5 median 3 vs contradictory n=5 median 8; Mann-Whitney U=0, "
+        "p=0.00794 (exact, two-sided); rank-biserial r=+1.00 [95% CI +1.00, +1.00]; "
         "NaN dropped: 1 benign, 0 contradictory"
     )
+
+
+def test_small_groups_are_uninformative_not_a_result():
+    # issue 20 item 10 / issue 23: 3 vs 3 (smallest exact two-sided p = 2 / C(6, 3) = 0.1) and 2 vs 2
+    # used to print "r=+1.00 [95% CI +1.00, +1.00]" as a result.
+    for a, b in (([1.0, 2.0, np.nan, 3.0], [4.0, 5.0, 6.0]), ([1.0, 2.0], [3.0, 4.0])):
+        c = compare_groups(a, b, unit="event")
+        text = c.summary()
+        assert not c.informative and c.to_dict()["informative"] is False
+        assert "UNINFORMATIVE" in text and "each group needs at least 5" in text
+        assert "CI" not in text and "p=" not in text and "r=" not in text
+    assert "NaN dropped: 1 benign, 0 contradictory" in compare_groups([1.0, 2.0, np.nan, 3.0], [4.0, 5.0, 6.0],
+                                                                       unit="event").summary()
+    assert compare_groups([1.0, 2, 3, 4, 5], [6.0, 7, 8, 9, 10], unit="event").informative
 
 
 def _delta_brute_force(x, y, axis=-1):
