@@ -1,5 +1,6 @@
 """The ``petri`` command (also ``python -m petri``): ``seed`` (one event), ``study FILE`` (a study
-file) and ``serve`` (the web app, as ``python app.py``)."""
+file), ``power`` / ``restat`` / ``paired`` (statistics of stored study folders) and ``serve`` (the
+web app, as ``python app.py``)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,71 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(study)
     add_sampler_arguments(study)
     add_ray_arguments(study)
+    add_statistics_commands(commands)
     return parser
+
+
+def _ints(value: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}") from None
+
+
+def add_statistics_commands(commands) -> None:
+    """``petri power``, ``petri restat`` and ``petri paired``: statistics of stored study folders."""
+    power = commands.add_parser("power", help="power of the headline test by simulation from a pilot study's folder",
+                                description="Resample the pilot's events and templates to estimate the power of the "
+                                "event-level test for a grid of designs; seeded and reproducible.")
+    power.add_argument("results_dir", help="output folder of `petri study` (segments.csv, run.json)")
+    power.add_argument("--events", type=_ints, default=(6, 12, 24, 48, 96), help="events per group to try")
+    power.add_argument("--templates", type=_ints, default=None, help="templates to try (default 1, pilot's, twice)")
+    power.add_argument("--effect", type=float, default=None, help="effect (b - a, instability units); default: the pilot's")
+    power.add_argument("--sims", type=int, default=1000, help="simulated studies per design; default 1000")
+    power.add_argument("--alpha", type=float, default=0.05)
+    power.add_argument("--seed", type=int, default=0)
+    power.add_argument("--json", default=None, help="also write the result as JSON to this file")
+    restat = commands.add_parser("restat", help="re-analyse a study folder from its CSVs (no resampling): "
+                                 "statistics.json, pair_tests.csv and report.md's statistics section")
+    restat.add_argument("results_dir")
+    paired = commands.add_parser("paired", help="paired tests of two runs of one study (Wilcoxon, exact McNemar)")
+    paired.add_argument("results_a")
+    paired.add_argument("results_b")
+
+
+def cmd_statistics(args) -> int:
+    import json
+
+    if args.command == "paired":
+        from petri.study.paired_runs import compare_runs
+
+        out = compare_runs(args.results_a, args.results_b)
+        print(out["wilcoxon"]["summary"])
+        print(out["mcnemar"]["summary"])
+        return 0
+    if args.command == "restat":
+        from petri.study.statistics import restat
+
+        stats = restat(args.results_dir)
+        print(stats.comparison.event.summary())
+        if stats.mixed is not None:
+            print(stats.mixed.summary())
+        print(f"wrote statistics.json, pair_tests.csv and report.md's statistics section in {args.results_dir}")
+        return 0
+    from petri.mixed import cell_values
+    from petri.power import power_from_cells
+    from petri.study.statistics import load_results
+
+    segments, groups, _, _ = load_results(args.results_dir)
+    result = power_from_cells(cell_values(segments), groups, events=args.events, templates=args.templates,
+                              effect=args.effect, n_sims=args.sims, alpha=args.alpha, seed=args.seed)
+    print(result.table().to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(result.summary())
+    print(f"method: {result.method}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(result.to_dict(), fh, indent=1)
+    return 0
 
 
 # --- Ray (issue 13): the study's batches on a cluster; everything Ray-specific is below ---------
@@ -177,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_seed(args)
         if args.command == "study":
             return cmd_study(args)
+        if args.command in ("power", "restat", "paired"):
+            return cmd_statistics(args)
     except (LayoutError, ValueError, ModelNotFoundError, StoreError, BackendUnavailableError, ExecutorError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

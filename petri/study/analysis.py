@@ -17,6 +17,7 @@ from petri.dish import THOUGHT_CHANNEL
 from petri.export import TABLES
 from petri.nouns import FALLBACK, jaccard_matrix, mean_off_diagonal, tagger_name, top_nouns_by_template
 from petri.stats import GroupComparison, LevelComparisons, compare_groups, compare_levels, event_level_values
+from petri.study.statistics import StudyStatistics, study_statistics
 from petri.tables import anchors_table, preservation_summary
 
 if TYPE_CHECKING:  # the runner imports torch; analysis only reads its result
@@ -125,6 +126,7 @@ class StudyAnalysis:
     top_n: int
     convergence: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    statistics: StudyStatistics | None = None
 
     @property
     def events(self) -> pd.DataFrame:
@@ -263,4 +265,6 @@ def analyze(result: StudyResult, *, top_n: int = 20, n_bootstrap: int = 2000, co
         top_n=top_n,
         convergence=_convergence(tables["samples"], max_steps),
         notes=notes,
+        statistics=study_statistics(seg, (a, b), planned_batches=len(study.events) * len(result.template_ids),
+                                    comparison=comparison, secondary=secondary, **stats_kwargs),
     )

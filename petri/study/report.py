@@ -17,7 +17,8 @@ import pandas as pd
 from petri.study.analysis import StudyAnalysis, analyze
 from petri.export import package_versions, write_tables
 from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap, save_figures
-from petri.stats import GroupComparison
+from petri.stats import GroupComparison, too_small_note
+from petri.study.statistics import write_statistics
 
 if TYPE_CHECKING:
     from petri.study.runner import StudyResult
@@ -57,7 +58,8 @@ def _comparison_row(c: GroupComparison) -> str:
     conf = f"{100 * c.confidence:g}%"
     return (
         f"| {c.unit_label} | {c.group_a} {c.n_a} / {c.group_b} {c.n_b} | {_fmt(c.median_a)} / {_fmt(c.median_b)} "
-        f"| {c.u_statistic:g} | {_p(c.p_value)} ({c.p_method}) | {c.rank_biserial:+.3f} [{conf} CI {c.ci_low:+.3f}, {c.ci_high:+.3f}] ({c.ci_method}) |"
+        + (f"| {c.u_statistic:g} | {_p(c.p_value)} ({c.p_method}) | {c.rank_biserial:+.3f} [{conf} CI {c.ci_low:+.3f}, "
+           f"{c.ci_high:+.3f}] ({c.ci_method}) |" if c.informative else f"| — | — | uninformative: {too_small_note(c.n_a, c.n_b, c.unit)} |")
     )
 
 
@@ -117,6 +119,7 @@ def render_report(result: StudyResult, analysis: StudyAnalysis, figures: dict[st
         "",
         f"Effect size: rank-biserial r = Cliff's delta = P({b} > {a}) - P({b} < {a}); positive means {b} events are less stable.",
         "",
+        *(analysis.statistics.markdown() + [""] if analysis.statistics is not None else []),
         "## Groups",
         "",
         _md_table(analysis.group_summary.rename(columns={"median_instability": "median", "mean_instability": "mean"})),
@@ -180,6 +183,9 @@ def render_report(result: StudyResult, analysis: StudyAnalysis, figures: dict[st
         "- `samples.csv`: one row per sample (steps, settled share, anchor layout, final text, preservation).",
         "- `events.csv`: one row per event (the test's values, CIs, convergence, preservation; event text).",
         "- `pairs.csv` (per batch × concept pair), `templates.csv` (template texts), `jaccard.csv` (the matrix).",
+        "- `pair_tests.csv`: one row per concept pair (event-level test, raw / Holm / BH p-values, `informative`).",
+        "- `statistics.json`: every test's inputs (units, group sizes), estimates, intervals, raw and adjusted "
+        "p-values and methods.",
         "- `run.json`: model, weights fingerprint, settings, seeds (base and per batch), versions, timestamps, tagger, "
         "study file hash, the whole study and every statistic above.",
     ]
@@ -256,6 +262,8 @@ def write_study(
     jac = out / "jaccard.csv"
     analysis.jaccard.to_csv(jac, index_label="template")
     written["jaccard"] = jac
+    if analysis.statistics is not None:
+        written.update(write_statistics(analysis.statistics, out))
     report = out / "report.md"
     report.write_text(render_report(result, analysis, figures, out, command=command, notes=notes), encoding="utf-8")
     return StudyOutputs(out, report, written, figures, analysis, notes)

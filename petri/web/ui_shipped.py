@@ -23,7 +23,7 @@ from petri.study.plots import event_ranking_figure, instability_figure, jaccard_
 SHIPPED_STUDY = Path(__file__).resolve().parents[2] / "experiments" / "results" / "inventory_order-en-petri-tiny"
 ENV_VAR = "PETRI_SHIPPED_STUDY"
 #: The committed files offered for download (positions.csv is committed gzipped: the Hub's 10 MiB limit).
-DOWNLOADS = ("events.csv", "segments.csv", "samples.csv", "pairs.csv", "positions.csv.gz", "jaccard.csv", "run.json", "report.md")
+DOWNLOADS = ("events.csv", "segments.csv", "samples.csv", "pairs.csv", "positions.csv.gz", "jaccard.csv", "pair_tests.csv", "statistics.json", "run.json", "report.md")
 
 
 def shipped_study_dir() -> Path:
