@@ -161,7 +161,7 @@ def crossed_mixed_model(cells: pd.DataFrame, groups: tuple[str, str] = ("benign"
     of ``groups`` (the others are ignored). With one template the template component is left out (and
     reported as 0 with a warning). Raises ``ValueError`` naming the group when it has fewer than
     :data:`MIN_EVENTS_PER_GROUP` events."""
-    import statsmodels.api as sm  # imported here: only the mixed model needs it
+    from statsmodels.regression.mixed_linear_model import MixedLM  # here: only the mixed model needs it
     from scipy import stats as sps
 
     a, b = groups
@@ -177,7 +177,7 @@ def crossed_mixed_model(cells: pd.DataFrame, groups: tuple[str, str] = ("benign"
     vc = {"event": "0 + C(_event)"}
     if n_templates >= 2:
         vc["template"] = "0 + C(_template)"
-    model = sm.MixedLM.from_formula(f"{value} ~ _x", data=data, groups=np.ones(len(data)), vc_formula=vc,
+    model = MixedLM.from_formula(f"{value} ~ _x", data=data, groups=np.ones(len(data)), vc_formula=vc,
                                     re_formula="0")
     with warnings.catch_warnings(record=True) as ws:
         warnings.simplefilter("always")

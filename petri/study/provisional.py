@@ -16,6 +16,7 @@ from petri.stats import LevelComparisons, compare_levels
 from petri.store import RunStore
 from petri.study.analysis import events_table, study_tables
 from petri.study.runner import StudyBatch, batch_key, batch_seed
+from petri.study.statistics import PEEKING_WARNING
 from petri.study.schema import Study
 
 
@@ -41,6 +42,11 @@ class ProvisionalStatistics:
     @property
     def final(self) -> bool:
         return self.batches_done >= self.batches_total
+
+    @property
+    def warning(self) -> str:
+        """Why provisional numbers must not decide when to stop (:data:`PEEKING_WARNING`); ``""`` once final."""
+        return "" if self.final else PEEKING_WARNING
 
     def label(self) -> str:
         """``"provisional: 12 of 36 batches; events so far: benign 3, contradictory 2"`` or ``"final: …"``."""

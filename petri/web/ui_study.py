@@ -266,7 +266,8 @@ class StudyController:
                                               provisional=prov.label(), waiting=prov.waiting),
             "events": event_ranking_figure(prov.events, list(study.groups), model_id=model_id, provisional=prov.label()),
             "stats": (f"**{prov.label().capitalize()}** — provisional numbers, final when every batch is in.\n\n"
-                      f"**Headline so far (event level):** {headline}"),
+                      + (f"> ⚠ {prov.warning}\n\n" if prov.warning else "")
+                      + f"**Headline so far (event level):** {headline}"),
         }
 
 
