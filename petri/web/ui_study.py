@@ -35,6 +35,7 @@ from petri.web.limits import MAX_SAMPLES, MAX_STEPS
 from petri.web.requests import SettingsIn, StudyRequest, prepare_study
 from petri.web.ui_live import JobCancelled, JobFailed, stream, wire_run
 from petri.web.ui_shipped import load_shipped, report_markdown, shipped_figures, shipped_files, shipped_markdown
+from petri.web.ui_stats import build_stats_panel, stats_views
 from petri.web.ui_views import request_error_message
 
 STUDY_DIR = studies_dir()
@@ -250,6 +251,7 @@ class StudyController:
             "groups": analysis.group_summary.round(4),
             "files": [str(p) for p in outputs.tables.values()] + [str(outputs.report)],
             "report": outputs.report.read_text(encoding="utf-8"),
+            **stats_views(outputs.out_dir),
         }
 
     def live_views(self, study: Study, run_id: str, template_ids, settings, seed: int, total: int) -> dict:
@@ -334,13 +336,14 @@ def build_study_tab(service: PetriService) -> tuple[StudyController, dict]:
                     interactive=False, elem_id="petri-study-files")
     with gr.Accordion("Report (report.md)", open=False):
         report = gr.Markdown(report0, elem_id="petri-study-report")
+    panel = build_stats_panel(shipped.folder if shipped is not None else None)  # per-pair tests, power
 
     fields = [meta, concepts, events, templates, comparison, show, template_ids, loaded]
     load_btn.click(ctl.load_builtin, builtin, fields)
     upload.upload(ctl.load_upload, upload, fields)
     templates.change(ctl.template_choices, [templates, template_ids], template_ids, show_progress="hidden")
     names = {"status": status, "instability": fig_instability, "events": fig_events, "jaccard": fig_jaccard,
-             "stats": stats, "groups": groups, "files": files, "report": report}
+             "stats": stats, "groups": groups, "files": files, "report": report, **panel}
 
     wire_run(run_btn, cancel_btn, ctl.run,
              [meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps],

@@ -1,0 +1,71 @@
+"""Issue 23 in the Study tab (no browser): the finished study's view carries the per-pair table (small
+groups flagged) and its results folder for the power panel; the power panel simulates from the study
+on screen; the shipped study's panel is filled when the tab opens; provisional statistics warn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+import pytest
+
+from petri.service import PetriService
+from petri.store import RunStore
+from petri.web.ui_stats import pairs_view, run_power
+from petri.web.ui_study import StudyController
+
+SHIPPED = Path(__file__).resolve().parent.parent / "experiments" / "results" / "inventory_order-en-petri-tiny"
+
+
+def test_finished_study_view_has_flagged_pairs_and_its_folder(tiny_lm, tmp_path):
+    service = PetriService(tiny_lm, RunStore(tmp_path / "store"))
+    events = pd.DataFrame(
+        [["b1", "benign", "The order was packed.", ""], ["b2", "benign", "The stock was counted.", ""],
+         ["c1", "contradictory", "Ninety units in stock, none in stock.", ""],
+         ["c2", "contradictory", "The order arrived before it was placed.", ""]],
+        columns=["id", "group", "text", "concepts"])
+    templates = pd.DataFrame([["t1", "Event: {event}"], ["t2", "{event} ({concepts})"]], columns=["id", "text"])
+    *_, final = StudyController(service).run({"id": "mini", "title": "mini", "language": "en"},
+                                                "order, inventory, person", events, templates,
+                                                "benign, contradictory", "", ["t1", "t2"], 2, 0, 3)
+    # 2 events per group: the headline and every pair are uninformative, not printed as a result
+    assert "UNINFORMATIVE" in final["stats"] and "95% CI" not in final["stats"].split("Segment level")[0]
+    pairs = final["pairs"]
+    assert len(pairs) == 3 and not pairs["informative"].any()
+    folder = Path(final["results_dir"])
+    assert (folder / "statistics.json").is_file() and (folder / "pair_tests.csv").is_file()
+    report = final["report"]
+    assert "mixed model not fitted" in report or "## Templates and events" in report
+    # a provisional view (fewer batches than planned) carries the peeking warning; the final one does not
+    from types import SimpleNamespace
+
+    from petri.web.ui_study import fields_to_study
+
+    study = fields_to_study({"id": "mini", "title": "mini", "language": "en"}, "order, inventory, person", events,
+                            templates, "benign, contradictory", "")
+    run_id = final["status"].split("`")[1]
+    ctl = StudyController(service)
+    planned_more = ctl.live_views(study, run_id, ("t1", "t2"), SimpleNamespace(max_denoising_steps=3), 0, 16)
+    assert "inflates the false-positive rate" in planned_more["stats"]
+    assert "inflates the false-positive rate" not in ctl.live_views(
+        study, run_id, ("t1", "t2"), SimpleNamespace(max_denoising_steps=3), 0, 8)["stats"]
+
+
+def test_power_panel_simulates_from_the_study_on_screen():
+    table, text = run_power(str(SHIPPED), "6, 12", "1, 5", None, 100, 0)
+    assert list(table["n_events"]) == [6, 12, 6, 12] and table["power"].between(0, 1).all()
+    assert "Method: simulation from the pilot" in text
+    again, _ = run_power(str(SHIPPED), "6, 12", "1, 5", None, 100, 0)
+    pd.testing.assert_frame_equal(table, again)
+    with pytest.raises(gr.Error, match="events per group"):
+        run_power(str(SHIPPED), "six", "", None, 100, 0)
+    with pytest.raises(gr.Error, match="no study results"):
+        run_power(None, "6", "", None, 100, 0)
+
+
+def test_shipped_pairs_table():
+    df = pairs_view(SHIPPED)
+    assert list(df["pair"]) == ["inventory|order", "inventory|person", "order|person"]
+    assert {"p_value", "p_holm", "p_bh", "informative"} <= set(df.columns) and df["informative"].all()
+    assert pairs_view(None) is None
