@@ -57,10 +57,13 @@ STUDY = {
     "samples": STUDY_KEYS + SAMPLES,
     "pairs": STUDY_KEYS + PAIRS,
     "events": ["study_id", "event_id", "group", "event", "n_templates", "n_samples", "n_segments",
-               "instability", "ci_low", "ci_high", "mean_flips_free", "mean_steps", "stopped_early_share",
+               "instability", "ci_low", "ci_high", "ci_informative", "mean_flips_free", "mean_steps", "stopped_early_share",
                "settled_share", "anchors_intact", "anchors_total", "mean_agreement", "n_chars", "has_digits",
                "rank"],
     "templates": ["template_id", "template"],
+    # issue 23: one row per concept pair, the event-level test with raw, Holm and BH p-values
+    "pair_tests": ["pair", "group_a", "group_b", "n_a", "n_b", "median_a", "median_b", "rank_biserial", "ci_low",
+                   "ci_high", "u_statistic", "p_value", "p_method", "p_holm", "p_bh", "informative", "note"],
     "jaccard": ["template", "t1", "t2"],  # a square matrix over the templates that ran
 }
 

@@ -16,7 +16,7 @@ import pandas as pd
 from petri.dish import THOUGHT_CHANNEL
 from petri.export import TABLES
 from petri.nouns import FALLBACK, jaccard_matrix, mean_off_diagonal, tagger_name, top_nouns_by_template
-from petri.stats import GroupComparison, LevelComparisons, compare_groups, compare_levels, event_level_values
+from petri.stats import MIN_INFORMATIVE_N, GroupComparison, LevelComparisons, compare_groups, compare_levels, event_level_values
 from petri.study.statistics import StudyStatistics, study_statistics
 from petri.tables import anchors_table, preservation_summary
 
@@ -66,7 +66,8 @@ def cluster_bootstrap_mean(sums: np.ndarray, counts: np.ndarray, n_boot: int, co
 
 def events_table(tables: dict[str, pd.DataFrame], study, max_steps: int, *, n_boot: int = 2000, confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
     """One row per event: mean segment instability (the event-level value of the test) with a
-    cluster-bootstrap CI over the event's samples, plus flips, convergence and preservation."""
+    cluster-bootstrap CI over the event's samples (``ci_informative`` False when it rests on fewer than
+    :data:`petri.stats.MIN_INFORMATIVE_N` samples), plus flips, convergence and preservation."""
     seg, smp = tables["segments"], tables["samples"]
     values = event_level_values(seg, event_col="event_id").set_index("event_id")
     rows = []
@@ -90,6 +91,7 @@ def events_table(tables: dict[str, pd.DataFrame], study, max_steps: int, *, n_bo
                 "instability": float(values.loc[event.id, "instability"]) if event.id in values.index else math.nan,
                 "ci_low": low,
                 "ci_high": high,
+                "ci_informative": bool(len(per_sample) >= MIN_INFORMATIVE_N),
                 "mean_flips_free": float(ss["mean_flips_free"].mean()),
                 "mean_steps": float(ss["steps"].mean()),
                 "stopped_early_share": float((ss["steps"] < max_steps).mean()),

@@ -9,6 +9,7 @@ stored study can be re-analysed from its CSVs without resampling (``petri restat
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from dataclasses import dataclass, field
@@ -220,6 +221,12 @@ def restat(results_dir: str | Path, n_bootstrap: int = 2000) -> StudyStatistics:
     segments, groups, planned, seed = load_results(folder)
     stats = study_statistics(segments, groups, planned_batches=planned, seed=seed, n_bootstrap=n_bootstrap)
     write_statistics(stats, folder)
+    events = folder / "events.csv"
+    if events.is_file():  # the flag of a per-event interval resting on too few samples (older runs lack it)
+        ev = pd.read_csv(events)
+        if "ci_informative" not in ev.columns and "n_samples" in ev.columns:
+            ev.insert(list(ev.columns).index("ci_high") + 1, "ci_informative", ev["n_samples"] >= MIN_INFORMATIVE_N)
+            ev.to_csv(events, index=False, quoting=csv.QUOTE_NONNUMERIC)
     report = folder / "report.md"
     if report.is_file():
         report.write_text(replace_section(report.read_text(encoding="utf-8"), stats.markdown()), encoding="utf-8")
