@@ -69,3 +69,26 @@ def test_shipped_pairs_table():
     assert list(df["pair"]) == ["inventory|order", "inventory|person", "order|person"]
     assert {"p_value", "p_holm", "p_bh", "informative"} <= set(df.columns) and df["informative"].all()
     assert pairs_view(None) is None
+
+
+def test_compare_view_gives_the_paired_tests(tiny_lm, tmp_path):
+    from scipy import stats as sps
+
+    from petri.tables import samples_table, segments_table
+    from petri.web.ui_compare import CompareController
+    from petri.web.ui_dish import DishController
+
+    service = PetriService(tiny_lm, RunStore(tmp_path / "store"))
+    ctl = CompareController(service, DishController(service))
+    *_, final = ctl.run("order, inventory, person", "benign", "The order was packed.", "contradictory",
+                        "Ninety units in stock, none in stock.", "{event}", 8, 4, 5)
+    (_, _, a), (_, _, b) = service.store.load_events(final["run_id"])
+    text = final["summary"]
+    assert "Wilcoxon signed-rank (8 pairs" in text and "exact McNemar on every anchor intact (8 pairs)" in text
+    # independently: scipy's Wilcoxon on the per-sample differences, when there are enough of them
+    ia, ib = (segments_table(t).groupby("sample")["instability"].mean().to_numpy() for t in (a, b))
+    d = ib - ia
+    if (d != 0).sum() >= 6:
+        assert f"p={sps.wilcoxon(d).pvalue:.3g}" in text
+    ka, kb = ((samples_table(t)["anchors_intact"] == samples_table(t)["n_anchors"]).to_numpy() for t in (a, b))
+    assert f"only {int((ka & ~kb).sum())}, in contradictory only {int((~ka & kb).sum())}" in text

@@ -28,6 +28,7 @@ from petri.web.limits import MAX_SAMPLES, MAX_STEPS
 from petri.web.requests import SeedRequest, SettingsIn, prepare_seed
 from petri.web.ui_dish import EXAMPLE_CONCEPTS, TEMPLATES, DishController
 from petri.web.ui_live import JobCancelled, stream, wire_run
+from petri.web.ui_stats import paired_tests_line
 from petri.web.ui_views import AFTER_END_COLOR, AFTER_END_LABEL, concept_colors, highlighted_text, request_error_message
 
 EXAMPLE_A = ("benign", "The customer placed an order, and the warehouse packed it the same afternoon.")
@@ -134,7 +135,7 @@ class CompareController:
                 n_samples=a.n_samples, title=f"flip difference ({labels[1]} − {labels[0]}), samples flipping per step"),
             "pairs": compare_pairs(a, b, labels).round(4),
             "paired": paired.round(4),
-            "summary": f"{summary_line(paired, labels)} ({layout_note}.)",
+            "summary": f"{summary_line(paired, labels)} {paired_tests_line(a, b, labels)} ({layout_note}.)",
             "text_a": gr.update(value=highlighted_text(a, 0, self.dish.tokens), color_map=colors, label=f"{labels[0]}: sample 0"),
             "text_b": gr.update(value=highlighted_text(b, 0, self.dish.tokens), color_map=colors, label=f"{labels[1]}: sample 0"),
         }

@@ -88,3 +88,17 @@ def build_stats_panel(folder: str | Path | None) -> dict:
     power_btn.click(run_power, [results_dir, events, templates, effect, sims, seed], [power_table, power_text],
                     concurrency_limit=1, concurrency_id="power")
     return {"pairs": pairs, "results_dir": results_dir}
+
+
+def paired_tests_line(a, b, labels: tuple[str, str]) -> str:
+    """The Compare view's paired tests of two trajectories whose sample ``s`` share layout and seed:
+    Wilcoxon signed-rank on per-sample mean segment instability, exact McNemar on "every anchor intact"."""
+    from petri.paired import mcnemar_exact, wilcoxon_paired
+    from petri.tables import samples_table, segments_table
+
+    inst = [segments_table(t).groupby("sample")["instability"].mean().reindex(range(t.n_samples)) for t in (a, b)]
+    tables = [samples_table(t) for t in (a, b)]
+    intact = [(s["anchors_intact"] == s["n_anchors"]).to_numpy() for s in tables]
+    w = wilcoxon_paired(inst[0].to_numpy(float), inst[1].to_numpy(float))
+    m = mcnemar_exact(intact[0], intact[1])
+    return f"Paired tests over samples: {w.summary(labels)}; {m.summary('every anchor intact', labels)}."
