@@ -258,3 +258,25 @@ def test_cli_power_prints_the_table_and_method(tmp_path, capsys):
     assert json.loads((tmp_path / "p.json").read_text())["n_sims"] == 50
     assert main(["power", str(tmp_path)]) == 2  # not a results folder: a clear error
     assert "no segments.csv" in capsys.readouterr().err
+
+
+def test_cli_paired_on_two_result_folders(tmp_path, capsys):
+    from petri.cli import main
+
+    rng = np.random.default_rng(4)
+    inst = rng.normal(7, 0.3, 10)
+    shift = np.array([0.3, 0.1, -0.05, 0.2, 0.4, 0.15, 0.25, -0.12, 0.35, 0.07])  # no tied |d|
+    intact_a = [True] * 14 + [False] * 6
+    intact_b = [True] * 10 + [False] * 4 + [True] * 1 + [False] * 5  # a only: 4, b only: 1
+    for name, values, intact in (("A", inst, intact_a), ("B", inst + shift, intact_b)):
+        folder = tmp_path / name
+        folder.mkdir()
+        pd.DataFrame({"event_id": [f"e{i}" for i in range(10)], "instability": values}).to_csv(folder / "events.csv")
+        pd.DataFrame({"event_id": [f"e{i // 2}" for i in range(20)], "template_id": "t1", "sample": [i % 2 for i in range(20)],
+                      "anchors_intact": [3 if x else 2 for x in intact], "n_anchors": 3}).to_csv(folder / "samples.csv")
+    assert main(["paired", str(tmp_path / "A"), str(tmp_path / "B")]) == 0
+    out = capsys.readouterr().out
+    assert f"p={sps.wilcoxon((inst + shift) - inst, method='exact').pvalue:.3g} (exact)" in out  # scipy on the differences, independently
+    # McNemar: 4 vs 1 discordant pairs, 5 in all: fewer than 6, so flagged; enumeration gives p = 12/32
+    assert "true in A only 4, in B only 1" in out and "UNINFORMATIVE: 5 discordant pairs" in out
+    assert mcnemar_exact(intact_a, intact_b).p_value == pytest.approx(_mcnemar_by_enumeration(4, 1)) == pytest.approx(12 / 32)

@@ -124,6 +124,7 @@ class StudyStatistics:
             lines += ["", f"Two-way cluster bootstrap ({bs.n_bootstrap} resamples of events within group and of "
                           f"templates, seed {bs.seed}): {b} − {a} = {bs.estimate:+.4g} "
                           f"[{100 * bs.confidence:g}% CI {bs.ci_low:+.4g}, {bs.ci_high:+.4g}] (percentile)."]
+        lines += [f"\n_{n}._" for n in self.notes]
         lines += ["", "## Per-pair comparisons (event level)", "",
                   f"One Mann-Whitney test per concept pair on the event values of that pair's segments "
                   f"({a} vs {b}); the family is the {int(self.pairs['p_value'].notna().sum()) if len(self.pairs) else 0} "
