@@ -280,3 +280,24 @@ def test_cli_paired_on_two_result_folders(tmp_path, capsys):
     # McNemar: 4 vs 1 discordant pairs, 5 in all: fewer than 6, so flagged; enumeration gives p = 12/32
     assert "true in A only 4, in B only 1" in out and "UNINFORMATIVE: 5 discordant pairs" in out
     assert mcnemar_exact(intact_a, intact_b).p_value == pytest.approx(_mcnemar_by_enumeration(4, 1)) == pytest.approx(12 / 32)
+
+
+def test_statistics_json_is_strict_json_with_untested_pairs_as_null(tmp_path):
+    from petri.study.statistics import study_statistics, write_statistics
+
+    rng = np.random.default_rng(8)
+    rows = [{"event_id": f"e{e}", "template_id": f"t{t}", "group": "benign" if e < 6 else "contradictory",
+             "pair": "a|b", "instability": rng.normal(7 + (e >= 6) * 0.5, 0.2)} for e in range(12) for t in range(3)]
+    rows.append({"event_id": "e0", "template_id": "t0", "group": "benign", "pair": "b|c", "instability": 7.0})
+    stats = study_statistics(pd.DataFrame(rows), ("benign", "contradictory"), planned_batches=40, n_bootstrap=200)
+    paths = write_statistics(stats, tmp_path)
+    doc = json.loads(paths["statistics"].read_text())  # allow_nan=False when written: strict JSON
+    rare = [r for r in doc["pairs"]["rows"] if r["pair"] == "b|c"][0]
+    assert rare["p_value"] is None and rare["p_holm"] is None and rare["informative"] is False
+    assert doc["pairs"]["family_size"] == 1
+    assert doc["design"] == {"planned_batches": 40, "done_batches": 36, "ran_to_planned_size": False, "templates": 3,
+                             "seed": 0, "n_bootstrap": 200}
+    assert "did NOT run to its planned size" in "\n".join(stats.markdown())
+    names = [t["name"] for t in doc["tests"]]
+    assert names[0].startswith("Mann-Whitney U, event level") and "crossed mixed model" in names
+    assert "two-way cluster bootstrap" in names

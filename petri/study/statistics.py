@@ -36,12 +36,17 @@ STATISTICS_END = "<!-- /petri:statistics -->"
 
 
 def _num(v: Any) -> Any:
-    if isinstance(v, (np.integer,)):
+    """``v`` as plain JSON: numpy scalars unwrapped, NaN / inf as null, containers walked."""
+    if isinstance(v, dict):
+        return {k: _num(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_num(x) for x in v]
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, np.integer):
         return int(v)
     if isinstance(v, (float, np.floating)):
         return None if not math.isfinite(float(v)) else float(v)
-    if isinstance(v, np.bool_):
-        return bool(v)
     return v
 
 
@@ -81,7 +86,7 @@ class StudyStatistics:
             tests.append({"name": "two-way cluster bootstrap", "role": "assumption-light check of the mixed model",
                           **self.bootstrap.to_dict()})
         pairs = [{k: _num(v) for k, v in row.items()} for row in self.pairs.to_dict(orient="records")]
-        return {
+        return _num({
             "schema": 1,
             "groups": list(self.groups),
             "min_informative_n": MIN_INFORMATIVE_N,
@@ -95,7 +100,7 @@ class StudyStatistics:
                       "family_size": int(self.pairs["p_value"].notna().sum()) if len(self.pairs) else 0,
                       "rows": pairs},
             "notes": list(self.notes),
-        }
+        })
 
     def markdown(self) -> list[str]:
         """The report's section (between :data:`STATISTICS_START` and :data:`STATISTICS_END`)."""
