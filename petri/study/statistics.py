@@ -149,6 +149,8 @@ class StudyStatistics:
                   + ("**the study ran to its planned size**, so the tests were read once, at the end." if self.ran_to_plan
                      else "**the study did NOT run to its planned size**: these are provisional numbers, and stopping "
                           "on them inflates the false-positive rate."),
+                  "", "Every test above and the headline, with its inputs (units, group sizes), estimates, intervals, "
+                  "raw and adjusted p-values and method: `statistics.json`.",
                   STATISTICS_END]
         return lines
 
