@@ -1,7 +1,7 @@
 """The house's layers, written down once, and checked by reading every module's imports (ast).
 
     layer 1  numpy/pandas only      petri.paths, cancel, trajectory, dish, metrics, tables, stats, nouns,
-                                    mixed, multiple, paired, power (scipy / statsmodels too)
+                                    mixed, multiple, paired, power (scipy / statsmodels too), replay
     layer 2  engines                petri.engine.*  (the only place torch, mlx or transformers is imported;
                                     elsewhere only as type hints under TYPE_CHECKING)
     layer 3  study, store, export   petri.study.*, petri.store, petri.export
@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
     "petri.multiple": 1,
     "petri.paired": 1,
     "petri.power": 1,
+    "petri.replay": 1,
     "petri.engine": 2,
     "petri.study": 3,
     "petri.store": 3,
