@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from petri.replay import steps_table
 from petri.tables import pairs_table, positions_table, samples_table, segments_table
 from petri.trajectory import Trajectory
 
@@ -56,6 +57,26 @@ def run_tables(
 ) -> dict[str, pd.DataFrame]:
     """Every table of :data:`TABLES` by :func:`run_table`."""
     return {name: run_table(trajectories, name, groups) for name in TABLES}
+
+
+def run_steps_table(
+    trajectories: Sequence[Trajectory], decode, groups: Sequence[str | None] | None = None
+) -> pd.DataFrame:
+    """The per-step record of every trajectory (:func:`petri.replay.steps_table`, ``decode`` an id →
+    text callable) with ``event_index`` and ``group`` in front: one row per (event, sample, step run,
+    position)."""
+    frames = []
+    for index, traj in enumerate(trajectories):
+        frame = steps_table(traj, decode)
+        frame.insert(0, "group", (groups[index] if groups is not None else None) or "")
+        frame.insert(0, "event_index", index)
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+def write_parquet(table: pd.DataFrame, target=None):
+    """``table`` as Parquet (pyarrow) to a path or buffer (``None``: return the bytes)."""
+    return table.to_parquet(target, index=False, engine="pyarrow")
 
 
 def write_csv(table: pd.DataFrame, target=None):

@@ -37,6 +37,15 @@ def confidence(entropy) -> np.ndarray:
     return np.exp(-np.asarray(entropy, dtype=float))
 
 
+def visible_text(text: str) -> str:
+    """A token's text as the views draw it, nothing invisible: newline ``↵``, tab ``⇥``, a space ``␣``
+    where the token is only spaces, ``∅`` for an empty string (special tokens keep their ``<name>``)."""
+    shown = text.replace("\r", "␍").replace("\n", "↵").replace("\t", "⇥")
+    if not shown:
+        return "∅"
+    return "␣" * len(shown) if not shown.strip() else shown
+
+
 def decode_ids(ids, decode: Decode) -> np.ndarray:
     """Token ids (any shape, int) → object array of their texts, ``decode`` called once per distinct id."""
     ids = np.asarray(ids)
@@ -78,7 +87,7 @@ def sample_record(traj: Trajectory, sample: int, decode: Decode, special: Callab
 
     ``ids`` / ``conf`` / ``accepted`` / ``flipped``: ``steps × L`` lists (raw argmax, confidence
     rounded to 3 places, accepted and flipped-at-this-step as 0/1; flips as :func:`petri.metrics.flip_grid`,
-    free positions only); ``texts``: ``{str(id): text}`` for every id used; ``special``: the ids among
+    free positions only); ``texts``: ``{str(id): text}`` for every id used (:func:`visible_text`); ``special``: the ids among
     them that are special tokens; ``anchor``: ``L`` concepts (``""`` off anchors); ``commit``: ``L``
     commit steps (:func:`petri.metrics.commit_steps`); ``steps``: steps the sample ran."""
     s = _sample(traj, sample)
@@ -95,7 +104,7 @@ def sample_record(traj: Trajectory, sample: int, decode: Decode, special: Callab
         "conf": np.round(confidence(traj.entropy[s, :n_steps]), 3).tolist(),
         "accepted": traj.accepted[s, :n_steps].astype(int).tolist(),
         "flipped": flips.astype(int).tolist(),
-        "texts": {str(i): decode(i) for i in unique},
+        "texts": {str(i): visible_text(decode(i)) for i in unique},
         "special": [i for i in unique if special is not None and special(i)],
         "anchor": anchor_concepts(traj.anchors, traj.canvas_length)[s].tolist(),
         "commit": commit_steps(traj.argmax[s : s + 1], traj.steps[s : s + 1])[0].tolist(),

@@ -146,3 +146,24 @@ def test_study_cli_writes_exactly_these_columns(checkpoint, tmp_path, capsys):
     assert sorted(p.name for p in out.glob("*.csv")) == sorted(f"{name}.csv" for name in STUDY)
     for name, columns in STUDY.items():
         assert file_header(out / f"{name}.csv") == columns, name
+
+
+#: ``GET /api/runs/{id}/steps.csv`` / ``steps.parquet``: one row per (event, sample, step run, position).
+STEPS = ["event_index", "group", "sample", "step", "position", "token_id", "token_text", "entropy", "accepted", "anchor"]
+
+
+def test_steps_table_serves_exactly_these_columns(tmp_path):
+    import pandas as pd
+
+    lm = tiny_random_model(canvas_length=16)
+    app = create_app(PetriService(lm, RunStore(tmp_path / "store")), ui=False)
+    body = {"concepts": ["order", "inventory"], "samples": 2, "seed": 3, "event": EVENT,
+            "settings": {"max_denoising_steps": 3}}
+    with TestClient(app) as client:
+        run_id = client.post("/api/seed", json=body).json()["run_id"]
+        r = client.get(f"/api/runs/{run_id}/steps.csv")
+        assert r.status_code == 200, r.text
+        assert header(r.text) == STEPS
+        r = client.get(f"/api/runs/{run_id}/steps.parquet")
+        assert r.status_code == 200, r.text
+        assert list(pd.read_parquet(io.BytesIO(r.content)).columns) == STEPS

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from petri.replay import STEP_COLUMNS, confidence, frame, sample_record, step_curves, steps_table
+from petri.replay import STEP_COLUMNS, confidence, frame, sample_record, step_curves, steps_table, visible_text
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
 
 # sample 0 runs 3 steps, sample 1 stops after 2 (its step 2 is padding)
@@ -97,3 +97,7 @@ def test_step_curves_by_hand():
     assert s1["mean_entropy_free"].tolist() == pytest.approx([1.0, 1.0])  # positions 1, 2 free
     assert s1["accepted_free"].tolist() == [0, 1]
     assert s1["flips"].tolist() == [0, 1]
+
+
+def test_visible_text_leaves_nothing_invisible():
+    assert [visible_text(t) for t in ["\n", "a\nb", "  ", "", "\t", "<eos>", " cat"]] == ["↵", "a↵b", "␣␣", "∅", "⇥", "<eos>", " cat"]

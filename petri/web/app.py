@@ -9,6 +9,7 @@ from petri.web.access import AccessPolicy, ApiTokenMiddleware
 from petri.web.errors import install_error_handlers
 from petri.web.job_routes import router as job_router
 from petri.web.limits import MAX_UPLOAD_BYTES
+from petri.web.replay_routes import router as replay_router
 from petri.web.routes import JobGate, router
 
 
@@ -36,6 +37,7 @@ def create_app(
     app.state.jobs = JobGate(service, busy_wait_s)
     app.state.access = access
     install_error_handlers(app)
+    app.include_router(replay_router)  # before router: its {table}.csv would take steps.csv
     app.include_router(router)
     app.include_router(job_router)
     if ui:
