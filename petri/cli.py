@@ -1,6 +1,6 @@
 """The ``petri`` command (also ``python -m petri``): ``seed`` (one event), ``study FILE`` (a study
-file), ``power`` / ``restat`` / ``paired`` (statistics of stored study folders) and ``serve`` (the
-web app, as ``python app.py``)."""
+file), ``power`` / ``restat`` / ``paired`` (statistics of stored study folders), ``replay RUN_ID`` (a
+stored run step by step: GIF, figure or table) and ``serve`` (the web app, as ``python app.py``)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampler_arguments(study)
     add_ray_arguments(study)
     add_statistics_commands(commands)
+
+    replay = commands.add_parser(
+        "replay", help="a stored run's denoising, step by step: GIF/MP4 animation, trajectory figure or steps table",
+        description="Replay a stored run from the run store (nothing is sampled): --out's suffix picks what is "
+        "written: .gif (or .mp4, needs ffmpeg) one frame per step of --sample; .html/.png/.svg the whole-trajectory "
+        "figure (PNG/SVG need a Chromium); .csv/.parquet the per-step table of every sample.",
+    )
+    replay.add_argument("run_id", help="the run id (petri seed/study, the API or the UI's Runs tab show it)")
+    replay.add_argument("--store", default="runs/store", help="run store folder (SQLite); default: runs/store")
+    replay.add_argument("--event", type=int, default=0, help="the event (0 for a dish, 0/1 for a comparison)")
+    replay.add_argument("--sample", type=int, default=0, help="the sample, numbered from 0")
+    replay.add_argument("--out", required=True, help="output file: .gif, .mp4, .html, .png, .svg, .csv or .parquet")
+    replay.add_argument("--frame-ms", type=int, default=400, help="milliseconds per frame of the animation")
+    replay.add_argument("--tokenizer", default=None, help="checkpoint folder or cached hub id whose tokenizer "
+                        "decodes the tokens (default: the run's model id)")
     return parser
 
 
@@ -229,6 +244,26 @@ def cmd_study(args) -> int:
     return 0
 
 
+def cmd_replay(args) -> int:
+    from petri.web.replay_files import REPLAY_SUFFIXES, write_replay
+    from petri.store import RunStore, check_run_id
+
+    suffix = args.out.rsplit(".", 1)[-1].lower() if "." in args.out else ""
+    if suffix not in REPLAY_SUFFIXES:
+        raise ValueError(f"--out must end in one of {', '.join('.' + s for s in REPLAY_SUFFIXES)}, got {args.out!r}")
+    store = RunStore(args.store)
+    try:
+        stored = store.load_events(check_run_id(args.run_id))
+    finally:
+        store.close()
+    if not stored:
+        raise ValueError(f"run_id: no stored run {args.run_id!r} with events in {args.store}")
+    path, note = write_replay(stored, args.event, args.sample, args.out, tokenizer=args.tokenizer,
+                              frame_ms=args.frame_ms)
+    print(f"wrote {path}" + (f" ({note})" if note else ""))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["serve"]:  # the server has its own options (shared with app.py)
@@ -244,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_study(args)
         if args.command in ("power", "restat", "paired"):
             return cmd_statistics(args)
+        if args.command == "replay":
+            return cmd_replay(args)
     except (LayoutError, ValueError, ModelNotFoundError, StoreError, BackendUnavailableError, ExecutorError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

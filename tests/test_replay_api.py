@@ -84,3 +84,32 @@ def test_trajectory_figure_as_html_and_refusals(served):
     bad = client.get(f"/api/runs/{run_id}/trajectory.html", params={"event": 2})
     assert bad.status_code == 422 and "event" in bad.text
     assert client.get("/api/runs/0123456789abcdef/steps.csv").status_code == 404
+
+
+def test_cli_replay_writes_a_gif_a_table_and_the_figure(tmp_path):
+    from petri.cli import main as cli_main
+
+    lm = tiny_random_model(canvas_length=16, seed=4)
+    folder = tmp_path / "tiny-ckpt"
+    lm.tokenizer.save_pretrained(folder)  # the CLI only needs the tokenizer
+    store = RunStore(tmp_path / "store")
+    service = PetriService(lm, store)
+    from petri.dish import Dish
+    from petri.service import SeedEvent
+    from petri.trajectory import SamplerSettings
+
+    result = service.seed([SeedEvent(Dish(concepts=("order", "inventory"), event="The order shipped."))], 3,
+                          SamplerSettings(max_denoising_steps=5, stability_threshold=None, confidence_threshold=None), seed=1)
+    store.close()
+    traj = result.trajectories[0]
+    args = ["replay", result.run_id, "--store", str(tmp_path / "store"), "--tokenizer", str(folder)]
+    assert cli_main(args + ["--sample", "2", "--out", str(tmp_path / "t.gif")]) == 0
+    assert Image.open(tmp_path / "t.gif").n_frames == int(traj.steps[2]) == 5
+    assert cli_main(args + ["--out", str(tmp_path / "t.parquet")]) == 0
+    table = pd.read_parquet(tmp_path / "t.parquet")
+    assert len(table) == int(traj.steps.sum()) * 16
+    np.testing.assert_array_equal(table[table["sample"] == 1]["token_id"].to_numpy(), traj.argmax[1].ravel())
+    assert cli_main(args + ["--out", str(tmp_path / "t.html")]) == 0
+    assert "every step" in (tmp_path / "t.html").read_text()
+    assert cli_main(args + ["--sample", "3", "--out", str(tmp_path / "x.gif")]) == 2  # refused, naming the sample
+    assert cli_main(args + ["--out", str(tmp_path / "x.pdf")]) == 2

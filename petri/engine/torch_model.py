@@ -198,3 +198,16 @@ def load_model(
     model.to(torch_device).eval()
     model_id = local.name if local.is_dir() else name
     return LoadedModel(model=model, tokenizer=tokenizer, model_id=model_id, device=torch_device, dtype=torch_dtype)
+
+
+def load_tokenizer(name_or_path: str | Path):
+    """Only the tokenizer of a checkpoint folder or a cached hub id (never downloads); the embedded
+    model's for ``"petri-tiny"`` (its model id). Raises :class:`ModelNotFoundError` naming it."""
+    name = str(name_or_path)
+    if name == EMBEDDED_MODEL_PATH.name and not Path(name).is_dir():
+        name = str(EMBEDDED_MODEL_PATH)
+    try:
+        return AutoTokenizer.from_pretrained(name, local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise ModelNotFoundError(f"tokenizer: no tokenizer at {name!r} (a checkpoint folder or a hub id in the "
+                                 f"local cache): {str(err)[:200]}") from err

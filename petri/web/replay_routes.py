@@ -28,7 +28,8 @@ from petri.study.plots import save_figures
 from petri.study.trajectory_plots import trajectory_figure
 from petri.trajectory import Trajectory
 from petri.web.routes import Client, RunId, Service, _load_run
-from petri.web.ui_views import TokenText, concept_colors
+from petri.web.replay_files import pick, run_colors
+from petri.web.ui_views import TokenText
 
 router = APIRouter()
 FIGURE_TYPES = {"html": "text/html; charset=utf-8", "png": "image/png", "svg": "image/svg+xml"}
@@ -52,12 +53,10 @@ def _stored(service, run_id: str, caller) -> tuple[list[Trajectory], list]:
 
 
 def _one(trajectories: list[Trajectory], event: int, sample: int) -> Trajectory:
-    if event >= len(trajectories):
-        raise HTTPException(422, detail=f"event: the run has events 0..{len(trajectories) - 1}, got {event}")
-    traj = trajectories[event]
-    if sample >= traj.n_samples:
-        raise HTTPException(422, detail=f"sample: event {event} has samples 0..{traj.n_samples - 1}, got {sample}")
-    return traj
+    try:
+        return pick(trajectories, event, sample)
+    except ValueError as err:
+        raise HTTPException(422, detail=str(err)) from None
 
 
 @router.get("/api/runs/{run_id}/steps.csv", tags=["api"], response_class=Response,
@@ -129,11 +128,6 @@ def trajectory_file(run_id: RunId, fmt: str, service: Service, caller: Client, e
         body = written["trajectory"][fmt].read_bytes()
     return Response(body, media_type=FIGURE_TYPES[fmt],
                     headers={"Content-Disposition": f'attachment; filename="{run_id}-e{event}-s{sample}.{fmt}"'})
-
-
-def run_colors(traj: Trajectory) -> dict[str, str]:
-    """The concept colours of a run, as its chips and heatmap boxes have them."""
-    return concept_colors(sorted({a.concept for spans in traj.anchors for a in spans}))
 
 
 def traj_slice(traj: Trajectory, s: int) -> Trajectory:
