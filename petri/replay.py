@@ -111,6 +111,29 @@ def sample_record(traj: Trajectory, sample: int, decode: Decode, special: Callab
     }
 
 
+def live_record(ids, anchor_row, pinned_row, decode: Decode, special: Callable[[int], bool] | None = None) -> dict:
+    """The viewer's record while a dish samples, from the per-step stream (``on_step`` reports only
+    the raw argmax): ``ids`` ``(T, L)`` one sample's argmax so far (rows of -1 once it stopped are
+    cut), ``anchor_row`` ``(L,)`` concepts (``""`` off anchors), ``pinned_row`` ``(L,)`` bool. Keys as
+    :func:`sample_record`; ``conf`` and ``accepted`` are None (not streamed), ``commit`` the last flip so far."""
+    ids = np.asarray(ids)
+    ids = ids[: int((ids >= 0).all(axis=1).sum())] if ids.size else ids.reshape(0, len(anchor_row))
+    n_steps = len(ids)
+    if n_steps:
+        flips = flip_grid(ids[None], np.array([n_steps]), np.asarray(pinned_row, dtype=bool)[None])[0]
+        commit = commit_steps(ids[None], np.array([n_steps]))[0].tolist()
+    else:
+        flips, commit = np.zeros((0, len(anchor_row)), dtype=bool), [0] * len(anchor_row)
+    unique = [int(i) for i in np.unique(ids)]
+    return {
+        "sample": 0, "n_samples": 1, "steps": n_steps, "length": len(anchor_row), "ids": ids.tolist(),
+        "conf": None, "accepted": None, "flipped": flips.astype(int).tolist(),
+        "texts": {str(i): visible_text(decode(i)) for i in unique},
+        "special": [i for i in unique if special is not None and special(i)],
+        "anchor": [str(c) for c in anchor_row], "commit": commit,
+    }
+
+
 def frame(traj: Trajectory, sample: int, step: int, decode: Decode) -> pd.DataFrame:
     """The canvas of one (sample, step): one row per position with ``token_id``, ``token_text``,
     ``confidence``, ``accepted``, ``flipped`` (at this step, free positions only) and ``anchor``."""

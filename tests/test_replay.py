@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from petri.replay import STEP_COLUMNS, confidence, frame, sample_record, step_curves, steps_table, visible_text
+from petri.replay import STEP_COLUMNS, confidence, frame, live_record, sample_record, step_curves, steps_table, visible_text
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
 
 # sample 0 runs 3 steps, sample 1 stops after 2 (its step 2 is padding)
@@ -101,3 +101,13 @@ def test_step_curves_by_hand():
 
 def test_visible_text_leaves_nothing_invisible():
     assert [visible_text(t) for t in ["\n", "a\nb", "  ", "", "\t", "<eos>", " cat"]] == ["↵", "a↵b", "␣␣", "∅", "⇥", "<eos>", " cat"]
+
+
+def test_live_record_cuts_the_stopped_steps_and_marks_flips_by_hand():
+    ids = np.array([[5, 7, 1], [5, 8, 1], [6, 8, 2], [-1, -1, -1]])  # the sample stopped after step 2
+    rec = live_record(ids, ["", "", "order"], [False, False, True], decode)
+    assert rec["steps"] == 3 and rec["ids"] == ids[:3].tolist()
+    assert rec["flipped"] == [[0, 0, 0], [0, 1, 0], [1, 0, 0]]
+    assert rec["conf"] is None and rec["accepted"] is None and rec["anchor"] == ["", "", "order"]
+    assert rec["texts"]["8"] == "<eos>" and rec["commit"] == [2, 1, 2]
+    assert live_record(np.zeros((0, 3), dtype=int), ["", "", ""], [False] * 3, decode)["steps"] == 0

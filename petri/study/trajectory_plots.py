@@ -48,12 +48,12 @@ def trajectory_figure(traj: Trajectory, sample: int, decode: Callable[[int], str
     ))
     flips = np.argwhere(np.asarray(rec["flipped"], dtype=bool))
     fig.add_trace(go.Scatter(x=flips[:, 1], y=flips[:, 0], mode="markers", name="flipped at this step",
-                             marker={"symbol": "square-open", "size": 11, "color": FLIP_COLOR, "line": {"width": 2}},
+                             marker={"symbol": "square-open", "size": 23, "color": FLIP_COLOR, "line": {"width": 1.5}},
                              hoverinfo="skip"))
     commit = np.asarray(rec["commit"])
-    fig.add_trace(go.Scatter(x=np.arange(length), y=commit, mode="markers", name="commit step",
-                             marker={"symbol": "line-ew-open", "size": 12, "color": "black", "line": {"width": 3}},
-                             hovertemplate="position %{x} commits at step %{y}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=np.arange(length), y=commit + 0.42, mode="markers", name="commit step (bar under the row)",
+                             marker={"symbol": "line-ew-open", "size": 34, "color": "black", "line": {"width": 3}},
+                             customdata=commit, hovertemplate="position %{x} commits at step %{customdata}<extra></extra>"))
     _mark_anchors(fig, traj.anchors[rec["sample"]], traj.anchor_mask[rec["sample"]], outline=True, colors=colors)
     fig.update_layout(
         title=f"sample {rec['sample']}: every step ({n_steps}) as a row of tokens — {CONFIDENCE_LEGEND}",

@@ -29,6 +29,7 @@ from petri.web.requests import SeedRequest, SettingsIn, prepare_seed
 from petri.web.ui_dish import EXAMPLE_CONCEPTS, TEMPLATES, DishController
 from petri.web.ui_live import JobCancelled, stream, wire_run
 from petri.web.ui_stats import paired_tests_line
+from petri.web.ui_trajectory import TrajectoryView
 from petri.web.ui_views import AFTER_END_COLOR, AFTER_END_LABEL, concept_colors, highlighted_text, request_error_message
 
 EXAMPLE_A = ("benign", "The customer placed an order, and the warehouse packed it the same afternoon.")
@@ -81,6 +82,7 @@ class CompareController:
     def __init__(self, service: PetriService, dish: DishController):
         self.service = service
         self.dish = dish
+        self.trajectories = [TrajectoryView(service, dish.tokens, dish.workdir, f"traj_{x}") for x in "ab"]
 
     def run(self, concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps,
             cancel: threading.Event | None = None):
@@ -138,6 +140,8 @@ class CompareController:
             "summary": f"{summary_line(paired, labels)} {paired_tests_line(a, b, labels)} ({layout_note}.)",
             "text_a": gr.update(value=highlighted_text(a, 0, self.dish.tokens), color_map=colors, label=f"{labels[0]}: sample 0"),
             "text_b": gr.update(value=highlighted_text(b, 0, self.dish.tokens), color_map=colors, label=f"{labels[1]}: sample 0"),
+            **self.trajectories[0].views(run_id, 0, a, title=f"{labels[0]}: "),
+            **self.trajectories[1].views(run_id, 1, b, title=f"{labels[1]}: "),
         }
 
 
@@ -179,8 +183,10 @@ def build_compare_tab(service: PetriService, dish: DishController) -> tuple[Comp
     with gr.Row():
         text_a = gr.HighlightedText(label="A: sample 0", combine_adjacent=True, show_legend=True)
         text_b = gr.HighlightedText(label="B: sample 0", combine_adjacent=True, show_legend=True)
+    trajectories = {k: v for view, x in zip(ctl.trajectories, "AB") for k, v in view.build(f"Event {x}'s trajectory").items()}
     names = {"status": status, "summary": summary, "run_id": run_id, "heatmap_a": heatmap_a, "heatmap_b": heatmap_b,
-             "difference": difference, "pairs": pairs, "paired": paired, "text_a": text_a, "text_b": text_b}
+             "difference": difference, "pairs": pairs, "paired": paired, "text_a": text_a, "text_b": text_b,
+             **trajectories}
 
     wire_run(run_btn, cancel_btn, ctl.run, [concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps],
              names, concurrency_limit=1, concurrency_id="model", show_progress="minimal")

@@ -38,6 +38,7 @@ from petri.web.requests import SeedRequest, SettingsIn, prepare_seed, preview_la
 from petri.web.responses import write_run_files
 from petri.web.ui_canvas import canvas_control, canvas_value, placement_rows
 from petri.web.ui_live import JobCancelled, stream, wire_run
+from petri.web.ui_trajectory import TrajectoryView
 from petri.web.ui_views import (
     AFTER_END_COLOR,
     AFTER_END_LABEL,
@@ -88,6 +89,7 @@ class DishController:
         self.lm = service.lm
         self.tokens = TokenText(self.lm.tokenizer)
         self.workdir = Path(tempfile.mkdtemp(prefix="petri-ui-"))
+        self.trajectory = TrajectoryView(service, self.tokens, self.workdir)
 
     # -- placement ------------------------------------------------------------------------
     def spread(self, concepts_text: str, pin_thought: bool = True) -> pd.DataFrame:
@@ -219,6 +221,7 @@ class DishController:
                             blank_pinned=True, tokens=token_texts(self.tokens, live.token_ids()), colors=colors,
                             title=f"flips while sampling — step {index + 1}",
                         ),
+                        self.trajectory.name("view"): self.trajectory.live(live.token_ids(), layouts[0], pinned[0], colors),
                     }
         except QueueFull as err:
             raise gr.Error(f"The model is busy: {err}", title="Busy") from None
@@ -247,6 +250,7 @@ class DishController:
             "samples_table": self.samples_view(traj),
             "files": [str(p) for p in files],
             "sample": gr.update(maximum=max(traj.n_samples - 1, 1), value=0, interactive=traj.n_samples > 1),
+            **self.trajectory.views(run_id, 0, traj),
         }
 
     def final_heatmap(self, traj: Trajectory) -> go.Figure:
@@ -334,6 +338,7 @@ def build_dish_tab(service: PetriService) -> tuple[DishController, dict]:
         cancel_btn = gr.Button("Cancel", variant="stop", elem_id="petri-cancel", scale=1)
     status = gr.Markdown("", elem_id="petri-status")
     heatmap = gr.Plot(label="Flips: step × position (live)", show_label=False, elem_id="petri-heatmap")
+    trajectory = ctl.trajectory.build("Trajectory")
     run_id = gr.State("")
     with gr.Row():
         sample = gr.Slider(0, 1, value=0, step=1, label="Sample (numbered from 0, as in the CSVs)", interactive=False)
@@ -354,7 +359,7 @@ def build_dish_tab(service: PetriService) -> tuple[DishController, dict]:
                   entropy_bound, t_min, t_max, adaptive, pin_thought]
     names = {"status": status, "heatmap": heatmap, "run_id": run_id, "final_text": final_text,
              "flips": flips, "pairs": pairs, "samples_table": samples_table_view, "files": files,
-             "sample": sample}
+             "sample": sample, **trajectory}
 
     concepts.change(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
     spread_btn.click(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
