@@ -1,0 +1,226 @@
+"""A real browser (Debian's chromium via Playwright) drives the trajectory viewer: during a live dish
+the view follows the newest step (the sampler is held after a known step, so "live" is a fact of the
+test, not a race); afterwards scrubbing to step t shows exactly the tokens the API's per-step argmax
+holds for that step and sample, Play advances through the steps, the keyboard moves the scrubber,
+another sample is one slider away; a comparison shows a view per event and a reopened run shows the
+same views. Screenshots of the view and the whole-trajectory figure go to tmp_path (and to
+``PETRI_SCREENSHOT_DIR`` when set: ``assets/screenshots`` for the README).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import httpx
+import pytest
+
+from test_browser import CHROMIUM, CHROMIUM_ARGS, tab
+
+#: The sampler waits after this step (0-based) until the test has seen the live view on it.
+HOLD_AT = 5
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, live_server):
+    """(url, service, gate): the app on the embedded model; a Dish run's steps pause after step
+    HOLD_AT until the test sets ``gate`` (the first run only)."""
+    from petri.engine.torch_model import EMBEDDED_MODEL_PATH, load_model
+    from petri.engine.tiny import tiny_random_model
+    from petri.service import PetriService
+    from petri.store import RunStore
+    from petri.web.app import create_app
+
+    lm = load_model(EMBEDDED_MODEL_PATH, device="cpu") if (EMBEDDED_MODEL_PATH / "config.json").exists() \
+        else tiny_random_model(canvas_length=48)
+    gate = threading.Event()
+
+    class HeldService(PetriService):
+        def submit_seed(self, events, n_samples, settings, seed, owner=None, on_step=None):
+            def held(index, argmax, finished):
+                on_step(index, argmax, finished)
+                if index == HOLD_AT:
+                    gate.wait(120)
+
+            return super().submit_seed(events, n_samples, settings, seed, owner=owner,
+                                       on_step=held if on_step is not None else None)
+
+    service = HeldService(lm, RunStore(tmp_path_factory.mktemp("traj-store")))
+    with live_server(create_app(service)) as live:
+        yield live.url, service, gate
+    gate.set()
+
+
+@pytest.fixture(scope="module")
+def page(served):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1300, "height": 1000})
+        page.set_default_timeout(120_000)
+        page.goto(served[0])
+        page.wait_for_selector("#petri-run")
+        yield page
+        browser.close()
+
+
+def shown(page, view: str = "#petri-traj") -> dict:
+    """What the view draws: step, steps, sample, live and each token's id and text."""
+    return page.evaluate(f"""() => {{
+        const root = document.querySelector('{view} .pt');
+        const toks = [...root.querySelectorAll('.pt-canvas .pt-tok')];
+        return {{step: root.dataset.step, steps: +root.dataset.steps, sample: root.dataset.sample, live: root.dataset.live,
+                 ids: toks.map((e) => +e.dataset.id), texts: toks.map((e) => e.textContent),
+                 flipped: toks.map((e) => e.dataset.flipped === '1')}};
+    }}""")
+
+
+def api_argmax(url: str, run_id: str) -> list:
+    """[event][sample] → the (steps, L) per-step argmax the API reports."""
+    body = httpx.get(f"{url}/api/runs/{run_id}", params={"include_trajectories": True}, timeout=60).json()
+    return [[s["argmax"] for s in ev["samples"]] for ev in body["events"]]
+
+
+def scrub(page, step: int, view: str = "#petri-traj") -> None:
+    page.locator(f"{view} .pt-slider").fill(str(step))
+    page.wait_for_function(f"document.querySelector('{view} .pt').dataset.step === '{step}'")
+
+
+@pytest.fixture(scope="module")
+def dish_run(page, served):
+    """The dish run of the live test: (run_id, per-step argmax by the API, the ids the live view showed)."""
+    url, service, gate = served
+    page.fill("#petri-samples input[type=number]", "3")
+    page.click("text=Sampler settings")
+    page.fill("#petri-steps input[type=number]", "16")
+    page.click("#petri-run")
+    page.wait_for_function(f"(() => {{ const r = document.querySelector('#petri-traj .pt');"
+                           f" return r && r.dataset.live === '1' && r.dataset.steps === '{HOLD_AT + 1}'; }})()")
+    live = shown(page)
+    gate.set()
+    page.wait_for_selector("#petri-status:has-text('Done')", timeout=300_000)
+    run_id = re.search(r"/api/runs/([0-9a-f]+)", page.inner_text("#petri-status")).group(1)
+    page.wait_for_function("document.querySelector('#petri-traj .pt').dataset.live === '0'")
+    return run_id, api_argmax(url, run_id), live
+
+
+def test_live_view_follows_the_newest_step(dish_run):
+    _, argmax, live = dish_run
+    assert live["live"] == "1" and live["steps"] == HOLD_AT + 1
+    assert live["step"] == str(HOLD_AT)  # on the newest step, not the first
+    assert live["ids"] == argmax[0][0][HOLD_AT]  # the stream's argmax is the stored one
+    changed = [a != b for a, b in zip(argmax[0][0][HOLD_AT - 1], argmax[0][0][HOLD_AT])]
+    assert any(live["flipped"]) == any(changed)
+
+
+def test_scrubbing_shows_exactly_the_stored_tokens(page, served, dish_run, tmp_path):
+    url, service, _ = served
+    run_id, argmax, _ = dish_run
+    steps = len(argmax[0][0])
+    assert shown(page)["steps"] == steps
+    for t in sorted({0, 1, steps // 2, steps - 1}):
+        scrub(page, t)
+        now = shown(page)
+        assert now["ids"] == argmax[0][0][t], t
+        assert now["sample"] == "0"
+    texts = {int(i): service.lm.tokenizer.decode([int(i)]) for i in set(now["ids"])}
+    for token_id, text in zip(now["ids"], now["texts"]):
+        raw = texts[token_id]
+        assert text == raw or not raw.strip() or "\n" in raw  # whitespace shows as a visible mark
+    page.locator("#petri-traj").scroll_into_view_if_needed()
+    page.locator("#petri-traj").screenshot(path=str(tmp_path / "view.png"))
+    save_screenshot_element(page, "#petri-traj-box", tmp_path, "trajectory-view.png")
+    page.wait_for_selector("#petri-traj-figure .js-plotly-plot")
+    save_screenshot_element(page, "#petri-traj-figure", tmp_path, "trajectory-figure.png")
+
+
+def save_screenshot_element(page, selector: str, tmp_path, name: str) -> None:
+    """An element's screenshot into tmp_path (and PETRI_SCREENSHOT_DIR when set)."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    path = tmp_path / name
+    page.locator(selector).screenshot(path=str(path))
+    if os.environ.get("PETRI_SCREENSHOT_DIR"):
+        Path(os.environ["PETRI_SCREENSHOT_DIR"]).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(os.environ["PETRI_SCREENSHOT_DIR"]) / name)
+
+
+def test_play_advances_and_the_keyboard_moves_the_scrubber(page, dish_run):
+    _, argmax, _ = dish_run
+    last = len(argmax[0][0]) - 1
+    scrub(page, 0)
+    page.select_option("#petri-traj .pt-speed", "150")
+    page.click("#petri-traj .pt-play")
+    page.wait_for_function("+document.querySelector('#petri-traj .pt').dataset.step >= 2")
+    page.wait_for_function(f"document.querySelector('#petri-traj .pt').dataset.step === '{last}'")
+    page.wait_for_function("document.querySelector('#petri-traj .pt').dataset.playing === '0'")  # stops at the end
+    assert shown(page)["ids"] == argmax[0][0][last]
+    # the keyboard: on the slider itself, and on the view
+    scrub(page, 1)
+    page.focus("#petri-traj .pt-slider")
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("document.querySelector('#petri-traj .pt').dataset.step === '2'")
+    assert shown(page)["ids"] == argmax[0][0][2]
+    page.focus("#petri-traj .pt")
+    page.keyboard.press("End")
+    page.wait_for_function(f"document.querySelector('#petri-traj .pt').dataset.step === '{last}'")
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function(f"document.querySelector('#petri-traj .pt').dataset.step === '{last - 1}'")
+    page.keyboard.press("Home")
+    page.wait_for_function("document.querySelector('#petri-traj .pt').dataset.step === '0'")
+    page.keyboard.press(" ")  # Space plays
+    page.wait_for_function("+document.querySelector('#petri-traj .pt').dataset.step >= 1")
+
+
+def test_another_sample_is_one_slider_away(page, dish_run):
+    _, argmax, _ = dish_run
+    page.fill("#petri-traj-sample input[type=number]", "2")
+    page.keyboard.press("Enter")
+    page.locator("#petri-traj-sample input[type=range]").dispatch_event("pointerup")
+    page.wait_for_function("document.querySelector('#petri-traj .pt').dataset.sample === '2'")
+    scrub(page, 1)
+    assert shown(page)["ids"] == argmax[0][2][1]
+
+
+def test_a_comparison_shows_a_view_per_event(page, served):
+    url, _, _ = served
+    tab(page, "Compare")
+    page.fill("#petri-cmp-samples input[type=number]", "2")
+    page.fill("#petri-cmp-steps input[type=number]", "6")
+    page.click("#petri-cmp-run")
+    page.wait_for_selector("#petri-cmp-status:has-text('Done')", timeout=300_000)
+    run_id = re.search(r"/api/runs/([0-9a-f]+)", page.inner_text("#petri-cmp-status")).group(1)
+    argmax = api_argmax(url, run_id)
+    for event, view in enumerate(("#petri-traj-a", "#petri-traj-b")):
+        page.wait_for_function(f"+document.querySelector('{view} .pt').dataset.steps > 0")
+        assert shown(page, view)["steps"] == len(argmax[event][0])
+        scrub(page, 1, view)
+        assert shown(page, view)["ids"] == argmax[event][0][1]
+    assert "benign" in page.inner_text("#petri-traj-a") and "contradictory" in page.inner_text("#petri-traj-b")
+
+
+def test_a_reopened_run_shows_the_same_views(page, served, dish_run):
+    url, _, _ = served
+    run_id, argmax, _ = dish_run
+    tab(page, "Runs")
+    page.wait_for_selector(f"#petri-runs-table:has-text('{run_id}')")
+    page.locator("#petri-runs-table").get_by_text(run_id, exact=True).locator("visible=true").first.click()
+    page.wait_for_function(f"document.querySelector('#petri-runs-choice input').value.includes('{run_id[:12]}')")
+    # something else on screen first, so the reopen has to replace it
+    tab(page, "Dish")
+    page.fill("#petri-traj-sample input[type=number]", "1")
+    page.keyboard.press("Enter")
+    tab(page, "Runs")
+    page.click("#petri-runs-open")
+    page.wait_for_selector("#petri-status:has-text('Reopened dish run')")
+    page.wait_for_function("document.querySelector('#petri-traj .pt').dataset.sample === '0'")
+    last = len(argmax[0][0]) - 1
+    scrub(page, last)
+    assert shown(page)["ids"] == argmax[0][0][last]
+    page.wait_for_selector("#petri-traj-figure .js-plotly-plot")
+    page.wait_for_selector("#petri-traj-curves .js-plotly-plot")
