@@ -207,15 +207,16 @@ def test_a_comparison_shows_a_view_per_event(page, served):
 def test_a_reopened_run_shows_the_same_views(page, served, dish_run):
     url, _, _ = served
     run_id, argmax, _ = dish_run
+    # another sample on screen first, so the reopen has to replace it
+    tab(page, "Dish")
+    page.fill("#petri-traj-sample input[type=number]", "1")
+    page.keyboard.press("Enter")
+    page.locator("#petri-traj-sample input[type=range]").dispatch_event("pointerup")
+    page.wait_for_function("document.querySelector('#petri-traj .pt').dataset.sample === '1'")
     tab(page, "Runs")
     page.wait_for_selector(f"#petri-runs-table:has-text('{run_id}')")
     page.locator("#petri-runs-table").get_by_text(run_id, exact=True).locator("visible=true").first.click()
     page.wait_for_function(f"document.querySelector('#petri-runs-choice input').value.includes('{run_id[:12]}')")
-    # something else on screen first, so the reopen has to replace it
-    tab(page, "Dish")
-    page.fill("#petri-traj-sample input[type=number]", "1")
-    page.keyboard.press("Enter")
-    tab(page, "Runs")
     page.click("#petri-runs-open")
     page.wait_for_selector("#petri-status:has-text('Reopened dish run')")
     page.wait_for_function("document.querySelector('#petri-traj .pt').dataset.sample === '0'")

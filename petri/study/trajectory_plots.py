@@ -27,9 +27,10 @@ FLIP_COLOR = "#d62728"
 
 
 def trajectory_figure(traj: Trajectory, sample: int, decode: Callable[[int], str], *,
-                      colors: dict[str, str] | None = None, max_chars: int = 8) -> go.Figure:
-    """Steps × positions of sample ``sample``: token text in each cell (cut to ``max_chars``), colour
-    = confidence, faded = not accepted, red outline = flipped at that step, black bar = commit step."""
+                      colors: dict[str, str] | None = None, max_chars: int = 8, cell_px: float = 40) -> go.Figure:
+    """Steps × positions of sample ``sample``: token text in each cell (cut to ``max_chars``; left out
+    when cells are under 16 px), colour = confidence, faded = not accepted, red outline = flipped at
+    that step, black bar = commit step. ``cell_px``: a cell's width, which sizes the figure and marks."""
     rec = sample_record(traj, sample, decode)
     ids = np.asarray(rec["ids"])
     n_steps, length = ids.shape
@@ -41,24 +42,26 @@ def trajectory_figure(traj: Trajectory, sample: int, decode: Callable[[int], str
     custom = np.dstack([hover_text, ids, np.round(conf, 3), np.where(accepted, "accepted", "renoised")])
     fig = go.Figure(go.Heatmap(
         z=z, x=np.arange(length), y=np.arange(n_steps), zmin=0, zmax=1, colorscale=CONFIDENCE_SCALE,
-        text=texts, texttemplate="%{text}", textfont={"size": 9}, customdata=custom, xgap=1, ygap=1,
+        text=texts, texttemplate="%{text}" if cell_px >= 16 else "", textfont={"size": 9 if cell_px >= 30 else 7}, customdata=custom, xgap=1, ygap=1,
         hovertemplate="step %{y}, position %{x}: '%{customdata[0]}' (id %{customdata[1]})<br>confidence "
                       "%{customdata[2]}, %{customdata[3]}<extra></extra>",
         colorbar={"title": {"text": "confidence<br>exp(−entropy)", "side": "top"}, "thickness": 12},
     ))
     flips = np.argwhere(np.asarray(rec["flipped"], dtype=bool))
     fig.add_trace(go.Scatter(x=flips[:, 1], y=flips[:, 0], mode="markers", name="flipped at this step",
-                             marker={"symbol": "square-open", "size": 23, "color": FLIP_COLOR, "line": {"width": 1.5}},
+                             marker={"symbol": "square-open", "size": 0.85 * min(cell_px, 26), "color": FLIP_COLOR,
+                                     "line": {"width": 1.5 if cell_px >= 16 else 1}},
                              hoverinfo="skip"))
     commit = np.asarray(rec["commit"])
     fig.add_trace(go.Scatter(x=np.arange(length), y=commit + 0.42, mode="markers", name="commit step (bar under the row)",
-                             marker={"symbol": "line-ew-open", "size": 34, "color": "black", "line": {"width": 3}},
+                             marker={"symbol": "line-ew-open", "size": 0.85 * cell_px, "color": "black", "line": {"width": 3}},
                              customdata=commit, hovertemplate="position %{x} commits at step %{customdata}<extra></extra>"))
     _mark_anchors(fig, traj.anchors[rec["sample"]], traj.anchor_mask[rec["sample"]], outline=True, colors=colors)
     fig.update_layout(
-        title=f"sample {rec['sample']}: every step ({n_steps}) as a row of tokens — {CONFIDENCE_LEGEND}",
+        title=f"sample {rec['sample']}: every step ({n_steps}) as a row of tokens<br><sup>{CONFIDENCE_LEGEND}; "
+              "faded = renoised</sup>",
         xaxis_title="canvas position", yaxis_title="step", yaxis_autorange="reversed", template="plotly_white",
-        width=max(900, 40 * length + 160), height=max(360, 26 * n_steps + 170),
+        width=max(900, cell_px * length + 160), height=max(360, 26 * n_steps + 170),
         legend={"orientation": "h", "y": -0.12}, margin={"t": 90}, title_font_size=13,
     )
     return fig

@@ -208,7 +208,10 @@ class TrajectoryView:
             self.name("view"): self.record(traj, sample, f"{run_id}:{event}", title),
             self.name("key"): {"run_id": run_id, "event": int(event), "title": title},
             self.name("sample"): gr.update(maximum=max(traj.n_samples - 1, 1), value=sample, interactive=traj.n_samples > 1),
-            self.name("figure"): trajectory_figure(traj, sample, self.tokens, colors=run_colors(traj)),
+            # the page's width here (about 1100 px of cells); the downloads keep 40 px a cell
+            self.name("figure"): trajectory_figure(traj, sample, self.tokens, colors=run_colors(traj),
+                                                   cell_px=max(6.0, 1100 / traj.canvas_length)).update_layout(
+                width=None, autosize=True),
             self.name("curves"): step_curves_figure(traj, sample),
             self.name("files"): None,
         }
@@ -251,10 +254,11 @@ class TrajectoryView:
                                    elem_id=f"{elem}-export", scale=2)
             view = gr.HTML({}, html_template=VIEW_HTML, css_template=VIEW_CSS, js_on_load=VIEW_JS, elem_id=elem,
                            padding=False, container=False)
+            figure = gr.Plot(show_label=False, elem_id=f"{elem}-figure")
             with gr.Row():
-                figure = gr.Plot(show_label=False, elem_id=f"{elem}-figure", scale=3)
-                curves = gr.Plot(show_label=False, elem_id=f"{elem}-curves", scale=2)
-            files = gr.File(label="Replay downloads", file_count="multiple", interactive=False, elem_id=f"{elem}-files")
+                curves = gr.Plot(show_label=False, elem_id=f"{elem}-curves", scale=3)
+                files = gr.File(label="Replay downloads", file_count="multiple", interactive=False,
+                                elem_id=f"{elem}-files", scale=2)
         key = gr.State(None)
         parts = {self.name("view"): view, self.name("key"): key, self.name("sample"): sample,
                  self.name("figure"): figure, self.name("curves"): curves, self.name("files"): files}
