@@ -35,7 +35,8 @@ def test_dish_run_streams_then_reports(service):
     ctl = DishController(service)
     updates = list(ctl.run(*dish_inputs(ctl)))
     live, final = updates[:-1], updates[-1]
-    assert live and all(set(u) == {"status", "heatmap"} for u in live)
+    assert live and all(set(u) == {"status", "heatmap", "traj_view"} for u in live)
+    assert all(u["traj_view"]["live"] and u["traj_view"]["steps"] >= 1 for u in live)  # the trajectory view follows
     assert "while sampling" in live[0]["heatmap"].layout.title.text
     assert "Done" in final["status"] and isinstance(final["heatmap"], go.Figure)
     run_id = final["run_id"]
@@ -49,6 +50,7 @@ def test_dish_run_streams_then_reports(service):
     labelled = [label for _, label in highlighted_text(traj, 1, ctl.tokens) if label]
     assert {"order", "inventory", "person"} <= set(labelled)
     assert set(ctl.show_sample(run_id, 2)) == {"final_text", "flips"}
+    assert final["traj_view"]["ids"] == traj.argmax[0].tolist() and not final["traj_view"]["live"]
 
 
 def test_dish_validator_names_the_field(service):
