@@ -14,7 +14,7 @@ from petri.study.animation import mp4_available, write_gif, write_mp4
 from petri.study.plots import save_figures
 from petri.study.trajectory_plots import step_curves_figure, trajectory_figure
 from petri.trajectory import Trajectory
-from petri.web.ui_views import TokenText, concept_colors
+from petri.web.tokens import TokenText, concept_colors
 
 REPLAY_SUFFIXES = ("gif", "mp4", "html", "png", "svg", "csv", "parquet")
 

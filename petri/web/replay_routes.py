@@ -29,7 +29,7 @@ from petri.study.trajectory_plots import trajectory_figure
 from petri.trajectory import Trajectory
 from petri.web.routes import Client, RunId, Service, _load_run
 from petri.web.replay_files import pick, run_colors
-from petri.web.ui_views import TokenText
+from petri.web.tokens import TokenText
 
 router = APIRouter()
 FIGURE_TYPES = {"html": "text/html; charset=utf-8", "png": "image/png", "svg": "image/svg+xml"}

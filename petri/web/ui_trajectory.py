@@ -30,7 +30,7 @@ from petri.replay import CONFIDENCE_LEGEND, live_record, sample_record
 from petri.study.trajectory_plots import CONFIDENCE_SCALE, step_curves_figure, trajectory_figure
 from petri.trajectory import Trajectory
 from petri.web.replay_files import export_bundle, run_colors
-from petri.web.ui_views import TokenText
+from petri.web.tokens import TokenText
 
 VIEW_HTML = """
 <div class="pt" tabindex="0" role="group" aria-label="trajectory viewer: arrow keys move a step, Home/End, Space plays">
