@@ -113,3 +113,20 @@ def test_cli_replay_writes_a_gif_a_table_and_the_figure(tmp_path):
     assert "every step" in (tmp_path / "t.html").read_text()
     assert cli_main(args + ["--sample", "3", "--out", str(tmp_path / "x.gif")]) == 2  # refused, naming the sample
     assert cli_main(args + ["--out", str(tmp_path / "x.pdf")]) == 2
+
+
+def test_on_a_public_server_only_the_owner_gets_the_record(tmp_path):
+    from petri.web.access import CALLER_HEADER, AccessPolicy
+
+    app = create_app(PetriService(tiny_random_model(canvas_length=16), RunStore(tmp_path / "store")), ui=False,
+                     access=AccessPolicy(public=True))
+    body = {"concepts": ["order", "inventory"], "samples": 1, "seed": 1, "event": "The order shipped.",
+            "settings": {"max_denoising_steps": 2}}
+    with TestClient(app) as client:
+        a = client.post("/api/seed", json=body)
+        run_id, owner = a.json()["run_id"], {CALLER_HEADER: a.headers[CALLER_HEADER]}
+        other = {CALLER_HEADER: client.post("/api/seed", json=body).headers[CALLER_HEADER]}
+        for path in ("steps.csv", "steps.parquet", "replay.gif", "trajectory.html"):
+            assert client.get(f"/api/runs/{run_id}/{path}", headers=owner).status_code == 200, path
+            assert client.get(f"/api/runs/{run_id}/{path}", headers=other).status_code == 404, path
+            assert client.get(f"/api/runs/{run_id}/{path}").status_code == 404, path
