@@ -30,6 +30,12 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "(env PETRI_COMPILE=1/0 overrides): on with CUDA and Triton, off elsewhere; the first request pays "
         "the compilation (tens of seconds, cached on disk for the next start)",
     )
+    parser.add_argument(  # issue 25
+        "--precision", default="bf16", choices=("bf16", "fp8"),
+        help="fp8: the opt-in FP8 tier (CUDA, FP8 GPUs): the decoder's matrices, experts and lm head in e4m3 with "
+        "per-row scales; its samples differ in distribution from bf16 by the shift the README reports, and every "
+        "output names it (sampler '+fp8'). Default bf16",
+    )
     parser.add_argument(
         "--backend", default="auto", help="auto (MLX on Apple silicon without a torch GPU, else torch), torch or mlx"
     )
@@ -61,7 +67,7 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
     """The ``add_model_arguments`` options (and ``--threads`` where the command has it) as a
     :class:`ModelSpec`, which a worker process or machine can load on its own."""
     return ModelSpec(args.model, args.backend, args.device, args.dtype, args.compile, getattr(args, "threads", None),
-                     bool(getattr(args, "allow_download", False)))
+                     bool(getattr(args, "allow_download", False)), getattr(args, "precision", "bf16"))
 
 
 def load_from_args(args: argparse.Namespace) -> SamplingModel:

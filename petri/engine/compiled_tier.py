@@ -11,6 +11,7 @@ import os
 
 from petri.engine.decoder_hooks import compile_layers, layers_compiled, uncompile_layers
 from petri.engine.fast_options import FastOptions, set_options
+from petri.engine.fp8 import reapply as reapply_fp8
 from petri.engine.fused_experts import fuse_experts, unfuse_experts
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,7 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True) -
     uncompile_regions(lm)
     if fused_experts and (reason := fuse_experts(lm.model)) is not None:
         log.warning("fused experts off: %s", reason)
+    reapply_fp8(lm)  # issue 25: the FP8 tier's experts (when it is on) in place of the op just installed
     compile_layers(lm.model.model.decoder.layers, backend)
     set_options(lm, FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True))
 
@@ -63,3 +65,4 @@ def uncompile_regions(lm) -> None:
     set_options(lm, None)  # also drops graphs captured with the other layers
     uncompile_layers(lm.model.model.decoder.layers)
     unfuse_experts(lm.model)
+    reapply_fp8(lm)  # issue 25: the FP8 tier's experts stay while that tier is on

@@ -47,6 +47,7 @@ from petri.engine.base import StepCallback
 from petri.engine.compiled_tier import is_compiled, uncompile_regions
 from petri.engine.decoder_hooks import self_conditioning_reason, soft_embeddings_fed
 from petri.engine.fast_options import _SESSIONS, FastOptions, default_options
+from petri.engine.fp8 import precision_of
 from petri.engine.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
 from petri.engine.torch_step import _cache_kwarg, accept_mask, start_batch
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory, assemble_trajectory, check_sampler_inputs
@@ -389,7 +390,7 @@ def run_sampler_fast(
                 break
     steps_run = index + 1
     levers = (("+compiled", is_compiled(lm)), ("+sc-softmax", session.sc_probabilities),
-              ("+inverse-cdf", options.inverse_cdf_draw))
+              ("+inverse-cdf", options.inverse_cdf_draw), ("+fp8", precision_of(lm) == "fp8"))  # fp8: issue 25
     trajectory = assemble_trajectory(
         lm,
         sampler="fast" + "".join(name for name, used in levers if used),

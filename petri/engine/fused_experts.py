@@ -107,11 +107,28 @@ def experts_reference(
     order, position, offsets = route(top_k_index, gate_up.shape[0])
     rows = hidden.index_select(0, torch.div(order, top_k, rounding_mode="floor"))
     out = expert_mlp(rows, gate_up, down, offsets, activation)
+    return combine_rows(out, position, top_k_weights, hidden.dtype)
+
+
+def combine_rows(out: torch.Tensor, position: torch.Tensor, top_k_weights: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """out[t] = Σ_k float(rows[position[t·K + k]]) · weight[t, k], k = 0 … K-1 in order, cast to
+    ``dtype``: rows (T·K, H) in expert order, position (T·K,), top_k_weights (T, K) → (T, H). One
+    Triton kernel on CUDA, plain torch elsewhere (the same order of additions)."""
+    tokens, top_k = top_k_weights.shape
+    width = out.shape[1]
+    if out.is_cuda and HAVE_TRITON:
+        combined = torch.empty((tokens, width), dtype=dtype, device=out.device)
+        block = 512
+        _combine_kernel[(tokens, triton.cdiv(width, block))](
+            out, position, top_k_weights.contiguous().float(), combined, width, out.stride(0), combined.stride(0),
+            TOP_K=top_k, BLOCK=block, enable_fp_fusion=False,  # multiply, then add: the eager rounding
+        )
+        return combined
     weighted = out.index_select(0, position).float() * top_k_weights.reshape(-1, 1).float()
     total = weighted.view(tokens, top_k, -1)[:, 0].clone()
     for k in range(1, top_k):  # k = 0 … K-1 in order, as the Triton combine adds them
         total += weighted.view(tokens, top_k, -1)[:, k]
-    return total.to(hidden.dtype)
+    return total.to(dtype)
 
 
 if HAVE_TRITON:
@@ -170,18 +187,11 @@ def experts_triton(
     tokens, top_k = top_k_index.shape
     width = hidden.shape[1]
     hidden = hidden.contiguous()
-    weights = top_k_weights.contiguous().float()
     order, position, offsets = route(top_k_index, gate_up.shape[0])
     rows = torch.empty((tokens * top_k, width), dtype=hidden.dtype, device=hidden.device)
     _gather_kernel[(tokens * top_k,)](hidden, order, rows, width, hidden.stride(0), rows.stride(0), TOP_K=top_k, BLOCK=1024)
     out = expert_mlp(rows, gate_up, down, offsets, activation)
-    combined = torch.empty_like(hidden)
-    block = 512
-    _combine_kernel[(tokens, triton.cdiv(width, block))](
-        out, position, weights, combined, width, out.stride(0), combined.stride(0),
-        TOP_K=top_k, BLOCK=block, enable_fp_fusion=False,  # multiply, then add: the eager rounding
-    )
-    return combined
+    return combine_rows(out, position, top_k_weights, hidden.dtype)
 
 
 @torch.library.custom_op("petri::moe_experts", mutates_args=())

@@ -127,7 +127,7 @@ class LocalExecutor(StudyExecutor):
 @dataclass(frozen=True)
 class ModelSpec:
     """How a worker loads its own copy of the model: the ``--model/--backend/--device/--dtype/
-    --compile/--threads/--allow-download`` options, as plain values that travel to another process
+    --compile/--threads/--allow-download/--precision`` options, as plain values that travel to another process
     or machine."""
 
     name: str | None = None
@@ -137,6 +137,7 @@ class ModelSpec:
     compile: bool | None = None  # None: on where it is the default (torch on CUDA with Triton)
     threads: int | None = None
     allow_download: bool = False
+    precision: str = "bf16"  # issue 25: "fp8" is the opt-in FP8 tier (petri.engine.fp8)
 
     def load(self) -> SamplingModel:
         from petri.engine.select import load_backend_model
@@ -154,4 +155,8 @@ class ModelSpec:
 
             if self.compile or compiles_by_default(lm):
                 compile_for_sampling(lm)
+        if self.precision != "bf16":  # issue 25: the FP8 tier (refused, naming why, where it cannot run)
+            from petri.engine.fp8 import set_precision
+
+            set_precision(lm, self.precision)
         return lm

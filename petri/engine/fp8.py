@@ -1,0 +1,249 @@
+"""The FP8 tier (issue 25, opt-in: ``--precision fp8``; never the default): the decoder's matrices in
+FP8 (e4m3) with per-row scales, through PyTorch's maintained scaled matmuls.
+
+What is quantized, once, when the tier is switched on (:func:`use_fp8`): every ``nn.Linear`` of the
+decoder layers except the router (attention q/k/v/o, the dense MLP), the decoder's self-conditioning
+MLP, the lm head, and the experts' gate/up and down projections. Each weight row (an output
+channel) gets its own float32 scale ``amax(|row|) / 448``; activations are quantized per row (per
+token) on the fly the same way. So a matrix product is
+
+    y[m, n] = bf16( Σ_k q_x[m, k] · q_w[n, k] · s_x[m] · s_w[n] )     q_* e4m3, s_* float32
+
+computed by ``torch._scaled_mm`` (dense, lm head) and ``torch._scaled_grouped_mm`` (experts: the
+2-D rows × 3-D weights form, one group per expert) on CUDA (Hopper), and by a dequantize-then-
+float32 reference (:func:`scaled_matmul_reference`, :func:`scaled_grouped_reference`) elsewhere.
+The router, norms, attention, embedding (also the soft embeddings of the self-conditioning) and
+the prompt encoder stay bf16: the encoder runs once per request, and keeping its bf16 weights
+(shared with the decoder) makes the tier reversible (:func:`use_bf16`) at the price of the FP8
+copies' memory (about half the decoder's weights again).
+
+The quantized forward is installed per module (the instance's ``forward``), so the exact tier and
+the compiled tier (:mod:`petri.engine.compiled_tier`, which re-installs the FP8 experts after its own
+experts op, :func:`reapply`) run it unchanged; every trajectory it draws names it (``+fp8`` in the
+sampler field, ``-fp8`` in the device kind, so studies keep FP8 runs apart).
+
+Shapes: weights (N, K) → q (N, K) e4m3, scale (N,) float32; experts (E, N, K) → (E, N, K), (E, N);
+activations (M, K) → (M, K), (M,).
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+
+import torch
+
+from petri.engine.fast_options import default_options, set_options
+from petri.engine.fused_experts import combine_rows, fusable_reason, gated_activation, route
+
+log = logging.getLogger(__name__)
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0  # the largest finite e4m3 value
+#: smallest scale, so that an all-zero row quantizes to zeros instead of NaN
+MIN_SCALE = 1e-12
+PRECISIONS = ("bf16", "fp8")
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row e4m3 quantization of the last axis: (..., K) → q (..., K) e4m3, scale (...,) float32
+    with ``x ≈ q · scale[..., None]``, scale = amax(|row|) / 448 (the row's largest value maps to
+    ±448, so nothing saturates)."""
+    scale = (x.abs().amax(dim=-1).float() / FP8_MAX).clamp(min=MIN_SCALE)
+    q = (x.float() / scale.unsqueeze(-1)).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    return q, scale
+
+
+def dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """q (..., K) e4m3, scale (...,) → float32 (..., K)."""
+    return q.float() * scale.unsqueeze(-1)
+
+
+def scaled_matmul_reference(xq, x_scale, wq, w_scale, dtype=torch.bfloat16) -> torch.Tensor:
+    """(M, K) e4m3 · (N, K) e4m3 → (M, N) in ``dtype``, dequantized to float32 first."""
+    return (dequantize(xq, x_scale) @ dequantize(wq, w_scale).T).to(dtype)
+
+
+def scaled_matmul(xq, x_scale, wq, w_scale, dtype=torch.bfloat16) -> torch.Tensor:
+    """As :func:`scaled_matmul_reference`; on CUDA ``torch._scaled_mm`` with row-wise scales
+    (scale_a (M, 1), scale_b (1, N); the weight as a column-major (K, N) view)."""
+    if xq.is_cuda:
+        return torch._scaled_mm(xq, wq.T, scale_a=x_scale.unsqueeze(1), scale_b=w_scale.unsqueeze(0), out_dtype=dtype)
+    return scaled_matmul_reference(xq, x_scale, wq, w_scale, dtype)
+
+
+def scaled_grouped_reference(xq, x_scale, wq, w_scale, offsets, dtype=torch.bfloat16) -> torch.Tensor:
+    """Rows grouped by expert: xq (R, K), x_scale (R,), wq (E, N, K), w_scale (E, N), offsets (E,)
+    int32 (each group's end) → (R, N) in ``dtype``: rows of group e times expert e, dequantized."""
+    out = torch.zeros((xq.shape[0], wq.shape[1]), dtype=dtype, device=xq.device)
+    start = 0
+    for expert, end in enumerate(offsets.tolist()):
+        if end > start:
+            out[start:end] = scaled_matmul_reference(xq[start:end], x_scale[start:end], wq[expert], w_scale[expert], dtype)
+        start = end
+    return out
+
+
+def scaled_grouped(xq, x_scale, wq, w_scale, offsets, dtype=torch.bfloat16) -> torch.Tensor:
+    """As :func:`scaled_grouped_reference`; on CUDA one ``torch._scaled_grouped_mm`` (no host sync)."""
+    if xq.is_cuda:
+        return torch._scaled_grouped_mm(xq, wq.transpose(-2, -1), x_scale, w_scale, offs=offsets, out_dtype=dtype)
+    return scaled_grouped_reference(xq, x_scale, wq, w_scale, offsets, dtype)
+
+
+def fp8_linear(x: torch.Tensor, wq: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+    """``x @ W.T`` with W in FP8: x (..., K) bf16 → (..., N) in x's dtype (per-token activation scales)."""
+    rows = x.reshape(-1, x.shape[-1])
+    xq, x_scale = quantize_rows(rows)
+    return scaled_matmul(xq, x_scale, wq, w_scale, x.dtype).view(*x.shape[:-1], wq.shape[0])
+
+
+def experts_fp8(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation):
+    """The experts block in FP8: hidden (T, H), top_k_index (T, K), top_k_weights (T, K); gate_up_q
+    (E, 2·I, H), gate_up_scale (E, 2·I), down_q (E, H, I), down_scale (E, H) → (T, H) in hidden's
+    dtype. Transformers' algorithm (:mod:`petri.engine.fused_experts`): rows sorted by expert, the
+    hidden rows quantized once per token and gathered with their scales, the gate/up grouped GEMM,
+    ``act(gate)·up`` in bf16, quantized per row, the down grouped GEMM, the weighted combine in
+    float32 (k in order)."""
+    tokens, top_k = top_k_index.shape
+    order, position, offsets = route(top_k_index, gate_up_q.shape[0])
+    hq, h_scale = quantize_rows(hidden)
+    source = torch.div(order, top_k, rounding_mode="floor")
+    rows = hq.view(torch.uint8).index_select(0, source).view(FP8)  # a byte gather: any device
+    projected = scaled_grouped(rows, h_scale.index_select(0, source), gate_up_q, gate_up_scale, offsets, hidden.dtype)
+    aq, a_scale = quantize_rows(gated_activation(projected, activation))
+    out = scaled_grouped(aq, a_scale, down_q, down_scale, offsets, hidden.dtype)
+    return combine_rows(out, position, top_k_weights, hidden.dtype)
+
+
+@torch.library.custom_op("petri::moe_experts_fp8", mutates_args=())
+def moe_experts_fp8(
+    hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
+    gate_up_q: torch.Tensor, gate_up_scale: torch.Tensor, down_q: torch.Tensor, down_scale: torch.Tensor,
+    activation: str,
+) -> torch.Tensor:
+    """:func:`experts_fp8` as one op, opaque to ``torch.compile`` (like ``petri::moe_experts``)."""
+    return experts_fp8(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation)
+
+
+@moe_experts_fp8.register_fake
+def _(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation):
+    return torch.empty_like(hidden)
+
+
+# ---- installing the tier on a model ----------------------------------------------------------------
+
+def _linear_forward(self, x: torch.Tensor) -> torch.Tensor:
+    return fp8_linear(x, self._petri_fp8_weight, self._petri_fp8_scale)
+
+
+def _experts_forward(self, hidden_states, top_k_index, top_k_weights):
+    return moe_experts_fp8(
+        hidden_states, top_k_index, top_k_weights, self._petri_fp8_gate_up, self._petri_fp8_gate_up_scale,
+        self._petri_fp8_down, self._petri_fp8_down_scale, self.config.hidden_activation,
+    )
+
+
+def dense_targets(model) -> list[tuple[str, torch.nn.Linear]]:
+    """(name, module) of the linears the tier quantizes: the decoder layers' (not the router's),
+    the decoder's self-conditioning MLP's and the lm head."""
+    decoder = model.model.decoder
+    found = [(f"model.decoder.layers.{name}", module) for name, module in decoder.layers.named_modules()
+             if isinstance(module, torch.nn.Linear) and ".router." not in f".{name}."]
+    sc = getattr(decoder, "self_conditioning", None)
+    if sc is not None:
+        found += [(f"model.decoder.self_conditioning.{name}", m) for name, m in sc.named_modules() if isinstance(m, torch.nn.Linear)]
+    return found + [("lm_head", model.lm_head)]
+
+
+def fp8_reason(lm) -> str | None:
+    """``None`` when :func:`use_fp8` can run on ``lm``, else why not (naming the field)."""
+    model = lm.model
+    if getattr(lm, "backend", "torch") != "torch":
+        return "precision fp8 applies to the torch backend only"
+    if lm.dtype != torch.bfloat16:
+        return f"precision fp8 needs a bf16 model (dtype is {str(lm.dtype).removeprefix('torch.')})"
+    if lm.device.type == "cuda" and torch.cuda.get_device_capability(lm.device) < (8, 9):
+        return "precision fp8 needs a GPU with FP8 matrix units (compute capability 8.9 or newer)"
+    for name, module in dense_targets(model):
+        if module.bias is not None:
+            return f"{name} has a bias"
+        if module.in_features % 16 or module.out_features % 16:
+            return f"{name} is {module.out_features} × {module.in_features}; FP8 matmuls need multiples of 16"
+    for index, layer in enumerate(model.model.decoder.layers):
+        experts = getattr(layer, "experts", None)
+        if experts is not None and (reason := fusable_reason(experts)) is not None:
+            return f"model.decoder.layers.{index}.experts: {reason}"
+    return None
+
+
+def _experts_of(model):
+    return [layer.experts for layer in model.model.decoder.layers if getattr(layer, "experts", None) is not None]
+
+
+@torch.no_grad()
+def use_fp8(lm) -> None:
+    """Switch ``lm`` to the FP8 tier, in place (module docstring); raises ``ValueError`` naming why
+    when it cannot. Drops the fast path's captured sessions."""
+    reason = fp8_reason(lm)
+    if reason is not None:
+        raise ValueError(reason)
+    model = lm.model
+    for _, module in dense_targets(model):
+        module._petri_fp8_weight, module._petri_fp8_scale = quantize_rows(module.weight)
+        module.forward = types.MethodType(_linear_forward, module)
+    for experts in _experts_of(model):
+        experts._petri_fp8_gate_up, experts._petri_fp8_gate_up_scale = quantize_rows(experts.gate_up_proj)
+        experts._petri_fp8_down, experts._petri_fp8_down_scale = quantize_rows(experts.down_proj)
+    model._petri_precision = "fp8"
+    reapply(lm)
+    set_options(lm, default_options(lm))  # the same options, new sessions (graphs hold the old forward)
+
+
+def reapply(lm) -> None:
+    """Install the FP8 experts forward again when the tier is on (after :mod:`petri.engine.compiled_tier`
+    installed or removed its own experts op, which it keeps as the forward :func:`use_bf16` restores);
+    nothing otherwise."""
+    if precision_of(lm) != "fp8":
+        return
+    for experts in _experts_of(lm.model):
+        current = vars(experts).get("forward")
+        if getattr(current, "__func__", None) is not _experts_forward:
+            experts._petri_bf16_forward = current  # None: the class's own
+        experts.forward = types.MethodType(_experts_forward, experts)
+
+
+def use_bf16(lm) -> None:
+    """Undo :func:`use_fp8`: the modules' own forward and bf16 weights again (the experts: the
+    forward they had before, e.g. the compiled tier's op)."""
+    model = lm.model
+    if precision_of(lm) != "fp8":
+        return
+    for _, module in dense_targets(model):
+        for name in ("forward", "_petri_fp8_weight", "_petri_fp8_scale"):
+            vars(module).pop(name, None)
+    for experts in _experts_of(model):
+        previous = vars(experts).pop("_petri_bf16_forward", None)
+        for name in ("forward", "_petri_fp8_gate_up", "_petri_fp8_gate_up_scale", "_petri_fp8_down", "_petri_fp8_down_scale"):
+            vars(experts).pop(name, None)
+        if previous is not None:
+            experts.forward = previous
+    del model._petri_precision
+    set_options(lm, default_options(lm))
+
+
+def set_precision(lm, precision: str) -> None:
+    """``"bf16"`` (the model's own weights) or ``"fp8"`` (:func:`use_fp8`); ``ValueError`` names the
+    field for anything else."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "fp8":
+        if precision_of(lm) != "fp8":
+            use_fp8(lm)
+    else:
+        use_bf16(lm)
+
+
+def precision_of(lm) -> str:
+    """``"fp8"`` when the FP8 tier is on for ``lm``'s model, else ``"bf16"`` (whatever the dtype)."""
+    return getattr(getattr(lm, "model", None), "_petri_precision", "bf16")

@@ -1,0 +1,262 @@
+"""The FP8 tier (petri.engine.fp8): quantization against hand-worked values and the e4m3 rounding
+bound, the scaled products against float64 loops written here, the tier switched on and off on a
+tiny model (reversible, named in every trajectory, refused with a reason where it cannot run), and
+on a GPU (skipped elsewhere) torch's scaled matmuls against the dequantized references."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+from dataclasses import replace
+
+import pytest
+import torch
+
+from petri.engine.fp8 import (
+    FP8,
+    MIN_SCALE,
+    dequantize,
+    experts_fp8,
+    fp8_reason,
+    precision_of,
+    quantize_rows,
+    scaled_grouped,
+    scaled_grouped_reference,
+    scaled_matmul,
+    scaled_matmul_reference,
+    set_precision,
+    use_bf16,
+    use_fp8,
+)
+from petri.engine.fused_experts import experts_reference
+from petri.engine.fused_logits import HAVE_TRITON
+from petri.engine.tiny import tiny_random_model
+from petri.trajectory import AnchorSpan, SamplerSettings
+
+CUDA = torch.cuda.is_available() and HAVE_TRITON and torch.cuda.get_device_capability() >= (8, 9)
+
+
+def test_quantize_rows_hand_worked():
+    # row 0: amax 4 → scale 4/448; 1, -2, 4 become 112, -224, 448 (all exact in e4m3: 1.75·2⁶, -1.75·2⁷, 1.75·2⁸)
+    x = torch.tensor([[1.0, -2.0, 4.0], [0.0, 0.0, 0.0]])
+    q, scale = quantize_rows(x)
+    assert q.dtype == FP8 and scale.dtype == torch.float32 and scale.shape == (2,)
+    assert q[0].float().tolist() == [112.0, -224.0, 448.0]
+    assert scale[0].item() == pytest.approx(4 / 448, rel=1e-7)
+    assert dequantize(q, scale)[0].tolist() == pytest.approx([1.0, -2.0, 4.0], rel=1e-6)
+    # an all-zero row: zeros, the smallest scale, no NaN
+    assert q[1].float().tolist() == [0.0, 0.0, 0.0] and scale[1].item() == pytest.approx(MIN_SCALE)
+
+
+def test_quantize_rows_error_is_within_e4m3_rounding():
+    # 3 mantissa bits: half an ulp is 2⁻⁴ of the value for normals; below 2⁻⁶ (subnormals, spacing
+    # 2⁻⁹ of the row scale's 448) half a spacing is 2⁻¹⁰·448·scale/448 = 2⁻¹⁰ · (scale · 1)... in x units
+    torch.manual_seed(0)
+    x = torch.randn(64, 300) * torch.logspace(-3, 3, 64)[:, None]
+    q, scale = quantize_rows(x)
+    error = (dequantize(q, scale) - x).abs()
+    bound = torch.maximum(x.abs() * 2**-4, 2**-10 * scale[:, None]) * (1 + 1e-6)
+    assert bool((error <= bound).all())
+    assert float(error.max()) > 0  # it really rounds
+
+
+def test_scaled_matmul_reference_hand_worked():
+    # x = [[1, 2]] (scale 2/448: q = [224, 448]); w rows [1, 1] and [2, -2] (scales 1/448, 2/448)
+    xq, xs = quantize_rows(torch.tensor([[1.0, 2.0]]))
+    wq, ws = quantize_rows(torch.tensor([[1.0, 1.0], [2.0, -2.0]]))
+    out = scaled_matmul_reference(xq, xs, wq, ws, torch.float32)
+    assert out.tolist() == [pytest.approx([3.0, -2.0], rel=1e-6)]
+    assert scaled_matmul(xq, xs, wq, ws, torch.float32).tolist() == out.tolist()  # the CPU path is the reference
+
+
+def test_scaled_grouped_reference_against_a_row_loop():
+    torch.manual_seed(1)
+    experts, rows, n, k = 4, 10, 16, 32
+    xq, xs = quantize_rows(torch.randn(rows, k))
+    wq, ws = quantize_rows(torch.randn(experts, n, k))
+    offsets = torch.tensor([3, 3, 7, 10], dtype=torch.int32)  # expert 1 has no rows
+    group = [0, 0, 0, 2, 2, 2, 2, 3, 3, 3]
+    expected = torch.stack([
+        (xq[r].double() * xs[r].double()) @ (wq[group[r]].double() * ws[group[r]].double()[:, None]).T for r in range(rows)
+    ])
+    got = scaled_grouped(xq, xs, wq, ws, offsets, torch.float32)
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
+    assert torch.equal(got, scaled_grouped_reference(xq, xs, wq, ws, offsets, torch.float32))
+
+
+def _routing(tokens, experts, top_k, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    index = torch.stack([torch.randperm(experts, generator=generator)[:top_k] for _ in range(tokens)])
+    weights = torch.rand(tokens, top_k, generator=generator)
+    return index, weights / weights.sum(-1, keepdim=True)
+
+
+def test_experts_fp8_is_the_experts_block_within_fp8_error():
+    torch.manual_seed(2)
+    tokens, experts, top_k, hidden, width = 24, 6, 2, 64, 32
+    x = torch.randn(tokens, hidden).bfloat16()
+    gate_up = (torch.randn(experts, 2 * width, hidden) / hidden**0.5).bfloat16()
+    down = (torch.randn(experts, hidden, width) / width**0.5).bfloat16()
+    index, weights = _routing(tokens, experts, top_k)
+    exact = experts_reference(x, index, weights, gate_up, down, "gelu_pytorch_tanh").float()
+    gq, gs = quantize_rows(gate_up)
+    dq, ds = quantize_rows(down)
+    got = experts_fp8(x, index, weights, gq, gs, dq, ds, "gelu_pytorch_tanh").float()
+    relative = float((got - exact).norm() / exact.norm())
+    assert 0 < relative < 0.08  # e4m3 operands (≤ 6 % per element, averaging out), bf16 between the GEMMs
+    # a wrong expert for one token is far outside that error
+    wrong = experts_fp8(x, index.roll(1, dims=1), weights, gq, gs, dq, ds, "gelu_pytorch_tanh").float()
+    assert float((wrong - exact).norm() / exact.norm()) > 0.3
+
+
+def test_torch_scaled_grouped_mm_takes_the_layouts_the_tier_passes():
+    # torch's shape and layout checks run on the meta device (no GPU): rows (R, K) row-major,
+    # weights (E, N, K) as the column-major (E, K, N) view, scales (R,) and (E, N), int32 offsets
+    rows = torch.empty(40, 64, dtype=FP8, device="meta")
+    weights = torch.empty(4, 48, 64, dtype=FP8, device="meta")
+    out = torch._scaled_grouped_mm(
+        rows, weights.transpose(-2, -1), torch.empty(40, device="meta"), torch.empty(4, 48, device="meta"),
+        offs=torch.empty(4, dtype=torch.int32, device="meta"), out_dtype=torch.bfloat16,
+    )
+    assert out.shape == (40, 48) and out.dtype == torch.bfloat16
+    with pytest.raises(RuntimeError, match="column major"):  # the untransposed weights are refused
+        torch._scaled_grouped_mm(rows, weights.permute(0, 2, 1).contiguous(), torch.empty(40, device="meta"),
+                                 torch.empty(4, 48, device="meta"), offs=torch.empty(4, dtype=torch.int32, device="meta"))
+
+
+@pytest.fixture()
+def bf16_tiny():
+    lm = tiny_random_model(canvas_length=16)
+    lm.model.to(torch.bfloat16)
+    return replace(lm, dtype=torch.bfloat16)
+
+
+def _logits(lm, seed=0):
+    torch.manual_seed(seed)
+    canvas = torch.randint(4, lm.vocab_size, (2, lm.canvas_length))
+    with torch.no_grad():
+        return lm.model(decoder_input_ids=canvas, input_ids=torch.tensor([[5, 9, 17, 33]] * 2)).logits.float()
+
+
+def test_fp8_tier_changes_the_logits_by_fp8_error_and_switches_back_exactly(bf16_tiny):
+    before = _logits(bf16_tiny)
+    weights = {name: p.clone() for name, p in bf16_tiny.model.named_parameters()}
+    set_precision(bf16_tiny, "fp8")
+    assert precision_of(bf16_tiny) == "fp8" and bf16_tiny.device_type == "cpu-fp8"
+    during = _logits(bf16_tiny)
+    relative = float((during - before).norm() / before.norm())
+    assert 0 < relative < 0.35  # two random layers compound each product's few per cent (next test)
+    for name, p in bf16_tiny.model.named_parameters():  # the bf16 weights are kept as they were
+        assert torch.equal(p, weights[name]), name
+    set_precision(bf16_tiny, "bf16")
+    assert precision_of(bf16_tiny) == "bf16" and bf16_tiny.device_type == "cpu"
+    assert torch.equal(_logits(bf16_tiny), before)
+
+
+def test_fp8_quantizes_dense_experts_and_lm_head_but_not_the_router(bf16_tiny):
+    use_fp8(bf16_tiny)
+    model = bf16_tiny.model
+    layer = model.model.decoder.layers[0]
+    x = torch.randn(20, layer.self_attn.q_proj.in_features).bfloat16()
+    exact = x.double() @ layer.self_attn.q_proj.weight.double().T
+    with torch.no_grad():
+        error = float((layer.self_attn.q_proj(x).double() - exact).norm() / exact.norm())
+    assert 0.005 < error < 0.06  # e4m3 operands: ≈ 2.5 % RMS each; bf16 alone would be ≈ 0.3 %
+    for module in (layer.self_attn.q_proj, layer.self_attn.o_proj, layer.mlp.down_proj, model.lm_head,
+                   model.model.decoder.self_conditioning.gate_proj):
+        assert module._petri_fp8_weight.dtype == FP8 and "forward" in vars(module)
+    assert "forward" not in vars(layer.router.proj)
+    assert layer.experts._petri_fp8_gate_up.shape == layer.experts.gate_up_proj.shape
+    assert layer.experts._petri_fp8_down_scale.shape == layer.experts.down_proj.shape[:2]
+    use_bf16(bf16_tiny)
+    assert "forward" not in vars(layer.self_attn.q_proj) and "forward" not in vars(layer.experts)
+
+
+def test_fp8_trajectories_name_the_tier(bf16_tiny):
+    layouts = [[AnchorSpan("a", 3, (11,))]] * 2
+    settings = SamplerSettings(max_denoising_steps=3)
+    use_fp8(bf16_tiny)
+    assert bf16_tiny.sample([5, 9, 17], layouts, settings, seed=0).sampler == "eager+fp8"
+    use_bf16(bf16_tiny)
+    assert bf16_tiny.sample([5, 9, 17], layouts, settings, seed=0).sampler == "eager"
+
+
+def test_fp8_survives_the_compiled_tier_switching_its_experts(bf16_tiny):
+    from petri.engine.compiled_tier import uncompile_regions
+    from petri.engine.fused_experts import _fused_forward
+    from petri.engine.torch_model import compile_for_sampling
+
+    experts = bf16_tiny.model.model.decoder.layers[0].experts
+    use_fp8(bf16_tiny)
+    compile_for_sampling(bf16_tiny, backend="eager")  # installs its experts op: FP8's comes back on top
+    assert experts.forward.__func__.__name__ == "_experts_forward"
+    assert bf16_tiny.device_type == "cpu-compiled-fp8"
+    use_bf16(bf16_tiny)  # the compiled tier's experts op again
+    assert experts.forward.__func__ is _fused_forward
+    use_fp8(bf16_tiny)
+    uncompile_regions(bf16_tiny)  # the compiled tier off, the FP8 tier still on
+    assert experts.forward.__func__.__name__ == "_experts_forward" and precision_of(bf16_tiny) == "fp8"
+    use_bf16(bf16_tiny)
+    assert "forward" not in vars(experts)
+
+
+def test_fp8_is_refused_with_a_reason(tiny_lm, bf16_tiny):
+    assert "bf16" in fp8_reason(tiny_lm)  # float32 on the CPU
+    with pytest.raises(ValueError, match="precision fp8 needs a bf16 model"):
+        set_precision(copy.copy(tiny_lm), "fp8")
+    with pytest.raises(ValueError, match="precision must be one of bf16, fp8, got 'fp16'"):
+        set_precision(bf16_tiny, "fp16")
+    assert fp8_reason(bf16_tiny) is None
+
+
+def test_precision_option_reaches_the_model_spec():
+    from petri.model_options import add_model_arguments, spec_from_args
+
+    parser = argparse.ArgumentParser()
+    add_model_arguments(parser)
+    assert spec_from_args(parser.parse_args([])).precision == "bf16"
+    assert spec_from_args(parser.parse_args(["--precision", "fp8"])).precision == "fp8"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--precision", "int4"])
+
+
+# ---- on an FP8 GPU -----------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU with FP8 matrix units and Triton")
+def test_torch_scaled_mm_equals_the_dequantized_reference_on_gpu():
+    torch.manual_seed(3)
+    for m, n, k in ((1, 64, 128), (257, 2816, 704), (3072, 1408, 2816)):
+        xq, xs = quantize_rows(torch.randn(m, k, device="cuda").bfloat16())
+        wq, ws = quantize_rows(torch.randn(n, k, device="cuda").bfloat16())
+        got = scaled_matmul(xq, xs, wq, ws).float()
+        reference = scaled_matmul_reference(xq, xs, wq, ws, torch.float32)
+        assert float((got - reference).norm() / reference.norm()) < 5e-3  # bf16 output rounding
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU with FP8 matrix units and Triton")
+def test_torch_scaled_grouped_mm_equals_the_dequantized_reference_on_gpu():
+    torch.manual_seed(4)
+    experts, n, k = 16, 1408, 2816
+    counts = torch.randint(0, 40, (experts,))
+    counts[3] = 0  # an empty group
+    offsets = torch.cumsum(counts, 0).to(torch.int32).cuda()
+    xq, xs = quantize_rows(torch.randn(int(counts.sum()), k, device="cuda").bfloat16())
+    wq, ws = quantize_rows(torch.randn(experts, n, k, device="cuda").bfloat16())
+    got = scaled_grouped(xq, xs, wq, ws, offsets).float()
+    reference = scaled_grouped_reference(xq, xs, wq, ws, offsets, torch.float32)
+    assert float((got - reference).norm() / reference.norm()) < 5e-3
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU with FP8 matrix units and Triton")
+def test_fp8_fast_path_runs_in_graphs_and_names_the_tier_on_gpu(bf16_tiny):
+    from petri.engine.fast_sampler import run_sampler_fast
+
+    bf16_tiny.model.to("cuda")
+    lm = replace(bf16_tiny, device=torch.device("cuda"))
+    use_fp8(lm)
+    layouts = [[AnchorSpan("a", 3, (11,))]] * 3
+    settings = SamplerSettings(max_denoising_steps=4, stability_threshold=None, confidence_threshold=None)
+    first = run_sampler_fast(lm, [5, 9, 17], layouts, settings, seed=5)
+    again = run_sampler_fast(lm, [5, 9, 17], layouts, settings, seed=5)
+    assert first.sampler == "fast+fp8"
+    assert (first.argmax == again.argmax).all()  # reproducible under graph replay
