@@ -10,11 +10,14 @@ with per-step forward / sampling / logging GPU time and host synchronisations),
 experts), ``petri_fast_compiled_experts`` (compiled layers around the fused experts op),
 ``petri_fast_compiled_softmax`` (and the decoder's self-conditioning softmax done by the sampler's
 pass) and ``petri_fast_compiled`` (and the inverse-CDF draw: what ``--compile``, the default on
-CUDA, does). Each configuration puts the model in its mode first (``MODES``). The petri samplers
+CUDA, does); ``petri_fast_fp8`` and ``petri_fast_compiled_fp8``: the exact and the compiled tier with
+the FP8 tier's weights (``petri.engine.fp8``, ``--precision fp8``). Each configuration puts the model in its mode first (``MODES``). The petri samplers
 pin three anchors and record the full per-step log. Peak GPU memory per configuration. Prints one JSON object (and ``--out`` keeps it).
 
     # full-size DiffusionGemma architecture (random bf16 weights, no download) on one GPU
     python experiments/bench.py --model full --device cuda --batch 12 --prompt-tokens 200 --steps 24
+    # batch 1 and batch 12 in one run, the FP8 tier beside bf16 (issue 25)
+    python experiments/bench.py --model full --shapes 1x1600,12x200 --configs generate,petri_fast,petri_fast_fp8,petri_fast_compiled,petri_fast_compiled_fp8
     # the first request of a fresh process (build, compile, capture, one seed; --profile adds a profile)
     python experiments/bench.py --model full --device cuda --first-request
     # the embedded model on the CPU, with its shipped sampler settings (adaptive stopping on)
@@ -137,26 +140,32 @@ def time_petri(lm: LoadedModel, prompt: torch.Tensor, settings: SamplerSettings,
 CONFIGS = (
     "generate", "generate_static", "petri_eager", "petri_fast", "petri_fast_fused_experts",
     "petri_fast_compiled_plain", "petri_fast_compiled_experts", "petri_fast_compiled_softmax", "petri_fast_compiled",
+    "petri_fast_fp8", "petri_fast_compiled_fp8",
 )
 #: configuration → (compiled layers, fused experts op, the self-conditioning softmax in the sampler,
-#: the inverse-CDF draw): each lever added one at a time
+#: the inverse-CDF draw, precision): each lever added one at a time
 MODES = {
-    "petri_fast_fused_experts": (False, True, False, False),
-    "petri_fast_compiled_plain": (True, False, False, False),
-    "petri_fast_compiled_experts": (True, True, False, False),
-    "petri_fast_compiled_softmax": (True, True, True, False),
-    "petri_fast_compiled": (True, True, True, True),  # what --compile does (the default on CUDA)
+    "petri_fast_fused_experts": (False, True, False, False, "bf16"),
+    "petri_fast_compiled_plain": (True, False, False, False, "bf16"),
+    "petri_fast_compiled_experts": (True, True, False, False, "bf16"),
+    "petri_fast_compiled_softmax": (True, True, True, False, "bf16"),
+    "petri_fast_compiled": (True, True, True, True, "bf16"),  # what --compile does (the default on CUDA)
+    "petri_fast_fp8": (False, False, False, False, "fp8"),  # the exact tier's sampler, FP8 weights (issue 25)
+    "petri_fast_compiled_fp8": (True, True, True, True, "fp8"),  # --compile --precision fp8
 }
-_current_mode: list = [(False, False, False, False)]
+PLAIN = (False, False, False, False, "bf16")
+_current_mode: list = [PLAIN]
 
 
-def set_model_mode(lm: LoadedModel, compiled: bool, fused_experts: bool, softmax_sc: bool, inverse_cdf: bool) -> None:
+def set_model_mode(lm: LoadedModel, compiled: bool, fused_experts: bool, softmax_sc: bool, inverse_cdf: bool,
+                   precision: str = "bf16") -> None:
     """Put the model in one configuration whatever the previous one was: uncompiled layers and the
     transformers experts, then (``fused_experts``) the fused experts op and (``compiled``) regional
-    compilation (lazy: it lands in the next call); the layers are only reset and recompiled when
-    those two change."""
+    compilation (lazy: it lands in the next call), then the precision (``petri.engine.fp8``); the
+    layers are only reset and recompiled when those two change."""
     import torch._dynamo
 
+    from petri.engine.fp8 import set_precision
     from petri.engine.fused_experts import fuse_experts
 
     if _current_mode[0][:2] != (compiled, fused_experts):
@@ -166,8 +175,9 @@ def set_model_mode(lm: LoadedModel, compiled: bool, fused_experts: bool, softmax
             compile_for_sampling(lm, fused_experts=fused_experts)
         elif fused_experts:
             fuse_experts(lm.model)
+    set_precision(lm, precision)
     set_options(lm, FastOptions(softmax_self_conditioning=softmax_sc, inverse_cdf_draw=inverse_cdf))
-    _current_mode[0] = (compiled, fused_experts, softmax_sc, inverse_cdf)
+    _current_mode[0] = (compiled, fused_experts, softmax_sc, inverse_cdf, precision)
 
 
 def measure(name: str, lm: LoadedModel, prompt, settings, layouts, repeats: int) -> dict:
@@ -178,7 +188,7 @@ def measure(name: str, lm: LoadedModel, prompt, settings, layouts, repeats: int)
     batch_prompt = prompt.expand(len(layouts), -1).contiguous()
     phases: dict = {}
     began = time.perf_counter()
-    set_model_mode(lm, *MODES.get(name, (False, False, False, False)))
+    set_model_mode(lm, *MODES.get(name, PLAIN))
     if name.startswith("petri_fast_compiled"):
         phases["compile_call_s"] = time.perf_counter() - began
 
@@ -245,6 +255,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="then profile one more fast-path seed (torch.profiler, CUDA time by kernel): after the "
                              "first request, or after the last configuration")
+    parser.add_argument("--shapes", default=None,
+                        help="BATCHxPROMPT,...: measure every configuration at each shape in one run, e.g. 1x1600,12x200 "
+                             "(instead of --batch/--prompt-tokens; results under 'shapes')")
     parser.add_argument("--out", default=None, help="also write the JSON here (after each configuration)")
     args = parser.parse_args()
 
@@ -313,21 +326,36 @@ def main() -> None:
         print(write())
         return
 
-    for name in args.configs.split(","):
+    shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")] if args.shapes else None
+    for batch, prompt_tokens in shapes or [(args.batch, args.prompt_tokens)]:
+        if shapes:  # each shape's configurations under result["shapes"]["BxP"]
+            target = result.setdefault("shapes", {}).setdefault(f"{batch}x{prompt_tokens}", {})
+            prompt = torch.randint(3, lm.vocab_size, (1, prompt_tokens), generator=torch.Generator().manual_seed(0)).to(device)
+            layouts = three_anchor_layouts(batch, lm.canvas_length, lm.vocab_size)
+        else:
+            target = result
+        run_configs(args.configs.split(","), lm, prompt, settings, layouts, args.repeats, target, write)
+        if args.profile:  # one more seed in the last configuration, under the profiler
+            target["profile"] = profile_seed(lm, prompt, settings, layouts)
+            write()
+    print(write())
+
+
+def run_configs(names, lm, prompt, settings, layouts, repeats: int, target: dict, write) -> None:
+    """Each configuration measured into ``target`` (an error recorded and the rest measured), then
+    each petri configuration's median over the fastest ``generate``'s."""
+    for name in names:
         try:
-            result[name] = measure(name, lm, prompt, settings, layouts, args.repeats)
+            target[name] = measure(name, lm, prompt, settings, layouts, repeats)
         except Exception as error:  # record and go on: one failing configuration must not lose the rest
-            result[name] = {"error": f"{type(error).__name__}: {error}"[:2000]}
+            target[name] = {"error": f"{type(error).__name__}: {error}"[:2000]}
         write()
-        print(name, json.dumps(result[name]), flush=True)
-    if args.profile:  # one more seed in the last configuration, under the profiler
-        result["profile"] = profile_seed(lm, prompt, settings, layouts)
-    medians = {k: result[k]["median_s"] for k in CONFIGS if "median_s" in result.get(k, {})}
+        print(name, json.dumps(target[name]), flush=True)
+    medians = {k: target[k]["median_s"] for k in CONFIGS if "median_s" in target.get(k, {})}
     generate_best = min((v for k, v in medians.items() if k.startswith("generate")), default=None)
     for key, value in medians.items():
         if key.startswith("petri") and generate_best:
-            result[key]["over_fastest_generate"] = round(value / generate_best, 3)
-    print(write())
+            target[key]["over_fastest_generate"] = round(value / generate_best, 3)
 
 
 if __name__ == "__main__":

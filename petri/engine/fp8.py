@@ -197,7 +197,20 @@ def use_fp8(lm) -> None:
         experts._petri_fp8_down, experts._petri_fp8_down_scale = quantize_rows(experts.down_proj)
     model._petri_precision = "fp8"
     reapply(lm)
-    set_options(lm, default_options(lm))  # the same options, new sessions (graphs hold the old forward)
+    _forget_compiled_code(lm)
+
+
+def _forget_compiled_code(lm) -> None:
+    """After a forward changed: new fast-path sessions (their graphs hold the old forward) and, where
+    the decoder layers are compiled, Dynamo's code dropped, so that they are traced again (from
+    Inductor's on-disk caches where it compiled the same graph before)."""
+    from petri.engine.decoder_hooks import layers_compiled
+
+    if layers_compiled(lm.model.model.decoder.layers):
+        import torch._dynamo
+
+        torch._dynamo.reset()
+    set_options(lm, default_options(lm))
 
 
 def reapply(lm) -> None:
@@ -229,7 +242,7 @@ def use_bf16(lm) -> None:
         if previous is not None:
             experts.forward = previous
     del model._petri_precision
-    set_options(lm, default_options(lm))
+    _forget_compiled_code(lm)
 
 
 def set_precision(lm, precision: str) -> None:

@@ -1,0 +1,133 @@
+"""What the FP8 tier does to the science (issue 25): the distributions of per-sample flips, steps
+and entropy drawn in bf16 and in FP8 (``petri.engine.fp8``), same sampler tier, same seeds, plus
+a null arm (bf16 with other seeds) that shows how far two bf16 runs differ by chance. Per sample:
+mean flips per free position, steps run, mean entropy over free positions and steps run. For each
+metric and arm against bf16: Mann-Whitney U and Kolmogorov-Smirnov p-values (two-sample tests) and
+the relative shift of the mean, (mean_arm − mean_bf16) / mean_bf16. One JSON object on stdout.
+
+    # the embedded model with its shipped settings (adaptive stop), two dishes, 250 seeds × 12 samples
+    python experiments/fp8_shift.py --model embedded --seeds 250 --batch 12
+    # the full-size architecture (random bf16 weights), fixed steps, a 200-token random prompt
+    python experiments/fp8_shift.py --model full --seeds 25 --batch 12 --steps 8 --compile
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "experiments"))
+
+from petri.engine.fp8 import set_precision  # noqa: E402
+from petri.engine.torch_model import compile_for_sampling, load_model  # noqa: E402
+from petri.tables import samples_table  # noqa: E402
+
+DISHES = (
+    (("order", "inventory", "person"), "Only 90 units are in stock, but the customer ordered 120."),
+    (("invoice", "supplier", "manager"), "The supplier sent the invoice twice and the manager paid both."),
+)
+
+
+def per_sample(traj) -> dict[str, np.ndarray]:
+    """(S,) arrays: mean flips per free position, steps, mean entropy over free positions and steps run."""
+    table = samples_table(traj)
+    free = ~traj.anchor_mask
+    entropy = np.array([np.nanmean(traj.entropy[s][: traj.steps[s]][:, free[s]]) for s in range(traj.n_samples)])
+    return {"flips": table["mean_flips_free"].to_numpy(float), "steps": traj.steps.astype(float), "entropy": entropy}
+
+
+def compare(arm: dict[str, np.ndarray], base: dict[str, np.ndarray]) -> dict:
+    from scipy.stats import ks_2samp, mannwhitneyu
+
+    out = {}
+    for name in base:
+        a, b = arm[name], base[name]
+        same = np.all(a == a[0]) and np.all(b == a[0])  # e.g. fixed steps: no test to run
+        out[name] = {
+            "mean": float(a.mean()), "mean_bf16": float(b.mean()),
+            "relative_shift": float((a.mean() - b.mean()) / b.mean()) if b.mean() else None,
+            "mann_whitney_p": None if same else float(mannwhitneyu(a, b).pvalue),
+            "ks_p": None if same else float(ks_2samp(a, b).pvalue),
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="embedded", help="embedded | full | a checkpoint folder")
+    parser.add_argument("--seeds", type=int, default=250)
+    parser.add_argument("--batch", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=None, help="fixed steps, adaptive stop off (default: the model's settings)")
+    parser.add_argument("--compile", action="store_true", help="both arms in the compiled tier (default: the exact tier)")
+    parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke run (slow; bf16 on the CPU)")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    started = time.perf_counter()
+    if args.model == "full":
+        from bench import build_full_size, three_anchor_layouts
+
+        lm = build_full_size(torch.device("cuda"))
+        prompt = torch.randint(3, lm.vocab_size, (200,), generator=torch.Generator().manual_seed(0)).tolist()
+        layouts = three_anchor_layouts(args.batch, lm.canvas_length, lm.vocab_size)
+        from petri.trajectory import SamplerSettings
+
+        settings = SamplerSettings()
+
+        def draw(seed: int, dish: int):
+            return lm.sample(prompt, layouts, settings, seed=seed)
+        dishes = (0,)
+    else:
+        from petri.dish import Dish
+        from petri.engine.seeding import seed_dish
+
+        lm = load_model(None if args.model == "embedded" else args.model, device=args.device, dtype="bf16")
+        settings = lm.default_settings()
+
+        def draw(seed: int, dish: int):
+            concepts, event = DISHES[dish]
+            return seed_dish(lm, Dish(concepts, event), args.batch, settings, seed=seed)
+        dishes = (0, 1)
+    if args.steps is not None:
+        settings = replace(settings, max_denoising_steps=args.steps, stability_threshold=None, confidence_threshold=None)
+    if args.compile:
+        compile_for_sampling(lm)
+    arms: dict[str, dict[str, list]] = {}
+    samplers, seconds = {}, {}
+    for arm, precision, offset in (("bf16", "bf16", 0), ("fp8", "fp8", 0), ("bf16_other_seeds", "bf16", 10**6)):
+        set_precision(lm, precision)
+        began = time.perf_counter()
+        values: dict[str, list] = {"flips": [], "steps": [], "entropy": []}
+        for seed in range(args.seeds):
+            traj = draw(offset + seed, seed % len(dishes))
+            samplers[arm] = traj.sampler
+            for name, v in per_sample(traj).items():
+                values[name].append(v)
+        seconds[arm] = round(time.perf_counter() - began, 1)
+        arms[arm] = {name: np.concatenate(v) for name, v in values.items()}
+        print(arm, samplers[arm], seconds[arm], "s", flush=True)
+    result = {
+        "model": lm.model_id, "gpu": torch.cuda.get_device_name() if lm.device.type == "cuda" else None, "torch": torch.__version__,
+        "seeds": args.seeds, "batch": args.batch, "samples_per_arm": int(len(arms["bf16"]["flips"])),
+        "settings": {k: getattr(settings, k) for k in ("max_denoising_steps", "stability_threshold", "confidence_threshold", "entropy_bound")},
+        "compiled": args.compile, "samplers": samplers, "arm_seconds": seconds,
+        "fp8_vs_bf16": compare(arms["fp8"], arms["bf16"]),
+        "bf16_other_seeds_vs_bf16": compare(arms["bf16_other_seeds"], arms["bf16"]),
+        "total_s": round(time.perf_counter() - started, 1),
+    }
+    text = json.dumps(result, indent=2)
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+#!/bin/bash
+# Issue 25's device runs (one H200). Writes its files under $OUT (at most 8 come back); short summaries last.
+#   tests:  the GPU tests of the exact, compiled and FP8 tiers (fast sampler, fused logits/experts, fp8);
+#   check:  experiments/fp8_check.py (the FP8 experts block, grouped GEMMs and lm head against bf16);
+#   shift:  experiments/fp8_shift.py on the embedded model (250 seeds × 12 samples per arm);
+#   quick:  1 × 24 with a 1,600-token prompt, exact tier in bf16 and FP8 (no compilation);
+#   bench:  batch 1 (1,600-token prompt) and batch 12 (200) in one run: generate, the exact and compiled
+#           tiers in bf16 and FP8, a profile of the last configuration at each shape;
+#   shiftfull: experiments/fp8_shift.py on the full-size architecture (SHIFT_SEEDS seeds × 12, 8 steps, compiled).
+# Example:  bash experiments/issue25_device.sh tests check shift quick
+set -o pipefail
+export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/petri-inductor}
+B="python3 experiments/bench.py --device cuda"
+LOG=$OUT/all.log
+for part in "$@"; do
+  echo "== $part $(date -u +%T)" >> $LOG
+  case $part in
+    tests)
+      nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.mem --format=csv,noheader | tee -a $LOG
+      timeout ${TESTS_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider tests/test_fused_logits.py tests/test_fast_sampler.py \
+        tests/test_fused_experts.py tests/test_fp8.py > $OUT/pytest.log 2>&1
+      tail -3 $OUT/pytest.log >> $LOG ;;
+    check)
+      timeout 120 python3 experiments/fp8_check.py > $OUT/fp8_check.json 2>/tmp/check.err; tail -c 1500 /tmp/check.err >> $LOG ;;
+    shift)
+      timeout ${SHIFT_TIMEOUT:-240} python3 experiments/fp8_shift.py --model embedded --seeds ${SHIFT_SEEDS:-250} --batch 12 \
+        --out $OUT/fp8_shift_embedded.json 2>&1 | grep -vE "^ |^\{|^\}" | tail -20 >> $LOG ;;
+    quick)
+      timeout 150 $B --model full --shapes 1x1600 --steps 24 --repeats 2 --configs petri_fast,petri_fast_fp8 \
+        --out $OUT/bench_quick_b1.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
+    bench)
+      timeout ${BENCH_TIMEOUT:-420} $B --model full --shapes 1x1600,12x200 --steps 24 --repeats 3 --profile \
+        --configs generate,petri_fast,petri_fast_fp8,petri_fast_compiled,petri_fast_compiled_fp8 \
+        --out $OUT/bench_full_shapes.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
+    shiftfull)
+      timeout ${SHIFTFULL_TIMEOUT:-240} python3 experiments/fp8_shift.py --model full --seeds ${SHIFT_SEEDS:-25} --batch 12 \
+        --steps 8 --compile --out $OUT/fp8_shift_full.json 2>&1 | grep -vE "^ |^\{|^\}" | tail -20 >> $LOG ;;
+  esac
+done
+grep -E "^(FAILED|E  )" $OUT/pytest.log 2>/dev/null | head -12
+cat $LOG | tail -c 6000
