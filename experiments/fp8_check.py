@@ -4,7 +4,8 @@ object on stdout: for one decoder layer's experts block (128 experts top-8 of wi
 the bf16 fused experts op (``petri.engine.fused_experts``) and the FP8 one (``petri.engine.fp8``):
 median time (``triton.testing.do_bench``), the weight bytes over that time, and the FP8 output's
 relative error against bf16; the two grouped GEMMs alone; and the lm head (262,144 × 2,816) as a
-bf16 ``mm`` and as FP8 ``_scaled_mm`` with the activation quantization.
+bf16 ``mm`` and as FP8 ``_scaled_mm`` with the activation quantization; each FP8 GEMM also with
+``use_fast_accum`` (not what the tier runs), and the row quantization by Triton and by torch ops.
 
     python experiments/fp8_check.py
 """
@@ -19,7 +20,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from petri.engine.fp8 import experts_fp8, fp8_linear, quantize_rows, scaled_grouped  # noqa: E402
+from petri.engine.fp8 import (  # noqa: E402
+    experts_fp8, fp8_linear, quantize_rows, quantize_rows_torch, scaled_grouped, scaled_matmul,
+)
 from petri.engine.fused_experts import experts_triton, route  # noqa: E402
 
 
@@ -56,6 +59,10 @@ def experts_case(tokens: int, experts: int = 128, top_k: int = 8, hidden: int = 
                                                torch._grouped_mm(mid, down.transpose(-2, -1), offs=offsets)), return_mode="median")
     times["fp8_gemms_ms"] = do_bench(lambda: (scaled_grouped(rq, rs, gq, gs, offsets), scaled_grouped(mq, ms, dq, ds, offsets)),
                                      return_mode="median")
+    times["fp8_gemms_fast_accum_ms"] = do_bench(lambda: (scaled_grouped(rq, rs, gq, gs, offsets, fast_accum=True),
+                                                         scaled_grouped(mq, ms, dq, ds, offsets, fast_accum=True)), return_mode="median")
+    times["quantize_rows_triton_ms"] = do_bench(lambda: quantize_rows(x), return_mode="median")
+    times["quantize_rows_torch_ms"] = do_bench(lambda: quantize_rows_torch(x), return_mode="median")
     out = {"tokens": tokens, **{k: round(v, 4) for k, v in times.items()}}
     out["bf16_gemms_tb_s"] = round(weight_bytes["bf16"] / times["bf16_gemms_ms"] / 1e9, 2)
     out["fp8_gemms_tb_s"] = round(weight_bytes["fp8"] / times["fp8_gemms_ms"] / 1e9, 2)
@@ -74,7 +81,11 @@ def lm_head_case(tokens: int, vocab: int = 262_144, hidden: int = 2816) -> dict:
     got = fp8_linear(x, wq, ws)
     bf16_ms = do_bench(lambda: x @ w.T, return_mode="median")
     fp8_ms = do_bench(lambda: fp8_linear(x, wq, ws), return_mode="median")
+    xq, xs = quantize_rows(x)
+    fast_ms = do_bench(lambda: scaled_matmul(xq, xs, wq, ws, fast_accum=True), return_mode="median")
+    plain_ms = do_bench(lambda: scaled_matmul(xq, xs, wq, ws), return_mode="median")
     return {"tokens": tokens, "bf16_ms": round(bf16_ms, 4), "fp8_ms": round(fp8_ms, 4),
+            "fp8_gemm_only_ms": round(plain_ms, 4), "fp8_gemm_fast_accum_ms": round(fast_ms, 4),
             "bf16_tb_s": round(2 * w.numel() / bf16_ms / 1e9, 2), "fp8_tb_s": round(w.numel() / fp8_ms / 1e9, 2),
             "fp8_relative_error_vs_bf16": round(float((got.float() - ref.float()).norm() / ref.float().norm()), 5)}
 

@@ -19,7 +19,9 @@ from petri.engine.fp8 import (
     experts_fp8,
     fp8_reason,
     precision_of,
+    activation_quantized,
     quantize_rows,
+    quantize_rows_torch,
     scaled_grouped,
     scaled_grouped_reference,
     scaled_matmul,
@@ -28,7 +30,7 @@ from petri.engine.fp8 import (
     use_bf16,
     use_fp8,
 )
-from petri.engine.fused_experts import experts_reference
+from petri.engine.fused_experts import experts_reference, gated_activation
 from petri.engine.fused_logits import HAVE_TRITON
 from petri.engine.tiny import tiny_random_model
 from petri.trajectory import AnchorSpan, SamplerSettings
@@ -260,3 +262,19 @@ def test_fp8_fast_path_runs_in_graphs_and_names_the_tier_on_gpu(bf16_tiny):
     again = run_sampler_fast(lm, [5, 9, 17], layouts, settings, seed=5)
     assert first.sampler == "fast+fp8"
     assert (first.argmax == again.argmax).all()  # reproducible under graph replay
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU with FP8 matrix units and Triton")
+def test_triton_quantization_is_bit_equal_to_the_torch_ops_on_gpu():
+    torch.manual_seed(5)
+    for rows, width in ((1, 1), (7, 100), (300, 704), (256, 2816), (64, 8192)):
+        x = (torch.randn(rows, width, device="cuda") * torch.logspace(-4, 4, rows, device="cuda")[:, None]).bfloat16()
+        x[0] = 0  # an all-zero row
+        q, scale = quantize_rows(x)  # the Triton kernel (a 2-D CUDA tensor)
+        q_ref, scale_ref = quantize_rows_torch(x)
+        assert torch.equal(scale, scale_ref), (rows, width)
+        assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)), (rows, width)
+    projected = torch.randn(500, 2 * 704, device="cuda").bfloat16() * 3
+    q, scale = activation_quantized(projected, "gelu_pytorch_tanh")  # the fused kernel
+    q_ref, scale_ref = quantize_rows_torch(gated_activation(projected, "gelu_pytorch_tanh"))
+    assert torch.equal(scale, scale_ref) and torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))

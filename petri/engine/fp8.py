@@ -34,12 +34,14 @@ import types
 import torch
 
 from petri.engine.fast_options import default_options, set_options
+from petri.engine.fp8_kernels import MAX_WIDTH, gelu_gate_quantized, quantize_rows_triton, triton_quantizable
 from petri.engine.fused_experts import combine_rows, fusable_reason, gated_activation, route
 
 log = logging.getLogger(__name__)
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # the largest finite e4m3 value
+INV_FP8_MAX = 1.0 / FP8_MAX  # multiplied (in float32), not divided: the kernels do the same
 #: smallest scale, so that an all-zero row quantizes to zeros instead of NaN
 MIN_SCALE = 1e-12
 PRECISIONS = ("bf16", "fp8")
@@ -47,11 +49,28 @@ PRECISIONS = ("bf16", "fp8")
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row e4m3 quantization of the last axis: (..., K) → q (..., K) e4m3, scale (...,) float32
-    with ``x ≈ q · scale[..., None]``, scale = amax(|row|) / 448 (the row's largest value maps to
-    ±448, so nothing saturates)."""
-    scale = (x.abs().amax(dim=-1).float() / FP8_MAX).clamp(min=MIN_SCALE)
+    with ``x ≈ q · scale[..., None]``, scale = amax(|row|) · float32(1/448) (the row's largest value
+    maps to ±448, so nothing saturates). One Triton launch where it can
+    (:func:`petri.engine.fp8_kernels.triton_quantizable`), else these torch ops."""
+    if triton_quantizable(x):
+        return quantize_rows_triton(x, INV_FP8_MAX, FP8_MAX, MIN_SCALE)
+    return quantize_rows_torch(x)
+
+
+def quantize_rows_torch(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`quantize_rows` by torch ops (any device; what ``torch.compile`` traces)."""
+    scale = (x.abs().amax(dim=-1).float() * INV_FP8_MAX).clamp(min=MIN_SCALE)
     q = (x.float() / scale.unsqueeze(-1)).clamp(-FP8_MAX, FP8_MAX).to(FP8)
     return q, scale
+
+
+def activation_quantized(projected: torch.Tensor, activation: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``quantize_rows(gated_activation(projected, activation))``: (R, 2·I) → (R, I) e4m3, (R,);
+    one fused launch for the tanh GELU on CUDA."""
+    if activation == "gelu_pytorch_tanh" and projected.dtype == torch.bfloat16 and triton_quantizable(projected) \
+            and projected.shape[1] // 2 <= MAX_WIDTH:
+        return gelu_gate_quantized(projected, INV_FP8_MAX, FP8_MAX, MIN_SCALE)
+    return quantize_rows(gated_activation(projected, activation))
 
 
 def dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -64,11 +83,14 @@ def scaled_matmul_reference(xq, x_scale, wq, w_scale, dtype=torch.bfloat16) -> t
     return (dequantize(xq, x_scale) @ dequantize(wq, w_scale).T).to(dtype)
 
 
-def scaled_matmul(xq, x_scale, wq, w_scale, dtype=torch.bfloat16) -> torch.Tensor:
+def scaled_matmul(xq, x_scale, wq, w_scale, dtype=torch.bfloat16, fast_accum: bool = False) -> torch.Tensor:
     """As :func:`scaled_matmul_reference`; on CUDA ``torch._scaled_mm`` with row-wise scales
-    (scale_a (M, 1), scale_b (1, N); the weight as a column-major (K, N) view)."""
+    (scale_a (M, 1), scale_b (1, N); the weight as a column-major (K, N) view). ``fast_accum``:
+    the matrix units' reduced-precision accumulation (off in the tier; ``experiments/fp8_check.py``
+    times it)."""
     if xq.is_cuda:
-        return torch._scaled_mm(xq, wq.T, scale_a=x_scale.unsqueeze(1), scale_b=w_scale.unsqueeze(0), out_dtype=dtype)
+        return torch._scaled_mm(xq, wq.T, scale_a=x_scale.unsqueeze(1), scale_b=w_scale.unsqueeze(0), out_dtype=dtype,
+                                use_fast_accum=fast_accum)
     return scaled_matmul_reference(xq, x_scale, wq, w_scale, dtype)
 
 
@@ -84,10 +106,11 @@ def scaled_grouped_reference(xq, x_scale, wq, w_scale, offsets, dtype=torch.bflo
     return out
 
 
-def scaled_grouped(xq, x_scale, wq, w_scale, offsets, dtype=torch.bfloat16) -> torch.Tensor:
+def scaled_grouped(xq, x_scale, wq, w_scale, offsets, dtype=torch.bfloat16, fast_accum: bool = False) -> torch.Tensor:
     """As :func:`scaled_grouped_reference`; on CUDA one ``torch._scaled_grouped_mm`` (no host sync)."""
     if xq.is_cuda:
-        return torch._scaled_grouped_mm(xq, wq.transpose(-2, -1), x_scale, w_scale, offs=offsets, out_dtype=dtype)
+        return torch._scaled_grouped_mm(xq, wq.transpose(-2, -1), x_scale, w_scale, offs=offsets, out_dtype=dtype,
+                                        use_fast_accum=fast_accum)
     return scaled_grouped_reference(xq, x_scale, wq, w_scale, offsets, dtype)
 
 
@@ -111,7 +134,7 @@ def experts_fp8(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, do
     source = torch.div(order, top_k, rounding_mode="floor")
     rows = hq.view(torch.uint8).index_select(0, source).view(FP8)  # a byte gather: any device
     projected = scaled_grouped(rows, h_scale.index_select(0, source), gate_up_q, gate_up_scale, offsets, hidden.dtype)
-    aq, a_scale = quantize_rows(gated_activation(projected, activation))
+    aq, a_scale = activation_quantized(projected, activation)
     out = scaled_grouped(aq, a_scale, down_q, down_scale, offsets, hidden.dtype)
     return combine_rows(out, position, top_k_weights, hidden.dtype)
 
