@@ -11,7 +11,8 @@ experts), ``petri_fast_compiled_experts`` (compiled layers around the fused expe
 ``petri_fast_compiled_softmax`` (and the decoder's self-conditioning softmax done by the sampler's
 pass) and ``petri_fast_compiled`` (and the inverse-CDF draw: what ``--compile``, the default on
 CUDA, does); ``petri_fast_fp8`` and ``petri_fast_compiled_fp8``: the exact and the compiled tier with
-the FP8 tier's weights (``petri.engine.fp8``, ``--precision fp8``). Each configuration puts the model in its mode first (``MODES``). The petri samplers
+the FP8 tier's weights (``petri.engine.fp8``, ``--precision fp8``); ``petri_fast_compiled_small``: the
+compiled tier with ``petri.engine.batch1_experts`` for calls of few tokens (opt-in). Each configuration puts the model in its mode first (``MODES``). The petri samplers
 pin three anchors and record the full per-step log. Peak GPU memory per configuration. Prints one JSON object (and ``--out`` keeps it).
 
     # full-size DiffusionGemma architecture (random bf16 weights, no download) on one GPU
@@ -140,10 +141,10 @@ def time_petri(lm: LoadedModel, prompt: torch.Tensor, settings: SamplerSettings,
 CONFIGS = (
     "generate", "generate_static", "petri_eager", "petri_fast", "petri_fast_fused_experts",
     "petri_fast_compiled_plain", "petri_fast_compiled_experts", "petri_fast_compiled_softmax", "petri_fast_compiled",
-    "petri_fast_fp8", "petri_fast_compiled_fp8",
+    "petri_fast_fp8", "petri_fast_compiled_fp8", "petri_fast_compiled_small",
 )
 #: configuration → (compiled layers, fused experts op, the self-conditioning softmax in the sampler,
-#: the inverse-CDF draw, precision): each lever added one at a time
+#: the inverse-CDF draw, precision, the small-batch experts): each lever added one at a time
 MODES = {
     "petri_fast_fused_experts": (False, True, False, False, "bf16"),
     "petri_fast_compiled_plain": (True, False, False, False, "bf16"),
@@ -152,13 +153,14 @@ MODES = {
     "petri_fast_compiled": (True, True, True, True, "bf16"),  # what --compile does (the default on CUDA)
     "petri_fast_fp8": (False, False, False, False, "fp8"),  # the exact tier's sampler, FP8 weights (issue 25)
     "petri_fast_compiled_fp8": (True, True, True, True, "fp8"),  # --compile --precision fp8
+    "petri_fast_compiled_small": (True, True, True, True, "bf16", True),  # + petri.engine.batch1_experts
 }
-PLAIN = (False, False, False, False, "bf16")
+PLAIN = (False, False, False, False, "bf16", False)
 _current_mode: list = [PLAIN]
 
 
 def set_model_mode(lm: LoadedModel, compiled: bool, fused_experts: bool, softmax_sc: bool, inverse_cdf: bool,
-                   precision: str = "bf16") -> None:
+                   precision: str = "bf16", small_batch: bool = False) -> None:
     """Put the model in one configuration whatever the previous one was: uncompiled layers and the
     transformers experts, then (``fused_experts``) the fused experts op and (``compiled``) regional
     compilation (lazy: it lands in the next call), then the precision (``petri.engine.fp8``); the
@@ -168,16 +170,16 @@ def set_model_mode(lm: LoadedModel, compiled: bool, fused_experts: bool, softmax
     from petri.engine.fp8 import set_precision
     from petri.engine.fused_experts import fuse_experts
 
-    if _current_mode[0][:2] != (compiled, fused_experts):
+    if (_current_mode[0][:2], _current_mode[0][5:]) != ((compiled, fused_experts), (small_batch,)):
         uncompile_regions(lm)  # the plain layers and experts; drops graphs captured before
         torch._dynamo.reset()
         if compiled:
-            compile_for_sampling(lm, fused_experts=fused_experts)
+            compile_for_sampling(lm, fused_experts=fused_experts, small_batch_experts=small_batch)
         elif fused_experts:
             fuse_experts(lm.model)
     set_precision(lm, precision)
     set_options(lm, FastOptions(softmax_self_conditioning=softmax_sc, inverse_cdf_draw=inverse_cdf))
-    _current_mode[0] = (compiled, fused_experts, softmax_sc, inverse_cdf, precision)
+    _current_mode[0] = (compiled, fused_experts, softmax_sc, inverse_cdf, precision, small_batch)
 
 
 def measure(name: str, lm: LoadedModel, prompt, settings, layouts, repeats: int) -> dict:

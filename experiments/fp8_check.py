@@ -5,7 +5,8 @@ the bf16 fused experts op (``petri.engine.fused_experts``) and the FP8 one (``pe
 median time (``triton.testing.do_bench``), the weight bytes over that time, and the FP8 output's
 relative error against bf16; the two grouped GEMMs alone; and the lm head (262,144 × 2,816) as a
 bf16 ``mm`` and as FP8 ``_scaled_mm`` with the activation quantization; each FP8 GEMM also with
-``use_fast_accum`` (not what the tier runs), and the row quantization by Triton and by torch ops.
+``use_fast_accum`` (not what the tier runs), and the row quantization by Triton and by torch ops; at
+T = 256 also the small-batch experts (``petri.engine.batch1_experts``, bf16).
 
     python experiments/fp8_check.py
 """
@@ -23,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from petri.engine.fp8 import (  # noqa: E402
     experts_fp8, fp8_linear, quantize_rows, quantize_rows_torch, scaled_grouped, scaled_matmul,
 )
+from petri.engine.batch1_experts import MAX_PAIRS, experts_small_batch  # noqa: E402
 from petri.engine.fused_experts import experts_triton, route  # noqa: E402
 
 
@@ -61,6 +63,11 @@ def experts_case(tokens: int, experts: int = 128, top_k: int = 8, hidden: int = 
                                      return_mode="median")
     times["fp8_gemms_fast_accum_ms"] = do_bench(lambda: (scaled_grouped(rq, rs, gq, gs, offsets, fast_accum=True),
                                                          scaled_grouped(mq, ms, dq, ds, offsets, fast_accum=True)), return_mode="median")
+    if tokens * top_k <= MAX_PAIRS:  # issue 25's batch-1 lever, bf16
+        small = experts_small_batch(x, index, weights, gate_up, down, act)
+        times["small_batch_op_ms"] = do_bench(lambda: experts_small_batch(x, index, weights, gate_up, down, act),
+                                              return_mode="median")
+        small_error = float((small.float() - bf16.float()).norm() / bf16.float().norm())
     times["quantize_rows_triton_ms"] = do_bench(lambda: quantize_rows(x), return_mode="median")
     times["quantize_rows_torch_ms"] = do_bench(lambda: quantize_rows_torch(x), return_mode="median")
     out = {"tokens": tokens, **{k: round(v, 4) for k, v in times.items()}}
@@ -68,6 +75,9 @@ def experts_case(tokens: int, experts: int = 128, top_k: int = 8, hidden: int = 
     out["fp8_gemms_tb_s"] = round(weight_bytes["fp8"] / times["fp8_gemms_ms"] / 1e9, 2)
     out["fp8_relative_error_vs_bf16"] = round(float((fp8.float() - bf16.float()).norm() / bf16.float().norm()), 5)
     out["fp8_finite"] = bool(torch.isfinite(fp8).all())
+    if "small_batch_op_ms" in times:
+        out["small_batch_relative_error_vs_bf16_op"] = round(small_error, 6)
+        out["small_batch_gemms_and_glue_tb_s"] = round(weight_bytes["bf16"] / times["small_batch_op_ms"] / 1e9, 2)
     return out
 
 

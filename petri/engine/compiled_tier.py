@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 
+from petri.engine.batch1_experts import use_small_batch_experts
 from petri.engine.decoder_hooks import compile_layers, layers_compiled, uncompile_layers
 from petri.engine.fast_options import FastOptions, set_options
 from petri.engine.fp8 import reapply as reapply_fp8
@@ -20,19 +21,22 @@ log = logging.getLogger(__name__)
 PETRI_CACHE_DIR = os.path.expanduser("~/.cache/petri/torchinductor")
 
 
-def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True) -> None:
+def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, small_batch_experts: bool = False) -> None:
     """The compiled tier, in place: the decoder's experts through the fused experts op
     (``fused_experts``; skipped, with the reason logged, where the layers do not fit it), then
     regional compilation of the decoder layers (:func:`petri.engine.decoder_hooks.compile_layers`:
     one graph per layer type), and the sampler's softmax of the self-conditioning and inverse-CDF
     draw (:class:`FastOptions`). Compiled artifacts go to Inductor's on-disk caches (FX graph,
     AOTAutograd and Triton kernel caches in ``TORCHINDUCTOR_CACHE_DIR``, :func:`use_petri_cache_dir`),
-    which a restarted process reuses.
+    which a restarted process reuses. ``small_batch_experts`` (off by default; issue 25's batch-1 lever):
+    calls of few tokens take :mod:`petri.engine.batch1_experts`' grouped GEMM instead.
     :func:`uncompile_regions` undoes it all."""
     use_petri_cache_dir()
     uncompile_regions(lm)
     if fused_experts and (reason := fuse_experts(lm.model)) is not None:
         log.warning("fused experts off: %s", reason)
+    elif fused_experts and small_batch_experts:  # issue 25: opt-in, petri.engine.batch1_experts
+        use_small_batch_experts(lm.model)
     reapply_fp8(lm)  # issue 25: the FP8 tier's experts (when it is on) in place of the op just installed
     compile_layers(lm.model.model.decoder.layers, backend)
     set_options(lm, FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True))

@@ -44,6 +44,7 @@ import torch
 
 from petri.cancel import CancelToken
 from petri.engine.base import StepCallback
+from petri.engine.batch1_experts import small_batch_experts_used
 from petri.engine.compiled_tier import is_compiled, uncompile_regions
 from petri.engine.decoder_hooks import self_conditioning_reason, soft_embeddings_fed
 from petri.engine.fast_options import _SESSIONS, FastOptions, default_options
@@ -390,7 +391,8 @@ def run_sampler_fast(
                 break
     steps_run = index + 1
     levers = (("+compiled", is_compiled(lm)), ("+sc-softmax", session.sc_probabilities),
-              ("+inverse-cdf", options.inverse_cdf_draw), ("+fp8", precision_of(lm) == "fp8"))  # fp8: issue 25
+              ("+inverse-cdf", options.inverse_cdf_draw), ("+small-batch-experts", small_batch_experts_used(lm, batch)),
+              ("+fp8", precision_of(lm) == "fp8"))  # the last two: issue 25
     trajectory = assemble_trajectory(
         lm,
         sampler="fast" + "".join(name for name, used in levers if used),

@@ -125,7 +125,8 @@ def compiles_by_default(lm: LoadedModel) -> bool:
 
 
 def compile_for_sampling(
-    lm: LoadedModel, backend: str = "inductor", regional: bool = True, fused_experts: bool = True
+    lm: LoadedModel, backend: str = "inductor", regional: bool = True, fused_experts: bool = True,
+    small_batch_experts: bool = False,
 ) -> LoadedModel:
     """Compile what the samplers call, in place. ``regional`` (default): ``torch.compile`` each decoder
     layer (``petri.engine.compiled_tier.compile_regions``: one compiled graph per layer type, reused
@@ -140,7 +141,7 @@ def compile_for_sampling(
     if regional:
         from petri.engine.compiled_tier import compile_regions
 
-        compile_regions(lm, backend=backend, fused_experts=fused_experts)
+        compile_regions(lm, backend=backend, fused_experts=fused_experts, small_batch_experts=small_batch_experts)
     else:
         lm.model.forward = torch.compile(lm.model.forward, backend=backend)
     return lm

@@ -1,0 +1,188 @@
+"""Experts for few tokens per expert (issue 25's batch-1 lever): one Triton grouped GEMM that
+gathers its own rows, instead of the gather kernel plus ``torch._grouped_mm``.
+
+Why: with one sample (256 canvas tokens × top-8 of 128 experts, about 16 rows per expert) a
+decoder layer's experts read all their weights (1.52 GB in bf16) to multiply a handful of rows, so
+the block is bound by memory; ``torch._grouped_mm`` reached about 2.8 TB/s there on an H200
+(``experiments/fp8_check.py``), against 4.2 TB/s for a plain read.
+
+Layout (vLLM's fused-MoE idea): the (token, k) pairs sorted by expert, each expert's run padded to
+a multiple of ``BLOCK_M`` rows, so every block of ``BLOCK_M`` rows belongs to one expert
+(:func:`align_blocks`). Each program multiplies one block of rows by one ``BLOCK_N`` slice of its
+expert's weight (B read straight from the (E, N, K) weight, K contiguous), loading the rows of the
+first GEMM from the hidden states by token id; padded rows are zeros and are never combined.
+
+The products are float32 sums of bf16 products in Triton's order, not cuBLAS/CUTLASS's, so the
+block equals :func:`petri.engine.fused_experts.experts_reference` up to float rounding (checked on
+the GPU in ``tests/test_batch1_experts.py``); it is used only in the compiled tier, and only where
+T·K ≤ :data:`MAX_PAIRS` (the compiled tier's experts op, :func:`petri.engine.fused_experts.moe_experts`,
+picks it when the tier asks for it: :func:`petri.engine.compiled_tier.compile_regions`).
+
+Shapes: hidden (T, H), top_k_index (T, K), top_k_weights (T, K); gate_up (E, 2·I, H), down (E, H, I).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from petri.engine.fused_logits import HAVE_TRITON
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+#: the most (token, k) pairs a call sends here (more: the grouped GEMMs fill the chip better)
+MAX_PAIRS = 4096
+BLOCK_M = 32
+
+
+def align_blocks(top_k_index: torch.Tensor, num_experts: int, block_m: int = BLOCK_M):
+    """Pad each expert's run of sorted pairs to a multiple of ``block_m`` rows, without a host sync.
+
+    Returns ``rows`` (R,) int32: for each padded row the pair id (token·K + k) or -1 for padding;
+    ``block_expert`` (R / block_m,) int32: each block's expert, -1 past the last used block;
+    ``position`` (T·K,) int64: each pair's padded row. R = T·K + E·(block_m − 1) rounded up to
+    ``block_m``, a bound on the padded length whatever the routing."""
+    pairs = top_k_index.numel()
+    expert_of_pair = top_k_index.reshape(-1).long()
+    order = torch.sort(expert_of_pair.to(torch.uint8) if num_experts <= 256 else expert_of_pair, stable=True)[1]
+    sorted_experts = expert_of_pair[order]
+    counts = torch.zeros(num_experts, dtype=torch.long, device=top_k_index.device).scatter_add_(
+        0, expert_of_pair, torch.ones_like(expert_of_pair))
+    padded = (counts + block_m - 1) // block_m * block_m
+    padded_ends = torch.cumsum(padded, 0)
+    starts = torch.cumsum(counts, 0) - counts
+    total = pairs + num_experts * (block_m - 1)
+    total = (total + block_m - 1) // block_m * block_m
+    dest = (padded_ends - padded)[sorted_experts] + torch.arange(pairs, device=order.device) - starts[sorted_experts]
+    rows = torch.full((total,), -1, dtype=torch.int32, device=order.device)
+    rows[dest] = order.to(torch.int32)
+    position = torch.empty(pairs, dtype=torch.long, device=order.device)
+    position[order] = dest
+    block_starts = torch.arange(0, total, block_m, device=order.device)
+    block_expert = torch.searchsorted(padded_ends, block_starts, right=True).to(torch.int32)
+    block_expert = torch.where(block_expert < num_experts, block_expert, -1).to(torch.int32)
+    return rows, block_expert, position
+
+
+def grouped_gemm_reference(a, weight, rows, block_expert, top_k: int, gather: bool, block_m: int = BLOCK_M):
+    """What the kernel computes, in torch: (R, N) with padded row r = a[rows[r] // top_k] (gather) or
+    a[r] times ``weight[block_expert[r // block_m]]``ᵀ, zeros for padding and unused blocks."""
+    total = rows.shape[0]
+    out = torch.zeros((total, weight.shape[1]), dtype=a.dtype, device=a.device)
+    experts = block_expert.repeat_interleave(block_m)
+    valid = (rows >= 0) & (experts >= 0)
+    index = torch.nonzero(valid).squeeze(1)
+    source = torch.div(rows[index].long(), top_k, rounding_mode="floor") if gather else index
+    for expert in torch.unique(experts[index]).tolist():
+        mine = experts[index] == expert
+        out[index[mine]] = (a[source[mine]].float() @ weight[expert].float().T).to(a.dtype)
+    return out
+
+
+def grouped_gemm(a, weight, rows, block_expert, top_k: int, gather: bool, block_m: int = BLOCK_M):
+    """As :func:`grouped_gemm_reference`, one Triton launch (CUDA)."""
+    total = rows.shape[0]
+    experts, n, k = weight.shape
+    out = torch.empty((total, n), dtype=a.dtype, device=a.device)
+    grid = lambda meta: (total // block_m, triton.cdiv(n, meta["BLOCK_N"]))  # noqa: E731
+    _grouped_gemm_kernel[grid](
+        a, weight, out, rows, block_expert, n, k, a.stride(0), weight.stride(0), weight.stride(1), out.stride(0),
+        TOP_K=top_k, GATHER=gather, BLOCK_M=block_m,
+    )
+    return out
+
+
+def experts_small_batch(hidden, top_k_index, top_k_weights, gate_up, down, activation: str) -> torch.Tensor:
+    """The experts block (shapes in the module docstring) through :func:`grouped_gemm` (CUDA)."""
+    from petri.engine.fused_experts import combine_rows, gated_activation
+
+    top_k = top_k_index.shape[1]
+    hidden = hidden.contiguous()
+    rows, block_expert, position = align_blocks(top_k_index, gate_up.shape[0])
+    projected = grouped_gemm(hidden, gate_up, rows, block_expert, top_k, gather=True)
+    out = grouped_gemm(gated_activation(projected, activation), down, rows, block_expert, top_k, gather=False)
+    return combine_rows(out, position, top_k_weights, hidden.dtype)
+
+
+if HAVE_TRITON:
+
+    @triton.autotune(
+        configs=[
+            triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
+            for bn, bk, w, s in ((64, 128, 4, 4), (128, 128, 4, 3), (64, 256, 4, 3), (32, 256, 4, 4), (128, 64, 4, 4))
+        ],
+        key=["N", "K", "GATHER"],
+    )
+    @triton.jit
+    def _grouped_gemm_kernel(a_ptr, b_ptr, c_ptr, rows_ptr, block_expert_ptr, N, K, stride_am, stride_be, stride_bn,
+                             stride_cm, TOP_K: tl.constexpr, GATHER: tl.constexpr, BLOCK_M: tl.constexpr,
+                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        """c[r, n] = Σ_k a[row(r), k] · b[e, n, k] for the block's expert e (b's K axis contiguous)."""
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+        expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+        if expert >= 0:
+            offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            pair = tl.load(rows_ptr + offs_m)
+            valid_m = pair >= 0
+            if GATHER:
+                a_rows = tl.where(valid_m, pair // TOP_K, 0).to(tl.int64)
+            else:
+                a_rows = offs_m.to(tl.int64)
+            offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            valid_n = offs_n < N
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            b_base = b_ptr + expert * stride_be + offs_n[None, :].to(tl.int64) * stride_bn
+            for k0 in range(0, K, BLOCK_K):
+                offs_k = k0 + tl.arange(0, BLOCK_K)
+                valid_k = offs_k < K
+                a = tl.load(a_ptr + a_rows[:, None] * stride_am + offs_k[None, :],
+                            mask=valid_m[:, None] & valid_k[None, :], other=0.0)
+                b = tl.load(b_base + offs_k[:, None], mask=valid_k[:, None] & valid_n[None, :], other=0.0)
+                acc = tl.dot(a, b, acc)
+            c = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :]
+            tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=valid_n[None, :])
+
+
+@torch.library.custom_op("petri::moe_experts_small_batch", mutates_args=())
+def moe_experts_small_batch(
+    hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
+    gate_up: torch.Tensor, down: torch.Tensor, activation: str,
+) -> torch.Tensor:
+    """:func:`experts_small_batch` on CUDA with Triton, else ``experts_reference`` (opaque to ``torch.compile``)."""
+    if hidden.is_cuda and HAVE_TRITON:
+        return experts_small_batch(hidden, top_k_index, top_k_weights, gate_up, down, activation)
+    from petri.engine.fused_experts import experts_reference
+
+    return experts_reference(hidden, top_k_index, top_k_weights, gate_up, down, activation)
+
+
+@moe_experts_small_batch.register_fake
+def _(hidden, top_k_index, top_k_weights, gate_up, down, activation):
+    return torch.empty_like(hidden)
+
+
+def use_small_batch_experts(model, on: bool = True) -> None:
+    """Mark the decoder's experts (already through the fused experts op) to take
+    :func:`moe_experts_small_batch` for calls of at most :data:`MAX_PAIRS` pairs."""
+    for layer in model.model.decoder.layers:
+        experts = getattr(layer, "experts", None)
+        if experts is not None:
+            if on:
+                experts._petri_small_batch = True
+            else:
+                vars(experts).pop("_petri_small_batch", None)
+
+
+def small_batch_experts_used(lm, batch: int) -> bool:
+    """Whether a call of ``batch`` canvases on ``lm`` runs :func:`moe_experts_small_batch`: the experts
+    marked for it (and still through the fused op, not another tier's), T·K ≤ :data:`MAX_PAIRS`."""
+    model = lm.model
+    from petri.engine.fused_experts import _fused_forward
+
+    experts = [getattr(layer, "experts", None) for layer in model.model.decoder.layers]
+    marked = [e for e in experts if e is not None and getattr(e, "_petri_small_batch", False)
+              and getattr(vars(e).get("forward"), "__func__", None) is _fused_forward]
+    top_k = int(model.config.get_text_config().top_k_experts)
+    return bool(marked) and batch * lm.canvas_length * top_k <= MAX_PAIRS
