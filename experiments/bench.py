@@ -257,6 +257,8 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="then profile one more fast-path seed (torch.profiler, CUDA time by kernel): after the "
                              "first request, or after the last configuration")
+    parser.add_argument("--profile-configs", default=None,
+                        help="comma-separated configurations to profile (one more seed each, right after measuring it)")
     parser.add_argument("--shapes", default=None,
                         help="BATCHxPROMPT,...: measure every configuration at each shape in one run, e.g. 1x1600,12x200 "
                              "(instead of --batch/--prompt-tokens; results under 'shapes')")
@@ -336,19 +338,26 @@ def main() -> None:
             layouts = three_anchor_layouts(batch, lm.canvas_length, lm.vocab_size)
         else:
             target = result
-        run_configs(args.configs.split(","), lm, prompt, settings, layouts, args.repeats, target, write)
+        run_configs(args.configs.split(","), lm, prompt, settings, layouts, args.repeats, target, write,
+                    set(args.profile_configs.split(",")) if args.profile_configs else set())
         if args.profile:  # one more seed in the last configuration, under the profiler
             target["profile"] = profile_seed(lm, prompt, settings, layouts)
             write()
     print(write())
 
 
-def run_configs(names, lm, prompt, settings, layouts, repeats: int, target: dict, write) -> None:
-    """Each configuration measured into ``target`` (an error recorded and the rest measured), then
-    each petri configuration's median over the fastest ``generate``'s."""
+def run_configs(names, lm, prompt, settings, layouts, repeats: int, target: dict, write, profiled=frozenset()) -> None:
+    """Each configuration measured into ``target`` (an error recorded and the rest measured; those in
+    ``profiled`` then profiled over one more seed), then each petri configuration's median over the
+    fastest ``generate``'s."""
     for name in names:
         try:
             target[name] = measure(name, lm, prompt, settings, layouts, repeats)
+            if name in profiled:
+                try:
+                    target[name]["profile"] = profile_seed(lm, prompt, settings, layouts)
+                except Exception as error:  # the measurement stands
+                    target[name]["profile"] = {"error": f"{type(error).__name__}: {error}"[:500]}
         except Exception as error:  # record and go on: one failing configuration must not lose the rest
             target[name] = {"error": f"{type(error).__name__}: {error}"[:2000]}
         write()

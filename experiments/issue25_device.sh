@@ -5,8 +5,8 @@
 #   shift:  experiments/fp8_shift.py on the embedded model (250 seeds × 12 samples per arm);
 #   quick:  1 × 24 with a 1,600-token prompt, exact tier in bf16 and FP8 (no compilation);
 #   bench:  batch 1 (1,600-token prompt) and batch 12 (200) in one run: generate, the exact and compiled
-#           tiers in bf16 and FP8, a profile of the last configuration at each shape;
-#   shiftfull: experiments/fp8_shift.py on the full-size architecture (SHIFT_SEEDS seeds × 12, 8 steps, compiled).
+#           tiers in bf16 and FP8, the compiled tier with the small-batch experts; profiles of the compiled tier in bf16 and FP8;
+#   shiftfull: experiments/fp8_shift.py on the full-size architecture (SHIFTFULL_SEEDS seeds × 12, 8 steps, exact tier).
 # Example:  bash experiments/issue25_device.sh tests check shift quick
 set -o pipefail
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/petri-inductor}
@@ -18,7 +18,7 @@ for part in "$@"; do
     tests)
       nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.mem --format=csv,noheader | tee -a $LOG
       timeout ${TESTS_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider tests/test_fused_logits.py tests/test_fast_sampler.py \
-        tests/test_fused_experts.py tests/test_fp8.py > $OUT/pytest.log 2>&1
+        tests/test_fused_experts.py tests/test_fp8.py tests/test_batch1_experts.py > $OUT/pytest.log 2>&1
       tail -3 $OUT/pytest.log >> $LOG ;;
     check)
       timeout 120 python3 experiments/fp8_check.py > $OUT/fp8_check.json 2>/tmp/check.err; tail -c 1500 /tmp/check.err >> $LOG ;;
@@ -29,12 +29,13 @@ for part in "$@"; do
       timeout 150 $B --model full --shapes 1x1600 --steps 24 --repeats 2 --configs petri_fast,petri_fast_fp8 \
         --out $OUT/bench_quick_b1.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
     bench)
-      timeout ${BENCH_TIMEOUT:-420} $B --model full --shapes 1x1600,12x200 --steps 24 --repeats 3 --profile \
-        --configs generate,petri_fast,petri_fast_fp8,petri_fast_compiled,petri_fast_compiled_fp8 \
+      timeout ${BENCH_TIMEOUT:-420} $B --model full --shapes 1x1600,12x200 --steps 24 --repeats 3 \
+        --configs generate,petri_fast,petri_fast_fp8,petri_fast_compiled,petri_fast_compiled_small,petri_fast_compiled_fp8 \
+        --profile-configs petri_fast_compiled,petri_fast_compiled_fp8 \
         --out $OUT/bench_full_shapes.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
     shiftfull)
-      timeout ${SHIFTFULL_TIMEOUT:-240} python3 experiments/fp8_shift.py --model full --seeds ${SHIFT_SEEDS:-25} --batch 12 \
-        --steps 8 --compile --out $OUT/fp8_shift_full.json 2>&1 | grep -vE "^ |^\{|^\}" | tail -20 >> $LOG ;;
+      timeout ${SHIFTFULL_TIMEOUT:-240} python3 experiments/fp8_shift.py --model full --seeds ${SHIFTFULL_SEEDS:-20} --batch 12 \
+        --steps 8 --out $OUT/fp8_shift_full.json 2>&1 | grep -vE "^ |^\{|^\}" | tail -20 >> $LOG ;;
   esac
 done
 grep -E "^(FAILED|E  )" $OUT/pytest.log 2>/dev/null | head -12
