@@ -1,9 +1,16 @@
 """What the FP8 tier does to the science (issue 25): the distributions of per-sample flips, steps
-and entropy drawn in bf16 and in FP8 (``petri.engine.fp8``), same sampler tier, same seeds, plus
-a null arm (bf16 with other seeds) that shows how far two bf16 runs differ by chance. Per sample:
-mean flips per free position, steps run, mean entropy over free positions and steps run. For each
-metric and arm against bf16: Mann-Whitney U and Kolmogorov-Smirnov p-values (two-sample tests) and
-the relative shift of the mean, (mean_arm − mean_bf16) / mean_bf16. One JSON object on stdout.
+and entropy drawn in bf16 and in FP8 (``petri.engine.fp8``: ``fp8`` and ``fp8-fast``), same sampler
+tier, same seeds, plus a null arm (bf16 with other seeds) that shows how far two bf16 runs differ by
+chance. Per sample: mean flips per free position, steps run, mean entropy over free positions and
+steps run. For each metric and arm against bf16: the relative shift of the mean,
+(mean_arm − mean_bf16) / mean_bf16, and two-sample tests at two levels:
+
+- ``seed_level`` (the independent unit: the samples of one seed share the dish, the prompt and the
+  anchor layouts): per-seed means, Mann-Whitney U, and (same seeds) the Wilcoxon signed-rank test
+  paired by seed;
+- ``sample_level`` (not independent, shown for reference): Mann-Whitney U and Kolmogorov-Smirnov.
+
+One JSON object on stdout; ``--npz`` also keeps the per-sample arrays.
 
     # the embedded model with its shipped settings (adaptive stop), two dishes, 250 seeds × 12 samples
     python experiments/fp8_shift.py --model embedded --seeds 250 --batch 12
@@ -45,18 +52,27 @@ def per_sample(traj) -> dict[str, np.ndarray]:
     return {"flips": table["mean_flips_free"].to_numpy(float), "steps": traj.steps.astype(float), "entropy": entropy}
 
 
-def compare(arm: dict[str, np.ndarray], base: dict[str, np.ndarray]) -> dict:
-    from scipy.stats import ks_2samp, mannwhitneyu
+def compare(arm: dict[str, np.ndarray], base: dict[str, np.ndarray], batch: int, paired: bool) -> dict:
+    """Per metric: means, relative shift, seed-level and sample-level tests (module docstring)."""
+    from scipy.stats import ks_2samp, mannwhitneyu, wilcoxon
 
     out = {}
     for name in base:
         a, b = arm[name], base[name]
         same = np.all(a == a[0]) and np.all(b == a[0])  # e.g. fixed steps: no test to run
+        seeds_a, seeds_b = a.reshape(-1, batch).mean(1), b.reshape(-1, batch).mean(1)
+        differs = not np.array_equal(seeds_a, seeds_b)
         out[name] = {
             "mean": float(a.mean()), "mean_bf16": float(b.mean()),
             "relative_shift": float((a.mean() - b.mean()) / b.mean()) if b.mean() else None,
-            "mann_whitney_p": None if same else float(mannwhitneyu(a, b).pvalue),
-            "ks_p": None if same else float(ks_2samp(a, b).pvalue),
+            "seed_level": None if same else {
+                "seeds": int(len(seeds_a)),
+                "mann_whitney_p": float(mannwhitneyu(seeds_a, seeds_b).pvalue),
+                "wilcoxon_paired_p": float(wilcoxon(seeds_a, seeds_b).pvalue) if paired and differs else None,
+            },
+            "sample_level": None if same else {
+                "mann_whitney_p": float(mannwhitneyu(a, b).pvalue), "ks_p": float(ks_2samp(a, b).pvalue),
+            },
         }
     return out
 
@@ -69,7 +85,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="fixed steps, adaptive stop off (default: the model's settings)")
     parser.add_argument("--compile", action="store_true", help="both arms in the compiled tier (default: the exact tier)")
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke run (slow; bf16 on the CPU)")
+    parser.add_argument("--arms", default="fp8,fp8-fast", help="FP8 arms beside bf16 and the null arm")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--npz", default=None, help="also keep the per-sample arrays (arm_metric: (seeds·batch,))")
     args = parser.parse_args()
     started = time.perf_counter()
     if args.model == "full":
@@ -102,7 +120,8 @@ def main() -> None:
         compile_for_sampling(lm)
     arms: dict[str, dict[str, list]] = {}
     samplers, seconds = {}, {}
-    for arm, precision, offset in (("bf16", "bf16", 0), ("fp8", "fp8", 0), ("bf16_other_seeds", "bf16", 10**6)):
+    plan = [("bf16", "bf16", 0)] + [(arm, arm, 0) for arm in args.arms.split(",")] + [("bf16_other_seeds", "bf16", 10**6)]
+    for arm, precision, offset in plan:
         set_precision(lm, precision)
         began = time.perf_counter()
         values: dict[str, list] = {"flips": [], "steps": [], "entropy": []}
@@ -119,10 +138,12 @@ def main() -> None:
         "seeds": args.seeds, "batch": args.batch, "samples_per_arm": int(len(arms["bf16"]["flips"])),
         "settings": {k: getattr(settings, k) for k in ("max_denoising_steps", "stability_threshold", "confidence_threshold", "entropy_bound")},
         "compiled": args.compile, "samplers": samplers, "arm_seconds": seconds,
-        "fp8_vs_bf16": compare(arms["fp8"], arms["bf16"]),
-        "bf16_other_seeds_vs_bf16": compare(arms["bf16_other_seeds"], arms["bf16"]),
+        **{f"{arm}_vs_bf16": compare(arms[arm], arms["bf16"], args.batch, paired=offset == 0)
+           for arm, _, offset in plan[1:]},
         "total_s": round(time.perf_counter() - started, 1),
     }
+    if args.npz:
+        np.savez_compressed(args.npz, **{f"{arm}_{name}": v for arm, values in arms.items() for name, v in values.items()})
     text = json.dumps(result, indent=2)
     if args.out:
         Path(args.out).write_text(text)

@@ -2,10 +2,11 @@
 # Issue 25's device runs (one H200). Writes its files under $OUT (at most 8 come back); short summaries last.
 #   tests:  the GPU tests of the exact, compiled and FP8 tiers (fast sampler, fused logits/experts, fp8);
 #   check:  experiments/fp8_check.py (the FP8 experts block, grouped GEMMs and lm head against bf16);
-#   shift:  experiments/fp8_shift.py on the embedded model (250 seeds × 12 samples per arm);
+#   shift:  experiments/fp8_shift.py on the embedded model (250 seeds × 12 samples per arm: bf16, fp8, fp8-fast, bf16 other seeds);
 #   quick:  1 × 24 with a 1,600-token prompt, exact tier in bf16 and FP8 (no compilation);
 #   bench:  batch 1 (1,600-token prompt) and batch 12 (200) in one run: generate, the exact and compiled
 #           tiers in bf16 and FP8, the compiled tier with the small-batch experts; profiles of the compiled tier in bf16 and FP8;
+#   fast:   the compiled tier in fp8-fast (fast accumulation) at both shapes;
 #   shiftfull: experiments/fp8_shift.py on the full-size architecture (SHIFTFULL_SEEDS seeds × 12, 8 steps, exact tier).
 # Example:  bash experiments/issue25_device.sh tests check shift quick
 set -o pipefail
@@ -24,10 +25,13 @@ for part in "$@"; do
       timeout 120 python3 experiments/fp8_check.py > $OUT/fp8_check.json 2>/tmp/check.err; tail -c 1500 /tmp/check.err >> $LOG ;;
     shift)
       timeout ${SHIFT_TIMEOUT:-240} python3 experiments/fp8_shift.py --model embedded --seeds ${SHIFT_SEEDS:-250} --batch 12 \
-        --out $OUT/fp8_shift_embedded.json 2>&1 | grep -vE "^ |^\{|^\}" | tail -20 >> $LOG ;;
+        --out $OUT/fp8_shift_embedded.json --npz $OUT/fp8_shift_embedded.npz 2>&1 | grep -vE "^ |^\{|^\}" | tail -20 >> $LOG ;;
     quick)
       timeout 150 $B --model full --shapes 1x1600 --steps 24 --repeats 2 --configs petri_fast,petri_fast_fp8 \
         --out $OUT/bench_quick_b1.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
+    fast)
+      timeout ${FAST_TIMEOUT:-150} $B --model full --shapes 1x1600,12x200 --steps 24 --repeats 3 \
+        --configs petri_fast_compiled_fp8fast --out $OUT/bench_full_fp8fast.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
     bench)
       timeout ${BENCH_TIMEOUT:-420} $B --model full --shapes 1x1600,12x200 --steps 24 --repeats 3 \
         --configs generate,petri_fast,petri_fast_fp8,petri_fast_compiled,petri_fast_compiled_small,petri_fast_compiled_fp8 \
@@ -35,7 +39,7 @@ for part in "$@"; do
         --out $OUT/bench_full_shapes.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
     shiftfull)
       timeout ${SHIFTFULL_TIMEOUT:-240} python3 experiments/fp8_shift.py --model full --seeds ${SHIFTFULL_SEEDS:-20} --batch 12 \
-        --steps 8 --out $OUT/fp8_shift_full.json 2>&1 | grep -vE "^ |^\{|^\}" | tail -20 >> $LOG ;;
+        --steps 8 --arms fp8 --out $OUT/fp8_shift_full.json 2>&1 | grep -vE "^ |^\{|^\}" | tail -20 >> $LOG ;;
   esac
 done
 grep -E "^(FAILED|E  )" $OUT/pytest.log 2>/dev/null | head -12

@@ -31,10 +31,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "the compilation (tens of seconds, cached on disk for the next start)",
     )
     parser.add_argument(  # issue 25
-        "--precision", default="bf16", choices=("bf16", "fp8"),
+        "--precision", default="bf16", choices=("bf16", "fp8", "fp8-fast"),
         help="fp8: the opt-in FP8 tier (CUDA, FP8 GPUs): the decoder's matrices, experts and lm head in e4m3 with "
-        "per-row scales; its samples differ in distribution from bf16 by the shift the README reports, and every "
-        "output names it (sampler '+fp8'). Default bf16",
+        "per-row scales; fp8-fast: the same with the matrix units' fast accumulation. Their samples differ in "
+        "distribution from bf16 by the shift the README reports, and every output names the tier (sampler '+fp8', "
+        "'+fp8-fast'). Default bf16",
     )
     parser.add_argument(
         "--backend", default="auto", help="auto (MLX on Apple silicon without a torch GPU, else torch), torch or mlx"

@@ -179,6 +179,9 @@ def test_fp8_trajectories_name_the_tier(bf16_tiny):
     settings = SamplerSettings(max_denoising_steps=3)
     use_fp8(bf16_tiny)
     assert bf16_tiny.sample([5, 9, 17], layouts, settings, seed=0).sampler == "eager+fp8"
+    set_precision(bf16_tiny, "fp8-fast")  # straight from one FP8 variant to the other
+    assert bf16_tiny.sample([5, 9, 17], layouts, settings, seed=0).sampler == "eager+fp8-fast"
+    assert bf16_tiny.device_type == "cpu-fp8-fast" and bf16_tiny.model.lm_head._petri_fp8_fast is True
     use_bf16(bf16_tiny)
     assert bf16_tiny.sample([5, 9, 17], layouts, settings, seed=0).sampler == "eager"
 
@@ -206,7 +209,7 @@ def test_fp8_is_refused_with_a_reason(tiny_lm, bf16_tiny):
     assert "bf16" in fp8_reason(tiny_lm)  # float32 on the CPU
     with pytest.raises(ValueError, match="precision fp8 needs a bf16 model"):
         set_precision(copy.copy(tiny_lm), "fp8")
-    with pytest.raises(ValueError, match="precision must be one of bf16, fp8, got 'fp16'"):
+    with pytest.raises(ValueError, match="precision must be one of bf16, fp8, fp8-fast, got 'fp16'"):
         set_precision(bf16_tiny, "fp16")
     assert fp8_reason(bf16_tiny) is None
 

@@ -48,7 +48,7 @@ from petri.engine.batch1_experts import small_batch_experts_used
 from petri.engine.compiled_tier import is_compiled, uncompile_regions
 from petri.engine.decoder_hooks import self_conditioning_reason, soft_embeddings_fed
 from petri.engine.fast_options import _SESSIONS, FastOptions, default_options
-from petri.engine.fp8 import precision_of
+from petri.engine.fp8 import is_fp8, precision_tag
 from petri.engine.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
 from petri.engine.torch_step import _cache_kwarg, accept_mask, start_batch
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory, assemble_trajectory, check_sampler_inputs
@@ -392,7 +392,7 @@ def run_sampler_fast(
     steps_run = index + 1
     levers = (("+compiled", is_compiled(lm)), ("+sc-softmax", session.sc_probabilities),
               ("+inverse-cdf", options.inverse_cdf_draw), ("+small-batch-experts", small_batch_experts_used(lm, batch)),
-              ("+fp8", precision_of(lm) == "fp8"))  # the last two: issue 25
+              (precision_tag(lm), is_fp8(lm)))  # the last two: issue 25
     trajectory = assemble_trajectory(
         lm,
         sampler="fast" + "".join(name for name, used in levers if used),

@@ -44,7 +44,7 @@ FP8_MAX = 448.0  # the largest finite e4m3 value
 INV_FP8_MAX = 1.0 / FP8_MAX  # multiplied (in float32), not divided: the kernels do the same
 #: smallest scale, so that an all-zero row quantizes to zeros instead of NaN
 MIN_SCALE = 1e-12
-PRECISIONS = ("bf16", "fp8")
+PRECISIONS = ("bf16", "fp8", "fp8-fast")  # fp8-fast: the matrix units' fast accumulation too
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,14 +114,15 @@ def scaled_grouped(xq, x_scale, wq, w_scale, offsets, dtype=torch.bfloat16, fast
     return scaled_grouped_reference(xq, x_scale, wq, w_scale, offsets, dtype)
 
 
-def fp8_linear(x: torch.Tensor, wq: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+def fp8_linear(x: torch.Tensor, wq: torch.Tensor, w_scale: torch.Tensor, fast_accum: bool = False) -> torch.Tensor:
     """``x @ W.T`` with W in FP8: x (..., K) bf16 → (..., N) in x's dtype (per-token activation scales)."""
     rows = x.reshape(-1, x.shape[-1])
     xq, x_scale = quantize_rows(rows)
-    return scaled_matmul(xq, x_scale, wq, w_scale, x.dtype).view(*x.shape[:-1], wq.shape[0])
+    return scaled_matmul(xq, x_scale, wq, w_scale, x.dtype, fast_accum).view(*x.shape[:-1], wq.shape[0])
 
 
-def experts_fp8(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation):
+def experts_fp8(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation,
+                fast_accum: bool = False):
     """The experts block in FP8: hidden (T, H), top_k_index (T, K), top_k_weights (T, K); gate_up_q
     (E, 2·I, H), gate_up_scale (E, 2·I), down_q (E, H, I), down_scale (E, H) → (T, H) in hidden's
     dtype. Transformers' algorithm (:mod:`petri.engine.fused_experts`): rows sorted by expert, the
@@ -133,9 +134,10 @@ def experts_fp8(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, do
     hq, h_scale = quantize_rows(hidden)
     source = torch.div(order, top_k, rounding_mode="floor")
     rows = hq.view(torch.uint8).index_select(0, source).view(FP8)  # a byte gather: any device
-    projected = scaled_grouped(rows, h_scale.index_select(0, source), gate_up_q, gate_up_scale, offsets, hidden.dtype)
+    projected = scaled_grouped(rows, h_scale.index_select(0, source), gate_up_q, gate_up_scale, offsets, hidden.dtype,
+                               fast_accum)
     aq, a_scale = activation_quantized(projected, activation)
-    out = scaled_grouped(aq, a_scale, down_q, down_scale, offsets, hidden.dtype)
+    out = scaled_grouped(aq, a_scale, down_q, down_scale, offsets, hidden.dtype, fast_accum)
     return combine_rows(out, position, top_k_weights, hidden.dtype)
 
 
@@ -143,27 +145,28 @@ def experts_fp8(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, do
 def moe_experts_fp8(
     hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
     gate_up_q: torch.Tensor, gate_up_scale: torch.Tensor, down_q: torch.Tensor, down_scale: torch.Tensor,
-    activation: str,
+    activation: str, fast_accum: bool = False,
 ) -> torch.Tensor:
     """:func:`experts_fp8` as one op, opaque to ``torch.compile`` (like ``petri::moe_experts``)."""
-    return experts_fp8(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation)
+    return experts_fp8(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation,
+                       fast_accum)
 
 
 @moe_experts_fp8.register_fake
-def _(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation):
+def _(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation, fast_accum=False):
     return torch.empty_like(hidden)
 
 
 # ---- installing the tier on a model ----------------------------------------------------------------
 
 def _linear_forward(self, x: torch.Tensor) -> torch.Tensor:
-    return fp8_linear(x, self._petri_fp8_weight, self._petri_fp8_scale)
+    return fp8_linear(x, self._petri_fp8_weight, self._petri_fp8_scale, self._petri_fp8_fast)
 
 
 def _experts_forward(self, hidden_states, top_k_index, top_k_weights):
     return moe_experts_fp8(
         hidden_states, top_k_index, top_k_weights, self._petri_fp8_gate_up, self._petri_fp8_gate_up_scale,
-        self._petri_fp8_down, self._petri_fp8_down_scale, self.config.hidden_activation,
+        self._petri_fp8_down, self._petri_fp8_down_scale, self.config.hidden_activation, self._petri_fp8_fast,
     )
 
 
@@ -205,20 +208,23 @@ def _experts_of(model):
 
 
 @torch.no_grad()
-def use_fp8(lm) -> None:
+def use_fp8(lm, fast_accum: bool = False) -> None:
     """Switch ``lm`` to the FP8 tier, in place (module docstring); raises ``ValueError`` naming why
-    when it cannot. Drops the fast path's captured sessions."""
+    when it cannot. Drops the fast path's captured sessions. ``fast_accum``: the scaled matmuls with
+    ``use_fast_accum`` (precision ``fp8-fast``: faster, with less exact accumulation)."""
     reason = fp8_reason(lm)
     if reason is not None:
         raise ValueError(reason)
     model = lm.model
     for _, module in dense_targets(model):
         module._petri_fp8_weight, module._petri_fp8_scale = quantize_rows(module.weight)
+        module._petri_fp8_fast = fast_accum
         module.forward = types.MethodType(_linear_forward, module)
     for experts in _experts_of(model):
         experts._petri_fp8_gate_up, experts._petri_fp8_gate_up_scale = quantize_rows(experts.gate_up_proj)
         experts._petri_fp8_down, experts._petri_fp8_down_scale = quantize_rows(experts.down_proj)
-    model._petri_precision = "fp8"
+        experts._petri_fp8_fast = fast_accum
+    model._petri_precision = "fp8-fast" if fast_accum else "fp8"
     reapply(lm)
     _forget_compiled_code(lm)
 
@@ -240,7 +246,7 @@ def reapply(lm) -> None:
     """Install the FP8 experts forward again when the tier is on (after :mod:`petri.engine.compiled_tier`
     installed or removed its own experts op, which it keeps as the forward :func:`use_bf16` restores);
     nothing otherwise."""
-    if precision_of(lm) != "fp8":
+    if not is_fp8(lm):
         return
     for experts in _experts_of(lm.model):
         current = vars(experts).get("forward")
@@ -253,14 +259,15 @@ def use_bf16(lm) -> None:
     """Undo :func:`use_fp8`: the modules' own forward and bf16 weights again (the experts: the
     forward they had before, e.g. the compiled tier's op)."""
     model = lm.model
-    if precision_of(lm) != "fp8":
+    if not is_fp8(lm):
         return
     for _, module in dense_targets(model):
-        for name in ("forward", "_petri_fp8_weight", "_petri_fp8_scale"):
+        for name in ("forward", "_petri_fp8_weight", "_petri_fp8_scale", "_petri_fp8_fast"):
             vars(module).pop(name, None)
     for experts in _experts_of(model):
         previous = vars(experts).pop("_petri_bf16_forward", None)
-        for name in ("forward", "_petri_fp8_gate_up", "_petri_fp8_gate_up_scale", "_petri_fp8_down", "_petri_fp8_down_scale"):
+        for name in ("forward", "_petri_fp8_gate_up", "_petri_fp8_gate_up_scale", "_petri_fp8_down", "_petri_fp8_down_scale",
+                     "_petri_fp8_fast"):
             vars(experts).pop(name, None)
         if previous is not None:
             experts.forward = previous
@@ -269,17 +276,27 @@ def use_bf16(lm) -> None:
 
 
 def set_precision(lm, precision: str) -> None:
-    """``"bf16"`` (the model's own weights) or ``"fp8"`` (:func:`use_fp8`); ``ValueError`` names the
-    field for anything else."""
+    """``"bf16"`` (the model's own weights), ``"fp8"`` or ``"fp8-fast"`` (:func:`use_fp8`);
+    ``ValueError`` names the field for anything else."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if precision == "fp8":
-        if precision_of(lm) != "fp8":
-            use_fp8(lm)
-    else:
-        use_bf16(lm)
+    if precision == precision_of(lm):
+        return
+    use_bf16(lm)
+    if precision != "bf16":
+        use_fp8(lm, fast_accum=precision == "fp8-fast")
 
 
 def precision_of(lm) -> str:
-    """``"fp8"`` when the FP8 tier is on for ``lm``'s model, else ``"bf16"`` (whatever the dtype)."""
+    """``"fp8"`` or ``"fp8-fast"`` when the FP8 tier is on for ``lm``'s model, else ``"bf16"``
+    (whatever the dtype)."""
     return getattr(getattr(lm, "model", None), "_petri_precision", "bf16")
+
+
+def is_fp8(lm) -> bool:
+    return precision_of(lm) != "bf16"
+
+
+def precision_tag(lm) -> str:
+    """What trajectories append to their sampler name: ``""``, ``"+fp8"`` or ``"+fp8-fast"``."""
+    return "" if not is_fp8(lm) else "+" + precision_of(lm)

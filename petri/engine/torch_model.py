@@ -20,7 +20,7 @@ from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, PreTrai
 from petri.cancel import CancelToken
 from petri.engine import torch_sampler
 from petri.engine.compiled_tier import is_compiled
-from petri.engine.fp8 import precision_of
+from petri.engine.fp8 import precision_tag
 from petri.engine.base import (
     REAL_MODEL_ID,
     ModelNotFoundError,
@@ -54,9 +54,9 @@ class LoadedModel:
 
     @property
     def device_type(self) -> str:
-        """The device kind, ``-compiled`` added in the compiled tier and ``-fp8`` in the FP8 tier (their
+        """The device kind, ``-compiled`` added in the compiled tier and ``-fp8`` (``-fp8-fast``) in the FP8 tier (their
         numbers differ too)."""
-        return self.device.type + ("-compiled" if is_compiled(self) else "") + ("-fp8" if precision_of(self) == "fp8" else "")
+        return self.device.type + ("-compiled" if is_compiled(self) else "") + precision_tag(self).replace("+", "-")
 
     @property
     def canvas_length(self) -> int:

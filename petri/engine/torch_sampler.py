@@ -30,7 +30,7 @@ from petri.cancel import CancelToken
 from petri.engine.base import StepCallback
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.torch_step import StabilityTracker, _cache_kwarg, accept_mask, start_batch, token_entropy
-from petri.engine.fp8 import precision_of
+from petri.engine.fp8 import precision_tag
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory, assemble_trajectory, check_sampler_inputs
 
 if TYPE_CHECKING:  # the model class calls this module; the sampler only reads the model's fields
@@ -211,7 +211,7 @@ def run_sampler(
     steps_run = index + 1
     return assemble_trajectory(
         lm,
-        sampler="eager+fp8" if precision_of(lm) == "fp8" else "eager",  # issue 25: the FP8 tier named
+        sampler="eager" + precision_tag(lm),  # issue 25: the FP8 tier named
         # one device→host copy of each record, reshaped (T, S, L) → (S, T, L)
         argmax=record.argmax[:steps_run].permute(1, 0, 2).cpu().numpy(),
         entropy=record.entropy[:steps_run].permute(1, 0, 2).cpu().numpy(),
