@@ -281,3 +281,14 @@ def test_triton_quantization_is_bit_equal_to_the_torch_ops_on_gpu():
     q, scale = activation_quantized(projected, "gelu_pytorch_tanh")  # the fused kernel
     q_ref, scale_ref = quantize_rows_torch(gated_activation(projected, "gelu_pytorch_tanh"))
     assert torch.equal(scale, scale_ref) and torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))
+
+
+def test_fp8_fast_path_names_the_tier_on_cpu(bf16_tiny):
+    from petri.engine.fast_sampler import run_sampler_fast
+
+    layouts = [[AnchorSpan("a", 3, (11,))]] * 2
+    settings = SamplerSettings(max_denoising_steps=2, stability_threshold=None, confidence_threshold=None)
+    use_fp8(bf16_tiny)
+    assert run_sampler_fast(bf16_tiny, [5, 9, 17], layouts, settings, seed=1).sampler == "fast+fp8"
+    use_bf16(bf16_tiny)
+    assert run_sampler_fast(bf16_tiny, [5, 9, 17], layouts, settings, seed=1).sampler == "fast"

@@ -14,17 +14,20 @@ first GEMM from the hidden states by token id; padded rows are zeros and are nev
 
 The products are float32 sums of bf16 products in Triton's order, not cuBLAS/CUTLASS's, so the
 block equals :func:`petri.engine.fused_experts.experts_reference` up to float rounding (checked on
-the GPU in ``tests/test_batch1_experts.py``); it is used only in the compiled tier, and only where
-T·K ≤ :data:`MAX_PAIRS` (the compiled tier's experts op, :func:`petri.engine.fused_experts.moe_experts`,
-picks it when the tier asks for it: :func:`petri.engine.compiled_tier.compile_regions`).
+the GPU in ``tests/test_batch1_experts.py``); it is used only in the compiled tier when asked for
+(:func:`petri.engine.compiled_tier.compile_regions`), and only where T·K ≤ :data:`MAX_PAIRS`
+(:func:`use_small_batch_experts`).
 
 Shapes: hidden (T, H), top_k_index (T, K), top_k_weights (T, K); gate_up (E, 2·I, H), down (E, H, I).
 """
 
 from __future__ import annotations
 
+import types
+
 import torch
 
+from petri.engine.fused_experts import _fused_forward, combine_rows, experts_reference, gated_activation
 from petri.engine.fused_logits import HAVE_TRITON
 
 if HAVE_TRITON:
@@ -95,8 +98,6 @@ def grouped_gemm(a, weight, rows, block_expert, top_k: int, gather: bool, block_
 
 def experts_small_batch(hidden, top_k_index, top_k_weights, gate_up, down, activation: str) -> torch.Tensor:
     """The experts block (shapes in the module docstring) through :func:`grouped_gemm` (CUDA)."""
-    from petri.engine.fused_experts import combine_rows, gated_activation
-
     top_k = top_k_index.shape[1]
     hidden = hidden.contiguous()
     rows, block_expert, position = align_blocks(top_k_index, gate_up.shape[0])
@@ -153,8 +154,6 @@ def moe_experts_small_batch(
     """:func:`experts_small_batch` on CUDA with Triton, else ``experts_reference`` (opaque to ``torch.compile``)."""
     if hidden.is_cuda and HAVE_TRITON:
         return experts_small_batch(hidden, top_k_index, top_k_weights, gate_up, down, activation)
-    from petri.engine.fused_experts import experts_reference
-
     return experts_reference(hidden, top_k_index, top_k_weights, gate_up, down, activation)
 
 
@@ -163,26 +162,30 @@ def _(hidden, top_k_index, top_k_weights, gate_up, down, activation):
     return torch.empty_like(hidden)
 
 
-def use_small_batch_experts(model, on: bool = True) -> None:
-    """Mark the decoder's experts (already through the fused experts op) to take
-    :func:`moe_experts_small_batch` for calls of at most :data:`MAX_PAIRS` pairs."""
+def _small_batch_forward(self, hidden_states, top_k_index, top_k_weights):
+    """The fused experts op's forward, with calls of at most :data:`MAX_PAIRS` pairs sent here."""
+    if top_k_index.numel() <= MAX_PAIRS:
+        return moe_experts_small_batch(hidden_states, top_k_index, top_k_weights, self.gate_up_proj, self.down_proj,
+                                       self._petri_activation)
+    return _fused_forward(self, hidden_states, top_k_index, top_k_weights)
+
+
+def use_small_batch_experts(model) -> None:
+    """Give the decoder's experts that run the fused experts op
+    (:func:`petri.engine.fused_experts.fuse_experts`) :func:`_small_batch_forward` instead; undone by
+    ``unfuse_experts`` with the rest."""
     for layer in model.model.decoder.layers:
         experts = getattr(layer, "experts", None)
-        if experts is not None:
-            if on:
-                experts._petri_small_batch = True
-            else:
-                vars(experts).pop("_petri_small_batch", None)
+        if experts is not None and getattr(vars(experts).get("forward"), "__func__", None) is _fused_forward:
+            experts.forward = types.MethodType(_small_batch_forward, experts)
 
 
 def small_batch_experts_used(lm, batch: int) -> bool:
-    """Whether a call of ``batch`` canvases on ``lm`` runs :func:`moe_experts_small_batch`: the experts
-    marked for it (and still through the fused op, not another tier's), T·K ≤ :data:`MAX_PAIRS`."""
+    """Whether a call of ``batch`` canvases on ``lm`` runs :func:`moe_experts_small_batch`: experts
+    with :func:`_small_batch_forward` (not another tier's forward) and T·K ≤ :data:`MAX_PAIRS`."""
     model = lm.model
-    from petri.engine.fused_experts import _fused_forward
-
     experts = [getattr(layer, "experts", None) for layer in model.model.decoder.layers]
-    marked = [e for e in experts if e is not None and getattr(e, "_petri_small_batch", False)
-              and getattr(vars(e).get("forward"), "__func__", None) is _fused_forward]
+    marked = [e for e in experts if e is not None
+              and getattr(vars(e).get("forward"), "__func__", None) is _small_batch_forward]
     top_k = int(model.config.get_text_config().top_k_experts)
     return bool(marked) and batch * lm.canvas_length * top_k <= MAX_PAIRS

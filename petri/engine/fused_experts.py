@@ -37,7 +37,6 @@ import types
 import torch
 import torch.nn.functional as F
 
-from petri.engine.batch1_experts import MAX_PAIRS, moe_experts_small_batch
 from petri.engine.fused_logits import HAVE_TRITON
 
 if HAVE_TRITON:
@@ -212,9 +211,6 @@ def _(hidden, top_k_index, top_k_weights, gate_up, down, activation):
 
 
 def _fused_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
-    if getattr(self, "_petri_small_batch", False) and top_k_index.numel() <= MAX_PAIRS:  # issue 25's batch-1 lever
-        return moe_experts_small_batch(hidden_states, top_k_index, top_k_weights, self.gate_up_proj, self.down_proj,
-                                       self._petri_activation)
     return moe_experts(hidden_states, top_k_index, top_k_weights, self.gate_up_proj, self.down_proj, self._petri_activation)
 
 
@@ -261,5 +257,3 @@ def unfuse_experts(model: torch.nn.Module) -> None:
         module = getattr(layer, "experts", None)
         if module is not None and "forward" in vars(module):
             del module.forward
-        if module is not None:
-            vars(module).pop("_petri_small_batch", None)
