@@ -258,6 +258,28 @@ class RunStore:
             self._read("SELECT 1 FROM run_owners WHERE run_id = ? AND owner = ?", (check_run_id(run_id), owner))
         )
 
+    def remove_run(self, run_id: str, owner: str | None = None) -> bool:
+        """Delete a run: with ``owner``, only that owner's claim, and the run itself (events and
+        all) once nobody else claims it; without, the run and every claim. True if it existed."""
+        check_run_id(run_id)
+        with self._lock:
+            try:
+                if not self._db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchall():
+                    return False
+                if owner is not None:
+                    self._db.execute("DELETE FROM run_owners WHERE run_id = ? AND owner = ?", (run_id, owner))
+                    if self._db.execute("SELECT 1 FROM run_owners WHERE run_id = ?", (run_id,)).fetchall():
+                        return True
+                self._db.execute("BEGIN")
+                for table in ("run_owners", "events", "runs"):
+                    self._db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+                self._db.execute("COMMIT")
+            except sqlite3.Error as err:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise StoreError(f"run store {self.path}: delete failed ({err})") from err
+        return True
+
     def list_owned_runs(self, owner: str | None, limit: int = 50) -> list[dict]:
         rows = self._read(
             "SELECT r.run_id FROM runs r JOIN run_owners o ON o.run_id = r.run_id WHERE o.owner IS ? "

@@ -4,9 +4,13 @@
   before; nobody needs a token.
 - **Public** (bound beyond loopback, e.g. a Hugging Face Space, or ``PETRI_PUBLIC=1``): every job
   and run belongs to whoever submitted it. A client proves who it is with the header
-  ``X-Petri-Token``; a submission without one is handed a new token (in the response's ``token``
-  field and ``X-Petri-Token`` header). Lists show only the caller's own jobs and runs; another
-  caller's job or run is a 404 (its existence is not confirmed), and a job route without a token is
+  ``X-Petri-Token``; a submission without one is handed a new server-issued token (256 random bits,
+  in the response's ``token`` field and ``X-Petri-Token`` header). A browser is a caller too: the
+  first page it loads sets a server-issued token in the HttpOnly cookie ``petri_caller``, which the
+  UI's handlers and downloads read (:mod:`petri.web.ui_access`). A token is 22-128 characters of
+  ``A-Z a-z 0-9 _ -`` (22 base64url characters are 128 bits); any other ``X-Petri-Token`` is a 400
+  naming the header, never cut. Lists show only the caller's own jobs and runs; another caller's
+  job or run is a 404 (its existence is not confirmed), and a list or job route without a token is
   a 401. Tokens are never stored: the store keeps a SHA-256 of each.
 - **API token** (``PETRI_API_TOKEN`` set when the server starts): every route but ``/api/health``
   needs it, as ``Authorization: Bearer TOKEN``; a browser opens the UI once with ``/?api_token=TOKEN``,
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 from dataclasses import dataclass
 
@@ -27,7 +32,45 @@ CALLER_HEADER = "X-Petri-Token"
 API_TOKEN_ENV = "PETRI_API_TOKEN"
 PUBLIC_ENV = "PETRI_PUBLIC"
 API_COOKIE = "petri_api_token"
+CALLER_COOKIE = "petri_caller"
 OPEN_PATHS = ("/api/health",)
+#: A caller token's length bounds: 22 base64url characters are 128 bits.
+TOKEN_MIN_CHARS, TOKEN_MAX_CHARS = 22, 128
+_TOKEN_CHARS = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+class TokenError(ValueError):
+    """A caller token that is not one (too short, too long, other characters); names the header."""
+
+
+def new_token() -> str:
+    """A server-issued caller token: 256 random bits, 43 base64url characters."""
+    return secrets.token_urlsafe(32)
+
+
+def check_token(token: str) -> str:
+    """``token`` if it is a well-formed caller token, else :class:`TokenError` naming the header
+    (a token is never shortened: two long tokens that share a prefix stay two callers)."""
+    if not TOKEN_MIN_CHARS <= len(token) <= TOKEN_MAX_CHARS:
+        raise TokenError(f"{CALLER_HEADER}: a caller token has {TOKEN_MIN_CHARS}-{TOKEN_MAX_CHARS} characters, "
+                         f"this one {len(token)}; send the token a submission returned (or none to get one)")
+    if not _TOKEN_CHARS.match(token):
+        raise TokenError(f"{CALLER_HEADER}: a caller token holds only A-Z, a-z, 0-9, '_' and '-'")
+    return token
+
+
+def caller_from(policy: "AccessPolicy", headers, cookies) -> "Caller":
+    """The caller of a request with these ``headers`` and ``cookies`` (any mapping with ``.get``;
+    header names lowercase): the ``X-Petri-Token`` header (checked: :class:`TokenError`), else a
+    well-formed ``petri_caller`` cookie, else no token."""
+    sent = headers.get(CALLER_HEADER.lower())
+    if sent is not None:
+        return Caller(public=policy.public, token=check_token(sent))
+    cookie = cookies.get(CALLER_COOKIE)
+    try:
+        return Caller(public=policy.public, token=check_token(cookie) if cookie else None)
+    except TokenError:
+        return Caller(public=policy.public)
 
 
 def owner_of(token: str) -> str:
@@ -60,14 +103,19 @@ class Caller:
         """True when something owned by ``owner`` is visible to this caller."""
         return not self.public or (owner is not None and self.owner == owner)
 
+    def may_open(self, store, run_id: str) -> bool:
+        """The one rule for a stored run (every route, UI handler and download asks it): everything
+        on a local server; on a public one, only runs this caller submitted."""
+        return not self.public or store.owns_run(run_id, self.owner)
+
     def for_submission(self) -> "Caller":
         """This caller, with a new token when a public server needs one and none was sent."""
         if self.public and not self.token:
-            return Caller(public=True, token=secrets.token_urlsafe(24))
+            return Caller(public=True, token=new_token())
         return self
 
     def require_identity(self) -> None:
-        """A public server's job routes need a caller token (401 without one)."""
+        """A public server's job and list routes need a caller token (401 without one)."""
         if self.public and not self.token:
             raise HTTPException(401, detail=f"{CALLER_HEADER}: this server is public; send the token your "
                                 "submission returned", headers={"WWW-Authenticate": CALLER_HEADER})
@@ -80,9 +128,10 @@ class Caller:
 
 async def get_caller(request: Request) -> Caller:
     """The request's caller under the app's :class:`AccessPolicy` (``app.state.access``)."""
-    policy: AccessPolicy = request.app.state.access
-    token = request.headers.get(CALLER_HEADER) or None
-    return Caller(public=policy.public, token=token[:200] if token else None)
+    try:
+        return caller_from(request.app.state.access, request.headers, request.cookies)
+    except TokenError as err:
+        raise HTTPException(400, detail=str(err)) from None
 
 
 class ApiTokenMiddleware:

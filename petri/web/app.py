@@ -45,8 +45,12 @@ def create_app(
 
         from petri.web.ui import UI_CSS, build_ui
 
-        blocks = build_ui(service, model_source=model_source)
+        from petri.web.ui_access import CallerMiddleware
+
+        blocks = build_ui(service, model_source=model_source, access=access)
         app = gr.mount_gradio_app(app, blocks, path="/", css=UI_CSS, max_file_size=MAX_UPLOAD_BYTES)
+        if access.public:
+            app.add_middleware(CallerMiddleware, policy=access)
     if access.api_token:
         app.add_middleware(ApiTokenMiddleware, token=access.api_token)
     return app

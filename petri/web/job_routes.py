@@ -97,9 +97,9 @@ def _out(state: dict) -> JobOut:
 @router.get("/api/jobs", response_model=JobList)
 def list_jobs(service: Service, caller: Client, limit: int = Query(20, ge=1, le=200),
               offset: int = Query(0, ge=0, le=1_000_000)) -> JobList:
-    """Jobs newest first: all of them on a local server, the caller's own on a public one."""
-    if caller.public and not caller.token:
-        return JobList(jobs=[], limit=limit, offset=offset)
+    """Jobs newest first: all of them on a local server, the caller's own on a public one (401
+    without a token)."""
+    caller.require_identity()
     rows = service.store.list_jobs(caller.owner, limit, offset, any_owner=not caller.public)
     live = {job.job_id: job for job in service.jobs}
     jobs = [_out({**live[r["job_id"]].public()} if r["job_id"] in live else r) for r in rows]

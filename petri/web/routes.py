@@ -200,7 +200,7 @@ def _load_run(service: PetriService, run_id: str, caller: Caller) -> tuple[dict,
     except ValueError:
         raise HTTPException(404, detail=f"run_id: no run {run_id[:80]!r} (run ids are 8-64 lowercase hex characters)") from None
     run = service.store.get_run(run_id)
-    if run is None or (caller.public and not service.store.owns_run(run_id, caller.owner)):
+    if run is None or not caller.may_open(service.store, run_id):
         raise HTTPException(404, detail=f"run_id: no run {run_id!r}")
     return run, service.store.load_events(run_id)
 
@@ -208,7 +208,8 @@ def _load_run(service: PetriService, run_id: str, caller: Caller) -> tuple[dict,
 @router.get("/api/runs", tags=["api"])
 def list_runs(service: Service, caller: Client, limit: int = Query(20, ge=1, le=200)) -> list[dict]:
     """The most recent runs (id, kind, model, status, times, events stored); on a public server,
-    only the caller's own."""
+    only the caller's own (401 without a token)."""
+    caller.require_identity()
     keys = ("run_id", "kind", "model_id", "status", "created_at", "finished_at", "events_stored", "error")
     runs = service.store.list_owned_runs(caller.owner, limit) if caller.public else service.store.list_runs(limit)
     return [{k: r.get(k) for k in keys} for r in runs]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import gradio as gr
 
 from petri.service import PetriService
+from petri.web.access import AccessPolicy
+from petri.web.ui_access import UiAccess
 from petri.web.ui_compare import build_compare_tab
 from petri.web.ui_dish import build_dish_tab
 from petri.web.ui_model import model_markdown
@@ -23,9 +25,11 @@ UI_CSS = """
 """
 
 
-def build_ui(service: PetriService, model_source: str | None = None) -> gr.Blocks:
-    """The Blocks app: Dish, Compare, Study, Runs and Model tabs."""
+def build_ui(service: PetriService, model_source: str | None = None, access: AccessPolicy = AccessPolicy()) -> gr.Blocks:
+    """The Blocks app: Dish, Compare, Study, Runs and Model tabs; every handler that reaches stored
+    runs or files answers only to its caller under ``access`` (:mod:`petri.web.ui_access`)."""
     lm = service.lm
+    who = UiAccess(access)
     with gr.Blocks(title="Concept Petri Dish", analytics_enabled=False) as demo:
         gr.Markdown(
             "# Concept Petri Dish\n"
@@ -35,16 +39,16 @@ def build_ui(service: PetriService, model_source: str | None = None) -> gr.Block
         )
         with gr.Tabs(elem_id="petri-tabs") as tabs:
             with gr.Tab("Dish", id="dish"):
-                dish, dish_views = build_dish_tab(service)
+                dish, dish_views = build_dish_tab(service, who)
             with gr.Tab("Compare", id="compare"):
-                compare, compare_views = build_compare_tab(service, dish)
+                compare, compare_views = build_compare_tab(service, dish, who)
             with gr.Tab("Study", id="study"):
-                study, study_views = build_study_tab(service)
+                study, study_views = build_study_tab(service, who)
             with gr.Tab("Runs", id="runs") as runs_tab:
                 runs = RunsController(service, dish, compare, study)
-                refresh, refreshed = build_runs_tab(
-                    service, tabs, runs, {"dish": dish_views, "compare": compare_views, "study": study_views})
+                refresh, refreshed, filters = build_runs_tab(
+                    service, tabs, runs, {"dish": dish_views, "compare": compare_views, "study": study_views}, who)
             with gr.Tab("Model", id="model"):
                 gr.Markdown(model_markdown(service, model_source), elem_id="petri-model")
-        runs_tab.select(refresh, None, refreshed, show_progress="hidden")
+        runs_tab.select(refresh, filters, refreshed, show_progress="hidden")
     return demo

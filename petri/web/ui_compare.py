@@ -23,9 +23,11 @@ from petri.service import PetriService
 from petri.study.plots import flip_difference_heatmap
 from petri.tables import pairs_table, samples_table, segments_table
 from petri.trajectory import Trajectory
+from petri.web.access import Caller
 from petri.web.errors import FieldError
 from petri.web.limits import MAX_SAMPLES, MAX_STEPS
 from petri.web.requests import SeedRequest, SettingsIn, prepare_seed
+from petri.web.ui_access import UiAccess
 from petri.web.ui_dish import EXAMPLE_CONCEPTS, TEMPLATES, DishController
 from petri.web.ui_live import JobCancelled, stream, wire_run
 from petri.web.ui_stats import paired_tests_line
@@ -85,7 +87,7 @@ class CompareController:
         self.trajectories = [TrajectoryView(service, dish.tokens, dish.workdir, f"traj_{x}") for x in "ab"]
 
     def run(self, concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps,
-            cancel: threading.Event | None = None):
+            cancel: threading.Event | None = None, caller: Caller | None = None):
         """Generator: check (those of ``POST /api/seed``), sample both events in one run, yield the views."""
         labels = ((label_a or "A").strip() or "A", (label_b or "B").strip() or "B")
         if labels[0] == labels[1]:
@@ -103,7 +105,8 @@ class CompareController:
         yield {"status": "⏳ Waiting for the model…" if self.service.busy else "Sampling both events…"}
 
         def submit(emit):
-            return self.service.submit_seed(events, request.samples, settings, request.seed)
+            return self.service.submit_seed(events, request.samples, settings, request.seed,
+                                            owner=caller.owner if caller else None)
 
         try:
             result = next(payload for kind, payload in stream(submit, self.service.jobs, cancel=cancel)
@@ -145,7 +148,8 @@ class CompareController:
         }
 
 
-def build_compare_tab(service: PetriService, dish: DishController) -> tuple[CompareController, dict]:
+def build_compare_tab(service: PetriService, dish: DishController, access: UiAccess | None = None
+                      ) -> tuple[CompareController, dict]:
     """The Compare tab's components and events (inside an open ``gr.Tab``); returns the controller
     and its result components by name (the Runs tab reopens a stored comparison into them)."""
     ctl = CompareController(service, dish)
@@ -189,5 +193,5 @@ def build_compare_tab(service: PetriService, dish: DishController) -> tuple[Comp
              **trajectories}
 
     wire_run(run_btn, cancel_btn, ctl.run, [concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps],
-             names, concurrency_limit=1, concurrency_id="model", show_progress="minimal")
+             names, access, concurrency_limit=1, concurrency_id="model", show_progress="minimal")
     return ctl, names

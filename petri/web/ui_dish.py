@@ -32,10 +32,12 @@ from petri.service import PetriService, SeedResult
 from petri.study.plots import flip_heatmap, flips_bar, token_texts
 from petri.tables import pairs_table, samples_table
 from petri.trajectory import SamplerSettings, Trajectory
+from petri.web.access import Caller
 from petri.web.errors import FieldError
 from petri.web.limits import MAX_SAMPLES, MAX_STEPS
 from petri.web.requests import SeedRequest, SettingsIn, prepare_seed, preview_layout
 from petri.web.responses import write_run_files
+from petri.web.ui_access import UiAccess, export_dir
 from petri.web.ui_canvas import canvas_control, canvas_value, placement_rows
 from petri.web.ui_live import JobCancelled, stream, wire_run
 from petri.web.ui_trajectory import TrajectoryView
@@ -180,10 +182,10 @@ class DishController:
             problems.setdefault(index, []).append(request_error_message(err))
         return [gr.validate(i not in problems, "; ".join(problems.get(i, []))) for i in range(len(inputs))]
 
-    def run(self, *inputs, cancel: threading.Event | None = None):
+    def run(self, *inputs, cancel: threading.Event | None = None, caller: Caller | None = None):
         """Generator: validate, start the job in a worker thread, redraw the heatmap per step,
         then yield every result. Yields dicts keyed by output component name; ``cancel`` is the hook
-        a Cancel button sets (:func:`petri.web.ui_live.stream`)."""
+        a Cancel button sets (:func:`petri.web.ui_live.stream`); ``caller`` owns the run (None: local)."""
         try:
             request = self.build_request(*inputs)
             events, settings = prepare_seed(request, self.lm)
@@ -197,7 +199,8 @@ class DishController:
         steps_max = settings.max_denoising_steps
 
         def submit(emit):
-            return self.service.submit_seed(events, request.samples, settings, request.seed, on_step=emit)
+            return self.service.submit_seed(events, request.samples, settings, request.seed, on_step=emit,
+                                            owner=caller.owner if caller else None)
 
         if self.service.busy:
             yield {"status": "⏳ Queued: another job is running…"}
@@ -232,16 +235,17 @@ class DishController:
             raise gr.Error(f"Sampling failed: {err}") from None
         traj = result.trajectories[0]
         yield {
-            **self.result_views(result.run_id, result.trajectories, result.groups),
+            **self.result_views(result.run_id, result.trajectories, result.groups, caller),
             "status": (f"Done: run `{result.run_id}` — {traj.n_samples} samples, steps {traj.steps.tolist()}, "
                        f"{result.wall_s:.2f} s on {traj.device}. Stored; also at `/api/runs/{result.run_id}`."),
         }
 
-    def result_views(self, run_id: str, trajectories: list[Trajectory], groups: list) -> dict:
+    def result_views(self, run_id: str, trajectories: list[Trajectory], groups: list, caller: Caller | None = None) -> dict:
         """Every result view of a stored dish run's first event (heatmap, text, flips, pairs,
-        samples, downloads): after a run, and when a past run is reopened (nothing is sampled)."""
+        samples, downloads in ``caller``'s folder): after a run, and when a past run is reopened
+        (nothing is sampled)."""
         traj = trajectories[0]
-        files = write_run_files(run_id, trajectories, groups, self.workdir / run_id)
+        files = write_run_files(run_id, trajectories, groups, export_dir(caller) / run_id)
         return {
             "heatmap": self.final_heatmap(traj),
             "run_id": run_id,
@@ -284,19 +288,22 @@ class DishController:
                 "n_anchors", "mean_agreement", "final_text"]
         return samples_table(traj)[cols].copy().round(3)
 
-    def show_sample(self, run_id: str, sample: int) -> dict:
-        """A stored run's sample (the sample slider)."""
+    def show_sample(self, run_id: str, sample: int, caller: Caller | None = None) -> dict:
+        """A stored run's sample (the sample slider), if ``caller`` (None: local) may open the run."""
         if not run_id:
             return {}
+        UiAccess.open_run(self.service, caller or Caller(public=False), run_id)
         stored = self.service.store.load_events(run_id)
         if not stored:
             return {}
         return self.sample_views(stored[0][2], int(sample))
 
 
-def build_dish_tab(service: PetriService) -> tuple[DishController, dict]:
-    """The Dish tab's components and events (inside an open ``gr.Tab``); returns its controller and
-    its result components by name (the Runs tab reopens a stored dish into them)."""
+def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tuple[DishController, dict]:
+    """The Dish tab's components and events (inside an open ``gr.Tab``; ``access`` says who calls
+    each handler); returns its controller and its result components by name (the Runs tab reopens
+    a stored dish into them)."""
+    access = access or UiAccess()
     ctl = DishController(service)
     defaults: SamplerSettings = service.lm.default_settings()
     with gr.Row():
@@ -367,11 +374,11 @@ def build_dish_tab(service: PetriService) -> tuple[DishController, dict]:
     placement.change(ctl.canvas, [placement, pin_thought], canvas, show_progress="hidden")
     canvas.input(ctl.from_canvas, canvas, placement, show_progress="hidden")
     pin_thought.change(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
-    wire_run(run_btn, cancel_btn, ctl.run, run_inputs, names, concurrency_limit=1, concurrency_id="model",
+    wire_run(run_btn, cancel_btn, ctl.run, run_inputs, names, access, concurrency_limit=1, concurrency_id="model",
              show_progress="minimal", validator=ctl.validate)
 
-    def sample_handler(rid, s):
-        return {names[k]: v for k, v in ctl.show_sample(rid, s).items()}
+    def sample_handler(request: gr.Request, rid, s):
+        return {names[k]: v for k, v in ctl.show_sample(rid, s, access.caller(request)).items()}
 
     sample.release(sample_handler, [run_id, sample], [final_text, flips], show_progress="hidden")
     return ctl, names

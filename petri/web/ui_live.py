@@ -22,6 +22,7 @@ from typing import Any
 import gradio as gr
 
 from petri.jobs import FINAL, Job, JobQueue
+from petri.web.ui_access import UiAccess
 
 
 class JobCancelled(RuntimeError):
@@ -70,14 +71,18 @@ def stream(
     raise JobFailed(job.error or "the job failed")
 
 
-def wire_run(run_btn, cancel_btn, run: Callable[..., Iterator[dict]], inputs: list, names: dict, **click: Any) -> None:
-    """Wire a tab's Run and Cancel buttons: Run streams ``run(*inputs, cancel=event)`` (updates
-    keyed by output name, mapped through ``names`` to components), Cancel sets that browser
-    session's event (at once: it is in no concurrency group). ``click`` goes to Run's ``click``."""
+def wire_run(run_btn, cancel_btn, run: Callable[..., Iterator[dict]], inputs: list, names: dict,
+             access: UiAccess | None = None, **click: Any) -> None:
+    """Wire a tab's Run and Cancel buttons: Run streams ``run(*inputs, cancel=event, caller=who)``
+    (``who``: the event's caller under ``access``, which owns the run; updates keyed by output
+    name, mapped through ``names`` to components), Cancel sets that browser session's event (at
+    once: it is in no concurrency group). ``click`` goes to Run's ``click``."""
     cancels = CancelButtons()
+    access = access or UiAccess()
 
     def run_handler(request: gr.Request, *args):  # Gradio passes the request first
-        for update in run(*args, cancel=cancels.start(request.session_hash)):
+        caller = access.submitter(request)
+        for update in run(*args, cancel=cancels.start(request.session_hash), caller=caller):
             yield {names[k]: v for k, v in update.items()}
 
     def cancel_handler(request: gr.Request):

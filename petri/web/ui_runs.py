@@ -1,7 +1,13 @@
 """The Runs tab: the stored runs (dish, comparison and study; newest first; model, concepts, time),
 from which a run reopens in its own tab with its heatmap, texts, tables and downloads, read from the
 run store (:class:`~petri.store.RunStore`): nothing is sampled again. A study run that did not
-finish reopens with the provisional statistics of its stored batches.
+finish reopens with the provisional statistics of its stored batches. The list can be searched
+(any words, matched in id, kind, status, model, concepts and what was run) and narrowed to a kind;
+a run can be deleted.
+
+On a public server the tab shows, opens and deletes only the visitor's own runs
+(:mod:`petri.web.ui_access`; deleting a run another caller also submitted removes only the
+visitor's claim to it); on a local server every run is everyone's, as before.
 """
 
 from __future__ import annotations
@@ -10,15 +16,17 @@ import gradio as gr
 import pandas as pd
 
 from petri.service import PetriService
-from petri.store import check_run_id
 from petri.study.provisional import stored_batches
 from petri.study.runner import StudyResult
 from petri.study.schema import StudyError, study_from_dict
 from petri.trajectory import SamplerSettings
+from petri.web.access import Caller
+from petri.web.ui_access import UiAccess
 
 RUN_COLUMNS = ["run_id", "kind", "created_at", "status", "model", "concepts", "what"]
 #: Where each kind of run reopens (the tab ids of :func:`petri.web.ui.build_ui`).
 TAB_OF_KIND = {"dish": "dish", "compare": "compare", "study": "study"}
+KIND_FILTERS = ["all", "dish", "compare", "study"]
 
 
 def run_kind(run: dict) -> str:
@@ -44,9 +52,22 @@ def run_row(run: dict) -> list:
     return [run["run_id"], kind, run["created_at"], run["status"], run["model_id"], ", ".join(concepts), what]
 
 
-def runs_table(service: PetriService, limit: int = 200) -> pd.DataFrame:
-    """The stored runs, newest first."""
-    return pd.DataFrame([run_row(r) for r in service.store.list_runs(limit)], columns=RUN_COLUMNS)
+def visible_runs(service: PetriService, caller: Caller, limit: int = 200) -> list[dict]:
+    """The stored runs ``caller`` may see, newest first (its own on a public server)."""
+    if caller.public:
+        return service.store.list_owned_runs(caller.owner, limit) if caller.owner else []
+    return service.store.list_runs(limit)
+
+
+def runs_table(service: PetriService, limit: int = 200, caller: Caller | None = None, search: str = "",
+               kind: str = "all") -> pd.DataFrame:
+    """The stored runs ``caller`` may see (None: a local caller), newest first; only those of
+    ``kind`` (unless ``"all"``) whose row holds every word of ``search`` (case-insensitive)."""
+    words = (search or "").lower().split()
+    rows = [run_row(r) for r in visible_runs(service, caller or Caller(public=False), limit)]
+    rows = [r for r in rows if (kind in (None, "", "all") or r[1] == kind)
+            and all(w in " ".join(map(str, r)).lower() for w in words)]
+    return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
 def study_result_from_store(service: PetriService, run: dict) -> tuple[StudyResult, int]:
@@ -73,14 +94,19 @@ class RunsController:
     def __init__(self, service: PetriService, dish, compare, study):
         self.service, self.dish, self.compare, self.study = service, dish, compare, study
 
-    def open(self, run_id: str) -> tuple[str, str, dict]:
-        """(kind, status line, the views of that kind by name) of stored run ``run_id``."""
-        try:
-            run = self.service.store.get_run(check_run_id((run_id or "").strip()))
-        except ValueError as err:
-            raise gr.Error(str(err), title="Runs") from None
-        if run is None:
-            raise gr.Error(f"run_id: no stored run {run_id!r}", title="Runs")
+    def delete(self, run_id: str, caller: Caller | None = None) -> str:
+        """Delete stored run ``run_id`` if ``caller`` may open it (on a public server only the
+        caller's claim goes while another caller claims it too); the status line."""
+        caller = caller or Caller(public=False)
+        run = UiAccess.open_run(self.service, caller, run_id)
+        self.service.store.remove_run(run["run_id"], caller.owner if caller.public else None)
+        return f"Deleted run `{run['run_id']}`."
+
+    def open(self, run_id: str, caller: Caller | None = None) -> tuple[str, str, dict]:
+        """(kind, status line, the views of that kind by name) of stored run ``run_id``, which
+        ``caller`` (None: a local caller) may open; its downloads go to ``caller``'s folder."""
+        caller = caller or Caller(public=False)
+        run = UiAccess.open_run(self.service, caller, run_id)
         kind = run_kind(run)
         note = f"Reopened {kind} run `{run['run_id']}` ({run['status']}, {run['created_at']}) from the store; nothing was sampled."
         if kind == "study":
@@ -89,7 +115,7 @@ class RunsController:
             except (StudyError, ValueError) as err:
                 raise gr.Error(f"cannot reopen study run {run['run_id']}: {err}", title="Runs") from None
             if len(result.batches) == total and run["status"] == "done":
-                return kind, note, self.study.final_views(result, total)
+                return kind, note, self.study.final_views(result, total, caller)
             views = self.study.live_views(result.study, result.run_id, result.template_ids, result.settings,
                                           result.seed, total)
             return kind, note, views
@@ -101,26 +127,42 @@ class RunsController:
         if kind == "compare" and len(trajectories) == 2:
             labels = (groups[0] or "A", groups[1] or "B")
             return kind, note, self.compare.views(run["run_id"], trajectories[0], trajectories[1], labels)
-        return kind, note, self.dish.result_views(run["run_id"], trajectories, groups)
+        return kind, note, self.dish.result_views(run["run_id"], trajectories, groups, caller)
 
 
-def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, outputs: dict[str, dict]):
+def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, outputs: dict[str, dict],
+                   access: UiAccess | None = None):
     """The Runs tab's components and events (inside an open ``gr.Tab``). ``outputs`` maps a kind
     (``dish``, ``compare``, ``study``) to that tab's result components by name (with a ``status``).
-    Returns ``(refresh function, its outputs)`` for the tab's select event."""
-    gr.Markdown("Every run stored on this server, newest first. Pick one and open it: it reopens in its tab "
-                "from the run store, without sampling again.")
+    Every handler asks ``access`` who called it. Returns ``(refresh function, its outputs)`` for
+    the tab's select event."""
+    access = access or UiAccess()
+    mine = "Your runs on this server (each visitor sees only their own)" if access.policy.public else \
+        "Every run stored on this server"
+    gr.Markdown(f"{mine}, newest first. Pick one and open it: it reopens in its tab from the run store, "
+                "without sampling again.")
     with gr.Row():
+        search = gr.Textbox("", label="Search", placeholder="words in id, concepts, events…", scale=3,
+                            elem_id="petri-runs-search")
+        kind_filter = gr.Dropdown(KIND_FILTERS, value="all", label="Kind", scale=1, elem_id="petri-runs-kind")
         refresh = gr.Button("Refresh", size="sm", scale=0)
+    with gr.Row():
         choice = gr.Dropdown([], label="Run", allow_custom_value=True, scale=3, elem_id="petri-runs-choice")
         open_btn = gr.Button("Open", variant="primary", scale=0, elem_id="petri-runs-open")
-    table = gr.Dataframe(runs_table(service), interactive=False, wrap=True, label="Stored runs",
-                         elem_id="petri-runs-table")
+        delete_btn = gr.Button("Delete", variant="stop", scale=0, elem_id="petri-runs-delete")
+    runs_note = gr.Markdown("", elem_id="petri-runs-status")
+    # a public page is the same for every visitor: its runs arrive with the visitor's first refresh
+    table = gr.Dataframe(runs_table(service) if not access.policy.public else pd.DataFrame(columns=RUN_COLUMNS),
+                         interactive=False, wrap=True, label="Stored runs", elem_id="petri-runs-table")
 
-    def listed():
-        frame = runs_table(service)
+    def listed(request: gr.Request, query: str = "", kind: str = "all"):
+        frame = runs_table(service, caller=access.caller(request), search=query, kind=kind)
         choices = [(f"{r.kind} · {r.created_at} · {r.run_id[:12]} · {r.what[:60]}", r.run_id) for r in frame.itertuples()]
         return frame, gr.update(choices=choices, value=choices[0][1] if choices else None)
+
+    def deleted(request: gr.Request, run_id: str, query: str, kind: str):
+        note = runs.delete(run_id, access.caller(request))
+        return (note, *listed(request, query, kind))
 
     def picked(frame, evt: gr.SelectData):
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
@@ -128,14 +170,18 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
 
     flat = [(kind, name, comp) for kind, comps in outputs.items() for name, comp in comps.items()]
 
-    def open_handler(run_id):
-        kind, note, views = runs.open(run_id)
+    def open_handler(request: gr.Request, run_id):
+        kind, note, views = runs.open(run_id, access.caller(request))
         updates = {comp: views[name] for k, name, comp in flat if k == kind and name in views}
         updates[outputs[kind]["status"]] = note
         updates[tabs] = gr.Tabs(selected=TAB_OF_KIND[kind])
         return updates
 
-    refresh.click(listed, None, [table, choice], show_progress="hidden")
+    filters = [search, kind_filter]
+    refresh.click(listed, filters, [table, choice], show_progress="hidden")
+    search.submit(listed, filters, [table, choice], show_progress="hidden")
+    kind_filter.change(listed, filters, [table, choice], show_progress="hidden")
+    delete_btn.click(deleted, [choice, *filters], [runs_note, table, choice], show_progress="hidden")
     table.select(picked, table, choice, show_progress="hidden")
     open_btn.click(open_handler, choice, [tabs, *[comp for _, _, comp in flat]], show_progress="minimal")
-    return listed, [table, choice]
+    return listed, [table, choice], filters

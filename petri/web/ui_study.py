@@ -30,9 +30,11 @@ from petri.study.plots import event_ranking_figure, instability_figure, jaccard_
 from petri.study.provisional import provisional_statistics, stored_batches
 from petri.study.runner import study_run_id
 from petri.study.schema import Study, StudyError, load_study, study_from_dict
+from petri.web.access import Caller
 from petri.web.errors import FieldError
 from petri.web.limits import MAX_SAMPLES, MAX_STEPS
 from petri.web.requests import SettingsIn, StudyRequest, prepare_study
+from petri.web.ui_access import UiAccess, export_dir
 from petri.web.ui_live import JobCancelled, JobFailed, stream, wire_run
 from petri.web.ui_shipped import load_shipped, report_markdown, shipped_figures, shipped_files, shipped_markdown
 from petri.web.ui_stats import build_stats_panel, stats_views
@@ -178,7 +180,7 @@ class StudyController:
         return gr.update(choices=ids, value=[i for i in (selected or []) if i in ids] or ids[:1])
 
     def run(self, meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps=None,
-            cancel: threading.Event | None = None):
+            cancel: threading.Event | None = None, caller: Caller | None = None):
         """Generator: check the study (``POST /api/study``'s checks), run it in a worker thread, and
         after each stored batch redraw the instability figure, the ranked events and the event-level
         test from the batches stored so far (labelled provisional with the events so far), then the
@@ -204,7 +206,8 @@ class StudyController:
         yield {"status": f"Study run `{run_id}`: " + ("waiting for the model…" if self.service.busy else "starting…")}
 
         def submit(emit):
-            return self.service.submit_study(study, request.samples, request.seed, settings, chosen, progress=emit)
+            return self.service.submit_study(study, request.samples, request.seed, settings, chosen, progress=emit,
+                                             owner=caller.owner if caller else None)
 
         result, last_draw = None, 0.0
         try:
@@ -229,15 +232,15 @@ class StudyController:
             raise gr.Error(f"The study failed: {err}") from None
         except (StudyError, ValueError) as err:
             raise gr.Error(str(err)) from None
-        yield self.final_views(result, total)
+        yield self.final_views(result, total, caller)
 
-    def final_views(self, result, total: int) -> dict:
-        """The finished study's figures, statistics, report and files (after a run, and when a stored
-        study run is reopened)."""
+    def final_views(self, result, total: int, caller: Caller | None = None) -> dict:
+        """The finished study's figures, statistics, report and files (in ``caller``'s folder; after
+        a run, and when a stored study run is reopened)."""
         from petri.study.report import write_study
 
         study = result.study
-        outputs = write_study(result, self.workdir / result.run_id, images=False)
+        outputs = write_study(result, export_dir(caller) / result.run_id, images=False)
         analysis = outputs.analysis
         shown = [*study.comparison, *study.show]
         return {
@@ -273,7 +276,7 @@ class StudyController:
         }
 
 
-def build_study_tab(service: PetriService) -> tuple[StudyController, dict]:
+def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tuple[StudyController, dict]:
     """The Study tab's components and events (inside an open ``gr.Tab``): the shipped study's
     committed results on top (until a run replaces them), the study set-up, then the run. Returns
     the controller and its result components by name (the Runs tab reopens a stored study into them)."""
@@ -347,5 +350,5 @@ def build_study_tab(service: PetriService) -> tuple[StudyController, dict]:
 
     wire_run(run_btn, cancel_btn, ctl.run,
              [meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps],
-             names, concurrency_limit=1, concurrency_id="model", show_progress="minimal")
+             names, access, concurrency_limit=1, concurrency_id="model", show_progress="minimal")
     return ctl, names

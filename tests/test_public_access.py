@@ -1,0 +1,157 @@
+"""On a public server every path that reaches stored data answers only to the run's owner: the
+HTTP routes, the Gradio event handlers a hostile client can call directly
+(``/gradio_api/call/<handler>`` with any run id) and the files Gradio serves
+(``/gradio_api/file=…``). Three clients: an API caller A, two browser visitors V1 and V2 (each
+with the cookie the page set), and a client with no token at all."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+
+import httpx
+import pytest
+
+from petri.service import PetriService
+from petri.store import RunStore
+from petri.web.access import CALLER_COOKIE, Caller, owner_of
+from petri.web.app import create_app
+from petri.web.access import AccessPolicy
+
+EVENT = "Only 90 units are in stock, but a customer ordered 120."
+
+
+def seed_body(**changes) -> dict:
+    body = {"concepts": ["order", "inventory", "person"], "event": EVENT, "samples": 2,
+            "settings": {"max_denoising_steps": 3}, "seed": 1}
+    return {**body, **changes}
+
+
+def gradio_call(http: httpx.Client, name: str, data: list) -> tuple[str, object]:
+    """Call Gradio handler ``name`` as a hostile client would: ("complete", outputs) or ("error", message)."""
+    posted = http.post(f"/gradio_api/call/{name}", json={"data": data})
+    assert posted.status_code == 200, posted.text
+    event_id = posted.json()["event_id"]
+    kind, payload = None, None
+    with http.stream("GET", f"/gradio_api/call/{name}/{event_id}") as stream:
+        for line in stream.iter_lines():
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: ") and kind in ("complete", "error"):
+                return kind, json.loads(line[6:])
+    return kind or "none", payload
+
+
+def file_urls(outputs) -> list[str]:
+    """Every ``/gradio_api/file=`` url in a handler's outputs."""
+    found = []
+
+    def walk(value):
+        if isinstance(value, dict):
+            if isinstance(value.get("url"), str) and "file=" in value["url"]:
+                found.append(value["url"])
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk(outputs)
+    return found
+
+
+def forget_cookies(request: httpx.Request) -> None:
+    """A client that never sends a cookie (the page sets one on every response it can)."""
+    request.headers.pop("cookie", None)
+
+
+@pytest.fixture(scope="module")
+def public_ui(tiny_lm, tmp_path_factory, live_server):
+    svc = PetriService(tiny_lm, RunStore(tmp_path_factory.mktemp("public-ui")))
+    with live_server(create_app(svc, access=AccessPolicy(public=True))) as live:
+        yield live, svc
+    svc.shutdown()
+
+
+@contextmanager
+def visitor(url: str):
+    """A browser: it loads the page first, which sets its caller cookie."""
+    with httpx.Client(base_url=url, timeout=120) as http:
+        page = http.get("/")
+        assert page.status_code == 200 and CALLER_COOKIE in page.headers.get("set-cookie", "")
+        assert "httponly" in page.headers["set-cookie"].lower()
+        yield http
+
+
+def test_a_public_server_keeps_each_callers_runs_private_on_every_path(public_ui):
+    live, service = public_ui
+    with httpx.Client(base_url=live.url, timeout=120) as api, visitor(live.url) as v1, visitor(live.url) as v2, \
+            httpx.Client(base_url=live.url, timeout=120, event_hooks={"request": [forget_cookies]}) as nobody:
+        assert v1.cookies[CALLER_COOKIE] != v2.cookies[CALLER_COOKIE]
+        posted = api.post("/api/seed", json=seed_body())
+        assert posted.status_code == 200, posted.text
+        a_token, a_run = posted.headers["x-petri-token"], posted.json()["run_id"]
+        a = {"X-Petri-Token": a_token}
+        v1_run = v1.post("/api/seed", json=seed_body(seed=2)).json()["run_id"]  # the cookie is V1's token
+        assert service.store.owns_run(v1_run, owner_of(v1.cookies[CALLER_COOKIE]))
+
+        # the Runs list: each sees its own, nobody sees anything
+        for who, mine in ((v1, {v1_run}), (v2, set()), (nobody, set())):
+            kind, out = gradio_call(who, "listed", ["", "all"])
+            assert kind == "complete", out
+            assert {row[0] for row in out[0]["data"]} == mine
+            assert not {a_run, v1_run} - mine & set(json.dumps(out).split('"'))
+        # Open: the owner reopens with its downloads; anyone else reads "no stored run"
+        kind, out = gradio_call(v1, "open_handler", [v1_run])
+        assert kind == "complete", out
+        urls = file_urls(out)
+        assert any(u.endswith("positions.csv") for u in urls), urls
+        for who, run in ((v2, v1_run), (nobody, v1_run), (v1, a_run), (v2, a_run), (nobody, a_run)):
+            kind, out = gradio_call(who, "open_handler", [run])
+            assert kind == "error" and EVENT not in json.dumps(out), out
+        # the files Gradio serves: only to their owner
+        positions = next(u for u in urls if u.endswith("positions.csv"))
+        path = positions[positions.index("/gradio_api/file="):]
+        assert v1.get(path).status_code == 200 and "order" in v1.get(path).text
+        for who in (v2, nobody):
+            assert who.get(path).status_code == 404
+            assert who.get(path.replace("/gradio_api/file=", "/file=")).status_code in (404, 405)
+        # the HTTP API agrees
+        assert api.get(f"/api/runs/{v1_run}", headers=a).status_code == 404
+        assert v2.get(f"/api/runs/{v1_run}").status_code == 404
+        assert v1.get(f"/api/runs/{v1_run}/positions.csv").status_code == 200
+        assert nobody.get("/api/runs").status_code == 401 and nobody.get("/api/jobs").status_code == 401
+        assert {r["run_id"] for r in v2.get("/api/runs").json()} == set()
+        # Delete: another caller's run is not there; one's own goes
+        kind, out = gradio_call(v2, "deleted", [v1_run, "", "all"])
+        assert kind == "error" and service.store.get_run(v1_run) is not None
+        kind, out = gradio_call(v1, "deleted", [v1_run, "", "all"])
+        assert kind == "complete", out
+        assert service.store.get_run(v1_run) is None and service.store.get_run(a_run) is not None
+
+
+def test_a_public_page_lists_no_run_before_a_visitor_asks(tiny_lm, tmp_path, live_server):
+    """The Runs table's first value is in the page every visitor gets: on a public server it is empty."""
+    svc = PetriService(tiny_lm, RunStore(tmp_path))
+    with live_server(create_app(svc, access=AccessPolicy(public=True))) as live, \
+            httpx.Client(base_url=live.url, timeout=120) as api:
+        run = api.post("/api/seed", json=seed_body(event="A secret event nobody else should read.")).json()["run_id"]
+        config = api.get("/config").text + api.get("/gradio_api/info").text
+        assert run not in config and "secret event" not in config
+    svc.shutdown()
+
+
+def test_ui_runs_belong_to_the_visitor_who_ran_them(tiny_lm, tmp_path):
+    """A Compare run from the UI is stored as its caller's (so its Runs tab lists it, and no one else's)."""
+    from petri.web.ui_compare import CompareController
+    from petri.web.ui_dish import DishController
+
+    svc = PetriService(tiny_lm, RunStore(tmp_path))
+    caller = Caller(public=True, token="v" * 43)
+    ctl = CompareController(svc, DishController(svc))
+    updates = list(ctl.run("order, inventory, person", "A", EVENT, "B", "The order shipped.", None, 2, 0, 3,
+                           caller=caller))
+    run_id = updates[-1]["run_id"]
+    assert svc.store.owns_run(run_id, caller.owner)
+    assert not svc.store.owns_run(run_id, owner_of("w" * 43))
+    svc.shutdown()
