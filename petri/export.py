@@ -1,4 +1,11 @@
-"""Tidy CSV export with a JSON sidecar that records everything a methods section needs."""
+"""Tidy CSV export with a JSON sidecar that records everything a methods section needs.
+
+Every CSV the project writes goes through :func:`write_csv`, which neutralises spreadsheet
+formulas (CSV injection, as OWASP recommends): a text cell or column name that begins with ``=``,
+``+``, ``-``, ``@``, a tab or a carriage return is written with a leading ``'``, so a spreadsheet
+shows it as text instead of running it. :func:`write_tables` records the raw values of every
+neutralised cell in the JSON sidecar under ``csv_neutralised`` (table → column → raw values).
+"""
 
 from __future__ import annotations
 
@@ -22,6 +29,10 @@ TABLES = {
     "samples": samples_table,
     "pairs": pairs_table,
 }
+
+#: What a spreadsheet reads as the start of a formula (OWASP, CSV injection).
+FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
+_FORMULA_PATTERN = r"^[=+\-@\t\r]"
 
 _VERSIONED = ("torch", "transformers", "numpy", "scipy", "pandas", "plotly", "textblob")
 
@@ -79,10 +90,50 @@ def write_parquet(table: pd.DataFrame, target=None):
     return table.to_parquet(target, index=False, engine="pyarrow")
 
 
+def neutralise(value: str) -> str:
+    """``value`` with a leading ``'`` if a spreadsheet would read it as a formula, else unchanged."""
+    return "'" + value if value.startswith(FORMULA_LEADS) else value
+
+
+def _formula_mask(column: pd.Series) -> pd.Series | None:
+    """Where a text column holds a formula-leading string (None: not a text column, or none do)."""
+    if not (column.dtype == object or pd.api.types.is_string_dtype(column)):
+        return None
+    mask = column.astype("string").str.match(_FORMULA_PATTERN).fillna(False).astype(bool)
+    return mask if bool(mask.any()) else None
+
+
+def formula_cells(table: pd.DataFrame) -> dict[str, list[str]]:
+    """The raw values :func:`write_csv` neutralises in ``table``: column name → its distinct
+    formula-leading values (in order of appearance); ``"(column names)"`` for names."""
+    found: dict[str, list[str]] = {}
+    names = [str(c) for c in table.columns if str(c).startswith(FORMULA_LEADS)]
+    if names:
+        found["(column names)"] = names
+    for name in table.columns:
+        mask = _formula_mask(table[name])
+        if mask is not None:
+            found[str(name)] = list(dict.fromkeys(table[name][mask].tolist()))
+    return found
+
+
+def safe_table(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with every formula-leading text cell and column name neutralised (a copy where any is)."""
+    masks = {name: m for name in table.columns if (m := _formula_mask(table[name])) is not None}
+    renamed = {c: neutralise(c) for c in table.columns if isinstance(c, str) and c.startswith(FORMULA_LEADS)}
+    if not masks and not renamed:
+        return table
+    table = table.copy()
+    for name, mask in masks.items():
+        table[name] = table[name].astype(object).where(~mask, "'" + table[name][mask].astype(str))
+    return table.rename(columns=renamed)
+
+
 def write_csv(table: pd.DataFrame, target=None):
-    """``table`` as CSV to a path or buffer (``None``: return the text). Every text field is quoted:
-    decoded canvases may hold bare carriage returns or commas."""
-    return table.to_csv(target, index=False, quoting=csv.QUOTE_NONNUMERIC)
+    """``table`` as CSV to a path or buffer (``None``: return the text), formula-leading text
+    neutralised (:func:`safe_table`). Every text field is quoted: decoded canvases may hold bare
+    carriage returns or commas."""
+    return safe_table(table).to_csv(target, index=False, quoting=csv.QUOTE_NONNUMERIC)
 
 
 def run_metadata(trajectories: Sequence[Trajectory], **extra) -> dict:
@@ -112,15 +163,20 @@ def run_metadata(trajectories: Sequence[Trajectory], **extra) -> dict:
 
 
 def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path, metadata: dict, sidecar: str = "run.json") -> dict[str, Path]:
-    """Write each table as ``<name>.csv`` and ``metadata`` as the JSON ``sidecar`` into ``out_dir``
-    (created if needed). Returns the written paths by table name (the sidecar under ``"run"``)."""
+    """Write each table as ``<name>.csv`` (:func:`write_csv`) and ``metadata`` as the JSON
+    ``sidecar`` into ``out_dir`` (created if needed), the raw values of neutralised cells under
+    ``csv_neutralised``. Returns the written paths by table name (the sidecar under ``"run"``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    written = {}
+    written, raw = {}, {}
     for name, table in tables.items():
         path = out / f"{name}.csv"
         write_csv(table, path)
         written[name] = path
+        if cells := formula_cells(table):
+            raw[name] = cells
+    if raw:
+        metadata = {**metadata, "csv_neutralised": raw}
     side = out / sidecar
     side.write_text(json.dumps(metadata, indent=2, default=str, ensure_ascii=False), encoding="utf-8")
     written["run"] = side

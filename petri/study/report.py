@@ -5,7 +5,6 @@ Never imports torch: it reads a :class:`~petri.study.runner.StudyResult` and its
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from petri.study.analysis import StudyAnalysis, analyze
-from petri.export import package_versions, write_tables
+from petri.export import package_versions, write_csv, write_tables
 from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap, save_figures
 from petri.stats import GroupComparison, too_small_note
 from petri.study.statistics import write_statistics
@@ -255,12 +254,11 @@ def write_study(
     tables = {name: analysis.tables[name] for name in STUDY_TABLES}
     written = write_tables(tables, out, sidecar(result, analysis, notes))
     templates = out / "templates.csv"
-    pd.DataFrame([(t.id, t.text) for t in study.templates if t.id in result.template_ids], columns=["template_id", "template"]).to_csv(
-        templates, index=False, quoting=csv.QUOTE_NONNUMERIC
-    )
+    write_csv(pd.DataFrame([(t.id, t.text) for t in study.templates if t.id in result.template_ids],
+                           columns=["template_id", "template"]), templates)
     written["templates"] = templates
     jac = out / "jaccard.csv"
-    analysis.jaccard.to_csv(jac, index_label="template")
+    write_csv(analysis.jaccard.rename_axis("template").reset_index(), jac)
     written["jaccard"] = jac
     if analysis.statistics is not None:
         written.update(write_statistics(analysis.statistics, out))

@@ -1,0 +1,115 @@
+"""Every CSV the project writes is safe to open in a spreadsheet: a text cell a person wrote
+(concepts, events, templates, group labels) that begins with ``=``, ``+``, ``-``, ``@``, a tab or
+a carriage return is written with a leading ``'`` (OWASP's advice against CSV injection), and the
+raw value stays in the JSON sidecar. Checked on the files the real writers wrote: the API's CSV
+route, the UI's and the CLI's seed downloads (:func:`petri.web.responses.write_run_files`, the
+same :func:`petri.export.write_tables` as ``petri seed --out``) and a study's folder
+(:func:`petri.study.report.write_study`)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+
+from petri.service import PetriService
+from petri.store import RunStore
+from petri.study.report import write_study
+from petri.study.schema import study_from_dict
+from petri.trajectory import SamplerSettings
+from petri.web.app import create_app
+from petri.web.responses import write_run_files
+
+CONCEPTS = ['=HYPERLINK("http://example.invalid","x")', "+SUM(1,1)", "-2+3", "@SUM(A1)"]
+EVENT = "=1+1 and the order shipped"
+GROUPS = ["=cmd|' /C calc'!A0", "+benign"]
+TEMPLATE = "-{event} Describe {concepts}."
+#: A quoted CSV field (every text field is quoted) that starts with a formula character. A quote
+#: inside a field is doubled, so ``,"=`` or a line-leading ``"=`` can only open a field.
+FORMULA_FIELD = re.compile(r'(?:^|,)"[=+\-@\t\r]', re.MULTILINE)
+
+
+def formula_fields(text: str) -> list[str]:
+    return [text[max(m.start() - 20, 0):m.end() + 20] for m in FORMULA_FIELD.finditer(text)]
+
+
+def test_the_pattern_finds_a_raw_formula_and_passes_a_neutralised_one():
+    assert formula_fields('"a","=1+1"\n') and formula_fields('"+x",1\n') and formula_fields('1,"\tx"')
+    assert not formula_fields('"a","\'=1+1",-2.5\n"b ""=x"""\n')
+
+
+@pytest.fixture(scope="module")
+def wide_lm():
+    """A tiny random model with room on its canvas for long concepts."""
+    from petri.engine.tiny import tiny_random_model
+
+    return tiny_random_model(canvas_length=128)
+
+
+@pytest.fixture(scope="module")
+def hostile_run(wide_lm, tmp_path_factory):
+    service = PetriService(wide_lm, RunStore(tmp_path_factory.mktemp("csv-safety")))
+    app = create_app(service, ui=False)
+    body = {"concepts": CONCEPTS, "template": TEMPLATE, "samples": 2, "seed": 3,
+            "events": [{"event": EVENT, "group": GROUPS[0]}, {"event": "@the second event", "group": GROUPS[1]}],
+            "settings": {"max_denoising_steps": 3}}
+    with TestClient(app) as client:
+        posted = client.post("/api/seed", json=body)
+        assert posted.status_code == 200, posted.text
+        run_id = posted.json()["run_id"]
+        served = {name: client.get(f"/api/runs/{run_id}/{name}.csv").text for name in posted.json()["csv"]}
+    yield service, run_id, served
+    service.shutdown()
+
+
+def test_the_api_csvs_neutralise_every_formula(hostile_run):
+    _, _, served = hostile_run
+    assert set(served) == {"positions", "segments", "samples", "pairs"}
+    for name, text in served.items():
+        assert formula_fields(text) == [], name
+    assert "\"'=1+1 and the order shipped\"" in served["positions"]
+    assert "\"'=cmd|' /C calc'!A0\"" in served["positions"]
+    assert "'=HYPERLINK(" in served["positions"] and "'@SUM(A1)" in served["samples"]
+    assert "\"'-{event} Describe {concepts}.\"" in served["segments"]
+
+
+def test_the_seed_downloads_neutralise_and_keep_the_raw_values_in_the_sidecar(hostile_run, tmp_path):
+    service, run_id, _ = hostile_run
+    stored = service.store.load_events(run_id)
+    paths = write_run_files(run_id, [t for _, _, t in stored], [g for _, g, _ in stored], tmp_path)
+    csvs = [p for p in paths if p.suffix == ".csv"]
+    assert len(csvs) == 4
+    for path in csvs:
+        assert formula_fields(path.read_text(encoding="utf-8")) == [], path.name
+    side = json.loads(next(p for p in paths if p.name == "run.json").read_text(encoding="utf-8"))
+    raw = side["csv_neutralised"]
+    assert EVENT in raw["positions"]["event"] and GROUPS[0] in raw["positions"]["group"]
+    assert set(CONCEPTS) <= set(raw["positions"]["concept"])
+    assert raw["positions"]["template"] and raw["positions"]["template"][0].startswith("-")
+
+
+def test_a_study_folder_neutralises_every_csv_and_keeps_the_raw_values(wide_lm, tmp_path):
+    study = study_from_dict({
+        "id": "hostile", "title": "Hostile", "language": "en", "concepts": CONCEPTS[:3],
+        "groups": GROUPS, "comparison": {"groups": GROUPS},
+        "templates": [{"id": "t1", "text": TEMPLATE}],
+        "events": [{"id": "e1", "group": GROUPS[0], "text": EVENT},
+                   {"id": "e2", "group": GROUPS[0], "text": "@a second event"},
+                   {"id": "e3", "group": GROUPS[1], "text": "+a benign event"},
+                   {"id": "e4", "group": GROUPS[1], "text": "a plain event"}],
+    })
+    service = PetriService(wide_lm, RunStore(tmp_path / "store"))
+    result = service.run_study(study, samples=2, seed=1, settings=SamplerSettings(max_denoising_steps=3))
+    out = write_study(result, tmp_path / "out", images=False)
+    csvs = sorted((tmp_path / "out").glob("*.csv"))
+    assert {p.stem for p in csvs} >= {"positions", "segments", "samples", "pairs", "events", "templates", "jaccard"}
+    for path in csvs:
+        assert formula_fields(path.read_text(encoding="utf-8")) == [], path.name
+    assert "\"'-{event} Describe {concepts}.\"" in (tmp_path / "out" / "templates.csv").read_text(encoding="utf-8")
+    side = json.loads(out.tables["run"].read_text(encoding="utf-8"))
+    assert GROUPS[0] in side["csv_neutralised"]["events"]["group"]
+    assert EVENT in side["csv_neutralised"]["events"]["event"]
+    assert side["study"]["templates"][0]["text"] == TEMPLATE  # the raw template, as written
+    service.shutdown()
