@@ -155,3 +155,80 @@ def test_ui_runs_belong_to_the_visitor_who_ran_them(tiny_lm, tmp_path):
     assert svc.store.owns_run(run_id, caller.owner)
     assert not svc.store.owns_run(run_id, owner_of("w" * 43))
     svc.shutdown()
+
+
+# ------------------------------------------------------------------------------ caller tokens
+@pytest.mark.parametrize("token", ["A" * 200 + "-alice-secret", "a", "", "A" * 129, "A" * 30 + " x", "Ä" * 30])
+def test_a_malformed_caller_token_is_refused_naming_the_header_never_cut(tiny_lm, tmp_path, token):
+    svc = PetriService(tiny_lm, RunStore(tmp_path))
+    app = create_app(svc, ui=False, access=AccessPolicy(public=True))
+    from fastapi.testclient import TestClient
+
+    with TestClient(app) as client:
+        for method, path in (("POST", "/api/jobs/seed"), ("GET", "/api/jobs"), ("GET", "/api/runs"),
+                             ("POST", "/api/seed")):
+            r = client.request(method, path, json=seed_body(), headers={"X-Petri-Token": token.encode("utf-8")})
+            assert r.status_code == 400, (path, r.text)
+            assert "X-Petri-Token" in r.json()["detail"]
+            assert token.encode()[:60].decode("utf-8", "ignore") not in r.text or len(token) < 2
+    svc.shutdown()
+
+
+def test_two_long_tokens_that_share_a_prefix_stay_two_callers(tiny_lm, tmp_path):
+    from fastapi.testclient import TestClient
+
+    svc = PetriService(tiny_lm, RunStore(tmp_path))
+    app = create_app(svc, ui=False, access=AccessPolicy(public=True))
+    alice, mallory = "A" * 100 + "-alice", "A" * 100 + "-mallory"
+    with TestClient(app) as client:
+        job = client.post("/api/jobs/seed", json=seed_body(), headers={"X-Petri-Token": alice})
+        assert job.status_code == 202 and job.headers["x-petri-token"] == alice
+        assert client.get(f"/api/jobs/{job.json()['job_id']}", headers={"X-Petri-Token": mallory}).status_code == 404
+        assert client.get("/api/jobs", headers={"X-Petri-Token": mallory}).json()["jobs"] == []
+        issued = {client.post("/api/jobs/seed", json=seed_body(seed=s)).json()["token"] for s in (2, 3)}
+        assert len(issued) == 2 and all(len(t) >= 43 for t in issued)  # 256 random bits, base64url
+    svc.shutdown()
+
+
+def test_the_api_token_never_reaches_the_access_log_and_a_post_keeps_it_out_of_the_query(tiny_lm, tmp_path):
+    """``/?api_token=SECRET`` opens the UI without the secret landing in uvicorn's access log, and a
+    POST that carries it in the query is refused clearly (a 303 would drop its body)."""
+    import logging
+    import threading
+    import time
+
+    import uvicorn
+
+    from petri.web.server import server_config
+
+    secret = "s3cret-token-value-123"
+    svc = PetriService(tiny_lm, RunStore(tmp_path))
+    app = create_app(svc, ui=False, access=AccessPolicy(api_token=secret))
+    config = server_config(app, "127.0.0.1", 0)
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            lines.append(self.format(record))
+
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        logging.getLogger("uvicorn.access").addHandler(keep := Keep())
+        port = server.servers[0].sockets[0].getsockname()[1]
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+            opened = http.get(f"/?api_token={secret}", follow_redirects=False)
+            assert opened.status_code == 303
+            posted = http.post(f"/api/seed?api_token={secret}", json=seed_body())
+            assert posted.status_code == 400 and "api_token" in posted.json()["detail"]
+        time.sleep(0.2)
+        logging.getLogger("uvicorn.access").removeHandler(keep)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        svc.shutdown()
+    assert any("api_token=***" in line for line in lines), lines
+    assert not any(secret in line for line in lines), lines

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import re
 import secrets
 from dataclasses import dataclass
@@ -148,6 +149,10 @@ class ApiTokenMiddleware:
         if scope["type"] not in ("http", "websocket") or scope.get("path") in OPEN_PATHS:
             return await self.app(scope, receive, send)
         request = Request(scope)
+        if scope["type"] == "http" and "api_token" in request.query_params and request.method not in ("GET", "HEAD"):
+            response = JSONResponse({"detail": "api_token: a query token only opens the UI in a browser (GET); "
+                                     "send Authorization: Bearer TOKEN with this request"}, status_code=400)
+            return await response(scope, receive, send)
         bearer = request.headers.get("authorization", "")
         given = bearer[7:] if bearer.lower().startswith("bearer ") else request.cookies.get(API_COOKIE)
         if self._ok(given):
@@ -165,3 +170,23 @@ class ApiTokenMiddleware:
             status_code=401, headers={"WWW-Authenticate": "Bearer"},
         )
         return await response(scope, receive, send)
+
+
+_SECRET_QUERY = re.compile(r"((?:^|[?&])api_token=)[^&\s\"]*", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """``text`` with the value of every ``api_token=`` query parameter replaced by ``***``."""
+    return _SECRET_QUERY.sub(r"\1***", text)
+
+
+class RedactSecrets(logging.Filter):
+    """A logging filter (on ``uvicorn.access``) that keeps ``api_token`` values out of log lines:
+    uvicorn logs each request's path with its query string."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
+        elif isinstance(record.msg, str):
+            record.msg = redact(record.msg)
+        return True

@@ -24,7 +24,7 @@ from petri.model_options import add_model_arguments, load_from_args
 from petri.service import PetriService
 from petri.store import RunStore, StoreError
 from petri.web import limits
-from petri.web.access import API_TOKEN_ENV, CALLER_HEADER, PUBLIC_ENV, AccessPolicy
+from petri.web.access import API_TOKEN_ENV, CALLER_HEADER, PUBLIC_ENV, AccessPolicy, RedactSecrets
 from petri.web.app import create_app
 
 #: Seconds a stopping server gives open requests and the job worker before it exits anyway.
@@ -86,6 +86,19 @@ def access_policy(host: str) -> AccessPolicy:
     return AccessPolicy(public=public, api_token=os.environ.get(API_TOKEN_ENV) or None)
 
 
+def server_config(app, host: str, port: int):
+    """uvicorn's config for the app, with ``api_token`` values scrubbed from its access log."""
+    import logging
+
+    import uvicorn
+
+    config = uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+    access_log = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, RedactSecrets) for f in access_log.filters):
+        access_log.addFilter(RedactSecrets())
+    return config
+
+
 def serve(app, service: PetriService, host: str, port: int) -> None:
     """uvicorn until SIGINT/SIGTERM. On the signal the service's work stops first (the running job
     and synchronous requests at their next step, queued jobs at once: all ``interrupted``), so open
@@ -97,8 +110,7 @@ def serve(app, service: PetriService, host: str, port: int) -> None:
             service.begin_shutdown()
             super().handle_exit(sig, frame)
 
-    config = uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
-    Server(config).run()
+    Server(server_config(app, host, port)).run()
     service.shutdown(timeout=SHUTDOWN_GRACE_S)
     service.store.close()
 
