@@ -232,3 +232,46 @@ def test_the_api_token_never_reaches_the_access_log_and_a_post_keeps_it_out_of_t
         svc.shutdown()
     assert any("api_token=***" in line for line in lines), lines
     assert not any(secret in line for line in lines), lines
+
+
+# ------------------------------------------------------------------------------ strict bodies
+@pytest.fixture(scope="module")
+def api(tiny_lm, tmp_path_factory):
+    from fastapi.testclient import TestClient
+
+    svc = PetriService(tiny_lm, RunStore(tmp_path_factory.mktemp("strict")))
+    with TestClient(create_app(svc, ui=False)) as client:
+        yield client
+    svc.shutdown()
+
+
+def test_t_min_above_t_max_is_refused_naming_the_field(api):
+    r = api.post("/api/seed", json=seed_body(settings={"t_min": 10, "t_max": 0.01, "max_denoising_steps": 2}))
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "settings", "t_min"], r.text
+    assert "t_min" in r.json()["detail"][0]["msg"] and "t_max" in r.json()["detail"][0]["msg"]
+    r = api.post("/api/jobs/seed", json=seed_body(settings={"t_max": 0.3}))  # below the model's default t_min
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "settings", "t_max"], r.text
+    assert api.post("/api/seed", json=seed_body(settings={"t_min": 0.5, "t_max": 0.5, "max_denoising_steps": 2})).status_code == 200
+
+
+@pytest.mark.parametrize("body,says", [
+    (json.dumps(seed_body()).encode("utf-16"), "UTF-8"),
+    (json.dumps(seed_body()).encode("utf-16-le"), "UTF-8"),
+    (b"\xef\xbb\xbf" + json.dumps(seed_body()).encode(), "UTF-8"),
+    (b'{"samples": 2, ' + json.dumps(seed_body())[1:].encode(), "'samples' twice"),
+    (json.dumps(seed_body()).replace('"settings": {', '"settings": {"t_min": 0.5, "t_min": 0.6, ').encode(), "'t_min' twice"),
+])
+def test_a_body_in_utf16_or_with_a_duplicate_key_is_refused_saying_so(api, body, says):
+    r = api.post("/api/seed", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert says in json.dumps(r.json()), r.text
+
+
+@pytest.mark.parametrize("version", [True, 1.0, "1", 2])
+def test_only_the_integer_1_is_a_schema_version(version):
+    from petri.study.schema import StudyError, study_from_dict
+
+    study = json.loads((__import__("petri.paths", fromlist=["x"]).studies_dir() / "inventory_order.json").read_text())
+    study_from_dict({**study, "schema": 1})
+    with pytest.raises(StudyError, match="schema"):
+        study_from_dict({**study, "schema": version})

@@ -215,7 +215,7 @@ def study_from_dict(data: Any, source: str = "<dict>", file_sha256: str = "") ->
     """Validate parsed study data; raise :class:`StudyError` (``source``, entry, reason)."""
     check = _Checker(source)
     check.keys(data, "top level", _TOP_KEYS, _REQUIRED_TOP)
-    if "schema" in data and data["schema"] != SCHEMA_VERSION:
+    if "schema" in data and (type(data["schema"]) is not int or data["schema"] != SCHEMA_VERSION):
         raise check.fail("schema", f"unsupported schema version {data['schema']!r}; this petri reads version {SCHEMA_VERSION}")
     study_id = check.ident(data["id"], "id")
     title = check.text(data["title"], "title")
@@ -349,6 +349,24 @@ def study_from_dict(data: Any, source: str = "<dict>", file_sha256: str = "") ->
     )
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice (``json`` would keep the last silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    seen: dict = {}
+    for key, value in pairs:
+        if key in seen:
+            raise DuplicateKeyError(f"the JSON names the key {key[:80]!r} twice in one object")
+        seen[key] = value
+    return seen
+
+
+def strict_loads(text: str) -> Any:
+    """``json.loads`` that refuses an object with a duplicate key (:class:`DuplicateKeyError`)."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def load_study(path: str | Path) -> Study:
     """Read and validate a study file (JSON, UTF-8). Raises :class:`StudyError` naming the file,
     the entry and the reason for anything malformed; nothing is sampled before this passes."""
@@ -363,7 +381,9 @@ def load_study(path: str | Path) -> Study:
     except UnicodeDecodeError as err:
         raise StudyError(source, "file", f"is not UTF-8 ({err.reason} at byte {err.start})") from None
     try:
-        data = json.loads(text)
+        data = strict_loads(text)
     except json.JSONDecodeError as err:
         raise StudyError(source, f"JSON line {err.lineno} column {err.colno}", f"invalid JSON: {err.msg}") from None
+    except DuplicateKeyError as err:
+        raise StudyError(source, "file", str(err)) from None
     return study_from_dict(data, source=source, file_sha256=hashlib.sha256(raw).hexdigest())

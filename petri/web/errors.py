@@ -16,10 +16,12 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from petri.service import BusyError
 from petri.store import StoreError
+from petri.study.schema import DuplicateKeyError, strict_loads
 from petri.web.limits import MAX_BODY_BYTES, RETRY_AFTER_S
 
 log = logging.getLogger("petri.web")
@@ -124,8 +126,39 @@ class BodyLimitMiddleware:
         await self.app(scope, limited_receive, send)
 
 
+class StrictJsonRequest(Request):
+    """A request whose JSON body must be UTF-8 (no byte-order mark, so no UTF-16 or UTF-32, which
+    ``json.loads`` would guess silently) and name each key of an object once."""
+
+    async def json(self):
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            if body.startswith((b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")) or (len(body) > 1 and b"\x00" in body[:4]):
+                raise BodyNotUtf8("the body is not UTF-8 JSON (a byte-order mark or UTF-16/UTF-32); send UTF-8")
+            self._json = strict_loads(body.decode("utf-8"))
+        return self._json
+
+
+class StrictJsonRoute(APIRoute):
+    """An API route that reads its body with :class:`StrictJsonRequest`."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def strict(request: Request):
+            return await handler(StrictJsonRequest(request.scope, request.receive))
+
+        return strict
+
+
+class BodyNotUtf8(ValueError):
+    """A JSON body in another encoding than UTF-8."""
+
+
 def parse_failure(err: BaseException | None) -> str:
     """Why a request body could not be parsed at all (FastAPI answers 400 without saying)."""
+    if isinstance(err, (DuplicateKeyError, BodyNotUtf8)):
+        return str(err)
     if isinstance(err, RecursionError):
         return "the JSON is nested too deeply"
     if isinstance(err, UnicodeDecodeError):

@@ -27,7 +27,7 @@ from petri.jobs import Job, JobNotFound, QueueFull
 from petri.service import PetriService
 from petri.web import limits
 from petri.web.access import Caller, get_caller
-from petri.web.errors import POST_RESPONSES
+from petri.web.errors import POST_RESPONSES, StrictJsonRoute
 from petri.web.requests import SeedRequest, StudyRequest, prepare_seed, prepare_study
 from petri.web.responses import JobList, JobOut, JobSubmitted
 from petri.web.routes import get_service
@@ -39,7 +39,7 @@ JobId = Annotated[str, PathParam(description="a job id (32 lowercase hex charact
 Service = Annotated[PetriService, Depends(get_service)]
 Client = Annotated[Caller, Depends(get_caller)]
 
-router = APIRouter(tags=["jobs"])
+router = APIRouter(tags=["jobs"], route_class=StrictJsonRoute)
 
 SUBMIT_RESPONSES = {**POST_RESPONSES, 503: {"description": "the job queue is full, or the server is stopping (Retry-After)"}}
 

@@ -136,6 +136,10 @@ class SettingsIn(_Strict):
                 stability_threshold=self.stability_threshold or defaults_on.stability_threshold,
                 confidence_threshold=self.confidence_threshold or defaults_on.confidence_threshold,
             )
+        if settings.t_min > settings.t_max:
+            field = "t_min" if self.t_min is not None else "t_max"
+            raise FieldError(["body", "settings", field], f"t_min ({settings.t_min:g}) is greater than t_max "
+                             f"({settings.t_max:g}); the temperature falls from t_max to t_min, so t_min <= t_max")
         return settings
 
 

@@ -36,7 +36,7 @@ from petri.service import BusyError, PetriService
 from petri.store import check_run_id
 from petri.web import limits
 from petri.web.access import Caller, get_caller
-from petri.web.errors import POST_RESPONSES, FieldError, busy_error
+from petri.web.errors import POST_RESPONSES, StrictJsonRoute, FieldError, busy_error
 from petri.web.gpu import run_seed, run_study_job
 from petri.web.requests import SeedRequest, StudyRequest, prepare_seed, prepare_study
 from petri.web.responses import HealthOut, QueueOut, RunOut, StudyOut, csv_links, event_summary, model_out
@@ -99,7 +99,7 @@ Service = Annotated[PetriService, Depends(get_service)]
 Jobs = Annotated[JobGate, Depends(get_jobs)]
 Client = Annotated[Caller, Depends(get_caller)]
 
-router = APIRouter()
+router = APIRouter(route_class=StrictJsonRoute)
 
 
 @router.get("/api/health", response_model=HealthOut, tags=["api"])
