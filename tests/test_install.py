@@ -1,8 +1,10 @@
 """``pip install .`` gives a working library and ``petri`` command, from any directory.
 
-A fresh virtual environment that sees this machine's packages (torch and friends are not
-downloaded again) gets the project built as a wheel and installed (no editable link to the
-checkout). From a folder outside the checkout, the installed ``petri`` command seeds the embedded
+A fresh virtual environment that sees the running interpreter's packages (torch and friends are
+not downloaded again) gets the project built as a wheel and installed (no editable link to the
+checkout). It sees them through a ``.pth`` file naming the running interpreter's site folders, so
+it works whether the requirements went into the system Python or into a virtualenv
+(``system_site_packages`` would see only the base interpreter's, without a virtualenv's pandas). From a folder outside the checkout, the installed ``petri`` command seeds the embedded
 model that the wheel installed as data files, and ``import petri`` resolves to the installed copy.
 """
 
@@ -11,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -21,12 +25,26 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+def see_running_packages(env_dir: Path) -> Path:
+    """Write a ``.pth`` into ``env_dir``'s site-packages naming this interpreter's site folders
+    (a virtualenv's or the system's, the user's, and any a ``.pth`` put on ``sys.path``). Plain path lines: the ``.pth`` files inside
+    those folders (an editable install of this checkout) are not run, so the wheel stays the petri
+    that imports."""
+    folders = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else []),
+               *(p for p in sys.path if "site-packages" in p or "dist-packages" in p)]  # those a .pth added
+    target = Path(sysconfig.get_path("purelib", vars={"base": str(env_dir), "platbase": str(env_dir)}))
+    pth = target / "running-interpreter-packages.pth"
+    pth.write_text("".join(f"{f}\n" for f in dict.fromkeys(folders) if Path(f).is_dir()), encoding="utf-8")
+    return pth
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
     """The virtual environment's folder, with the project installed from a wheel."""
     root = tmp_path_factory.mktemp("install")
     env_dir = root / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
+    venv.EnvBuilder(system_site_packages=False, with_pip=True).create(env_dir)
+    see_running_packages(env_dir)
     # `pip install .` is "build a wheel, install it": the wheel is built with this interpreter's
     # setuptools (no download), then installed into the fresh environment by its own pip.
     # (from a clean copy of the tree: an in-tree build/ folder can carry stale modules into a wheel)

@@ -36,6 +36,9 @@ STUDY = {
 TOTAL = 2 * len(STUDY["events"])
 SAMPLES, SEED = 4, 11
 SETTINGS = {"max_denoising_steps": 48, "adaptive_stop": False}
+#: Denoising steps per batch of the Ctrl-C test's study: ~1 s a batch here, so the study runs
+#: for ~20 s after its first batch is stored.
+CTRL_C_STEPS = 96
 #: The issue's promise: a stopped server is gone within 10 s.
 EXIT_WITHIN_S = 10
 
@@ -104,7 +107,7 @@ def test_ctrl_c_stops_the_study_command_and_prints_how_to_resume(tmp_path):
     store_dir = tmp_path / "store"
     command = [sys.executable, "-m", "petri", "study", str(study_file), "--model", str(tmp_path / "ckpt"),
                "--store", str(store_dir), "--out", str(tmp_path / "out"), "--samples", str(SAMPLES), "--seed",
-               str(SEED), "--steps", "48", "--no-adaptive-stop", "--no-images", "--quiet", "--threads", "1"]
+               str(SEED), "--steps", str(CTRL_C_STEPS), "--no-adaptive-stop", "--no-images", "--quiet", "--threads", "1"]
     lm = tiny_random_model(canvas_length=16, seed=2)
     lm.model.save_pretrained(tmp_path / "ckpt")
     lm.tokenizer.save_pretrained(tmp_path / "ckpt")
@@ -120,8 +123,17 @@ def test_ctrl_c_stops_the_study_command_and_prints_how_to_resume(tmp_path):
             except sqlite3.OperationalError:
                 return False
 
-    wait_until(one_batch_stored, "the first stored batch", 180)
+    wait_until(lambda: one_batch_stored() or proc.poll() is not None, "the first stored batch", 180)
+    # The gate: the study is stopped (SIGSTOP, at once, by the kernel) the moment its first batch
+    # is seen, so it cannot finish while Ctrl-C is on its way, however loaded the machine is; the
+    # Ctrl-C is then pending when it continues. With CTRL_C_STEPS the other 19 batches take ~20 s.
+    proc.send_signal(signal.SIGSTOP)
+    assert proc.poll() is None, "the study finished before its first batch was seen (raise CTRL_C_STEPS)"
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as connection:
+        stored_at_stop = connection.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+    assert stored_at_stop < TOTAL, "every batch was stored before the stop (raise CTRL_C_STEPS)"
     proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGCONT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted: every finished batch is in the run store" in err
