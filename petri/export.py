@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import platform
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -53,14 +53,27 @@ def run_table(
     """One tidy table (``name`` in :data:`TABLES`) over all trajectories (one per event), rows tagged
     with event and model; with ``groups`` (one label per trajectory), also ``event_index`` and
     ``group`` beside ``event``."""
-    frames = []
-    for index, traj in enumerate(trajectories):
-        frame = TABLES[name](traj)
-        if groups is not None:
-            frame.insert(1, "group", groups[index] if groups[index] is not None else "")
-            frame.insert(1, "event_index", index)
-        frames.append(frame)
+    frames = [_event_table(traj, name, index, groups) for index, traj in enumerate(trajectories)]
     return pd.concat(frames, ignore_index=True)
+
+
+def _event_table(traj: Trajectory, name: str, index: int, groups: Sequence[str | None] | None) -> pd.DataFrame:
+    """Table ``name`` of one trajectory, tagged with ``event_index`` and ``group`` when ``groups``
+    is given (after ``event``, or first where the table carries no event text)."""
+    frame = TABLES[name](traj)
+    if groups is not None:
+        at = 1 if "event" in frame.columns else 0
+        frame.insert(at, "group", groups[index] if groups[index] is not None else "")
+        frame.insert(at, "event_index", index)
+    return frame
+
+
+def iter_csv(trajectories: Sequence[Trajectory], name: str, groups: Sequence[str | None] | None = None) -> Iterator[str]:
+    """:func:`run_table` as CSV text, one event at a time (the header first): what a download
+    streams, so no more than one event's table is ever in memory. The chunks joined equal
+    ``write_csv(run_table(...))``."""
+    for index, traj in enumerate(trajectories):
+        yield write_csv(_event_table(traj, name, index, groups), header=index == 0)
 
 
 def run_tables(
@@ -129,11 +142,11 @@ def safe_table(table: pd.DataFrame) -> pd.DataFrame:
     return table.rename(columns=renamed)
 
 
-def write_csv(table: pd.DataFrame, target=None):
+def write_csv(table: pd.DataFrame, target=None, header: bool = True):
     """``table`` as CSV to a path or buffer (``None``: return the text), formula-leading text
     neutralised (:func:`safe_table`). Every text field is quoted: decoded canvases may hold bare
     carriage returns or commas."""
-    return safe_table(table).to_csv(target, index=False, quoting=csv.QUOTE_NONNUMERIC)
+    return safe_table(table).to_csv(target, index=False, quoting=csv.QUOTE_NONNUMERIC, header=header)
 
 
 def run_metadata(trajectories: Sequence[Trajectory], **extra) -> dict:

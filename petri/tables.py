@@ -1,7 +1,11 @@
 """A :class:`~petri.trajectory.Trajectory` as tidy pandas tables (no torch).
 
-Every table starts with the columns ``event``, ``template`` and ``model_id`` copied from the trajectory, so
-tables of several runs can be concatenated with ``pd.concat``.
+The per-sample and per-pair tables start with the columns ``event``, ``template`` and ``model_id``
+copied from the trajectory, so tables of several runs can be concatenated with ``pd.concat``. The
+per-position and per-segment tables start with ``model_id`` only: they have a row per sample ×
+position (or segment), and repeating the event and template texts (up to 2,000 characters each) on
+every row made them hundreds of MB; a row finds its texts through ``sample`` (and, in a run's
+tables, ``event_index``) in the samples table.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ from petri.metrics import (
 from petri.trajectory import Trajectory
 
 
-def _tagged(traj: Trajectory, columns: dict) -> pd.DataFrame:
-    return pd.DataFrame({"event": traj.event, "template": traj.template, "model_id": traj.model_id, **columns})
+def _tagged(traj: Trajectory, columns: dict, texts: bool = True) -> pd.DataFrame:
+    tags = {"event": traj.event, "template": traj.template} if texts else {}
+    return pd.DataFrame({**tags, "model_id": traj.model_id, **columns})
 
 
 def _flips(traj: Trajectory) -> np.ndarray:
@@ -41,9 +46,9 @@ def _segments(traj: Trajectory) -> tuple[list[Segment], np.ndarray]:
 
 
 def positions_table(traj: Trajectory) -> pd.DataFrame:
-    """One row per sample × position.
+    """One row per sample × position (no event or template text: see the module docstring).
 
-    Columns: sample, position, is_anchor (from ``anchor_mask``), concept (``""`` off anchors),
+    Columns: model_id, sample, position, is_anchor (from ``anchor_mask``), concept (``""`` off anchors),
     final_token_id, flips (0 at anchors), commit_step (of the raw argmax, anchors included),
     mean_entropy and accepted_steps (over the steps the sample ran).
     """
@@ -62,11 +67,12 @@ def positions_table(traj: Trajectory) -> pd.DataFrame:
             "mean_entropy": (step_sum(traj.entropy, steps) / steps[:, None]).ravel(),
             "accepted_steps": step_sum(traj.accepted, steps).astype(int).ravel(),
         },
+        texts=False,
     )
 
 
 def segments_table(traj: Trajectory) -> pd.DataFrame:
-    """One row per segment: sample, left, right, pair (``"a|b"``, sorted), start, end, length,
+    """One row per segment (no event or template text): model_id, sample, left, right, pair (``"a|b"``, sorted), start, end, length,
     instability (NaN for empty segments)."""
     segs, values = _segments(traj)
     return _tagged(
@@ -81,6 +87,7 @@ def segments_table(traj: Trajectory) -> pd.DataFrame:
             "length": [g.length for g in segs],
             "instability": values,
         },
+        texts=False,
     )
 
 

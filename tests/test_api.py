@@ -162,7 +162,8 @@ def test_seed_stores_and_serves_csv(client, service):
     assert set(positions["group"]) == {"contradictory", "benign"} and set(positions["event_index"]) == {0, 1}
     for table in ("segments", "samples", "pairs"):
         frame = pd.read_csv(io.StringIO(client.get(f"/api/runs/{run['run_id']}/{table}.csv").text))
-        assert len(frame) and {"event", "group", "model_id"} <= set(frame.columns)
+        assert len(frame) and {"event_index", "group", "model_id"} <= set(frame.columns)
+        assert ("event" in frame.columns) is (table != "segments")  # per-segment rows carry no texts
 
 
 def test_settings_override_and_adaptive_stop(client):

@@ -35,17 +35,20 @@ SAMPLES = ["sample", "steps", "mean_flips_free", "settled_share", "anchor_layout
            "anchors_intact", "n_anchors", "mean_agreement"]
 PAIRS = ["pair", "n_segments", "instability"]
 
-#: ``python -m petri seed --out``: each table starts with event, template, model_id.
+#: ``python -m petri seed --out``: samples and pairs start with event, template, model_id; the
+#: positions and segments tables (a row per position or segment) with model_id only: repeating the
+#: texts on every row made them hundreds of MB.
 CLI_SEED = {
-    "positions": ["event", "template", "model_id"] + POSITIONS,
-    "segments": ["event", "template", "model_id"] + SEGMENTS,
+    "positions": ["model_id"] + POSITIONS,
+    "segments": ["model_id"] + SEGMENTS,
     "samples": ["event", "template", "model_id"] + SAMPLES,
     "pairs": ["event", "template", "model_id"] + PAIRS,
 }
-#: ``GET /api/runs/{id}/{table}.csv`` (and the UI's seed downloads): event_index and group after event.
+#: ``GET /api/runs/{id}/{table}.csv`` (and the UI's seed downloads): event_index and group after
+#: event (first in positions and segments, which carry no texts).
 API = {
-    "positions": ["event", "event_index", "group", "template", "model_id"] + POSITIONS,
-    "segments": ["event", "event_index", "group", "template", "model_id"] + SEGMENTS,
+    "positions": ["event_index", "group", "model_id"] + POSITIONS,
+    "segments": ["event_index", "group", "model_id"] + SEGMENTS,
     "samples": ["event", "event_index", "group", "template", "model_id"] + SAMPLES,
     "pairs": ["event", "event_index", "group", "template", "model_id"] + PAIRS,
 }

@@ -69,10 +69,10 @@ def test_the_api_csvs_neutralise_every_formula(hostile_run):
     assert set(served) == {"positions", "segments", "samples", "pairs"}
     for name, text in served.items():
         assert formula_fields(text) == [], name
-    assert "\"'=1+1 and the order shipped\"" in served["positions"]
+    assert "\"'=1+1 and the order shipped\"" in served["samples"]
     assert "\"'=cmd|' /C calc'!A0\"" in served["positions"]
     assert "'=HYPERLINK(" in served["positions"] and "'@SUM(A1)" in served["samples"]
-    assert "\"'-{event} Describe {concepts}.\"" in served["segments"]
+    assert "\"'-{event} Describe {concepts}.\"" in served["pairs"]
 
 
 def test_the_seed_downloads_neutralise_and_keep_the_raw_values_in_the_sidecar(hostile_run, tmp_path):
@@ -85,9 +85,9 @@ def test_the_seed_downloads_neutralise_and_keep_the_raw_values_in_the_sidecar(ho
         assert formula_fields(path.read_text(encoding="utf-8")) == [], path.name
     side = json.loads(next(p for p in paths if p.name == "run.json").read_text(encoding="utf-8"))
     raw = side["csv_neutralised"]
-    assert EVENT in raw["positions"]["event"] and GROUPS[0] in raw["positions"]["group"]
+    assert EVENT in raw["samples"]["event"] and GROUPS[0] in raw["positions"]["group"]
     assert set(CONCEPTS) <= set(raw["positions"]["concept"])
-    assert raw["positions"]["template"] and raw["positions"]["template"][0].startswith("-")
+    assert raw["samples"]["template"] and raw["samples"]["template"][0].startswith("-")
 
 
 def test_a_study_folder_neutralises_every_csv_and_keeps_the_raw_values(wide_lm, tmp_path):
@@ -113,3 +113,16 @@ def test_a_study_folder_neutralises_every_csv_and_keeps_the_raw_values(wide_lm, 
     assert EVENT in side["csv_neutralised"]["events"]["event"]
     assert side["study"]["templates"][0]["text"] == TEMPLATE  # the raw template, as written
     service.shutdown()
+
+
+def test_a_streamed_table_is_the_whole_table_one_event_at_a_time(hostile_run):
+    """The API streams each CSV one event at a time; joined, the chunks are the table written whole."""
+    from petri.export import TABLES, iter_csv, run_table, write_csv
+
+    service, run_id, served = hostile_run
+    stored = service.store.load_events(run_id)
+    trajectories, groups = [t for _, _, t in stored], [g for _, g, _ in stored]
+    for name in TABLES:
+        chunks = list(iter_csv(trajectories, name, groups))
+        assert len(chunks) == len(trajectories) == 2
+        assert "".join(chunks) == write_csv(run_table(trajectories, name, groups)) == served[name].replace("\r\n", "\n")

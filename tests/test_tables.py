@@ -63,7 +63,8 @@ def make_trajectory(event: str = "benign") -> Trajectory:
 def test_positions_table():
     df = positions_table(make_trajectory())
     assert len(df) == 2 * 6
-    assert (df.event == "benign").all() and (df.model_id == "tiny-model").all()
+    assert "event" not in df.columns and "template" not in df.columns  # the texts live in the samples table
+    assert (df.model_id == "tiny-model").all()
     assert df["sample"].tolist() == [0] * 6 + [1] * 6
     assert df.position.tolist() == list(range(6)) * 2
     assert df.concept.tolist() == ["person", "", "", "", "order", "order"] + [
@@ -89,7 +90,7 @@ def test_segments_table():
     ]
     # sample 0 free flips at 1..3: (1 + 1 + 0) / 3; sample 1 empty → NaN
     np.testing.assert_allclose(df.instability, [2 / 3, np.nan])
-    assert (df.event == "benign").all()
+    assert "event" not in df.columns and (df.model_id == "tiny-model").all()
 
 
 def test_samples_table():

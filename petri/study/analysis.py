@@ -44,7 +44,7 @@ def study_tables(batches: list[StudyBatch], study_id: str) -> dict[str, pd.DataF
     out: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
     for b in batches:
         for name, build in TABLES.items():
-            df = build(b.trajectory).drop(columns=["event", "template"])
+            df = build(b.trajectory).drop(columns=["event", "template"], errors="ignore")
             for i, (col, value) in enumerate(zip(KEY_COLUMNS, (study_id, b.event_id, b.group, b.template_id))):
                 df.insert(i, col, value)
             out[name].append(df)

@@ -28,10 +28,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 
 from petri.cancel import Cancelled, CancelToken
-from petri.export import TABLES, run_table, write_csv
+from petri.export import TABLES, iter_csv
 from petri.service import BusyError, PetriService
 from petri.store import check_run_id
 from petri.web import limits
@@ -243,15 +243,17 @@ def get_run(run_id: RunId, service: Service, caller: Client, include_trajectorie
 @router.get("/api/runs/{run_id}/{table}.csv", tags=["api"], response_class=Response,
             responses={200: {"content": {"text/csv": {}}}})
 def get_table(run_id: RunId, table: TableName, service: Service, caller: Client) -> Response:
-    """A tidy table of a stored run: one of ``positions``, ``segments``, ``samples``, ``pairs``."""
+    """A tidy table of a stored run: one of ``positions``, ``segments``, ``samples``, ``pairs``,
+    streamed one event at a time, formula-leading text neutralised (:func:`petri.export.write_csv`)."""
     if table not in TABLES:
         raise HTTPException(404, detail=f"table: {table[:40]!r} is not one of {', '.join(TABLES)}")
     run, stored = _load_run(service, run_id, caller)
     if not stored:
         raise HTTPException(404, detail=f"run_id: run {run_id!r} has no stored events (status {run['status']})")
-    frame = run_table([t for _, _, t in stored], table, [g for _, g, _ in stored])
-    return Response(
-        write_csv(frame),
+    chunks = iter_csv([t for _, _, t in stored], table, [g for _, g, _ in stored])
+    # streamed one event at a time (a sync generator runs in a worker thread): never the whole table in memory
+    return StreamingResponse(
+        (chunk.encode("utf-8") for chunk in chunks),
         media_type="text/csv; charset=utf-8",
         headers={"Content-Disposition": f'attachment; filename="{run_id}-{table}.csv"'},
     )
