@@ -8,7 +8,7 @@ import argparse
 import sys
 
 from petri.dish import DEFAULT_TEMPLATE, Dish, LayoutError
-from petri.export import run_tables, write_run
+from petri.export import run_tables, token_decoder, write_run
 from petri.engine.base import BackendUnavailableError, ModelNotFoundError
 from petri.model_options import add_model_arguments, add_sampler_arguments, load_from_args, settings_from_args
 from petri.store import StoreError
@@ -185,7 +185,7 @@ def cmd_seed(args) -> int:
     print(f"model: {lm.model_id} on {lm.device} ({traj.timings['total_s']:.2f} s, steps {traj.steps.tolist()})")
     print(tables["pairs"][["pair", "n_segments", "instability"]].to_string(index=False))
     if args.out:
-        written = write_run([traj], args.out)
+        written = write_run([traj], args.out, token_text=token_decoder(lm.tokenizer, lm.model_id, [traj]))
         print(f"wrote {', '.join(str(p) for p in written.values())}")
     return 0
 
@@ -232,7 +232,8 @@ def cmd_study(args) -> int:
         store.close()
         if executor:
             executor.close()
-    outputs = write_study(result, out, top_n=args.top_n, images=not args.no_images, command=command)
+    decoder = None if executor else token_decoder(lm.tokenizer, lm.model_id, [b.trajectory for b in result.batches])
+    outputs = write_study(result, out, top_n=args.top_n, images=not args.no_images, command=command, token_text=decoder)
     comp = outputs.analysis.comparison
     print(f"model: {result.model_id} on {result.device}; run {result.run_id}: {result.computed} batches computed, {result.resumed} resumed")
     print(comp.event.summary())

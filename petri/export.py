@@ -12,11 +12,12 @@ from __future__ import annotations
 import csv
 import json
 import platform
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from petri.replay import steps_table
@@ -34,6 +35,9 @@ TABLES = {
 FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
 _FORMULA_PATTERN = r"^[=+\-@\t\r]"
 
+#: Token ids (a 1-D int array) → their decoded texts, one per id.
+TokenText = Callable[[np.ndarray], list[str]]
+
 _VERSIONED = ("torch", "transformers", "numpy", "scipy", "pandas", "plotly", "textblob")
 
 
@@ -47,20 +51,47 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+def token_decoder(tokenizer, model_id: str, trajectories: Sequence[Trajectory]) -> TokenText | None:
+    """Decodes token ids one by one with ``tokenizer`` (a Hugging Face tokenizer), if every
+    trajectory was sampled by model ``model_id`` (a stored run of another model: None)."""
+    if tokenizer is None or any(t.model_id != model_id for t in trajectories):
+        return None
+
+    def decode(ids: np.ndarray) -> list[str]:
+        unique, inverse = np.unique(np.asarray(ids, dtype=np.int64), return_inverse=True)
+        texts = np.array([tokenizer.decode([int(i)]) for i in unique], dtype=object)
+        return texts[inverse.reshape(-1)].tolist()
+
+    return decode
+
+
+def with_final_token(frame: pd.DataFrame, token_text: TokenText | None) -> pd.DataFrame:
+    """A positions table with ``final_token`` (the final token's text; ``""`` without a decoder,
+    e.g. a stored run of another model) right after ``final_token_id`` (in place; returned)."""
+    ids = frame["final_token_id"].to_numpy()
+    texts = token_text(ids) if token_text is not None and len(ids) else [""] * len(ids)
+    frame.insert(frame.columns.get_loc("final_token_id") + 1, "final_token", texts)
+    return frame
+
+
 def run_table(
-    trajectories: Sequence[Trajectory], name: str, groups: Sequence[str | None] | None = None
+    trajectories: Sequence[Trajectory], name: str, groups: Sequence[str | None] | None = None,
+    token_text: TokenText | None = None,
 ) -> pd.DataFrame:
     """One tidy table (``name`` in :data:`TABLES`) over all trajectories (one per event), rows tagged
     with event and model; with ``groups`` (one label per trajectory), also ``event_index`` and
-    ``group`` beside ``event``."""
-    frames = [_event_table(traj, name, index, groups) for index, traj in enumerate(trajectories)]
+    ``group`` beside ``event``. Positions gain ``final_token`` (:func:`with_final_token`)."""
+    frames = [_event_table(traj, name, index, groups, token_text) for index, traj in enumerate(trajectories)]
     return pd.concat(frames, ignore_index=True)
 
 
-def _event_table(traj: Trajectory, name: str, index: int, groups: Sequence[str | None] | None) -> pd.DataFrame:
+def _event_table(traj: Trajectory, name: str, index: int, groups: Sequence[str | None] | None,
+                 token_text: TokenText | None = None) -> pd.DataFrame:
     """Table ``name`` of one trajectory, tagged with ``event_index`` and ``group`` when ``groups``
     is given (after ``event``, or first where the table carries no event text)."""
     frame = TABLES[name](traj)
+    if name == "positions":
+        with_final_token(frame, token_text)
     if groups is not None:
         at = 1 if "event" in frame.columns else 0
         frame.insert(at, "group", groups[index] if groups[index] is not None else "")
@@ -68,19 +99,20 @@ def _event_table(traj: Trajectory, name: str, index: int, groups: Sequence[str |
     return frame
 
 
-def iter_csv(trajectories: Sequence[Trajectory], name: str, groups: Sequence[str | None] | None = None) -> Iterator[str]:
+def iter_csv(trajectories: Sequence[Trajectory], name: str, groups: Sequence[str | None] | None = None,
+             token_text: TokenText | None = None) -> Iterator[str]:
     """:func:`run_table` as CSV text, one event at a time (the header first): what a download
     streams, so no more than one event's table is ever in memory. The chunks joined equal
     ``write_csv(run_table(...))``."""
     for index, traj in enumerate(trajectories):
-        yield write_csv(_event_table(traj, name, index, groups), header=index == 0)
+        yield write_csv(_event_table(traj, name, index, groups, token_text), header=index == 0)
 
 
 def run_tables(
-    trajectories: Sequence[Trajectory], groups: Sequence[str | None] | None = None
+    trajectories: Sequence[Trajectory], groups: Sequence[str | None] | None = None, token_text: TokenText | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Every table of :data:`TABLES` by :func:`run_table`."""
-    return {name: run_table(trajectories, name, groups) for name in TABLES}
+    return {name: run_table(trajectories, name, groups, token_text) for name in TABLES}
 
 
 def run_steps_table(
@@ -196,9 +228,11 @@ def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path, metadata:
     return written
 
 
-def write_run(trajectories: Sequence[Trajectory], out_dir: str | Path, **extra) -> dict[str, Path]:
-    """Write ``positions.csv``, ``segments.csv``, ``samples.csv``, ``pairs.csv`` and ``run.json``
-    into ``out_dir`` (created if needed). Returns the written paths by table name."""
+def write_run(trajectories: Sequence[Trajectory], out_dir: str | Path, token_text: TokenText | None = None,
+              **extra) -> dict[str, Path]:
+    """Write ``positions.csv`` (final tokens decoded by ``token_text``), ``segments.csv``,
+    ``samples.csv``, ``pairs.csv`` and ``run.json`` into ``out_dir`` (created if needed). Returns
+    the written paths by table name."""
     if not trajectories:
         raise ValueError("trajectories: nothing to export")
-    return write_tables(run_tables(trajectories), out_dir, run_metadata(trajectories, **extra))
+    return write_tables(run_tables(trajectories, token_text=token_text), out_dir, run_metadata(trajectories, **extra))

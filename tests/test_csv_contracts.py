@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 # ----------------------------------------------------------------------------- the contracts
 
 #: Per-trajectory columns of each seed table, after the tag columns.
-POSITIONS = ["sample", "position", "is_anchor", "concept", "final_token_id", "flips", "commit_step",
+POSITIONS = ["sample", "position", "is_anchor", "concept", "final_token_id", "final_token", "flips", "commit_step",
              "mean_entropy", "accepted_steps"]
 SEGMENTS = ["sample", "left", "right", "pair", "start", "end", "length", "instability"]
 SAMPLES = ["sample", "steps", "mean_flips_free", "settled_share", "anchor_layout", "final_text",

@@ -115,14 +115,29 @@ def test_a_study_folder_neutralises_every_csv_and_keeps_the_raw_values(wide_lm, 
     service.shutdown()
 
 
-def test_a_streamed_table_is_the_whole_table_one_event_at_a_time(hostile_run):
+def test_a_streamed_table_is_the_whole_table_one_event_at_a_time(hostile_run, wide_lm):
     """The API streams each CSV one event at a time; joined, the chunks are the table written whole."""
-    from petri.export import TABLES, iter_csv, run_table, write_csv
+    from petri.export import TABLES, iter_csv, run_table, token_decoder, write_csv
 
     service, run_id, served = hostile_run
     stored = service.store.load_events(run_id)
     trajectories, groups = [t for _, _, t in stored], [g for _, g, _ in stored]
+    decoder = token_decoder(wide_lm.tokenizer, wide_lm.model_id, trajectories)
     for name in TABLES:
-        chunks = list(iter_csv(trajectories, name, groups))
+        chunks = list(iter_csv(trajectories, name, groups, decoder))
         assert len(chunks) == len(trajectories) == 2
-        assert "".join(chunks) == write_csv(run_table(trajectories, name, groups)) == served[name].replace("\r\n", "\n")
+        assert "".join(chunks) == write_csv(run_table(trajectories, name, groups, decoder)) == served[name]
+
+
+def test_positions_carry_each_final_tokens_text_neutralised(hostile_run, wide_lm):
+    """``final_token`` beside ``final_token_id`` is that id decoded by the model's tokenizer (a
+    formula-leading one with its ``'``)."""
+    import csv
+    import io
+
+    _, _, served = hostile_run
+    rows = list(csv.DictReader(io.StringIO(served["positions"])))
+    assert rows and len({r["final_token_id"] for r in rows}) > 5
+    for row in rows:
+        text = wide_lm.tokenizer.decode([int(row["final_token_id"])])
+        assert row["final_token"] == ("'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from petri.study.analysis import StudyAnalysis, analyze
-from petri.export import package_versions, write_csv, write_tables
+from petri.export import TokenText, package_versions, with_final_token, write_csv, write_tables
 from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap, save_figures
 from petri.stats import GroupComparison, too_small_note
 from petri.study.statistics import write_statistics
@@ -233,8 +233,10 @@ def write_study(
     images: bool = True,
     command: str | None = None,
     analysis: StudyAnalysis | None = None,
+    token_text: TokenText | None = None,
 ) -> StudyOutputs:
-    """Analyse ``result`` and write into ``out_dir``: ``positions.csv``, ``segments.csv``,
+    """Analyse ``result`` and write into ``out_dir``: ``positions.csv`` (final tokens decoded by
+    ``token_text``: :func:`petri.export.token_decoder`), ``segments.csv``,
     ``samples.csv``, ``events.csv`` (the four tidy levels), ``pairs.csv``, ``templates.csv``,
     ``jaccard.csv``, ``run.json`` (sidecar),
     ``figures/*.html`` (+ PNG/SVG where possible) and ``report.md``."""
@@ -252,6 +254,8 @@ def write_study(
     paths, notes = save_figures(figs, fig_dir, images=("png", "svg") if images else ())
     figures = {FIGURE_TITLES[name]: p for name, p in paths.items()}
     tables = {name: analysis.tables[name] for name in STUDY_TABLES}
+    if "positions" in tables:
+        tables["positions"] = with_final_token(tables["positions"].copy(), token_text)
     written = write_tables(tables, out, sidecar(result, analysis, notes))
     templates = out / "templates.csv"
     write_csv(pd.DataFrame([(t.id, t.text) for t in study.templates if t.id in result.template_ids],

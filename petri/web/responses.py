@@ -253,10 +253,11 @@ def model_out(lm, model_id: str | None = None, device: str | None = None) -> Mod
 
 
 def write_run_files(
-    run_id: str, trajectories: Sequence[Trajectory], groups: Sequence[str | None], folder
+    run_id: str, trajectories: Sequence[Trajectory], groups: Sequence[str | None], folder, token_text=None,
 ) -> list:
-    """The run's tidy CSVs (as ``GET /api/runs/{id}/{table}.csv`` serves them) and ``run.json``
-    (model, settings, seeds, prompts, timings, versions) in ``folder``; returns the paths."""
-    tables = run_tables(trajectories, groups)
+    """The run's tidy CSVs (as ``GET /api/runs/{id}/{table}.csv`` serves them; final tokens decoded
+    by ``token_text``) and ``run.json`` (model, settings, seeds, prompts, timings, versions) in
+    ``folder``; returns the paths."""
+    tables = run_tables(trajectories, groups, token_text)
     meta = run_metadata(trajectories, run_id=run_id, groups=list(groups))
     return list(write_tables(tables, folder, meta).values())

@@ -31,7 +31,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response, StreamingResponse
 
 from petri.cancel import Cancelled, CancelToken
-from petri.export import TABLES, iter_csv
+from petri.export import TABLES, iter_csv, token_decoder
 from petri.service import BusyError, PetriService
 from petri.store import check_run_id
 from petri.web import limits
@@ -250,7 +250,9 @@ def get_table(run_id: RunId, table: TableName, service: Service, caller: Client)
     run, stored = _load_run(service, run_id, caller)
     if not stored:
         raise HTTPException(404, detail=f"run_id: run {run_id!r} has no stored events (status {run['status']})")
-    chunks = iter_csv([t for _, _, t in stored], table, [g for _, g, _ in stored])
+    trajectories = [t for _, _, t in stored]
+    decoder = token_decoder(getattr(service.lm, "tokenizer", None), service.lm.model_id, trajectories)
+    chunks = iter_csv(trajectories, table, [g for _, g, _ in stored], decoder)
     # streamed one event at a time (a sync generator runs in a worker thread): never the whole table in memory
     return StreamingResponse(
         (chunk.encode("utf-8") for chunk in chunks),

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from petri.dish import DEFAULT_TEMPLATE, Dish, pinned_arrays
 from petri.engine.seeding import plan_dish
+from petri.export import token_decoder
 from petri.metrics import flip_grid
 from petri.jobs import QueueFull
 from petri.service import PetriService, SeedResult
@@ -245,7 +246,8 @@ class DishController:
         samples, downloads in ``caller``'s folder): after a run, and when a past run is reopened
         (nothing is sampled)."""
         traj = trajectories[0]
-        files = write_run_files(run_id, trajectories, groups, export_dir(caller) / run_id)
+        files = write_run_files(run_id, trajectories, groups, export_dir(caller) / run_id,
+                                token_decoder(self.lm.tokenizer, self.lm.model_id, trajectories))
         return {
             "heatmap": self.final_heatmap(traj),
             "run_id": run_id,

@@ -237,10 +237,13 @@ class StudyController:
     def final_views(self, result, total: int, caller: Caller | None = None) -> dict:
         """The finished study's figures, statistics, report and files (in ``caller``'s folder; after
         a run, and when a stored study run is reopened)."""
+        from petri.export import token_decoder
         from petri.study.report import write_study
 
         study = result.study
-        outputs = write_study(result, export_dir(caller) / result.run_id, images=False)
+        lm = self.service.lm
+        decoder = token_decoder(lm.tokenizer, lm.model_id, [b.trajectory for b in result.batches])
+        outputs = write_study(result, export_dir(caller) / result.run_id, images=False, token_text=decoder)
         analysis = outputs.analysis
         shown = [*study.comparison, *study.show]
         return {
