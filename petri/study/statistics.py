@@ -9,7 +9,6 @@ stored study can be re-analysed from its CSVs without resampling (``petri restat
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from petri.export import write_csv
 from petri.mixed import BootstrapResult, MixedResult, cell_values, crossed_mixed_model, two_way_cluster_bootstrap
 from petri.multiple import pair_comparisons
 from petri.stats import MIN_INFORMATIVE_N, GroupComparison, LevelComparisons, compare_levels
@@ -202,10 +202,10 @@ def replace_section(report: str, section: list[str], after: str = "\n## Groups")
 def write_statistics(stats: StudyStatistics, out_dir: str | Path) -> dict[str, Path]:
     """Write ``statistics.json`` and ``pair_tests.csv`` into ``out_dir``; returns their paths."""
     out = Path(out_dir)
-    js, csv = out / "statistics.json", out / "pair_tests.csv"
+    js, pairs = out / "statistics.json", out / "pair_tests.csv"
     js.write_text(json.dumps(stats.to_json(), indent=1, allow_nan=False) + "\n", encoding="utf-8")
-    stats.pairs.to_csv(csv, index=False)
-    return {"statistics": js, "pair_tests": csv}
+    write_csv(stats.pairs, pairs)  # formula-leading concept pairs neutralised, as in every CSV
+    return {"statistics": js, "pair_tests": pairs}
 
 
 def load_results(results_dir: str | Path) -> tuple[pd.DataFrame, tuple[str, str], int, int]:
@@ -234,7 +234,7 @@ def restat(results_dir: str | Path, n_bootstrap: int = 2000) -> StudyStatistics:
         ev = pd.read_csv(events)
         if "ci_informative" not in ev.columns and "n_samples" in ev.columns:
             ev.insert(list(ev.columns).index("ci_high") + 1, "ci_informative", ev["n_samples"] >= MIN_INFORMATIVE_N)
-            ev.to_csv(events, index=False, quoting=csv.QUOTE_NONNUMERIC)
+            write_csv(ev, events)
     report = folder / "report.md"
     if report.is_file():
         report.write_text(replace_section(report.read_text(encoding="utf-8"), stats.markdown()), encoding="utf-8")
