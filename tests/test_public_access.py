@@ -131,13 +131,19 @@ def test_a_public_server_keeps_each_callers_runs_private_on_every_path(public_ui
 
 
 def test_a_public_page_lists_no_run_before_a_visitor_asks(tiny_lm, tmp_path, live_server):
-    """The Runs table's first value is in the page every visitor gets: on a public server it is empty."""
+    """The Runs table's first value is in the page every visitor gets: on a public server it is
+    empty, even for a store that already holds someone's run when the server starts."""
+    from fastapi.testclient import TestClient
+
     svc = PetriService(tiny_lm, RunStore(tmp_path))
-    with live_server(create_app(svc, access=AccessPolicy(public=True))) as live, \
-            httpx.Client(base_url=live.url, timeout=120) as api:
+    with TestClient(create_app(svc, ui=False, access=AccessPolicy(public=True))) as api:
         run = api.post("/api/seed", json=seed_body(event="A secret event nobody else should read.")).json()["run_id"]
-        config = api.get("/config").text + api.get("/gradio_api/info").text
-        assert run not in config and "secret event" not in config
+    with live_server(create_app(svc, access=AccessPolicy(public=True))) as live, \
+            httpx.Client(base_url=live.url, timeout=120) as visitor:
+        pages = [visitor.get(path) for path in ("/", "/config", "/gradio_api/info")]
+        assert all(r.status_code == 200 for r in pages), [r.status_code for r in pages]
+        assert '"petri-runs-table"' in pages[1].text  # the table is in the config, empty
+        assert all(run not in r.text and "secret event" not in r.text for r in pages)
     svc.shutdown()
 
 
