@@ -281,3 +281,22 @@ def test_only_the_integer_1_is_a_schema_version(version):
     study_from_dict({**study, "schema": 1})
     with pytest.raises(StudyError, match="schema"):
         study_from_dict({**study, "schema": version})
+
+
+def test_deleting_a_shared_run_removes_only_the_callers_claim_until_the_last(tiny_lm, tmp_path):
+    """Two callers who posted the same study share its run: the first delete drops only that
+    caller's claim; the last drops the run, its events and its claims."""
+    from petri.dish import Dish
+    from petri.service import SeedEvent
+
+    svc = PetriService(tiny_lm, RunStore(tmp_path))
+    a, b = owner_of("a" * 43), owner_of("b" * 43)
+    run_id = svc.seed([SeedEvent(Dish(concepts=["order", "inventory"], event=EVENT))], 2, owner=a).run_id
+    svc.store.add_run_owner(run_id, b)
+    assert svc.store.remove_run(run_id, a) is True
+    assert svc.store.get_run(run_id) is not None and not svc.store.owns_run(run_id, a) and svc.store.owns_run(run_id, b)
+    assert svc.store.load_events(run_id)
+    assert svc.store.remove_run(run_id, b) is True
+    assert svc.store.get_run(run_id) is None and svc.store.load_events(run_id) == [] and not svc.store.owns_run(run_id, b)
+    assert svc.store.remove_run(run_id, b) is False
+    svc.shutdown()
