@@ -38,6 +38,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "'+fp8-fast'). Default bf16",
     )
     parser.add_argument(
+        "--trust-remote-code", action="store_true",
+        help="let a masked-diffusion checkpoint run its own modelling code (LLaDA, Dream); off by default",
+    )
+    parser.add_argument(
         "--backend", default="auto", help="auto (MLX on Apple silicon without a torch GPU, else torch), torch or mlx"
     )
 
@@ -68,7 +72,8 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
     """The ``add_model_arguments`` options (and ``--threads`` where the command has it) as a
     :class:`ModelSpec`, which a worker process or machine can load on its own."""
     return ModelSpec(args.model, args.backend, args.device, args.dtype, args.compile, getattr(args, "threads", None),
-                     bool(getattr(args, "allow_download", False)), getattr(args, "precision", "bf16"))
+                     bool(getattr(args, "allow_download", False)), getattr(args, "precision", "bf16"),
+                     bool(getattr(args, "trust_remote_code", False)))
 
 
 def load_from_args(args: argparse.Namespace) -> SamplingModel:

@@ -247,7 +247,7 @@ def test_graph_replay_does_not_synchronise(gpu_models):
     run_sampler_fast(lm, PROMPT, three_anchors(2, lm.vocab_size), settings, seed=0)
     (session,) = _SESSIONS[lm.model].values()
     assert session.graphs is not None
-    session.step.zero_()  # the step counter indexes the per-step temperatures and logs
+    session.step_counter.zero_()  # the step counter indexes the per-step temperatures and logs
     torch.cuda.set_sync_debug_mode("error")
     try:
         for index in range(4):

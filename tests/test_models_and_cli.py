@@ -154,9 +154,10 @@ def test_a_failing_compiled_tier_falls_back_to_the_plain_fast_path(tiny_lm, monk
     from petri.engine.compiled_tier import is_compiled
     from petri.engine.torch_model import compile_for_sampling
     from petri.trajectory import SamplerSettings
+    from petri.engine.base import SampleRequest
 
     lm = compile_for_sampling(replace(tiny_lm, model=copy.deepcopy(tiny_lm.model)), backend="eager")
-    real = fast_sampler.run_sampler_fast
+    real = fast_sampler.sample_fast
     calls = []
 
     def fast(lm, *args, **kwargs):
@@ -166,9 +167,9 @@ def test_a_failing_compiled_tier_falls_back_to_the_plain_fast_path(tiny_lm, monk
         return real(lm, *args, **kwargs, options=fast_sampler.FastOptions(graph=False, fused=False))
 
     monkeypatch.setattr(fast_sampler, "fast_path_reason", lambda lm, options=None: None)  # as on CUDA
-    monkeypatch.setattr(fast_sampler, "run_sampler_fast", fast)
+    monkeypatch.setattr(fast_sampler, "sample_fast", fast)
     settings = SamplerSettings(max_denoising_steps=3)
-    trajectory = fast_sampler.run_sampler_auto(lm, [5, 6, 7], [[], []], settings, seed=1)
+    trajectory = fast_sampler.run_sampler_auto(lm, SampleRequest([5, 6, 7], [[], []], settings, seed=1))
     assert calls == [True, False] and trajectory is not None and trajectory.argmax.shape[:2] == (2, 3)
     assert "Inductor could not compile" in caplog.text
     assert not is_compiled(lm)

@@ -53,10 +53,10 @@ class FixedNoiseModel:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def sample(self, prompt_ids, layouts, settings, *, seed=None, **kwargs):
-        noise = FixedNoise.from_seed(seed, len(layouts), self.inner.canvas_length, self.inner.vocab_size,
-                                     settings.max_denoising_steps)
-        return self.inner.sample(prompt_ids, layouts, settings, seed=seed, fixed_noise=noise, **kwargs)
+    def sample(self, request, **kwargs):
+        noise = FixedNoise.from_seed(request.seed, len(request.layouts), self.inner.canvas_length,
+                                     self.inner.vocab_size, request.settings.max_denoising_steps)
+        return self.inner.sample(request, fixed_noise=noise, **kwargs)
 
 
 def test_torch_fixed_noise_mode_equals_the_patched_reference(tiny_lm):

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 from petri.cancel import CancelToken
-from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
-
-if TYPE_CHECKING:
-    from petri.engine.fixed_noise import FixedNoise
+from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory, check_sampler_inputs
 
 #: Called after each step with (step index, raw argmax (S, L) on the host, finished (S,) bool).
 StepCallback = Callable[[int, Any, Any], None]
@@ -67,25 +65,51 @@ class SamplingModel(Protocol):
         the same name never resumes a stored study run."""
         ...
 
-    def sample(
-        self,
-        prompt_ids: Sequence[int],
-        layouts: Sequence[Sequence[AnchorSpan]],
-        settings: SamplerSettings,
-        *,
-        seed: int | None = None,
-        canvas_prefix: Sequence[int] = (),
-        prompt_text: str = "",
-        on_step: StepCallback | None = None,
-        fixed_noise: "FixedNoise | None" = None,
-        cancel: CancelToken | None = None,
-    ) -> Trajectory:
-        """Denoise one canvas per layout (a batch of S = ``len(layouts)``), the prompt (P,) encoded
-        once; anchors and ``canvas_prefix`` pinned at every step. ``fixed_noise`` replaces the three
-        random draws (start canvas, denoiser draw → argmax, renoise stream) so that two backends
-        can be compared token for token. ``cancel`` is checked at the start of every step (raises
-        :class:`~petri.cancel.Cancelled`)."""
+    @property
+    def family(self) -> str:
+        """The model family, which names its step: ``"uniform-diffusion"`` (DiffusionGemma) or
+        ``"masked-diffusion"`` (BERT-style, LLaDA, Dream)."""
         ...
+
+    @property
+    def tier(self) -> str:
+        """How the family's step runs here, named in every trajectory (``eager``, ``mlx``, ``fast``,
+        ``fast+compiled+…``, ``masked``)."""
+        ...
+
+    @property
+    def max_positions(self) -> int | None:
+        """The positions the model reads (prompt and canvas together), ``None`` when unbounded."""
+        ...
+
+    @property
+    def max_prompt_length(self) -> int | None:
+        """The largest prompt (tokens) that fits with the canvas, ``None`` when unbounded."""
+        ...
+
+    def sample(self, request: "SampleRequest", *, on_step: StepCallback | None = None,
+               cancel: CancelToken | None = None) -> Trajectory:
+        """Denoise one canvas per layout (a batch of S = ``len(request.layouts)``), the prompt (P,)
+        encoded once; anchors and ``request.canvas_prefix`` pinned at every step. ``cancel`` is
+        checked at the start of every step (raises :class:`~petri.cancel.Cancelled`)."""
+        ...
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """One sampling call: the encoded prompt (P,), per sample its anchors (S layouts), the family's
+    settings, the seed (``None``: leave the generator as it is), the tokens pinned at the canvas
+    start of every sample (the thought block) and the prompt's text (stored with the trajectory)."""
+
+    prompt_ids: Sequence[int]
+    layouts: Sequence[Sequence[AnchorSpan]]
+    settings: Any
+    seed: int | None = None
+    canvas_prefix: Sequence[int] = ()
+    prompt_text: str = ""
+
+    def __post_init__(self) -> None:
+        check_sampler_inputs(self.prompt_ids, self.layouts)
 
 
 def settings_from_generation_config(generation_config) -> SamplerSettings:
@@ -111,6 +135,11 @@ def settings_from_generation_config(generation_config) -> SamplerSettings:
         stability_threshold=pick("stability_threshold"),
         confidence_threshold=pick("confidence_threshold"),
     )
+
+
+def prompt_room(max_positions: int | None, canvas_length: int) -> int | None:
+    """The largest prompt that fits beside the canvas in ``max_positions`` (``None``: unbounded)."""
+    return None if max_positions is None else max(0, max_positions - canvas_length)
 
 
 #: Set to 1 (or pass ``--allow-download``) to let the loaders fetch a hub model that is not cached (a Space).

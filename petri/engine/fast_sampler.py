@@ -43,15 +43,17 @@ from collections.abc import Sequence
 import torch
 
 from petri.cancel import CancelToken
-from petri.engine.base import StepCallback
+from petri.engine.base import SampleRequest, StepCallback
 from petri.engine.batch1_experts import small_batch_experts_used
 from petri.engine.compiled_tier import is_compiled, uncompile_regions
 from petri.engine.decoder_hooks import self_conditioning_reason, soft_embeddings_fed
 from petri.engine.fast_options import _SESSIONS, FastOptions, default_options
 from petri.engine.fp8 import is_fp8, precision_tag
 from petri.engine.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
-from petri.engine.torch_step import _cache_kwarg, accept_mask, start_batch
-from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory, assemble_trajectory, check_sampler_inputs
+from petri.engine.loop import run_loop
+from petri.engine.torch_step import TorchOps, _cache_kwarg, start_batch
+from petri.engine.uniform_diffusion import StopRule, accept_and_renoise, stops, temperature_at
+from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -116,16 +118,14 @@ class _Session:
         self.anchor_ids = torch.zeros((S, L), dtype=torch.long, device=device)
         self.self_conditioning = torch.zeros((S, L, V), dtype=embed_dtype, device=device)
         self.sc_mask = torch.zeros(S, dtype=torch.bool, device=device)
-        self.step = torch.zeros(1, dtype=torch.long, device=device)
+        self.step_counter = torch.zeros(1, dtype=torch.long, device=device)
         self.finished = torch.zeros(S, dtype=torch.bool, device=device)
         self.last_entropy = torch.zeros((S, L), dtype=torch.float32, device=device)
         noise_shape = (S * L,) if options.inverse_cdf_draw else (S * L, V)
         self.noise = torch.empty(noise_shape, dtype=torch.float32, device=device)
         # T_k per step k (the eager sampler's schedule), and on the device the multiplier the CUDA
         # kernels use for ``logits / T_k`` (see fused_logits), which the graphs index by the step
-        self.temperatures = [
-            settings.t_min + (settings.t_max - settings.t_min) * (remaining / T) for remaining in range(T, 0, -1)
-        ]
+        self.temperatures = [temperature_at(settings, index) for index in range(T)]
         self.inv_temperatures = torch.tensor(
             [scalar_reciprocal(t) for t in self.temperatures], dtype=torch.float32, device=device
         )
@@ -135,9 +135,15 @@ class _Session:
         self.log_accepted = torch.zeros((T, S, L), dtype=torch.bool, device=device)
         self.log_steps = torch.zeros(S, dtype=torch.int32, device=device)
         # adaptive stop
-        self.has_stopper = settings.stability_threshold is not None and settings.confidence_threshold is not None
-        self.has_anchors = has_anchors
+        self.has_stopper = self.can_stop = stops(settings)
+        self.max_steps = T
         self.history = torch.full((max(1, settings.stability_threshold or 0), S, L), -1, dtype=torch.long, device=device)
+        self.ops = TorchOps(device)
+        self.stop = (
+            StopRule(self.ops, settings.stability_threshold, settings.confidence_threshold, self.anchor_mask,
+                     has_anchors, history=self.history)
+            if self.has_stopper else None
+        )
         self.mask_mapping = model.model.decoder.create_diffusion_decoder_attention_mask(
             config=model.config,
             inputs_embeds=self.canvas.unsqueeze(-1),
@@ -145,6 +151,7 @@ class _Session:
             decoder_attention_mask=torch.ones((S, prompt_length + L), dtype=torch.bool, device=device),
         )
         self.graphs: list[torch.cuda.CUDAGraph] | None = None
+        self.events: list | None = None  # CUDA timing events of the current request (phase_times)
 
     # ---- per request -------------------------------------------------------------------------
     def load(self, cache, canvas: torch.Tensor, anchor_mask: torch.Tensor, anchor_ids: torch.Tensor) -> None:
@@ -160,7 +167,7 @@ class _Session:
         self.anchor_ids.copy_(anchor_ids)
         self.self_conditioning.zero_()
         self.sc_mask.fill_(False)
-        self.step.zero_()
+        self.step_counter.zero_()
         self.finished.fill_(False)
         self.last_entropy.zero_()
         self.log_argmax.fill_(-1)
@@ -212,7 +219,7 @@ class _Session:
             draw = {"log_noise": self.noise}
         keep = self.finished if self.has_stopper else None
         if self.use_triton:
-            inv_t = self.inv_temperatures[self.step] if index is None else self.inv_temperatures[index : index + 1]
+            inv_t = self.inv_temperatures[self.step_counter] if index is None else self.inv_temperatures[index : index + 1]
             out = triton_logit_pass(
                 self.raw, inv_temperature=inv_t, softcap=self.softcap, **draw,
                 self_conditioning_out=self.self_conditioning.view(S * L, V),
@@ -220,7 +227,7 @@ class _Session:
             )
         else:
             timing = (
-                {"inv_temperature": self.inv_temperatures[self.step]}
+                {"inv_temperature": self.inv_temperatures[self.step_counter]}
                 if index is None else {"temperature": self.temperatures[index]}
             )
             out = reference_logit_pass(
@@ -230,39 +237,20 @@ class _Session:
                 probabilities=self.sc_probabilities,
             )
         entropy, raw_argmax, denoised = (t.view(S, L) for t in (out.entropy, out.argmax, out.sampled))
-        accepted = accept_mask(entropy, self.anchor_mask, self.settings.entropy_bound)
-        new_canvas = torch.where(accepted, denoised, self.canvas)
-        noise = torch.randint(0, V, (S, L), device=self.device)
-        new_canvas = torch.where(accepted, new_canvas, noise)
-        new_canvas = torch.where(self.anchor_mask, self.anchor_ids, new_canvas)
-        new_argmax = torch.where(self.anchor_mask, self.anchor_ids, raw_argmax)
+        # finished samples keep canvas, argmax, entropy (and, in the pass, logits)
+        new_canvas, new_argmax, accepted, kept, finished = accept_and_renoise(
+            self.ops, canvas=self.canvas, argmax_canvas=self.argmax_canvas, raw_argmax=raw_argmax, entropy=entropy,
+            denoised=denoised, anchor_mask=self.anchor_mask, anchor_ids=self.anchor_ids,
+            entropy_bound=self.settings.entropy_bound, noise=lambda: torch.randint(0, V, (S, L), device=self.device),
+            finished=self.finished if self.has_stopper else None, last_entropy=self.last_entropy, stop=self.stop,
+        )
         self.step_argmax, self.step_entropy, self.step_accepted, self.step_running = raw_argmax, entropy, accepted, running
-        if self.has_stopper:  # finished samples keep canvas, argmax, entropy (and, in the pass, logits)
-            finished = self.finished[:, None]
-            new_argmax = torch.where(finished, self.argmax_canvas, new_argmax)
-            new_canvas = torch.where(finished, self.canvas, new_canvas)
-            entropy = torch.where(finished, self.last_entropy, entropy)
-            self.finished.copy_(self.finished | self._stop(new_argmax, entropy))
-            self.last_entropy.copy_(entropy)
+        if self.has_stopper:
+            self.finished.copy_(finished)
+            self.last_entropy.copy_(kept)
         self.canvas.copy_(new_canvas)
         self.argmax_canvas.copy_(new_argmax)
         self.sc_mask.fill_(True)
-
-    def _stop(self, argmax_canvas: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:
-        """:class:`petri.engine.torch_sampler.StabilityTracker` over static buffers: (S, L), (S, L) → (S,) bool."""
-        threshold = self.settings.stability_threshold
-        if threshold == 0:
-            stable = torch.ones(self.batch, dtype=torch.bool, device=self.device)
-        else:
-            stable = (self.history == argmax_canvas[None]).all(dim=-1).all(dim=0)
-            self.history.copy_(torch.roll(self.history, shifts=-1, dims=0))
-            self.history[-1].copy_(argmax_canvas)
-        if self.has_anchors:
-            free = ~self.anchor_mask
-            mean_entropy = (entropy * free).sum(-1) / free.sum(-1).clamp(min=1)
-        else:
-            mean_entropy = entropy.mean(dim=-1)
-        return stable & (mean_entropy < self.settings.confidence_threshold)
 
     def record(self, index: int | None) -> None:
         """Write the step's raw argmax, entropy and accept mask (running samples only) at the step."""
@@ -274,10 +262,10 @@ class _Session:
         )
         for log_array, row in zip((self.log_argmax, self.log_entropy, self.log_accepted), rows):
             if index is None:
-                log_array.index_copy_(0, self.step, row[None])
+                log_array.index_copy_(0, self.step_counter, row[None])
             else:
                 log_array[index] = row
-        self.step += 1
+        self.step_counter += 1
 
     # ---- capture -----------------------------------------------------------------------------
     def capture(self, warmup_steps: int = 2) -> None:
@@ -320,6 +308,26 @@ class _Session:
             events.append(_event(self.device))
 
 
+    # ---- what the loop (petri.engine.loop.run_loop) drives -----------------------------------
+    def step(self, index: int) -> None:
+        self.run_step(index, self.events)
+
+    def live(self, index: int):
+        return self.log_argmax[index].cpu().numpy(), self.finished.cpu().numpy()
+
+    def all_finished(self) -> bool:
+        return bool(self.finished.all())
+
+    def result(self, steps_run: int) -> dict:
+        return {
+            "argmax": self.log_argmax[:steps_run].permute(1, 0, 2).cpu().numpy(),
+            "entropy": self.log_entropy[:steps_run].permute(1, 0, 2).cpu().numpy(),
+            "accepted": self.log_accepted[:steps_run].permute(1, 0, 2).cpu().numpy(),
+            "steps": self.log_steps.cpu().numpy(),
+            "final_ids": self.argmax_canvas.cpu().numpy(),
+        }
+
+
 def _event(device: torch.device):
     event = torch.cuda.Event(enable_timing=True)
     event.record(torch.cuda.current_stream(device))
@@ -339,32 +347,38 @@ def _session_for(lm, cache, batch, settings, has_anchors, options) -> tuple[_Ses
     return session, True
 
 
+def run_sampler_fast(lm, prompt_ids: Sequence[int], layouts: Sequence[Sequence[AnchorSpan]],
+                     settings: SamplerSettings = SamplerSettings(), *, seed: int | None = None,
+                     canvas_prefix: Sequence[int] = (), prompt_text: str = "", **kwargs) -> Trajectory:
+    """:func:`sample_fast` with the request spelled out (the fields of
+    :class:`~petri.engine.base.SampleRequest`)."""
+    request = SampleRequest(prompt_ids, layouts, settings, seed, canvas_prefix, prompt_text)
+    return sample_fast(lm, request, **kwargs)
+
+
 @torch.no_grad()
-def run_sampler_fast(
+def sample_fast(
     lm,
-    prompt_ids: Sequence[int],
-    layouts: Sequence[Sequence[AnchorSpan]],
-    settings: SamplerSettings = SamplerSettings(),
+    request: SampleRequest,
     *,
-    seed: int | None = None,
-    canvas_prefix: Sequence[int] = (),
-    prompt_text: str = "",
     on_step: StepCallback | None = None,
     options: FastOptions | None = None,
     phase_times: dict | None = None,
     cancel: CancelToken | None = None,
 ) -> Trajectory:
-    """Arguments and result as :func:`petri.engine.torch_sampler.run_sampler` (sampling by exponential race,
-    or by inverse CDF in the compiled tier: see the module docstring). ``phase_times``, when given a dict, receives per-step GPU
-    milliseconds of forward / sampling / logging (CUDA events; lists of length steps), the host
-    synchronisations per step and whether the session was captured in this call. ``options``:
-    :func:`default_options` unless given."""
-    check_sampler_inputs(prompt_ids, layouts)
+    """Arguments and result as :func:`petri.engine.torch_sampler.sample_request` (sampling by
+    exponential race, or by inverse CDF in the compiled tier: see the module docstring): the loop
+    (:func:`petri.engine.loop.run_loop`) over a :class:`_Session`. ``phase_times``, when given a
+    dict, receives per-step GPU milliseconds of forward / sampling / logging (CUDA events; lists of
+    length steps), the host synchronisations per step and whether the session was captured in this
+    call. ``options``: :func:`default_options` unless given."""
     options = default_options(lm) if options is None else options
-    device = lm.device
-    batch, length, vocab = len(layouts), lm.canvas_length, lm.vocab_size
+    device, settings = lm.device, request.settings
+    batch, length, vocab = len(request.layouts), lm.canvas_length, lm.vocab_size
     started = time.perf_counter()
-    pinned_mask, anchor_mask, anchor_ids, cache = start_batch(lm, prompt_ids, layouts, canvas_prefix, seed)
+    pinned_mask, anchor_mask, anchor_ids, cache = start_batch(
+        lm, request.prompt_ids, request.layouts, request.canvas_prefix, request.seed
+    )
     encoded = time.perf_counter()
     canvas = torch.randint(0, vocab, (batch, length), device=device)
     canvas = torch.where(anchor_mask, anchor_ids, canvas)
@@ -374,48 +388,19 @@ def run_sampler_fast(
         session.load(cache, canvas, anchor_mask, anchor_ids)
         session.capture()
     session.load(cache, canvas, anchor_mask, anchor_ids)
+    session.events = [] if phase_times is not None and device.type == "cuda" else None
     captured = time.perf_counter()
-
-    events: list | None = [] if phase_times is not None and device.type == "cuda" else None
-    syncs = 0
-    for index in range(settings.max_denoising_steps):
-        if cancel is not None:  # a host-side flag: no device synchronisation
-            cancel.check()
-        session.run_step(index, events)
-        if on_step is not None:
-            on_step(index, session.log_argmax[index].cpu().numpy(), session.finished.cpu().numpy())
-            syncs += 2
-        if session.has_stopper:
-            syncs += 1
-            if bool(session.finished.all()):
-                break
-    steps_run = index + 1
     levers = (("+compiled", is_compiled(lm)), ("+sc-softmax", session.sc_probabilities),
               ("+inverse-cdf", options.inverse_cdf_draw), ("+small-batch-experts", small_batch_experts_used(lm, batch)),
               (precision_tag(lm), is_fp8(lm)))  # the last two: issue 25
-    trajectory = assemble_trajectory(
-        lm,
+    trajectory = run_loop(
+        session, lm=lm, request=request, pinned_mask=pinned_mask,
         sampler="fast" + "".join(name for name, used in levers if used),
-        argmax=session.log_argmax[:steps_run].permute(1, 0, 2).cpu().numpy(),
-        entropy=session.log_entropy[:steps_run].permute(1, 0, 2).cpu().numpy(),
-        accepted=session.log_accepted[:steps_run].permute(1, 0, 2).cpu().numpy(),
-        steps=session.log_steps.cpu().numpy(),
-        anchor_mask=pinned_mask,
-        final_ids=session.argmax_canvas.cpu().numpy(),
-        layouts=layouts,
-        prompt_ids=prompt_ids,
-        prompt_text=prompt_text,
-        settings=settings,
-        seed=seed,
-        timings={
-            "encode_s": encoded - started,
-            "capture_s": captured - encoded,
-            "denoise_s": time.perf_counter() - captured,
-            "total_s": time.perf_counter() - started,
-        },
+        started=started, encoded=encoded, prepared=captured, on_step=on_step, cancel=cancel,
     )
+    events, session.events = session.events, None
     if phase_times is not None:
-        phase_times["host_syncs_per_step"] = syncs / steps_run
+        phase_times["host_syncs_per_step"] = (2 if on_step is not None else 0) + (1 if session.has_stopper else 0)
         phase_times["captured_now"] = bool(new and session.use_graph)
         if events:
             torch.cuda.synchronize(device)
@@ -425,7 +410,7 @@ def run_sampler_fast(
     return trajectory
 
 
-def run_sampler_auto(lm, prompt_ids, layouts, settings=SamplerSettings(), **kwargs) -> Trajectory | None:
+def run_sampler_auto(lm, request: SampleRequest, **kwargs) -> Trajectory | None:
     """The fast path when it can run on ``lm``; ``None`` (after logging why) when it cannot, so the
     caller runs the eager sampler. A failure while building or capturing disables the fast path
     for this model (logged once) and also returns ``None``."""
@@ -435,12 +420,12 @@ def run_sampler_auto(lm, prompt_ids, layouts, settings=SamplerSettings(), **kwar
             log.warning("petri fast path off, eager sampler used: %s", reason)
         return None
     try:
-        return run_sampler_fast(lm, prompt_ids, layouts, settings, **kwargs)
+        return sample_fast(lm, request, **kwargs)
     except (RuntimeError, NotImplementedError, AttributeError, TypeError) as error:
         if is_compiled(lm):  # the compiled tier failed (compilation, capture): the plain fast path
             log.warning("compiled tier failed, the uncompiled fast path is used from now on: %s", error, exc_info=True)
             uncompile_regions(lm)
-            return run_sampler_auto(lm, prompt_ids, layouts, settings, **kwargs)
+            return run_sampler_auto(lm, request, **kwargs)
         _DISABLED[id(lm.model)] = f"it failed once ({type(error).__name__}: {error})"
         _SESSIONS.pop(lm.model, None)
         log.warning("petri fast path failed, eager sampler used from now on: %s", error, exc_info=True)

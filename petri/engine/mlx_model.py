@@ -188,6 +188,8 @@ class MLXDiffusionGemma:
         self.dtype = dtype
         self.canvas_length = int(canvas_length)
         self.vocab_size = int(tc.vocab_size)
+        positions = getattr(tc, "max_position_embeddings", None)
+        self.max_positions = int(positions) if isinstance(positions, int) and positions > 0 else None
         self.hidden_size = int(tc.hidden_size)
         self.num_layers = int(tc.num_hidden_layers)
         self.num_heads = int(tc.num_attention_heads)

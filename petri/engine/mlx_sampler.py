@@ -29,15 +29,19 @@ from petri.cancel import CancelToken
 from petri.dish import pinned_arrays
 from petri.engine.base import (
     ModelNotFoundError,
+    SampleRequest,
     StepCallback,
     fetch_hub_model,
     missing_model_message,
+    prompt_room,
     settings_from_generation_config,
 )
 from petri.engine.fixed_noise import FixedNoise
+from petri.engine.loop import RecordedStepper, run_loop
 from petri.engine.mlx_model import MLXDiffusionGemma, resolve_mlx_dtype
 from petri.paths import embedded_model_path
-from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory, assemble_trajectory, check_sampler_inputs
+from petri.engine.uniform_diffusion import FAMILY, UniformDiffusionScheduler
+from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
 
 
 @dataclass
@@ -71,6 +75,17 @@ class MLXLoadedModel:
     def device_type(self) -> str:
         return "mlx"
 
+    family = FAMILY
+    tier = "mlx"
+
+    @property
+    def max_positions(self) -> int | None:
+        return self.model.max_positions
+
+    @property
+    def max_prompt_length(self) -> int | None:
+        return prompt_room(self.max_positions, self.canvas_length)
+
     def default_settings(self) -> SamplerSettings:
         return settings_from_generation_config(self.generation_config)
 
@@ -90,22 +105,14 @@ class MLXLoadedModel:
 
     def sample(
         self,
-        prompt_ids: Sequence[int],
-        layouts: Sequence[Sequence[AnchorSpan]],
-        settings: SamplerSettings,
+        request: SampleRequest,
         *,
-        seed: int | None = None,
-        canvas_prefix: Sequence[int] = (),
-        prompt_text: str = "",
         on_step: StepCallback | None = None,
-        fixed_noise: FixedNoise | None = None,
         cancel: CancelToken | None = None,
+        fixed_noise: FixedNoise | None = None,
     ) -> Trajectory:
-        """:func:`run_mlx_sampler` on this model (see :meth:`petri.engine.base.SamplingModel.sample`)."""
-        return run_mlx_sampler(
-            self, prompt_ids, layouts, settings, seed=seed, canvas_prefix=canvas_prefix,
-            prompt_text=prompt_text, on_step=on_step, fixed_noise=fixed_noise, cancel=cancel,
-        )
+        """:func:`sample_mlx` on this model (see :meth:`petri.engine.base.SamplingModel.sample`)."""
+        return sample_mlx(self, request, on_step=on_step, fixed_noise=fixed_noise, cancel=cancel)
 
 
 def checkpoint_digest(folder: Path, head_bytes: int = 1 << 20) -> str:
@@ -185,31 +192,79 @@ def accept_mask(entropy: mx.array, anchor_mask: mx.array, entropy_bound: float) 
     return mx.take_along_axis(selected, mx.argsort(order, axis=-1), axis=-1)
 
 
-class StabilityTracker:
-    """The adaptive stop: argmax canvas equal to the previous ``threshold`` ones and mean entropy
-    over free positions below ``confidence`` (exactly :class:`petri.engine.torch_sampler.StabilityTracker`)."""
+class MLXOps:
+    """:class:`petri.engine.loop.ArrayOps` on MLX arrays (int32 tokens); ``model_dtype`` is what
+    the self-conditioning input is cast to. Draws use MLX's generator (``mx.random``)."""
 
-    def __init__(self, threshold: int, confidence: float, anchor_mask: mx.array):
-        self.threshold = threshold
-        self.confidence = confidence
-        self.free = (~anchor_mask).astype(mx.float32)
-        self.free_count = mx.maximum(mx.sum(self.free, axis=-1), 1.0)
-        self.has_anchors = bool(mx.any(anchor_mask).item())
-        self.history: mx.array | None = None
+    def __init__(self, model_dtype=mx.float32):
+        self.model_dtype = model_dtype
 
-    def __call__(self, argmax_canvas: mx.array, entropy: mx.array) -> mx.array:
-        if self.threshold == 0:
-            stable = mx.ones((argmax_canvas.shape[0],), dtype=mx.bool_)
-        else:
-            if self.history is None:
-                self.history = mx.full((self.threshold, *argmax_canvas.shape), -1, dtype=argmax_canvas.dtype)
-            stable = mx.all(mx.all(self.history == argmax_canvas[None], axis=-1), axis=0)
-            self.history = mx.concatenate([self.history[1:], argmax_canvas[None]], axis=0)
-        if self.has_anchors:
-            mean_entropy = mx.sum(entropy * self.free, axis=-1) / self.free_count
-        else:
-            mean_entropy = mx.mean(entropy, axis=-1)
-        return stable & (mean_entropy < self.confidence)
+    where = staticmethod(mx.where)
+    entropy = staticmethod(token_entropy)
+    accept_mask = staticmethod(accept_mask)
+
+    def tokens(self, host) -> mx.array:
+        return mx.array(np.asarray(host).astype(np.int32))
+
+    def mask(self, host) -> mx.array:
+        return mx.array(np.asarray(host, dtype=bool))
+
+    def randint(self, high: int, shape) -> mx.array:
+        return mx.random.randint(0, high, shape, dtype=mx.int32)
+
+    def categorical(self, logits: mx.array) -> mx.array:
+        return mx.random.categorical(logits, axis=-1).astype(mx.int32)
+
+    def argmax(self, logits: mx.array) -> mx.array:
+        return mx.argmax(logits, axis=-1).astype(mx.int32)
+
+    def zeros_bool(self, shape) -> mx.array:
+        return mx.zeros(shape, dtype=mx.bool_)
+
+    def ones_bool(self, shape) -> mx.array:
+        return mx.ones(shape, dtype=mx.bool_)
+
+    def zeros_int(self, shape) -> mx.array:
+        return mx.zeros(shape, dtype=mx.int32)
+
+    def int32(self, array: mx.array) -> mx.array:
+        return array.astype(mx.int32)
+
+    def float32(self, array: mx.array) -> mx.array:
+        return array.astype(mx.float32)
+
+    def to_model_dtype(self, array: mx.array) -> mx.array:
+        return array.astype(self.model_dtype)
+
+    def stack(self, arrays, axis: int) -> mx.array:
+        return mx.stack(list(arrays), axis=axis)
+
+    def numpy(self, array: mx.array) -> np.ndarray:
+        return np.array(array)
+
+    def all(self, array: mx.array) -> bool:
+        return bool(mx.all(array).item())
+
+    def materialize(self, *arrays) -> None:
+        """MLX is lazy: evaluate once per step so the graph does not grow across steps."""
+        mx.eval(*[a for a in arrays if a is not None])
+
+    # the stop rule's history (threshold, S, L)
+    def full_like_history(self, threshold: int, argmax_canvas: mx.array) -> mx.array:
+        return mx.full((threshold, *argmax_canvas.shape), -1, dtype=argmax_canvas.dtype)
+
+    def same_as_history(self, history: mx.array, argmax_canvas: mx.array) -> mx.array:
+        return mx.all(mx.all(history == argmax_canvas[None], axis=-1), axis=0)
+
+    def push_history(self, history: mx.array, argmax_canvas: mx.array) -> mx.array:
+        return mx.concatenate([history[1:], argmax_canvas[None]], axis=0)
+
+    def free_mean(self, entropy: mx.array, anchor_mask: mx.array) -> mx.array:
+        free = (~anchor_mask).astype(mx.float32)
+        return mx.sum(entropy * free, axis=-1) / mx.maximum(mx.sum(free, axis=-1), 1.0)
+
+    def row_mean(self, entropy: mx.array) -> mx.array:
+        return mx.mean(entropy, axis=-1)
 
 
 # ------------------------------------------------------------------------------------ sampler
@@ -222,115 +277,41 @@ def run_mlx_sampler(
     seed: int | None = None,
     canvas_prefix: Sequence[int] = (),
     prompt_text: str = "",
+    **kwargs,
+) -> Trajectory:
+    """:func:`sample_mlx` with the request spelled out (the fields of
+    :class:`~petri.engine.base.SampleRequest`)."""
+    return sample_mlx(lm, SampleRequest(prompt_ids, layouts, settings, seed, canvas_prefix, prompt_text), **kwargs)
+
+
+def sample_mlx(
+    lm: MLXLoadedModel,
+    request: SampleRequest,
+    *,
     on_step: StepCallback | None = None,
     fixed_noise: FixedNoise | None = None,
     cancel: CancelToken | None = None,
 ) -> Trajectory:
-    """Denoise one canvas per sample on MLX; arguments as :func:`petri.engine.torch_sampler.run_sampler`.
+    """Denoise one canvas per sample on MLX: the loop (:func:`petri.engine.loop.run_loop`) over
+    DiffusionGemma's step (:class:`petri.engine.uniform_diffusion.UniformDiffusionScheduler`);
+    arguments as :func:`petri.engine.torch_sampler.sample_request`.
 
     ``seed`` seeds MLX's generator (``mx.random.seed``): reproducible on MLX, not equal to torch's
     samples. ``fixed_noise`` removes the randomness (given start canvas, argmax denoiser, fixed
     renoise stream) so the run can be compared token for token with the torch backend.
     """
-    check_sampler_inputs(prompt_ids, layouts)
     model = lm.model
-    batch, length, vocab = len(layouts), lm.canvas_length, lm.vocab_size
-    max_steps = settings.max_denoising_steps
-    if fixed_noise is not None:
-        fixed_noise.check_batch(batch, length)
     started = time.perf_counter()
-    if seed is not None:
-        mx.random.seed(seed)
-
-    mask_np, ids_np = pinned_arrays(layouts, canvas_prefix, length)
-    anchor_mask, anchor_ids = mx.array(mask_np), mx.array(ids_np.astype(np.int32))
-    cache = model.encode(np.asarray([list(prompt_ids)])).repeat(batch)
+    if request.seed is not None:
+        mx.random.seed(request.seed)
+    ops = MLXOps(model.dtype)
+    mask_np, ids_np = pinned_arrays(request.layouts, request.canvas_prefix, lm.canvas_length)
+    anchor_mask, anchor_ids = ops.mask(mask_np), ops.tokens(ids_np)
+    cache = model.encode(np.asarray([list(request.prompt_ids)])).repeat(len(request.layouts))
     encoded = time.perf_counter()
-
-    if fixed_noise is None:
-        canvas = mx.random.randint(0, vocab, (batch, length), dtype=mx.int32)
-    else:
-        canvas = mx.array(np.asarray(fixed_noise.initial_canvas).astype(np.int32))
-    canvas = mx.where(anchor_mask, anchor_ids, canvas)
-    stopper = None
-    if settings.stability_threshold is not None and settings.confidence_threshold is not None:
-        stopper = StabilityTracker(settings.stability_threshold, settings.confidence_threshold, anchor_mask)
-    argmax_log: list[mx.array] = []
-    entropy_log: list[mx.array] = []
-    accepted_log: list[mx.array] = []
-    steps = mx.zeros((batch,), dtype=mx.int32)
-    finished = mx.zeros((batch,), dtype=mx.bool_)
-    argmax_canvas = canvas
-    self_conditioning: mx.array | None = None
-    last_entropy: mx.array | None = None
-
-    for index, remaining in enumerate(range(max_steps, 0, -1)):
-        if cancel is not None:  # a host-side flag: no device synchronisation
-            cancel.check()
-        running = ~finished
-        steps = steps + running.astype(mx.int32)
-        logits = model.decode(canvas, cache, self_conditioning)
-        temperature = settings.t_min + (settings.t_max - settings.t_min) * (remaining / max_steps)
-        logits = logits / temperature
-        raw_argmax = mx.argmax(logits, axis=-1).astype(mx.int32)
-        if fixed_noise is None:
-            denoised = mx.random.categorical(logits, axis=-1).astype(mx.int32)
-        else:
-            denoised = raw_argmax
-        entropy = token_entropy(logits)
-        accepted = accept_mask(entropy, anchor_mask, settings.entropy_bound)
-
-        new_canvas = mx.where(accepted, denoised, canvas)
-        if fixed_noise is None:
-            noise = mx.random.randint(0, vocab, (batch, length), dtype=mx.int32)
-        else:
-            noise = mx.array(fixed_noise.renoise_tokens(index).astype(np.int32))
-        new_canvas = mx.where(accepted, new_canvas, noise)
-        new_canvas = mx.where(anchor_mask, anchor_ids, new_canvas)
-        new_argmax = mx.where(anchor_mask, anchor_ids, raw_argmax)
-
-        argmax_log.append(mx.where(running[:, None], raw_argmax, -1))
-        entropy_log.append(mx.where(running[:, None], entropy, float("nan")))
-        accepted_log.append(accepted & running[:, None])
-
-        if stopper is not None:
-            if index > 0:  # finished samples keep their canvas, argmax and logits
-                new_argmax = mx.where(finished[:, None], argmax_canvas, new_argmax)
-                new_canvas = mx.where(finished[:, None], canvas, new_canvas)
-                logits = mx.where(finished[:, None, None], self_conditioning, logits)
-                entropy = mx.where(finished[:, None], last_entropy, entropy)
-            finished = finished | stopper(new_argmax, entropy)
-            last_entropy = entropy
-        canvas, argmax_canvas = new_canvas, new_argmax
-        self_conditioning = logits.astype(model.dtype)
-        # MLX is lazy: evaluate once per step so the graph does not grow across steps.
-        pending = [canvas, argmax_canvas, self_conditioning, finished, steps]
-        pending += [argmax_log[-1], entropy_log[-1], accepted_log[-1]]
-        if stopper is not None:
-            pending += [last_entropy] + ([stopper.history] if stopper.history is not None else [])
-        mx.eval(*pending)
-        if on_step is not None:
-            on_step(index, np.array(raw_argmax), np.array(finished))
-        if stopper is not None and bool(mx.all(finished).item()):
-            break
-
-    return assemble_trajectory(
-        lm,
-        argmax=np.array(mx.stack(argmax_log, axis=1)),
-        entropy=np.array(mx.stack(entropy_log, axis=1)),
-        accepted=np.array(mx.stack(accepted_log, axis=1)),
-        steps=np.array(steps),
-        anchor_mask=mask_np,
-        final_ids=np.array(argmax_canvas),
-        layouts=layouts,
-        prompt_ids=prompt_ids,
-        prompt_text=prompt_text,
-        settings=settings,
-        seed=seed,
-        sampler="mlx",
-        timings={
-            "encode_s": encoded - started,
-            "denoise_s": time.perf_counter() - encoded,
-            "total_s": time.perf_counter() - started,
-        },
+    scheduler = UniformDiffusionScheduler(
+        ops, request.settings, lm.vocab_size, anchor_mask, anchor_ids, bool(mask_np.any()), fixed_noise
     )
+    stepper = RecordedStepper(ops, lambda canvas, sc: model.decode(canvas, cache, sc), scheduler, len(request.layouts))
+    return run_loop(stepper, lm=lm, request=request, pinned_mask=mask_np, sampler="mlx",
+                    started=started, encoded=encoded, on_step=on_step, cancel=cancel)

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from petri.cancel import CancelToken
 from petri.dish import Dish, PromptEncoding, concept_token_ids, encode_prompt, layout_samples
-from petri.engine.base import SamplingModel, StepCallback
+from petri.engine.base import SampleRequest, SamplingModel, StepCallback
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
 
 
@@ -44,14 +44,6 @@ def seed_dish(
     them as one batch, the prompt encoded once. Layout errors are raised before any model work;
     ``cancel`` stops the sampler within one step (:class:`~petri.cancel.Cancelled`)."""
     prompt, layouts = plan_dish(lm, dish, n_samples, settings, seed)
-    traj = lm.sample(
-        prompt.ids,
-        layouts,
-        settings,
-        seed=seed,
-        canvas_prefix=prompt.canvas_prefix_ids,
-        prompt_text=prompt.text,
-        on_step=on_step,
-        cancel=cancel,
-    )
+    request = SampleRequest(prompt.ids, layouts, settings, seed, prompt.canvas_prefix_ids, prompt.text)
+    traj = lm.sample(request, on_step=on_step, cancel=cancel)
     return replace(traj, event=dish.event, template=dish.template)

@@ -70,21 +70,54 @@ def select_backend(name: str | None = "auto") -> str:
     return requested
 
 
+def default_model_name() -> str:
+    """The model a run without a model argument loads: the real DiffusionGemma when a GPU and its
+    cached weights are present, else the embedded model (:func:`petri.engine.torch_model.default_model_name`)."""
+    from petri.engine.torch_model import default_model_name as torch_default
+
+    return torch_default()
+
+
 def load_backend_model(
     name_or_path: str | os.PathLike | None = None,
     backend: str | None = "auto",
     device: str = "auto",
     dtype: str = "auto",
     allow_download: bool = False,
+    compile: bool | None = False,
+    trust_remote_code: bool = False,
+    precision: str = "bf16",
 ) -> SamplingModel:
     """Load a checkpoint on the selected backend: a :class:`petri.engine.torch_model.LoadedModel` (torch) or a
     :class:`petri.engine.mlx_sampler.MLXLoadedModel` (mlx; ``device`` is ignored: MLX runs on
     its default device, the GPU on Apple silicon). ``allow_download`` lets either loader fetch a hub
-    id that is not in the local cache (off by default)."""
-    if select_backend(backend) == "mlx":
+    id that is not in the local cache (off by default). ``compile``: the torch backend's compiled
+    tier (:func:`petri.engine.torch_model.compile_for_sampling`): ``True`` on, ``False`` off,
+    ``None`` where it is the default (CUDA with Triton); the tier is chosen here, at load.
+    ``trust_remote_code``: a masked-diffusion checkpoint's own code may run (LLaDA, Dream).
+    ``precision``: ``"fp8"`` / ``"fp8-fast"`` is the opt-in FP8 tier (:func:`petri.engine.fp8.set_precision`,
+    refused where it cannot run)."""
+    chosen = select_backend(backend)
+    if compile and chosen != "torch":
+        raise ValueError("--compile applies to the torch backend only")
+    if precision != "bf16" and chosen != "torch":
+        raise ValueError(f"precision={precision!r}: the FP8 tier applies to the torch backend only")
+    if chosen == "mlx":
         from petri.engine.mlx_sampler import load_mlx_model
 
         return load_mlx_model(name_or_path, dtype=dtype, allow_download=allow_download)
-    from petri.engine.torch_model import load_model
+    from petri.engine.torch_model import compile_for_sampling, compiles_by_default, load_model
 
-    return load_model(name_or_path, device=device, dtype=dtype, allow_download=allow_download)
+    lm = load_model(name_or_path, device=device, dtype=dtype, allow_download=allow_download,
+                    trust_remote_code=trust_remote_code)
+    if lm.family != "uniform-diffusion":
+        if compile or precision != "bf16":
+            raise ValueError(f"--compile and --precision apply to DiffusionGemma only; {lm.model_id!r} is {lm.family}")
+        return lm
+    if compile or (compile is None and compiles_by_default(lm)):
+        compile_for_sampling(lm)
+    if precision != "bf16":
+        from petri.engine.fp8 import set_precision
+
+        set_precision(lm, precision)
+    return lm

@@ -62,3 +62,26 @@ def tiny_random_model(canvas_length: int = 16, seed: int = 0, **config_overrides
         device=torch.device("cpu"),
         dtype=torch.float32,
     )
+
+
+def tiny_masked_model(canvas_length: int = 16, seed: int = 0, max_positions: int = 128):
+    """A randomly initialised 2-layer ``BertForMaskedLM`` with the tiny tokenizer plus a ``<mask>``
+    token, on the CPU, as a :class:`petri.engine.masked_diffusion.MaskedLoadedModel`."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    from petri.engine.masked_diffusion import MaskedLoadedModel
+
+    tokenizer = build_tiny_tokenizer()
+    tokenizer.add_special_tokens({"mask_token": "<mask>"})
+    config = BertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=max_positions, pad_token_id=tokenizer.pad_token_id,
+    )
+    config.canvas_length = canvas_length
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = BertForMaskedLM(config).eval()
+    return MaskedLoadedModel(
+        model=model, tokenizer=tokenizer, model_id=f"tiny-masked-seed{seed}", device=torch.device("cpu"),
+        dtype=torch.float32, mask_token_id=tokenizer.mask_token_id, canvas_length=canvas_length,
+    )

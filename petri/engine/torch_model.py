@@ -8,7 +8,6 @@ only, and a missing model produces a :class:`ModelNotFoundError` whose message s
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,14 +22,18 @@ from petri.engine.compiled_tier import is_compiled
 from petri.engine.fp8 import precision_tag
 from petri.engine.base import (
     REAL_MODEL_ID,
+    SampleRequest,
     ModelNotFoundError,
     StepCallback,
     fetch_hub_model,
     missing_model_message,
+    prompt_room,
     settings_from_generation_config,
 )
+from petri.engine.checkpoints import model_type_of, weights_fingerprint
 from petri.engine.device import resolve_device, resolve_dtype
 from petri.engine.fixed_noise import FixedNoise
+from petri.engine.uniform_diffusion import FAMILY
 from petri.paths import embedded_model_path
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
 
@@ -58,9 +61,27 @@ class LoadedModel:
         numbers differ too)."""
         return self.device.type + ("-compiled" if is_compiled(self) else "") + precision_tag(self).replace("+", "-")
 
+    family = FAMILY
+
+    @property
+    def tier(self) -> str:
+        """``eager`` off CUDA; on CUDA the fast path (``fast``, ``fast+compiled`` in the compiled tier)."""
+        if self.device.type != "cuda":
+            return "eager"
+        return "fast+compiled" if is_compiled(self) else "fast"
+
     @property
     def canvas_length(self) -> int:
         return int(self.model.config.canvas_length)
+
+    @property
+    def max_positions(self) -> int | None:
+        value = getattr(self.model.config.get_text_config(), "max_position_embeddings", None)
+        return value if isinstance(value, int) and value > 0 else None
+
+    @property
+    def max_prompt_length(self) -> int | None:
+        return prompt_room(self.max_positions, self.canvas_length)
 
     @property
     def vocab_size(self) -> int:
@@ -80,40 +101,25 @@ class LoadedModel:
         }
 
     def fingerprint(self) -> str:
-        """A cheap fingerprint of the weights (config, dtype, and the name, shape and first 64
-        values of every tensor), so a retrained checkpoint under the same folder name gets a new
-        study run id instead of a wrong resume. 16 hex characters."""
-        digest = hashlib.sha256(self.model.config.to_json_string(use_diff=False).encode())
-        digest.update(str(self.dtype).encode())
-        with torch.no_grad():
-            for name, tensor in self.model.state_dict().items():
-                digest.update(name.encode())
-                digest.update(str(tuple(tensor.shape)).encode())
-                head = tensor.detach()
-                while head.dim() > 1:  # the first row, as a view: never copies a large tensor
-                    head = head[0]
-                digest.update(head.reshape(-1)[:64].to("cpu", torch.float32).numpy().tobytes())
-        return digest.hexdigest()[:16]
+        """:func:`weights_fingerprint` of this model."""
+        return weights_fingerprint(self.model, self.dtype)
 
     def sample(
         self,
-        prompt_ids: Sequence[int],
-        layouts: Sequence[Sequence[AnchorSpan]],
-        settings: SamplerSettings,
+        request: SampleRequest,
         *,
-        seed: int | None = None,
-        canvas_prefix: Sequence[int] = (),
-        prompt_text: str = "",
         on_step: StepCallback | None = None,
-        fixed_noise: FixedNoise | None = None,
         cancel: CancelToken | None = None,
+        fixed_noise: FixedNoise | None = None,
     ) -> Trajectory:
-        """:func:`petri.engine.torch_sampler.run_sampler` on this model (see
-        :meth:`petri.engine.base.SamplingModel.sample`)."""
-        return torch_sampler.run_sampler(
-            self, prompt_ids, layouts, settings, seed=seed, canvas_prefix=canvas_prefix,
-            prompt_text=prompt_text, on_step=on_step, fixed_noise=fixed_noise, cancel=cancel,
-        )
+        """:func:`petri.engine.torch_sampler.sample_request` on this model (see
+        :meth:`petri.engine.base.SamplingModel.sample`); ``fixed_noise`` is DiffusionGemma's
+        parity hook (:mod:`petri.engine.fixed_noise`)."""
+        return torch_sampler.sample_request(self, request, on_step=on_step, fixed_noise=fixed_noise, cancel=cancel)
+
+
+#: the model types of the uniform (DiffusionGemma) family; any other checkpoint loads as masked diffusion
+UNIFORM_MODEL_TYPES = ("diffusion_gemma",)
 
 
 def compiles_by_default(lm: LoadedModel) -> bool:
@@ -170,8 +176,11 @@ def load_model(
     device: str | torch.device = "auto",
     dtype: str | torch.dtype = "auto",
     allow_download: bool = False,
-) -> LoadedModel:
-    """Load a DiffusionGemma checkpoint for sampling.
+    trust_remote_code: bool = False,
+):
+    """Load a checkpoint for sampling: DiffusionGemma as a :class:`LoadedModel`, any other model
+    type (BERT-style masked LMs; LLaDA / Dream with ``trust_remote_code``) as a
+    :class:`petri.engine.masked_diffusion.MaskedLoadedModel`.
 
     Args:
         name_or_path: a hub id (resolved from the local cache only, unless ``allow_download``) or a
@@ -181,6 +190,7 @@ def load_model(
         allow_download: fetch a hub id that is not cached (:func:`petri.engine.base.fetch_hub_model`,
             with a progress bar) before loading it; off by default. On a ZeroGPU Space this runs at
             start, in the main process, outside the ``spaces.GPU`` functions.
+        trust_remote_code: run the checkpoint's own modelling code (LLaDA, Dream); off by default.
     """
     name = str(name_or_path) if name_or_path is not None else default_model_name()
     torch_device = resolve_device(device)
@@ -191,6 +201,12 @@ def load_model(
         raise ModelNotFoundError(missing_model_message(name, str(EMBEDDED_MODEL_PATH)))
     if allow_download and not local.is_dir():
         source = fetch_hub_model(name)
+    model_type = model_type_of(source)
+    if model_type is not None and model_type not in UNIFORM_MODEL_TYPES:
+        from petri.engine.masked_diffusion import load_masked_model
+
+        model_id = local.name if local.is_dir() else name
+        return load_masked_model(source, model_id, torch_device, torch_dtype, trust_remote_code=trust_remote_code)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(

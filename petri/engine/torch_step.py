@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from transformers import DynamicCache
 
 from petri.dish import pinned_arrays
+from petri.engine.uniform_diffusion import StopRule
 from petri.trajectory import AnchorSpan
-
-if TYPE_CHECKING:
-    from petri.engine.torch_model import LoadedModel
 
 
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -37,34 +34,89 @@ def accept_mask(entropy: torch.Tensor, anchor_mask: torch.Tensor, entropy_bound:
     return torch.scatter(torch.zeros_like(selected), -1, order, selected)
 
 
-class StabilityTracker:
-    """DiffusionGemma's adaptive stop: the argmax canvas equals the previous ``threshold`` ones and
-    the mean entropy (over free positions) is below ``confidence``."""
+class StabilityTracker(StopRule):
+    """:class:`petri.engine.uniform_diffusion.StopRule` on torch arrays (the anchors read off ``anchor_mask``)."""
 
     def __init__(self, threshold: int, confidence: float, anchor_mask: torch.Tensor):
-        self.threshold = threshold
-        self.confidence = confidence
-        self.free = ~anchor_mask
-        self.free_count = self.free.sum(-1).clamp(min=1)
-        self.has_anchors = bool(anchor_mask.any())
-        self.history: torch.Tensor | None = None
+        super().__init__(TorchOps(anchor_mask.device), threshold, confidence, anchor_mask, bool(anchor_mask.any()))
 
-    def __call__(self, argmax_canvas: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:
-        if self.threshold == 0:
-            stable = torch.ones(argmax_canvas.shape[0], dtype=torch.bool, device=argmax_canvas.device)
-        else:
-            if self.history is None:
-                self.history = torch.full(
-                    (self.threshold, *argmax_canvas.shape), -1, dtype=argmax_canvas.dtype, device=argmax_canvas.device
-                )
-            stable = (self.history == argmax_canvas[None]).all(dim=-1).all(dim=0)
-            self.history = torch.roll(self.history, shifts=-1, dims=0)
-            self.history[-1] = argmax_canvas
-        if self.has_anchors:
-            mean_entropy = (entropy * self.free).sum(-1) / self.free_count
-        else:  # exactly transformers' reduction
-            mean_entropy = entropy.mean(dim=-1)
-        return stable & (mean_entropy < self.confidence)
+
+class TorchOps:
+    """:class:`petri.engine.loop.ArrayOps` on torch tensors on ``device``; ``model_dtype`` is what
+    the self-conditioning input is cast to. Random draws call ``torch.randint`` / ``torch.multinomial``
+    on torch's default generator, in the order ``generate`` draws them."""
+
+    def __init__(self, device: torch.device, model_dtype: torch.dtype = torch.float32):
+        self.device, self.model_dtype = torch.device(device), model_dtype
+
+    where = staticmethod(torch.where)
+    entropy = staticmethod(token_entropy)
+    accept_mask = staticmethod(accept_mask)
+
+    def tokens(self, host) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(host), dtype=torch.long, device=self.device)
+
+    def mask(self, host) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(host, dtype=bool)).to(self.device)
+
+    def randint(self, high: int, shape) -> torch.Tensor:
+        return torch.randint(0, high, shape, device=self.device)
+
+    def categorical(self, logits: torch.Tensor) -> torch.Tensor:
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+        return torch.multinomial(probs.view(-1, probs.shape[-1]), num_samples=1).view(probs.shape[:-1])
+
+    def argmax(self, logits: torch.Tensor) -> torch.Tensor:
+        return torch.argmax(logits, dim=-1)
+
+    def zeros_bool(self, shape) -> torch.Tensor:
+        return torch.zeros(shape, dtype=torch.bool, device=self.device)
+
+    def ones_bool(self, shape) -> torch.Tensor:
+        return torch.ones(shape, dtype=torch.bool, device=self.device)
+
+    def zeros_int(self, shape) -> torch.Tensor:
+        return torch.zeros(shape, dtype=torch.int32, device=self.device)
+
+    def int32(self, array: torch.Tensor) -> torch.Tensor:
+        return array.to(torch.int32)
+
+    def float32(self, array: torch.Tensor) -> torch.Tensor:
+        return array.float()
+
+    def to_model_dtype(self, array: torch.Tensor) -> torch.Tensor:
+        return array.to(self.model_dtype)
+
+    def stack(self, arrays, axis: int) -> torch.Tensor:
+        return torch.stack(list(arrays), dim=axis)
+
+    def numpy(self, array: torch.Tensor) -> np.ndarray:
+        return array.cpu().numpy()
+
+    def all(self, array: torch.Tensor) -> bool:
+        return bool(array.all())
+
+    def materialize(self, *arrays) -> None:
+        """Torch runs eagerly: nothing to do."""
+
+    # the stop rule's history (threshold, S, L), updated in place (a CUDA graph may hold it)
+    def full_like_history(self, threshold: int, argmax_canvas: torch.Tensor) -> torch.Tensor:
+        return torch.full((threshold, *argmax_canvas.shape), -1, dtype=argmax_canvas.dtype, device=argmax_canvas.device)
+
+    def same_as_history(self, history: torch.Tensor, argmax_canvas: torch.Tensor) -> torch.Tensor:
+        return (history == argmax_canvas[None]).all(dim=-1).all(dim=0)
+
+    def push_history(self, history: torch.Tensor, argmax_canvas: torch.Tensor) -> torch.Tensor:
+        history.copy_(torch.roll(history, shifts=-1, dims=0))
+        history[-1].copy_(argmax_canvas)
+        return history
+
+    def free_mean(self, entropy: torch.Tensor, anchor_mask: torch.Tensor) -> torch.Tensor:
+        free = ~anchor_mask
+        return (entropy * free).sum(-1) / free.sum(-1).clamp(min=1)
+
+    def row_mean(self, entropy: torch.Tensor) -> torch.Tensor:
+        return entropy.mean(dim=-1)
 
 
 def _cache_kwarg(function: Callable, cache) -> dict:
@@ -78,8 +130,8 @@ def _output_cache(output):
     return output.cache if getattr(output, "cache", None) is not None else output.past_key_values
 
 
-def _encode_prompt_once(lm: LoadedModel, prompt_ids: torch.Tensor, batch: int) -> DynamicCache:
-    """Run the causal encoder on one copy of the prompt (1, P) and repeat its KV cache ``batch`` times."""
+def _encode_prompt_once(lm, prompt_ids: torch.Tensor, batch: int) -> DynamicCache:
+    """Run the causal encoder of ``lm`` (a torch :class:`~petri.engine.torch_model.LoadedModel`) on one copy of the prompt (1, P) and repeat its KV cache ``batch`` times."""
     model = lm.model
     length = prompt_ids.shape[1]
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
@@ -106,7 +158,7 @@ def _encode_prompt_once(lm: LoadedModel, prompt_ids: torch.Tensor, batch: int) -
 
 
 def start_batch(
-    lm: "LoadedModel", prompt_ids: Sequence[int], layouts: Sequence[Sequence[AnchorSpan]],
+    lm, prompt_ids: Sequence[int], layouts: Sequence[Sequence[AnchorSpan]],
     canvas_prefix: Sequence[int], seed: int | None,
 ) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, DynamicCache]:
     """What every torch sampler does before its first step, in this order (the RNG order is part of

@@ -138,6 +138,7 @@ class ModelSpec:
     threads: int | None = None
     allow_download: bool = False
     precision: str = "bf16"  # issue 25: "fp8" is the opt-in FP8 tier (petri.engine.fp8)
+    trust_remote_code: bool = False
 
     def load(self) -> SamplingModel:
         from petri.engine.select import load_backend_model
@@ -146,17 +147,6 @@ class ModelSpec:
             from petri.engine.device import set_cpu_threads
 
             set_cpu_threads(self.threads)
-        lm = load_backend_model(self.name, backend=self.backend, device=self.device, dtype=self.dtype,
-                                allow_download=self.allow_download)
-        if self.compile and lm.backend != "torch":
-            raise ValueError("--compile applies to the torch backend only")
-        if self.compile is not False and getattr(lm, "backend", None) == "torch":
-            from petri.engine.torch_model import compile_for_sampling, compiles_by_default
-
-            if self.compile or compiles_by_default(lm):
-                compile_for_sampling(lm)
-        if self.precision != "bf16":  # issue 25: the FP8 tier (refused, naming why, where it cannot run)
-            from petri.engine.fp8 import set_precision
-
-            set_precision(lm, self.precision)
-        return lm
+        return load_backend_model(self.name, backend=self.backend, device=self.device, dtype=self.dtype,
+                                  allow_download=self.allow_download, compile=self.compile,
+                                  precision=self.precision, trust_remote_code=self.trust_remote_code)

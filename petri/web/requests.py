@@ -176,18 +176,11 @@ class StudyRequest(_Strict):
 # ----------------------------------------------------------------------------------- model-aware checks
 
 
-def max_positions(lm) -> int | None:
-    """The positions the model reads (``max_position_embeddings``), when its config says."""
-    config = getattr(getattr(lm, "model", None), "config", None) or getattr(lm, "config", None)
-    value = getattr(getattr(config, "text_config", None) or config, "max_position_embeddings", None)
-    return value if isinstance(value, int) and value > 0 else None
-
-
 def check_prompt_length(lm, prompt_tokens: int, loc: list) -> None:
     """A prompt that with the canvas overflows the model's positions is refused (naming ``loc``):
     the model was never trained on such positions, and the attention cost grows with the square."""
-    limit = max_positions(lm)
-    if limit is not None and prompt_tokens + lm.canvas_length > limit:
+    limit = lm.max_positions
+    if limit is not None and prompt_tokens > lm.max_prompt_length:
         raise FieldError(loc, f"the prompt (template with this event) is {prompt_tokens:,} tokens; with the "
                               f"{lm.canvas_length}-token canvas that is more than the {limit:,} positions this model "
                               "reads; shorten the event or the template", "prompt_too_long")
@@ -293,7 +286,7 @@ def prepare_study(request: StudyRequest, lm) -> tuple[Study, SamplerSettings, li
         raise FieldError(["body", "study", "events"], f"{batches} (event, template) batches; at most {MAX_STUDY_BATCHES} "
                          "per request (use `python -m petri study` for large studies)")
     settings = request.settings.apply(lm.default_settings())
-    if max_positions(lm) is not None:
+    if lm.max_positions is not None:
         for i, event in enumerate(study.events):
             for template in chosen:
                 text = Dish(study.event_concepts(event), event.text, template.text).prompt_text()

@@ -63,7 +63,7 @@ def build_service(args: argparse.Namespace) -> tuple[PetriService, str | None]:
         lm, source = tiny_random_model(canvas_length=64), None
     else:
         lm = load_from_args(args)
-        from petri.engine.torch_model import default_model_name
+        from petri.engine.select import default_model_name
 
         source = str(args.model) if args.model is not None else default_model_name()
     return PetriService(lm, store, max_queued_jobs=args.max_queued_jobs), source

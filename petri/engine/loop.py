@@ -1,0 +1,189 @@
+"""The one denoising loop every sampler runs, and the record it keeps.
+
+A *stepper* is one family's step on one framework and tier (:class:`Stepper`): the eager one,
+:class:`RecordedStepper`, calls the model and then the family's scheduler (a ``step()`` that never
+sees the model: :mod:`petri.engine.uniform_diffusion` for DiffusionGemma,
+:mod:`petri.engine.masked_diffusion` for masked diffusion) and writes the step's row of the record
+(:class:`Record`); the CUDA fast path (:mod:`petri.engine.fast_sampler`) replays captured graphs
+that write the same rows on the device. :func:`run_loop` owns what is the same for all of them:
+cancellation once per step, the live callback, the stop test and the one copy of the record to the
+host at the end, assembled into a :class:`~petri.trajectory.Trajectory`.
+
+The array operations of one framework (torch, MLX) sit behind :class:`ArrayOps`, so the loop, the
+record and the schedulers are written once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from petri.cancel import CancelToken
+from petri.engine.base import SampleRequest, StepCallback
+from petri.trajectory import Trajectory, assemble_trajectory
+
+
+class ArrayOps(Protocol):
+    """The array operations of one framework that the loop, the record and the schedulers use.
+    Arrays are the framework's own ((S, L) tokens, (S, L, V) logits); ``numpy`` copies to the host."""
+
+    def where(self, condition, a, b): ...
+    def tokens(self, host: np.ndarray): ...  # (S, L) ids from the host
+    def mask(self, host: np.ndarray): ...  # (S, L) bool from the host
+    def randint(self, high: int, shape: tuple[int, int]): ...  # uniform tokens in [0, high)
+    def categorical(self, logits): ...  # one draw per row of softmax(logits): (S, L, V) → (S, L)
+    def argmax(self, logits): ...
+    def entropy(self, logits): ...  # nats of softmax over the last axis, (S, L, V) → (S, L)
+    def accept_mask(self, entropy, anchor_mask, bound: float): ...
+    def zeros_bool(self, shape): ...
+    def zeros_int(self, shape): ...
+    def int32(self, array): ...
+    def float32(self, array): ...
+    def to_model_dtype(self, array): ...
+    def stack(self, arrays: Sequence, axis: int): ...
+    def numpy(self, array) -> np.ndarray: ...
+    def all(self, array) -> bool: ...
+    def materialize(self, *arrays) -> None: ...  # MLX evaluates its lazy graph; torch does nothing
+
+
+class Stepper(Protocol):
+    """One family's step on one framework and tier, as the loop drives it."""
+
+    max_steps: int
+    can_stop: bool  # whether samples may finish before ``max_steps`` (then ``all_finished`` is read)
+
+    def step(self, index: int) -> None: ...
+    def live(self, index: int) -> tuple[np.ndarray, np.ndarray]: ...  # (S, L) argmax, (S,) finished
+    def all_finished(self) -> bool: ...
+    def result(self, steps_run: int) -> dict[str, np.ndarray]: ...  # argmax, entropy, accepted, steps, final_ids
+
+
+@dataclass
+class Record:
+    """The per-step record, kept on the device: rows of (S, L) raw argmax (-1 once a sample has
+    finished), entropy (NaN then) and accepted, and the steps each sample ran (S,). Copied to the
+    host once, as (S, T, L)."""
+
+    ops: Any
+    batch: int
+    argmax: list = field(default_factory=list)
+    entropy: list = field(default_factory=list)
+    accepted: list = field(default_factory=list)
+    steps: Any = None
+
+    def __post_init__(self) -> None:
+        self.steps = self.ops.zeros_int((self.batch,))
+
+    def count(self, running) -> None:
+        """A step starts: every running sample (S,) bool has run one more."""
+        self.steps = self.steps + self.ops.int32(running)
+
+    def write(self, running, raw_argmax, entropy, accepted) -> None:
+        """The step's row: what the model said at every position, before anything was forced."""
+        ops, live = self.ops, running[:, None]
+        self.argmax.append(ops.where(live, ops.int32(raw_argmax), -1))
+        self.entropy.append(ops.where(live, ops.float32(entropy), float("nan")))
+        self.accepted.append(accepted & live)
+
+    def last_row(self) -> list:
+        return [self.steps, self.argmax[-1], self.entropy[-1], self.accepted[-1]]
+
+    def host(self, steps_run: int) -> dict[str, np.ndarray]:
+        ops = self.ops
+        return {
+            "argmax": ops.numpy(ops.stack(self.argmax[:steps_run], 1)),
+            "entropy": ops.numpy(ops.stack(self.entropy[:steps_run], 1)),
+            "accepted": ops.numpy(ops.stack(self.accepted[:steps_run], 1)),
+            "steps": ops.numpy(self.steps),
+        }
+
+
+class Scheduler(Protocol):
+    """A family's step (diffusers' sense: it turns the model's output into the next canvas and
+    never sees the model). State: ``canvas`` (S, L), ``finished`` (S,) bool, ``model_input`` (what
+    the next forward takes besides the canvas, e.g. self-conditioning), ``final_ids`` (S, L)."""
+
+    max_steps: int
+    can_stop: bool
+    canvas: Any
+    finished: Any
+    model_input: Any
+    final_ids: Any
+
+    def step(self, logits, index: int) -> tuple[Any, Any, Any]: ...  # raw argmax, entropy, accepted
+    def state(self) -> list: ...  # the arrays a lazy framework must evaluate after a step
+
+
+class RecordedStepper:
+    """The eager stepper: ``forward(canvas, model_input) → logits`` (S, L, V), then the scheduler's
+    step, then the record's row."""
+
+    def __init__(self, ops, forward: Callable, scheduler: Scheduler, batch: int):
+        self.ops, self.forward, self.scheduler = ops, forward, scheduler
+        self.record = Record(ops, batch)
+        self.max_steps, self.can_stop = scheduler.max_steps, scheduler.can_stop
+        self._raw_argmax = None
+
+    def step(self, index: int) -> None:
+        scheduler = self.scheduler
+        running = ~scheduler.finished
+        self.record.count(running)
+        logits = self.forward(scheduler.canvas, scheduler.model_input)
+        raw_argmax, entropy, accepted = scheduler.step(logits, index)
+        self.record.write(running, raw_argmax, entropy, accepted)
+        self._raw_argmax = raw_argmax
+        self.ops.materialize(*scheduler.state(), *self.record.last_row())
+
+    def live(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.ops.numpy(self._raw_argmax), self.ops.numpy(self.scheduler.finished)
+
+    def all_finished(self) -> bool:
+        return self.ops.all(self.scheduler.finished)
+
+    def result(self, steps_run: int) -> dict[str, np.ndarray]:
+        return {**self.record.host(steps_run), "final_ids": self.ops.numpy(self.scheduler.final_ids)}
+
+
+def run_loop(
+    stepper: Stepper,
+    *,
+    lm: Any,
+    request: SampleRequest,
+    pinned_mask: np.ndarray,
+    sampler: str,
+    started: float,
+    encoded: float,
+    on_step: StepCallback | None = None,
+    cancel: CancelToken | None = None,
+    prepared: float | None = None,
+) -> Trajectory:
+    """Run ``stepper`` until ``max_steps`` or until every sample finished, then assemble the
+    trajectory (``pinned_mask`` (S, L)
+    bool on the host). ``cancel`` is checked at the start of every step (a host-side flag, no
+    device synchronisation); ``on_step`` costs one device→host copy per step. Timings: the prompt
+    encoded at ``encoded``, the stepper prepared (CUDA graphs captured) at ``prepared``."""
+    denoise_from = encoded if prepared is None else prepared
+    index = 0
+    for index in range(stepper.max_steps):
+        if cancel is not None:
+            cancel.check()
+        stepper.step(index)
+        if on_step is not None:
+            on_step(index, *stepper.live(index))
+        if stepper.can_stop and stepper.all_finished():
+            break
+    arrays = stepper.result(index + 1)
+    timings = {"encode_s": encoded - started}
+    if prepared is not None:
+        timings["capture_s"] = prepared - encoded
+    timings["denoise_s"] = time.perf_counter() - denoise_from
+    timings["total_s"] = time.perf_counter() - started
+    return assemble_trajectory(
+        lm, **arrays, anchor_mask=pinned_mask, layouts=request.layouts, prompt_ids=request.prompt_ids,
+        prompt_text=request.prompt_text, settings=request.settings, seed=request.seed, sampler=sampler,
+        timings=timings,
+    )
