@@ -32,6 +32,16 @@ def embedded_model_path() -> Path:
     return assets_dir() / "petri-tiny"
 
 
+#: the embedded models, by the name ``--model`` accepts for each: DiffusionGemma (uniform diffusion)
+#: and the masked-diffusion model trained on the same corpus and tokenizer
+EMBEDDED_MODELS = ("petri-tiny", "petri-tiny-mdm")
+
+
+def embedded_model_named(name: str) -> Path | None:
+    """The folder of the embedded model called ``name`` (one of :data:`EMBEDDED_MODELS`), else ``None``."""
+    return assets_dir() / name if name in EMBEDDED_MODELS else None
+
+
 def studies_dir() -> Path:
     """The shipped study files (``assets/studies``)."""
     return assets_dir() / "studies"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
+from petri.trajectory import AnchorSpan, Trajectory, settings_from_dict
 
 RUN_ID_PATTERN = re.compile(r"^[0-9a-f]{8,64}$")
 _ARRAYS = ("argmax", "entropy", "accepted", "steps", "anchor_mask", "final_ids", "prompt_ids")
@@ -110,7 +110,7 @@ def trajectory_from_blobs(header: str, arrays: bytes) -> Trajectory:
         anchors=anchors,
         final_texts=meta["final_texts"],
         prompt=meta["prompt"],
-        settings=SamplerSettings(**meta["settings"]),
+        settings=settings_from_dict(meta["settings"]),
         model_id=meta["model_id"],
         seed=meta["seed"],
         device=meta["device"],

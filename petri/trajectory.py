@@ -61,6 +61,33 @@ class SamplerSettings:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class MaskedSettings(SamplerSettings):
+    """The masked-diffusion family's settings (:mod:`petri.engine.masked_diffusion`):
+    ``max_denoising_steps`` unmasking steps in all (at least one per block), ``block_length``
+    (``None``: the whole canvas is one block), ``unmask_threshold`` (``None``: the per-step budget,
+    the masked count spread over the steps), ``temperature`` of the Gumbel-max draw (0: argmax).
+    The uniform family's fields (``t_min``, ``t_max``, ``entropy_bound``, ``stability_threshold``,
+    ``confidence_threshold``) are carried, unused, so every layer reads one settings type."""
+
+    max_denoising_steps: int = 32
+    pin_thought_channel: bool = False
+    block_length: int | None = None
+    unmask_threshold: float | None = None
+    temperature: float = 0.0
+
+
+def settings_from_dict(values: dict[str, Any]) -> SamplerSettings:
+    """Stored settings back as their family's type: :class:`MaskedSettings` when they have its
+    fields, else :class:`SamplerSettings` (a field of neither is refused, naming it)."""
+    masked_only = set(MaskedSettings.__dataclass_fields__) - set(SamplerSettings.__dataclass_fields__)
+    kind = MaskedSettings if masked_only & set(values) else SamplerSettings
+    unknown = set(values) - set(kind.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"settings: unknown field(s) {sorted(unknown)}")
+    return kind(**values)
+
+
 @dataclass
 class Trajectory:
     """Everything one batched sampling call recorded.

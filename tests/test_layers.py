@@ -212,3 +212,19 @@ def test_numpy_layers_import_without_torch(modules):
     code = f"import sys, {modules}; heavy = [m for m in ('torch', 'transformers', 'mlx') if m in sys.modules]; print(heavy); assert not heavy"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_nothing_above_the_engine_reads_the_framework_model():
+    """The protocol (``petri.engine.base.SamplingModel``) gives what the upper layers need; the
+    framework model behind it (``lm.model``) is the engine's own."""
+    import re
+
+    reads = re.compile(r"\blm\.model\b|getattr\(\s*[\w.]*lm\s*,\s*[\"']model[\"']")
+    offenders = [
+        f"{module}:{number}: {line.strip()}"
+        for module, path in all_modules().items()
+        if layer_of(module) != 2
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if reads.search(line)
+    ]
+    assert not offenders, "\n".join(offenders)

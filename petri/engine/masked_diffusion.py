@@ -33,25 +33,10 @@ from petri.engine.base import SampleRequest, StepCallback, prompt_room
 from petri.engine.checkpoints import weights_fingerprint
 from petri.engine.loop import RecordedStepper, run_loop
 from petri.engine.torch_step import TorchOps, token_entropy
-from petri.trajectory import SamplerSettings, Trajectory
+from petri.trajectory import MaskedSettings, Trajectory
 
 FAMILY = "masked-diffusion"
 DEFAULT_CANVAS_LENGTH = 64
-
-
-@dataclass(frozen=True)
-class MaskedSettings(SamplerSettings):
-    """The masked family's settings: ``max_denoising_steps`` unmasking steps in all (at least one
-    per block), ``block_length`` (``None``: the whole canvas is one block), ``unmask_threshold``
-    (``None``: the per-step budget), ``temperature`` of the Gumbel-max draw (0: argmax). The
-    uniform family's fields (``t_min``, ``t_max``, ``entropy_bound``, ``stability_threshold``,
-    ``confidence_threshold``) are carried so that every layer reads one settings type, and not used."""
-
-    max_denoising_steps: int = 32
-    pin_thought_channel: bool = False
-    block_length: int | None = None
-    unmask_threshold: float | None = None
-    temperature: float = 0.0
 
 
 def transfer_counts(masked: torch.Tensor, steps: int) -> torch.Tensor:
@@ -172,6 +157,10 @@ class MaskedLoadedModel:
         return int(self.model.config.vocab_size)
 
     @property
+    def architecture(self) -> str:
+        return type(self.model).__name__
+
+    @property
     def device_type(self) -> str:
         return self.device.type
 
@@ -193,7 +182,7 @@ class MaskedLoadedModel:
 
     def describe(self) -> dict[str, str | int]:
         return {"model_id": self.model_id, "device": str(self.device), "dtype": str(self.dtype).removeprefix("torch."),
-                "canvas_length": self.canvas_length, "vocab_size": self.vocab_size, "family": FAMILY}
+                "canvas_length": self.canvas_length, "vocab_size": self.vocab_size}
 
     def fingerprint(self) -> str:
         return weights_fingerprint(self.model, self.dtype)

@@ -79,6 +79,11 @@ class MLXLoadedModel:
     tier = "mlx"
 
     @property
+    def architecture(self) -> str:
+        """The model class's name (the Model tab names it)."""
+        return type(self.model).__name__
+
+    @property
     def max_positions(self) -> int | None:
         return self.model.max_positions
 

@@ -34,7 +34,7 @@ from petri.engine.checkpoints import model_type_of, weights_fingerprint
 from petri.engine.device import resolve_device, resolve_dtype
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.uniform_diffusion import FAMILY
-from petri.paths import embedded_model_path
+from petri.paths import embedded_model_named, embedded_model_path
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
 
 EMBEDDED_MODEL_PATH = embedded_model_path()
@@ -73,6 +73,11 @@ class LoadedModel:
     @property
     def canvas_length(self) -> int:
         return int(self.model.config.canvas_length)
+
+    @property
+    def architecture(self) -> str:
+        """The model class's name (the Model tab names it)."""
+        return type(self.model).__name__
 
     @property
     def max_positions(self) -> int | None:
@@ -193,6 +198,8 @@ def load_model(
         trust_remote_code: run the checkpoint's own modelling code (LLaDA, Dream); off by default.
     """
     name = str(name_or_path) if name_or_path is not None else default_model_name()
+    if not Path(name).expanduser().is_dir() and embedded_model_named(name) is not None:
+        name = str(embedded_model_named(name))
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     local = Path(name).expanduser()

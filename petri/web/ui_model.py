@@ -43,8 +43,8 @@ def backend_line(lm) -> str:
     """``PyTorch 2.x · transformers 4.x (`ModelClass`)`` for the served model's backend."""
     backend = getattr(lm, "backend", "torch")
     parts = [f"{label} {_installed(package)}" for label, package in BACKEND_PACKAGES.get(backend, ((backend, backend),))]
-    model = getattr(lm, "model", None)
-    return " · ".join(parts) + (f" (`{type(model).__name__}`)" if model is not None else "")
+    architecture = getattr(lm, "architecture", None)
+    return " · ".join(parts) + (f" (`{architecture}`)" if architecture else "")
 
 
 def model_markdown(service: PetriService, model_source: str | None) -> str:

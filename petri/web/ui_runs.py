@@ -19,7 +19,7 @@ from petri.service import PetriService
 from petri.study.provisional import stored_batches
 from petri.study.runner import StudyResult
 from petri.study.schema import StudyError, study_from_dict
-from petri.trajectory import SamplerSettings
+from petri.trajectory import settings_from_dict
 from petri.web.access import Caller
 from petri.web.ui_access import UiAccess
 
@@ -80,7 +80,7 @@ def study_result_from_store(service: PetriService, run: dict) -> tuple[StudyResu
         raise ValueError(f"study run {run['run_id']} has no stored batch yet")
     result = StudyResult(
         study=study, run_id=run["run_id"], model_id=run["model_id"],
-        model_fingerprint=request.get("model_fingerprint", ""), settings=SamplerSettings(**request["settings"]),
+        model_fingerprint=request.get("model_fingerprint", ""), settings=settings_from_dict(request["settings"]),
         samples=int(request["samples"]), seed=int(request["seed"]), template_ids=template_ids, batches=batches,
         computed=0, resumed=len(batches), store_path=str(service.store.path), started_at=run["created_at"],
         finished_at=run["finished_at"] or "", wall_s=0.0, device=batches[0].trajectory.device,

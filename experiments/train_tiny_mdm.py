@@ -1,0 +1,236 @@
+"""Train the small masked-diffusion model that Concept Petri Dish ships beside petri-tiny
+(assets/petri-tiny-mdm): a ``BertForMaskedLM`` on the same corpus and tokenizer (``<mask>`` added).
+
+Objective (masked diffusion, as LLaDA trains: arXiv 2502.09992, eq. 3): a window of the packed
+corpus is a clean prefix of P tokens (P drawn per batch in [--min-prefix, --max-prefix]) and a
+canvas of --canvas tokens; per example t ~ U[0, 1], every canvas token is replaced by ``<mask>``
+with probability t (at least one), the model reads prefix + canvas as one bidirectional sequence,
+and the loss is the cross-entropy at the masked positions weighted by 1/t, divided by the canvas
+length. The petri sampler (``petri.engine.masked_diffusion``) reads a prompt + canvas the same way.
+
+    python experiments/build_corpus.py --out data --no-tokenizer
+    python experiments/train_tiny_mdm.py --data data --out runs/petri-tiny-mdm --max-steps 4000 --minutes 3
+    python experiments/train_tiny_mdm.py --smoke        # a few CPU steps of a tiny model
+
+Outputs in --out: ``config.json`` (with ``canvas_length`` and ``petri_sampler``, the sampler's
+defaults), ``model.safetensors`` (bf16), the tokenizer files, ``metrics.json`` (held-out masked
+cross-entropy per masked token at t = 0.25/0.5/0.75/1.0, the held-out unigram cross-entropy beside
+it, the loss curve and the arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_tiny import REPO, load_tokenizer, pack, read_lines, sample_starts, unigram_stats  # noqa: E402
+
+NOISE_LEVELS = (0.25, 0.5, 0.75, 1.0)
+MASK = "<mask>"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description="Train the petri-tiny-mdm masked-diffusion model.")
+    ap.add_argument("--data", type=Path, default=REPO / "data")
+    ap.add_argument("--tokenizer", type=Path, default=REPO / "assets" / "petri-tiny")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--canvas", type=int, default=64)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--intermediate", type=int, default=1024)
+    ap.add_argument("--max-positions", type=int, default=256)
+    ap.add_argument("--min-prefix", type=int, default=4)
+    ap.add_argument("--max-prefix", type=int, default=96)
+    ap.add_argument("--doc-start-frac", type=float, default=0.75)
+    ap.add_argument("--max-docs", type=int, default=None)
+    ap.add_argument("--batch-size", type=int, default=None, help="default 512 on CUDA, 16 on CPU")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--min-lr-frac", type=float, default=0.1)
+    ap.add_argument("--warmup-steps", type=int, default=200)
+    ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--grad-clip", type=float, default=1.0)
+    ap.add_argument("--max-steps", type=int, default=4000,
+                    help="steps of the cosine schedule; 0: estimated from --minutes after 40 steps (not reproducible)")
+    ap.add_argument("--minutes", type=float, default=3.0, help="training time budget (hard stop)")
+    ap.add_argument("--log-every", type=int, default=100)
+    ap.add_argument("--eval-windows", type=int, default=2048)
+    ap.add_argument("--eval-prefix", type=int, default=48)
+    ap.add_argument("--eval-batch-size", type=int, default=256)
+    ap.add_argument("--sampler-steps", type=int, default=32, help="the checkpoint's default unmasking steps")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        for key, value in dict(hidden=32, layers=2, heads=2, intermediate=64, batch_size=8, warmup_steps=2,
+                               log_every=2, eval_windows=16, eval_batch_size=16, max_docs=2000, max_steps=12).items():
+            setattr(args, key, value)
+        args.device = "cpu" if args.device == "auto" else args.device
+        args.out = args.out or Path(tempfile.mkdtemp(prefix="petri-tiny-mdm-smoke-"))
+    if args.out is None:
+        ap.error("--out is required (except with --smoke)")
+    if args.max_prefix + args.canvas > args.max_positions:
+        ap.error("--max-prefix + --canvas must fit in --max-positions")
+    return args
+
+
+def build_model(args, vocab_size: int, special: dict, mask_id: int):
+    from transformers import BertConfig, BertForMaskedLM
+
+    config = BertConfig(
+        vocab_size=vocab_size, hidden_size=args.hidden, num_hidden_layers=args.layers,
+        num_attention_heads=args.heads, intermediate_size=args.intermediate,
+        max_position_embeddings=args.max_positions, type_vocab_size=1, pad_token_id=special["pad"],
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )
+    config.canvas_length = args.canvas
+    config.mask_token_id = mask_id
+    config.petri_sampler = {"max_denoising_steps": args.sampler_steps}
+    return BertForMaskedLM(config)
+
+
+def mask_canvas(clean: torch.Tensor, t: torch.Tensor, mask_id: int, generator: torch.Generator):
+    """Each canvas token masked with probability t (B,); at least one per row. → (noisy, masked)."""
+    b, c = clean.shape
+    masked = torch.rand(b, c, generator=generator, device=clean.device) < t[:, None]
+    first = torch.randint(0, c, (b,), generator=generator, device=clean.device)
+    masked[torch.arange(b, device=clean.device), first] = True
+    return torch.where(masked, torch.full_like(clean, mask_id), clean), masked
+
+
+def canvas_logits(model, prefix: torch.Tensor, noisy: torch.Tensor) -> torch.Tensor:
+    return model(input_ids=torch.cat([prefix, noisy], dim=1)).logits[:, prefix.shape[1]:]
+
+
+@torch.no_grad()
+def evaluate(model, stream, doc_starts, args, mask_id, device, autocast) -> dict:
+    """Held-out cross-entropy per masked token (nats) at fixed mask rates, fixed windows and masks."""
+    model.eval()
+    window = args.eval_prefix + args.canvas
+    rng = np.random.default_rng(args.seed + 1000)
+    starts = sample_starts(rng, args.eval_windows, window, len(stream), doc_starts, 1.0)
+    windows = torch.from_numpy(stream[starts[:, None] + np.arange(window)])
+    results = {}
+    for level in NOISE_LEVELS:
+        gen = torch.Generator().manual_seed(args.seed + int(level * 100))
+        total, count = 0.0, 0
+        for i in range(0, len(windows), args.eval_batch_size):
+            w = windows[i: i + args.eval_batch_size]
+            prefix, clean = w[:, : args.eval_prefix], w[:, args.eval_prefix:]
+            noisy, masked = mask_canvas(clean, torch.full((len(w),), level), mask_id, gen)
+            with autocast():
+                logits = canvas_logits(model, prefix.to(device), noisy.to(device)).float()
+            ce = F.cross_entropy(logits[masked.to(device)], clean.to(device)[masked.to(device)], reduction="sum")
+            total, count = total + float(ce), count + int(masked.sum())
+        results[str(level)] = total / count
+    model.train()
+    return results
+
+
+def save(model, tokenizer_dir: Path, out: Path) -> int:
+    from transformers import AutoTokenizer
+
+    out.mkdir(parents=True, exist_ok=True)
+    model.to(torch.bfloat16).save_pretrained(str(out))
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    tokenizer.add_special_tokens({"mask_token": MASK})
+    tokenizer.save_pretrained(str(out))
+    return (out / "model.safetensors").stat().st_size
+
+
+def train(args) -> dict:
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    torch.manual_seed(args.seed)
+    np_rng = np.random.default_rng(args.seed)
+    tok, special = load_tokenizer(args.tokenizer)
+    mask_id = tok.get_vocab_size()  # <mask> is added after the trained vocabulary
+    vocab_size = mask_id + 1
+    train_stream, train_docs = pack(tok, read_lines(args.data / "corpus.txt", args.max_docs), special["eos"])
+    held_stream, held_docs = pack(tok, read_lines(args.data / "heldout.txt", args.max_docs), special["eos"])
+    batch_size = args.batch_size or (512 if device.type == "cuda" else 16)
+    use_bf16 = device.type == "cuda"
+
+    def autocast():
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_bf16)
+
+    model = build_model(args, vocab_size, special, mask_id).to(device).train()
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"model: {n_params:,} parameters; device {device}; {len(train_stream):,} train tokens", flush=True)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embeddings" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embeddings" not in n)]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    stream_dev = torch.from_numpy(train_stream).to(device)
+
+    total = args.max_steps or 10**9
+
+    def lr_at(step: int) -> float:
+        if step < args.warmup_steps:
+            return args.lr * (step + 1) / args.warmup_steps
+        progress = min(1.0, (step - args.warmup_steps) / max(1, total - args.warmup_steps))
+        return args.lr * (args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+    losses, step, stop_reason, started = [], 0, "max_steps", time.time()
+    while step < total:
+        if time.time() - started > args.minutes * 60:
+            stop_reason = "time_budget"
+            break
+        if step == 10:
+            timed_from = time.time()
+        if not args.max_steps and step == 40:  # the first steps pay warm-up costs: time steps 10..40
+            per_step = (time.time() - timed_from) / 30
+            total = step + int((args.minutes * 60 - (time.time() - started)) / per_step)
+            print(f"estimated {total} steps from {per_step * 1000:.1f} ms/step", flush=True)
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step)
+        p = int(np_rng.integers(args.min_prefix, args.max_prefix + 1))
+        starts = sample_starts(np_rng, batch_size, p + args.canvas, len(train_stream), train_docs, args.doc_start_frac)
+        idx = torch.from_numpy(starts).to(device)[:, None] + torch.arange(p + args.canvas, device=device)
+        batch = stream_dev[idx]
+        prefix, clean = batch[:, :p], batch[:, p:]
+        t = torch.rand(batch_size, generator=gen, device=device).clamp(min=1e-3)
+        noisy, masked = mask_canvas(clean, t, mask_id, gen)
+        with autocast():
+            logits = canvas_logits(model, prefix, noisy).float()
+        ce = F.cross_entropy(logits.reshape(-1, vocab_size), clean.reshape(-1), reduction="none").view_as(clean)
+        loss = ((ce * masked) / t[:, None]).sum() / (batch_size * args.canvas)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        optimizer.step()
+        if step % args.log_every == 0:
+            losses.append([step, float(loss)])
+            print(f"step {step} loss {float(loss):.3f} ({time.time() - started:.0f} s)", flush=True)
+        step += 1
+    train_seconds = time.time() - started
+    metrics = {"heldout_masked_ce": evaluate(model, held_stream, held_docs, args, mask_id, device, autocast)}
+    metrics.update(unigram_stats(train_stream, held_stream, vocab_size))
+    metrics.update(steps=step, schedule_steps=total, stop_reason=stop_reason, train_seconds=round(train_seconds, 1), parameters=n_params,
+                   loss_curve=losses, device=str(device) + (f" ({torch.cuda.get_device_name()})" if use_bf16 else ""),
+                   versions={"torch": torch.__version__, "transformers": __import__("transformers").__version__})
+    metrics["checkpoint_bytes"] = save(model, args.tokenizer, args.out)
+    metrics["args"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    print("held-out masked CE:", metrics["heldout_masked_ce"], "unigram:",
+          round(metrics["heldout_unigram_cross_entropy_nats"], 3), flush=True)
+    return metrics
+
+
+def main(argv=None) -> dict:
+    return train(parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()
