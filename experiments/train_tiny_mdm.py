@@ -49,6 +49,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--arch", choices=("modernbert", "bert"), default="modernbert",
+                    help="ModernBertForMaskedLM (pre-norm, rotary positions) or BertForMaskedLM (post-norm; with "
+                         "lr 1e-3 it collapsed to the unigram distribution on the H200)")
     ap.add_argument("--canvas", type=int, default=64)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--layers", type=int, default=6)
@@ -88,18 +91,31 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build_model(args, vocab_size: int, special: dict, mask_id: int):
-    from transformers import BertConfig, BertForMaskedLM
+    if args.arch == "bert":
+        from transformers import BertConfig, BertForMaskedLM
 
-    config = BertConfig(
-        vocab_size=vocab_size, hidden_size=args.hidden, num_hidden_layers=args.layers,
-        num_attention_heads=args.heads, intermediate_size=args.intermediate,
-        max_position_embeddings=args.max_positions, type_vocab_size=1, pad_token_id=special["pad"],
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-    )
+        config = BertConfig(
+            vocab_size=vocab_size, hidden_size=args.hidden, num_hidden_layers=args.layers,
+            num_attention_heads=args.heads, intermediate_size=args.intermediate,
+            max_position_embeddings=args.max_positions, type_vocab_size=1, pad_token_id=special["pad"],
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        )
+        model_class = BertForMaskedLM
+    else:
+        from transformers import ModernBertConfig, ModernBertForMaskedLM
+
+        config = ModernBertConfig(
+            vocab_size=vocab_size, hidden_size=args.hidden, num_hidden_layers=args.layers,
+            num_attention_heads=args.heads, intermediate_size=args.intermediate,
+            max_position_embeddings=args.max_positions, pad_token_id=special["pad"], eos_token_id=special["eos"],
+            bos_token_id=special["bos"], cls_token_id=special["bos"], sep_token_id=special["eos"],
+            local_attention=args.max_positions, global_attn_every_n_layers=1,
+        )
+        model_class = ModernBertForMaskedLM
     config.canvas_length = args.canvas
     config.mask_token_id = mask_id
     config.petri_sampler = {"max_denoising_steps": args.sampler_steps}
-    return BertForMaskedLM(config)
+    return model_class(config)
 
 
 def mask_canvas(clean: torch.Tensor, t: torch.Tensor, mask_id: int, generator: torch.Generator):

@@ -24,9 +24,9 @@ from petri.engine.tiny import tiny_masked_model
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def masked_lm():
-    return tiny_masked_model(canvas_length=16, seed=2)
+@pytest.fixture(scope="module", params=["bert", "modernbert"])
+def masked_lm(request):
+    return tiny_masked_model(canvas_length=16, seed=2, architecture=request.param)
 
 
 def llada_reference(model, prompt, pinned, pinned_ids, mask_id, steps, block_length):

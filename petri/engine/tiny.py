@@ -64,24 +64,33 @@ def tiny_random_model(canvas_length: int = 16, seed: int = 0, **config_overrides
     )
 
 
-def tiny_masked_model(canvas_length: int = 16, seed: int = 0, max_positions: int = 128):
-    """A randomly initialised 2-layer ``BertForMaskedLM`` with the tiny tokenizer plus a ``<mask>``
-    token, on the CPU, as a :class:`petri.engine.masked_diffusion.MaskedLoadedModel`."""
-    from transformers import BertConfig, BertForMaskedLM
+def tiny_masked_model(canvas_length: int = 16, seed: int = 0, max_positions: int = 128, architecture: str = "bert"):
+    """A randomly initialised 2-layer ``BertForMaskedLM`` (or ``ModernBertForMaskedLM``:
+    ``architecture="modernbert"``) with the tiny tokenizer plus a ``<mask>`` token, on the CPU, as a
+    :class:`petri.engine.masked_diffusion.MaskedLoadedModel`."""
+    from transformers import BertConfig, BertForMaskedLM, ModernBertConfig, ModernBertForMaskedLM
 
     from petri.engine.masked_diffusion import MaskedLoadedModel
 
     tokenizer = build_tiny_tokenizer()
     tokenizer.add_special_tokens({"mask_token": "<mask>"})
-    config = BertConfig(
-        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=max_positions, pad_token_id=tokenizer.pad_token_id,
-    )
+    sizes = dict(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                 intermediate_size=64, max_position_embeddings=max_positions, pad_token_id=tokenizer.pad_token_id)
+    if architecture == "bert":
+        config, model_class = BertConfig(**sizes), BertForMaskedLM
+    elif architecture == "modernbert":
+        ids = dict(eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
+                   cls_token_id=tokenizer.bos_token_id, sep_token_id=tokenizer.eos_token_id)
+        # a wide initialisation: the default (0.02) gives near-equal logits, whose argmax is a coin toss of rounding
+        config = ModernBertConfig(**sizes, **ids, local_attention=max_positions, initializer_range=0.5)
+        model_class = ModernBertForMaskedLM
+    else:
+        raise ValueError(f"architecture={architecture!r} is not one of bert, modernbert")
     config.canvas_length = canvas_length
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = BertForMaskedLM(config).eval()
+        model = model_class(config).eval()
     return MaskedLoadedModel(
-        model=model, tokenizer=tokenizer, model_id=f"tiny-masked-seed{seed}", device=torch.device("cpu"),
+        model=model, tokenizer=tokenizer, model_id=f"tiny-{architecture}-seed{seed}", device=torch.device("cpu"),
         dtype=torch.float32, mask_token_id=tokenizer.mask_token_id, canvas_length=canvas_length,
     )
