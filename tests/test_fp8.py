@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from petri.engine.base import SampleRequest
 from petri.engine.fp8 import (
     FP8,
     MIN_SCALE,
@@ -178,12 +179,12 @@ def test_fp8_trajectories_name_the_tier(bf16_tiny):
     layouts = [[AnchorSpan("a", 3, (11,))]] * 2
     settings = SamplerSettings(max_denoising_steps=3)
     use_fp8(bf16_tiny)
-    assert bf16_tiny.sample([5, 9, 17], layouts, settings, seed=0).sampler == "eager+fp8"
+    assert bf16_tiny.sample(SampleRequest([5, 9, 17], layouts, settings, seed=0)).sampler == "eager+fp8"
     set_precision(bf16_tiny, "fp8-fast")  # straight from one FP8 variant to the other
-    assert bf16_tiny.sample([5, 9, 17], layouts, settings, seed=0).sampler == "eager+fp8-fast"
+    assert bf16_tiny.sample(SampleRequest([5, 9, 17], layouts, settings, seed=0)).sampler == "eager+fp8-fast"
     assert bf16_tiny.device_type == "cpu-fp8-fast" and bf16_tiny.model.lm_head._petri_fp8_fast is True
     use_bf16(bf16_tiny)
-    assert bf16_tiny.sample([5, 9, 17], layouts, settings, seed=0).sampler == "eager"
+    assert bf16_tiny.sample(SampleRequest([5, 9, 17], layouts, settings, seed=0)).sampler == "eager"
 
 
 def test_fp8_survives_the_compiled_tier_switching_its_experts(bf16_tiny):
