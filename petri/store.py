@@ -13,6 +13,7 @@ import json
 import re
 import sqlite3
 import threading
+from collections.abc import Collection
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -179,12 +180,20 @@ class RunStore:
     def completed_events(self, run_id: str) -> set[str]:
         return {row[0] for row in self._read("SELECT event_key FROM events WHERE run_id = ?", (check_run_id(run_id),))}
 
-    def load_events(self, run_id: str) -> list[tuple[str, str | None, Trajectory]]:
-        """(event_key, group, trajectory) of every stored event, in run order."""
-        rows = self._read(
-            "SELECT event_key, grp, header, arrays FROM events WHERE run_id = ? ORDER BY position",
-            (check_run_id(run_id),),
-        )
+    def load_events(self, run_id: str, skip: Collection[str] = ()) -> list[tuple[str, str | None, Trajectory]]:
+        """(event_key, group, trajectory) of every stored event, in run order; the events whose keys
+        are in ``skip`` (ones a reader already holds) are left out without being read."""
+        check_run_id(run_id)
+        if skip:
+            keys = [k for (k,) in self._read("SELECT event_key FROM events WHERE run_id = ?", (run_id,)) if k not in skip]
+            if not keys:
+                return []
+            rows = self._read(
+                f"SELECT event_key, grp, header, arrays FROM events WHERE run_id = ? AND event_key IN "
+                f"({', '.join('?' * len(keys))}) ORDER BY position", (run_id, *keys))
+        else:
+            rows = self._read(
+                "SELECT event_key, grp, header, arrays FROM events WHERE run_id = ? ORDER BY position", (run_id,))
         return [(key, grp, trajectory_from_blobs(header, arrays)) for key, grp, header, arrays in rows]
 
     def get_run(self, run_id: str) -> dict | None:

@@ -140,7 +140,7 @@ def test_crash_then_resume_skips_finished_batches_and_matches(tiny_lm, study, fu
     per_event = len(study.templates)
 
     def crash(p):
-        if p.done == per_event:  # the first event (all its templates) is stored
+        if p.done == per_event:  # as many batches as an event has templates are stored
             raise KeyboardInterrupt("simulated crash")
 
     with pytest.raises(KeyboardInterrupt):
@@ -148,10 +148,15 @@ def test_crash_then_resume_skips_finished_batches_and_matches(tiny_lm, study, fu
     assert len(store.completed_events(full.run_id)) == per_event  # same run id as the uninterrupted run
     assert store.get_run(full.run_id)["status"] == "interrupted"  # Ctrl-C: resumable, not a failure
 
+    stored_first = [tuple(k.split("::")) for k in store.completed_events(full.run_id)]
+    assert len(stored_first) == per_event
     calls = count_seed_dish(monkeypatch)
     seen = []
     resumed = runner.run_study(tiny_lm, study, store, samples=SAMPLES, seed=7, settings=SETTINGS, progress=seen.append, show_progress=False)
-    assert len(calls) == N_BATCHES - per_event and study.events[0].text not in calls
+    texts = {e.id: e.text for e in study.events}
+    assert len(calls) == N_BATCHES - per_event
+    for event_id, _ in stored_first:  # each stored batch's event was sampled again only for its other templates
+        assert calls.count(texts[event_id]) == len(study.templates) - sum(e == event_id for e, _ in stored_first)
     assert resumed.computed == N_BATCHES - per_event and resumed.resumed == per_event
     assert [p.skipped for p in seen] == [True] * per_event + [False] * (N_BATCHES - per_event)
     assert seen[-1].done == seen[-1].total == N_BATCHES
@@ -350,3 +355,32 @@ def test_write_study_outputs(full, analysis, tmp_path):
     assert "not for DiffusionGemma" in report and "tiny-random-seed0" in report
     assert "Mean off-diagonal Jaccard" in report and "Anchor preservation" in report and "Convergence" in report
     assert "figures/instability.html" in report
+
+
+def test_batches_run_with_the_groups_interleaved(tiny_lm, study, full, tmp_path):
+    """The run order (not the stored order): template t1 first for every event, and within it the
+    groups take turns, the compared pair first (benign, contradictory, control, ...), each group's
+    events in a seeded order; the same study and seed give the same order, and the stored batches
+    (and so the numbers) do not depend on it."""
+    seen = []
+    result = runner.run_study(tiny_lm, study, RunStore(tmp_path), samples=SAMPLES, seed=7, settings=SETTINGS,
+                              progress=seen.append, show_progress=False)
+    ran = [(p.event_id, p.template_id) for p in seen]
+    assert sorted(ran) == sorted((e.id, t.id) for e in study.events for t in study.templates)
+    assert [t for _, t in ran] == ["t1"] * 8 + ["t2"] * 8
+    group = {e.id: e.group for e in study.events}
+    # 3 benign, 3 contradictory, 2 control events: turns b c k b c k b c
+    assert [group[e] for e, _ in ran[:8]] == ["benign", "contradictory", "control"] * 2 + ["benign", "contradictory"]
+    assert [group[e] for e, _ in ran[8:]] == [group[e] for e, _ in ran[:8]]
+    # the first provisional group comparison needs 2 events in each compared group: after batch 5 of 16
+    first_two_each = ran.index(next(x for x in ran if group[x[0]] == "contradictory" and
+                                    sum(group[e] == "contradictory" for e, _ in ran[:ran.index(x) + 1]) == 2)) + 1
+    assert first_two_each == 5
+    assert_same_numbers(full, result)
+    # the order is fixed by (study, seed): another seed reorders some group's events, not the groups' turns
+    jobs = [runner.BatchJob(i, runner.batch_key(e.id, t.id), e.id, t.id, e.group, None, SAMPLES, SETTINGS, 0)
+            for i, (e, t) in enumerate((e, t) for e in study.events for t in study.templates)]
+    order = lambda seed: [(j.event_id, j.template_id) for j in runner.batch_order(jobs, study, seed)]  # noqa: E731
+    assert order(7) == ran and order(7) == order(7)
+    assert len({tuple(order(s)) for s in range(6)}) > 1
+    assert all([group[e] for e, _ in order(s)] == [group[e] for e, _ in ran] for s in range(6))

@@ -106,8 +106,8 @@ def test_study_tab_runs_a_study(service):
                                              ["t1", "t2"], 2, 0, 3)
     assert all(isinstance(final[k], go.Figure) for k in ("instability", "events", "jaccard"))
     assert "Headline (event level" in final["stats"] and "Segment level" in final["stats"]
-    assert list(final["groups"]["group"]) == ["benign", "contradictory"]
-    names = {p.rsplit("/", 1)[-1] for p in final["files"]}
+    assert list(final["groups"]["value"]["group"]) == ["benign", "contradictory"]
+    names = {p.rsplit("/", 1)[-1] for p in final["files"]["value"]}
     assert {"positions.csv", "segments.csv", "samples.csv", "events.csv", "pairs.csv", "report.md"} <= names
     assert final["report"].startswith("#")
     assert not service.busy

@@ -140,7 +140,7 @@ def test_stored_runs_reopen_without_sampling(service, monkeypatch):
     kind, _, views = runs.open(by_kind.loc["study", "run_id"])
     # the same statistics as when the run finished (the run line differs: wall time, batches resumed)
     assert kind == "study" and views["stats"].split("**Headline")[1] == study_final["stats"].split("**Headline")[1]
-    assert views["groups"].equals(study_final["groups"])
+    assert views["groups"]["value"].equals(study_final["groups"]["value"])
 
 
 def test_flip_difference_is_b_minus_a_with_the_shorter_map_padded():

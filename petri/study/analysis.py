@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -197,6 +198,27 @@ def _convergence(samples: pd.DataFrame, max_steps: int) -> dict[str, Any]:
     return {"max_denoising_steps": max_steps, **block(samples), "by_group": {g: block(d) for g, d in samples.groupby("group", sort=False)}}
 
 
+def group_summary_table(events: pd.DataFrame, segments: pd.DataFrame, groups: Sequence[str]) -> pd.DataFrame:
+    """One row per group with events (in ``groups`` order): events, segments with a value, median
+    and mean event instability, mean event length, share of events with digits. ``events`` is an
+    :func:`events_table`, ``segments`` the segments table of the same batches."""
+    summary = (
+        events.groupby("group", sort=False)
+        .agg(
+            events=("event_id", "size"),
+            median_instability=("instability", "median"),
+            mean_instability=("instability", "mean"),
+            mean_chars=("n_chars", "mean"),
+            share_with_digits=("has_digits", "mean"),
+        )
+        .reindex([g for g in groups if g in set(events.group)])
+        .reset_index()
+    )
+    per_group = segments.groupby("group")["instability"].agg(lambda v: int(v.notna().sum()))
+    summary.insert(2, "segments", summary["group"].map(per_group).astype(int))
+    return summary
+
+
 def analyze(result: StudyResult, *, top_n: int = 20, n_bootstrap: int = 2000, confidence: float = 0.95) -> StudyAnalysis:
     """All of the study's statistics from a :class:`~petri.study.runner.StudyResult`."""
     study = result.study
@@ -220,20 +242,7 @@ def analyze(result: StudyResult, *, top_n: int = 20, n_bootstrap: int = 2000, co
             except ValueError as err:
                 notes.append(f"secondary comparison {x} vs {y} skipped: {err}")
 
-    group_summary = (
-        ev.groupby("group", sort=False)
-        .agg(
-            events=("event_id", "size"),
-            median_instability=("instability", "median"),
-            mean_instability=("instability", "mean"),
-            mean_chars=("n_chars", "mean"),
-            share_with_digits=("has_digits", "mean"),
-        )
-        .reindex([g for g in study.groups if g in set(ev.group)])
-        .reset_index()
-    )
-    segs_per_group = seg.groupby("group")["instability"].agg(lambda v: int(v.notna().sum()))
-    group_summary.insert(2, "segments", group_summary["group"].map(segs_per_group).astype(int))
+    group_summary = group_summary_table(ev, seg, study.groups)
 
     preservation, by_concept = _preservation(result.batches)
 

@@ -105,7 +105,7 @@ def sample_batch(lm: SamplingModel, job: BatchJob, on_step: StepCallback | None 
 
 
 class LocalExecutor(StudyExecutor):
-    """The batches in plan order, in this process, on an already loaded model."""
+    """The batches in the order given, in this process, on an already loaded model."""
 
     name = "local"
 

@@ -45,6 +45,11 @@ def group_colors(groups: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def run_tag(run_id: str) -> str:
+    """How a figure names the run it draws: ``"run 2fa97447"`` (the id's first 8 characters), or ``""``."""
+    return f"run {run_id[:8]}" if run_id else ""
+
+
 def _wrap(text: str, width: int = 110) -> str:
     """Break a long line for a plotly title/annotation (which only knows <br>)."""
     words, lines, line = text.split(" "), [], ""
@@ -71,12 +76,14 @@ def instability_figure(
     value: str = "instability",
     provisional: str = "",
     waiting: str = "",
+    run_id: str = "",
 ) -> go.Figure:
     """Left: one point per event (its mean segment instability: the independent unit of the test)
     with a box per group. Right: every segment (non-independent), as violins. The event-level test
     is the title; the segment-level one is written under the right panel. While a study runs,
     ``provisional`` (e.g. ``"provisional: 12 of 36 batches; …"``) heads the title, and with no
-    comparison yet (``None``) ``waiting`` says why in its place."""
+    comparison yet (``None``) ``waiting`` says why in its place. ``run_id`` names the run under the
+    figure."""
     colors = group_colors(groups)
     fig = make_subplots(
         rows=1, cols=2, column_widths=[0.45, 0.55], horizontal_spacing=0.08,
@@ -113,7 +120,7 @@ def instability_figure(
     )
     segment_line = _wrap(comparison.segment.summary(), 150) if comparison is not None else ""
     fig.add_annotation(
-        text=segment_line + (f"<br>model: {model_id}" if model_id else ""),
+        text=segment_line + "".join(f"<br>{part}" for part in (f"model: {model_id}" if model_id else "", run_tag(run_id)) if part),
         xref="paper", yref="paper", x=0, y=-0.13, yanchor="top", showarrow=False, align="left", xanchor="left",
         font={"size": 11, "color": "#555"},
     )
@@ -121,9 +128,9 @@ def instability_figure(
 
 
 def event_ranking_figure(events: pd.DataFrame, groups: Sequence[str] | None = None, *, confidence: float = 0.95, model_id: str = "",
-                         provisional: str = "") -> go.Figure:
+                         provisional: str = "", run_id: str = "") -> go.Figure:
     """Mean instability per event, highest first, with its bootstrap CI, coloured by group
-    (``provisional``: a label heading the title while the study runs)."""
+    (``provisional``: a label heading the title while the study runs; ``run_id``: named in it)."""
     groups = list(groups) if groups is not None else list(dict.fromkeys(events["group"]))
     colors = group_colors(groups)
     ranked = events.sort_values("instability", ascending=True)  # plotly draws the first row at the bottom
@@ -143,14 +150,16 @@ def event_ranking_figure(events: pd.DataFrame, groups: Sequence[str] | None = No
     fig.update_xaxes(title_text=f"mean segment instability ({100 * confidence:g}% cluster-bootstrap CI over samples)")
     fig.update_layout(
         title=(f"<span style='color:#b45309'>{provisional}</span><br>" if provisional else "")
-        + "Mean instability per event, ranked" + (f" — model {model_id}" if model_id else ""),
+        + "Mean instability per event, ranked" + (f" — model {model_id}" if model_id else "")
+        + (f" — {run_tag(run_id)}" if run_id else ""),
         template="plotly_white", width=900, height=max(420, 22 * len(events) + 160), legend={"title": "group"},
     )
     return fig
 
 
-def jaccard_heatmap(matrix: pd.DataFrame, mean_off_diagonal: float | None = None, *, tagger: str = "", top_n: int | None = None) -> go.Figure:
-    """Template × template Jaccard overlap of the top-N noun sets."""
+def jaccard_heatmap(matrix: pd.DataFrame, mean_off_diagonal: float | None = None, *, tagger: str = "", top_n: int | None = None,
+                    run_id: str = "") -> go.Figure:
+    """Template × template Jaccard overlap of the top-N noun sets (``run_id``: named in the title)."""
     z = matrix.to_numpy(dtype=float)
     fig = go.Figure(
         go.Heatmap(
@@ -162,6 +171,8 @@ def jaccard_heatmap(matrix: pd.DataFrame, mean_off_diagonal: float | None = None
     title = "Template sensitivity: Jaccard of top" + (f"-{top_n}" if top_n else "-N") + " nouns"
     if mean_off_diagonal is not None and np.isfinite(mean_off_diagonal):
         title += f" (mean off-diagonal {mean_off_diagonal:.3f})"
+    if run_id:
+        title += f" — {run_tag(run_id)}"
     if tagger:
         title += f"<br><sup>{tagger}</sup>"
     fig.update_layout(title=title, template="plotly_white", height=520, width=640)

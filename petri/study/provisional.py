@@ -7,14 +7,14 @@ event-level Mann-Whitney from them as batches land. Never imports torch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 
 from petri.stats import LevelComparisons, compare_levels
 from petri.store import RunStore
-from petri.study.analysis import events_table, study_tables
+from petri.study.analysis import events_table, group_summary_table, study_tables
 from petri.study.runner import StudyBatch, batch_key, batch_seed
 from petri.study.statistics import PEEKING_WARNING
 from petri.study.schema import Study
@@ -38,6 +38,14 @@ class ProvisionalStatistics:
     comparison: LevelComparisons | None
     events_per_group: dict[str, int]
     waiting: str = ""
+
+    @property
+    def groups_table(self) -> pd.DataFrame:
+        """The groups table of the batches so far (:func:`~petri.study.analysis.group_summary_table`;
+        with every batch in, the final analysis's ``group_summary``)."""
+        if self.events.empty:
+            return pd.DataFrame()
+        return group_summary_table(self.events, self.segments, list(self.events_per_group))
 
     @property
     def final(self) -> bool:
@@ -96,14 +104,32 @@ def provisional_statistics(
     return ProvisionalStatistics(len(batches), batches_total, events, tables["segments"], comparison, groups, waiting)
 
 
-def stored_batches(store: RunStore, run_id: str, study: Study, template_ids: Sequence[str], seed: int) -> list[StudyBatch]:
+def stored_batches(store: RunStore, run_id: str, study: Study, template_ids: Sequence[str], seed: int,
+                   skip: Collection[str] = ()) -> list[StudyBatch]:
     """The batches of study run ``run_id`` stored so far (read from the store while the run goes on),
-    as the runner returns them: only the chosen templates, each with its group and batch seed."""
+    as the runner returns them: only the chosen templates, each with its group and batch seed;
+    those whose keys are in ``skip`` are not read."""
     groups = {e.id: e.group for e in study.events}
     chosen = set(template_ids)
     out = []
-    for key, _, traj in store.load_events(run_id):
+    for key, _, traj in store.load_events(run_id, skip=skip):
         event_id, template_id = key.split("::", 1)
         if template_id in chosen and event_id in groups and key == batch_key(event_id, template_id):
             out.append(StudyBatch(event_id, template_id, groups[event_id], batch_seed(seed, event_id, template_id), traj))
     return out
+
+
+class BatchReader:
+    """The stored batches of one study run, read as they land: each :meth:`read` decodes only the
+    batches stored since the previous one, so following a run costs the same per batch at its end
+    as at its start."""
+
+    def __init__(self, store: RunStore, run_id: str, study: Study, template_ids: Sequence[str], seed: int):
+        self.store, self.run_id, self.study, self.template_ids, self.seed = store, run_id, study, tuple(template_ids), seed
+        self._held: dict[str, StudyBatch] = {}
+
+    def read(self) -> list[StudyBatch]:
+        """Every batch of the run stored so far."""
+        for batch in stored_batches(self.store, self.run_id, self.study, self.template_ids, self.seed, skip=self._held):
+            self._held[batch.key] = batch
+        return list(self._held.values())

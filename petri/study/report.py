@@ -247,9 +247,11 @@ def write_study(
     study = result.study
     shown = [g for g in (*study.comparison, *study.show)]
     figs = {
-        "instability": instability_figure(analysis.tables["segments"], analysis.events, analysis.comparison, shown, model_id=result.model_id),
-        "events": event_ranking_figure(analysis.events, list(study.groups), model_id=result.model_id),
-        "jaccard": jaccard_heatmap(analysis.jaccard, analysis.jaccard_mean, tagger=analysis.tagger, top_n=analysis.top_n),
+        "instability": instability_figure(analysis.tables["segments"], analysis.events, analysis.comparison, shown, model_id=result.model_id,
+                                          run_id=result.run_id),
+        "events": event_ranking_figure(analysis.events, list(study.groups), model_id=result.model_id, run_id=result.run_id),
+        "jaccard": jaccard_heatmap(analysis.jaccard, analysis.jaccard_mean, tagger=analysis.tagger, top_n=analysis.top_n,
+                                   run_id=result.run_id),
     }
     paths, notes = save_figures(figs, fig_dir, images=("png", "svg") if images else ())
     figures = {FIGURE_TITLES[name]: p for name, p in paths.items()}

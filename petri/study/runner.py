@@ -7,6 +7,10 @@ templates), so rerunning the same command finds the run and skips what is stored
 seed is derived from the base seed and the (event id, template id) pair, never from run order, so a
 resumed run and an uninterrupted one give identical numbers.
 
+Batches are stored at their plan position (events outer, templates inner) but *run* in
+:func:`batch_order`: the groups interleaved (compared groups first), so the provisional group
+comparison can appear after a few batches instead of after every batch of the first group.
+
 Hold :meth:`petri.service.PetriService.exclusive` around :func:`run_study` when the model is
 shared (the UI does; ``PetriService.run_study`` does it for you).
 """
@@ -134,6 +138,29 @@ def batch_seed(seed: int, event_id: str, template_id: str) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
+def _event_rank(seed: int, event_id: str) -> bytes:
+    return hashlib.sha256(f"petri-study-order/{int(seed)}/{event_id}".encode()).digest()
+
+
+def batch_order(jobs: list[BatchJob], study: Study, seed: int) -> list[BatchJob]:
+    """The order ``jobs`` run in (they are stored at their plan positions whatever the order):
+    template by template (in the given order), and within a template the groups take turns (the
+    compared pair first, then the shown groups, then the rest), each group's events in an order
+    shuffled by a hash of (``seed``, event id). Deterministic from the study and the seed, so a
+    resume, a one-process run and a Ray run plan the same order; the numbers never depend on it."""
+    group_rank = {g: i for i, g in enumerate(dict.fromkeys((*study.comparison, *study.show, *study.groups)))}
+    template_rank = {t: i for i, t in enumerate(dict.fromkeys(job.template_id for job in jobs))}
+    out: list[BatchJob] = []
+    for template_id in template_rank:
+        lanes: dict[str, list[BatchJob]] = {}
+        for job in sorted((j for j in jobs if j.template_id == template_id), key=lambda j: _event_rank(seed, j.event_id)):
+            lanes.setdefault(job.group, []).append(job)
+        queues = [lanes[g] for g in sorted(lanes, key=lambda g: group_rank.get(g, len(group_rank)))]
+        for turn in range(max(len(q) for q in queues)):
+            out.extend(q[turn] for q in queues if turn < len(q))
+    return out
+
+
 def study_run_id(
     study: Study,
     model_id: str,
@@ -195,7 +222,7 @@ def run_study(
     identically.
 
     Args:
-        lm: a loaded model (the batches run here, in plan order) or a :class:`StudyExecutor`
+        lm: a loaded model (the batches run here, in :func:`batch_order`) or a :class:`StudyExecutor`
             (e.g. :class:`petri.study.ray_executor.RayExecutor`: the batches run on its workers and
             land in any order; only this process writes the store).
         settings: sampler settings; ``None`` uses the model's defaults.
@@ -246,7 +273,7 @@ def run_study(
     if on_run_id is not None:
         on_run_id(run_id)
     stored = store.completed_events(run_id)
-    todo = [job for job in plan if job.key not in stored]
+    todo = [job for job in batch_order(plan, study, seed) if job.key not in stored]
     landed: set[str] = set()
     by_worker: dict[str, int] = {}
     sample_s = 0.0

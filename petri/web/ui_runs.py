@@ -117,7 +117,7 @@ class RunsController:
             if len(result.batches) == total and run["status"] == "done":
                 return kind, note, self.study.final_views(result, total, caller)
             views = self.study.live_views(result.study, result.run_id, result.template_ids, result.settings,
-                                          result.seed, total)
+                                          result.seed, total, model_id=result.model_id)
             return kind, note, views
         stored = self.service.store.load_events(run["run_id"])
         if not stored:

@@ -86,13 +86,13 @@ def load_shipped(folder: Path | None = None) -> ShippedStudy | None:
 
 def shipped_figures(shipped: ShippedStudy) -> tuple[go.Figure, go.Figure, go.Figure]:
     """The study's three figures drawn from the committed tables and statistics."""
-    model = shipped.run["model_id"]
+    model, run_id = shipped.run["model_id"], shipped.run["run_id"]
     sens = shipped.analysis["template_sensitivity"]
     jaccard = pd.DataFrame(sens["jaccard"]).T.astype(float)
     return (
-        instability_figure(shipped.segments, shipped.events, shipped.comparison, shipped.groups, model_id=model),
-        event_ranking_figure(shipped.events, shipped.groups, model_id=model),
-        jaccard_heatmap(jaccard, sens["mean_off_diagonal"], tagger=sens["tagger"], top_n=sens["top_n"]),
+        instability_figure(shipped.segments, shipped.events, shipped.comparison, shipped.groups, model_id=model, run_id=run_id),
+        event_ranking_figure(shipped.events, shipped.groups, model_id=model, run_id=run_id),
+        jaccard_heatmap(jaccard, sens["mean_off_diagonal"], tagger=sens["tagger"], top_n=sens["top_n"], run_id=run_id),
     )
 
 

@@ -27,7 +27,7 @@ from petri.paths import studies_dir
 from petri.jobs import QueueFull
 from petri.service import PetriService
 from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap
-from petri.study.provisional import provisional_statistics, stored_batches
+from petri.study.provisional import BatchReader, provisional_statistics
 from petri.study.runner import study_run_id
 from petri.study.schema import Study, StudyError, load_study, study_from_dict
 from petri.web.access import Caller
@@ -45,6 +45,49 @@ EVENT_COLUMNS = ["id", "group", "text", "concepts"]
 TEMPLATE_COLUMNS = ["id", "text"]
 #: Redraw the live study figures at most this often (seconds); every batch updates the status line.
 LIVE_STUDY_REDRAW_S = 2.0
+#: ...and at most this share of the study's time: the next redraw waits (1 - share) / share times
+#: as long as the last one took (so redrawing a large run cannot slow its sampling by more).
+LIVE_STUDY_REDRAW_SHARE = 0.2
+
+
+def redraw_due(now: float, last_draw: float | None, last_cost: float, min_interval: float | None = None,
+               share: float | None = None) -> bool:
+    """Whether the live study views are due for a redraw at ``now`` (seconds, monotonic), given
+    when the last redraw started (``None``: never) and how long it took (``last_cost``); the
+    interval and share default to :data:`LIVE_STUDY_REDRAW_S` and :data:`LIVE_STUDY_REDRAW_SHARE`."""
+    if last_draw is None:
+        return True
+    min_interval = LIVE_STUDY_REDRAW_S if min_interval is None else min_interval
+    share = LIVE_STUDY_REDRAW_SHARE if share is None else share
+    return now - last_draw >= max(min_interval, last_cost * (1.0 - share) / share)
+
+
+def responsive(fig):
+    """A figure that takes its container's width (the study figures are drawn at fixed widths for
+    files; on a page they must fit a narrow screen)."""
+    if fig is not None:
+        fig.update_layout(width=None, autosize=True)
+    return fig
+
+
+def pending_views(run_id: str, done: int, total: int) -> dict:
+    """The views of study run ``run_id`` that only a complete run has (the template-sensitivity
+    figure, the downloads, the report), cleared and naming the run, so nothing of another run stays
+    on screen; the figures and the statistics are cleared too while no batch is in (``done == 0``)."""
+    when = f"when all {total} batches of run `{run_id}` are in ({done} so far)"
+    views = {
+        "jaccard": None,
+        "files": gr.update(value=None, label=f"Downloads of run {run_id}: written when all {total} batches are in "
+                                             f"({done} so far)"),
+        "report": f"The report of study run `{run_id}` is written {when}.",
+        "pairs": gr.update(value=None, label=f"Pairs of run {run_id}: tested when all {total} batches are in "
+                                             f"({done} so far)"),
+        "results_dir": None,  # the power panel has no pilot until the run is complete
+    }
+    if done == 0:
+        views.update(instability=None, events=None, groups=gr.update(value=None, label=f"Groups of run {run_id}"),
+                     stats=f"**Run `{run_id}`**: no batch is in yet.")
+    return views
 
 
 def builtin_studies() -> dict[str, Path]:
@@ -203,13 +246,15 @@ class StudyController:
         # the id the runner gives this run (it derives it from the same facts), to read its batches live
         run_id = study_run_id(study, lm.model_id, settings, request.samples, request.seed, chosen_ids,
                               lm.fingerprint(), lm.device_type)
-        yield {"status": f"Study run `{run_id}`: " + ("waiting for the model…" if self.service.busy else "starting…")}
+        yield {"status": f"Study run `{run_id}`: " + ("waiting for the model…" if self.service.busy else "starting…"),
+               **pending_views(run_id, 0, total)}
 
         def submit(emit):
             return self.service.submit_study(study, request.samples, request.seed, settings, chosen, progress=emit,
                                              owner=caller.owner if caller else None)
 
-        result, last_draw = None, 0.0
+        reader = BatchReader(self.service.store, run_id, study, chosen_ids, request.seed)
+        result, last_draw, last_cost = None, None, 0.0
         try:
             for kind, payload in stream(submit, self.service.jobs, cancel=cancel):
                 if kind == "done":
@@ -218,15 +263,17 @@ class StudyController:
                 status = (f"Study run `{run_id}`: {payload.done} of {payload.total} batches — {payload.event_id} / "
                           f"{payload.template_id}" + (" (from the store)" if payload.skipped else ""))
                 now = time.monotonic()
-                if now - last_draw >= LIVE_STUDY_REDRAW_S or payload.done == payload.total:
-                    last_draw = now
-                    yield {"status": status, **self.live_views(study, run_id, chosen_ids, settings, request.seed, total)}
+                if payload.done < payload.total and redraw_due(now, last_draw, last_cost):
+                    views = self.live_views(study, run_id, chosen_ids, settings, request.seed, total, reader)
+                    last_draw, last_cost = now, time.monotonic() - now
+                    yield {"status": status, **views}
                 else:
                     yield {"status": status}
         except QueueFull as err:
             raise gr.Error(f"The model is busy: {err}", title="Busy") from None
         except JobCancelled as stop:
-            yield {"status": f"Study run `{run_id}` stopped ({stop}); its stored batches stay (run it again to resume)."}
+            yield {**self.live_views(study, run_id, chosen_ids, settings, request.seed, total, reader),
+                   "status": f"Study run `{run_id}` stopped ({stop}); its stored batches stay (run it again to resume)."}
             return
         except JobFailed as err:
             raise gr.Error(f"The study failed: {err}") from None
@@ -246,34 +293,53 @@ class StudyController:
         outputs = write_study(result, export_dir(caller) / result.run_id, images=False, token_text=decoder)
         analysis = outputs.analysis
         shown = [*study.comparison, *study.show]
+        run_id = result.run_id
         return {
-            "status": f"Done: study run `{result.run_id}` — final ({len(result.batches)} of {total} batches).",
-            "instability": instability_figure(analysis.tables["segments"], analysis.events, analysis.comparison, shown,
-                                              model_id=result.model_id),
-            "events": event_ranking_figure(analysis.events, list(study.groups), model_id=result.model_id),
-            "jaccard": jaccard_heatmap(analysis.jaccard, analysis.jaccard_mean, tagger=analysis.tagger,
-                                       top_n=analysis.top_n),
+            "status": f"Done: study run `{run_id}` — final ({len(result.batches)} of {total} batches).",
+            "instability": responsive(instability_figure(analysis.tables["segments"], analysis.events,
+                                                         analysis.comparison, shown, model_id=result.model_id,
+                                                         run_id=run_id)),
+            "events": responsive(event_ranking_figure(analysis.events, list(study.groups), model_id=result.model_id,
+                                                      run_id=run_id)),
+            "jaccard": responsive(jaccard_heatmap(analysis.jaccard, analysis.jaccard_mean, tagger=analysis.tagger,
+                                                  top_n=analysis.top_n, run_id=run_id)),
             "stats": "**Final** (every batch is in).\n\n" + statistics_markdown(result, analysis),
-            "groups": analysis.group_summary.round(4),
-            "files": [str(p) for p in outputs.tables.values()] + [str(outputs.report)],
+            "groups": gr.update(value=analysis.group_summary.round(4), label=f"Groups of run {run_id}"),
+            "files": gr.update(value=[str(p) for p in outputs.tables.values()] + [str(outputs.report)],
+                               label=f"Downloads of run {run_id} (tidy tables, run.json, report.md)"),
             "report": outputs.report.read_text(encoding="utf-8"),
-            **stats_views(outputs.out_dir),
+            **self._named_panel(stats_views(outputs.out_dir), run_id),
         }
 
-    def live_views(self, study: Study, run_id: str, template_ids, settings, seed: int, total: int) -> dict:
-        """The provisional figures and statistics of the batches of ``run_id`` stored so far."""
-        batches = stored_batches(self.service.store, run_id, study, template_ids, seed)
+    @staticmethod
+    def _named_panel(views: dict, run_id: str) -> dict:
+        """The per-pair panel's final views, its table labelled with the run."""
+        return {**views, "pairs": gr.update(value=views["pairs"], label=f"Pairs of run {run_id} (pair_tests.csv)")}
+
+    def live_views(self, study: Study, run_id: str, template_ids, settings, seed: int, total: int,
+                   reader: BatchReader | None = None, model_id: str | None = None) -> dict:
+        """Every view of study run ``run_id`` from its batches stored so far (``reader`` follows a
+        run, reading each batch once): the provisional figures, statistics and groups table, and
+        the views only a complete run has cleared (:func:`pending_views`), all naming the run."""
+        reader = reader or BatchReader(self.service.store, run_id, study, template_ids, seed)
+        batches = reader.read()
+        views = pending_views(run_id, len(batches), total)
         if not batches:
-            return {}
+            return views
         prov = provisional_statistics(study, batches, total, settings.max_denoising_steps, seed=seed)
-        model_id = self.service.lm.model_id
+        model_id = model_id or self.service.lm.model_id
         shown = [*study.comparison, *study.show]
         headline = prov.comparison.event.summary() if prov.comparison is not None else f"not yet — {prov.waiting}"
+        label = prov.label()
         return {
-            "instability": instability_figure(prov.segments, prov.events, prov.comparison, shown, model_id=model_id,
-                                              provisional=prov.label(), waiting=prov.waiting),
-            "events": event_ranking_figure(prov.events, list(study.groups), model_id=model_id, provisional=prov.label()),
-            "stats": (f"**{prov.label().capitalize()}** — provisional numbers, final when every batch is in.\n\n"
+            **views,
+            "instability": responsive(instability_figure(prov.segments, prov.events, prov.comparison, shown,
+                                                         model_id=model_id, provisional=label, waiting=prov.waiting,
+                                                         run_id=run_id)),
+            "events": responsive(event_ranking_figure(prov.events, list(study.groups), model_id=model_id,
+                                                      provisional=label, run_id=run_id)),
+            "groups": gr.update(value=prov.groups_table.round(4), label=f"Groups of run {run_id} ({label})"),
+            "stats": (f"**Run `{run_id}` — {label}** — provisional numbers, final when every batch is in.\n\n"
                       + (f"> ⚠ {prov.warning}\n\n" if prov.warning else "")
                       + f"**Headline so far (event level):** {headline}"),
         }
@@ -292,11 +358,13 @@ def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tu
     meta0, concepts0, events0, templates0, comparison0, show0, ids0 = initial
     shipped = load_shipped()
     if shipped is not None:
-        figures0, stats0 = shipped_figures(shipped), shipped_markdown(shipped)
+        figures0, stats0 = tuple(responsive(f) for f in shipped_figures(shipped)), shipped_markdown(shipped)
         groups0, files0 = pd.DataFrame(shipped.analysis["groups"]).round(4), shipped_files(shipped, ctl.workdir)
         report0 = report_markdown(shipped)
+        shown_run = f" of run {shipped.run['run_id']}"
     else:
         figures0, stats0, groups0, files0, report0 = (None, None, None), "", None, None, ""
+        shown_run = ""
 
     gr.Markdown(
         "Compare groups of events (e.g. benign vs contradictory): every event × template is sampled "
@@ -326,7 +394,7 @@ def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tu
     with gr.Row():
         samples = gr.Slider(1, MAX_SAMPLES, value=4, step=1, label="Samples per event × template",
                             elem_id="petri-study-samples")
-        seed = gr.Number(0, precision=0, minimum=0, label="Seed")
+        seed = gr.Number(0, precision=0, minimum=0, label="Seed", elem_id="petri-study-seed")
         steps = gr.Slider(1, MAX_STEPS, value=service.lm.default_settings().max_denoising_steps, step=1,
                           label="Max denoising steps", elem_id="petri-study-steps")
     with gr.Row():
@@ -337,8 +405,8 @@ def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tu
     fig_instability = gr.Plot(figures0[0], show_label=False, elem_id="petri-study-instability")
     fig_events = gr.Plot(figures0[1], show_label=False, elem_id="petri-study-events-fig")
     fig_jaccard = gr.Plot(figures0[2], show_label=False, elem_id="petri-study-jaccard")
-    groups = gr.Dataframe(groups0, label="Groups", interactive=False)
-    files = gr.File(files0, label="CSV downloads (tidy tables, run.json, report.md)", file_count="multiple",
+    groups = gr.Dataframe(groups0, label=f"Groups{shown_run}", interactive=False, elem_id="petri-study-groups")
+    files = gr.File(files0, label=f"Downloads{shown_run} (tidy tables, run.json, report.md)", file_count="multiple",
                     interactive=False, elem_id="petri-study-files")
     with gr.Accordion("Report (report.md)", open=False):
         report = gr.Markdown(report0, elem_id="petri-study-report")
