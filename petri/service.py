@@ -114,7 +114,10 @@ class PetriService:
         settings = settings or self.lm.default_settings()
         run_id = uuid.uuid4().hex
         request = {
-            "events": [{"event": e.dish.event, "group": e.group, "concepts": list(e.dish.concepts)} for e in events],
+            "events": [{"event": e.dish.event, "group": e.group, "concepts": list(e.dish.concepts),
+                        "template": e.dish.template, "shuffle": e.dish.shuffle,
+                        "positions": list(e.dish.positions) if e.dish.positions is not None else None}
+                       for e in events],
             "n_samples": n_samples,
             "settings": settings.to_dict(),
             "seed": seed,

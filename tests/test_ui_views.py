@@ -152,3 +152,47 @@ def test_flip_difference_is_b_minus_a_with_the_shorter_map_padded():
     expected = [[1, np.nan, -2], [-1, np.nan, 0], [3, np.nan, 1]]  # worked by hand, the pinned column blank
     np.testing.assert_array_equal(np.asarray(fig.data[0].z, dtype=float), np.array(expected, dtype=float))
     assert fig.data[0].zmid == 0 and "contradictory − benign" in fig.layout.title.text
+
+
+def test_a_reopened_run_puts_every_control_back(service):
+    """Reopening a dish, a comparison and a study sets every input of its tab to the run's values:
+    fed back to the tab, they make the same request (Run starts the same run; a study resumes)."""
+    from petri.web.ui_study import fields_to_study
+
+    dish = DishController(service)
+    table = dish.spread("order, person", False).iloc[::-1].reset_index(drop=True)  # person's slot first
+    inputs = ("order, person", "The stock was counted.", "{event} ({concepts})", 3, 4, table, False, 5, 0.2, 0.3,
+              0.7, False, False)
+    *_, done = dish.run(*inputs)
+    cmp_ctl, cmp_done = compare(service, samples=2)
+    study = StudyController(service)
+    events = pd.DataFrame([["b1", "benign", "A.", ""], ["b2", "benign", "B.", ""], ["c1", "contradictory", "C.", ""],
+                           ["c2", "contradictory", "D.", ""]], columns=["id", "group", "text", "concepts"])
+    templates = pd.DataFrame([["t1", "{event}"], ["t2", "{event}: {concepts}"]], columns=["id", "text"])
+    *_, study_done = study.run({"id": "m", "title": "m"}, "order, person", events, templates, "benign, contradictory",
+                               "", ["t2"], 2, 3, 3)
+    runs = RunsController(service, dish, cmp_ctl, study)
+
+    _, _, views = runs.open(done["run_id"])
+    assert (views["samples"], views["seed"], views["shuffle"], views["steps"]) == (3, 4, False, 5)
+    assert (views["entropy_bound"], views["t_min"], views["t_max"], views["adaptive"], views["pin_thought"]) == \
+        (0.2, 0.3, 0.7, False, False)
+    assert views["template"] == "{event} ({concepts})" and views["event"] == "The stock was counted."
+    assert views["placement"].values.tolist() == table.values.tolist()  # person first, at its start
+    again = dish.build_request(*(views[k] for k in ("concepts", "event", "template", "samples", "seed", "placement",
+                                                    "shuffle", "steps", "entropy_bound", "t_min", "t_max", "adaptive",
+                                                    "pin_thought")))
+    assert again == dish.build_request(*inputs)
+
+    _, _, views = runs.open(cmp_done["run_id"])
+    assert [views[k] for k in ("label_a", "event_a", "label_b", "event_b", "template", "samples", "seed", "steps")] == \
+        ["benign", "The order was packed.", "contradictory", "Ninety units in stock, none in stock.", "{event}", 2, 4, 5]
+
+    run_id = study_done["status"].split("`")[1]
+    _, _, views = runs.open(run_id)
+    assert (views["samples"], views["seed"], views["steps"], views["template_ids"]["value"]) == (2, 3, 3, ["t2"])
+    reopened = fields_to_study(views["meta"], views["concepts"], views["events_table"], views["templates_table"],
+                               views["comparison"], views["show"])
+    assert reopened.content_hash() == fields_to_study({"id": "m", "title": "m"}, "order, person", events, templates,
+                                                      "benign, contradictory", "").content_hash()
+    assert run_id in views["loaded"]

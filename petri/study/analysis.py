@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,19 +37,26 @@ def clean_text(text: str) -> str:
 # --------------------------------------------------------------------------- tables
 
 
-def study_tables(batches: list[StudyBatch], study_id: str) -> dict[str, pd.DataFrame]:
-    """The tidy tables (positions, segments, samples, pairs) of every batch, each row tagged with
-    study_id, event_id, group and template_id in front of the per-trajectory columns. The event and
-    template *texts* are left out of these tables (they would repeat on every row): join on
+def batch_tables(batch: StudyBatch, study_id: str, names: Sequence[str] = tuple(TABLES)) -> dict[str, pd.DataFrame]:
+    """The tidy tables ``names`` (of positions, segments, samples, pairs) of one batch, each row
+    tagged with study_id, event_id, group and template_id in front of the per-trajectory columns."""
+    out = {}
+    for name in names:
+        df = TABLES[name](batch.trajectory).drop(columns=["event", "template"], errors="ignore")
+        for i, (col, value) in enumerate(zip(KEY_COLUMNS, (study_id, batch.event_id, batch.group, batch.template_id))):
+            df.insert(i, col, value)
+        out[name] = df
+    return out
+
+
+def study_tables(batches: list[StudyBatch], study_id: str, *, names: Sequence[str] = tuple(TABLES),
+                 tables_of: Callable[[StudyBatch], dict[str, pd.DataFrame]] | None = None) -> dict[str, pd.DataFrame]:
+    """The tidy tables ``names`` (default: positions, segments, samples, pairs) of every batch
+    (:func:`batch_tables`, or ``tables_of``: e.g. a cache of them), in ``batches`` order. The event
+    and template *texts* are left out of these tables (they would repeat on every row): join on
     ``event_id`` with the events table and on ``template_id`` with the study's templates."""
-    out: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
-    for b in batches:
-        for name, build in TABLES.items():
-            df = build(b.trajectory).drop(columns=["event", "template"], errors="ignore")
-            for i, (col, value) in enumerate(zip(KEY_COLUMNS, (study_id, b.event_id, b.group, b.template_id))):
-                df.insert(i, col, value)
-            out[name].append(df)
-    return {name: pd.concat(frames, ignore_index=True) for name, frames in out.items()}
+    per_batch = [tables_of(b) if tables_of is not None else batch_tables(b, study_id, names) for b in batches]
+    return {name: pd.concat([t[name] for t in per_batch], ignore_index=True) for name in names}
 
 
 def cluster_bootstrap_mean(sums: np.ndarray, counts: np.ndarray, n_boot: int, confidence: float, rng: np.random.Generator) -> tuple[float, float]:

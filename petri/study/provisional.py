@@ -7,17 +7,21 @@ event-level Mann-Whitney from them as batches land. Never imports torch.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 
 from petri.stats import LevelComparisons, compare_levels
 from petri.store import RunStore
-from petri.study.analysis import events_table, group_summary_table, study_tables
+from petri.study.analysis import batch_tables, events_table, group_summary_table, study_tables
 from petri.study.runner import StudyBatch, batch_key, batch_seed
 from petri.study.statistics import PEEKING_WARNING
 from petri.study.schema import Study
+
+
+#: The tidy tables the provisional statistics are computed from.
+PROVISIONAL_TABLES = ("segments", "samples")
 
 
 @dataclass
@@ -72,11 +76,13 @@ def provisional_statistics(
     seed: int = 0,
     n_bootstrap: int = 2000,
     confidence: float = 0.95,
+    tables_of: Callable[[StudyBatch], dict[str, pd.DataFrame]] | None = None,
 ) -> ProvisionalStatistics:
     """The statistics of the batches so far (``batches`` in any order, put in the runner's order
     here; each is one (event, template) batch). ``seed`` is the study's base seed (the bootstrap and permutation seeds of the final
     analysis). With every batch of the run in, ``events`` and ``comparison`` equal
-    :func:`petri.study.analysis.analyze`'s ``events`` and ``comparison``."""
+    :func:`petri.study.analysis.analyze`'s ``events`` and ``comparison``. ``tables_of`` gives a
+    batch's segments and samples tables (:meth:`BatchReader.tables` keeps them; default: built here)."""
     groups = {g: 0 for g in study.groups}
     if not batches:
         return ProvisionalStatistics(0, batches_total, pd.DataFrame(), pd.DataFrame(), None, groups,
@@ -86,7 +92,7 @@ def provisional_statistics(
     event_order = {e.id: i for i, e in enumerate(study.events)}
     template_order = {t.id: i for i, t in enumerate(study.templates)}
     ordered = sorted(batches, key=lambda b: (event_order[b.event_id], template_order[b.template_id]))
-    tables = study_tables(list(ordered), study.id)
+    tables = study_tables(list(ordered), study.id, names=PROVISIONAL_TABLES, tables_of=tables_of)
     events = events_table(tables, study, max_steps, n_boot=n_bootstrap, confidence=confidence, seed=seed)
     events = events[events["n_samples"] > 0].reset_index(drop=True)
     for g, n in events.groupby("group", sort=False).size().items():
@@ -121,15 +127,23 @@ def stored_batches(store: RunStore, run_id: str, study: Study, template_ids: Seq
 
 class BatchReader:
     """The stored batches of one study run, read as they land: each :meth:`read` decodes only the
-    batches stored since the previous one, so following a run costs the same per batch at its end
-    as at its start."""
+    batches stored since the previous one, and :meth:`tables` builds each batch's tables once, so
+    following a run costs the same per batch at its end as at its start (but the concatenation
+    and the statistics)."""
 
     def __init__(self, store: RunStore, run_id: str, study: Study, template_ids: Sequence[str], seed: int):
         self.store, self.run_id, self.study, self.template_ids, self.seed = store, run_id, study, tuple(template_ids), seed
         self._held: dict[str, StudyBatch] = {}
+        self._tables: dict[str, dict[str, pd.DataFrame]] = {}
 
     def read(self) -> list[StudyBatch]:
         """Every batch of the run stored so far."""
         for batch in stored_batches(self.store, self.run_id, self.study, self.template_ids, self.seed, skip=self._held):
             self._held[batch.key] = batch
         return list(self._held.values())
+
+    def tables(self, batch: StudyBatch) -> dict[str, pd.DataFrame]:
+        """``batch``'s :data:`PROVISIONAL_TABLES` (built on first use, then kept)."""
+        if batch.key not in self._tables:
+            self._tables[batch.key] = batch_tables(batch, self.study.id, PROVISIONAL_TABLES)
+        return self._tables[batch.key]

@@ -120,6 +120,18 @@ class CompareController:
                "status": f"Done: run `{result.run_id}` — {labels[0]} and {labels[1]}, {request.samples} samples "
                          f"each, seed {request.seed}, {result.wall_s:.2f} s. Stored; also at `/api/runs/{result.run_id}`."}
 
+    @staticmethod
+    def controls_of(request: dict, a: Trajectory) -> dict:
+        """Every input of the tab set to stored comparison ``request``'s values (``a``: its first
+        event's trajectory, for the template of runs stored before the request kept it)."""
+        first, second = request["events"][:2]
+        return {
+            "concepts": ", ".join(first["concepts"]), "label_a": first.get("group") or "A", "event_a": first["event"],
+            "label_b": second.get("group") or "B", "event_b": second["event"],
+            "template": first.get("template") or a.template or DEFAULT_TEMPLATE, "samples": int(request["n_samples"]),
+            "seed": int(request.get("seed") or 0), "steps": int(request["settings"]["max_denoising_steps"]),
+        }
+
     def views(self, run_id: str, a: Trajectory, b: Trajectory, labels: tuple[str, str]) -> dict:
         """Both heatmaps, their difference, the pair and per-sample tables, the texts (also for a
         reopened stored comparison)."""
@@ -194,4 +206,6 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
 
     wire_run(run_btn, cancel_btn, ctl.run, [concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps],
              names, access, concurrency_limit=1, concurrency_id="model", show_progress="minimal")
-    return ctl, names
+    controls = {"concepts": concepts, "label_a": label_a, "event_a": event_a, "label_b": label_b, "event_b": event_b,
+                "template": template, "samples": samples, "seed": seed, "steps": steps}
+    return ctl, {**names, **controls}

@@ -122,6 +122,47 @@ class DishController:
         table["start"] = pd.to_numeric(table["start"], errors="coerce").fillna(0).astype(int)
         return table.reset_index(drop=True)
 
+    def respread(self, concepts_text: str, pin_thought: bool, placement) -> pd.DataFrame | dict:
+        """The slot table after the concept field or the thought-block pin changed: kept when it
+        already holds exactly those concepts in a layout that fits (e.g. a reopened run's placement,
+        or a reordered concept list), else the concepts spread evenly."""
+        table = self._clean(placement)
+        concepts = [c for c in parse_concepts(concepts_text) if c]
+        if not table.empty and sorted(table["concept"]) == sorted(concepts):
+            if not preview_layout(self.lm, list(table["concept"]), [int(v) for v in table["start"]], pin_thought).error:
+                return gr.update()
+        return self.spread(concepts_text, pin_thought)
+
+    def controls_of(self, request: dict, traj: Trajectory) -> dict:
+        """Every input of the tab set to stored run ``request``'s values (the run's first event;
+        ``traj`` its trajectory, for runs stored before the request kept the template, positions
+        and shuffle): pressing Run again starts the same run."""
+        first = request["events"][0]
+        concepts = list(first["concepts"])
+        settings = SamplerSettings(**request["settings"])
+        shuffle = first.get("shuffle")
+        if shuffle is None:  # stored before the request kept it: shuffled when the samples' layouts differ
+            shuffle = len({tuple(a.concept for a in spans) for spans in traj.anchors}) > 1
+        positions = first.get("positions")
+        if positions is None and "positions" not in first and not shuffle:  # older runs: sample 0's slots
+            by_concept = {a.concept: a.start for a in traj.anchors[0]}
+            positions = [by_concept[c] for c in concepts] if set(by_concept) == set(concepts) else None
+        if positions is None:  # spread evenly, as the tab shows it
+            table = self.spread(", ".join(concepts), settings.pin_thought_channel)
+        else:
+            tokens = {a.concept: len(a.token_ids) for a in traj.anchors[0]}
+            table = pd.DataFrame([[c, int(p), tokens.get(c, 0)] for c, p in zip(concepts, positions)],
+                                 columns=PLACEMENT_COLUMNS)
+        settings = SamplerSettings(**request["settings"])
+        return {
+            "concepts": ", ".join(concepts), "event": first["event"],
+            "template": first.get("template") or traj.template or DEFAULT_TEMPLATE,
+            "samples": int(request["n_samples"]), "seed": int(request.get("seed") or 0), "placement": table,
+            "shuffle": bool(shuffle), "steps": settings.max_denoising_steps, "entropy_bound": settings.entropy_bound,
+            "t_min": settings.t_min, "t_max": settings.t_max, "adaptive": settings.stability_threshold is not None,
+            "pin_thought": settings.pin_thought_channel,
+        }
+
     def canvas(self, placement, pin_thought: bool = True) -> dict:
         """The canvas control's value for the slot table: its chips where the table puts them, and
         the layout check's error (the seed check's refusal) if the table's layout fails it."""
@@ -370,12 +411,12 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
              "flips": flips, "pairs": pairs, "samples_table": samples_table_view, "files": files,
              "sample": sample, **trajectory}
 
-    concepts.change(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
+    concepts.change(ctl.respread, [concepts, pin_thought, placement], placement, show_progress="hidden")
     spread_btn.click(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
     shuffle_btn.click(ctl.shuffle, [placement, pin_thought], placement, show_progress="hidden")
     placement.change(ctl.canvas, [placement, pin_thought], canvas, show_progress="hidden")
     canvas.input(ctl.from_canvas, canvas, placement, show_progress="hidden")
-    pin_thought.change(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
+    pin_thought.change(ctl.respread, [concepts, pin_thought, placement], placement, show_progress="hidden")
     wire_run(run_btn, cancel_btn, ctl.run, run_inputs, names, access, concurrency_limit=1, concurrency_id="model",
              show_progress="minimal", validator=ctl.validate)
 
@@ -383,4 +424,7 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
         return {names[k]: v for k, v in ctl.show_sample(rid, s, access.caller(request)).items()}
 
     sample.release(sample_handler, [run_id, sample], [final_text, flips], show_progress="hidden")
-    return ctl, names
+    controls = {"concepts": concepts, "event": event, "template": template, "samples": samples, "seed": seed,
+                "placement": placement, "shuffle": shuffle_per_sample, "steps": steps, "entropy_bound": entropy_bound,
+                "t_min": t_min, "t_max": t_max, "adaptive": adaptive, "pin_thought": pin_thought}
+    return ctl, {**names, **controls}

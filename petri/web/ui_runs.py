@@ -1,7 +1,8 @@
 """The Runs tab: the stored runs (dish, comparison and study; newest first; model, concepts, time),
 from which a run reopens in its own tab with its heatmap, texts, tables and downloads, read from the
-run store (:class:`~petri.store.RunStore`): nothing is sampled again. A study run that did not
-finish reopens with the provisional statistics of its stored batches. The list can be searched
+run store (:class:`~petri.store.RunStore`): nothing is sampled again, and every input of the tab is
+set back to the run's values (so Run starts the same run, and resumes an unfinished study). A study
+run that did not finish reopens with the provisional statistics of its stored batches. The list can be searched
 (any words, matched in id, kind, status, model, concepts and what was run) and narrowed to a kind;
 a run can be deleted.
 
@@ -114,11 +115,12 @@ class RunsController:
                 result, total = study_result_from_store(self.service, run)
             except (StudyError, ValueError) as err:
                 raise gr.Error(f"cannot reopen study run {run['run_id']}: {err}", title="Runs") from None
+            controls = self.study.controls_of(run, result.study)
             if len(result.batches) == total and run["status"] == "done":
-                return kind, note, self.study.final_views(result, total, caller)
+                return kind, note, {**self.study.final_views(result, total, caller), **controls}
             views = self.study.live_views(result.study, result.run_id, result.template_ids, result.settings,
                                           result.seed, total, model_id=result.model_id)
-            return kind, note, views
+            return kind, note, {**views, **controls}
         stored = self.service.store.load_events(run["run_id"])
         if not stored:
             raise gr.Error(f"run {run['run_id']} has no stored event", title="Runs")
@@ -126,8 +128,10 @@ class RunsController:
         groups = [group for _, group, _ in stored]
         if kind == "compare" and len(trajectories) == 2:
             labels = (groups[0] or "A", groups[1] or "B")
-            return kind, note, self.compare.views(run["run_id"], trajectories[0], trajectories[1], labels)
-        return kind, note, self.dish.result_views(run["run_id"], trajectories, groups, caller)
+            return kind, note, {**self.compare.views(run["run_id"], trajectories[0], trajectories[1], labels),
+                                **self.compare.controls_of(run["request"], trajectories[0])}
+        return kind, note, {**self.dish.result_views(run["run_id"], trajectories, groups, caller),
+                            **self.dish.controls_of(run["request"], trajectories[0])}
 
 
 def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, outputs: dict[str, dict],

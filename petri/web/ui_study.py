@@ -218,6 +218,20 @@ class StudyController:
                 gr.update(choices=ids, value=ids[:1]), note)
 
     @staticmethod
+    def controls_of(run: dict, study: Study) -> dict:
+        """Every input of the tab set to stored study run ``run``'s values (``study``: its study):
+        the set-up tables, the templates it ran, samples, seed and steps; Run then resumes it."""
+        request = run["request"]
+        meta, concepts, events, templates, comparison, show, ids = study_to_fields(study)
+        return {
+            "meta": meta, "concepts": concepts, "events_table": events, "templates_table": templates,
+            "comparison": comparison, "show": show, "template_ids": gr.update(choices=ids, value=list(request["templates"])),
+            "samples": int(request["samples"]), "seed": int(request["seed"]),
+            "steps": int(request["settings"]["max_denoising_steps"]),
+            "loaded": f"Reopened **{study.title}** from run `{run['run_id']}` with its settings: run it again to resume it.",
+        }
+
+    @staticmethod
     def template_choices(templates, selected):
         ids = [r[0] for r in _rows(templates) if r and r[0]]
         return gr.update(choices=ids, value=[i for i in (selected or []) if i in ids] or ids[:1])
@@ -326,7 +340,8 @@ class StudyController:
         views = pending_views(run_id, len(batches), total)
         if not batches:
             return views
-        prov = provisional_statistics(study, batches, total, settings.max_denoising_steps, seed=seed)
+        prov = provisional_statistics(study, batches, total, settings.max_denoising_steps, seed=seed,
+                                      tables_of=reader.tables)
         model_id = model_id or self.service.lm.model_id
         shown = [*study.comparison, *study.show]
         headline = prov.comparison.event.summary() if prov.comparison is not None else f"not yet — {prov.waiting}"
@@ -422,4 +437,7 @@ def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tu
     wire_run(run_btn, cancel_btn, ctl.run,
              [meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps],
              names, access, concurrency_limit=1, concurrency_id="model", show_progress="minimal")
-    return ctl, names
+    controls = {"meta": meta, "concepts": concepts, "events_table": events, "templates_table": templates,
+                "comparison": comparison, "show": show, "template_ids": template_ids, "samples": samples, "seed": seed,
+                "steps": steps, "loaded": loaded}
+    return ctl, {**names, **controls}
