@@ -270,6 +270,94 @@ def test_study_figure_appears_before_the_study_ends(page, served, tmp_path):
     assert page.inner_text("#petri-study-stats").startswith("Final")
 
 
+def test_a_new_study_holds_and_names_its_run_in_every_view(page, served, tmp_path):
+    """From the moment a study starts, no view keeps the shipped study's data (its downloads, its
+    Jaccard figure); once done, every figure, the groups table, the downloads and the report hold and
+    name the new run."""
+    _, _, gate = served
+    gate.set()  # not held (the gated test may have run before, or not at all)
+    shipped = "d894fb59"
+    tab(page, "Study")
+    if not page.locator("text=Loaded Browser study").count():
+        page.click("button:has-text('Study set-up')")
+        page.set_input_files("#petri-study-upload input[type=file]", str(small_study_file(tmp_path)))
+        page.wait_for_selector("text=Loaded Browser study")
+    page.fill("#petri-study-samples input[type=number]", "2")
+    page.fill("#petri-study-steps input[type=number]", "4")
+    page.fill("#petri-study-seed input[type=number]", "11")
+    page.locator("#petri-study-seed input[type=number]").blur()
+    page.click("#petri-study-run")
+    page.wait_for_selector("#petri-study-status:has-text('Study run')")
+    run_id = re.search(r"Study run `?([0-9a-f]{24})", page.inner_text("#petri-study-status")).group(1)
+    page.wait_for_function(f"document.querySelector('#petri-study-files').innerText.includes('{run_id}')")
+    hrefs = page.locator("#petri-study-files a[href]").evaluate_all("els => els.map(e => e.href)")
+    assert not any(shipped in h for h in hrefs)
+    page.wait_for_selector("#petri-study-status:has-text('Done')", timeout=300_000)
+    assert run_id in page.inner_text("#petri-study-status")
+    tag = f"run {run_id[:8]}"
+    for fig in ("instability", "events-fig", "jaccard"):
+        text = page.locator(f"#petri-study-{fig} .js-plotly-plot").text_content()
+        assert tag in text and shipped not in text, fig
+    assert run_id in page.inner_text("#petri-study-groups")
+    assert run_id in page.inner_text("#petri-study-files")
+    hrefs = page.locator("#petri-study-files a[href]").evaluate_all("els => els.map(e => e.href)")
+    assert {"events.csv", "run.json", "report.md"} <= {h.rsplit("/", 1)[-1] for h in hrefs}
+    run_json = httpx.get(next(h for h in hrefs if h.endswith("/run.json")), timeout=30).text
+    assert run_id in run_json and shipped not in run_json
+    page.click("button:has-text('Report (report.md)')")
+    page.wait_for_selector(f"#petri-study-report:has-text('{run_id}')")
+
+
+def test_reopened_dish_and_study_restore_their_controls(page, served):
+    """A 3-sample unshuffled dish with its anchors at 5/30/50 and a 2-sample, 8-step study with seed
+    3 (run through the service), reopened from the Runs tab: every control reads the run's values."""
+    from dataclasses import replace
+
+    from petri.dish import Dish
+    from petri.service import SeedEvent
+    from petri.study.schema import load_study
+
+    _, service, gate = served
+    gate.set()
+    settings = replace(service.lm.default_settings(), max_denoising_steps=7)
+    dish = Dish(("order", "inventory", "person"), "The stock was counted.", "{event}", positions=(5, 30, 50),
+                shuffle=False)
+    dish_run = service.seed([SeedEvent(dish)], 3, settings, seed=6).run_id
+    study = load_study(small_study_file(Path(service.store.path).parent))
+    study_run = service.run_study(study, samples=2, seed=3, settings=replace(settings, max_denoising_steps=8)).run_id
+
+    def reopen(run_id: str) -> None:
+        tab(page, "Runs")
+        page.wait_for_selector(f"#petri-runs-table:has-text('{run_id}')")
+        page.locator("#petri-runs-table").get_by_text(run_id, exact=True).locator("visible=true").first.click()
+        page.wait_for_function(f"document.querySelector('#petri-runs-choice input').value.includes('{run_id[:12]}')")
+        page.click("#petri-runs-open")
+
+    tab(page, "Dish")  # other concepts on screen, so reopening changes the concept field (and fires its change)
+    page.fill("#petri-concepts textarea, #petri-concepts input", "order, person")
+    page.wait_for_function("!document.querySelector('#petri-placement').innerText.includes('inventory')")
+    reopen(dish_run)
+    page.wait_for_selector(f"#petri-status:has-text('{dish_run}')")
+    page.wait_for_function("document.querySelector('#petri-samples input[type=number]').value === '3'")
+    assert {c: s for c, (s, _) in chips(page).items()} == {"order": 5, "inventory": 30, "person": 50}
+    assert not page.is_checked("label:has-text('Shuffle concepts over the slots per sample') input")
+    if not page.locator("#petri-steps input[type=number]").count():
+        page.click("text=Sampler settings")
+    assert page.input_value("#petri-steps input[type=number]") == "7"
+    assert page.input_value("#petri-event textarea") == "The stock was counted."
+    page.wait_for_timeout(1000)  # the concept field's change event must not respread the slots
+    assert {c: s for c, (s, _) in chips(page).items()} == {"order": 5, "inventory": 30, "person": 50}
+
+    reopen(study_run)
+    page.wait_for_selector(f"#petri-study-status:has-text('{study_run}')")
+    page.wait_for_function("document.querySelector('#petri-study-samples input[type=number]').value === '2'")
+    assert page.input_value("#petri-study-steps input[type=number]") == "8"
+    assert page.input_value("#petri-study-seed input[type=number]") == "3"
+    if not page.locator("#petri-study-set-up-note").count():
+        page.click("button:has-text('Study set-up')")
+    page.wait_for_selector(f"#petri-study-set-up-note:has-text('{study_run}')")
+
+
 def test_cancel_stops_a_running_study(page, served, tmp_path):
     """The Study tab's Cancel button: the study job stops (its stored batches stay) and the tab says
     so. Runs after the gated test (its study is loaded, the gate open); 160 steps a batch keep it

@@ -395,7 +395,7 @@ def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tu
             load_btn = gr.Button("Load", size="sm", scale=1)
             upload = gr.File(label="…or upload a study file (.json)", file_types=[".json"], type="filepath", scale=2,
                              elem_id="petri-study-upload")
-        loaded = gr.Markdown("")
+        loaded = gr.Markdown("", elem_id="petri-study-set-up-note")
         concepts = gr.Textbox(concepts0, label="Concepts (comma-separated)")
         events = gr.Dataframe(events0, headers=EVENT_COLUMNS, datatype=["str", "str", "str", "str"], interactive=True,
                               label="Events (id, group label, text, optional concept subset)", wrap=True,
