@@ -226,6 +226,21 @@ def test_an_overlapping_drop_is_refused_where_the_user_sees_it(page):
     assert page.inner_text("#petri-placement") == table_before
 
 
+def test_a_drop_off_the_left_edge_names_the_canvas_start_not_a_prefix(page):
+    """With no pinned prefix (the embedded model has no chat template), a chip dragged off the left
+    edge is refused for starting before the canvas, not for covering a prefix at 'positions 0--1'."""
+    tab(page, "Dish")
+    _, _, prefix = canvas_geometry(page)
+    first = min(chips(page).items(), key=lambda kv: kv[1][0])[0]
+    drag(page, first, -3)
+    page.wait_for_selector("#petri-canvas .pc-msg.pc-bad:has-text('Refused')")
+    message = page.inner_text("#petri-canvas .pc-msg")
+    if prefix == 0:
+        assert "would start before the canvas" in message and "prefix" not in message, message
+    else:
+        assert f"pinned prefix (positions 0-{prefix - 1})" in message, message
+
+
 def small_study_file(folder: Path) -> Path:
     """A 6-event, 1-template study file (benign / contradictory), for a study that runs in seconds."""
     import pandas as pd

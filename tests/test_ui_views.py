@@ -196,3 +196,29 @@ def test_a_reopened_run_puts_every_control_back(service):
     assert reopened.content_hash() == fields_to_study({"id": "m", "title": "m"}, "order, person", events, templates,
                                                       "benign, contradictory", "").content_hash()
     assert run_id in views["loaded"]
+
+
+def test_count_colour_bars_tick_whole_numbers_and_the_difference_scale_fits_the_data():
+    """Few samples: ticks 0, 1, 2, 3 (plotly's 0.5 steps printed as integers read 0, 1, 1, 2, 2, 3, 3);
+    many: about 8 whole-number ticks. The difference map's symmetric scale is the largest difference
+    drawn (2 here, not the 8 samples), and its anchors are outlined in the concept colours."""
+    from petri.study.plots import flip_difference_heatmap, flip_heatmap
+    from petri.trajectory import AnchorSpan
+
+    bar = flip_heatmap(np.zeros((4, 6)), n_samples=3).data[0].colorbar
+    assert (bar.tickmode, bar.tick0, bar.dtick) == ("linear", 0, 1)
+    assert flip_heatmap(np.zeros((4, 6)), n_samples=40).data[0].colorbar.dtick == 5
+    a, b = np.zeros((3, 6)), np.zeros((5, 6))
+    b[4, 2], a[1, 3] = 2, 1  # B − A: +2 at (4, 2), −1 at (1, 3)
+    span = AnchorSpan("order", 0, (7,))
+    fig = flip_difference_heatmap(a, b, n_samples=8, anchors=[span], colors={"order": "#123456"})
+    assert (fig.data[0].zmin, fig.data[0].zmax) == (-2, 2) and fig.data[0].colorbar.dtick == 1
+    assert [s.line.color for s in fig.layout.shapes] == ["#123456"]
+
+
+def test_compare_heatmaps_share_one_step_axis(service):
+    _, final = compare(service)
+    ya, yb = final["heatmap_a"].layout.yaxis, final["heatmap_b"].layout.yaxis
+    assert tuple(ya.range) == tuple(yb.range) and final["heatmap_a"].layout.height == final["heatmap_b"].layout.height
+    (_, _, a), (_, _, b) = service.store.load_events(final["run_id"])
+    assert tuple(ya.range) == (max(a.steps.max(), b.steps.max()) - 0.5, -0.5)

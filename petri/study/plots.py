@@ -16,6 +16,7 @@ they open offline); PNG/SVG only where a Chrome for kaleido is present (see
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 from collections.abc import Callable, Sequence
@@ -228,6 +229,14 @@ def _mark_anchors(
         mark(prefix.min() - 0.5, prefix.max() + 0.5, "#6c757d", "pinned prefix", 10)
 
 
+def count_colorbar(top: float, title: str) -> dict:
+    """A colour bar for counts 0…``top``: whole-number ticks only, at most about 8 of them (plotly's
+    own ticks at 0.5 steps, printed as integers, read "0, 1, 1, 2, 2, 3, 3")."""
+    step = max(1, math.ceil(abs(top) / 8))
+    return {"title": {"text": title, "side": "top"}, "thickness": 12, "tickmode": "linear", "tick0": 0, "dtick": step,
+            "tickformat": "d"}
+
+
 def flip_heatmap(
     flips,
     *,
@@ -265,7 +274,7 @@ def flip_heatmap(
         go.Heatmap(
             z=z, x=np.arange(length), y=np.arange(z.shape[0]), customdata=tokens, zmin=0, zmax=max(1, n_samples),
             colorscale="YlOrRd", showscale=n_samples > 1, hovertemplate=hover + "<extra></extra>", xgap=0, ygap=0,
-            colorbar={"title": {"text": "samples<br>flipping", "side": "top"}, "thickness": 12, "tickformat": "d"},
+            colorbar=count_colorbar(max(1, n_samples), "samples<br>flipping"),
         )
     )
     _mark_anchors(fig, anchors, pinned, outline=True, colors=colors)
@@ -279,11 +288,14 @@ def flip_heatmap(
 
 
 def flip_difference_heatmap(flips_a, flips_b, *, labels: tuple[str, str] = ("A", "B"), anchors: Sequence[AnchorSpan] = (),
-                            pinned=None, n_samples: int = 1, title: str = "") -> go.Figure:
+                            pinned=None, n_samples: int = 1, title: str = "",
+                            colors: dict[str, str] | None = None) -> go.Figure:
     """``flips_b - flips_a``: two dishes' step × position flip maps ``(T_a, L)`` and ``(T_b, L)``
     (samples flipping, as :func:`flip_heatmap` takes them) on the same layouts, the shorter padded
-    with zero rows (a stopped dish flips no more). Red: ``labels[1]`` flips more; blue: fewer.
-    Pinned positions (``pinned`` ``(L,)`` bool) are blank."""
+    with zero rows (a stopped dish flips no more). Red: ``labels[1]`` flips more; blue: fewer; the
+    scale is symmetric and fitted to the largest difference drawn (at least 1; ``n_samples`` is
+    the most it can be). Pinned positions (``pinned`` ``(L,)`` bool) are blank; anchors are
+    outlined in ``colors`` (by concept)."""
     a, b = np.asarray(flips_a, dtype=float), np.asarray(flips_b, dtype=float)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
         raise ValueError(f"flip maps must be (T, L) with the same L, got {a.shape} and {b.shape}")
@@ -293,13 +305,15 @@ def flip_difference_heatmap(flips_a, flips_b, *, labels: tuple[str, str] = ("A",
     z[: a.shape[0]] -= a
     if pinned is not None:
         z[:, np.asarray(pinned, dtype=bool)] = np.nan
-    bound = max(1, n_samples)
+    drawn = np.abs(z[np.isfinite(z)])
+    bound = max(1.0, float(drawn.max()) if drawn.size else 0.0)
     fig = go.Figure(go.Heatmap(
         z=z, x=np.arange(a.shape[1]), y=np.arange(steps), zmin=-bound, zmax=bound, zmid=0, colorscale="RdBu_r",
         hovertemplate=f"step %{{y}}, position %{{x}}<br>{labels[1]} − {labels[0]}: %{{z}} samples flipping<extra></extra>",
-        colorbar={"title": {"text": f"{labels[1]} − {labels[0]}", "side": "top"}, "thickness": 12},
+        colorbar=count_colorbar(bound, f"{labels[1]} − {labels[0]}"),
     ))
-    _mark_anchors(fig, anchors, np.zeros(a.shape[1], dtype=bool) if pinned is None else pinned, outline=True)
+    _mark_anchors(fig, anchors, np.zeros(a.shape[1], dtype=bool) if pinned is None else pinned, outline=True,
+                  colors=colors)
     fig.update_layout(
         title={"text": title or f"flip difference: {labels[1]} − {labels[0]}", "font": {"size": 14}, "x": 0.01},
         template="plotly_white", height=max(400, min(900, 12 * steps + 160)), margin={"l": 50, "r": 10, "t": 80, "b": 40},

@@ -65,8 +65,9 @@ const pct = (x) => (100 * x / Math.max(1, current().canvas_length)) + '%';
 
 function conflict(chips, index, start) {
   const val = current(), c = chips[index], end = start + c.tokens;
-  if (start < val.prefix) return `${c.concept} at ${start} would cover the pinned prefix (positions 0-${val.prefix - 1})`;
-  if (start < 0 || end > val.canvas_length) return `${c.concept} at ${start} would run past the canvas (${val.canvas_length} positions)`;
+  if (val.prefix > 0 && start < val.prefix) return `${c.concept} at ${start} would cover the pinned prefix (positions 0-${val.prefix - 1})`;
+  if (start < 0) return `${c.concept} at ${start} would start before the canvas (its first position is 0)`;
+  if (end > val.canvas_length) return `${c.concept} at ${start} would run past the canvas (${val.canvas_length} positions)`;
   for (let j = 0; j < chips.length; j++) {
     const o = chips[j];
     if (j !== index && start < o.start + o.tokens && o.start < end)

@@ -140,7 +140,12 @@ class CompareController:
         heat_a, heat_b = self.dish.final_heatmap(a), self.dish.final_heatmap(b)
         heat_a.update_layout(title_text=f"{labels[0]}: {heat_a.layout.title.text}")
         heat_b.update_layout(title_text=f"{labels[1]}: {heat_b.layout.title.text}")
-        colors = {**concept_colors(sorted({s.concept for s in a.anchors[0]})), AFTER_END_LABEL: AFTER_END_COLOR}
+        steps = max(int(a.steps.max()), int(b.steps.max()), 1)  # one step axis (and height) for both maps
+        for fig in (heat_a, heat_b):
+            fig.update_yaxes(range=[steps - 0.5, -0.5], autorange=False)
+            fig.update_layout(height=max(400, min(900, 12 * steps + 160)))
+        concepts = concept_colors(sorted({s.concept for s in a.anchors[0]}))
+        colors = {**concepts, AFTER_END_LABEL: AFTER_END_COLOR}
         layout_note = ("same layouts and seed in both events" if same_layouts(a, b)
                        else "**the layouts differ between the events** (not a paired comparison)")
         return {
@@ -149,7 +154,8 @@ class CompareController:
             "heatmap_b": heat_b,
             "difference": flip_difference_heatmap(
                 counts[0], counts[1], labels=labels, anchors=a.anchors[0], pinned=a.anchor_mask.all(axis=0),
-                n_samples=a.n_samples, title=f"flip difference ({labels[1]} − {labels[0]}), samples flipping per step"),
+                n_samples=a.n_samples, title=f"flip difference ({labels[1]} − {labels[0]}), samples flipping per step",
+                colors=concepts),
             "pairs": compare_pairs(a, b, labels).round(4),
             "paired": paired.round(4),
             "summary": f"{summary_line(paired, labels)} {paired_tests_line(a, b, labels)} ({layout_note}.)",
