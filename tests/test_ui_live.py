@@ -243,3 +243,22 @@ def test_a_redraw_waits_four_times_its_own_cost_and_the_reader_decodes_each_batc
     first, again = reader.read(), reader.read()
     assert len(first) == len(again) == len(result.batches) == 8 and len(decoded) == 8
     assert [b.key for b in again] == [b.key for b in result.batches]
+
+
+def test_cancel_says_whether_a_run_was_going_on():
+    """Cancel with nothing running has an answer (it said nothing before): ``cancel`` reports
+    whether the session had a run; an ended run is forgotten, a newer one is not."""
+    import threading
+
+    from petri.web.ui_live import CancelButtons
+
+    buttons = CancelButtons()
+    assert buttons.cancel("s1") is False
+    first = buttons.start("s1")
+    assert buttons.cancel("s2") is False and not first.is_set()
+    assert buttons.cancel("s1") is True and first.is_set()
+    buttons.finish("s1", first)
+    assert buttons.cancel("s1") is False
+    second = buttons.start("s1")
+    buttons.finish("s1", threading.Event())  # an older run ending leaves the newer one cancellable
+    assert buttons.cancel("s1") is True and second.is_set()

@@ -82,11 +82,18 @@ def wire_run(run_btn, cancel_btn, run: Callable[..., Iterator[dict]], inputs: li
 
     def run_handler(request: gr.Request, *args):  # Gradio passes the request first
         caller = access.submitter(request)
-        for update in run(*args, cancel=cancels.start(request.session_hash), caller=caller):
-            yield {names[k]: v for k, v in update.items()}
+        event = cancels.start(request.session_hash)
+        try:
+            for update in run(*args, cancel=event, caller=caller):
+                yield {names[k]: v for k, v in update.items()}
+        finally:
+            cancels.finish(request.session_hash, event)
 
     def cancel_handler(request: gr.Request):
-        cancels.cancel(request.session_hash)
+        if cancels.cancel(request.session_hash):
+            gr.Info("Cancelling: the run stops within one denoising step.")
+        else:
+            gr.Info("Nothing to cancel: no run of this tab is going on in this browser.")
 
     run_btn.click(run_handler, inputs, list(names.values()), **click)
     cancel_btn.click(cancel_handler, None, None, concurrency_limit=None, show_progress="hidden")
@@ -94,7 +101,8 @@ def wire_run(run_btn, cancel_btn, run: Callable[..., Iterator[dict]], inputs: li
 
 class CancelButtons:
     """One cancel event per browser session (``gr.Request.session_hash``): :meth:`start` hands a
-    run its fresh event, :meth:`cancel` sets the session's current one."""
+    run its fresh event, :meth:`cancel` sets the session's current one (and says whether a run was
+    going on), :meth:`finish` forgets a run that ended."""
 
     def __init__(self) -> None:
         self._events: dict[str, threading.Event] = {}
@@ -106,8 +114,17 @@ class CancelButtons:
             self._events[session or ""] = event
         return event
 
-    def cancel(self, session: str | None) -> None:
+    def cancel(self, session: str | None) -> bool:
+        """Set the session's running run's event; False when no run of the session is going on."""
         with self._lock:
             event = self._events.get(session or "")
-        if event is not None:
-            event.set()
+        if event is None:
+            return False
+        event.set()
+        return True
+
+    def finish(self, session: str | None, event: threading.Event) -> None:
+        """Forget ``event`` once its run ended (unless a newer run of the session replaced it)."""
+        with self._lock:
+            if self._events.get(session or "") is event:
+                del self._events[session or ""]
