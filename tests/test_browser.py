@@ -302,7 +302,7 @@ def test_a_new_study_holds_and_names_its_run_in_every_view(page, served, tmp_pat
     page.fill("#petri-study-seed input[type=number]", "11")
     page.locator("#petri-study-seed input[type=number]").blur()
     page.click("#petri-study-run")
-    page.wait_for_selector("#petri-study-status:has-text('Study run')")
+    page.wait_for_function("document.querySelector('#petri-study-status').innerText.startsWith('Study run')")
     run_id = re.search(r"Study run `?([0-9a-f]{24})", page.inner_text("#petri-study-status")).group(1)
     page.wait_for_function(f"document.querySelector('#petri-study-files').innerText.includes('{run_id}')")
     hrefs = page.locator("#petri-study-files a[href]").evaluate_all("els => els.map(e => e.href)")
