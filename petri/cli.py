@@ -232,7 +232,7 @@ def cmd_study(args) -> int:
         store.close()
         if executor:
             executor.close()
-    decoder = None if executor else token_decoder(lm.tokenizer, lm.model_id, [b.trajectory for b in result.batches])
+    decoder = _study_decoder(lm, executor, result)
     outputs = write_study(result, out, top_n=args.top_n, images=not args.no_images, command=command, token_text=decoder)
     comp = outputs.analysis.comparison
     print(f"model: {result.model_id} on {result.device}; run {result.run_id}: {result.computed} batches computed, {result.resumed} resumed")
@@ -243,6 +243,22 @@ def cmd_study(args) -> int:
     n_csv = sum(p.suffix == ".csv" for p in outputs.tables.values())
     print(f"wrote {outputs.report}, {n_csv} CSVs, run.json and {len(outputs.figures)} figures in {outputs.out_dir}")
     return 0
+
+
+def _study_decoder(lm, executor, result):
+    """The token decoder of a finished study's positions table (``final_token``). A Ray driver holds
+    no model, so it loads only the tokenizer of the workers' checkpoint (None when it has none)."""
+    trajectories = [b.trajectory for b in result.batches]
+    if executor is None:
+        return token_decoder(lm.tokenizer, lm.model_id, trajectories)
+    from petri.engine.torch_model import load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(executor.spec.name or result.model_id)
+    except ModelNotFoundError as err:
+        print(f"warning: positions.csv's final_token is left empty: {err}", file=sys.stderr)
+        return None
+    return token_decoder(tokenizer, result.model_id, trajectories)
 
 
 def cmd_replay(args) -> int:

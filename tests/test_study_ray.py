@@ -18,6 +18,8 @@ import ray
 import torch
 
 from petri.cli import main
+from petri.engine.torch_model import load_tokenizer
+from petri.export import token_decoder
 from petri.paths import embedded_model_path
 from petri.store import RunStore
 from petri.study.executors import ModelSpec
@@ -90,6 +92,13 @@ def assert_same_csvs(folder: Path, reference: Path) -> None:
     assert not mismatch and not errors, f"CSVs differ from the one-process run: {mismatch + errors}"
 
 
+def write_like_the_cli(result, out: Path) -> None:
+    """The study's files as the CLI writes them: positions.csv's final_token decoded by the workers'
+    tokenizer (the driver holds no model)."""
+    decoder = token_decoder(load_tokenizer(SPEC.name), result.model_id, [b.trajectory for b in result.batches])
+    write_study(result, out, images=False, token_text=decoder)
+
+
 class CountingStore(RunStore):
     """A run store that records every commit (to see a batch stored twice, which the table's key would hide)."""
 
@@ -137,7 +146,7 @@ def test_a_worker_killed_mid_study_has_its_batch_rerun_and_nothing_stored_twice(
     assert sorted(store.saved) == sorted(f"{e['id']}::{t['id']}" for e in STUDY["events"] for t in STUDY["templates"])
     assert result.computed == TOTAL and seen[-1].done == TOTAL and sum(seen[-1].by_worker.values()) == TOTAL
     assert result.run_id == json.loads((reference / "run.json").read_text())["run_id"]
-    write_study(result, tmp_path / "out", images=False)
+    write_like_the_cli(result, tmp_path / "out")
     assert_same_csvs(tmp_path / "out", reference)
 
 
@@ -158,7 +167,7 @@ def test_an_aborted_driver_resumes_on_ray_with_the_same_numbers(local_ray, study
     finally:
         executor.close()
     assert (result.computed, result.resumed, len(store.saved)) == (TOTAL - 2, 2, TOTAL - 2)
-    write_study(result, tmp_path / "out", images=False)
+    write_like_the_cli(result, tmp_path / "out")
     assert_same_csvs(tmp_path / "out", reference)
 
 

@@ -31,7 +31,8 @@ def test_finished_study_view_has_flagged_pairs_and_its_folder(tiny_lm, tmp_path)
                                                 "benign, contradictory", "", ["t1", "t2"], 2, 0, 3)
     # 2 events per group: the headline and every pair are uninformative, not printed as a result
     assert "UNINFORMATIVE" in final["stats"] and "95% CI" not in final["stats"].split("Segment level")[0]
-    pairs = final["pairs"]
+    pairs = final["pairs"]["value"]  # the final view names its run in the table's label
+    assert str(final["pairs"]["label"]).startswith("Pairs of run ")
     assert len(pairs) == 3 and not pairs["informative"].any()
     folder = Path(final["results_dir"])
     assert (folder / "statistics.json").is_file() and (folder / "pair_tests.csv").is_file()
