@@ -199,7 +199,7 @@ def test_drag_and_keyboard_placement_reaches_the_run(page, served, tmp_path):
     page.wait_for_selector("#petri-heatmap .hm, #petri-heatmap .heatmaplayer image", state="attached")
     assert "flips per step and position (3 samples)" in page.locator("#petri-heatmap .gtitle").text_content()
     final = page.inner_text("#petri-final")
-    assert "<eos>" not in final and "<pad>" not in final
+    assert "<pad>" not in final
     for concept in ("order", "inventory", "person"):
         assert concept in final
     assert "|" in page.inner_text("#petri-pairs")
@@ -425,6 +425,51 @@ def test_a_stored_run_reopens(page, served):
     assert "order" in page.inner_text("#petri-final")
     links = page.locator("#petri-files a[href]").evaluate_all("els => els.map(e => e.href)")
     assert any(f"/{dish_run['run_id']}/" in l or l.endswith("run.json") for l in links)
+
+
+def test_a_canvas_starting_with_eos_shows_its_text(page, served):
+    """A stored dish whose sample 0 reads <eos> at position 0, then words (the store's copy rewritten,
+    so the canvas is fixed, not sampled), reopened: the final text shows the words and a visible
+    end-of-turn marker, drawn in a colour far from the page's background."""
+    from dataclasses import replace
+
+    from petri.dish import Dish
+    from petri.service import SeedEvent
+
+    _, service, _ = served
+    settings = replace(service.lm.default_settings(), max_denoising_steps=3)
+    dish = Dish(("order", "person"), "The stock was counted.", "{event}", positions=(4, 12), shuffle=False)
+    run_id = service.seed([SeedEvent(dish)], 1, settings, seed=2).run_id
+    key, group, traj = service.store.load_events(run_id)[0]
+    tok = service.lm.tokenizer
+    word = next(w for w in (tok.encode(t, add_special_tokens=False) for t in (" ledger", " stock", " the")) if len(w) == 1)
+    text = tok.decode(word).strip()
+    ids = traj.final_ids.copy()
+    free = ~traj.anchor_mask[0]
+    ids[0, free] = word[0]
+    ids[0, 0] = tok.eos_token_id
+    service.store.save_event(run_id, 0, key, replace(traj, final_ids=ids), group)
+
+    tab(page, "Runs")
+    page.wait_for_selector(f"#petri-runs-table:has-text('{run_id}')")
+    page.locator("#petri-runs-table").get_by_text(run_id, exact=True).locator("visible=true").first.click()
+    page.wait_for_function(f"document.querySelector('#petri-runs-choice input').value.includes('{run_id[:12]}')")
+    page.click("#petri-runs-open")
+    page.wait_for_selector(f"#petri-status:has-text('{run_id}')")
+    page.wait_for_selector(f"#petri-final:has-text('{text}')")
+    final = page.inner_text("#petri-final")
+    assert final.count(text) >= int(free.sum()) - 1  # every free position but the <eos>
+    assert "<eos>" in final and "order" in final and "person" in final
+    # the marker's colour over the white page: as dark as the concept colours (#1f77b4 at Gradio's 50 %
+    # reads 0.70), far from white (the old grey #e5e7eb at 50 % read 0.95)
+    marker = page.locator("#petri-final *:text-is('<eos>')").first
+    color = marker.evaluate("""e => { for (let n = e; n; n = n.parentElement) {
+        const c = getComputedStyle(n).backgroundColor; if (c && c !== 'rgba(0, 0, 0, 0)' && c !== 'transparent') return c; }
+        return ''; }""")
+    r, g, b, *alpha = [float(x) for x in re.findall(r"[\d.]+", color)]
+    a = alpha[0] if alpha else 1.0
+    lum = (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255 * a + (1 - a)  # over a white page
+    assert lum < 0.75, color
 
 
 def test_bad_concepts_are_named_in_the_browser(page, tmp_path):

@@ -21,7 +21,7 @@ from petri.web.ui_dish import DishController
 from petri.web.ui_runs import RunsController, runs_table
 from petri.web.ui_shipped import SHIPPED_STUDY, load_shipped, shipped_figures, shipped_markdown
 from petri.web.ui_study import StudyController
-from petri.web.ui_views import AFTER_END_LABEL, highlighted_text
+from petri.web.ui_views import END_TOKEN_LABEL, highlighted_text
 
 
 @pytest.fixture()
@@ -29,13 +29,17 @@ def service(tiny_lm, tmp_path):
     return PetriService(tiny_lm, RunStore(tmp_path / "store"))
 
 
-def test_final_text_hides_special_tokens_and_greys_what_follows_the_end_of_turn(service):
-    ctl = DishController(service)
-    tok = service.lm.tokenizer
+def one_sample_dish(service, ctl):
     *_, final = ctl.run("order, person", "x", "{event}", 1, 0,
                         pd.DataFrame({"concept": ["order", "person"], "start": [2, 9], "tokens": [1, 1]}),
                         False, 2, 0.1, 0.4, 0.8, False, True)
-    traj = service.store.load_events(final["run_id"])[0][2]
+    return service.store.load_events(final["run_id"])[0][2]
+
+
+def test_final_text_hides_special_tokens_and_marks_end_of_turn_tokens(service):
+    ctl = DishController(service)
+    tok = service.lm.tokenizer
+    traj = one_sample_dish(service, ctl)
     word = tok.encode(" stock", add_special_tokens=False)
     assert len(word) == 1
     ids = traj.final_ids.copy()
@@ -46,10 +50,29 @@ def test_final_text_hides_special_tokens_and_greys_what_follows_the_end_of_turn(
     pieces = highlighted_text(replace(traj, final_ids=ids), 0, ctl.tokens)
     labels = [label for _, label in pieces]
     texts = "".join(t for t, _ in pieces)
-    assert "<eos>" not in texts and "<pad>" not in texts and "<bos>" not in texts
-    # before <eos>: 3 words and the order anchor, unlabelled / labelled; after: greyed, person keeps its label
-    assert labels[:4] == [None, None, "order", None]
-    assert labels[4:] == [AFTER_END_LABEL, AFTER_END_LABEL, "person"] + [AFTER_END_LABEL] * (16 - 10)
+    assert "<pad>" not in texts and "<bos>" not in texts
+    # the <eos> at 5 is one marker; the words after it are the answer as plainly as those before
+    assert labels == [None, None, "order", None, END_TOKEN_LABEL, None, None, "person"] + [None] * (16 - 10)
+    assert pieces[4] == ("<eos>", END_TOKEN_LABEL)
+    assert [t for t, l in pieces if l is None] == [" stock"] * (5 + 16 - 10)
+
+
+def test_a_canvas_starting_with_eos_shows_what_the_model_wrote(service):
+    """<eos> at 0 and 1 (one marker, ×2), the answer after it unlabelled, trailing <eos> fill one marker
+    (positions: 0-1 <eos>, 2 order, 3-8 words, 9 person, 10-11 words, 12 <eos>, 13 <pad>, 14-15 <eos>)."""
+    ctl = DishController(service)
+    tok = service.lm.tokenizer
+    traj = one_sample_dish(service, ctl)
+    word = tok.encode(" stock", add_special_tokens=False)[0]
+    ids = traj.final_ids.copy()
+    kept = traj.final_ids[0, [2, 9]]  # the anchors stay
+    ids[0, [0, 1, 3, 4, 5, 6, 7, 8, 10, 11]] = word
+    ids[0, [0, 1, 12, 13, 14, 15]] = tok.eos_token_id
+    ids[0, 13] = tok.pad_token_id  # a hidden special inside the trailing run does not split it
+    pieces = highlighted_text(replace(traj, final_ids=ids), 0, ctl.tokens)
+    assert pieces == ([("<eos> ×2", END_TOKEN_LABEL), (ctl.tokens(kept[0]), "order")]
+                      + [(" stock", None)] * 6 + [(ctl.tokens(kept[1]), "person")] + [(" stock", None)] * 2
+                      + [("<eos> ×3", END_TOKEN_LABEL)])
 
 
 def test_canvas_value_round_trips_to_the_slot_table(service):

@@ -32,7 +32,7 @@ from petri.web.ui_dish import EXAMPLE_CONCEPTS, TEMPLATES, DishController
 from petri.web.ui_live import JobCancelled, stream, wire_run
 from petri.web.ui_stats import paired_tests_line
 from petri.web.ui_trajectory import TrajectoryView
-from petri.web.ui_views import AFTER_END_COLOR, AFTER_END_LABEL, concept_colors, highlighted_text, request_error_message
+from petri.web.ui_views import END_TOKEN_COLOR, END_TOKEN_LABEL, concept_colors, highlighted_text, request_error_message
 
 EXAMPLE_A = ("benign", "The customer placed an order, and the warehouse packed it the same afternoon.")
 EXAMPLE_B = ("contradictory", "Only 90 units are in stock, but a customer ordered 120.")
@@ -145,7 +145,7 @@ class CompareController:
             fig.update_yaxes(range=[steps - 0.5, -0.5], autorange=False)
             fig.update_layout(height=max(400, min(900, 12 * steps + 160)))
         concepts = concept_colors(sorted({s.concept for s in a.anchors[0]}))
-        colors = {**concepts, AFTER_END_LABEL: AFTER_END_COLOR}
+        colors = {**concepts, END_TOKEN_LABEL: END_TOKEN_COLOR}
         layout_note = ("same layouts and seed in both events" if same_layouts(a, b)
                        else "**the layouts differ between the events** (not a paired comparison)")
         return {

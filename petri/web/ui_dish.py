@@ -43,8 +43,8 @@ from petri.web.ui_canvas import canvas_control, canvas_value, placement_rows
 from petri.web.ui_live import JobCancelled, stream, wire_run
 from petri.web.ui_trajectory import TrajectoryView
 from petri.web.ui_views import (
-    AFTER_END_COLOR,
-    AFTER_END_LABEL,
+    END_TOKEN_COLOR,
+    END_TOKEN_LABEL,
     LiveFlips,
     TokenText,
     concept_colors,
@@ -314,7 +314,7 @@ class DishController:
         colors = concept_colors(sorted({a.concept for spans in traj.anchors for a in spans}))
         sample = min(max(sample, 0), traj.n_samples - 1)
         pieces = highlighted_text(traj, sample, self.tokens)
-        color_map = {**colors, **({AFTER_END_LABEL: AFTER_END_COLOR} if any(l == AFTER_END_LABEL for _, l in pieces) else {})}
+        color_map = {**colors, **({END_TOKEN_LABEL: END_TOKEN_COLOR} if any(l == END_TOKEN_LABEL for _, l in pieces) else {})}
         return {
             "final_text": gr.update(value=pieces, color_map=color_map),
             "flips": flips_bar(traj, sample, self.lm.tokenizer),
@@ -393,7 +393,7 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
     with gr.Row():
         sample = gr.Slider(0, 1, value=0, step=1, label="Sample (numbered from 0, as in the CSVs)", interactive=False)
     final_text = gr.HighlightedText(label="Final text: the model's answer (anchors highlighted, special tokens "
-                                    "hidden, what follows the end of turn greyed)", combine_adjacent=True,
+                                    "hidden, end-of-turn tokens marked)", combine_adjacent=True,
                                     show_legend=True, elem_id="petri-final")
     flips = gr.Plot(label="Flips per position", show_label=False, elem_id="petri-flips")
     with gr.Row():

@@ -13,9 +13,11 @@ from petri.web.errors import FieldError
 from petri.web.tokens import END_OF_TURN_TOKENS, PALETTE, TokenText, concept_colors  # noqa: F401 (re-exported)
 
 PREFIX_LABEL = "pinned prefix"
-#: The label (drawn grey) of what the model wrote after its end-of-turn token: not part of its answer.
-AFTER_END_LABEL = "after the end of turn"
-AFTER_END_COLOR = "#e5e7eb"
+#: The label of an end-of-turn token on the final canvas (``<eos>``, ``<end_of_turn>`` …): shown as a
+#: marker in a dark slate, never as the end of the answer (the diffusion canvas is written all at once,
+#: so text after such a token is still what the model wrote).
+END_TOKEN_LABEL = "end-of-turn token"
+END_TOKEN_COLOR = "#475569"
 
 
 def parse_concepts(text: str) -> list[str]:
@@ -62,23 +64,33 @@ class LiveFlips:
 
 
 def highlighted_text(traj: Trajectory, sample: int, tokens: TokenText) -> list[tuple[str, str | None]]:
-    """Sample ``sample``'s final canvas as the model's answer, token by token: anchors labelled with
-    their concept, special tokens hidden, the pinned prefix (the empty thought block) left out, and
-    whatever follows the first end-of-turn token (``<eos>``, ``<end_of_turn>`` …) labelled
-    :data:`AFTER_END_LABEL` (shown grey; anchors there keep their concept)."""
+    """Sample ``sample``'s final canvas as the model wrote it, token by token: anchors labelled with
+    their concept, the pinned prefix (the empty thought block) left out, other special tokens hidden,
+    and every end-of-turn token (``<eos>``, ``<end_of_turn>`` …) kept as a marker labelled
+    :data:`END_TOKEN_LABEL`; a run of them (e.g. trailing ``<eos>`` fill, hidden specials between
+    ignored) is one marker ``"<eos> ×n"``. Text on either side of a marker is the answer, unlabelled."""
     concepts = anchor_concepts(traj.anchors, traj.canvas_length)[sample]
     pinned = traj.anchor_mask[sample]
     out: list[tuple[str, str | None]] = []
-    ended = False
+    run: list[str] = []  # the texts of the end-of-turn tokens in a row, not yet written
+
+    def close_run() -> None:
+        if run:
+            out.append((run[0] + (f" ×{len(run)}" if len(run) > 1 else ""), END_TOKEN_LABEL))
+            run.clear()
+
     for i, token_id in enumerate(traj.final_ids[sample]):
         if concepts[i]:
+            close_run()
             out.append((tokens(token_id), concepts[i]))
         elif pinned[i]:
             continue
         elif tokens.ends_turn(token_id):
-            ended = True
+            run.append(tokens(token_id))
         elif not tokens.is_special(token_id):
-            out.append((tokens(token_id), AFTER_END_LABEL if ended else None))
+            close_run()
+            out.append((tokens(token_id), None))
+    close_run()
     return out
 
 
