@@ -323,6 +323,26 @@ def test_a_new_study_holds_and_names_its_run_in_every_view(page, served, tmp_pat
     page.wait_for_selector(f"#petri-study-report:has-text('{run_id}')")
 
 
+def single_token_words(tokenizer, n: int) -> list[tuple[int, str]]:
+    """``n`` (token id, text) of words that are one token each in ``tokenizer``."""
+    found = []
+    for text in (" ledger", " stock", " and", " of", " to", " in", " is", " was"):  # none a word of the label
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        if len(ids) == 1 and text.strip() not in {t for _, t in found}:
+            found.append((ids[0], tokenizer.decode(ids).strip()))
+    assert len(found) >= n, found
+    return found[:n]
+
+
+def reopen_run(page, run_id: str) -> None:
+    """Open a stored run from the Runs tab."""
+    tab(page, "Runs")
+    page.wait_for_selector(f"#petri-runs-table:has-text('{run_id}')")
+    page.locator("#petri-runs-table").get_by_text(run_id, exact=True).locator("visible=true").first.click()
+    page.wait_for_function(f"document.querySelector('#petri-runs-choice input').value.includes('{run_id[:12]}')")
+    page.click("#petri-runs-open")
+
+
 def test_reopened_dish_and_study_restore_their_controls(page, served):
     """A 3-sample unshuffled dish with its anchors at 5/30/50 and a 2-sample, 8-step study with seed
     3 (run through the service), reopened from the Runs tab: every control reads the run's values."""
@@ -341,17 +361,10 @@ def test_reopened_dish_and_study_restore_their_controls(page, served):
     study = load_study(small_study_file(Path(service.store.path).parent))
     study_run = service.run_study(study, samples=2, seed=3, settings=replace(settings, max_denoising_steps=8)).run_id
 
-    def reopen(run_id: str) -> None:
-        tab(page, "Runs")
-        page.wait_for_selector(f"#petri-runs-table:has-text('{run_id}')")
-        page.locator("#petri-runs-table").get_by_text(run_id, exact=True).locator("visible=true").first.click()
-        page.wait_for_function(f"document.querySelector('#petri-runs-choice input').value.includes('{run_id[:12]}')")
-        page.click("#petri-runs-open")
-
     tab(page, "Dish")  # other concepts on screen, so reopening changes the concept field (and fires its change)
     page.fill("#petri-concepts textarea, #petri-concepts input", "order, person")
     page.wait_for_function("!document.querySelector('#petri-placement').innerText.includes('inventory')")
-    reopen(dish_run)
+    reopen_run(page, dish_run)
     page.wait_for_selector(f"#petri-status:has-text('{dish_run}')")
     page.wait_for_function("document.querySelector('#petri-samples input[type=number]').value === '3'")
     assert {c: s for c, (s, _) in chips(page).items()} == {"order": 5, "inventory": 30, "person": 50}
@@ -363,7 +376,7 @@ def test_reopened_dish_and_study_restore_their_controls(page, served):
     page.wait_for_timeout(1000)  # the concept field's change event must not respread the slots
     assert {c: s for c, (s, _) in chips(page).items()} == {"order": 5, "inventory": 30, "person": 50}
 
-    reopen(study_run)
+    reopen_run(page, study_run)
     page.wait_for_selector(f"#petri-study-status:has-text('{study_run}')")
     page.wait_for_function("document.querySelector('#petri-study-samples input[type=number]').value === '2'")
     assert page.input_value("#petri-study-steps input[type=number]") == "8"
@@ -442,19 +455,14 @@ def test_a_canvas_starting_with_eos_shows_its_text(page, served):
     run_id = service.seed([SeedEvent(dish)], 1, settings, seed=2).run_id
     key, group, traj = service.store.load_events(run_id)[0]
     tok = service.lm.tokenizer
-    word = next(w for w in (tok.encode(t, add_special_tokens=False) for t in (" ledger", " stock", " the")) if len(w) == 1)
-    text = tok.decode(word).strip()
+    [(word, text)] = single_token_words(tok, 1)
     ids = traj.final_ids.copy()
     free = ~traj.anchor_mask[0]
-    ids[0, free] = word[0]
+    ids[0, free] = word
     ids[0, 0] = tok.eos_token_id
     service.store.save_event(run_id, 0, key, replace(traj, final_ids=ids), group)
 
-    tab(page, "Runs")
-    page.wait_for_selector(f"#petri-runs-table:has-text('{run_id}')")
-    page.locator("#petri-runs-table").get_by_text(run_id, exact=True).locator("visible=true").first.click()
-    page.wait_for_function(f"document.querySelector('#petri-runs-choice input').value.includes('{run_id[:12]}')")
-    page.click("#petri-runs-open")
+    reopen_run(page, run_id)
     page.wait_for_selector(f"#petri-status:has-text('{run_id}')")
     page.wait_for_selector(f"#petri-final:has-text('{text}')")
     final = page.inner_text("#petri-final")
@@ -470,6 +478,51 @@ def test_a_canvas_starting_with_eos_shows_its_text(page, served):
     a = alpha[0] if alpha else 1.0
     lum = (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255 * a + (1 - a)  # over a white page
     assert lum < 0.75, color
+
+
+def test_the_sample_selector_follows_arrows_and_typing(page, served):
+    """A stored 4-sample dish whose sample s reads one word w_s at every free position (the store's
+    copy rewritten), reopened: arrow keys on the slider and a number typed into its box each bring
+    that sample's text and flips chart, and the slider reads the same sample."""
+    from dataclasses import replace
+
+    from petri.dish import Dish
+    from petri.service import SeedEvent
+
+    _, service, _ = served
+    settings = replace(service.lm.default_settings(), max_denoising_steps=3)
+    dish = Dish(("order", "person"), "The stock was counted.", "{event}", positions=(4, 12), shuffle=False)
+    run_id = service.seed([SeedEvent(dish)], 4, settings, seed=2).run_id
+    key, group, traj = service.store.load_events(run_id)[0]
+    words = single_token_words(service.lm.tokenizer, 4)
+    ids = traj.final_ids.copy()
+    for s, (word, _) in enumerate(words):
+        ids[s, ~traj.anchor_mask[s]] = word
+    service.store.save_event(run_id, 0, key, replace(traj, final_ids=ids), group)
+    reopen_run(page, run_id)
+    page.wait_for_selector(f"#petri-status:has-text('{run_id}')")
+    page.wait_for_selector(f"#petri-final:has-text('{words[0][1]}')")
+
+    def shows(s: int) -> None:
+        others = [t for i, (_, t) in enumerate(words) if i != s]
+        page.wait_for_function(
+            "([w, others]) => { const t = document.querySelector('#petri-final').innerText.split(/\\s+/);"
+            " return t.includes(w) && !others.some(o => t.includes(o)); }", arg=[words[s][1], others])
+        page.wait_for_function(f"(document.querySelector('#petri-flips .gtitle') || {{}}).textContent?.includes('sample {s} (')")
+        assert page.input_value("#petri-sample input[type=number]") == str(s)
+        assert page.input_value("#petri-sample input[type=range]") == str(s)
+
+    page.focus("#petri-sample input[type=range]")
+    for _ in range(3):
+        page.keyboard.press("ArrowRight")
+    shows(3)
+    page.keyboard.press("ArrowLeft")
+    shows(2)
+    box = page.locator("#petri-sample input[type=number]")
+    box.click()
+    box.press("Control+a")
+    box.type("1")
+    shows(1)
 
 
 def test_bad_concepts_are_named_in_the_browser(page, tmp_path):

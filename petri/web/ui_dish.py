@@ -391,8 +391,9 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
     trajectory = ctl.trajectory.build("Trajectory")
     run_id = gr.State("")
     with gr.Row():
-        sample = gr.Slider(0, 1, value=0, step=1, label="Sample (numbered from 0, as in the CSVs)", interactive=False)
-    final_text = gr.HighlightedText(label="Final text: the model's answer (anchors highlighted, special tokens "
+        sample = gr.Slider(0, 1, value=0, step=1, label="Sample (numbered from 0, as in the CSVs)", interactive=False,
+                           elem_id="petri-sample")
+    final_text = gr.HighlightedText(label="Final text: what the model wrote (anchors highlighted, special tokens "
                                     "hidden, end-of-turn tokens marked)", combine_adjacent=True,
                                     show_legend=True, elem_id="petri-final")
     flips = gr.Plot(label="Flips per position", show_label=False, elem_id="petri-flips")
@@ -423,7 +424,9 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
     def sample_handler(request: gr.Request, rid, s):
         return {names[k]: v for k, v in ctl.show_sample(rid, s, access.caller(request)).items()}
 
-    sample.release(sample_handler, [run_id, sample], [final_text, flips], show_progress="hidden")
+    # every way the value moves (drag, arrow keys, a number typed in its box); the last one wins
+    sample.input(sample_handler, [run_id, sample], [final_text, flips], show_progress="hidden",
+                 trigger_mode="always_last")
     controls = {"concepts": concepts, "event": event, "template": template, "samples": samples, "seed": seed,
                 "placement": placement, "shuffle": shuffle_per_sample, "steps": steps, "entropy_bound": entropy_bound,
                 "t_min": t_min, "t_max": t_max, "adaptive": adaptive, "pin_thought": pin_thought}
