@@ -53,6 +53,34 @@ def test_dish_run_streams_then_reports(service):
     assert final["traj_view"]["ids"] == traj.argmax[0].tolist() and not final["traj_view"]["live"]
 
 
+def test_the_live_view_draws_the_newest_step_when_sampling_pauses(tiny_lm, tmp_path):
+    """Steps that come faster than the redraw interval are held back, not lost: when sampling pauses
+    after step 3 (a slow step, or here a held one), the live view shows step 3 before the run goes on."""
+    import threading
+
+    paused, go_on = threading.Event(), threading.Event()
+
+    class PausingService(PetriService):
+        def submit_seed(self, events, n_samples, settings, seed, owner=None, on_step=None):
+            def held(index, argmax, finished):
+                on_step(index, argmax, finished)
+                if index == 2:  # the third step: steps 1-3 came within a few ms of each other
+                    paused.set()
+                    go_on.wait(30)
+
+            return super().submit_seed(events, n_samples, settings, seed, owner=owner, on_step=held)
+
+    ctl = DishController(PausingService(tiny_lm, RunStore(tmp_path / "store")))
+    shown = []
+    for update in ctl.run(*dish_inputs(ctl)):
+        if "traj_view" in update and update["traj_view"]["live"]:
+            shown.append(update["traj_view"]["steps"])
+            if paused.is_set() and shown[-1] == 3:
+                go_on.set()  # the view reached the paused step: let the sampler finish
+    go_on.set()
+    assert 3 in shown, shown
+
+
 def test_dish_validator_names_the_field(service):
     ctl = DishController(service)
     assert all(v["is_valid"] for v in ctl.validate(*dish_inputs(ctl)))

@@ -246,28 +246,38 @@ class DishController:
 
         if self.service.busy:
             yield {"status": "⏳ Queued: another job is running…"}
+        def live_views(index: int, finished: np.ndarray) -> dict:
+            return {
+                "status": f"Sampling… step {index + 1} of at most {steps_max} "
+                          f"({int(finished.sum())}/{len(finished)} samples settled)",
+                "heatmap": flip_heatmap(
+                    live.counts(), n_samples=request.samples, anchors=layouts[0], pinned=pinned.all(axis=0),
+                    blank_pinned=True, tokens=token_texts(self.tokens, live.token_ids()), colors=colors,
+                    title=f"flips while sampling — step {index + 1}",
+                ),
+                self.trajectory.name("view"): self.trajectory.live(live.token_ids(), layouts[0], pinned[0], colors),
+            }
+
         last_draw = 0.0
+        held_back = None  # the newest step not drawn yet (steps come faster than LIVE_REDRAW_S)
         result: SeedResult | None = None
         try:
-            for kind, payload in stream(submit, self.service.jobs, cancel=cancel):
+            for kind, payload in stream(submit, self.service.jobs, cancel=cancel, idle=True):
                 if kind == "done":
                     result = payload
                     break
+                if kind == "idle":  # no new step for a while: draw the one held back
+                    if held_back is not None:
+                        last_draw, (index, finished), held_back = time.monotonic(), held_back, None
+                        yield live_views(index, finished)
+                    continue
                 index, argmax, finished = payload
                 live.add(np.asarray(argmax), np.asarray(finished))
+                held_back = (index, np.asarray(finished))
                 now = time.monotonic()
                 if now - last_draw >= LIVE_REDRAW_S:
-                    last_draw = now
-                    yield {
-                        "status": f"Sampling… step {index + 1} of at most {steps_max} "
-                                  f"({int(np.asarray(finished).sum())}/{len(finished)} samples settled)",
-                        "heatmap": flip_heatmap(
-                            live.counts(), n_samples=request.samples, anchors=layouts[0], pinned=pinned.all(axis=0),
-                            blank_pinned=True, tokens=token_texts(self.tokens, live.token_ids()), colors=colors,
-                            title=f"flips while sampling — step {index + 1}",
-                        ),
-                        self.trajectory.name("view"): self.trajectory.live(live.token_ids(), layouts[0], pinned[0], colors),
-                    }
+                    last_draw, held_back = now, None
+                    yield live_views(index, np.asarray(finished))
         except QueueFull as err:
             raise gr.Error(f"The model is busy: {err}", title="Busy") from None
         except JobCancelled as stop:

@@ -39,11 +39,13 @@ def stream(
     *,
     cancel: threading.Event | None = None,
     poll_s: float = 0.1,
+    idle: bool = False,
 ) -> Iterator[tuple[str, Any]]:
     """Yield ``("progress", args)`` for each ``emit(*args)`` of the job that ``submit(emit)``
     queued (``args`` is the tuple ``emit`` was called with, or its one element), then
-    ``("done", job.result)``. Raises :class:`JobCancelled` / :class:`JobFailed`, and what
-    ``submit`` raises (e.g. :class:`petri.jobs.QueueFull`)."""
+    ``("done", job.result)``; with ``idle``, also ``("idle", None)`` after each ``poll_s`` without a
+    message (a throttled view draws what it held back). Raises :class:`JobCancelled` /
+    :class:`JobFailed`, and what ``submit`` raises (e.g. :class:`petri.jobs.QueueFull`)."""
     messages: queue.Queue = queue.Queue()
 
     def emit(*args) -> None:
@@ -60,6 +62,8 @@ def stream(
         except queue.Empty:
             if job.status in FINAL and messages.empty():
                 break
+            if idle and not asked:
+                yield "idle", None
             continue
         if not asked:
             yield "progress", payload
