@@ -19,6 +19,7 @@ import re
 import time
 import shutil
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -70,18 +71,25 @@ def served(tmp_path_factory, live_server):
     gate.set()
 
 
-@pytest.fixture(scope="module")
-def page(served):
+@contextmanager
+def opened_page(url: str, width: int = 1200, height: int = 900):
+    """A Chromium page on the app at ``url`` (its Run button drawn), closed afterwards."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page = browser.new_page(viewport={"width": width, "height": height})
         page.set_default_timeout(120_000)
-        page.goto(served[0])
+        page.goto(url)
         page.wait_for_selector("#petri-run")
         yield page
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def page(served):
+    with opened_page(served[0]) as page:
+        yield page
 
 
 def save_screenshot(page, tmp_path: Path, name: str, full_page: bool = True) -> Path:

@@ -15,7 +15,7 @@ import threading
 import httpx
 import pytest
 
-from test_browser import CHROMIUM, CHROMIUM_ARGS, tab
+from test_browser import CHROMIUM, opened_page, tab
 
 #: The sampler waits after this step (0-based) until the test has seen the live view on it.
 HOLD_AT = 5
@@ -55,16 +55,8 @@ def served(tmp_path_factory, live_server):
 
 @pytest.fixture(scope="module")
 def page(served):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1300, "height": 1000})
-        page.set_default_timeout(120_000)
-        page.goto(served[0])
-        page.wait_for_selector("#petri-run")
+    with opened_page(served[0], 1300, 1000) as page:
         yield page
-        browser.close()
 
 
 def shown(page, view: str = "#petri-traj") -> dict:

@@ -20,21 +20,9 @@ from petri.study.analysis import analyze
 from petri.study.runner import run_study
 from petri.study.schema import study_from_dict
 from petri.trajectory import MaskedSettings
+from test_study_engines import STUDY as ENGINES_STUDY
 
-STUDY = {
-    "id": "two-families",
-    "title": "uniform vs masked diffusion",
-    "language": "en",
-    "comparison": {"groups": ["benign", "contradictory"]},
-    "concepts": ["order", "inventory", "person"],
-    "events": [
-        {"id": "b1", "group": "benign", "text": "The order was shipped on time."},
-        {"id": "b2", "group": "benign", "text": "The store counted its inventory."},
-        {"id": "c1", "group": "contradictory", "text": "Only 90 units are in stock, but 120 were ordered."},
-        {"id": "c2", "group": "contradictory", "text": "The order shipped 50 boxes from 30 in stock."},
-    ],
-    "templates": [{"id": "t1", "text": "Event: {event}\nHow do {concepts} relate?"}],
-}
+STUDY = {**ENGINES_STUDY, "id": "two-families", "title": "uniform vs masked diffusion"}
 
 
 def masked_folder_on_the_embedded_tokenizer(folder):
