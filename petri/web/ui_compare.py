@@ -84,7 +84,7 @@ class CompareController:
     def __init__(self, service: PetriService, dish: DishController):
         self.service = service
         self.dish = dish
-        self.trajectories = [TrajectoryView(service, dish.tokens, dish.workdir, f"traj_{x}") for x in "ab"]
+        self.trajectories = [TrajectoryView(service, dish.tokens, f"traj_{x}") for x in "ab"]
 
     def run(self, concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps,
             cancel: threading.Event | None = None, caller: Caller | None = None):
@@ -205,7 +205,7 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
     with gr.Row():
         text_a = gr.HighlightedText(label="A: sample 0", combine_adjacent=True, show_legend=True)
         text_b = gr.HighlightedText(label="B: sample 0", combine_adjacent=True, show_legend=True)
-    trajectories = {k: v for view, x in zip(ctl.trajectories, "AB") for k, v in view.build(f"Event {x}'s trajectory").items()}
+    trajectories = {k: v for view, x in zip(ctl.trajectories, "AB") for k, v in view.build(f"Event {x}'s trajectory", access).items()}
     names = {"status": status, "summary": summary, "run_id": run_id, "heatmap_a": heatmap_a, "heatmap_b": heatmap_b,
              "difference": difference, "pairs": pairs, "paired": paired, "text_a": text_a, "text_b": text_b,
              **trajectories}

@@ -13,10 +13,8 @@ arrive; the Cancel button stops the job within one step.
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import gradio as gr
 import numpy as np
@@ -91,8 +89,7 @@ class DishController:
         self.service = service
         self.lm = service.lm
         self.tokens = TokenText(self.lm.tokenizer)
-        self.workdir = Path(tempfile.mkdtemp(prefix="petri-ui-"))
-        self.trajectory = TrajectoryView(service, self.tokens, self.workdir)
+        self.trajectory = TrajectoryView(service, self.tokens)
 
     # -- placement ------------------------------------------------------------------------
     def spread(self, concepts_text: str, pin_thought: bool = True) -> pd.DataFrame:
@@ -398,7 +395,7 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
         cancel_btn = gr.Button("Cancel", variant="stop", elem_id="petri-cancel", scale=1)
     status = gr.Markdown("", elem_id="petri-status")
     heatmap = gr.Plot(label="Flips: step × position (live)", show_label=False, elem_id="petri-heatmap")
-    trajectory = ctl.trajectory.build("Trajectory")
+    trajectory = ctl.trajectory.build("Trajectory", access)
     run_id = gr.State("")
     with gr.Row():
         sample = gr.Slider(0, 1, value=0, step=1, label="Sample (numbered from 0, as in the CSVs)", interactive=False,
