@@ -1,0 +1,77 @@
+"""The UI's "Download figures": the writer (names, HTML holding the figure's data) and the Dish
+tab's button, which writes the figures of the run on screen into its caller's own folder."""
+
+from __future__ import annotations
+
+import json
+
+import gradio as gr
+import httpx
+import plotly.graph_objects as go
+import pytest
+
+from petri.dish import Dish
+from petri.service import PetriService, SeedEvent
+from petri.store import RunStore
+from petri.web.access import AccessPolicy, Caller, CALLER_COOKIE
+from petri.web.app import create_app
+from petri.web.ui_access import export_dir
+from petri.web.ui_figure_files import figure_files, write_figure_files
+
+EVENT = "Only 90 units are in stock, but a customer ordered 120."
+
+
+def test_the_writer_names_each_file_by_run_and_figure_and_the_html_holds_its_data(tmp_path):
+    figures = {"flip-heatmap": go.Figure(go.Bar(x=["p0", "p1"], y=[271828.5, 314159.25])),
+               "flips-sample3": go.Figure(go.Scatter(x=[0, 1], y=[161803.75, 141421.5]))}
+    paths, notes = write_figure_files(figures, "run-abc", tmp_path, images=())
+    assert sorted(p.name for p in paths) == ["run-abc-flip-heatmap.html", "run-abc-flips-sample3.html"]
+    assert notes == []
+    html = {p.name: p.read_text() for p in paths}
+    assert "271828.5" in html["run-abc-flip-heatmap.html"] and "314159.25" in html["run-abc-flip-heatmap.html"]
+    assert "161803.75" in html["run-abc-flips-sample3.html"] and "271828.5" not in html["run-abc-flips-sample3.html"]
+    assert all("plotly" in text and len(text) > 1_000_000 for text in html.values())  # plotly.js inlined: opens offline
+
+
+def test_the_dish_figures_are_the_stored_runs_and_answer_only_to_its_owner(tiny_lm, tmp_path):
+    from petri.web.ui_dish import DishController
+
+    svc = PetriService(tiny_lm, RunStore(tmp_path))
+    a, b = Caller(public=True, token="a" * 43), Caller(public=True, token="b" * 43)
+    run_id = svc.seed([SeedEvent(Dish(concepts=["order", "inventory"], event=EVENT))], 3, owner=a.owner).run_id
+    ctl = DishController(svc)
+    paths = figure_files(svc, a, run_id, ctl.figures, 2, images=())
+    names = sorted(p.rsplit("/", 1)[-1] for p in paths)
+    assert names == [f"{run_id}-flip-heatmap.html", f"{run_id}-flips-sample2.html"]
+    assert all(p.startswith(str(export_dir(a))) for p in paths)
+    html = open(next(p for p in paths if "heatmap" in p)).read()
+    assert "flips per step and position (3 samples)" in html  # this run's heatmap: it has 3 samples
+    with pytest.raises(gr.Error, match="no stored run"):
+        figure_files(svc, b, run_id, ctl.figures, 0, images=())
+    with pytest.raises(gr.Error, match="Run or reopen"):
+        figure_files(svc, a, "", ctl.figures, 0, images=())
+    svc.shutdown()
+
+
+def test_the_dish_tabs_button_yields_the_figures_of_its_run_on_a_public_server(tiny_lm, tmp_path, live_server):
+    from tests.test_public_access import file_urls, gradio_call, seed_body, visitor
+
+    svc = PetriService(tiny_lm, RunStore(tmp_path))
+    with live_server(create_app(svc, access=AccessPolicy(public=True))) as live, \
+            visitor(live.url) as v1, visitor(live.url) as v2:
+        run = v1.post("/api/seed", json=seed_body(seed=7)).json()["run_id"]
+        kind, out = gradio_call(v1, "open_handler", [run], session="v1-figures")  # the run on screen
+        assert kind == "complete", out
+        kind, out = gradio_call(v1, "petri_dish_figures", [1], session="v1-figures")
+        assert kind == "complete", out
+        urls = file_urls(out)
+        names = {u.rsplit("/", 1)[-1] for u in urls}
+        assert {f"{run}-flip-heatmap.html", f"{run}-flips-sample1.html"} <= names, names
+        mine = str(export_dir(Caller(public=True, token=v1.cookies[CALLER_COOKIE])))
+        for url in urls:
+            route = url[url.index("/gradio_api/file="):]
+            assert route[len("/gradio_api/file="):].startswith(mine)
+            assert v1.get(route).status_code == 200 and v2.get(route).status_code == 404
+        kind, out = gradio_call(v2, "petri_dish_figures", [1], session="v2-figures")
+        assert kind == "error", out
+    svc.shutdown()
