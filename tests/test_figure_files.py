@@ -75,3 +75,21 @@ def test_the_dish_tabs_button_yields_the_figures_of_its_run_on_a_public_server(t
         kind, out = gradio_call(v2, "petri_dish_figures", [1], session="v2-figures")
         assert kind == "error", out
     svc.shutdown()
+
+
+def test_the_compare_figures_are_both_heatmaps_and_the_difference_of_the_stored_run(tiny_lm, tmp_path):
+    from petri.web.ui_compare import CompareController
+    from petri.web.ui_dish import DishController
+
+    svc = PetriService(tiny_lm, RunStore(tmp_path))
+    caller = Caller(public=True, token="c" * 43)
+    ctl = CompareController(svc, DishController(svc))
+    run_id = list(ctl.run("order, inventory, person", "calm", EVENT, "tense", "The order shipped.", None, 2, 0, 3,
+                          caller=caller))[-1]["run_id"]
+    paths = figure_files(svc, caller, run_id, ctl.figures, images=())
+    html = {p.rsplit("/", 1)[-1]: open(p).read() for p in paths}
+    assert sorted(html) == sorted(f"{run_id}-{n}.html" for n in ("heatmap-a", "heatmap-b", "difference"))
+    assert "calm: flips per step and position (2 samples)" in html[f"{run_id}-heatmap-a.html"]
+    assert "tense: flips per step and position (2 samples)" in html[f"{run_id}-heatmap-b.html"]
+    assert "flip difference (tense − calm)" in html[f"{run_id}-difference.html"]
+    svc.shutdown()

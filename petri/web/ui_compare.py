@@ -29,6 +29,7 @@ from petri.web.limits import MAX_SAMPLES, MAX_STEPS
 from petri.web.requests import SeedRequest, SettingsIn, prepare_seed
 from petri.web.ui_access import UiAccess
 from petri.web.ui_dish import EXAMPLE_CONCEPTS, TEMPLATES, DishController
+from petri.web.ui_figure_files import add_figure_downloads
 from petri.web.ui_live import JobCancelled, stream, wire_run
 from petri.web.ui_stats import paired_tests_line
 from petri.web.ui_trajectory import TrajectoryView
@@ -132,6 +133,12 @@ class CompareController:
             "seed": int(request.get("seed") or 0), "steps": int(request["settings"]["max_denoising_steps"]),
         }
 
+    def figures(self, stored: list) -> dict:
+        """The tab's figures of a stored comparison (``stored`` as ``load_events`` gives it), for downloads."""
+        (_, group_a, a), (_, group_b, b) = stored[:2]
+        views = self.views("", a, b, (group_a or "A", group_b or "B"))
+        return {"heatmap-a": views["heatmap_a"], "heatmap-b": views["heatmap_b"], "difference": views["difference"]}
+
     def views(self, run_id: str, a: Trajectory, b: Trajectory, labels: tuple[str, str]) -> dict:
         """Both heatmaps, their difference, the pair and per-sample tables, the texts (also for a
         reopened stored comparison)."""
@@ -198,6 +205,7 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
         heatmap_a = gr.Plot(show_label=False, elem_id="petri-cmp-heatmap-a")
         heatmap_b = gr.Plot(show_label=False, elem_id="petri-cmp-heatmap-b")
     difference = gr.Plot(show_label=False, elem_id="petri-cmp-difference")
+    add_figure_downloads(service, run_id, ctl.figures, access, (), "petri-cmp-figures")
     with gr.Row():
         pairs = gr.Dataframe(label="Pair instability side by side", interactive=False, elem_id="petri-cmp-pairs")
         paired = gr.Dataframe(label="Paired difference per sample (same layout in both events)", interactive=False,
