@@ -93,3 +93,19 @@ def test_the_compare_figures_are_both_heatmaps_and_the_difference_of_the_stored_
     assert "tense: flips per step and position (2 samples)" in html[f"{run_id}-heatmap-b.html"]
     assert "flip difference (tense − calm)" in html[f"{run_id}-difference.html"]
     svc.shutdown()
+
+
+def test_the_study_tabs_figures_on_screen_are_written_under_the_run_id_they_carry(tmp_path):
+    """The Study tab writes the plots' own values; the run id comes from ``layout.meta`` (tag_run) and
+    only a hex id is used in a file name (a hostile one becomes "figures")."""
+    from petri.study.plots import tag_run
+    from petri.web.ui_figure_files import shown_figures
+
+    run = "0123456789abcdef0123456789abcdef"
+    shown = {"instability": gr.Plot().postprocess(tag_run(go.Figure(go.Bar(y=[271828.5])), run)),
+             "events": gr.Plot().postprocess(tag_run(go.Figure(go.Bar(y=[314159.25])), run)), "jaccard": None}
+    run_id, figures = shown_figures(shown)
+    assert run_id == run and sorted(figures) == ["events", "instability"]
+    assert list(figures["instability"].data[0].y) == [271828.5]
+    hostile = {"x": gr.Plot().postprocess(tag_run(go.Figure(go.Bar(y=[1])), "../../etc"))}
+    assert shown_figures(hostile)[0] == "figures"

@@ -5,6 +5,11 @@ images cannot be made here). The files go into the caller's own download folder
 (:func:`petri.web.ui_access.export_dir`) and the run is opened through
 :meth:`petri.web.ui_access.UiAccess.open_run`, so on a public server they answer only to their owner.
 
+The Study tab's figures are not all of a stored run (the shipped study's are drawn from committed
+tables, a running study's are provisional), so :func:`add_shown_figure_downloads` writes the figures
+on screen (the plots' own values) under the run id they carry in ``layout.meta``
+(:func:`petri.study.plots.tag_run`).
+
 A tab gives :func:`add_figure_downloads` a function ``figures(stored, *values) -> {name: figure}`` over
 the run's stored events (:meth:`petri.store.RunStore.load_events`) and the values of its extra inputs
 (e.g. the sample shown); names become ``<run_id>-<name>.<format>``.
@@ -15,8 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import re
+
 import gradio as gr
 import plotly.graph_objects as go
+import plotly.io as pio
 
 from petri.study.plots import save_figures
 from petri.web.access import Caller
@@ -47,17 +55,51 @@ def figure_files(service, caller: Caller | None, run_id: str, figures: Callable[
     return [str(p) for p in paths]
 
 
+def _button_and_files(elem_id: str) -> tuple[gr.Button, gr.File]:
+    with gr.Row():
+        button = gr.Button("Download figures (HTML, PNG, SVG)", size="sm", elem_id=f"{elem_id}-button", scale=1)
+        files = gr.File(label="Figure downloads", file_count="multiple", interactive=False, elem_id=elem_id, scale=3)
+    return button, files
+
+
 def add_figure_downloads(service, run_id: gr.components.Component, figures: Callable[..., dict[str, go.Figure]],
                          access: UiAccess | None = None, inputs: Sequence = (), elem_id: str = "petri-figures"
                          ) -> tuple[gr.Button, gr.File]:
     """A "Download figures" button and its ``gr.File`` (inside an open Blocks context), wired."""
     access = access or UiAccess()
-    with gr.Row():
-        button = gr.Button("Download figures (HTML, PNG, SVG)", size="sm", elem_id=f"{elem_id}-button", scale=1)
-        files = gr.File(label="Figure downloads", file_count="multiple", interactive=False, elem_id=elem_id, scale=3)
+    button, files = _button_and_files(elem_id)
 
     def handler(request: gr.Request, rid, *values):
         return figure_files(service, access.caller(request), rid, figures, *values)
 
     button.click(handler, [run_id, *inputs], files, show_progress="minimal", api_name=elem_id.replace("-", "_"))
+    return button, files
+
+
+def shown_figures(plots: dict[str, object]) -> tuple[str, dict[str, go.Figure]]:
+    """(run id, figures by name) of ``gr.Plot`` values (``PlotData`` with the figure's JSON, or None):
+    the run id from the figures' ``layout.meta`` (only hex, so it is safe in a file name)."""
+    figures = {name: pio.from_json(value.plot) for name, value in plots.items() if value is not None
+               and getattr(value, "type", "plotly") == "plotly"}
+    ids = [str((fig.layout.meta or {}).get("run_id", "")) for fig in figures.values() if isinstance(fig.layout.meta, dict)]
+    run_id = next((i for i in ids if re.fullmatch(r"[0-9a-f]{8,64}", i)), "figures")
+    return run_id, figures
+
+
+def add_shown_figure_downloads(plots: dict[str, gr.Plot], access: UiAccess | None = None,
+                               elem_id: str = "petri-figures") -> tuple[gr.Button, gr.File]:
+    """A "Download figures" button and its ``gr.File`` that write the figures on screen."""
+    access = access or UiAccess()
+    button, files = _button_and_files(elem_id)
+
+    def handler(request: gr.Request, *values):
+        run_id, figures = shown_figures(dict(zip(plots, values)))
+        if not figures:
+            raise gr.Error("There is no figure on screen yet.", title="Figures")
+        paths, notes = write_figure_files(figures, run_id, export_dir(access.caller(request)) / f"{run_id}-figures")
+        for note in notes:
+            gr.Info(f"Figures as HTML only: {note}")
+        return [str(p) for p in paths]
+
+    button.click(handler, list(plots.values()), files, show_progress="minimal", api_name=elem_id.replace("-", "_"))
     return button, files
