@@ -196,6 +196,39 @@ def test_a_comparison_shows_a_view_per_event(page, served):
     assert "benign" in page.inner_text("#petri-traj-a") and "contradictory" in page.inner_text("#petri-traj-b")
 
 
+def figure_links(page, tab_name: str, box: str) -> dict[str, str]:
+    """Click the tab's "Download figures" button: {file name: url} of the files it yields."""
+    tab(page, tab_name)
+    page.click(f"{box}-button")
+    page.wait_for_selector(f"{box} a[href]", timeout=300_000)
+    hrefs = page.locator(f"{box} a[href]").evaluate_all("els => els.map(e => e.href)")
+    return {h.rsplit("/", 1)[-1]: h for h in hrefs}
+
+
+def test_each_tabs_download_figures_button_yields_the_figures_of_its_run(page, served, dish_run):
+    url, _, _ = served
+    run_id = dish_run[0]
+    links = figure_links(page, "Dish", "#petri-dish-figures")
+    assert f"{run_id}-flip-heatmap.html" in links and any(n.startswith(f"{run_id}-flips-sample") for n in links), links
+    assert "flips per step and position (3 samples)" in httpx.get(links[f"{run_id}-flip-heatmap.html"], timeout=60).text
+    from petri.study.plots import image_export_status
+
+    if image_export_status()[0]:  # PNG and SVG too where kaleido finds a Chromium (it does where this test runs)
+        assert {f"{run_id}-flip-heatmap.png", f"{run_id}-flip-heatmap.svg"} <= set(links), links
+        assert httpx.get(links[f"{run_id}-flip-heatmap.png"], timeout=60).content[:8] == b"\x89PNG\r\n\x1a\n"
+    compare_id = re.search(r"/api/runs/([0-9a-f]+)", page.inner_text("#petri-cmp-status")).group(1)
+    links = figure_links(page, "Compare", "#petri-cmp-figures")
+    assert {f"{compare_id}-{n}.html" for n in ("heatmap-a", "heatmap-b", "difference")} <= set(links), links
+    assert "benign: flips per step" in httpx.get(links[f"{compare_id}-heatmap-a.html"], timeout=60).text
+    from petri.web.ui_shipped import load_shipped
+
+    shipped = load_shipped()  # the Study tab shows the shipped study's figures until a run replaces them
+    if shipped is not None:
+        links = figure_links(page, "Study", "#petri-study-figures")
+        shipped_id = shipped.run["run_id"]
+        assert {f"{shipped_id}-{n}.html" for n in ("instability", "events", "jaccard")} <= set(links), links
+
+
 def test_a_reopened_run_shows_the_same_views(page, served, dish_run):
     url, _, _ = served
     run_id, argmax, _ = dish_run

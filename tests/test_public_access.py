@@ -27,9 +27,10 @@ def seed_body(**changes) -> dict:
     return {**body, **changes}
 
 
-def gradio_call(http: httpx.Client, name: str, data: list) -> tuple[str, object]:
-    """Call Gradio handler ``name`` as a hostile client would: ("complete", outputs) or ("error", message)."""
-    posted = http.post(f"/gradio_api/call/{name}", json={"data": data})
+def gradio_call(http: httpx.Client, name: str, data: list, session: str | None = None) -> tuple[str, object]:
+    """Call Gradio handler ``name`` as a hostile client would: ("complete", outputs) or ("error", message).
+    ``session``: a Gradio session hash, so that a later call sees the State an earlier one set."""
+    posted = http.post(f"/gradio_api/call/{name}", json={"data": data, **({"session_hash": session} if session else {})})
     assert posted.status_code == 200, posted.text
     event_id = posted.json()["event_id"]
     kind, payload = None, None
@@ -128,6 +129,58 @@ def test_a_public_server_keeps_each_callers_runs_private_on_every_path(public_ui
         kind, out = gradio_call(v1, "deleted", [v1_run, "", "all"])
         assert kind == "complete", out
         assert service.store.get_run(v1_run) is None and service.store.get_run(a_run) is not None
+
+
+def test_the_trajectory_downloads_lie_in_the_callers_folder_and_answer_only_to_it(public_ui):
+    """Issue 19's rule on the trajectory viewer's "Prepare downloads": V1 reopens its run and prepares
+    the replay files; they are written in V1's own download folder (not a shared temp folder that
+    Gradio serves to anyone with the URL), V2 and a client with no token get 404 for each, and V2's
+    own session has nothing to export."""
+    from petri.web.ui_access import export_dir
+
+    live, service = public_ui
+    with visitor(live.url) as v1, visitor(live.url) as v2, \
+            httpx.Client(base_url=live.url, timeout=120, event_hooks={"request": [forget_cookies]}) as nobody:
+        run = v1.post("/api/seed", json=seed_body(seed=5)).json()["run_id"]
+        kind, out = gradio_call(v1, "open_handler", [run], session="v1-session-replay")
+        assert kind == "complete", out
+        kind, out = gradio_call(v1, "traj_export", [0], session="v1-session-replay")
+        assert kind == "complete", out
+        urls = file_urls(out)
+        assert {u.rsplit(".", 1)[-1] for u in urls} >= {"gif", "html", "csv", "parquet"}, urls
+        mine = export_dir(Caller(public=True, token=v1.cookies[CALLER_COOKIE]))
+        theirs = export_dir(Caller(public=True, token=v2.cookies[CALLER_COOKIE]))
+        for url in urls:
+            path = url[url.index("/gradio_api/file=") + len("/gradio_api/file="):]
+            assert __import__("pathlib").Path(path).resolve().is_relative_to(mine.resolve()), (path, mine)
+            route = url[url.index("/gradio_api/file="):]
+            assert v1.get(route).status_code == 200, route
+            for who in (v2, nobody):
+                assert who.get(route).status_code == 404, route
+        assert not any(theirs.iterdir())
+        kind, out = gradio_call(v2, "traj_export", [0], session="v2-session-replay")
+        assert kind == "error", out
+
+
+def test_the_trajectory_view_opens_no_other_callers_run(tiny_lm, tmp_path):
+    """Defence in depth: the viewer's handlers open the run through UiAccess.open_run, so a key
+    naming another caller's run (however it got into a session) reads as no stored run."""
+    import gradio as gr
+
+    from petri.dish import Dish
+    from petri.service import SeedEvent
+    from petri.web.tokens import TokenText
+    from petri.web.ui_trajectory import TrajectoryView
+
+    svc = PetriService(tiny_lm, RunStore(tmp_path))
+    a, b = Caller(public=True, token="a" * 43), Caller(public=True, token="b" * 43)
+    run_id = svc.seed([SeedEvent(Dish(concepts=["order", "inventory"], event=EVENT))], 2, owner=a.owner).run_id
+    view, key = TrajectoryView(svc, TokenText(tiny_lm.tokenizer)), {"run_id": run_id, "event": 0, "title": ""}
+    assert view.export(key, 0, a)
+    for call in (lambda: view.export(key, 0, b), lambda: view.show_sample(key, 1, b)):
+        with pytest.raises(gr.Error, match="no stored run"):
+            call()
+    svc.shutdown()
 
 
 def test_a_public_page_lists_no_run_before_a_visitor_asks(tiny_lm, tmp_path, live_server):

@@ -111,3 +111,21 @@ def test_live_record_cuts_the_stopped_steps_and_marks_flips_by_hand():
     assert rec["conf"] is None and rec["accepted"] is None and rec["anchor"] == ["", "", "order"]
     assert rec["texts"]["8"] == "<eos>" and rec["commit"] == [2, 1, 2]
     assert live_record(np.zeros((0, 3), dtype=int), ["", "", ""], [False] * 3, decode)["steps"] == 0
+
+
+@pytest.mark.skipif(__import__("shutil").which("ffmpeg") is None,
+                    reason="no ffmpeg on PATH: MP4 export needs one (the GIF does not); CI has none on purpose")
+@pytest.mark.parametrize("sample", [0, 1])
+def test_the_mp4_has_one_frame_per_step_of_the_sample_where_ffmpeg_exists(tmp_path, sample):
+    """Counted by decoding the file with ffmpeg (one ``framemd5`` line per decoded frame)."""
+    import shutil
+    import subprocess
+
+    from petri.study.animation import write_mp4
+
+    path = write_mp4(trajectory(), sample, decode, tmp_path / f"s{sample}.mp4", frame_ms=400)
+    assert path.read_bytes()[4:8] == b"ftyp"  # an ISO-BMFF (MP4) file
+    listing = subprocess.run([shutil.which("ffmpeg"), "-loglevel", "error", "-i", str(path), "-map", "0:v:0",
+                              "-f", "framemd5", "-"], capture_output=True, text=True, check=True).stdout
+    frames = [line for line in listing.splitlines() if line and not line.startswith("#")]
+    assert len(frames) == [3, 2][sample]  # steps of the hand trajectory

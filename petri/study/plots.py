@@ -46,6 +46,13 @@ def group_colors(groups: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def tag_run(fig: go.Figure, run_id: str) -> go.Figure:
+    """``fig`` with ``run_id`` in ``layout.meta`` (so a figure on screen says which run it draws)."""
+    if run_id:
+        fig.update_layout(meta={"run_id": run_id})
+    return fig
+
+
 def run_tag(run_id: str) -> str:
     """How a figure names the run it draws: ``"run 2fa97447"`` (the id's first 8 characters), or ``""``."""
     return f"run {run_id[:8]}" if run_id else ""
@@ -125,7 +132,7 @@ def instability_figure(
         xref="paper", yref="paper", x=0, y=-0.13, yanchor="top", showarrow=False, align="left", xanchor="left",
         font={"size": 11, "color": "#555"},
     )
-    return fig
+    return tag_run(fig, run_id)
 
 
 def event_ranking_figure(events: pd.DataFrame, groups: Sequence[str] | None = None, *, confidence: float = 0.95, model_id: str = "",
@@ -155,7 +162,7 @@ def event_ranking_figure(events: pd.DataFrame, groups: Sequence[str] | None = No
         + (f" — {run_tag(run_id)}" if run_id else ""),
         template="plotly_white", width=900, height=max(420, 22 * len(events) + 160), legend={"title": "group"},
     )
-    return fig
+    return tag_run(fig, run_id)
 
 
 def jaccard_heatmap(matrix: pd.DataFrame, mean_off_diagonal: float | None = None, *, tagger: str = "", top_n: int | None = None,
@@ -178,7 +185,7 @@ def jaccard_heatmap(matrix: pd.DataFrame, mean_off_diagonal: float | None = None
         title += f"<br><sup>{tagger}</sup>"
     fig.update_layout(title=title, template="plotly_white", height=520, width=640)
     fig.update_yaxes(autorange="reversed")
-    return fig
+    return tag_run(fig, run_id)
 
 
 # --------------------------------------------------------------------------- one-sample views

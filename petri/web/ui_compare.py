@@ -29,6 +29,7 @@ from petri.web.limits import MAX_SAMPLES, MAX_STEPS
 from petri.web.requests import SeedRequest, SettingsIn, prepare_seed
 from petri.web.ui_access import UiAccess
 from petri.web.ui_dish import EXAMPLE_CONCEPTS, TEMPLATES, DishController
+from petri.web.ui_figure_files import add_figure_downloads
 from petri.web.ui_live import JobCancelled, stream, wire_run
 from petri.web.ui_stats import paired_tests_line
 from petri.web.ui_trajectory import TrajectoryView
@@ -84,7 +85,7 @@ class CompareController:
     def __init__(self, service: PetriService, dish: DishController):
         self.service = service
         self.dish = dish
-        self.trajectories = [TrajectoryView(service, dish.tokens, dish.workdir, f"traj_{x}") for x in "ab"]
+        self.trajectories = [TrajectoryView(service, dish.tokens, f"traj_{x}") for x in "ab"]
 
     def run(self, concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps,
             cancel: threading.Event | None = None, caller: Caller | None = None):
@@ -131,6 +132,12 @@ class CompareController:
             "template": first.get("template") or a.template or DEFAULT_TEMPLATE, "samples": int(request["n_samples"]),
             "seed": int(request.get("seed") or 0), "steps": int(request["settings"]["max_denoising_steps"]),
         }
+
+    def figures(self, stored: list) -> dict:
+        """The tab's figures of a stored comparison (``stored`` as ``load_events`` gives it), for downloads."""
+        (_, group_a, a), (_, group_b, b) = stored[:2]
+        views = self.views("", a, b, (group_a or "A", group_b or "B"))
+        return {"heatmap-a": views["heatmap_a"], "heatmap-b": views["heatmap_b"], "difference": views["difference"]}
 
     def views(self, run_id: str, a: Trajectory, b: Trajectory, labels: tuple[str, str]) -> dict:
         """Both heatmaps, their difference, the pair and per-sample tables, the texts (also for a
@@ -198,6 +205,7 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
         heatmap_a = gr.Plot(show_label=False, elem_id="petri-cmp-heatmap-a")
         heatmap_b = gr.Plot(show_label=False, elem_id="petri-cmp-heatmap-b")
     difference = gr.Plot(show_label=False, elem_id="petri-cmp-difference")
+    add_figure_downloads(service, run_id, ctl.figures, access, (), "petri-cmp-figures")
     with gr.Row():
         pairs = gr.Dataframe(label="Pair instability side by side", interactive=False, elem_id="petri-cmp-pairs")
         paired = gr.Dataframe(label="Paired difference per sample (same layout in both events)", interactive=False,
@@ -205,7 +213,7 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
     with gr.Row():
         text_a = gr.HighlightedText(label="A: sample 0", combine_adjacent=True, show_legend=True)
         text_b = gr.HighlightedText(label="B: sample 0", combine_adjacent=True, show_legend=True)
-    trajectories = {k: v for view, x in zip(ctl.trajectories, "AB") for k, v in view.build(f"Event {x}'s trajectory").items()}
+    trajectories = {k: v for view, x in zip(ctl.trajectories, "AB") for k, v in view.build(f"Event {x}'s trajectory", access).items()}
     names = {"status": status, "summary": summary, "run_id": run_id, "heatmap_a": heatmap_a, "heatmap_b": heatmap_b,
              "difference": difference, "pairs": pairs, "paired": paired, "text_a": text_a, "text_b": text_b,
              **trajectories}

@@ -13,10 +13,8 @@ arrive; the Cancel button stops the job within one step.
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import gradio as gr
 import numpy as np
@@ -40,6 +38,7 @@ from petri.web.requests import SeedRequest, SettingsIn, prepare_seed, preview_la
 from petri.web.responses import write_run_files
 from petri.web.ui_access import UiAccess, export_dir
 from petri.web.ui_canvas import canvas_control, canvas_value, placement_rows
+from petri.web.ui_figure_files import add_figure_downloads
 from petri.web.ui_live import JobCancelled, stream, wire_run
 from petri.web.ui_trajectory import TrajectoryView
 from petri.web.ui_views import (
@@ -91,8 +90,7 @@ class DishController:
         self.service = service
         self.lm = service.lm
         self.tokens = TokenText(self.lm.tokenizer)
-        self.workdir = Path(tempfile.mkdtemp(prefix="petri-ui-"))
-        self.trajectory = TrajectoryView(service, self.tokens, self.workdir)
+        self.trajectory = TrajectoryView(service, self.tokens)
 
     # -- placement ------------------------------------------------------------------------
     def spread(self, concepts_text: str, pin_thought: bool = True) -> pd.DataFrame:
@@ -319,6 +317,12 @@ class DishController:
             title=f"flips per step and position ({traj.n_samples} samples)",
         )
 
+    def figures(self, stored: list, sample=0) -> dict[str, go.Figure]:
+        """The tab's figures of a stored dish (``stored`` as ``load_events`` gives it), for downloads."""
+        traj = stored[0][2]
+        sample = min(max(int(sample or 0), 0), traj.n_samples - 1)
+        return {"flip-heatmap": self.final_heatmap(traj), f"flips-sample{sample}": flips_bar(traj, sample, self.lm.tokenizer)}
+
     def sample_views(self, traj: Trajectory, sample: int) -> dict:
         """The highlighted final text and the flips bar of one sample."""
         colors = concept_colors(sorted({a.concept for spans in traj.anchors for a in spans}))
@@ -398,7 +402,7 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
         cancel_btn = gr.Button("Cancel", variant="stop", elem_id="petri-cancel", scale=1)
     status = gr.Markdown("", elem_id="petri-status")
     heatmap = gr.Plot(label="Flips: step × position (live)", show_label=False, elem_id="petri-heatmap")
-    trajectory = ctl.trajectory.build("Trajectory")
+    trajectory = ctl.trajectory.build("Trajectory", access)
     run_id = gr.State("")
     with gr.Row():
         sample = gr.Slider(0, 1, value=0, step=1, label="Sample (numbered from 0, as in the CSVs)", interactive=False,
@@ -416,6 +420,7 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
     with gr.Accordion("Samples", open=False):
         samples_table_view = gr.Dataframe(interactive=False, wrap=True)
 
+    add_figure_downloads(service, run_id, ctl.figures, access, [sample], "petri-dish-figures")
     run_inputs = [concepts, event, template, samples, seed, placement, shuffle_per_sample, steps,
                   entropy_bound, t_min, t_max, adaptive, pin_thought]
     names = {"status": status, "heatmap": heatmap, "run_id": run_id, "final_text": final_text,

@@ -35,6 +35,7 @@ from petri.web.errors import FieldError
 from petri.web.limits import MAX_SAMPLES, MAX_STEPS
 from petri.web.requests import SettingsIn, StudyRequest, prepare_study
 from petri.web.ui_access import UiAccess, export_dir
+from petri.web.ui_figure_files import add_shown_figure_downloads
 from petri.web.ui_live import JobCancelled, JobFailed, stream, wire_run
 from petri.web.ui_shipped import load_shipped, report_markdown, shipped_figures, shipped_files, shipped_markdown
 from petri.web.ui_stats import build_stats_panel, stats_views
@@ -420,6 +421,8 @@ def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tu
     fig_instability = gr.Plot(figures0[0], show_label=False, elem_id="petri-study-instability")
     fig_events = gr.Plot(figures0[1], show_label=False, elem_id="petri-study-events-fig")
     fig_jaccard = gr.Plot(figures0[2], show_label=False, elem_id="petri-study-jaccard")
+    add_shown_figure_downloads({"instability": fig_instability, "events": fig_events, "jaccard": fig_jaccard},
+                               access, "petri-study-figures")
     groups = gr.Dataframe(groups0, label=f"Groups{shown_run}", interactive=False, elem_id="petri-study-groups")
     files = gr.File(files0, label=f"Downloads{shown_run} (tidy tables, run.json, report.md)", file_count="multiple",
                     interactive=False, elem_id="petri-study-files")

@@ -20,8 +20,6 @@ a tab and returns them by name, :meth:`TrajectoryView.views` their values for a 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import gradio as gr
 import numpy as np
 
@@ -29,7 +27,9 @@ from petri.metrics import anchor_concepts
 from petri.replay import CONFIDENCE_LEGEND, live_record, sample_record
 from petri.study.trajectory_plots import CONFIDENCE_SCALE, step_curves_figure, trajectory_figure
 from petri.trajectory import Trajectory
+from petri.web.access import Caller
 from petri.web.replay_files import export_bundle, run_colors
+from petri.web.ui_access import UiAccess, export_dir
 from petri.web.tokens import TokenText
 
 VIEW_HTML = """
@@ -176,8 +176,8 @@ PARTS = ("view", "key", "sample", "figure", "curves", "files")
 class TrajectoryView:
     """The handlers of one trajectory viewer (a tab may hold several: Compare has one per event)."""
 
-    def __init__(self, service, tokens: TokenText, workdir: Path, prefix: str = "traj"):
-        self.service, self.tokens, self.workdir, self.prefix = service, tokens, Path(workdir), prefix
+    def __init__(self, service, tokens: TokenText, prefix: str = "traj"):
+        self.service, self.tokens, self.prefix = service, tokens, prefix
 
     def name(self, part: str) -> str:
         return f"{self.prefix}_{part}"
@@ -217,25 +217,28 @@ class TrajectoryView:
         }
 
     # -- handlers -------------------------------------------------------------------------
-    def _stored(self, key: dict | None):
+    def _stored(self, key: dict | None, caller: Caller | None):
+        """The shown run's stored events, if ``caller`` (None: local) may open the run."""
         if not key or not key.get("run_id"):
             raise gr.Error("Run or reopen a dish first.", title="Trajectory")
+        UiAccess.open_run(self.service, caller or Caller(public=False), key["run_id"])
         stored = self.service.store.load_events(key["run_id"])
         if not stored or key["event"] >= len(stored):
             raise gr.Error(f"run_id: no stored event {key['event']} in run {key['run_id']!r}", title="Trajectory")
         return stored
 
-    def show_sample(self, key: dict | None, sample) -> dict:
+    def show_sample(self, key: dict | None, sample, caller: Caller | None = None) -> dict:
         """Another sample of the stored run: its record, figure and curves."""
-        stored = self._stored(key)
+        stored = self._stored(key, caller)
         views = self.views(key["run_id"], key["event"], stored[key["event"]][2], int(sample or 0), key.get("title", ""))
         views.pop(self.name("sample"))
         return views
 
-    def export(self, key: dict | None, sample) -> list[str]:
-        """The replay files of the shown sample (GIF, figures as HTML/PNG/SVG, steps CSV/Parquet)."""
-        stored = self._stored(key)
-        folder = self.workdir / f"{key['run_id']}-replay-{self.prefix}"
+    def export(self, key: dict | None, sample, caller: Caller | None = None) -> list[str]:
+        """The replay files of the shown sample (GIF, figures as HTML/PNG/SVG, steps CSV/Parquet),
+        written into ``caller``'s own download folder (:func:`petri.web.ui_access.export_dir`)."""
+        stored = self._stored(key, caller)
+        folder = export_dir(caller) / f"{key['run_id']}-replay-{self.prefix}"
         paths, notes = export_bundle([t for _, _, t in stored], [g for _, g, _ in stored], key["event"],
                                      int(sample or 0), folder, self.tokens)
         for note in notes:
@@ -243,8 +246,10 @@ class TrajectoryView:
         return [str(p) for p in paths]
 
     # -- components -----------------------------------------------------------------------
-    def build(self, label: str = "Trajectory") -> dict:
-        """The components (inside an open Blocks context) by name, their events wired."""
+    def build(self, label: str = "Trajectory", access: UiAccess | None = None) -> dict:
+        """The components (inside an open Blocks context) by name, their events wired (``access``
+        says who calls each handler)."""
+        access = access or UiAccess()
         elem = f"petri-{self.prefix.replace('_', '-')}"
         with gr.Accordion(f"{label}: watch the text settle, step by step", open=True, elem_id=f"{elem}-box"):
             with gr.Row():
@@ -264,10 +269,13 @@ class TrajectoryView:
                  self.name("figure"): figure, self.name("curves"): curves, self.name("files"): files}
         outputs = [view, figure, curves, files]
 
-        def on_sample(k, s):
-            views = self.show_sample(k, s)
+        def on_sample(request: gr.Request, k, s):
+            views = self.show_sample(k, s, access.caller(request))
             return [views[self.name(p)] for p in ("view", "figure", "curves", "files")]
 
-        sample.release(on_sample, [key, sample], outputs, show_progress="hidden")
-        export.click(self.export, [key, sample], files, show_progress="minimal")
+        def on_export(request: gr.Request, k, s):
+            return self.export(k, s, access.caller(request))
+
+        sample.release(on_sample, [key, sample], outputs, show_progress="hidden", api_name=self.name("sample"))
+        export.click(on_export, [key, sample], files, show_progress="minimal", api_name=self.name("export"))
         return parts
