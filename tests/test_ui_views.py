@@ -245,3 +245,20 @@ def test_compare_heatmaps_share_one_step_axis(service):
     assert tuple(ya.range) == tuple(yb.range) and final["heatmap_a"].layout.height == final["heatmap_b"].layout.height
     (_, _, a), (_, _, b) = service.store.load_events(final["run_id"])
     assert tuple(ya.range) == (max(a.steps.max(), b.steps.max()) - 0.5, -0.5)
+
+
+def test_heatmap_boxes_name_slots_when_samples_shuffle_their_anchors():
+    """Item 7 of issue 20: a figure over every sample labels what it aggregates. Hand-worked: sample 0
+    pins order at 3 (one token) and person at 8-9; sample 1 swaps them (person 3-4, order 8)."""
+    from petri.study.plots import aggregate_anchor_boxes, flip_heatmap
+    from petri.trajectory import AnchorSpan
+
+    order_a, person_a = AnchorSpan("order", 3, (11,)), AnchorSpan("person", 8, (12, 13))
+    same = aggregate_anchor_boxes([[order_a, person_a], [person_a, order_a]])  # same layout, other list order
+    assert [(b.concept, b.start, b.end) for b in same] == [("order", 3, 4), ("person", 8, 10)]
+    shuffled = [[order_a, person_a], [AnchorSpan("person", 3, (12, 13)), AnchorSpan("order", 8, (11,))]]
+    boxes = aggregate_anchor_boxes(shuffled)
+    assert [(b.concept, b.start, b.end) for b in boxes] == [("slot 1: order/person", 3, 5), ("slot 2: person/order", 8, 10)]
+    fig = flip_heatmap(np.zeros((2, 12)), n_samples=2, anchors=boxes)
+    labels = [a.text for a in fig.layout.annotations]
+    assert "<b>slot 1: order/person</b>" in labels and not any(t == "<b>order</b>" for t in labels)

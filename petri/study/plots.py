@@ -21,6 +21,7 @@ import os
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -212,8 +213,31 @@ def _check_sample(traj: Trajectory, sample: int) -> int:
     return int(sample)
 
 
+class Box(NamedTuple):
+    """An outlined stretch of a figure: ``concept`` is its label, positions ``start .. end - 1``."""
+
+    concept: str
+    start: int
+    end: int
+
+
+def aggregate_anchor_boxes(anchors: Sequence[Sequence[AnchorSpan]]) -> list:
+    """The anchor boxes of a figure over every sample (``anchors[s]``: sample ``s``'s spans): the
+    concepts themselves when every sample pins them at the same positions, else one box per *slot*
+    (the k-th anchor in canvas order), ``"slot k: a/b"`` naming the concepts the samples put there
+    and covering each of their spans (a shuffled layout: sample 0's boxes would mislabel the rest)."""
+    layouts = [sorted((a.start, a.end, a.concept) for a in spans) for spans in anchors]
+    if not layouts or all(layout == layouts[0] for layout in layouts):
+        return list(anchors[0]) if anchors else []
+    boxes = []
+    for k, slot in enumerate(zip(*layouts)):
+        names = "/".join(dict.fromkeys(concept for _, _, concept in slot))
+        boxes.append(Box(f"slot {k + 1}: {names}", min(x for x, _, _ in slot), max(y for _, y, _ in slot)))
+    return boxes
+
+
 def _mark_anchors(
-    fig: go.Figure, spans: Sequence[AnchorSpan], pinned, *, outline: bool = False, colors: dict[str, str] | None = None
+    fig: go.Figure, spans: Sequence[AnchorSpan | Box], pinned, *, outline: bool = False, colors: dict[str, str] | None = None
 ) -> None:
     """Mark each anchor span (labelled with its concept above the plot, coloured by ``colors`` or
     :data:`ANCHOR_COLOR`) and the rest of the pinned positions ``pinned`` ``(L,)`` bool (the canvas

@@ -20,7 +20,7 @@ from petri.dish import DEFAULT_TEMPLATE
 from petri.metrics import flip_grid
 from petri.jobs import QueueFull
 from petri.service import PetriService
-from petri.study.plots import flip_difference_heatmap
+from petri.study.plots import aggregate_anchor_boxes, flip_difference_heatmap
 from petri.tables import pairs_table, samples_table, segments_table
 from petri.trajectory import Trajectory
 from petri.web.access import Caller
@@ -160,7 +160,7 @@ class CompareController:
             "heatmap_a": heat_a,
             "heatmap_b": heat_b,
             "difference": flip_difference_heatmap(
-                counts[0], counts[1], labels=labels, anchors=a.anchors[0], pinned=a.anchor_mask.all(axis=0),
+                counts[0], counts[1], labels=labels, anchors=aggregate_anchor_boxes(a.anchors), pinned=a.anchor_mask.all(axis=0),
                 n_samples=a.n_samples, title=f"flip difference ({labels[1]} − {labels[0]}), samples flipping per step",
                 colors=concepts),
             "pairs": compare_pairs(a, b, labels).round(4),

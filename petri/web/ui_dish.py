@@ -28,7 +28,7 @@ from petri.export import token_decoder
 from petri.metrics import flip_grid
 from petri.jobs import QueueFull
 from petri.service import PetriService, SeedResult
-from petri.study.plots import flip_heatmap, flips_bar, token_texts
+from petri.study.plots import aggregate_anchor_boxes, flip_heatmap, flips_bar, token_texts
 from petri.tables import pairs_table, samples_table
 from petri.trajectory import SamplerSettings, Trajectory
 from petri.web.access import Caller
@@ -249,7 +249,7 @@ class DishController:
                 "status": f"Sampling… step {index + 1} of at most {steps_max} "
                           f"({int(finished.sum())}/{len(finished)} samples settled)",
                 "heatmap": flip_heatmap(
-                    live.counts(), n_samples=request.samples, anchors=layouts[0], pinned=pinned.all(axis=0),
+                    live.counts(), n_samples=request.samples, anchors=aggregate_anchor_boxes(layouts), pinned=pinned.all(axis=0),
                     blank_pinned=True, tokens=token_texts(self.tokens, live.token_ids()), colors=colors,
                     title=f"flips while sampling — step {index + 1}",
                 ),
@@ -312,7 +312,7 @@ class DishController:
         """The finished dish's flip map: samples flipping per step and free position."""
         return flip_heatmap(
             flip_grid(traj.argmax, traj.steps, traj.anchor_mask).sum(axis=0), n_samples=traj.n_samples,
-            anchors=traj.anchors[0], pinned=traj.anchor_mask.all(axis=0), blank_pinned=True,
+            anchors=aggregate_anchor_boxes(traj.anchors), pinned=traj.anchor_mask.all(axis=0), blank_pinned=True,
             tokens=token_texts(self.tokens, traj.argmax[0]), colors=concept_colors([a.concept for a in traj.anchors[0]]),
             title=f"flips per step and position ({traj.n_samples} samples)",
         )
