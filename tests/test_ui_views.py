@@ -262,3 +262,25 @@ def test_heatmap_boxes_name_slots_when_samples_shuffle_their_anchors():
     fig = flip_heatmap(np.zeros((2, 12)), n_samples=2, anchors=boxes)
     labels = [a.text for a in fig.layout.annotations]
     assert "<b>slot 1: order/person</b>" in labels and not any(t == "<b>order</b>" for t in labels)
+
+
+def test_the_template_dropdown_keeps_each_templates_newline(service):
+    """Issue 20 item 13: the dropdown showed "Event: {event}Describe how…" (a one-line box drops
+    the newline). Its choices' labels mark the newline and their values are the true texts; a shown
+    label that comes back as the value (typed or kept) is still the template with its newline."""
+    from petri.dish import DEFAULT_TEMPLATE
+    from petri.web.ui_dish import TEMPLATE_CHOICES, template_control
+
+    ctl = DishController(service)
+    default_label, default_value = TEMPLATE_CHOICES[0]
+    assert default_value == "Event: {event}\nDescribe how {concepts} relate in this event." == DEFAULT_TEMPLATE
+    assert default_label == "Event: {event}⏎Describe how {concepts} relate in this event."
+    inputs = ["order, inventory, person", "Only 90 units are in stock.", None, 3, 2, ctl.spread("order, inventory, person"),
+              True, 5, 0.1, 0.4, 0.8, False, True]
+    for shown in (default_label, default_value):
+        inputs[2] = shown
+        assert ctl.build_request(*inputs).template == "Event: {event}\nDescribe how {concepts} relate in this event."
+    inputs[2] = "A: {event}⏎B: {concepts}"  # a typed template using the mark
+    assert ctl.build_request(*inputs).template == "A: {event}\nB: {concepts}"
+    assert template_control("A: {event}\nB: {concepts}") == "A: {event}⏎B: {concepts}"  # a reopened custom one
+    assert template_control(DEFAULT_TEMPLATE) == DEFAULT_TEMPLATE  # a choice: its value, shown by its label

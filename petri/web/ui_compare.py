@@ -28,7 +28,7 @@ from petri.web.errors import FieldError
 from petri.web.limits import MAX_SAMPLES, MAX_STEPS
 from petri.web.requests import SeedRequest, SettingsIn, prepare_seed
 from petri.web.ui_access import UiAccess
-from petri.web.ui_dish import EXAMPLE_CONCEPTS, TEMPLATES, DishController
+from petri.web.ui_dish import EXAMPLE_CONCEPTS, TEMPLATE_CHOICES, DishController, template_control, template_text
 from petri.web.ui_figure_files import add_figure_downloads
 from petri.web.ui_live import JobCancelled, stream, wire_run
 from petri.web.ui_stats import paired_tests_line
@@ -95,7 +95,7 @@ class CompareController:
             raise gr.Error("labels: give the two events different labels", title="Check the comparison")
         try:
             request = SeedRequest(
-                concepts=[c.strip() for c in (concepts or "").split(",")], template=template or DEFAULT_TEMPLATE,
+                concepts=[c.strip() for c in (concepts or "").split(",")], template=template_text(template),
                 events=[{"event": event_a, "group": labels[0]}, {"event": event_b, "group": labels[1]}],
                 samples=int(samples or 1), seed=int(seed or 0),
                 settings=SettingsIn(max_denoising_steps=int(steps) if steps else None),
@@ -129,7 +129,7 @@ class CompareController:
         return {
             "concepts": ", ".join(first["concepts"]), "label_a": first.get("group") or "A", "event_a": first["event"],
             "label_b": second.get("group") or "B", "event_b": second["event"],
-            "template": first.get("template") or a.template or DEFAULT_TEMPLATE, "samples": int(request["n_samples"]),
+            "template": template_control(first.get("template") or a.template or DEFAULT_TEMPLATE), "samples": int(request["n_samples"]),
             "seed": int(request.get("seed") or 0), "steps": int(request["settings"]["max_denoising_steps"]),
         }
 
@@ -190,7 +190,7 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
             label_b = gr.Textbox(EXAMPLE_B[0], label="Label B")
             event_b = gr.Textbox(EXAMPLE_B[1], label="Event B", lines=2, elem_id="petri-cmp-event-b")
     with gr.Row():
-        template = gr.Dropdown(TEMPLATES, value=DEFAULT_TEMPLATE, allow_custom_value=True, label="Prompt template")
+        template = gr.Dropdown(TEMPLATE_CHOICES, value=DEFAULT_TEMPLATE, allow_custom_value=True, label="Prompt template")
         samples = gr.Slider(1, MAX_SAMPLES, value=8, step=1, label="Samples per event", elem_id="petri-cmp-samples")
         seed = gr.Number(0, precision=0, minimum=0, label="Seed")
         steps = gr.Slider(1, MAX_STEPS, value=service.lm.default_settings().max_denoising_steps, step=1,

@@ -61,6 +61,23 @@ TEMPLATES = [
     "Event: {event}\nWrite a short report about this event that mentions {concepts}.",
     "Here is what happened: {event}\nExplain the situation in terms of {concepts}.",
 ]
+#: How a template's newline shows in the template dropdown (a one-line box cannot show "\n").
+NEWLINE_MARK = "⏎"
+#: The dropdown's (label, value) choices: the label marks each newline, the value is the true text.
+TEMPLATE_CHOICES = [(t.replace("\n", NEWLINE_MARK), t) for t in TEMPLATES]
+
+
+def template_text(value: str | None) -> str:
+    """The template a dropdown value stands for: a typed or shown ``NEWLINE_MARK`` is a newline."""
+    return (value or DEFAULT_TEMPLATE).replace(NEWLINE_MARK, "\n")
+
+
+def template_control(text: str) -> str:
+    """The dropdown value that shows stored template ``text``: the choice's value when it is one,
+    else the text with its newlines marked (so the one-line box keeps them)."""
+    return text if text in TEMPLATES else text.replace("\n", NEWLINE_MARK)
+
+
 EXAMPLE_EVENT = "Only 90 units are in stock, but a customer ordered 120."
 EXAMPLE_CONCEPTS = "order, inventory, person"
 #: The Dish tab's examples (concepts, event): benign and contradictory events of the shipped study.
@@ -154,7 +171,7 @@ class DishController:
         settings = SamplerSettings(**request["settings"])
         return {
             "concepts": ", ".join(concepts), "event": first["event"],
-            "template": first.get("template") or traj.template or DEFAULT_TEMPLATE,
+            "template": template_control(first.get("template") or traj.template or DEFAULT_TEMPLATE),
             "samples": int(request["n_samples"]), "seed": int(request.get("seed") or 0), "placement": table,
             "shuffle": bool(shuffle), "steps": settings.max_denoising_steps, "entropy_bound": settings.entropy_bound,
             "t_min": settings.t_min, "t_max": settings.t_max, "adaptive": settings.stability_threshold is not None,
@@ -189,7 +206,7 @@ class DishController:
             adaptive_stop=bool(adaptive), pin_thought_channel=bool(pin_thought),
         )
         return SeedRequest(
-            concepts=concepts, event=event or None, template=template or DEFAULT_TEMPLATE,
+            concepts=concepts, event=event or None, template=template_text(template),
             positions=positions, shuffle=bool(shuffle), samples=int(samples or 1), settings=settings,
             seed=int(seed or 0),
         )
@@ -367,7 +384,7 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
         with gr.Column(scale=3):
             concepts = gr.Textbox(EXAMPLE_CONCEPTS, label="Concepts (2–8, comma-separated)", elem_id="petri-concepts")
             event = gr.Textbox(EXAMPLE_EVENT, label="Event", lines=3, max_length=2000, elem_id="petri-event")
-            template = gr.Dropdown(TEMPLATES, value=DEFAULT_TEMPLATE, allow_custom_value=True,
+            template = gr.Dropdown(TEMPLATE_CHOICES, value=DEFAULT_TEMPLATE, allow_custom_value=True,
                                    label="Prompt template ({event}, {concepts})")
             gr.Examples(EXAMPLES, [concepts, event], label="Examples (benign and contradictory events)",
                         example_labels=EXAMPLE_LABELS, elem_id="petri-examples")
