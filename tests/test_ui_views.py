@@ -14,7 +14,7 @@ import pytest
 from petri.metrics import flip_grid
 from petri.service import PetriService
 from petri.store import RunStore
-from petri.tables import segments_table
+from petri.tables import samples_table, segments_table
 from petri.web.ui_canvas import placement_rows
 from petri.web.ui_compare import CompareController, paired_samples
 from petri.web.ui_dish import DishController
@@ -284,3 +284,27 @@ def test_the_template_dropdown_keeps_each_templates_newline(service):
     assert ctl.build_request(*inputs).template == "A: {event}\nB: {concepts}"
     assert template_control("A: {event}\nB: {concepts}") == "A: {event}⏎B: {concepts}"  # a reopened custom one
     assert template_control(DEFAULT_TEMPLATE) == DEFAULT_TEMPLATE  # a choice: its value, shown by its label
+
+
+def test_the_samples_table_gives_each_header_its_line_and_final_text_room(service):
+    """Issue 20 item 13: the Samples table squeezed its headers ("sa/mp/le") and cut final_text.
+    Every column gets a width that holds its header on one line (9 px a character of the 14 px
+    font plus 24 px of cell padding, a generous bound) and final_text the widest; the view carries
+    each sample's whole final text."""
+    from petri.web.ui import build_ui
+
+    demo = build_ui(service)
+    table = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "petri-samples-table")
+    ctl = DishController(service)
+    final = list(ctl.run("order, inventory, person", "Only 90 units are in stock.", "{event}", 2, 1,
+                         ctl.spread("order, inventory, person"), True, 4, 0.1, 0.4, 0.8, False, True))[-1]
+    view = final["samples_table"]
+    traj = service.store.load_events(final["run_id"])[0][2]
+    widths = [int(str(w).removesuffix("px")) for w in table.column_widths]
+    assert len(widths) == len(view.columns)
+    for header, width in zip(view.columns, widths):
+        assert width >= 9 * len(header) + 24, (header, width)
+    assert widths[list(view.columns).index("final_text")] == max(widths) >= 400
+    assert table.wrap
+    full = samples_table(traj)["final_text"]
+    assert list(view["final_text"]) == list(full) and all(len(t) > 0 for t in full)

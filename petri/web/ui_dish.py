@@ -356,11 +356,14 @@ class DishController:
         table = pairs_table(traj)[["pair", "n_segments", "instability"]]
         return table.sort_values("instability", ascending=False, na_position="last").round(3)
 
-    @staticmethod
-    def samples_view(traj: Trajectory) -> pd.DataFrame:
-        cols = ["sample", "steps", "anchor_layout", "mean_flips_free", "settled_share", "anchors_intact",
-                "n_anchors", "mean_agreement", "final_text"]
-        return samples_table(traj)[cols].copy().round(3)
+    #: The Samples table's columns and their widths (px): each header fits on its line and
+    #: ``final_text`` is wide enough to wrap whole (the table scrolls sideways on a narrow screen).
+    SAMPLES_COLUMNS = {"sample": 90, "steps": 80, "anchor_layout": 170, "mean_flips_free": 170, "settled_share": 150,
+                       "anchors_intact": 160, "n_anchors": 120, "mean_agreement": 160, "final_text": 520}
+
+    @classmethod
+    def samples_view(cls, traj: Trajectory) -> pd.DataFrame:
+        return samples_table(traj)[list(cls.SAMPLES_COLUMNS)].copy().round(3)
 
     def show_sample(self, run_id: str, sample: int, caller: Caller | None = None) -> dict:
         """A stored run's sample (the sample slider), if ``caller`` (None: local) may open the run."""
@@ -435,7 +438,8 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
         files = gr.File(label="CSV downloads (tidy tables + run.json)", file_count="multiple",
                         interactive=False, elem_id="petri-files")
     with gr.Accordion("Samples", open=False):
-        samples_table_view = gr.Dataframe(interactive=False, wrap=True)
+        samples_table_view = gr.Dataframe(interactive=False, wrap=True, elem_id="petri-samples-table",
+                                          column_widths=[f"{w}px" for w in DishController.SAMPLES_COLUMNS.values()])
 
     add_figure_downloads(service, run_id, ctl.figures, access, [sample], "petri-dish-figures")
     run_inputs = [concepts, event, template, samples, seed, placement, shuffle_per_sample, steps,
