@@ -3,7 +3,7 @@ the Study tab opens on the shipped results; concept chips are dragged with the m
 the keyboard, and the run's stored anchors sit at the new positions; an overlapping drop is refused
 where the user sees it; a dish runs with its live heatmap (the screenshot for the README); a study's
 provisional instability figure appears before the study ends; a comparison shows both heatmaps; a
-stored run reopens. Screenshots go to tmp_path and, when ``PETRI_SCREENSHOT_DIR`` is set, there too.
+stored run reopens; at 420 px wide no Study figure or table is cut off. Screenshots go to tmp_path and, when ``PETRI_SCREENSHOT_DIR`` is set, there too.
 
 The model is the embedded one (``assets/petri-tiny``) when its weights are present, else a tiny
 random DiffusionGemma with a 48-token canvas. The study is held after its third batch (a gate in the
@@ -541,3 +541,38 @@ def test_bad_concepts_are_named_in_the_browser(page, tmp_path):
     page.wait_for_selector("#petri-concepts:has-text('at least 2 items')")
     assert "concepts" in page.inner_text("#petri-concepts")
     save_screenshot(page, tmp_path, "dish-error.png")
+
+
+#: For each figure and table of the open tab: its id, its right edge, the page width, and (tables) whether
+#: the part that does not fit scrolls (an ancestor inside the page with overflow-x auto or scroll).
+NARROW_PROBE = """() => {
+  const out = [];
+  const scrolls = el => { for (let e = el; e && e !== document.body; e = e.parentElement) {
+      const o = getComputedStyle(e).overflowX; if ((o === 'auto' || o === 'scroll') && e.clientWidth <= innerWidth)
+        return e.getBoundingClientRect().right <= innerWidth + 1; } return false; };
+  for (const p of document.querySelectorAll('.js-plotly-plot')) {
+    if (!p.offsetParent) continue;
+    const svg = p.querySelector('.main-svg'); const r = svg.getBoundingClientRect();
+    out.push({kind: 'figure', id: p.closest('[id]').id, right: r.right, width: r.width, fits: r.right <= innerWidth + 1});
+  }
+  for (const t of document.querySelectorAll('table')) {
+    if (!t.offsetParent) continue;
+    const r = t.getBoundingClientRect();
+    out.push({kind: 'table', id: t.closest('[id]') ? t.closest('[id]').id : '', right: r.right, width: r.width,
+              fits: r.right <= innerWidth + 1 || scrolls(t.parentElement)});
+  }
+  return out;
+}"""
+
+
+def test_at_420_px_no_study_figure_or_table_is_cut_off(served):
+    """Issue 20 item 12: on a 420 px wide screen every figure of the Study tab fits the page
+    (figures take their container's width) and every table either fits or scrolls sideways."""
+    with opened_page(served[0], width=420, height=900) as page:
+        tab(page, "Study")
+        page.wait_for_selector("#petri-study-instability .js-plotly-plot")
+        page.wait_for_selector("#petri-study-events-fig .js-plotly-plot")
+        time.sleep(1)  # plotly's relayout to the container
+        found = page.evaluate(NARROW_PROBE)
+        assert sum(f["kind"] == "figure" for f in found) >= 2 and any(f["kind"] == "table" for f in found)
+        assert all(f["fits"] for f in found), [f for f in found if not f["fits"]]
