@@ -3,7 +3,8 @@ the Study tab opens on the shipped results; concept chips are dragged with the m
 the keyboard, and the run's stored anchors sit at the new positions; an overlapping drop is refused
 where the user sees it; a dish runs with its live heatmap (the screenshot for the README); a study's
 provisional instability figure appears before the study ends; a comparison shows both heatmaps; a
-stored run reopens; at 420 px wide no Study figure or table is cut off. Screenshots go to tmp_path and, when ``PETRI_SCREENSHOT_DIR`` is set, there too.
+stored run reopens; at 420 px wide no Study figure or table is cut off. Screenshots go to tmp_path
+and, when ``PETRI_SCREENSHOT_DIR`` is set, there too.
 
 The model is the embedded one (``assets/petri-tiny``) when its weights are present, else a tiny
 random DiffusionGemma with a 48-token canvas. The study is held after its third batch (a gate in the
