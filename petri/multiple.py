@@ -33,34 +33,38 @@ def _finite(p) -> tuple[np.ndarray, np.ndarray]:
     return p, np.isfinite(p)
 
 
-def holm(p) -> np.ndarray:
-    """Holm-adjusted p-values, same order and shape as ``p`` (1-D); NaN stays NaN."""
+def _step_adjusted(p, adjust) -> np.ndarray:
+    """``p`` (1-D) adjusted by ``adjust(sorted_p) -> adjusted in that order``, put back in ``p``'s
+    order; NaN stays NaN and is not counted among the tests."""
     p, ok = _finite(p)
     out = np.full(p.shape, np.nan)
     q = p[ok]
-    m = q.size
-    if m:
+    if q.size:
         order = np.argsort(q, kind="stable")
-        stepped = np.minimum(1.0, (m - np.arange(m)) * q[order])
-        adj = np.empty(m)
-        adj[order] = np.maximum.accumulate(stepped)
+        adj = np.empty(q.size)
+        adj[order] = adjust(q[order])
         out[ok] = adj
     return out
+
+
+def holm(p) -> np.ndarray:
+    """Holm-adjusted p-values, same order and shape as ``p`` (1-D); NaN stays NaN."""
+
+    def step_down(q: np.ndarray) -> np.ndarray:
+        m = q.size
+        return np.maximum.accumulate(np.minimum(1.0, (m - np.arange(m)) * q))
+
+    return _step_adjusted(p, step_down)
 
 
 def benjamini_hochberg(p) -> np.ndarray:
     """Benjamini-Hochberg-adjusted p-values (q-values), same order as ``p``; NaN stays NaN."""
-    p, ok = _finite(p)
-    out = np.full(p.shape, np.nan)
-    q = p[ok]
-    m = q.size
-    if m:
-        order = np.argsort(q, kind="stable")
-        scaled = np.minimum(1.0, m * q[order] / np.arange(1, m + 1))
-        adj = np.empty(m)
-        adj[order] = np.minimum.accumulate(scaled[::-1])[::-1]
-        out[ok] = adj
-    return out
+
+    def step_up(q: np.ndarray) -> np.ndarray:
+        m = q.size
+        return np.minimum.accumulate(np.minimum(1.0, m * q / np.arange(1, m + 1))[::-1])[::-1]
+
+    return _step_adjusted(p, step_up)
 
 
 def pair_comparisons(segments: pd.DataFrame, groups: tuple[str, str], *, pair_col: str = "pair",
