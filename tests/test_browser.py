@@ -344,8 +344,10 @@ def single_token_words(tokenizer, n: int) -> list[tuple[int, str]]:
 
 
 def reopen_run(page, run_id: str) -> None:
-    """Open a stored run from the Runs tab."""
+    """Open a stored run from the Runs tab by clicking its row (whichever tab the page was on: the
+    Refresh button lists runs stored since the tab was last selected)."""
     tab(page, "Runs")
+    page.click("#petri-runs-refresh")
     page.wait_for_selector(f"#petri-runs-table:has-text('{run_id}')")
     page.locator("#petri-runs-table").get_by_text(run_id, exact=True).locator("visible=true").first.click()
     page.wait_for_function(f"document.querySelector('#petri-runs-choice input').value.includes('{run_id[:12]}')")
@@ -435,12 +437,7 @@ def test_compare_shows_both_heatmaps(page):
 def test_a_stored_run_reopens(page, served):
     _, service, _ = served
     dish_run = next(r for r in service.store.list_runs(20) if r["kind"] == "seed" and len(r["request"]["events"]) == 1)
-    tab(page, "Runs")
-    page.wait_for_selector(f"#petri-runs-table:has-text('{dish_run['run_id']}')")
-    page.locator("#petri-runs-table").get_by_text(dish_run["run_id"], exact=True).locator("visible=true").first.click()
-    page.wait_for_function(
-        f"document.querySelector('#petri-runs-choice input').value.includes('{dish_run['run_id'][:12]}')")
-    page.click("#petri-runs-open")
+    reopen_run(page, dish_run["run_id"])
     page.wait_for_selector(f"#petri-status:has-text('Reopened dish run')")
     assert dish_run["run_id"] in page.inner_text("#petri-status")
     page.wait_for_selector("#petri-heatmap .js-plotly-plot")
@@ -535,6 +532,7 @@ def test_the_sample_selector_follows_arrows_and_typing(page, served):
 
 
 def test_bad_concepts_are_named_in_the_browser(page, tmp_path):
+    tab(page, "Dish")
     page.fill("#petri-concepts textarea, #petri-concepts input", "order")
     page.wait_for_function("!document.querySelector('#petri-placement').innerText.includes('inventory')")
     page.wait_for_function("!document.querySelector('#petri-canvas').textContent.includes('inventory')")

@@ -15,7 +15,7 @@ import threading
 import httpx
 import pytest
 
-from test_browser import CHROMIUM, opened_page, tab
+from test_browser import CHROMIUM, opened_page, reopen_run, tab
 
 #: The sampler waits after this step (0-based) until the test has seen the live view on it.
 HOLD_AT = 5
@@ -238,11 +238,7 @@ def test_a_reopened_run_shows_the_same_views(page, served, dish_run):
     page.keyboard.press("Enter")
     page.locator("#petri-traj-sample input[type=range]").dispatch_event("pointerup")
     page.wait_for_function("document.querySelector('#petri-traj .pt').dataset.sample === '1'")
-    tab(page, "Runs")
-    page.wait_for_selector(f"#petri-runs-table:has-text('{run_id}')")
-    page.locator("#petri-runs-table").get_by_text(run_id, exact=True).locator("visible=true").first.click()
-    page.wait_for_function(f"document.querySelector('#petri-runs-choice input').value.includes('{run_id[:12]}')")
-    page.click("#petri-runs-open")
+    reopen_run(page, run_id)
     page.wait_for_selector("#petri-status:has-text('Reopened dish run')")
     page.wait_for_function("document.querySelector('#petri-traj .pt').dataset.sample === '0'")
     last = len(argmax[0][0]) - 1

@@ -98,7 +98,7 @@ def test_a_public_server_keeps_each_callers_runs_private_on_every_path(public_ui
 
         # the Runs list: each sees its own, nobody sees anything
         for who, mine in ((v1, {v1_run}), (v2, set()), (nobody, set())):
-            kind, out = gradio_call(who, "listed", ["", "all"])
+            kind, out = gradio_call(who, "listed", ["", "all", None])
             assert kind == "complete", out
             assert {row[0] for row in out[0]["data"]} == mine
             assert not {a_run, v1_run} - mine & set(json.dumps(out).split('"'))

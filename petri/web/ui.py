@@ -46,9 +46,9 @@ def build_ui(service: PetriService, model_source: str | None = None, access: Acc
                 study, study_views = build_study_tab(service, who)
             with gr.Tab("Runs", id="runs") as runs_tab:
                 runs = RunsController(service, dish, compare, study)
-                refresh, refreshed, filters = build_runs_tab(
+                refresh, refreshed, refresh_inputs = build_runs_tab(
                     service, tabs, runs, {"dish": dish_views, "compare": compare_views, "study": study_views}, who)
             with gr.Tab("Model", id="model"):
                 gr.Markdown(model_markdown(service, model_source), elem_id="petri-model")
-        runs_tab.select(refresh, filters, refreshed, show_progress="hidden")
+        runs_tab.select(refresh, refresh_inputs, refreshed, show_progress="hidden")
     return demo

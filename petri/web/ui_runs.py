@@ -71,6 +71,11 @@ def runs_table(service: PetriService, limit: int = 200, caller: Caller | None = 
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
+def run_choices(frame: pd.DataFrame) -> list[tuple[str, str]]:
+    """(label, run id) for each row of a runs table, in its order."""
+    return [(f"{r.kind} · {r.created_at} · {r.run_id[:12]} · {r.what[:60]}", r.run_id) for r in frame.itertuples()]
+
+
 def study_result_from_store(service: PetriService, run: dict) -> tuple[StudyResult, int]:
     """A stored study run as the runner's result (its stored batches), and how many batches it plans."""
     request = run["request"]
@@ -138,8 +143,8 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
                    access: UiAccess | None = None):
     """The Runs tab's components and events (inside an open ``gr.Tab``). ``outputs`` maps a kind
     (``dish``, ``compare``, ``study``) to that tab's result components by name (with a ``status``).
-    Every handler asks ``access`` who called it. Returns ``(refresh function, its outputs)`` for
-    the tab's select event."""
+    Every handler asks ``access`` who called it. Returns ``(refresh function, its outputs, its inputs)``
+    for the tab's select event."""
     access = access or UiAccess()
     mine = "Your runs on this server (each visitor sees only their own)" if access.policy.public else \
         "Every run stored on this server"
@@ -149,20 +154,28 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
         search = gr.Textbox("", label="Search", placeholder="words in id, concepts, events…", scale=3,
                             elem_id="petri-runs-search")
         kind_filter = gr.Dropdown(KIND_FILTERS, value="all", label="Kind", scale=1, elem_id="petri-runs-kind")
-        refresh = gr.Button("Refresh", size="sm", scale=0)
+        refresh = gr.Button("Refresh", size="sm", scale=0, elem_id="petri-runs-refresh")
+    # a public page is the same for every visitor: its runs arrive with the visitor's first refresh
+    initial = runs_table(service) if not access.policy.public else pd.DataFrame(columns=RUN_COLUMNS)
+    initial_choices = run_choices(initial)
     with gr.Row():
-        choice = gr.Dropdown([], label="Run", allow_custom_value=True, scale=3, elem_id="petri-runs-choice")
+        choice = gr.Dropdown(initial_choices, value=initial_choices[0][1] if initial_choices else None, label="Run",
+                             allow_custom_value=True, scale=3, elem_id="petri-runs-choice")
         open_btn = gr.Button("Open", variant="primary", scale=0, elem_id="petri-runs-open")
         delete_btn = gr.Button("Delete", variant="stop", scale=0, elem_id="petri-runs-delete")
     runs_note = gr.Markdown("", elem_id="petri-runs-status")
-    # a public page is the same for every visitor: its runs arrive with the visitor's first refresh
-    table = gr.Dataframe(runs_table(service) if not access.policy.public else pd.DataFrame(columns=RUN_COLUMNS),
-                         interactive=False, wrap=True, label="Stored runs", elem_id="petri-runs-table")
+    table = gr.Dataframe(initial, interactive=False, wrap=True, label="Stored runs", elem_id="petri-runs-table")
 
-    def listed(request: gr.Request, query: str = "", kind: str = "all"):
+    def listed(request: gr.Request, query: str = "", kind: str = "all", current: str | None = None):
+        """The table and the run choices. While the run the visitor had picked is still listed the
+        choice is left alone, so a refresh that lands after a click on a row (its inputs were read
+        before the click) cannot move the choice to another run; otherwise the newest run is picked."""
         frame = runs_table(service, caller=access.caller(request), search=query, kind=kind)
-        choices = [(f"{r.kind} · {r.created_at} · {r.run_id[:12]} · {r.what[:60]}", r.run_id) for r in frame.itertuples()]
-        return frame, gr.update(choices=choices, value=choices[0][1] if choices else None)
+        choices = run_choices(frame)
+        ids = [run_id for _, run_id in choices]
+        if current in ids:
+            return frame, gr.update(choices=choices)
+        return frame, gr.update(choices=choices, value=ids[0] if ids else None)
 
     def deleted(request: gr.Request, run_id: str, query: str, kind: str):
         note = runs.delete(run_id, access.caller(request))
@@ -182,10 +195,9 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
         return updates
 
     filters = [search, kind_filter]
-    refresh.click(listed, filters, [table, choice], show_progress="hidden")
-    search.submit(listed, filters, [table, choice], show_progress="hidden")
-    kind_filter.change(listed, filters, [table, choice], show_progress="hidden")
+    for event in (refresh.click, search.submit, kind_filter.change):
+        event(listed, [*filters, choice], [table, choice], show_progress="hidden")
     delete_btn.click(deleted, [choice, *filters], [runs_note, table, choice], show_progress="hidden")
     table.select(picked, table, choice, show_progress="hidden")
     open_btn.click(open_handler, choice, [tabs, *[comp for _, _, comp in flat]], show_progress="minimal")
-    return listed, [table, choice], filters
+    return listed, [table, choice], [*filters, choice]
