@@ -435,8 +435,19 @@ def test_compare_shows_both_heatmaps(page):
 
 
 def test_a_stored_run_reopens(page, served):
+    """A one-event dish stored through the service (not by an earlier test: this one runs alone too)
+    reopens from the Runs tab with its heatmap, text and downloads."""
+    from dataclasses import replace
+
+    from petri.dish import Dish
+    from petri.service import SeedEvent
+
     _, service, _ = served
-    dish_run = next(r for r in service.store.list_runs(20) if r["kind"] == "seed" and len(r["request"]["events"]) == 1)
+    settings = replace(service.lm.default_settings(), max_denoising_steps=4)
+    dish = Dish(("order", "inventory", "person"), "The stock was counted.", "{event}", positions=(4, 14, 24),
+                shuffle=False)
+    run_id = service.seed([SeedEvent(dish)], 2, settings, seed=5).run_id
+    dish_run = next(r for r in service.store.list_runs(20) if r["run_id"] == run_id)
     reopen_run(page, dish_run["run_id"])
     page.wait_for_selector(f"#petri-status:has-text('Reopened dish run')")
     assert dish_run["run_id"] in page.inner_text("#petri-status")
@@ -564,6 +575,17 @@ NARROW_PROBE = """() => {
 }"""
 
 
+def settle_narrow_layout(page, timeout_ms: int = 30_000) -> None:
+    """Wait until plotly has relaid every figure to its container (under load it takes seconds, so a
+    fixed sleep made the check flaky); on timeout the caller's assertion names what does not fit."""
+    try:
+        page.wait_for_function(f"(() => {{ const f = ({NARROW_PROBE})(); return f.length > 0 && f.every(x => x.fits); }})()",
+                               timeout=timeout_ms)
+    except Exception as error:  # playwright's TimeoutError (imported lazily: the module may be absent)
+        if "Timeout" not in type(error).__name__:
+            raise
+
+
 def test_at_420_px_no_study_figure_or_table_is_cut_off(page):
     """Issue 20 item 12: on a 420 px wide screen every figure of the Study tab fits the page
     (figures take their container's width) and every table either fits or scrolls sideways. (The
@@ -573,7 +595,7 @@ def test_at_420_px_no_study_figure_or_table_is_cut_off(page):
         tab(page, "Study")
         page.wait_for_selector("#petri-study-instability .js-plotly-plot")
         page.wait_for_selector("#petri-study-events-fig .js-plotly-plot")
-        time.sleep(1)  # plotly's relayout to the container
+        settle_narrow_layout(page)
         found = page.evaluate(NARROW_PROBE)
         assert sum(f["kind"] == "figure" for f in found) >= 2 and any(f["kind"] == "table" for f in found)
         assert all(f["fits"] for f in found), [f for f in found if not f["fits"]]
