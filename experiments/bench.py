@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO))
 from petri.dish import even_slots  # noqa: E402
 from petri.engine.torch_model import LoadedModel, compile_for_sampling, load_model  # noqa: E402
 from petri.engine.compiled_tier import uncompile_regions  # noqa: E402
-from petri.engine.fast_options import FastOptions, set_options  # noqa: E402
+from petri.engine.fast_tier import FastOptions  # noqa: E402
 from petri.engine.fast_sampler import run_sampler_fast  # noqa: E402
 from petri.engine.torch_sampler import generate_kwargs, run_sampler  # noqa: E402
 from petri.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
@@ -179,7 +179,7 @@ def set_model_mode(lm: LoadedModel, compiled: bool, fused_experts: bool, softmax
         elif fused_experts:
             fuse_experts(lm.model)
     set_precision(lm, precision)
-    set_options(lm, FastOptions(softmax_self_conditioning=softmax_sc, inverse_cdf_draw=inverse_cdf))
+    lm.fast_tier.set_options(FastOptions(softmax_self_conditioning=softmax_sc, inverse_cdf_draw=inverse_cdf))
     _current_mode[0] = (compiled, fused_experts, softmax_sc, inverse_cdf, precision, small_batch)
 
 

@@ -133,7 +133,7 @@ def agreement(got, reference) -> dict:
 
 
 def compiled_tiny_check() -> dict:
-    from petri.engine.fast_sampler import _SESSIONS, run_sampler_fast
+    from petri.engine.fast_sampler import run_sampler_fast
     from petri.engine.torch_model import compile_for_sampling
     from petri.trajectory import AnchorSpan, SamplerSettings
     from test_fast_sampler import eager_race_loop
@@ -148,7 +148,7 @@ def compiled_tiny_check() -> dict:
     first_s = time.perf_counter() - began
     # same compiled layers and draw, eager loop
     reference = eager_race_loop(lm, prompt, layouts, settings, seed=3, draw="inverse_cdf")
-    _SESSIONS.pop(lm.model, None)
+    lm.fast_tier.drop_sessions()
     # the compiled tier is not bit-exact (fused experts, the sampler's softmax): fractions equal
     return {"compile_and_first_seed_s": round(first_s, 2), "agreement_with_eager_race_loop": agreement(got, reference)}
 
@@ -175,7 +175,7 @@ def x_exactness(rows: int = 512, vocab: int = 262_144) -> dict:
 
 def tiny_options_check() -> dict:
     """Tiny bf16 model, 10 steps: which fast-path piece (graph, Triton pass) departs from the loop."""
-    from petri.engine.fast_sampler import _SESSIONS, FastOptions, run_sampler_fast
+    from petri.engine.fast_sampler import FastOptions, run_sampler_fast
     from petri.trajectory import SamplerSettings
     from test_fast_sampler import PROMPT, eager_race_loop, three_anchors
 
@@ -186,7 +186,7 @@ def tiny_options_check() -> dict:
     report = {}
     for options in (FastOptions(graph=False, fused=False), FastOptions(graph=True, fused=False),
                     FastOptions(graph=False, fused=True), FastOptions()):
-        _SESSIONS.pop(lm.model, None)
+        lm.fast_tier.drop_sessions()
         got = run_sampler_fast(lm, PROMPT, layouts, settings, seed=0, options=options)
         report[f"graph={options.graph},fused={options.fused}"] = {
             "argmax": bool((got.argmax == reference[0]).all()),
@@ -196,7 +196,7 @@ def tiny_options_check() -> dict:
         }
     # the compiled tier's sampler options without compilation: agreement with the loop drawing alike
     reference = eager_race_loop(lm, PROMPT, layouts, settings, seed=0, draw="inverse_cdf")
-    _SESSIONS.pop(lm.model, None)
+    lm.fast_tier.drop_sessions()
     got = run_sampler_fast(lm, PROMPT, layouts, settings, seed=0,
                            options=FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True))
     report["softmax_self_conditioning,inverse_cdf_draw (fractions equal)"] = agreement(got, reference)

@@ -14,7 +14,6 @@ from petri.engine.batch1_experts import (
     experts_small_batch,
     grouped_gemm,
     grouped_gemm_reference,
-    small_batch_experts_used,
 )
 from petri.engine.fused_experts import experts_reference
 from petri.engine.fused_logits import HAVE_TRITON
@@ -52,13 +51,13 @@ def test_small_batch_experts_are_opt_in_and_named(tiny_lm):
     from petri.engine.torch_model import compile_for_sampling
 
     compile_for_sampling(tiny_lm, backend="eager")
-    assert not small_batch_experts_used(tiny_lm, 1)
+    assert not tiny_lm.fast_tier.small_batch_experts_used(1)
     compile_for_sampling(tiny_lm, backend="eager", small_batch_experts=True)
     top_k = tiny_lm.model.config.text_config.top_k_experts
-    assert small_batch_experts_used(tiny_lm, 1)
-    assert not small_batch_experts_used(tiny_lm, MAX_PAIRS // (tiny_lm.canvas_length * top_k) + 1)
+    assert tiny_lm.fast_tier.small_batch_experts_used(1)
+    assert not tiny_lm.fast_tier.small_batch_experts_used(MAX_PAIRS // (tiny_lm.canvas_length * top_k) + 1)
     uncompile_regions(tiny_lm)
-    assert not small_batch_experts_used(tiny_lm, 1)
+    assert not tiny_lm.fast_tier.small_batch_experts_used(1)
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")

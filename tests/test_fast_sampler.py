@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from petri.dish import pinned_arrays
-from petri.engine.fast_sampler import FastOptions, _SESSIONS, fast_path_reason, run_sampler_fast
+from petri.engine.fast_sampler import FastOptions, fast_path_reason, run_sampler_fast
 from petri.engine.fused_logits import HAVE_TRITON
 from petri.engine.torch_step import StabilityTracker, _cache_kwarg, _encode_prompt_once, accept_mask
 from petri.trajectory import AnchorSpan, SamplerSettings
@@ -148,7 +148,6 @@ def test_compiled_tier_on_cpu_equals_eager_race_loop():
     from torch._dynamo.utils import counters
 
     from petri.engine.compiled_tier import uncompile_regions
-    from petri.engine.fast_options import default_options
     from petri.engine.fused_experts import unfuse_experts
     from petri.engine.tiny import tiny_random_model
     from petri.engine.torch_model import compile_for_sampling
@@ -161,11 +160,11 @@ def test_compiled_tier_on_cpu_equals_eager_race_loop():
     counters.clear()
     compile_for_sampling(lm, backend="eager")
     try:
-        assert default_options(lm).softmax_self_conditioning
+        assert lm.fast_tier.options.softmax_self_conditioning
         assert lm.device_type == "cpu-compiled"  # the run id tells the compiled tier apart
         assert "forward" in vars(lm.model.model.decoder.layers[0].experts)
         got = run_sampler_fast(lm, PROMPT, layouts, settings, seed=9, options=replace(
-            default_options(lm), graph=False, fused=False))
+            lm.fast_tier.options, graph=False, fused=False))
         assert counters["stats"]["unique_graphs"] == 2
         assert got.sampler == "fast+compiled+sc-softmax+inverse-cdf"
     finally:
@@ -173,9 +172,9 @@ def test_compiled_tier_on_cpu_equals_eager_race_loop():
         unfuse_experts(lm.model)
     assert_same(got, reference)
     assert [layer.self_attn.layer_idx for layer in lm.model.model.decoder.layers] == list(range(6))
-    assert all(layer._compiled_call_impl is None for layer in lm.model.model.decoder.layers)
+    assert not lm.fast_tier.compiled and all("forward" not in vars(layer) for layer in lm.model.model.decoder.layers)
     assert lm.device_type == "cpu"
-    assert not default_options(lm).softmax_self_conditioning and not default_options(lm).inverse_cdf_draw
+    assert not lm.fast_tier.options.softmax_self_conditioning and not lm.fast_tier.options.inverse_cdf_draw
     plain = run_sampler_fast(lm, PROMPT, layouts, settings, seed=9, options=FastOptions(graph=False, fused=False))
     assert_same(plain, eager_race_loop(lm, PROMPT, layouts, settings, seed=9))
     assert plain.sampler == "fast"
@@ -231,7 +230,7 @@ def test_graph_fast_path_equals_eager_race_loop_on_gpu(gpu_models, name, adaptiv
     if not adaptive:
         settings = replace(settings, stability_threshold=None, confidence_threshold=None)
     layouts = three_anchors(6, lm.vocab_size)
-    _SESSIONS.pop(lm.model, None)
+    lm.fast_tier.drop_sessions()
     phases: dict = {}
     for seed in (0, 1):  # the second run replays the graphs captured by the first
         got = run_sampler_fast(lm, PROMPT, layouts, settings, seed=seed, phase_times=phases)
@@ -245,7 +244,7 @@ def test_graph_replay_does_not_synchronise(gpu_models):
     lm = gpu_models["tiny"]
     settings = SamplerSettings(max_denoising_steps=4, stability_threshold=None, confidence_threshold=None)
     run_sampler_fast(lm, PROMPT, three_anchors(2, lm.vocab_size), settings, seed=0)
-    (session,) = _SESSIONS[lm.model].values()
+    (session,) = lm.fast_tier.sessions.values()
     assert session.graphs is not None
     session.step_counter.zero_()  # the step counter indexes the per-step temperatures and logs
     torch.cuda.set_sync_debug_mode("error")

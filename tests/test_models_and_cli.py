@@ -151,7 +151,6 @@ def test_a_failing_compiled_tier_falls_back_to_the_plain_fast_path(tiny_lm, monk
     from dataclasses import replace
 
     from petri.engine import fast_sampler
-    from petri.engine.compiled_tier import is_compiled
     from petri.engine.torch_model import compile_for_sampling
     from petri.trajectory import SamplerSettings
     from petri.engine.base import SampleRequest
@@ -161,8 +160,8 @@ def test_a_failing_compiled_tier_falls_back_to_the_plain_fast_path(tiny_lm, monk
     calls = []
 
     def fast(lm, *args, **kwargs):
-        calls.append(is_compiled(lm))
-        if is_compiled(lm):
+        calls.append(lm.fast_tier.compiled)
+        if lm.fast_tier.compiled:
             raise RuntimeError("Inductor could not compile")
         return real(lm, *args, **kwargs, options=fast_sampler.FastOptions(graph=False, fused=False))
 
@@ -172,5 +171,5 @@ def test_a_failing_compiled_tier_falls_back_to_the_plain_fast_path(tiny_lm, monk
     trajectory = fast_sampler.run_sampler_auto(lm, SampleRequest([5, 6, 7], [[], []], settings, seed=1))
     assert calls == [True, False] and trajectory is not None and trajectory.argmax.shape[:2] == (2, 3)
     assert "Inductor could not compile" in caplog.text
-    assert not is_compiled(lm)
+    assert not lm.fast_tier.compiled
     assert all("forward" not in vars(layer.experts) for layer in lm.model.model.decoder.layers)

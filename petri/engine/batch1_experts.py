@@ -173,19 +173,18 @@ def _small_batch_forward(self, hidden_states, top_k_index, top_k_weights):
 def use_small_batch_experts(model) -> None:
     """Give the decoder's experts that run the fused experts op
     (:func:`petri.engine.fused_experts.fuse_experts`) :func:`_small_batch_forward` instead; undone by
-    ``unfuse_experts`` with the rest."""
+    ``unfuse_experts`` with the rest. The caller records it in the model's tier
+    (:attr:`petri.engine.fast_tier.FastTier.small_batch_experts`)."""
     for layer in model.model.decoder.layers:
         experts = getattr(layer, "experts", None)
         if experts is not None and getattr(vars(experts).get("forward"), "__func__", None) is _fused_forward:
             experts.forward = types.MethodType(_small_batch_forward, experts)
 
 
-def small_batch_experts_used(lm, batch: int) -> bool:
-    """Whether a call of ``batch`` canvases on ``lm`` runs :func:`moe_experts_small_batch`: experts
-    with :func:`_small_batch_forward` (not another tier's forward) and T·K ≤ :data:`MAX_PAIRS`."""
-    model = lm.model
-    experts = [getattr(layer, "experts", None) for layer in model.model.decoder.layers]
-    marked = [e for e in experts if e is not None
-              and getattr(vars(e).get("forward"), "__func__", None) is _small_batch_forward]
+def small_batch_fits(model, batch: int) -> bool:
+    """Whether a call of ``batch`` canvases on ``model`` (a ``DiffusionGemmaForBlockDiffusion``) has
+    T·K ≤ :data:`MAX_PAIRS` (token, k) pairs, so that :func:`_small_batch_forward` takes the
+    grouped GEMM (whether that forward is installed the model's tier says:
+    :meth:`petri.engine.fast_tier.FastTier.small_batch_experts_used`)."""
     top_k = int(model.config.get_text_config().top_k_experts)
-    return bool(marked) and batch * lm.canvas_length * top_k <= MAX_PAIRS
+    return batch * int(model.config.canvas_length) * top_k <= MAX_PAIRS

@@ -1,8 +1,10 @@
 """The compiled tier of the GPU fast path, switched on and off in place: the decoder's experts
 through the fused experts op (:mod:`petri.engine.fused_experts`), regional compilation of the decoder
 layers with one graph per layer type (:mod:`petri.engine.decoder_hooks`), and the fast path's
-options that are not bit-exact either (:class:`petri.engine.fast_options.FastOptions`: the
-self-conditioning softmax in the logits pass, the inverse-CDF draw)."""
+options that are not bit-exact either (:class:`petri.engine.fast_tier.FastOptions`: the
+self-conditioning softmax in the logits pass, the inverse-CDF draw). What it switched on is written
+down in the model's tier (:class:`petri.engine.fast_tier.FastTier`: the compiled layers, the
+small-batch experts, the options), which is how the samplers and :func:`uncompile_regions` know."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ import logging
 import os
 
 from petri.engine.batch1_experts import use_small_batch_experts
-from petri.engine.decoder_hooks import compile_layers, layers_compiled, uncompile_layers
-from petri.engine.fast_options import FastOptions, set_options
+from petri.engine.decoder_hooks import compile_layers, uncompile_layers
+from petri.engine.fast_tier import FastOptions
 from petri.engine.fp8 import reapply as reapply_fp8
 from petri.engine.fused_experts import fuse_experts, unfuse_experts
 
@@ -33,13 +35,15 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     :func:`uncompile_regions` undoes it all."""
     use_petri_cache_dir()
     uncompile_regions(lm)
+    tier = lm.fast_tier
     if fused_experts and (reason := fuse_experts(lm.model)) is not None:
         log.warning("fused experts off: %s", reason)
     elif fused_experts and small_batch_experts:  # issue 25: opt-in, petri.engine.batch1_experts
         use_small_batch_experts(lm.model)
+        tier.small_batch_experts = True
     reapply_fp8(lm)  # issue 25: the FP8 tier's experts (when it is on) in place of the op just installed
-    compile_layers(lm.model.model.decoder.layers, backend)
-    set_options(lm, FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True))
+    tier.compiled_layers = compile_layers(lm.model.model.decoder.layers, backend)
+    tier.set_options(FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True))
 
 
 def use_petri_cache_dir() -> None:
@@ -58,15 +62,13 @@ def use_petri_cache_dir() -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = PETRI_CACHE_DIR
 
 
-def is_compiled(lm) -> bool:
-    """Whether :func:`compile_regions` compiled ``lm``'s decoder layers."""
-    decoder = getattr(getattr(lm.model, "model", None), "decoder", None)
-    return decoder is not None and layers_compiled(decoder.layers)
-
-
 def uncompile_regions(lm) -> None:
-    """The decoder layers' own forward and experts again, and the default options."""
-    set_options(lm, None)  # also drops graphs captured with the other layers
-    uncompile_layers(lm.model.model.decoder.layers)
+    """The decoder layers' own forward and experts again, and the default options (the tier's
+    record of the compiled tier cleared)."""
+    tier = lm.fast_tier
+    tier.set_options(None)  # also drops graphs captured with the other layers
+    uncompile_layers(tier.compiled_layers)
+    tier.compiled_layers = []
     unfuse_experts(lm.model)
+    tier.small_batch_experts = False
     reapply_fp8(lm)  # issue 25: the FP8 tier's experts stay while that tier is on

@@ -4,7 +4,8 @@
   own layer of the (read-only) prompt cache, as layer 0 (:class:`OneLayerCache`), so Dynamo does not
   specialise on the layer number and traces the sliding and the full layer once each instead of
   every layer (the attention reads ``cache.layers[self.layer_idx]``; ``layer_idx`` is set to 0 while
-  compiled and restored by :func:`uncompile_layers`);
+  compiled and restored by :func:`uncompile_layers`; which layers are compiled is kept by the
+  model's tier, :class:`petri.engine.fast_tier.FastTier`, not read back from the modules);
 - the self-conditioning signal: the decoder computes its soft embeddings from self-conditioning
   logits (a float32 softmax over (S, L, V)); :func:`soft_embeddings_fed` hands its
   ``self_conditioning`` module soft embeddings the sampler computed instead.
@@ -64,26 +65,33 @@ def reading_own_cache_layer(compiled, index: int):
     return call
 
 
-def compile_layers(layers, backend: str = "inductor") -> None:
+def compile_layers(layers, backend: str = "inductor") -> list:
     """``torch.compile`` each layer of ``layers`` (a decoder's ``ModuleList``) in place, with the
-    cache narrowed to its own layer (module docstring). Dynamo may compile each layer type a few
-    times (a static graph, then a dynamic one once another prompt length or batch arrives); the
+    cache narrowed to its own layer (module docstring), and return the layers compiled: the
+    caller keeps them (:attr:`petri.engine.fast_tier.FastTier.compiled_layers`), which is how it
+    knows what is compiled, and hands them back to :func:`uncompile_layers`.
+
+    The compiled call is the layer's own ``forward`` compiled and installed as the instance's
+    ``forward`` (``nn.Module.__call__`` runs it; the class's ``forward`` stays untouched), so no
+    private attribute of torch is read or written. Dynamo may compile each layer type a few times
+    (a static graph, then a dynamic one once another prompt length or batch arrives); the
     recompile limit is raised so that it never falls back to eager for that."""
     import torch._dynamo
 
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 16)
+    compiled = []
     for index, layer in enumerate(layers):
+        if "forward" in vars(layer):
+            raise ValueError(f"decoder layer {index} already has its own forward (compiled twice?)")
         layer.self_attn.layer_idx = 0
-        layer._compiled_call_impl = reading_own_cache_layer(torch.compile(layer._call_impl, backend=backend), index)
-
-
-def layers_compiled(layers) -> bool:
-    return any(layer._compiled_call_impl is not None for layer in layers)
+        layer.forward = reading_own_cache_layer(torch.compile(layer.forward, backend=backend), index)
+        compiled.append(layer)
+    return compiled
 
 
 def uncompile_layers(layers) -> None:
-    """The layers' own forward again, and their attention's layer numbers."""
+    """Undo :func:`compile_layers` for the layers it returned: their class's forward again, and
+    their attention's layer numbers (each layer's place in that list)."""
     for index, layer in enumerate(layers):
-        if getattr(layer._compiled_call_impl, "layer_index", None) == index:
-            layer.self_attn.layer_idx = index
-        layer._compiled_call_impl = None
+        layer.self_attn.layer_idx = index
+        del layer.forward

@@ -29,8 +29,11 @@ adaptive stopping is on (then one read of ``finished.all()`` per step) or ``on_s
 3. logging: the step's raw argmax, entropy and accept mask written at the step index (a device
    counter) into (T, S, L) logs preallocated for the maximum number of steps.
 
-Sessions (buffers + graphs) are cached per model and shape, so a server captures once per shape;
-a new request copies its prompt cache, anchors and canvas into the static buffers.
+Sessions (buffers + graphs) are kept by the model's tier (:class:`petri.engine.fast_tier.FastTier`,
+``lm.fast_tier``) per shape, so a server captures once per shape; a new request copies its prompt
+cache, anchors and canvas into the static buffers. The tier also holds the options a call runs with
+unless it passes its own, why the fast path is off for the model after a failure, and the sampler
+name the trajectory records.
 """
 
 from __future__ import annotations
@@ -44,11 +47,9 @@ import torch
 
 from petri.cancel import CancelToken
 from petri.engine.base import SampleRequest, StepCallback
-from petri.engine.batch1_experts import small_batch_experts_used
-from petri.engine.compiled_tier import is_compiled, uncompile_regions
+from petri.engine.compiled_tier import uncompile_regions
 from petri.engine.decoder_hooks import self_conditioning_reason, soft_embeddings_fed
-from petri.engine.fast_options import _SESSIONS, FastOptions, default_options
-from petri.engine.fp8 import is_fp8, precision_tag
+from petri.engine.fast_tier import FastOptions
 from petri.engine.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
 from petri.engine.loop import run_loop
 from petri.engine.torch_step import TorchOps, _cache_kwarg, start_batch
@@ -59,15 +60,15 @@ log = logging.getLogger(__name__)
 
 
 def fast_path_reason(lm, options: FastOptions | None = None) -> str | None:
-    """``None`` when the fast path (with ``options``, :func:`default_options` unless given) can run
-    on ``lm``, else why not."""
-    options = default_options(lm) if options is None else options
+    """``None`` when the fast path (with ``options``, the tier's unless given) can run on ``lm``,
+    else why not."""
+    options = lm.fast_tier.options if options is None else options
     if lm.device.type != "cuda":
         return f"the fast path needs CUDA (device is {lm.device.type})"
     if options.fused and not HAVE_TRITON:
         return "Triton is not importable"
-    if id(lm.model) in _DISABLED:
-        return _DISABLED[id(lm.model)]
+    if lm.fast_tier.disabled is not None:
+        return lm.fast_tier.disabled
     for attribute in ("model.decoder", "lm_head"):
         target = lm.model
         for part in attribute.split("."):
@@ -75,9 +76,6 @@ def fast_path_reason(lm, options: FastOptions | None = None) -> str | None:
         if target is None:
             return f"the model has no {attribute}"
     return None
-
-
-_DISABLED: dict[int, str] = {}  # id(model) → why its fast path failed once (then eager is used)
 
 
 def softcap_of(model) -> float | None:
@@ -96,17 +94,17 @@ class _Session:
 
     def __init__(self, lm, cache, batch: int, settings: SamplerSettings, has_anchors: bool, options: FastOptions):
         model, device = lm.model, lm.device
-        self.lm, self.options, self.settings = lm, options, settings
+        # the model, not ``lm``: the session is kept by lm's tier, and must not keep lm alive itself
+        self.model, self.options, self.settings = model, options, settings
         self.batch, self.length, self.vocab = batch, lm.canvas_length, lm.vocab_size
         self.device = device
         self.cache = cache
         self.softcap = softcap_of(model) if options.fuse_softcap else None
         self.use_graph = options.graph and device.type == "cuda"
         self.use_triton = options.fused and device.type == "cuda" and HAVE_TRITON
-        self.sc_probabilities = options.softmax_self_conditioning
-        if self.sc_probabilities and (reason := self_conditioning_reason(model)) is not None:
-            log.warning("softmax of the self-conditioning left to the decoder: %s", reason)
-            self.sc_probabilities = False
+        self.sc_probabilities = lm.fast_tier.softmax_self_conditioning(options)
+        if options.softmax_self_conditioning and not self.sc_probabilities:
+            log.warning("softmax of the self-conditioning left to the decoder: %s", self_conditioning_reason(model))
         S, L, V, T = batch, self.length, self.vocab, settings.max_denoising_steps
         prompt_length = cache.get_seq_length()
         self.positions = torch.arange(prompt_length, prompt_length + L, dtype=torch.int32, device=device).unsqueeze(0)
@@ -180,7 +178,7 @@ class _Session:
     def forward(self) -> None:
         """Decoder + lm head → ``self.raw`` (S·L, V): bf16 lm-head output (softcap still to apply)
         or, without ``fuse_softcap``, the model's own float32 logits."""
-        model = self.lm.model
+        model = self.model
         common = dict(
             decoder_input_ids=self.canvas,
             self_conditioning_logits=None if self.sc_probabilities else self.self_conditioning,
@@ -334,19 +332,6 @@ def _event(device: torch.device):
     return event
 
 
-def _session_for(lm, cache, batch, settings, has_anchors, options) -> tuple[_Session, bool]:
-    """The cached session for this shape (prompt cache copied in), or a new one; bool: new."""
-    key = (batch, cache.get_seq_length(), settings, has_anchors, options)
-    sessions = _SESSIONS.setdefault(lm.model, {})
-    session = sessions.get(key)
-    if session is not None:
-        return session, False
-    sessions.clear()  # one shape at a time: a session holds S·L·V buffers
-    session = _Session(lm, cache, batch, settings, has_anchors, options)
-    sessions[key] = session
-    return session, True
-
-
 def run_sampler_fast(lm, prompt_ids: Sequence[int], layouts: Sequence[Sequence[AnchorSpan]],
                      settings: SamplerSettings = SamplerSettings(), *, seed: int | None = None,
                      canvas_prefix: Sequence[int] = (), prompt_text: str = "", **kwargs) -> Trajectory:
@@ -371,8 +356,9 @@ def sample_fast(
     (:func:`petri.engine.loop.run_loop`) over a :class:`_Session`. ``phase_times``, when given a
     dict, receives per-step GPU milliseconds of forward / sampling / logging (CUDA events; lists of
     length steps), the host synchronisations per step and whether the session was captured in this
-    call. ``options``: :func:`default_options` unless given."""
-    options = default_options(lm) if options is None else options
+    call. ``options``: the tier's (``lm.fast_tier.options``) unless given."""
+    tier = lm.fast_tier
+    options = tier.options if options is None else options
     device, settings = lm.device, request.settings
     batch, length, vocab = len(request.layouts), lm.canvas_length, lm.vocab_size
     started = time.perf_counter()
@@ -383,19 +369,17 @@ def sample_fast(
     canvas = torch.randint(0, vocab, (batch, length), device=device)
     canvas = torch.where(anchor_mask, anchor_ids, canvas)
 
-    session, new = _session_for(lm, cache, batch, settings, bool(pinned_mask.any()), options)
+    has_anchors = bool(pinned_mask.any())
+    session, new = tier.session((batch, cache.get_seq_length(), settings, has_anchors, options),
+                                lambda: _Session(lm, cache, batch, settings, has_anchors, options))
     if new and session.use_graph:
         session.load(cache, canvas, anchor_mask, anchor_ids)
         session.capture()
     session.load(cache, canvas, anchor_mask, anchor_ids)
     session.events = [] if phase_times is not None and device.type == "cuda" else None
     captured = time.perf_counter()
-    levers = (("+compiled", is_compiled(lm)), ("+sc-softmax", session.sc_probabilities),
-              ("+inverse-cdf", options.inverse_cdf_draw), ("+small-batch-experts", small_batch_experts_used(lm, batch)),
-              (precision_tag(lm), is_fp8(lm)))  # the last two: issue 25
     trajectory = run_loop(
-        session, lm=lm, request=request, pinned_mask=pinned_mask,
-        sampler="fast" + "".join(name for name, used in levers if used),
+        session, lm=lm, request=request, pinned_mask=pinned_mask, sampler=tier.fast_name(batch, options),
         started=started, encoded=encoded, prepared=captured, on_step=on_step, cancel=cancel,
     )
     events, session.events = session.events, None
@@ -422,11 +406,10 @@ def run_sampler_auto(lm, request: SampleRequest, **kwargs) -> Trajectory | None:
     try:
         return sample_fast(lm, request, **kwargs)
     except (RuntimeError, NotImplementedError, AttributeError, TypeError) as error:
-        if is_compiled(lm):  # the compiled tier failed (compilation, capture): the plain fast path
+        if lm.fast_tier.compiled:  # the compiled tier failed (compilation, capture): the plain fast path
             log.warning("compiled tier failed, the uncompiled fast path is used from now on: %s", error, exc_info=True)
             uncompile_regions(lm)
             return run_sampler_auto(lm, request, **kwargs)
-        _DISABLED[id(lm.model)] = f"it failed once ({type(error).__name__}: {error})"
-        _SESSIONS.pop(lm.model, None)
+        lm.fast_tier.disable(f"it failed once ({type(error).__name__}: {error})")
         log.warning("petri fast path failed, eager sampler used from now on: %s", error, exc_info=True)
         return None

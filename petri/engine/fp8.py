@@ -20,7 +20,9 @@ copies' memory (about half the decoder's weights again).
 The quantized forward is installed per module (the instance's ``forward``), so the exact tier and
 the compiled tier (:mod:`petri.engine.compiled_tier`, which re-installs the FP8 experts after its own
 experts op, :func:`reapply`) run it unchanged; every trajectory it draws names it (``+fp8`` in the
-sampler field, ``-fp8`` in the device kind, so studies keep FP8 runs apart).
+sampler field, ``-fp8`` in the device kind, so studies keep FP8 runs apart). The precision is
+recorded in the model's tier (:class:`petri.engine.fast_tier.FastTier`); the quantized weights
+and scales live on the modules whose forward reads them.
 
 Shapes: weights (N, K) → q (N, K) e4m3, scale (N,) float32; experts (E, N, K) → (E, N, K), (E, N);
 activations (M, K) → (M, K), (M,).
@@ -33,7 +35,6 @@ import types
 
 import torch
 
-from petri.engine.fast_options import default_options, set_options
 from petri.engine.fp8_kernels import MAX_WIDTH, gelu_gate_quantized, quantize_rows_triton, triton_quantizable
 from petri.engine.fused_experts import combine_rows, fusable_reason, gated_activation, route
 
@@ -224,22 +225,20 @@ def use_fp8(lm, fast_accum: bool = False) -> None:
         experts._petri_fp8_gate_up, experts._petri_fp8_gate_up_scale = quantize_rows(experts.gate_up_proj)
         experts._petri_fp8_down, experts._petri_fp8_down_scale = quantize_rows(experts.down_proj)
         experts._petri_fp8_fast = fast_accum
-    model._petri_precision = "fp8-fast" if fast_accum else "fp8"
+    lm.fast_tier.precision = "fp8-fast" if fast_accum else "fp8"
     reapply(lm)
     _forget_compiled_code(lm)
 
 
 def _forget_compiled_code(lm) -> None:
     """After a forward changed: new fast-path sessions (their graphs hold the old forward) and, where
-    the decoder layers are compiled, Dynamo's code dropped, so that they are traced again (from
-    Inductor's on-disk caches where it compiled the same graph before)."""
-    from petri.engine.decoder_hooks import layers_compiled
-
-    if layers_compiled(lm.model.model.decoder.layers):
+    the decoder layers are compiled (the model's tier says), Dynamo's code dropped, so that they are
+    traced again (from Inductor's on-disk caches where it compiled the same graph before)."""
+    if lm.fast_tier.compiled:
         import torch._dynamo
 
         torch._dynamo.reset()
-    set_options(lm, default_options(lm))
+    lm.fast_tier.drop_sessions()
 
 
 def reapply(lm) -> None:
@@ -271,7 +270,7 @@ def use_bf16(lm) -> None:
             vars(experts).pop(name, None)
         if previous is not None:
             experts.forward = previous
-    del model._petri_precision
+    lm.fast_tier.precision = "bf16"
     _forget_compiled_code(lm)
 
 
@@ -288,15 +287,10 @@ def set_precision(lm, precision: str) -> None:
 
 
 def precision_of(lm) -> str:
-    """``"fp8"`` or ``"fp8-fast"`` when the FP8 tier is on for ``lm``'s model, else ``"bf16"``
-    (whatever the dtype)."""
-    return getattr(getattr(lm, "model", None), "_petri_precision", "bf16")
+    """``"fp8"`` or ``"fp8-fast"`` when the FP8 tier is on for ``lm`` (its tier's precision,
+    :class:`petri.engine.fast_tier.FastTier`), else ``"bf16"`` (whatever the dtype)."""
+    return lm.fast_tier.precision
 
 
 def is_fp8(lm) -> bool:
     return precision_of(lm) != "bf16"
-
-
-def precision_tag(lm) -> str:
-    """What trajectories append to their sampler name: ``""``, ``"+fp8"`` or ``"+fp8-fast"``."""
-    return "" if not is_fp8(lm) else "+" + precision_of(lm)

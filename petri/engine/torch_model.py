@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -18,8 +18,7 @@ from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, PreTrai
 
 from petri.cancel import CancelToken
 from petri.engine import torch_sampler
-from petri.engine.compiled_tier import is_compiled
-from petri.engine.fp8 import precision_tag
+from petri.engine.fast_tier import FastTier
 from petri.engine.base import (
     REAL_MODEL_ID,
     SampleRequest,
@@ -45,7 +44,11 @@ class LoadedModel:
     """A model ready to sample from, with everything an output must name.
 
     ``tokenizer`` is ``None`` only for benchmark models built without a vocabulary (random weights
-    of the full-size architecture); their trajectories carry empty texts.
+    of the full-size architecture); their trajectories carry empty texts. ``fast_tier``: how it
+    runs (:class:`petri.engine.fast_tier.FastTier`: the fast path's options, sessions and captured
+    graphs, the compiled layers, the precision), made here for ``model``; a copy made with
+    ``dataclasses.replace`` keeps it when the copy holds the same ``model`` (whose state it
+    describes) and gets a new one otherwise.
     """
 
     model: DiffusionGemmaForBlockDiffusion
@@ -54,12 +57,18 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     backend: str = "torch"
+    fast_tier: FastTier | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.fast_tier is None or self.fast_tier.model is not self.model:
+            self.fast_tier = FastTier(self.model)
 
     @property
     def device_type(self) -> str:
         """The device kind, ``-compiled`` added in the compiled tier and ``-fp8`` (``-fp8-fast``) in the FP8 tier (their
         numbers differ too)."""
-        return self.device.type + ("-compiled" if is_compiled(self) else "") + precision_tag(self).replace("+", "-")
+        tier = self.fast_tier
+        return self.device.type + ("-compiled" if tier.compiled else "") + tier.precision_tag.replace("+", "-")
 
     family = FAMILY
 
@@ -68,7 +77,7 @@ class LoadedModel:
         """``eager`` off CUDA; on CUDA the fast path (``fast``, ``fast+compiled`` in the compiled tier)."""
         if self.device.type != "cuda":
             return "eager"
-        return "fast+compiled" if is_compiled(self) else "fast"
+        return "fast+compiled" if self.fast_tier.compiled else "fast"
 
     @property
     def canvas_length(self) -> int:

@@ -35,7 +35,6 @@ from petri.engine.torch_step import (  # noqa: F401 - StabilityTracker, accept_m
     start_batch,
     token_entropy,
 )
-from petri.engine.fp8 import precision_tag
 from petri.engine.uniform_diffusion import UniformDiffusionScheduler
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
 
@@ -132,7 +131,7 @@ def sample_request(
     )
     forward = _decoder_forward(lm, cache, scheduler.canvas)
     stepper = RecordedStepper(ops, forward, scheduler, len(request.layouts))
-    return run_loop(stepper, lm=lm, request=request, pinned_mask=pinned_mask, sampler="eager" + precision_tag(lm),
+    return run_loop(stepper, lm=lm, request=request, pinned_mask=pinned_mask, sampler=lm.fast_tier.eager_name,
                     started=started, encoded=encoded, on_step=on_step, cancel=cancel)
 
 

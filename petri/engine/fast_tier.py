@@ -1,0 +1,131 @@
+"""How one loaded DiffusionGemma model runs, as one object: its :class:`FastTier`.
+
+A tier is chosen when the model is loaded (:func:`petri.engine.select.load_backend_model`: the
+exact fast path, the compiled tier of :mod:`petri.engine.compiled_tier`, the FP8 variants of
+:mod:`petri.engine.fp8`, the small-batch experts of :mod:`petri.engine.batch1_experts`) and is
+owned by the loaded model (:class:`petri.engine.torch_model.LoadedModel`'s ``fast_tier``), not
+by the framework module and not by a module global. It holds what the GPU fast path
+(:mod:`petri.engine.fast_sampler`) runs with and keeps: the options, the sessions (static buffers
+and captured CUDA graphs, per shape), the decoder layers the compiled tier compiled, the precision,
+and why the fast path is off for this model after a failure; and it gives the sampler name every
+trajectory records (``fast+compiled+sc-softmax+inverse-cdf``, ``eager+fp8``, ...).
+
+Nothing here changes the model: the modules that switch tiers do that and write down here what
+they did, so that the tier knows its state without reading it back from torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from petri.engine.batch1_experts import small_batch_fits
+from petri.engine.decoder_hooks import self_conditioning_reason
+
+
+@dataclass(frozen=True)
+class FastOptions:
+    """graph: capture the step as CUDA graphs (CUDA only). fused: the Triton logits pass (else the
+    chunked torch reference). fuse_softcap: read the lm head's output and apply the model's
+    final-logit softcap inside the pass (else take the model's own float32 logits).
+    Off by default, on in the compiled tier (:func:`petri.engine.compiled_tier.compile_regions`), as neither is bit-exact:
+    softmax_self_conditioning: the pass also computes the decoder's softmax of the next
+    self-conditioning logits (:mod:`petri.engine.fused_logits`) and the forward hands the decoder
+    the soft embeddings (its float32 (S, L, V) softmax and casts are skipped; rare one-ulp
+    differences where the sum rounds differently). inverse_cdf_draw: the token drawn by inverse
+    CDF from one uniform per position instead of the race over S·L·V noise (same distribution;
+    no (S·L, V) float32 noise buffer)."""
+
+    graph: bool = True
+    fused: bool = True
+    fuse_softcap: bool = True
+    softmax_self_conditioning: bool = False
+    inverse_cdf_draw: bool = False
+
+
+@dataclass(eq=False)
+class FastTier:
+    """The tier of one loaded model (module docstring).
+
+    model: the framework module (a ``DiffusionGemmaForBlockDiffusion``) whose state this describes;
+    a copy of the loaded model over the same module shares its tier, one over another module gets
+    its own (:meth:`petri.engine.torch_model.LoadedModel.__post_init__`). options: what the fast
+    path runs with unless a call says otherwise (the exact tier's :class:`FastOptions` by default).
+    precision: ``"bf16"``, ``"fp8"`` or ``"fp8-fast"`` (:func:`petri.engine.fp8.set_precision`).
+    compiled_layers: the decoder layers :func:`petri.engine.decoder_hooks.compile_layers` compiled
+    for the compiled tier (empty: not compiled). small_batch_experts: the compiled tier installed
+    :mod:`petri.engine.batch1_experts`' forward. disabled: why the fast path is off for this model
+    (it failed once), else ``None``. sessions: the fast path's sessions by shape key
+    (:class:`petri.engine.fast_sampler._Session`: S·L·V buffers and captured graphs), dropped
+    whenever what they captured changes.
+    """
+
+    model: Any = field(repr=False)
+    options: FastOptions = FastOptions()
+    precision: str = "bf16"
+    compiled_layers: list = field(default_factory=list, repr=False)
+    small_batch_experts: bool = False
+    disabled: str | None = None
+    sessions: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the compiled tier compiled the decoder layers."""
+        return bool(self.compiled_layers)
+
+    @property
+    def precision_tag(self) -> str:
+        """What sampler names append for the precision: ``""``, ``"+fp8"`` or ``"+fp8-fast"``."""
+        return "" if self.precision == "bf16" else "+" + self.precision
+
+    def set_options(self, options: FastOptions | None) -> None:
+        """``options`` from now on (``None``: the exact tier's defaults again); drops the sessions."""
+        self.options = FastOptions() if options is None else options
+        self.sessions.clear()
+
+    def drop_sessions(self) -> None:
+        """Forget the sessions (their graphs captured a forward that has changed)."""
+        self.sessions.clear()
+
+    def disable(self, reason: str) -> None:
+        """The fast path is off for this model from now on (``reason`` says why); drops the sessions."""
+        self.disabled = reason
+        self.sessions.clear()
+
+    def session(self, key, build) -> tuple[Any, bool]:
+        """The session kept for ``key`` or, when there is none, ``build()`` kept instead of every
+        other (one shape at a time: a session holds S·L·V buffers); bool: built now."""
+        session = self.sessions.get(key)
+        if session is not None:
+            return session, False
+        self.sessions.clear()
+        session = self.sessions[key] = build()
+        return session, True
+
+    def softmax_self_conditioning(self, options: FastOptions) -> bool:
+        """Whether a call with ``options`` computes the decoder's self-conditioning softmax in the
+        logits pass: asked for, and the decoder can be fed soft embeddings
+        (:func:`petri.engine.decoder_hooks.self_conditioning_reason`)."""
+        return options.softmax_self_conditioning and self_conditioning_reason(self.model) is None
+
+    def small_batch_experts_used(self, batch: int) -> bool:
+        """Whether a call of ``batch`` canvases runs the small-batch experts: installed by the
+        compiled tier, not replaced by the FP8 experts (:func:`petri.engine.fp8.reapply`), and
+        few enough rows (:func:`petri.engine.batch1_experts.small_batch_fits`)."""
+        return self.small_batch_experts and self.precision == "bf16" and small_batch_fits(self.model, batch)
+
+    @property
+    def eager_name(self) -> str:
+        """The sampler name of the eager sampler's trajectories: ``eager`` + the precision tag."""
+        return "eager" + self.precision_tag
+
+    def fast_name(self, batch: int, options: FastOptions | None = None) -> str:
+        """The sampler name of a fast-path call of ``batch`` canvases with ``options`` (the tier's
+        unless given): ``fast``, then ``+compiled``, ``+sc-softmax``, ``+inverse-cdf``,
+        ``+small-batch-experts`` and the precision tag for each lever in use, in that order (the
+        names stored runs carry)."""
+        options = self.options if options is None else options
+        levers = (("+compiled", self.compiled), ("+sc-softmax", self.softmax_self_conditioning(options)),
+                  ("+inverse-cdf", options.inverse_cdf_draw),
+                  ("+small-batch-experts", self.small_batch_experts_used(batch)))
+        return "fast" + "".join(name for name, used in levers if used) + self.precision_tag
