@@ -94,7 +94,8 @@ class _Session:
 
     def __init__(self, lm, cache, batch: int, settings: SamplerSettings, has_anchors: bool, options: FastOptions):
         model, device = lm.model, lm.device
-        # the model, not ``lm``: the session is kept by lm's tier, and must not keep lm alive itself
+        # the model, not ``lm``: the session is kept by lm's tier, and a reference back would make a
+        # cycle that frees the S·L·V buffers only when the cycle collector runs
         self.model, self.options, self.settings = model, options, settings
         self.batch, self.length, self.vocab = batch, lm.canvas_length, lm.vocab_size
         self.device = device
