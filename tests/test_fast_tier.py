@@ -26,6 +26,7 @@ import torch
 from petri.engine import fast_sampler
 from petri.engine.base import SampleRequest
 from petri.engine.fast_sampler import FastOptions, fast_path_reason, run_sampler_auto, run_sampler_fast
+from petri.engine.fused_logits import HAVE_TRITON
 from petri.engine.torch_model import LoadedModel
 from petri.trajectory import AnchorSpan, SamplerSettings
 
@@ -171,6 +172,46 @@ def test_the_tier_holds_the_sessions_and_they_do_not_keep_the_model_alive(tiny_l
     del lm
     gc.collect()
     assert model() is None
+
+
+CUDA = torch.cuda.is_available() and HAVE_TRITON
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
+def test_the_compiled_tier_runs_in_graphs_and_is_undone_on_gpu():
+    """The compiled tier as ``--compile`` sets it (Inductor): the layers' compiled forward is
+    captured in the graphs, one Dynamo graph per layer type, none more when the graphs replay;
+    the tier names it, and uncompiling gives the exact tier back."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from petri.engine.compiled_tier import uncompile_regions
+    from petri.engine.tiny import tiny_random_model
+    from petri.engine.torch_model import compile_for_sampling
+
+    lm = tiny_random_model(canvas_length=16, num_layers=6, seed=5)
+    lm.model.to("cuda", torch.bfloat16)
+    lm = replace(lm, device=torch.device("cuda"), dtype=torch.bfloat16)
+    settings = SamplerSettings(max_denoising_steps=4, stability_threshold=None, confidence_threshold=None)
+    layouts = [[AnchorSpan("a", 3, (11,))]] * 3
+    torch._dynamo.reset()
+    counters.clear()
+    compile_for_sampling(lm)
+    try:
+        first_phases, again_phases = {}, {}
+        first = run_sampler_fast(lm, PROMPT, layouts, settings, seed=5, phase_times=first_phases)
+        graphs = counters["stats"]["unique_graphs"]
+        again = run_sampler_fast(lm, PROMPT, layouts, settings, seed=5, phase_times=again_phases)
+        assert first_phases["captured_now"] and not again_phases["captured_now"]
+        assert graphs == 2 and counters["stats"]["unique_graphs"] == graphs
+        assert first.sampler == lm.fast_tier.fast_name(3) == "fast+compiled+sc-softmax+inverse-cdf"
+        assert (first.argmax == again.argmax).all()  # reproducible under graph replay
+        assert lm.tier == "fast+compiled" and lm.device_type == "cuda-compiled"
+    finally:
+        uncompile_regions(lm)
+    plain = run_sampler_fast(lm, PROMPT, layouts, settings, seed=5)
+    assert plain.sampler == "fast" and lm.tier == "fast" and lm.device_type == "cuda"
+    assert all("forward" not in vars(layer) for layer in lm.model.model.decoder.layers)
 
 
 #: calls that make a new mutable container
