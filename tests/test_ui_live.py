@@ -262,3 +262,37 @@ def test_cancel_says_whether_a_run_was_going_on():
     second = buttons.start("s1")
     buttons.finish("s1", threading.Event())  # an older run ending leaves the newer one cancellable
     assert buttons.cancel("s1") is True and second.is_set()
+
+
+def test_the_compare_tab_draws_each_events_flip_map_while_it_samples(service, monkeypatch):
+    """Issue 20 item 11: while a comparison samples, A's flip map is redrawn as A's steps arrive,
+    then B's as B's do (each titled with its label, the status naming the event sampling); the last
+    live map of each event counts what its stored trajectory counts (flip_grid summed over samples),
+    so no step of B was counted into A's map or dropped."""
+    from petri.metrics import flip_grid
+    from petri.web import ui_dish_live
+    from petri.web.ui_compare import CompareController
+    from petri.web.ui_dish import DishController
+
+    monkeypatch.setattr(ui_dish_live, "LIVE_REDRAW_S", 0.0)  # draw every step
+    ctl = CompareController(service, DishController(service))
+    updates = list(ctl.run("order, inventory", "calm", "The order was packed.", "tense", "None of it was in stock.",
+                           "{event}", 2, 0, 12, None, True, None, None, None, False, None))
+    final = updates[-1]
+    live = updates[1:-1]
+    a_live = [i for i, u in enumerate(live) if u.get("heatmap_a") is not None]
+    b_live = [i for i, u in enumerate(live) if u.get("heatmap_b") is not None]
+    assert a_live and b_live and a_live[-1] < b_live[0]  # A's steps first, then B's
+    assert "Sampling calm (event 1 of 2)" in live[a_live[0]]["status"]
+    assert "Sampling tense (event 2 of 2)" in live[b_live[0]]["status"]
+    (_, _, a), (_, _, b) = service.store.load_events(final["run_id"])
+    for key, label, traj, last in (("heatmap_a", "calm", a, live[a_live[-1]]), ("heatmap_b", "tense", b, live[b_live[-1]])):
+        fig = last[key]
+        assert fig.layout.title.text.startswith(f"{label}: flips while sampling")
+        z = np.asarray(fig.data[0].z, dtype=float)
+        expected = flip_grid(traj.argmax, traj.steps, traj.anchor_mask).sum(axis=0).astype(float)
+        assert z.shape == expected.shape
+        free = ~np.isnan(z)
+        assert free.any()
+        np.testing.assert_array_equal(z[free], expected[free])
+    assert "Done" in final["status"]

@@ -308,3 +308,39 @@ def test_the_samples_table_gives_each_header_its_line_and_final_text_room(servic
     assert table.wrap
     full = samples_table(traj)["final_text"]
     assert list(view["final_text"]) == list(full) and all(len(t) > 0 for t in full)
+
+
+def test_compare_takes_the_dish_tabs_slots_and_settings_and_reopens_them(service):
+    """Issue 20 item 11: the Compare tab's slot table (person's slot first), per-sample shuffle off and
+    non-default sampler settings reach the stored run (every sample of both events has its anchors
+    at the table's starts; the settings are the ones typed); reopened, every control reads them,
+    and fed back they make the same run request."""
+    from petri.web.ui_runs import RunsController
+
+    dish = DishController(service)
+    ctl = CompareController(service, dish)
+    table = dish.spread("order, person", False).iloc[::-1].reset_index(drop=True)
+    table.loc[table["concept"] == "person", "start"] = 2  # person's slot first, off the even spread
+    table.loc[table["concept"] == "order", "start"] += 3
+    inputs = ("order, person", "calm", "The order was packed.", "tense", "Ninety units in stock, none in stock.",
+              "{event} ({concepts})", 2, 4, 5, table, False, 0.2, 0.3, 0.7, False, False)
+    *_, done = ctl.run(*inputs)
+    request = service.store.get_run(done["run_id"])["request"]
+    settings = request["settings"]
+    assert (settings["max_denoising_steps"], settings["entropy_bound"], settings["t_min"], settings["t_max"]) == \
+        (5, 0.2, 0.3, 0.7)
+    assert settings["stability_threshold"] is None and settings["pin_thought_channel"] is False
+    starts = {c: int(s) for c, s in zip(table["concept"], table["start"])}
+    for _, _, traj in service.store.load_events(done["run_id"]):
+        assert traj.template == "{event} ({concepts})"
+        for spans in traj.anchors:
+            assert {a.concept: a.start for a in spans} == starts
+
+    _, _, views = RunsController(service, dish, ctl, None).open(done["run_id"])
+    names = ("concepts", "label_a", "event_a", "label_b", "event_b", "template", "samples", "seed", "steps", "placement",
+             "shuffle", "entropy_bound", "t_min", "t_max", "adaptive", "pin_thought")
+    assert views["placement"].values.tolist() == table.values.tolist()
+    assert views["concepts"] == "person, order"  # the slot order
+    assert [views[k] for k in names[1:] if k != "placement"] == [x for i, x in enumerate(inputs) if i not in (0, 9)]
+    *_, again = ctl.run(*(views[k] for k in names))
+    assert service.store.get_run(again["run_id"])["request"] == request

@@ -1,7 +1,10 @@
 """The Compare tab: two events (e.g. benign vs contradictory) on the same concepts, the same anchor
 layouts and the same seed, in one run (``POST /api/seed`` with two events: each event's batch is laid
 out and seeded from the same seed, so sample ``s`` of A and sample ``s`` of B share their layout).
-Shown: both flip maps and their difference, per-pair instability side by side, and the paired
+The inputs beyond the two events are the Dish tab's (:mod:`petri.web.ui_dish_controls`): the anchor
+slots on the chip canvas or in the slot table, per-sample shuffle, and the sampler settings. While
+it samples, each event's flip map and trajectory view are redrawn as its steps arrive
+(:class:`petri.web.ui_dish_live.LiveDish`, as on the Dish tab). Shown after: both flip maps and their difference, per-pair instability side by side, and the paired
 difference per sample (B − A), with each event's final text.
 
 The tables are :func:`compare_pairs` and :func:`paired_samples` (pure, over
@@ -25,10 +28,12 @@ from petri.tables import pairs_table, samples_table, segments_table
 from petri.trajectory import Trajectory
 from petri.web.access import Caller
 from petri.web.errors import FieldError
-from petri.web.limits import MAX_SAMPLES, MAX_STEPS
-from petri.web.requests import SeedRequest, SettingsIn, prepare_seed
+from petri.web.limits import MAX_SAMPLES
+from petri.web.requests import prepare_seed
 from petri.web.ui_access import UiAccess
-from petri.web.ui_dish import EXAMPLE_CONCEPTS, TEMPLATE_CHOICES, DishController, template_control, template_text
+from petri.web.ui_dish import EXAMPLE_CONCEPTS, TEMPLATE_CHOICES, DishController
+from petri.web.ui_dish_controls import chip_canvas, placement_controls, sampler_settings, wire_placement
+from petri.web.ui_dish_live import LiveDish, throttled
 from petri.web.ui_figure_files import add_figure_downloads
 from petri.web.ui_live import JobCancelled, stream, wire_run
 from petri.web.ui_stats import paired_tests_line
@@ -87,31 +92,47 @@ class CompareController:
         self.dish = dish
         self.trajectories = [TrajectoryView(service, dish.tokens, f"traj_{x}") for x in "ab"]
 
-    def run(self, concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps,
+    def run(self, concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps, placement=None,
+            shuffle=True, entropy_bound=None, t_min=None, t_max=None, adaptive=None, pin_thought=None,
             cancel: threading.Event | None = None, caller: Caller | None = None):
-        """Generator: check (those of ``POST /api/seed``), sample both events in one run, yield the views."""
+        """Generator: check (those of ``POST /api/seed``; the slots, shuffle and sampler settings as the
+        Dish tab reads them, a setting left ``None`` the model's default), sample both events in one
+        run while each event's flip map is redrawn live, then yield every view."""
         labels = ((label_a or "A").strip() or "A", (label_b or "B").strip() or "B")
         if labels[0] == labels[1]:
             raise gr.Error("labels: give the two events different labels", title="Check the comparison")
         try:
-            request = SeedRequest(
-                concepts=[c.strip() for c in (concepts or "").split(",")], template=template_text(template),
-                events=[{"event": event_a, "group": labels[0]}, {"event": event_b, "group": labels[1]}],
-                samples=int(samples or 1), seed=int(seed or 0),
-                settings=SettingsIn(max_denoising_steps=int(steps) if steps else None),
-            )
+            request = self.dish.build_request(
+                concepts, None, template, samples, seed, placement, shuffle, steps, entropy_bound, t_min, t_max,
+                adaptive, pin_thought, events=[{"event": event_a, "group": labels[0]}, {"event": event_b, "group": labels[1]}])
             events, settings = prepare_seed(request, self.service.lm)
         except (ValidationError, FieldError) as err:
             raise gr.Error(request_error_message(err), title="Check the comparison") from None
-        yield {"status": "⏳ Waiting for the model…" if self.service.busy else "Sampling both events…"}
+        yield {"status": "⏳ Waiting for the model…" if self.service.busy else "Sampling both events…",
+               "heatmap_a": None, "heatmap_b": None, "difference": None, "summary": ""}
+        lives = [LiveDish(self.service.lm, self.dish.tokens, e.dish, request.samples, settings, request.seed) for e in events]
+        current = [0]  # the event sampling now: the steps of A come first, then B's from step 0 again
+
+        def take(step) -> None:
+            if step[0] == 0 and lives[current[0]].started and current[0] + 1 < len(lives):
+                current[0] += 1
+            lives[current[0]].add(step[1], step[2])
 
         def submit(emit):
-            return self.service.submit_seed(events, request.samples, settings, request.seed,
+            return self.service.submit_seed(events, request.samples, settings, request.seed, on_step=emit,
                                             owner=caller.owner if caller else None)
 
+        result = None
         try:
-            result = next(payload for kind, payload in stream(submit, self.service.jobs, cancel=cancel)
-                          if kind == "done")
+            for kind, payload in throttled(stream(submit, self.service.jobs, cancel=cancel, idle=True), take):
+                if kind == "done":
+                    result = payload
+                    break
+                (index, _, finished), i = payload, current[0]
+                yield {"status": f"Sampling {labels[i]} (event {i + 1} of 2)… step {index + 1} of at most "
+                                 f"{settings.max_denoising_steps} ({int(sum(finished))}/{len(finished)} samples settled)",
+                       ("heatmap_a", "heatmap_b")[i]: lives[i].heatmap(index, f"{labels[i]}: "),
+                       **lives[i].trajectory(self.trajectories[i])}
         except QueueFull as err:
             raise gr.Error(f"The model is busy: {err}", title="Busy") from None
         except JobCancelled as stop:
@@ -121,17 +142,15 @@ class CompareController:
                "status": f"Done: run `{result.run_id}` — {labels[0]} and {labels[1]}, {request.samples} samples "
                          f"each, seed {request.seed}, {result.wall_s:.2f} s. Stored; also at `/api/runs/{result.run_id}`."}
 
-    @staticmethod
-    def controls_of(request: dict, a: Trajectory) -> dict:
+    def controls_of(self, request: dict, a: Trajectory) -> dict:
         """Every input of the tab set to stored comparison ``request``'s values (``a``: its first
-        event's trajectory, for the template of runs stored before the request kept it)."""
+        event's trajectory, for runs stored before the request kept the template, slots and
+        shuffle): the Dish tab's shared controls as :meth:`DishController.controls_of` reads them,
+        and both events with their labels."""
         first, second = request["events"][:2]
-        return {
-            "concepts": ", ".join(first["concepts"]), "label_a": first.get("group") or "A", "event_a": first["event"],
-            "label_b": second.get("group") or "B", "event_b": second["event"],
-            "template": template_control(first.get("template") or a.template or DEFAULT_TEMPLATE), "samples": int(request["n_samples"]),
-            "seed": int(request.get("seed") or 0), "steps": int(request["settings"]["max_denoising_steps"]),
-        }
+        shared = {k: v for k, v in self.dish.controls_of(request, a).items() if k != "event"}
+        return {**shared, "label_a": first.get("group") or "A", "event_a": first["event"],
+                "label_b": second.get("group") or "B", "event_b": second["event"]}
 
     def figures(self, stored: list) -> dict:
         """The tab's figures of a stored comparison (``stored`` as ``load_events`` gives it), for downloads."""
@@ -190,11 +209,16 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
             label_b = gr.Textbox(EXAMPLE_B[0], label="Label B")
             event_b = gr.Textbox(EXAMPLE_B[1], label="Event B", lines=2, elem_id="petri-cmp-event-b")
     with gr.Row():
-        template = gr.Dropdown(TEMPLATE_CHOICES, value=DEFAULT_TEMPLATE, allow_custom_value=True, label="Prompt template")
+        with gr.Column(scale=3):
+            template = gr.Dropdown(TEMPLATE_CHOICES, value=DEFAULT_TEMPLATE, allow_custom_value=True,
+                                   label="Prompt template ({event}, {concepts})")
+        with gr.Column(scale=2):
+            slots = placement_controls(dish, EXAMPLE_CONCEPTS, "petri-cmp")
+    canvas = chip_canvas(dish, EXAMPLE_CONCEPTS, "petri-cmp")
+    with gr.Row():
         samples = gr.Slider(1, MAX_SAMPLES, value=8, step=1, label="Samples per event", elem_id="petri-cmp-samples")
         seed = gr.Number(0, precision=0, minimum=0, label="Seed")
-        steps = gr.Slider(1, MAX_STEPS, value=service.lm.default_settings().max_denoising_steps, step=1,
-                          label="Max denoising steps", elem_id="petri-cmp-steps")
+    settings = sampler_settings(service.lm.default_settings(), "petri-cmp")
     with gr.Row():
         run_btn = gr.Button("Compare the two events", variant="primary", elem_id="petri-cmp-run", scale=4)
         cancel_btn = gr.Button("Cancel", variant="stop", elem_id="petri-cmp-cancel", scale=1)
@@ -218,8 +242,12 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
              "difference": difference, "pairs": pairs, "paired": paired, "text_a": text_a, "text_b": text_b,
              **trajectories}
 
-    wire_run(run_btn, cancel_btn, ctl.run, [concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps],
-             names, access, concurrency_limit=1, concurrency_id="model", show_progress="minimal")
+    # in the order of CompareController.run's inputs
     controls = {"concepts": concepts, "label_a": label_a, "event_a": event_a, "label_b": label_b, "event_b": event_b,
-                "template": template, "samples": samples, "seed": seed, "steps": steps}
+                "template": template, "samples": samples, "seed": seed, "steps": settings["steps"],
+                "placement": slots["placement"], "shuffle": slots["shuffle"],
+                **{k: v for k, v in settings.items() if k != "steps"}}
+    wire_placement(dish, concepts, slots, canvas, settings["pin_thought"])
+    wire_run(run_btn, cancel_btn, ctl.run, list(controls.values()), names, access, concurrency_limit=1,
+             concurrency_id="model", show_progress="minimal")
     return ctl, {**names, **controls}

@@ -8,13 +8,14 @@ checks are :func:`~petri.web.requests.prepare_seed` (those of ``POST /api/seed``
 job of the service's queue (:meth:`~petri.service.PetriService.submit_seed`, as ``POST
 /api/jobs/seed``), streamed by :func:`petri.web.ui_live.stream`: the sampler's ``on_step`` hook
 reports each step's raw argmax and the run handler, a generator, redraws the flip map as the steps
-arrive; the Cancel button stops the job within one step.
+arrive (:class:`petri.web.ui_dish_live.LiveDish`); the Cancel button stops the job within one step.
+The slot table, the canvas and the sampler settings are built by :mod:`petri.web.ui_dish_controls`,
+which the Compare tab shares.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 
 import gradio as gr
 import numpy as np
@@ -22,8 +23,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from pydantic import ValidationError
 
-from petri.dish import DEFAULT_TEMPLATE, Dish, pinned_arrays
-from petri.engine.seeding import plan_dish
+from petri.dish import DEFAULT_TEMPLATE
 from petri.export import token_decoder
 from petri.metrics import flip_grid
 from petri.jobs import QueueFull
@@ -33,27 +33,25 @@ from petri.tables import pairs_table, samples_table
 from petri.trajectory import SamplerSettings, Trajectory
 from petri.web.access import Caller
 from petri.web.errors import FieldError
-from petri.web.limits import MAX_SAMPLES, MAX_STEPS
+from petri.web.limits import MAX_SAMPLES
 from petri.web.requests import SeedRequest, SettingsIn, prepare_seed, preview_layout
 from petri.web.responses import write_run_files
 from petri.web.ui_access import UiAccess, export_dir
-from petri.web.ui_canvas import canvas_control, canvas_value, placement_rows
+from petri.web.ui_canvas import canvas_value, placement_rows
+from petri.web.ui_dish_controls import PLACEMENT_COLUMNS, chip_canvas, placement_controls, sampler_settings, wire_placement
+from petri.web.ui_dish_live import LiveDish, throttled
 from petri.web.ui_figure_files import add_figure_downloads
 from petri.web.ui_live import JobCancelled, stream, wire_run
 from petri.web.ui_trajectory import TrajectoryView
 from petri.web.ui_views import (
     END_TOKEN_COLOR,
     END_TOKEN_LABEL,
-    LiveFlips,
     TokenText,
     concept_colors,
     highlighted_text,
     parse_concepts,
     request_error_message,
 )
-
-#: Redraw the live heatmap at most this often (seconds).
-LIVE_REDRAW_S = 0.25
 
 TEMPLATES = [
     DEFAULT_TEMPLATE,
@@ -89,7 +87,6 @@ EXAMPLES = [
 ]
 EXAMPLE_LABELS = ["benign: packed the same afternoon", "benign: inventory checked first",
                   "contradictory: 120 ordered, 90 in stock", "contradictory: shipped from empty stock"]
-PLACEMENT_COLUMNS = ["concept", "start", "tokens"]
 
 
 def _placement(concepts: list[str], spans) -> pd.DataFrame:
@@ -192,8 +189,9 @@ class DishController:
 
     # -- the run ----------------------------------------------------------------------------
     def build_request(self, concepts_text, event, template, samples, seed, placement, shuffle, steps,
-                      entropy_bound, t_min, t_max, adaptive, pin_thought) -> SeedRequest:
-        """The tab's inputs as the ``POST /api/seed`` body they stand for."""
+                      entropy_bound, t_min, t_max, adaptive, pin_thought, events: list[dict] | None = None) -> SeedRequest:
+        """The tab's inputs as the ``POST /api/seed`` body they stand for (with ``events``, e.g. the
+        Compare tab's two, instead of ``event``; a setting left ``None`` is the model's default)."""
         concepts = parse_concepts(concepts_text)
         table = self._clean(placement)
         positions = None
@@ -203,10 +201,12 @@ class DishController:
         settings = SettingsIn(
             max_denoising_steps=int(steps) if steps else None,
             entropy_bound=entropy_bound, t_min=t_min, t_max=t_max,
-            adaptive_stop=bool(adaptive), pin_thought_channel=bool(pin_thought),
+            adaptive_stop=None if adaptive is None else bool(adaptive),
+            pin_thought_channel=None if pin_thought is None else bool(pin_thought),
         )
         return SeedRequest(
-            concepts=concepts, event=event or None, template=template_text(template),
+            concepts=concepts, event=None if events is not None else (event or None), events=events,
+            template=template_text(template),
             positions=positions, shuffle=bool(shuffle), samples=int(samples or 1), settings=settings,
             seed=int(seed or 0),
         )
@@ -248,11 +248,7 @@ class DishController:
             events, settings = prepare_seed(request, self.lm)
         except (ValidationError, FieldError) as err:
             raise gr.Error(request_error_message(err), title="Check the dish") from None
-        dish: Dish = events[0].dish
-        prompt, layouts = plan_dish(self.lm, dish, request.samples, settings, request.seed)
-        pinned, _ = pinned_arrays(layouts, prompt.canvas_prefix_ids, self.lm.canvas_length)
-        colors = concept_colors(dish.concepts)
-        live = LiveFlips(pinned)
+        live = LiveDish(self.lm, self.tokens, events[0].dish, request.samples, settings, request.seed)
         steps_max = settings.max_denoising_steps
 
         def submit(emit):
@@ -261,38 +257,19 @@ class DishController:
 
         if self.service.busy:
             yield {"status": "⏳ Queued: another job is running…"}
-        def live_views(index: int, finished: np.ndarray) -> dict:
-            return {
-                "status": f"Sampling… step {index + 1} of at most {steps_max} "
-                          f"({int(finished.sum())}/{len(finished)} samples settled)",
-                "heatmap": flip_heatmap(
-                    live.counts(), n_samples=request.samples, anchors=aggregate_anchor_boxes(layouts), pinned=pinned.all(axis=0),
-                    blank_pinned=True, tokens=token_texts(self.tokens, live.token_ids()), colors=colors,
-                    title=f"flips while sampling — step {index + 1}",
-                ),
-                self.trajectory.name("view"): self.trajectory.live(live.token_ids(), layouts[0], pinned[0], colors),
-            }
-
-        last_draw = 0.0
-        held_back = None  # the newest step not drawn yet (steps come faster than LIVE_REDRAW_S)
         result: SeedResult | None = None
         try:
-            for kind, payload in stream(submit, self.service.jobs, cancel=cancel, idle=True):
+            for kind, payload in throttled(stream(submit, self.service.jobs, cancel=cancel, idle=True),
+                                           lambda step: live.add(step[1], step[2])):
                 if kind == "done":
                     result = payload
                     break
-                if kind == "idle":  # no new step for a while: draw the one held back
-                    if held_back is not None:
-                        last_draw, (index, finished), held_back = time.monotonic(), held_back, None
-                        yield live_views(index, finished)
-                    continue
-                index, argmax, finished = payload
-                live.add(np.asarray(argmax), np.asarray(finished))
-                held_back = (index, np.asarray(finished))
-                now = time.monotonic()
-                if now - last_draw >= LIVE_REDRAW_S:
-                    last_draw, held_back = now, None
-                    yield live_views(index, np.asarray(finished))
+                index, _, finished = payload
+                yield {
+                    "status": f"Sampling… step {index + 1} of at most {steps_max} "
+                              f"({int(sum(finished))}/{len(finished)} samples settled)",
+                    "heatmap": live.heatmap(index), **live.trajectory(self.trajectory),
+                }
         except QueueFull as err:
             raise gr.Error(f"The model is busy: {err}", title="Busy") from None
         except JobCancelled as stop:
@@ -392,31 +369,12 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
             gr.Examples(EXAMPLES, [concepts, event], label="Examples (benign and contradictory events)",
                         example_labels=EXAMPLE_LABELS, elem_id="petri-examples")
         with gr.Column(scale=2):
-            placement = gr.Dataframe(
-                ctl.spread(EXAMPLE_CONCEPTS), headers=PLACEMENT_COLUMNS,
-                datatype=["str", "number", "number"], interactive=True, static_columns=[0, 2],
-                label="Anchor slots (drag the chips on the canvas, or type a start position)", elem_id="petri-placement",
-            )
-            with gr.Row():
-                spread_btn = gr.Button("Spread evenly", size="sm")
-                shuffle_btn = gr.Button("Shuffle", size="sm")
-            shuffle_per_sample = gr.Checkbox(
-                True, label="Shuffle concepts over the slots per sample (every pair becomes adjacent somewhere)")
-    canvas = canvas_control(ctl.canvas(ctl.spread(EXAMPLE_CONCEPTS)), elem_id="petri-canvas")
+            slots = placement_controls(ctl, EXAMPLE_CONCEPTS)
+    canvas = chip_canvas(ctl, EXAMPLE_CONCEPTS)
     with gr.Row():
         samples = gr.Slider(1, MAX_SAMPLES, value=8, step=1, label="Samples", elem_id="petri-samples")
         seed = gr.Number(0, precision=0, minimum=0, label="Seed")
-    with gr.Accordion("Sampler settings", open=False):
-        with gr.Row():
-            steps = gr.Slider(1, MAX_STEPS, value=defaults.max_denoising_steps, step=1, label="Max denoising steps",
-                              elem_id="petri-steps")
-            entropy_bound = gr.Number(defaults.entropy_bound, label="Entropy bound")
-            t_min = gr.Number(defaults.t_min, label="t_min")
-            t_max = gr.Number(defaults.t_max, label="t_max")
-        with gr.Row():
-            adaptive = gr.Checkbox(defaults.stability_threshold is not None, label="Adaptive stop")
-            pin_thought = gr.Checkbox(defaults.pin_thought_channel,
-                                      label="Pin the empty thought block (chat-template models)")
+    settings = sampler_settings(defaults)
     with gr.Row():
         run_btn = gr.Button("Run the dish", variant="primary", elem_id="petri-run", scale=4)
         cancel_btn = gr.Button("Cancel", variant="stop", elem_id="petri-cancel", scale=1)
@@ -442,18 +400,14 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
                                           column_widths=[f"{w}px" for w in DishController.SAMPLES_COLUMNS.values()])
 
     add_figure_downloads(service, run_id, ctl.figures, access, [sample], "petri-dish-figures")
-    run_inputs = [concepts, event, template, samples, seed, placement, shuffle_per_sample, steps,
-                  entropy_bound, t_min, t_max, adaptive, pin_thought]
+    controls = {"concepts": concepts, "event": event, "template": template, "samples": samples, "seed": seed,
+                "placement": slots["placement"], "shuffle": slots["shuffle"], **settings}
+    run_inputs = list(controls.values())
     names = {"status": status, "heatmap": heatmap, "run_id": run_id, "final_text": final_text,
              "flips": flips, "pairs": pairs, "samples_table": samples_table_view, "files": files,
              "sample": sample, **trajectory}
 
-    concepts.change(ctl.respread, [concepts, pin_thought, placement], placement, show_progress="hidden")
-    spread_btn.click(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
-    shuffle_btn.click(ctl.shuffle, [placement, pin_thought], placement, show_progress="hidden")
-    placement.change(ctl.canvas, [placement, pin_thought], canvas, show_progress="hidden")
-    canvas.input(ctl.from_canvas, canvas, placement, show_progress="hidden")
-    pin_thought.change(ctl.respread, [concepts, pin_thought, placement], placement, show_progress="hidden")
+    wire_placement(ctl, concepts, slots, canvas, settings["pin_thought"])
     wire_run(run_btn, cancel_btn, ctl.run, run_inputs, names, access, concurrency_limit=1, concurrency_id="model",
              show_progress="minimal", validator=ctl.validate)
 
@@ -463,7 +417,4 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
     # every way the value moves (drag, arrow keys, a number typed in its box); the last one wins
     sample.input(sample_handler, [run_id, sample], [final_text, flips], show_progress="hidden",
                  trigger_mode="always_last")
-    controls = {"concepts": concepts, "event": event, "template": template, "samples": samples, "seed": seed,
-                "placement": placement, "shuffle": shuffle_per_sample, "steps": steps, "entropy_bound": entropy_bound,
-                "t_min": t_min, "t_max": t_max, "adaptive": adaptive, "pin_thought": pin_thought}
     return ctl, {**names, **controls}
