@@ -66,6 +66,18 @@ def served(tmp_path_factory, live_server):
 
             return super().submit_study(study, samples, seed, settings, templates, owner, progress=held)
 
+        seed_gate: threading.Event | None = None  # set by a test: a UI seed run waits at it after every step
+
+        def submit_seed(self, events, n_samples, settings, seed=0, owner=None, on_step=None):
+            gate_now = self.seed_gate
+            if gate_now is not None and on_step is not None:
+                def held_step(*args):
+                    on_step(*args)
+                    gate_now.wait(300)
+
+                return super().submit_seed(events, n_samples, settings, seed, owner, on_step=held_step)
+            return super().submit_seed(events, n_samples, settings, seed, owner, on_step=on_step)
+
     service = GatedService(lm, RunStore(tmp_path_factory.mktemp("browser-store")))
     with live_server(create_app(service, model_source=source)) as live:
         yield live.url, service, gate
@@ -107,9 +119,9 @@ def tab(page, name: str) -> None:
     page.click(f"button[role=tab]:has-text('{name}')")
 
 
-def chips(page) -> dict[str, tuple[int, int]]:
-    """concept → (start, tokens) as the canvas control draws them."""
-    found = page.locator("#petri-canvas .pc-chip").evaluate_all(
+def chips(page, canvas: str = "#petri-canvas") -> dict[str, tuple[int, int]]:
+    """concept → (start, tokens) as the canvas control ``canvas`` draws them."""
+    found = page.locator(f"{canvas} .pc-chip").evaluate_all(
         "els => els.map(e => [e.dataset.concept, +e.dataset.start, +e.dataset.tokens])")
     return {c: (s, t) for c, s, t in found}
 
@@ -420,9 +432,26 @@ def test_cancel_stops_a_running_study(page, served, tmp_path):
     assert service.store.get_run(job.run_id)["status"] == "cancelled"
 
 
+def wait_new_done(page, status: str, before: set[str]) -> str:
+    """Wait until ``status`` reads Done for a run id not in ``before`` (a status left by an earlier
+    run reads Done too); that run's id."""
+    page.wait_for_function(
+        "([sel, old]) => { const m = (document.querySelector(sel).innerText || '').match(/Done: run `?([0-9a-f]{32})/);"
+        " return m && !old.includes(m[1]); }", arg=[status, sorted(before)])
+    return re.search(r"Done: run `?([0-9a-f]{32})", page.inner_text(status)).group(1)
+
+
+def open_settings(page, elem: str = "petri") -> None:
+    """Open the tab's closed "Sampler settings" accordion (left open if it is)."""
+    if not page.locator(f"#{elem}-steps input[type=number]").is_visible():
+        page.click(f"#{elem}-settings button:has-text('Sampler settings')")
+    page.wait_for_selector(f"#{elem}-steps input[type=number]", state="visible")
+
+
 def test_compare_shows_both_heatmaps(page):
     tab(page, "Compare")
     page.fill("#petri-cmp-samples input[type=number]", "2")
+    open_settings(page, "petri-cmp")
     page.fill("#petri-cmp-steps input[type=number]", "6")
     page.click("#petri-cmp-run")
     page.wait_for_selector("#petri-cmp-status:has-text('Done')")
@@ -432,6 +461,85 @@ def test_compare_shows_both_heatmaps(page):
     assert "contradictory" in page.locator("#petri-cmp-heatmap-b .gtitle").text_content()
     assert "same layouts and seed" in page.inner_text("#petri-cmp-summary")
     assert "contradictory − benign" in page.inner_text("#petri-cmp-paired")
+
+
+def test_compare_has_the_dish_tabs_canvas_and_settings_and_the_run_gets_them(page, served):
+    """Issue 20 item 11: the Compare tab shows the chip canvas (chips as the slot table puts them)
+    and the Dish tab's sampler settings; a chip moved with the keyboard, per-sample shuffle off and
+    non-default settings reach the service: every sample of both events has its anchors where the
+    chips are, and the stored settings are those typed."""
+    _, service, _ = served
+    tab(page, "Compare")
+    page.wait_for_selector("#petri-cmp-canvas .pc-chip[data-concept='person']")
+    placed = chips(page, "#petri-cmp-canvas")
+    assert set(placed) == {"order", "inventory", "person"}
+    _, length, _ = canvas_geometry(page)
+    start, tokens = placed["person"]
+    others = {p for c, (s, t) in placed.items() if c != "person" for p in range(s, s + t)}
+    key, person_to = ("ArrowRight", start + 1) if start + tokens < length and start + tokens not in others else ("ArrowLeft", start - 1)
+    page.focus("#petri-cmp-canvas .pc-chip[data-concept='person']")
+    page.keyboard.press(key)
+    page.wait_for_function(
+        f"() => {{ const w = document.querySelector('#petri-cmp-placement').innerText.split(/\\s+/);"
+        f" const i = w.lastIndexOf('person'); return i >= 0 && w[i + 1] === '{person_to}'; }}")
+    page.uncheck("#petri-cmp-shuffle-per-sample input")
+    page.fill("#petri-cmp-samples input[type=number]", "2")
+    open_settings(page, "petri-cmp")
+    for elem, value in (("steps", "5"), ("entropy-bound", "0.2"), ("t-min", "0.3"), ("t-max", "0.7")):
+        page.fill(f"#petri-cmp-{elem} input[type=number]", value)
+        page.press(f"#petri-cmp-{elem} input[type=number]", "Tab")
+    page.uncheck("#petri-cmp-adaptive input")
+    before = {r["run_id"] for r in service.store.list_runs(200)}
+    page.click("#petri-cmp-run")
+    wait_new_done(page, "#petri-cmp-status", before)
+    (run,) = [r for r in service.store.list_runs(200) if r["run_id"] not in before]
+    settings = run["request"]["settings"]
+    assert (settings["max_denoising_steps"], settings["entropy_bound"], settings["t_min"], settings["t_max"]) == \
+        (5, 0.2, 0.3, 0.7)
+    assert settings["stability_threshold"] is None and run["request"]["n_samples"] == 2
+    expected = {c: s for c, (s, _) in chips(page, "#petri-cmp-canvas").items()}
+    assert expected["person"] == person_to
+    for _, _, traj in service.store.load_events(run["run_id"]):
+        for spans in traj.anchors:
+            assert {a.concept: a.start for a in spans} == expected
+
+
+def test_compare_draws_live_and_a_dish_run_queued_behind_it_says_so(page, served):
+    """Issue 20 items 11 and 13: while a comparison samples (held after its first step by the
+    service's seed gate) its first flip map is drawn live; a Dish run clicked meanwhile waits in
+    the queue and its status line says it is queued (not the previous run's last line); once the
+    gate opens both finish."""
+    _, service, _ = served
+    tab(page, "Dish")  # valid dish inputs, whatever an earlier test typed
+    page.fill("#petri-concepts textarea, #petri-concepts input", "order, inventory, person")
+    page.fill("#petri-samples input[type=number]", "2")
+    open_settings(page)
+    page.fill("#petri-steps input[type=number]", "4")
+    tab(page, "Compare")
+    page.fill("#petri-cmp-samples input[type=number]", "2")
+    open_settings(page, "petri-cmp")
+    page.fill("#petri-cmp-steps input[type=number]", "6")
+    gate = threading.Event()
+    service.seed_gate = gate
+    before = {r["run_id"] for r in service.store.list_runs(200)}
+    try:
+        page.click("#petri-cmp-run")
+        page.wait_for_function(
+            "(document.querySelector('#petri-cmp-heatmap-a .gtitle') || {}).textContent?.includes('flips while sampling')")
+        assert "benign" in page.locator("#petri-cmp-heatmap-a .gtitle").text_content()
+        assert "Sampling benign (event 1 of 2)" in page.inner_text("#petri-cmp-status")
+        assert not service.store.get_run(next(j for j in service.jobs if j.status == "running").run_id)["status"] == "done"
+        tab(page, "Dish")
+        page.click("#petri-run")
+        page.wait_for_selector("#petri-status:has-text('Queued')")
+        save_screenshot(page, Path(service.store.path).parent, "dish-queued.png", full_page=False)
+    finally:
+        gate.set()
+        service.seed_gate = None
+    wait_new_done(page, "#petri-status", before)
+    tab(page, "Compare")
+    wait_new_done(page, "#petri-cmp-status", before)
+    assert "flips per step and position" in page.locator("#petri-cmp-heatmap-a .gtitle").text_content()
 
 
 def test_a_stored_run_reopens(page, served):

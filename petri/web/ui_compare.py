@@ -248,6 +248,6 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
                 "placement": slots["placement"], "shuffle": slots["shuffle"],
                 **{k: v for k, v in settings.items() if k != "steps"}}
     wire_placement(dish, concepts, slots, canvas, settings["pin_thought"])
-    wire_run(run_btn, cancel_btn, ctl.run, list(controls.values()), names, access, concurrency_limit=1,
-             concurrency_id="model", show_progress="minimal")
+    wire_run(run_btn, cancel_btn, ctl.run, list(controls.values()), names, access, busy=lambda: service.busy,
+             concurrency_limit=1, concurrency_id="model", show_progress="minimal")
     return ctl, {**names, **controls}

@@ -408,8 +408,8 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
              "sample": sample, **trajectory}
 
     wire_placement(ctl, concepts, slots, canvas, settings["pin_thought"])
-    wire_run(run_btn, cancel_btn, ctl.run, run_inputs, names, access, concurrency_limit=1, concurrency_id="model",
-             show_progress="minimal", validator=ctl.validate)
+    wire_run(run_btn, cancel_btn, ctl.run, run_inputs, names, access, busy=lambda: service.busy, concurrency_limit=1,
+             concurrency_id="model", show_progress="minimal", validator=ctl.validate)
 
     def sample_handler(request: gr.Request, rid, s):
         return {names[k]: v for k, v in ctl.show_sample(rid, s, access.caller(request)).items()}

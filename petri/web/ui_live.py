@@ -75,14 +75,29 @@ def stream(
     raise JobFailed(job.error or "the job failed")
 
 
+#: The status a Run click shows at once while another job holds the model: the run waits behind it
+#: (in Gradio's queue, whose counter shows beside the line, or in the service's job queue).
+QUEUED_LINE = "⏳ Queued: another job is using the model; this run starts when it ends."
+
+
+def queued_status(busy: bool):
+    """The status line's update on a Run click: :data:`QUEUED_LINE` while the model is ``busy``
+    (instead of the previous run's last line), else none (the run's own first line comes at once)."""
+    return QUEUED_LINE if busy else gr.update()
+
+
 def wire_run(run_btn, cancel_btn, run: Callable[..., Iterator[dict]], inputs: list, names: dict,
-             access: UiAccess | None = None, **click: Any) -> None:
+             access: UiAccess | None = None, busy: Callable[[], bool] | None = None, **click: Any) -> None:
     """Wire a tab's Run and Cancel buttons: Run streams ``run(*inputs, cancel=event, caller=who)``
     (``who``: the event's caller under ``access``, which owns the run; updates keyed by output
     name, mapped through ``names`` to components), Cancel sets that browser session's event (at
-    once: it is in no concurrency group). ``click`` goes to Run's ``click``."""
+    once: it is in no concurrency group). ``click`` goes to Run's ``click``. With ``busy`` (whether
+    another job holds the model), the click also sets ``names["status"]`` at once, outside the
+    queue, to :func:`queued_status` (a run queued behind another job says so)."""
     cancels = CancelButtons()
     access = access or UiAccess()
+    if busy is not None:
+        run_btn.click(lambda: queued_status(busy()), None, names["status"], queue=False, show_progress="hidden")
 
     def run_handler(request: gr.Request, *args):  # Gradio passes the request first
         caller = access.submitter(request)
