@@ -709,3 +709,90 @@ def test_at_420_px_no_study_figure_or_table_is_cut_off(page):
         assert all(f["fits"] for f in found), [f for f in found if not f["fits"]]
     finally:
         page.set_viewport_size({"width": 1200, "height": 900})
+
+
+#: The canvas ``sel``'s chips (concept, width in px) and their labels' boxes; the download list ``files``'s
+#: names that are cut (not wholly shown); the pair table ``pairs``'s header cells wholly in its visible box.
+NARROW_PARTS_PROBE = """([sel, files, pairs]) => {
+  const chips = [...document.querySelectorAll(sel + ' .pc-chip')].map(c => [c.dataset.concept, c.getBoundingClientRect().width]);
+  const labels = [...document.querySelectorAll(sel + ' .pc-label')].map(l => { const r = l.getBoundingClientRect();
+      return [l.textContent, r.left, r.right, r.top, r.bottom]; });
+  const cut = [...document.querySelectorAll(files + ' td.filename')].filter(td => {
+      const stem = td.querySelector('.stem');
+      return td.scrollWidth > td.clientWidth + 1 || (stem && stem.scrollWidth > stem.clientWidth + 1); })
+    .map(td => td.getAttribute('aria-label'));
+  const names = document.querySelectorAll(files + ' td.filename').length;
+  const table = document.querySelector(pairs + ' table');
+  let box = table.parentElement;
+  while (box && box !== document.body && !['auto', 'scroll', 'hidden'].includes(getComputedStyle(box).overflowX)) box = box.parentElement;
+  const view = (box && box !== document.body ? box : document.documentElement).getBoundingClientRect();
+  const shown = [...table.querySelectorAll('thead th')].filter(th => { const r = th.getBoundingClientRect();
+      return r.width > 0 && r.left >= Math.max(view.left, 0) - 1 && r.right <= Math.min(view.right, innerWidth) + 1; })
+    .map(th => th.innerText.trim());
+  return {chips, labels, cut, names, shown};
+}"""
+
+
+def assert_narrow_tab_fits(page, elem: str, files: str, pairs: str) -> None:
+    """The open tab at 420 px: every figure fits and every table fits or scrolls (NARROW_PROBE); every
+    chip of its canvas is at least 10 px wide and no two chip labels overlap; no download name is cut;
+    the pair table shows at least two of its columns at once."""
+    time.sleep(1)  # plotly's relayout to the container
+    found = page.evaluate(NARROW_PROBE)
+    assert sum(f["kind"] == "figure" for f in found) >= 2, found
+    assert all(f["fits"] for f in found), [f for f in found if not f["fits"]]
+    parts = page.evaluate(NARROW_PARTS_PROBE, [f"#{elem}-canvas", files, pairs])
+    assert len(parts["chips"]) == 3 and all(w >= 10 for _, w in parts["chips"]), parts["chips"]
+    labels = parts["labels"]
+    for i, (ta, la, ra, ua, da) in enumerate(labels):
+        for tb, lb, rb, ub, db in labels[i + 1:]:
+            assert ra <= lb or rb <= la or da <= ub or db <= ua, f"labels {ta!r} and {tb!r} overlap"
+    assert parts["names"] and not parts["cut"], parts
+    assert len(parts["shown"]) >= 2, parts["shown"]
+
+
+def test_at_420_px_the_dish_and_compare_tabs_fit(page, served):
+    """Issue 20 item 12 on the Dish and Compare tabs: a dish and a comparison run at 420 px wide (the
+    module's page narrowed), then every figure fits, every table fits or scrolls, chips are at least
+    10 px wide with labels that do not overlap, the CSV names are whole (they read ".c" before) and
+    the pair table shows more than its "pair" column; so too for a reopened dish whose chips sit side by
+    side (their labels stack)."""
+    from dataclasses import replace
+
+    from petri.dish import Dish
+    from petri.service import SeedEvent
+
+    _, service, _ = served
+    page.set_viewport_size({"width": 420, "height": 900})
+    try:
+        before = {r["run_id"] for r in service.store.list_runs(200)}
+        tab(page, "Dish")
+        page.fill("#petri-concepts textarea, #petri-concepts input", "order, inventory, person")
+        page.wait_for_selector("#petri-canvas .pc-chip[data-concept='inventory']")
+        page.fill("#petri-samples input[type=number]", "2")
+        open_settings(page)
+        page.fill("#petri-steps input[type=number]", "4")
+        page.click("#petri-run")
+        wait_new_done(page, "#petri-status", before)
+        page.wait_for_selector("#petri-files td.filename")
+        assert_narrow_tab_fits(page, "petri", "#petri-files", "#petri-pairs")
+        # a stored dish with its chips side by side (their labels would overlap on one line), reopened
+        dish = Dish(("order", "inventory", "person"), "The stock was counted.", "{event}", positions=(20, 24, 27),
+                    shuffle=False)
+        side_by_side = service.seed([SeedEvent(dish)], 1, replace(service.lm.default_settings(), max_denoising_steps=2)).run_id
+        reopen_run(page, side_by_side)
+        page.wait_for_selector(f"#petri-status:has-text('{side_by_side}')")
+        page.wait_for_function("document.querySelector(\"#petri-canvas .pc-chip[data-concept='person']\").dataset.start == '27'")
+        assert_narrow_tab_fits(page, "petri", "#petri-files", "#petri-pairs")
+        save_screenshot(page, Path(service.store.path).parent, "dish-420.png")
+        tab(page, "Compare")
+        page.fill("#petri-cmp-samples input[type=number]", "2")
+        open_settings(page, "petri-cmp")
+        page.fill("#petri-cmp-steps input[type=number]", "4")
+        page.click("#petri-cmp-run")
+        wait_new_done(page, "#petri-cmp-status", before)
+        page.click("#petri-cmp-figures-button")
+        page.wait_for_selector("#petri-cmp-figures td.filename", timeout=300_000)
+        assert_narrow_tab_fits(page, "petri-cmp", "#petri-cmp-figures", "#petri-cmp-pairs")
+    finally:
+        page.set_viewport_size({"width": 1200, "height": 900})

@@ -20,8 +20,10 @@ from petri.web.ui_runs import RunsController, build_runs_tab
 from petri.web.ui_study import build_study_tab
 
 UI_CSS = """
-#petri-canvas, #petri-heatmap { min-height: 0; }
+#petri-canvas, #petri-cmp-canvas, #petri-heatmap { min-height: 0; }
 .petri-note { color: var(--body-text-color-subdued); font-size: 0.9em; }
+/* download lists: a long name (run id + figure) wraps instead of being cut to its first letters */
+td.filename .stem { white-space: normal; overflow-wrap: anywhere; text-overflow: clip; }
 """
 
 

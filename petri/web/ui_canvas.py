@@ -1,8 +1,10 @@
-"""The canvas control of the Dish tab: the model's canvas as a strip of token positions, each concept a
-chip as wide as its tokens that the user drags along the strip (or moves with the arrow keys once
-focused). A chip snaps to token positions; a drop that would overlap another chip, cover the pinned
-prefix or run past the canvas end is refused where it happens (the chip returns and the strip says
-why), never silently corrected. The slot table beside it stays the precise editor; the two are kept
+"""The canvas control of the Dish and Compare tabs: the model's canvas as a strip of token positions,
+each concept a chip as wide as its tokens that the user drags along the strip (or moves with the
+arrow keys once focused). A chip snaps to token positions, each at least 10 px wide (a narrow screen
+scrolls the strip sideways rather than squeeze the chips), and the chips' labels stack in rows
+where they would overlap. A drop that would overlap another chip, cover the pinned prefix or run
+past the canvas end is refused where it happens (the chip returns and the strip says why), never
+silently corrected. The slot table beside it stays the precise editor; the two are kept
 in sync by the tab.
 
 Built as a ``gr.HTML`` with ``html_template`` / ``css_template`` / ``js_on_load`` (Gradio 6's custom
@@ -25,14 +27,18 @@ from petri.web.ui_views import PALETTE
 
 CANVAS_HTML = """
 <div class="pc">
-  <div class="pc-track" role="group" aria-label="canvas: drag a concept chip, or focus it and use the arrow keys"></div>
-  <div class="pc-axis"></div>
+  <div class="pc-scroll"><div class="pc-inner">
+    <div class="pc-track" role="group" aria-label="canvas: drag a concept chip, or focus it and use the arrow keys"></div>
+    <div class="pc-axis"></div>
+  </div></div>
   <div class="pc-msg" role="status" aria-live="polite"></div>
 </div>
 """
 
 CANVAS_CSS = """
-.pc { padding: 18px 0 2px 0; user-select: none; }
+.pc { padding: 0 0 2px 0; user-select: none; }
+.pc-scroll { overflow-x: auto; overflow-y: hidden; }
+.pc-inner { padding: 18px 0 0 0; }
 .pc-track { position: relative; height: 46px; border: 1px solid #9ca3af; border-radius: 4px; background: #f9fafb; overflow: visible; }
 .pc-tick { position: absolute; top: 0; bottom: 0; border-left: 1px solid #e5e7eb; pointer-events: none; }
 .pc-tick.pc-major { border-left-color: #cbd5e1; }
@@ -42,7 +48,7 @@ CANVAS_CSS = """
   display: flex; align-items: center; justify-content: center; white-space: nowrap; overflow: visible; cursor: grab;
   box-shadow: 0 1px 2px rgba(0,0,0,.3); touch-action: none; outline-offset: 2px; }
 .pc-chip:focus { outline: 3px solid #111827; }
-.pc-label { position: absolute; bottom: calc(100% + 6px); left: 50%; transform: translateX(-50%); font-size: 12px;
+.pc-label { position: absolute; bottom: calc(100% + 6px); left: 0; font-size: 12px; line-height: 14px;
   font-weight: 700; white-space: nowrap; pointer-events: none; }
 .pc-chip.pc-dragging { cursor: grabbing; opacity: .85; z-index: 3; }
 .pc-chip.pc-invalid { background: repeating-linear-gradient(45deg, #b91c1c, #b91c1c 5px, #ef4444 5px, #ef4444 10px) !important; }
@@ -55,11 +61,13 @@ CANVAS_CSS = """
 
 CANVAS_JS = r"""
 const track = element.querySelector('.pc-track');
+const inner = element.querySelector('.pc-inner');
 const axis = element.querySelector('.pc-axis');
 const msg = element.querySelector('.pc-msg');
 let refusal = '';
 let refusedIndex = -1;
 
+const MIN_POSITION_PX = 10.5, LABEL_ROW_PX = 16, LABEL_GAP_PX = 4;
 const current = () => props.value || {canvas_length: 0, prefix: 0, chips: [], error: ''};
 const pct = (x) => (100 * x / Math.max(1, current().canvas_length)) + '%';
 
@@ -123,9 +131,32 @@ function render(focusIndex) {
     track.appendChild(chip);
     if (i === focusIndex) chip.focus();
   });
+  inner.style.minWidth = (MIN_POSITION_PX * L + 2) + 'px';  // + the track's border  // narrow screens scroll the strip instead of squeezing chips
+  stackLabels();
   const bad = refusal || val.error;
   msg.className = 'pc-msg' + (bad ? ' pc-bad' : '');
   msg.textContent = bad || (L ? `canvas: ${L} positions; drag a chip or focus it and press the arrow keys (Shift: 5 at a time)` : '');
+}
+
+function stackLabels() {
+  // each label in the first row (above the chip, from its left edge) where it clears the labels
+  // already placed; the strip's top padding makes room for the rows used
+  const placed = [];  // per row: the right edge (px) of its last label
+  const labels = [...track.querySelectorAll('.pc-label')];
+  const box = track.getBoundingClientRect();
+  if (!box.width) return;  // not on screen (another tab): stacked when it is drawn (the observer below)
+  const items = labels.map((l) => { l.style.left = '0'; l.style.right = ''; return [l, l.getBoundingClientRect()]; })
+    .sort((a, b) => a[1].left - b[1].left);
+  for (const [label, r0] of items) {
+    let r = r0;
+    if (r.right > box.right) { label.style.left = 'auto'; label.style.right = '0'; r = label.getBoundingClientRect(); }
+    let row = placed.findIndex((right) => r.left >= right + LABEL_GAP_PX);
+    if (row < 0) { row = placed.length; placed.push(0); }
+    placed[row] = r.right;
+    label.style.bottom = `calc(100% + ${6 + LABEL_ROW_PX * row}px)`;
+    label.dataset.row = row;
+  }
+  inner.style.paddingTop = (18 + LABEL_ROW_PX * Math.max(0, placed.length - 1)) + 'px';
 }
 
 function startDrag(e, chip, index) {
@@ -162,6 +193,7 @@ watch('value', () => {
   render(current().chips.findIndex((c) => c.concept === focused));
 });
 render(-1);
+new ResizeObserver(() => stackLabels()).observe(track);
 """
 
 

@@ -226,17 +226,18 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
     summary = gr.Markdown("", elem_id="petri-cmp-summary")
     run_id = gr.State("")
     with gr.Row():
-        heatmap_a = gr.Plot(show_label=False, elem_id="petri-cmp-heatmap-a")
-        heatmap_b = gr.Plot(show_label=False, elem_id="petri-cmp-heatmap-b")
+        heatmap_a = gr.Plot(show_label=False, elem_id="petri-cmp-heatmap-a", min_width=320)
+        heatmap_b = gr.Plot(show_label=False, elem_id="petri-cmp-heatmap-b", min_width=320)
     difference = gr.Plot(show_label=False, elem_id="petri-cmp-difference")
     add_figure_downloads(service, run_id, ctl.figures, access, (), "petri-cmp-figures")
     with gr.Row():
-        pairs = gr.Dataframe(label="Pair instability side by side", interactive=False, elem_id="petri-cmp-pairs")
+        pairs = gr.Dataframe(label="Pair instability side by side", interactive=False, elem_id="petri-cmp-pairs",
+                             min_width=320)
         paired = gr.Dataframe(label="Paired difference per sample (same layout in both events)", interactive=False,
-                              elem_id="petri-cmp-paired")
+                              elem_id="petri-cmp-paired", min_width=320)
     with gr.Row():
-        text_a = gr.HighlightedText(label="A: sample 0", combine_adjacent=True, show_legend=True)
-        text_b = gr.HighlightedText(label="B: sample 0", combine_adjacent=True, show_legend=True)
+        text_a = gr.HighlightedText(label="A: sample 0", combine_adjacent=True, show_legend=True, min_width=320)
+        text_b = gr.HighlightedText(label="B: sample 0", combine_adjacent=True, show_legend=True, min_width=320)
     trajectories = {k: v for view, x in zip(ctl.trajectories, "AB") for k, v in view.build(f"Event {x}'s trajectory", access).items()}
     names = {"status": status, "summary": summary, "run_id": run_id, "heatmap_a": heatmap_a, "heatmap_b": heatmap_b,
              "difference": difference, "pairs": pairs, "paired": paired, "text_a": text_a, "text_b": text_b,

@@ -392,9 +392,9 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
     with gr.Row():
         pairs = gr.Dataframe(pd.DataFrame(columns=["pair", "n_segments", "instability"]),
                              label="Pair instability (mean flips between adjacent anchors)",
-                             interactive=False, elem_id="petri-pairs")
+                             interactive=False, elem_id="petri-pairs", min_width=320)
         files = gr.File(label="CSV downloads (tidy tables + run.json)", file_count="multiple",
-                        interactive=False, elem_id="petri-files")
+                        interactive=False, elem_id="petri-files", min_width=280)
     with gr.Accordion("Samples", open=False):
         samples_table_view = gr.Dataframe(interactive=False, wrap=True, elem_id="petri-samples-table",
                                           column_widths=[f"{w}px" for w in DishController.SAMPLES_COLUMNS.values()])

@@ -58,7 +58,8 @@ def figure_files(service, caller: Caller | None, run_id: str, figures: Callable[
 def _button_and_files(elem_id: str) -> tuple[gr.Button, gr.File]:
     with gr.Row():
         button = gr.Button("Download figures (HTML, PNG, SVG)", size="sm", elem_id=f"{elem_id}-button", scale=1)
-        files = gr.File(label="Figure downloads", file_count="multiple", interactive=False, elem_id=elem_id, scale=3)
+        files = gr.File(label="Figure downloads", file_count="multiple", interactive=False, elem_id=elem_id, scale=3,
+                        min_width=280)
     return button, files
 
 

@@ -39,7 +39,7 @@ from petri.web.ui_figure_files import add_shown_figure_downloads
 from petri.web.ui_live import JobCancelled, JobFailed, stream, wire_run
 from petri.web.ui_shipped import load_shipped, report_markdown, shipped_figures, shipped_files, shipped_markdown
 from petri.web.ui_stats import build_stats_panel, stats_views
-from petri.web.ui_views import request_error_message
+from petri.web.ui_views import request_error_message, responsive
 
 STUDY_DIR = studies_dir()
 EVENT_COLUMNS = ["id", "group", "text", "concepts"]
@@ -61,14 +61,6 @@ def redraw_due(now: float, last_draw: float | None, last_cost: float, min_interv
     min_interval = LIVE_STUDY_REDRAW_S if min_interval is None else min_interval
     share = LIVE_STUDY_REDRAW_SHARE if share is None else share
     return now - last_draw >= max(min_interval, last_cost * (1.0 - share) / share)
-
-
-def responsive(fig):
-    """A figure that takes its container's width (the study figures are drawn at fixed widths for
-    files; on a page they must fit a narrow screen)."""
-    if fig is not None:
-        fig.update_layout(width=None, autosize=True)
-    return fig
 
 
 def pending_views(run_id: str, done: int, total: int) -> dict:

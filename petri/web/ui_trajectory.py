@@ -31,6 +31,7 @@ from petri.web.access import Caller
 from petri.web.replay_files import export_bundle, run_colors
 from petri.web.ui_access import UiAccess, export_dir
 from petri.web.tokens import TokenText
+from petri.web.ui_views import responsive
 
 VIEW_HTML = """
 <div class="pt" tabindex="0" role="group" aria-label="trajectory viewer: arrow keys move a step, Home/End, Space plays">
@@ -212,7 +213,7 @@ class TrajectoryView:
             self.name("figure"): trajectory_figure(traj, sample, self.tokens, colors=run_colors(traj),
                                                    cell_px=max(6.0, 1100 / traj.canvas_length)).update_layout(
                 width=None, autosize=True),
-            self.name("curves"): step_curves_figure(traj, sample),
+            self.name("curves"): responsive(step_curves_figure(traj, sample)),
             self.name("files"): None,
         }
 
@@ -261,9 +262,9 @@ class TrajectoryView:
                            padding=False, container=False)
             figure = gr.Plot(show_label=False, elem_id=f"{elem}-figure")
             with gr.Row():
-                curves = gr.Plot(show_label=False, elem_id=f"{elem}-curves", scale=3)
+                curves = gr.Plot(show_label=False, elem_id=f"{elem}-curves", scale=3, min_width=320)
                 files = gr.File(label="Replay downloads", file_count="multiple", interactive=False,
-                                elem_id=f"{elem}-files", scale=2)
+                                elem_id=f"{elem}-files", scale=2, min_width=280)
         key = gr.State(None)
         parts = {self.name("view"): view, self.name("key"): key, self.name("sample"): sample,
                  self.name("figure"): figure, self.name("curves"): curves, self.name("files"): files}

@@ -20,6 +20,14 @@ END_TOKEN_LABEL = "end-of-turn token"
 END_TOKEN_COLOR = "#475569"
 
 
+def responsive(fig):
+    """A figure that takes its container's width (figures are drawn at fixed widths for files; on a
+    page they must fit a narrow screen); ``None`` stays ``None``."""
+    if fig is not None:
+        fig.update_layout(width=None, autosize=True)
+    return fig
+
+
 def parse_concepts(text: str) -> list[str]:
     """``"order, inventory , person"`` → ``["order", "inventory", "person"]`` (empty entries kept
     as ``""`` so validation can name them)."""
