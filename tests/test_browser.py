@@ -204,7 +204,7 @@ def test_drag_and_keyboard_placement_reaches_the_run(page, served, tmp_path):
     # run without per-sample shuffling: every sample's anchors sit where the chips were put
     page.uncheck("label:has-text('Shuffle concepts over the slots per sample') input")
     page.fill("#petri-samples input[type=number]", "3")
-    page.click("text=Sampler settings")
+    open_settings(page)
     page.fill("#petri-steps input[type=number]", "16")
     page.click("#petri-run")
     page.wait_for_selector("#petri-heatmap .js-plotly-plot")
@@ -392,8 +392,7 @@ def test_reopened_dish_and_study_restore_their_controls(page, served):
     page.wait_for_function("document.querySelector('#petri-samples input[type=number]').value === '3'")
     assert {c: s for c, (s, _) in chips(page).items()} == {"order": 5, "inventory": 30, "person": 50}
     assert not page.is_checked("label:has-text('Shuffle concepts over the slots per sample') input")
-    if not page.locator("#petri-steps input[type=number]").count():
-        page.click("text=Sampler settings")
+    open_settings(page)
     assert page.input_value("#petri-steps input[type=number]") == "7"
     assert page.input_value("#petri-event textarea") == "The stock was counted."
     page.wait_for_timeout(1000)  # the concept field's change event must not respread the slots

@@ -86,7 +86,7 @@ def dish_run(page, served):
     """The dish run of the live test: (run_id, per-step argmax by the API, the ids the live view showed)."""
     url, service, gate = served
     page.fill("#petri-samples input[type=number]", "3")
-    page.click("text=Sampler settings")
+    page.click("#petri-settings button:has-text('Sampler settings')")
     page.fill("#petri-steps input[type=number]", "16")
     page.click("#petri-run")
     page.wait_for_function(f"(() => {{ const r = document.querySelector('#petri-traj .pt');"
