@@ -296,3 +296,16 @@ def test_the_compare_tab_draws_each_events_flip_map_while_it_samples(service, mo
         assert free.any()
         np.testing.assert_array_equal(z[free], expected[free])
     assert "Done" in final["status"]
+
+
+def test_a_run_click_while_the_model_is_held_says_queued(service):
+    """Issue 20 item 13: the status a Run click sets at once is the queued line while another job
+    holds the model, and no update (the run's own first line follows at once) while it is free."""
+    import gradio as gr
+
+    from petri.web.ui_live import QUEUED_LINE, queued_status
+
+    assert queued_status(service.busy) == gr.update()
+    with service.exclusive():
+        assert service.busy and queued_status(service.busy) == QUEUED_LINE
+    assert "Queued" in QUEUED_LINE and "Stopped" not in QUEUED_LINE

@@ -35,7 +35,7 @@ from petri.web.ui_dish import EXAMPLE_CONCEPTS, TEMPLATE_CHOICES, DishController
 from petri.web.ui_dish_controls import chip_canvas, placement_controls, sampler_settings, wire_placement
 from petri.web.ui_dish_live import LiveDish, throttled
 from petri.web.ui_figure_files import add_figure_downloads
-from petri.web.ui_live import JobCancelled, stream, wire_run
+from petri.web.ui_live import QUEUED_LINE, JobCancelled, stream, wire_run
 from petri.web.ui_stats import paired_tests_line
 from petri.web.ui_trajectory import TrajectoryView
 from petri.web.ui_views import END_TOKEN_COLOR, END_TOKEN_LABEL, concept_colors, highlighted_text, request_error_message
@@ -108,7 +108,7 @@ class CompareController:
             events, settings = prepare_seed(request, self.service.lm)
         except (ValidationError, FieldError) as err:
             raise gr.Error(request_error_message(err), title="Check the comparison") from None
-        yield {"status": "⏳ Waiting for the model…" if self.service.busy else "Sampling both events…",
+        yield {"status": QUEUED_LINE if self.service.busy else "Sampling both events…",
                "heatmap_a": None, "heatmap_b": None, "difference": None, "summary": ""}
         lives = [LiveDish(self.service.lm, self.dish.tokens, e.dish, request.samples, settings, request.seed) for e in events]
         current = [0]  # the event sampling now: the steps of A come first, then B's from step 0 again

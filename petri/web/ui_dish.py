@@ -41,7 +41,7 @@ from petri.web.ui_canvas import canvas_value, placement_rows
 from petri.web.ui_dish_controls import PLACEMENT_COLUMNS, chip_canvas, placement_controls, sampler_settings, wire_placement
 from petri.web.ui_dish_live import LiveDish, throttled
 from petri.web.ui_figure_files import add_figure_downloads
-from petri.web.ui_live import JobCancelled, stream, wire_run
+from petri.web.ui_live import QUEUED_LINE, JobCancelled, stream, wire_run
 from petri.web.ui_trajectory import TrajectoryView
 from petri.web.ui_views import (
     END_TOKEN_COLOR,
@@ -256,7 +256,7 @@ class DishController:
                                             owner=caller.owner if caller else None)
 
         if self.service.busy:
-            yield {"status": "⏳ Queued: another job is running…"}
+            yield {"status": QUEUED_LINE}
         result: SeedResult | None = None
         try:
             for kind, payload in throttled(stream(submit, self.service.jobs, cancel=cancel, idle=True),
