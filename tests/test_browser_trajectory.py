@@ -183,6 +183,7 @@ def test_a_comparison_shows_a_view_per_event(page, served):
     url, _, _ = served
     tab(page, "Compare")
     page.fill("#petri-cmp-samples input[type=number]", "2")
+    page.click("#petri-cmp-settings button:has-text('Sampler settings')")  # the Dish tab's settings, closed
     page.fill("#petri-cmp-steps input[type=number]", "6")
     page.click("#petri-cmp-run")
     page.wait_for_selector("#petri-cmp-status:has-text('Done')", timeout=300_000)
