@@ -736,7 +736,7 @@ def assert_narrow_tab_fits(page, elem: str, files: str, pairs: str) -> None:
     """The open tab at 420 px: every figure fits and every table fits or scrolls (NARROW_PROBE); every
     chip of its canvas is at least 10 px wide and no two chip labels overlap; no download name is cut;
     the pair table shows at least two of its columns at once."""
-    time.sleep(1)  # plotly's relayout to the container
+    settle_narrow_layout(page)
     found = page.evaluate(NARROW_PROBE)
     assert sum(f["kind"] == "figure" for f in found) >= 2, found
     assert all(f["fits"] for f in found), [f for f in found if not f["fits"]]

@@ -27,6 +27,10 @@ td.filename .stem { white-space: normal; overflow-wrap: anywhere; text-overflow:
 """
 
 
+#: Run in the browser on a tab change: a window resize once the tab is drawn (plotly fits its figures).
+RELAYOUT_JS = "() => { setTimeout(() => window.dispatchEvent(new Event('resize')), 100); }"
+
+
 def build_ui(service: PetriService, model_source: str | None = None, access: AccessPolicy = AccessPolicy()) -> gr.Blocks:
     """The Blocks app: Dish, Compare, Study, Runs and Model tabs; every handler that reaches stored
     runs or files answers only to its caller under ``access`` (:mod:`petri.web.ui_access`)."""
@@ -53,4 +57,7 @@ def build_ui(service: PetriService, model_source: str | None = None, access: Acc
             with gr.Tab("Model", id="model"):
                 gr.Markdown(model_markdown(service, model_source), elem_id="petri-model")
         runs_tab.select(refresh, refresh_inputs, refreshed, show_progress="hidden")
+        # a figure drawn while its tab was hidden keeps the width it had then (plotly relays out on a
+        # window resize, which a hidden plot misses): a resize once the new tab is shown fits it
+        tabs.select(None, None, None, js=RELAYOUT_JS, queue=False, show_progress="hidden")
     return demo
