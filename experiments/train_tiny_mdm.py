@@ -70,6 +70,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--arch", choices=("modernbert", "bert"), default="modernbert",
                     help="ModernBertForMaskedLM (pre-norm, rotary positions) or BertForMaskedLM (post-norm; with "
                          "lr 1e-3 it collapsed to the unigram distribution on the H200)")
+    ap.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=False,
+                    help="share the input embedding with the output layer (tied, they escaped the unigram plateau "
+                         "far more slowly on the CPU; default: untied)")
     ap.add_argument("--canvas", type=int, default=64)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--layers", type=int, default=6)
@@ -116,7 +119,7 @@ def build_model(args, vocab_size: int, special: dict, mask_id: int):
             vocab_size=vocab_size, hidden_size=args.hidden, num_hidden_layers=args.layers,
             num_attention_heads=args.heads, intermediate_size=args.intermediate,
             max_position_embeddings=args.max_positions, type_vocab_size=1, pad_token_id=special["pad"],
-            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, tie_word_embeddings=args.tie_embeddings,
         )
         model_class = BertForMaskedLM
     else:
@@ -127,7 +130,7 @@ def build_model(args, vocab_size: int, special: dict, mask_id: int):
             num_attention_heads=args.heads, intermediate_size=args.intermediate,
             max_position_embeddings=args.max_positions, pad_token_id=special["pad"], eos_token_id=special["eos"],
             bos_token_id=special["bos"], cls_token_id=special["bos"], sep_token_id=special["eos"],
-            local_attention=args.max_positions, global_attn_every_n_layers=1,
+            local_attention=args.max_positions, global_attn_every_n_layers=1, tie_word_embeddings=args.tie_embeddings,
         )
         model_class = ModernBertForMaskedLM
     config.canvas_length = args.canvas
