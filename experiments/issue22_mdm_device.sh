@@ -4,14 +4,14 @@
 # held-out masked cross-entropy at t = 0.25. Writes (at most 8 files come back):
 #   $OUT/petri-tiny-mdm/   the chosen checkpoint (config.json, model.safetensors, tokenizer files, metrics.json)
 #   $OUT/sweep.json        every recipe's held-out figures, steps and arguments
-#   $OUT/train.log         every run's log, then a 4-sample dish sampled with the chosen checkpoint
+#   $OUT/train.log         every run's log, then a 2-sample dish sampled with the chosen checkpoint
 # The corpus: data/ carried from the checkout (python experiments/build_corpus.py --out data --no-tokenizer),
 # else built here from Debian's wordnet-base / dict-devil when installed.
-#   bash experiments/issue22_mdm_device.sh            (MINUTES=5 per run by default; all runs in parallel)
+#   bash experiments/issue22_mdm_device.sh            (MINUTES=2.5 per run by default; the runs in parallel)
 # A dry run on a CPU:  OUT=/tmp/o DEVICE=cpu MINUTES=0.3 EXTRA=--smoke WORK=/tmp/w bash experiments/issue22_mdm_device.sh
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
-MINUTES=${MINUTES:-5}
+MINUTES=${MINUTES:-2.5}
 LOG=$OUT/train.log
 WORK=${WORK:-/tmp/petri-mdm-sweep}
 mkdir -p $WORK
@@ -21,11 +21,9 @@ fi
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader | tee -a $LOG 2>/dev/null
 COMMON="--data data --device ${DEVICE:-cuda} --max-steps 0 --minutes $MINUTES --hidden 256 --layers 6 --heads 4 --intermediate 1024 --log-every 200"
 declare -A RECIPES=(
-  [mb-untied-6e-3]="--arch modernbert --lr 6e-3 --warmup-steps 300"
   [mb-untied-3e-3]="--arch modernbert --lr 3e-3 --warmup-steps 200"
-  [mb-untied-1e-3]="--arch modernbert --lr 1e-3 --warmup-steps 200"
+  [mb-untied-6e-3]="--arch modernbert --lr 6e-3 --warmup-steps 200"
   [mb-tied-3e-3]="--arch modernbert --lr 3e-3 --warmup-steps 200 --tie-embeddings"
-  [bert-untied-3e-4]="--arch bert --lr 3e-4 --warmup-steps 1000"
 )
 for name in "${!RECIPES[@]}"; do
   timeout $(python3 -c "print(int($MINUTES * 60 + 100))") python3 experiments/train_tiny_mdm.py $COMMON ${RECIPES[$name]} \
@@ -51,7 +49,7 @@ best = min(runs, key=lambda n: runs[n]["heldout_masked_ce"]["0.25"])
 shutil.copytree(work / best, out / "petri-tiny-mdm")
 print("chosen:", best)
 EOF
-[ -d $OUT/petri-tiny-mdm ] && timeout 120 python3 -m petri seed --model $OUT/petri-tiny-mdm --device ${DEVICE:-cuda} --samples 4 \
+[ -d $OUT/petri-tiny-mdm ] && timeout 45 python3 -m petri seed --model $OUT/petri-tiny-mdm --device ${DEVICE:-cuda} --samples 2 \
   --event "Only 90 units are in stock, but the customer ordered 120." --concepts order,inventory,person 2>&1 \
   | grep -v Warning | tail -12 >> $LOG
 tail -c 5000 $LOG

@@ -66,6 +66,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--arch", choices=("modernbert", "bert"), default="modernbert",
                     help="ModernBertForMaskedLM (pre-norm, rotary positions) or BertForMaskedLM (post-norm; with "
@@ -190,6 +191,8 @@ def save(model, tokenizer_dir: Path, out: Path) -> int:
 
 def train(args) -> dict:
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     np_rng = np.random.default_rng(args.seed)
     tok, special = load_tokenizer(args.tokenizer)
@@ -251,8 +254,8 @@ def train(args) -> dict:
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
         optimizer.step()
         if step % args.log_every == 0:
-            losses.append([step, float(loss.detach())])
-            print(f"step {step} loss {float(loss):.3f} ({time.time() - started:.0f} s)", flush=True)
+            losses.append([step, loss.item()])
+            print(f"step {step} loss {loss.item():.3f} ({time.time() - started:.0f} s)", flush=True)
         step += 1
     train_seconds = time.time() - started
     metrics = {"heldout_masked_ce": evaluate(model, held_stream, held_docs, args, mask_id, device, autocast)}
