@@ -32,10 +32,10 @@ def embedded_model_path() -> Path:
     return assets_dir() / "petri-tiny"
 
 
-#: the embedded models, by the name ``--model`` accepts for each (a masked-diffusion one trained on
-#: the same corpus, ``petri-tiny-mdm``, joins when a training run of experiments/train_tiny_mdm.py
-#: learns more than token frequencies: see that script)
-EMBEDDED_MODELS = ("petri-tiny",)
+#: the embedded models, by the name ``--model`` accepts for each: ``petri-tiny`` (DiffusionGemma's
+#: architecture, uniform diffusion; the default) and ``petri-tiny-mdm`` (a masked-diffusion
+#: ModernBERT on the same corpus and tokenizer, experiments/train_tiny_mdm.py)
+EMBEDDED_MODELS = ("petri-tiny", "petri-tiny-mdm")
 
 
 def embedded_model_named(name: str) -> Path | None:

@@ -1,20 +1,20 @@
-"""One study, the same events and seeds, on both families: the embedded DiffusionGemma (uniform
-diffusion, assets/petri-tiny) and a masked-diffusion model loaded from a folder by the same loader
-(a tiny random ModernBertForMaskedLM on the embedded model's tokenizer, ``<mask>`` added, until a
-trained one ships: see experiments/train_tiny_mdm.py); both runs go through the one study runner
-and store, and their pair tables sit side by side."""
+"""One study, the same events and seeds, on both families: the two embedded models, petri-tiny
+(DiffusionGemma's architecture, uniform diffusion) and petri-tiny-mdm (a masked-diffusion ModernBERT
+on the same corpus and tokenizer, ``<mask>`` added), each loaded by name through the one loader;
+both runs go through the one study runner and store, and their pair tables sit side by side. Also
+through the CLI: ``petri study --model`` on each, then ``petri paired`` on the two folders."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
-import torch
 
+from petri.cli import main
 from petri.engine.masked_diffusion import MaskedLoadedModel
 from petri.engine.torch_model import LoadedModel, load_model
-from petri.paths import embedded_model_path
 from petri.store import RunStore
 from petri.study.analysis import analyze
 from petri.study.runner import run_study
@@ -25,25 +25,8 @@ from test_study_engines import STUDY as ENGINES_STUDY
 STUDY = {**ENGINES_STUDY, "id": "two-families", "title": "uniform vs masked diffusion"}
 
 
-def masked_folder_on_the_embedded_tokenizer(folder):
-    """A tiny random ModernBertForMaskedLM with the embedded model's tokenizer (+ ``<mask>``), saved."""
-    from transformers import AutoTokenizer, ModernBertConfig, ModernBertForMaskedLM
-
-    tokenizer = AutoTokenizer.from_pretrained(str(embedded_model_path()))
-    tokenizer.add_special_tokens({"mask_token": "<mask>"})
-    config = ModernBertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                              intermediate_size=64, max_position_embeddings=256, pad_token_id=0, eos_token_id=1,
-                              bos_token_id=2, cls_token_id=2, sep_token_id=1, local_attention=256)
-    config.canvas_length = 64
-    torch.manual_seed(0)
-    ModernBertForMaskedLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 def test_one_study_runs_on_both_families_side_by_side(tmp_path):
-    masked = load_model(masked_folder_on_the_embedded_tokenizer(tmp_path / "masked"), device="cpu")
-    models = {"uniform": load_model("petri-tiny", device="cpu"), "masked": masked}
+    models = {"uniform": load_model("petri-tiny", device="cpu"), "masked": load_model("petri-tiny-mdm", device="cpu")}
     assert isinstance(models["uniform"], LoadedModel) and isinstance(models["masked"], MaskedLoadedModel)
     assert models["masked"].tokenizer.mask_token == "<mask>"
     # the same tokenizer, the mask token added after the trained vocabulary
@@ -72,3 +55,20 @@ def test_one_study_runs_on_both_families_side_by_side(tmp_path):
     side_by_side = pd.concat(pairs)
     assert set(side_by_side["family"]) == {"uniform", "masked"}
     assert side_by_side.groupby("family")["pair"].nunique().eq(3).all()
+
+
+def test_the_cli_runs_one_study_on_both_embedded_models_and_compares_them(tmp_path, capsys):
+    study = tmp_path / "study.json"
+    study.write_text(json.dumps(STUDY))
+    for name in ("petri-tiny", "petri-tiny-mdm"):
+        code = main(["study", str(study), "--model", name, "--device", "cpu", "--samples", "2", "--steps", "6",
+                     "--store", str(tmp_path / "store"), "--out", str(tmp_path / name), "--no-images", "--quiet"])
+        assert code == 0
+        run = json.loads((tmp_path / name / "run.json").read_text())
+        assert run["model_id"] == name
+    events = {name: pd.read_csv(tmp_path / name / "events.csv") for name in ("petri-tiny", "petri-tiny-mdm")}
+    assert list(events["petri-tiny"]["event_id"]) == list(events["petri-tiny-mdm"]["event_id"])
+    capsys.readouterr()
+    assert main(["paired", str(tmp_path / "petri-tiny"), str(tmp_path / "petri-tiny-mdm")]) == 0
+    printed = capsys.readouterr().out
+    assert "petri-tiny" in printed and "petri-tiny-mdm" in printed, printed

@@ -236,11 +236,12 @@ def load_model(
 
 
 def load_tokenizer(name_or_path: str | Path):
-    """Only the tokenizer of a checkpoint folder or a cached hub id (never downloads); the embedded
-    model's for ``"petri-tiny"`` (its model id). Raises :class:`ModelNotFoundError` naming it."""
+    """Only the tokenizer of a checkpoint folder or a cached hub id (never downloads); an embedded
+    model's for its name (``"petri-tiny"``, ``"petri-tiny-mdm"``: its model id). Raises
+    :class:`ModelNotFoundError` naming it."""
     name = str(name_or_path)
-    if name == EMBEDDED_MODEL_PATH.name and not Path(name).is_dir():
-        name = str(EMBEDDED_MODEL_PATH)
+    if not Path(name).is_dir() and embedded_model_named(name) is not None:
+        name = str(embedded_model_named(name))
     try:
         return AutoTokenizer.from_pretrained(name, local_files_only=True)
     except (OSError, ValueError) as err:
