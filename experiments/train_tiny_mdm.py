@@ -1,7 +1,6 @@
 """Train the small masked-diffusion model that Concept Petri Dish ships beside petri-tiny
 (assets/petri-tiny-mdm): a ``ModernBertForMaskedLM`` (pre-norm; ``--arch bert``: ``BertForMaskedLM``)
-on the same corpus and tokenizer (``<mask>`` added after its 4,096 tokens), input and output
-embeddings untied by default.
+on the same corpus and tokenizer (``<mask>`` added after its 4,096 tokens).
 
 Objective (masked diffusion, as LLaDA trains: arXiv 2502.09992, eq. 3): a window of the packed
 corpus is a clean prefix of P tokens (P drawn per batch in [--min-prefix, --max-prefix]) and a
@@ -13,7 +12,7 @@ the rare examples with t near 0 and one forced mask dominate). The petri sampler
 (``petri.engine.masked_diffusion``) reads a prompt + canvas the same way.
 
     python experiments/build_corpus.py --out data --no-tokenizer
-    python experiments/train_tiny_mdm.py --data data --out runs/petri-tiny-mdm --max-steps 4000 --minutes 3
+    python experiments/train_tiny_mdm.py --data data --out runs/petri-tiny-mdm --device cuda --max-steps 1500 --minutes 3
     python experiments/train_tiny_mdm.py --smoke        # a few CPU steps of a tiny model
     bash experiments/issue22_mdm_device.sh              # the GPU sweep that picks the shipped checkpoint
 
@@ -23,8 +22,8 @@ cross-entropy per masked token at t = 0.25/0.5/0.75/1.0, the held-out unigram cr
 it, the loss curve and the arguments).
 
 Why the first runs learnt nothing (held-out unigram cross-entropy 6.748 nats; a left-neighbour
-bigram, add-one unigram mixed in at 0.3, reaches 4.67 on the held-out text, so context is worth
-about 2 nats at least):
+bigram mixed with the unigram reaches 4.67 on the held-out text, ``experiments/mdm_plateau.py
+bigram``, so context is worth 2 nats at least):
 
 - H200, BertForMaskedLM hidden 256 x 6 layers (5.92 M parameters, tied embeddings), batch 512,
   lr 1e-3, loss weighted by the drawn 1/t: 1,222 steps in 46 s, held-out masked CE 6.726 / 6.739 /
@@ -33,23 +32,42 @@ about 2 nats at least):
 - CPU, ModernBertForMaskedLM hidden 128 x 2, batch 32, lr 2e-3: 187 steps, 6.736 at t = 0.25
   (too few steps to tell).
 
-Checked on the CPU (2 shared cores, one thread per run; hidden 64 x 2 layers, 2 heads, prefix 16,
-canvas 32, batch 64, 30 warm-up steps, held-out masked CE at t = 0.25 on 256 fixed windows):
+Checked on the CPU with ``experiments/mdm_plateau.py`` (one thread; hidden 64 x 2 layers, 2 heads,
+prefix 16, canvas 32, batch 64, 30 warm-up steps, held-out masked CE at t = 0.25 on 256 fixed
+windows; every figure below is that script's output, deterministic run to run):
 
-- Nothing in the pipeline is broken: at initialisation a masked position's logits move when another
-  token of the sequence changes (attention carries context, BERT and ModernBERT alike); the mask id
-  (4096) is inside the 4,097-row embedding; with one token repeated over a 32-token sequence and
-  25 % masked (vocabulary 64), BertForMaskedLM at lr 1e-3 goes from 4.18 to 0.04 in 300 steps.
-- Every recipe first sits on the unigram plateau (the model outputs the token frequencies, the
-  same logits everywhere: what the H200 runs ended in) and leaves it only later. Post-norm BERT did
-  not leave it: lr 3e-3 untied, 6.84 / 6.83 / 6.82 / 6.83 after 100 / 200 / 300 / 400 steps; lr
-  3e-4 (hidden 128), 6.83 after 300. Pre-norm ModernBERT at lr 3e-3 left it after about 200 steps
-  and kept going: untied 6.76 / 6.67 / 6.54 / 6.35 / 6.20 / 6.06 / 5.96 / 5.90 after 100 ... 800
-  steps; tied 6.83 / 6.66 / 6.44 / 6.30 / 6.19 / 6.05 / 5.94 (a second tied run was at 6.68 after
-  300: when it leaves the plateau varies from run to run, tying does not decide it).
-- So the H200 runs failed on the architecture (post-norm BERT, which stays on the plateau at any
-  of these learning rates), not on the objective, the mask id, the corpus windows or bf16. The
-  recipe now: ModernBERT (pre-norm), lr 3e-3 with 200 warm-up steps, embeddings untied.
+- Nothing in the pipeline is broken. ``mdm_plateau.py context``: at initialisation changing token 5
+  moves the logits at masked position 20 (by 5e-4 in BERT, 2e-4 in ModernBERT; position 5's own by
+  0.6-0.8), so attention carries context; the mask id (4096) is inside the 4,097-row embedding.
+  ``mdm_plateau.py copy --vocab 64`` (one token repeated 32 times, 25 % masked, BERT, lr 1e-3): masked
+  CE 4.18 -> 2.34 -> 0.41 -> 0.04 after 0 / 100 / 200 / 300 steps.
+- Every recipe first sits on the unigram plateau (the token frequencies, the same logits at every
+  position: where the H200 runs ended). Post-norm BERT did not leave it: ``run --arch bert --lr 3e-3``
+  (untied) 6.84 / 6.85 / 6.86 / 6.83 after 100 / 200 / 300 / 400 steps; ``run --arch bert --lr 1e-3
+  --tie-embeddings`` (the H200 recipe, small) 6.83 / 6.83 / 6.81 / 6.81. Pre-norm ModernBERT left it
+  after about 150 steps and kept going: ``run --arch modernbert --lr 3e-3`` (untied) 6.83 / 6.66 /
+  6.44 / 6.30 / 6.19 / 6.05 / 5.94 / 5.85 after 100 ... 800 steps; with ``--tie-embeddings`` 6.83 /
+  6.80 / 6.68 / 6.59 / 6.45 / 6.36 / 6.28 / 6.20 (slower here; on the H200 below tied was a little
+  ahead, so tying does not decide it).
+- So the first runs failed on the architecture: post-norm BERT stays on the plateau at each of these
+  learning rates; not on the objective, the mask id, the corpus windows or bf16 (the CPU runs are
+  float32 and show the same).
+
+On one H200 (``experiments/issue22_mdm_device.sh``: recipes side by side for 2.3 minutes each while
+the GPU tests ran beside them, about 600 steps each, hidden 256 x 6, batch 512, ``--max-steps 0``),
+held-out masked CE at t = 0.25 / 0.5 / 0.75 / 1.0 (unigram 6.748):
+
+- BERT untied lr 3e-4, 1,000 warm-up steps: 6.709 / 6.726 / 6.739 / 6.744 (662 steps): still on the plateau;
+- ModernBERT tied lr 3e-3: 3.741 / 4.434 / 5.337 / 6.652 (630); untied lr 6e-3: 3.794 / 4.470 / 5.358 /
+  6.651 (635); untied 3e-3: 3.893 / 4.534 / 5.387 / 6.652 (595); untied 1e-3: 4.406 / 4.916 / 5.609 /
+  6.674 (582).
+- The shipped checkpoint (assets/petri-tiny-mdm, its model card has the command): ModernBERT tied lr
+  3e-3, 200 warm-up steps, alone on the GPU, ``--max-steps 1500``: 1,500 steps in 68.8 s, 2.987 /
+  3.891 / 5.024 / 6.614. A run with ``--max-steps 0 --minutes 2.1`` stopped at 915 steps (3.433 at
+  t = 0.25): the estimate from steps 10-40 (136 ms a step) is far above the later steps' ~55 ms on a
+  GPU, so give ``--max-steps`` there.
+
+The defaults are now that recipe (ModernBERT, lr 3e-3, 200 warm-up steps, tied embeddings).
 """
 
 from __future__ import annotations
@@ -104,7 +122,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--grad-clip", type=float, default=1.0)
     ap.add_argument("--max-steps", type=int, default=4000,
-                    help="steps of the cosine schedule; 0: estimated from --minutes after 40 steps (not reproducible)")
+                    help="steps of the cosine schedule; 0: estimated from --minutes after 40 steps (not reproducible; "
+                         "on a GPU it underestimates: the first steps are slow)")
     ap.add_argument("--minutes", type=float, default=3.0, help="training time budget (hard stop)")
     ap.add_argument("--log-every", type=int, default=100)
     ap.add_argument("--eval-windows", type=int, default=2048)
