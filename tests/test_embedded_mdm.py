@@ -94,3 +94,25 @@ def test_model_card_figures_are_its_metrics():
     assert card_row(card, "unigram cross-entropy") == [round(unigram, 2)] * 4
     assert f"{metrics['parameters']:,}" in card and f"{metrics['steps']:,} steps" in card
     assert ce["0.25"] < unigram - 1.0, "the shipped model must beat the unigram clearly at t = 0.25"
+
+
+def test_app_serves_a_dish_on_it(tmp_path, live_server):
+    """``python app.py --model petri-tiny-mdm``: the server's own start-up path, then a dish over HTTP."""
+    import httpx
+
+    from petri.web.app import create_app
+    from petri.web.server import build_parser, build_service
+
+    args = build_parser("app.py").parse_args(["--model", "petri-tiny-mdm", "--device", "cpu", "--store", str(tmp_path)])
+    service, source = build_service(args)
+    assert isinstance(service.lm, MaskedLoadedModel) and source == "petri-tiny-mdm"
+    body = {"concepts": ["order", "inventory", "person"], "event": "Only 90 units are in stock, but 120 were ordered.",
+            "samples": 2, "settings": {"max_denoising_steps": 8}, "seed": 1}
+    with live_server(create_app(service, model_source=source)) as live, httpx.Client(base_url=live.url, timeout=120) as c:
+        assert c.get("/").status_code == 200  # the UI
+        r = c.post("/api/seed", json=body)
+    service.store.close()
+    assert r.status_code == 200, r.text
+    run = r.json()
+    assert run["model"]["model_id"] == "petri-tiny-mdm" and run["model"]["vocab_size"] == 4097
+    assert run["events"][0]["n_samples"] == 2 and run["settings"]["max_denoising_steps"] == 8
