@@ -70,11 +70,14 @@ def run_outside(env_dir: Path, *args: str, cwd: Path) -> subprocess.CompletedPro
 def test_the_installed_package_is_the_wheel_not_the_checkout(installed, tmp_path):
     done = run_outside(
         installed, str(installed / "bin" / "python"), "-c",
-        "import json, petri, petri.paths; print(json.dumps([petri.__file__, str(petri.paths.embedded_model_path())]))",
+        "import json, petri, petri.paths; print(json.dumps([petri.__file__, str(petri.paths.embedded_model_path()), "
+        "str(petri.paths.embedded_model_named('petri-tiny-mdm'))]))",
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
-    package_file, model_path = json.loads(done.stdout)
+    package_file, model_path, masked_path = json.loads(done.stdout)
+    assert Path(masked_path) == installed / "share" / "concept-petri-dish" / "assets" / "petri-tiny-mdm"
+    assert sorted(p.name for p in Path(masked_path).iterdir()) == sorted(p.name for p in (REPO / "assets" / "petri-tiny-mdm").iterdir())
     assert Path(package_file).is_relative_to(installed), package_file
     assert Path(model_path) == installed / "share" / "concept-petri-dish" / "assets" / "petri-tiny"
     assert (Path(model_path) / "model.safetensors").stat().st_size == (REPO / "assets" / "petri-tiny" / "model.safetensors").stat().st_size
