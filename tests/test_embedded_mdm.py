@@ -116,3 +116,21 @@ def test_app_serves_a_dish_on_it(tmp_path, live_server):
     run = r.json()
     assert run["model"]["model_id"] == "petri-tiny-mdm" and run["model"]["vocab_size"] == 4097
     assert run["events"][0]["n_samples"] == 2 and run["settings"]["max_denoising_steps"] == 8
+
+
+def test_where_auto_would_pick_mlx_it_runs_on_torch(monkeypatch):
+    """On Apple silicon without a torch GPU, ``auto`` picks MLX, whose backend runs DiffusionGemma only."""
+    from petri.engine import select
+    from petri.engine.base import BackendUnavailableError
+
+    monkeypatch.setattr(select, "is_apple_silicon", lambda: True)
+    monkeypatch.setattr(select, "torch_gpu_available", lambda: False)
+    monkeypatch.setattr(select, "mlx_available", lambda: True)
+    monkeypatch.delenv(select.ENV_VAR, raising=False)
+    assert select.select_backend("auto") == "mlx"
+    assert isinstance(select.load_backend_model("petri-tiny-mdm", backend="auto", device="cpu"), MaskedLoadedModel)
+    with pytest.raises(BackendUnavailableError, match="backend='mlx'.*masked-diffusion"):
+        select.load_backend_model("petri-tiny-mdm", backend="mlx", device="cpu")
+    monkeypatch.setenv(select.ENV_VAR, "mlx")
+    with pytest.raises(BackendUnavailableError, match="masked-diffusion"):
+        select.load_backend_model("petri-tiny-mdm", backend="auto", device="cpu")

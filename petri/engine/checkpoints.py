@@ -1,19 +1,27 @@
 """What the loaders read off a checkpoint before and after loading it: its ``model_type`` (which
-family loads it) and a cheap fingerprint of its weights."""
+family loads it; read without torch, so the backend choice can use it) and a cheap fingerprint of
+its weights."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+#: the ``model_type`` values of the uniform-diffusion family (DiffusionGemma); any other runs as masked diffusion
+UNIFORM_MODEL_TYPES = ("diffusion_gemma",)
 
 
 def weights_fingerprint(model: torch.nn.Module, dtype: torch.dtype) -> str:
     """A cheap fingerprint of the weights (config, dtype, and the name, shape and first 64 values of
     every tensor), so a retrained checkpoint under the same folder name gets a new study run id
     instead of a wrong resume. 16 hex characters."""
+    import torch
+
     digest = hashlib.sha256(model.config.to_json_string(use_diff=False).encode())
     digest.update(str(dtype).encode())
     with torch.no_grad():

@@ -7,6 +7,10 @@ Rules for ``select_backend("auto")``:
    importable: ``"mlx"``;
 3. otherwise ``"torch"``.
 
+:func:`load_backend_model` runs a masked-diffusion checkpoint (``petri-tiny-mdm``, BERT-style) on
+torch even where rule 2 picks MLX, whose backend runs DiffusionGemma only; asking for ``mlx`` by
+name (or ``PETRI_BACKEND=mlx``) for one is refused, naming the backend.
+
 ``select_backend("mlx")`` insists on MLX and raises :class:`BackendUnavailableError` with the
 install command when it cannot be imported. MLX is optional: nothing here imports it (or torch)
 at module import time, so ``petri`` imports fine without it.
@@ -54,11 +58,18 @@ def torch_gpu_available() -> bool:
     return bool(mps is not None and mps.is_available())
 
 
-def select_backend(name: str | None = "auto") -> str:
-    """``"torch"`` or ``"mlx"`` for a requested backend name (``"auto"``, ``"torch"``, ``"mlx"``)."""
+def requested_backend(name: str | None = "auto") -> str:
+    """The backend asked for: ``name``, or ``PETRI_BACKEND`` when ``name`` is ``"auto"`` (lower case;
+    ``"auto"`` when neither names one)."""
     requested = (name or "auto").strip().lower()
     if requested == "auto":
         requested = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
+    return requested
+
+
+def select_backend(name: str | None = "auto") -> str:
+    """``"torch"`` or ``"mlx"`` for a requested backend name (``"auto"``, ``"torch"``, ``"mlx"``)."""
+    requested = requested_backend(name)
     if requested == "auto":
         if is_apple_silicon() and not torch_gpu_available() and mlx_available():
             return "mlx"
@@ -76,6 +87,21 @@ def default_model_name() -> str:
     from petri.engine.torch_model import default_model_name as torch_default
 
     return torch_default()
+
+
+def is_masked_checkpoint(name_or_path: str | os.PathLike | None) -> bool:
+    """True when the named checkpoint (an embedded model's name, a folder or a cached hub id) says it
+    is not DiffusionGemma (its ``config.json``'s ``model_type``); ``None`` (the default model) is not."""
+    if name_or_path is None:
+        return False
+    from petri.engine.checkpoints import UNIFORM_MODEL_TYPES, model_type_of
+    from petri.paths import embedded_model_named
+
+    name = str(name_or_path)
+    embedded = embedded_model_named(name)
+    source = str(embedded) if embedded is not None and not os.path.isdir(name) else name
+    model_type = model_type_of(source)
+    return model_type is not None and model_type not in UNIFORM_MODEL_TYPES
 
 
 def load_backend_model(
@@ -102,6 +128,11 @@ def load_backend_model(
         raise ValueError("--compile applies to the torch backend only")
     if precision != "bf16" and chosen != "torch":
         raise ValueError(f"precision={precision!r}: the FP8 tier applies to the torch backend only")
+    if chosen == "mlx" and is_masked_checkpoint(name_or_path):
+        if requested_backend(backend) == "mlx":
+            raise BackendUnavailableError(f"backend='mlx' runs DiffusionGemma checkpoints only; {name_or_path!r} is a "
+                                          "masked-diffusion model: use --backend torch (or auto)")
+        chosen = "torch"  # auto: the masked family runs on torch (MPS or CPU)
     if chosen == "mlx":
         from petri.engine.mlx_sampler import load_mlx_model
 

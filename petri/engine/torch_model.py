@@ -29,7 +29,7 @@ from petri.engine.base import (
     prompt_room,
     settings_from_generation_config,
 )
-from petri.engine.checkpoints import model_type_of, weights_fingerprint
+from petri.engine.checkpoints import UNIFORM_MODEL_TYPES, model_type_of, weights_fingerprint
 from petri.engine.device import resolve_device, resolve_dtype
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.uniform_diffusion import FAMILY
@@ -130,10 +130,6 @@ class LoadedModel:
         :meth:`petri.engine.base.SamplingModel.sample`); ``fixed_noise`` is DiffusionGemma's
         parity hook (:mod:`petri.engine.fixed_noise`)."""
         return torch_sampler.sample_request(self, request, on_step=on_step, fixed_noise=fixed_noise, cancel=cancel)
-
-
-#: the model types of the uniform (DiffusionGemma) family; any other checkpoint loads as masked diffusion
-UNIFORM_MODEL_TYPES = ("diffusion_gemma",)
 
 
 def compiles_by_default(lm: LoadedModel) -> bool:
