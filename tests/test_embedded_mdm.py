@@ -1,7 +1,8 @@
 """The second embedded model, assets/petri-tiny-mdm (masked diffusion on petri-tiny's corpus and
 tokenizer): it loads by name on the CPU, it predicts masked tokens from their context (a model that
-learnt only the token frequencies, as the first training runs did, would not), it runs a dish, and
-its model card's figures are its metrics.json's."""
+learnt only the token frequencies, as the first training runs did, would not), it runs a dish (the
+sampler, the Dish tab's handler, ``app.py --model petri-tiny-mdm`` over HTTP), ``auto`` never sends it
+to the MLX backend, and its model card's figures are its metrics.json's."""
 
 from __future__ import annotations
 
@@ -134,3 +135,19 @@ def test_where_auto_would_pick_mlx_it_runs_on_torch(monkeypatch):
     monkeypatch.setenv(select.ENV_VAR, "mlx")
     with pytest.raises(BackendUnavailableError, match="masked-diffusion"):
         select.load_backend_model("petri-tiny-mdm", backend="auto", device="cpu")
+
+
+def test_the_ui_dish_tab_runs_it(mdm, tmp_path):
+    """The Dish tab's handler (what the browser calls) on the embedded masked model."""
+    from petri.service import PetriService
+    from petri.store import RunStore
+    from petri.web.ui_dish import DishController
+    from test_ui import dish_inputs
+
+    service = PetriService(mdm, RunStore(tmp_path / "store"))
+    ctl = DishController(service)
+    updates = list(ctl.run(*dish_inputs(ctl, steps=8)))
+    service.store.close()
+    final = updates[-1]
+    assert len(updates) > 1 and final["status"].startswith("Done:") and "steps [8, 8, 8]" in final["status"]
+    assert len(final["samples_table"]) == 3 and final["run_id"]
