@@ -58,7 +58,7 @@ the GPU tests ran beside them, about 600 steps each, hidden 256 x 6, batch 512, 
 held-out masked CE at t = 0.25 / 0.5 / 0.75 / 1.0 (unigram 6.748):
 
 - BERT untied lr 3e-4, 1,000 warm-up steps: 6.709 / 6.726 / 6.739 / 6.744 (662 steps): still on the plateau;
-- ModernBERT tied lr 3e-3: 3.741 / 4.434 / 5.337 / 6.652 (630); untied lr 6e-3: 3.794 / 4.470 / 5.358 /
+- ModernBERT tied lr 3e-3: 3.741 / 4.434 / 5.337 / 6.652 (630); untied lr 6e-3, 300 warm-up steps: 3.794 / 4.470 / 5.358 /
   6.651 (635); untied 3e-3: 3.893 / 4.534 / 5.387 / 6.652 (595); untied 1e-3: 4.406 / 4.916 / 5.609 /
   6.674 (582).
 - The shipped checkpoint (assets/petri-tiny-mdm, its model card has the command): ModernBERT tied lr
