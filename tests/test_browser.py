@@ -189,6 +189,10 @@ def test_drag_and_keyboard_placement_reaches_the_run(page, served, tmp_path):
     drag(page, "order", order_to)
     page.wait_for_function(f"document.querySelector(\"#petri-canvas .pc-chip[data-concept='order']\").dataset.start == '{order_to}'")
     wait_table_start(page, "order", order_to)
+    # the table's echo back to the canvas (placement.change → canvas) lands a round trip after the
+    # table: a key pressed before it can be lost (seen once under load; a known race of the control,
+    # see the issue 20 notes), so let it land first
+    page.wait_for_timeout(1500)
     # the keyboard: person one position along, towards free room
     placed = chips(page)
     start, tokens = placed["person"]
