@@ -126,6 +126,20 @@ def chips(page, canvas: str = "#petri-canvas") -> dict[str, tuple[int, int]]:
     return {c: (s, t) for c, s, t in found}
 
 
+def wait_chips(page, starts: dict[str, int], canvas: str = "#petri-canvas", timeout_ms: int = 60_000) -> None:
+    """Wait until the chips of ``canvas`` start where ``starts`` says (concept → start); on timeout
+    the assertion shows what they read."""
+    probe = f"[...document.querySelectorAll('{canvas} .pc-chip')].map(e => [e.dataset.concept, +e.dataset.start])"
+    want = json.dumps(sorted(starts.items()), separators=(",", ":"))
+    try:
+        page.wait_for_function(
+            f"JSON.stringify(({probe}).sort((a, b) => a[0] < b[0] ? -1 : 1)) === {json.dumps(want)}", timeout=timeout_ms)
+    except Exception as error:  # playwright's TimeoutError: fall through to the assertion that names it
+        if "Timeout" not in type(error).__name__:
+            raise
+    assert {c: s for c, (s, _) in chips(page, canvas).items()} == starts
+
+
 def canvas_geometry(page) -> tuple[dict, int, int]:
     box = page.locator("#petri-canvas .pc-track").bounding_box()
     length = int(page.locator("#petri-canvas .pc-track").get_attribute("data-length"))
@@ -394,7 +408,8 @@ def test_reopened_dish_and_study_restore_their_controls(page, served):
     reopen_run(page, dish_run)
     page.wait_for_selector(f"#petri-status:has-text('{dish_run}')")
     page.wait_for_function("document.querySelector('#petri-samples input[type=number]').value === '3'")
-    assert {c: s for c, (s, _) in chips(page).items()} == {"order": 5, "inventory": 30, "person": 50}
+    # the chips follow the restored table one round trip later (placement.change → canvas): wait for them
+    wait_chips(page, {"order": 5, "inventory": 30, "person": 50})
     assert not page.is_checked("label:has-text('Shuffle concepts over the slots per sample') input")
     open_settings(page)
     assert page.input_value("#petri-steps input[type=number]") == "7"

@@ -72,4 +72,7 @@ def wire_placement(ctl, concepts, parts: dict, canvas, pin_thought) -> None:
     parts["spread_btn"].click(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
     parts["shuffle_btn"].click(ctl.shuffle, [placement, pin_thought], placement, show_progress="hidden")
     placement.change(ctl.canvas, [placement, pin_thought], canvas, show_progress="hidden")
-    canvas.input(ctl.from_canvas, canvas, placement, show_progress="hidden")
+    # a second move while the first one's table update is pending runs after it ("always_last";
+    # Gradio's default for ``input``, "once", drops it: the chips then show a layout the table, and
+    # so the run, does not have). ``change`` events are "always_last" by default.
+    canvas.input(ctl.from_canvas, canvas, placement, show_progress="hidden", trigger_mode="always_last")
