@@ -17,6 +17,7 @@ from petri.web.access import AccessPolicy, Caller, CALLER_COOKIE
 from petri.web.app import create_app
 from petri.web.ui_access import export_dir
 from petri.web.ui_figure_files import figure_files, write_figure_files
+from test_public_access import ui_compare_run
 
 EVENT = "Only 90 units are in stock, but a customer ordered 120."
 
@@ -78,14 +79,9 @@ def test_the_dish_tabs_button_yields_the_figures_of_its_run_on_a_public_server(t
 
 
 def test_the_compare_figures_are_both_heatmaps_and_the_difference_of_the_stored_run(tiny_lm, tmp_path):
-    from petri.web.ui_compare import CompareController
-    from petri.web.ui_dish import DishController
-
     svc = PetriService(tiny_lm, RunStore(tmp_path))
     caller = Caller(public=True, token="c" * 43)
-    ctl = CompareController(svc, DishController(svc))
-    run_id = list(ctl.run("order, inventory, person", "calm", EVENT, "tense", "The order shipped.", None, 2, 0, 3,
-                          caller=caller))[-1]["run_id"]
+    ctl, run_id = ui_compare_run(svc, caller, ("calm", "tense"))
     paths = figure_files(svc, caller, run_id, ctl.figures, images=())
     html = {p.rsplit("/", 1)[-1]: open(p).read() for p in paths}
     assert sorted(html) == sorted(f"{run_id}-{n}.html" for n in ("heatmap-a", "heatmap-b", "difference"))

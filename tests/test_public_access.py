@@ -200,17 +200,23 @@ def test_a_public_page_lists_no_run_before_a_visitor_asks(tiny_lm, tmp_path, liv
     svc.shutdown()
 
 
-def test_ui_runs_belong_to_the_visitor_who_ran_them(tiny_lm, tmp_path):
-    """A Compare run from the UI is stored as its caller's (so its Runs tab lists it, and no one else's)."""
+def ui_compare_run(svc: PetriService, caller: Caller, labels: tuple[str, str] = ("A", "B")):
+    """A 2-sample, 3-step Compare run from the UI's controller (EVENT as A, "The order shipped." as
+    B) made by ``caller``: ``(controller, run id)``."""
     from petri.web.ui_compare import CompareController
     from petri.web.ui_dish import DishController
 
+    ctl = CompareController(svc, DishController(svc))
+    updates = list(ctl.run("order, inventory, person", labels[0], EVENT, labels[1], "The order shipped.", None, 2, 0, 3,
+                           caller=caller))
+    return ctl, updates[-1]["run_id"]
+
+
+def test_ui_runs_belong_to_the_visitor_who_ran_them(tiny_lm, tmp_path):
+    """A Compare run from the UI is stored as its caller's (so its Runs tab lists it, and no one else's)."""
     svc = PetriService(tiny_lm, RunStore(tmp_path))
     caller = Caller(public=True, token="v" * 43)
-    ctl = CompareController(svc, DishController(svc))
-    updates = list(ctl.run("order, inventory, person", "A", EVENT, "B", "The order shipped.", None, 2, 0, 3,
-                           caller=caller))
-    run_id = updates[-1]["run_id"]
+    _, run_id = ui_compare_run(svc, caller)
     assert svc.store.owns_run(run_id, caller.owner)
     assert not svc.store.owns_run(run_id, owner_of("w" * 43))
     svc.shutdown()
