@@ -43,6 +43,13 @@ def embedded_model_named(name: str) -> Path | None:
     return assets_dir() / name if name in EMBEDDED_MODELS else None
 
 
+def checkpoint_source(name: str) -> str:
+    """Where to load checkpoint ``name`` from: ``name`` itself when it is a folder (or a hub id), else
+    the embedded model's folder when ``name`` is an embedded model's name (:data:`EMBEDDED_MODELS`)."""
+    embedded = embedded_model_named(name)
+    return str(embedded) if embedded is not None and not Path(name).expanduser().is_dir() else name
+
+
 def studies_dir() -> Path:
     """The shipped study files (``assets/studies``)."""
     return assets_dir() / "studies"

@@ -95,12 +95,9 @@ def is_masked_checkpoint(name_or_path: str | os.PathLike | None) -> bool:
     if name_or_path is None:
         return False
     from petri.engine.checkpoints import UNIFORM_MODEL_TYPES, model_type_of
-    from petri.paths import embedded_model_named
+    from petri.paths import checkpoint_source
 
-    name = str(name_or_path)
-    embedded = embedded_model_named(name)
-    source = str(embedded) if embedded is not None and not os.path.isdir(name) else name
-    model_type = model_type_of(source)
+    model_type = model_type_of(checkpoint_source(str(name_or_path)))
     return model_type is not None and model_type not in UNIFORM_MODEL_TYPES
 
 

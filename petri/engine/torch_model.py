@@ -33,7 +33,7 @@ from petri.engine.checkpoints import UNIFORM_MODEL_TYPES, model_type_of, weights
 from petri.engine.device import resolve_device, resolve_dtype
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.uniform_diffusion import FAMILY
-from petri.paths import embedded_model_named, embedded_model_path
+from petri.paths import checkpoint_source, embedded_model_path
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
 
 EMBEDDED_MODEL_PATH = embedded_model_path()
@@ -202,9 +202,7 @@ def load_model(
             start, in the main process, outside the ``spaces.GPU`` functions.
         trust_remote_code: run the checkpoint's own modelling code (LLaDA, Dream); off by default.
     """
-    name = str(name_or_path) if name_or_path is not None else default_model_name()
-    if not Path(name).expanduser().is_dir() and embedded_model_named(name) is not None:
-        name = str(embedded_model_named(name))
+    name = checkpoint_source(str(name_or_path) if name_or_path is not None else default_model_name())
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     local = Path(name).expanduser()
@@ -235,9 +233,7 @@ def load_tokenizer(name_or_path: str | Path):
     """Only the tokenizer of a checkpoint folder or a cached hub id (never downloads); an embedded
     model's for its name (``"petri-tiny"``, ``"petri-tiny-mdm"``: its model id). Raises
     :class:`ModelNotFoundError` naming it."""
-    name = str(name_or_path)
-    if not Path(name).is_dir() and embedded_model_named(name) is not None:
-        name = str(embedded_model_named(name))
+    name = checkpoint_source(str(name_or_path))
     try:
         return AutoTokenizer.from_pretrained(name, local_files_only=True)
     except (OSError, ValueError) as err:
