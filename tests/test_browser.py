@@ -674,8 +674,10 @@ def test_bad_concepts_are_named_in_the_browser(page, tmp_path):
     page.wait_for_function("!document.querySelector('#petri-placement').innerText.includes('inventory')")
     page.wait_for_function("!document.querySelector('#petri-canvas').textContent.includes('inventory')")
     page.click("#petri-run")
-    page.wait_for_selector("#petri-concepts:has-text('at least 2 items')")
-    assert "concepts" in page.inner_text("#petri-concepts")
+    # one reading holds both (once under CI-like load a second reading found the message gone: see the
+    # issue 20 notes)
+    page.wait_for_function("(() => { const t = document.querySelector('#petri-concepts').innerText;"
+                           " return t.includes('at least 2 items') && t.includes('concepts'); })()")
     save_screenshot(page, tmp_path, "dish-error.png")
 
 
