@@ -15,6 +15,13 @@ the FP8 tier's weights (``petri.engine.fp8``, ``--precision fp8``); ``petri_fast
 in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.batch1_experts`` for calls of few tokens (opt-in). Each configuration puts the model in its mode first (``MODES``). The petri samplers
 pin three anchors and record the full per-step log. Peak GPU memory per configuration. Prints one JSON object (and ``--out`` keeps it).
 
+``ms_per_step`` counts a prompt encode in every call (the model's kept prompts are cleared before
+each timed call, as before they existed); ``ms_per_step_prompt_kept`` is the same configuration
+called again with the same prompt, which takes the kept encoder cache
+(``petri.engine.prompt_cache``: what a study's repeated templates get); ``encode_ms`` is one encoder
+pass timed alone, and ``outside_graphs_ms_per_step`` what a step costs beyond its three graphs'
+GPU time.
+
     # full-size DiffusionGemma architecture (random bf16 weights, no download) on one GPU
     python experiments/bench.py --model full --device cuda --batch 12 --prompt-tokens 200 --steps 24
     # batch 1 and batch 12 in one run, the FP8 tier beside bf16 (issue 25)
@@ -200,29 +207,69 @@ def measure(name: str, lm: LoadedModel, prompt, settings, layouts, repeats: int)
             return time_generate(lm, batch_prompt, settings, "static" if name == "generate_static" else None), settings.max_denoising_steps
         return time_petri(lm, prompt, settings, layouts, fast=name.startswith("petri_fast"), phases=phases)
 
+    petri = not name.startswith("generate")
+    prompts = lm.fast_tier.prompts
+
+    def timed(keep_prompt: bool) -> tuple[list[float], list[int]]:
+        """``repeats`` calls; unless ``keep_prompt``, each encodes its prompt (as the figures before
+        the prompt cache did: the kept prompts are cleared first)."""
+        times, steps = [], []
+        for _ in range(repeats):
+            if not keep_prompt:
+                prompts.clear()
+            seconds, n = once()
+            times.append(seconds)
+            steps.append(n)
+        return times, steps
+
+    def ms_per_step(times, steps) -> float:
+        return round(1000 * statistics.median(t / n for t, n in zip(times, steps)), 2)
+
     torch.manual_seed(0)
     warm, _ = once()
-    times, steps = [], []
-    for _ in range(repeats):
-        seconds, n = once()
-        times.append(seconds)
-        steps.append(n)
+    times, steps = timed(keep_prompt=False)
     result = {
         "warmup_s": round(warm, 3),
         "s": [round(t, 4) for t in times],
         "median_s": round(statistics.median(times), 4),
-        "ms_per_step": round(1000 * statistics.median(t / n for t, n in zip(times, steps)), 2),
+        "ms_per_step": ms_per_step(times, steps),  # every call encodes its prompt
         "steps": steps,
     }
     if "forward_ms" in phases:  # per-step GPU time of each graph, last timed call
         for key in ("forward_ms", "sampling_ms", "logging_ms"):
             result[key + "_per_step"] = round(statistics.median(phases[key]), 3)
         result["host_syncs_per_step"] = phases["host_syncs_per_step"]
+    if petri:  # issue 25: the same prompt again takes the kept encoder cache (petri.engine.prompt_cache)
+        kept_times, kept_steps = timed(keep_prompt=True)
+        result["median_s_prompt_kept"] = round(statistics.median(kept_times), 4)
+        result["ms_per_step_prompt_kept"] = ms_per_step(kept_times, kept_steps)
+        result["encode_ms"] = time_encode(lm, prompt)
+        if "forward_ms_per_step" in result:  # what a step costs beyond its three graphs, prompt encode included
+            graphs = sum(result[k + "_per_step"] for k in ("forward_ms", "sampling_ms", "logging_ms"))
+            result["outside_graphs_ms_per_step"] = round(result["ms_per_step"] - graphs, 2)
+            result["outside_graphs_ms_per_step_prompt_kept"] = round(result["ms_per_step_prompt_kept"] - graphs, 2)
     if "compile_call_s" in phases:
         result["compile_call_s"] = round(phases["compile_call_s"], 3)
     if device.type == "cuda":
         result["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
     return result
+
+
+def time_encode(lm: LoadedModel, prompt: torch.Tensor, repeats: int = 3) -> float:
+    """Milliseconds of one encoder pass over ``prompt`` (1, P), synchronised (median of ``repeats``,
+    after one untimed pass), outside any sampler and past the kept prompts."""
+    from petri.engine.torch_step import _encode_prompt_once
+
+    times = []
+    with torch.no_grad():
+        for index in range(repeats + 1):
+            sync(lm.device)
+            start = time.perf_counter()
+            _encode_prompt_once(lm, prompt)
+            sync(lm.device)
+            if index:
+                times.append(1000 * (time.perf_counter() - start))
+    return round(statistics.median(times), 3)
 
 
 def profile_seed(lm: LoadedModel, prompt, settings, layouts, top: int = 25) -> dict:

@@ -1,10 +1,12 @@
 #!/bin/bash
 # Issue 25's device runs (one H200). Writes its files under $OUT (at most 8 come back); short summaries last.
-#   tests:  the GPU tests of the exact, compiled and FP8 tiers (fast sampler, fused logits/experts, fp8, the tier object);
+#   tests:  the GPU tests of the exact, compiled and FP8 tiers (fast sampler, fused logits/experts, fp8, the tier object,
+#           the kept prompts through a graphed session);
 #   check:  experiments/fp8_check.py (the FP8 experts block, grouped GEMMs and lm head against bf16);
 #   shift:  experiments/fp8_shift.py on the embedded model (250 seeds × 12 samples per arm: bf16, fp8, fp8-fast, bf16 other seeds);
 #   quick:  1 × 24 with a 1,600-token prompt, exact tier in bf16 and FP8 (no compilation);
-#   bench:  batch 1 (1,600-token prompt) and batch 12 (200) in one run: generate, the exact and compiled
+#   bench:  batch 1 (1,600-token prompt) and batch 12 (200) in one run (each petri configuration also with the prompt
+#           kept, the encoder pass timed alone and the time outside the step graphs): generate, the exact and compiled
 #           tiers in bf16 and FP8, the compiled tier with the small-batch experts; profiles of the compiled tier in bf16 and FP8;
 #   fast:   the compiled tier in fp8-fast (fast accumulation) at both shapes;
 #   shiftfull: experiments/fp8_shift.py on the full-size architecture (SHIFTFULL_SEEDS seeds × 12, 8 steps, exact tier).
@@ -19,7 +21,7 @@ for part in "$@"; do
     tests)
       nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.mem --format=csv,noheader | tee -a $LOG
       timeout ${TESTS_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider tests/test_fused_logits.py tests/test_fast_sampler.py \
-        tests/test_fused_experts.py tests/test_fp8.py tests/test_batch1_experts.py tests/test_fast_tier.py > $OUT/pytest.log 2>&1
+        tests/test_fused_experts.py tests/test_fp8.py tests/test_batch1_experts.py tests/test_fast_tier.py tests/test_prompt_cache.py > $OUT/pytest.log 2>&1
       tail -3 $OUT/pytest.log >> $LOG ;;
     check)
       timeout 120 python3 experiments/fp8_check.py > $OUT/fp8_check.json 2>/tmp/check.err; tail -c 1500 /tmp/check.err >> $LOG ;;

@@ -36,7 +36,9 @@ def eager_race_loop(lm, prompt_ids, layouts, settings, seed, draw="race"):
     torch.manual_seed(seed)
     mask_np, ids_np = pinned_arrays(layouts, (), L)
     anchors, anchor_ids = torch.from_numpy(mask_np).to(device), torch.from_numpy(ids_np).to(device)
-    cache = _encode_prompt_once(lm, torch.tensor([prompt_ids], device=device), S)
+    cache = _encode_prompt_once(lm, torch.tensor([prompt_ids], device=device))  # encoded here, never reused
+    if S > 1:
+        cache.batch_repeat_interleave(S)
     P = len(prompt_ids)
     positions = torch.arange(P, P + L, dtype=torch.int32, device=device)[None]
     canvas = torch.where(anchors, anchor_ids, torch.randint(0, V, (S, L), device=device))

@@ -134,7 +134,9 @@ def logits_both(lm, mlm, prompt, canvas, self_conditioning=None):
 
     batch, length = canvas.shape
     with torch.no_grad():
-        cache = _encode_prompt_once(lm, torch.tensor(np.asarray([prompt])), batch)
+        cache = _encode_prompt_once(lm, torch.tensor(np.asarray([prompt])))
+        if batch > 1:
+            cache.batch_repeat_interleave(batch)
         positions = torch.arange(len(prompt), len(prompt) + length, dtype=torch.int32)[None]
         ref = lm.model(
             decoder_input_ids=torch.tensor(canvas),

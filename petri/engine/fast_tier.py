@@ -21,6 +21,7 @@ from typing import Any
 
 from petri.engine.batch1_experts import small_batch_fits
 from petri.engine.decoder_hooks import self_conditioning_reason
+from petri.engine.prompt_cache import PromptCache
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,8 @@ class FastTier:
     :mod:`petri.engine.batch1_experts`' forward. disabled: why the fast path is off for this model
     (it failed once), else ``None``. sessions: the fast path's sessions by shape key
     (:class:`petri.engine.fast_sampler._Session`: S·L·V buffers and captured graphs), dropped
-    whenever what they captured changes.
+    whenever what they captured changes. prompts: the encoded prompts kept for reuse by every torch
+    sampler on this model, eager ones included (:class:`petri.engine.prompt_cache.PromptCache`).
     """
 
     model: Any = field(repr=False)
@@ -67,6 +69,7 @@ class FastTier:
     small_batch_experts: bool = False
     disabled: str | None = None
     sessions: dict = field(default_factory=dict, repr=False)
+    prompts: PromptCache = field(default_factory=PromptCache, repr=False)
 
     @property
     def compiled(self) -> bool:

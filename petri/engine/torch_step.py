@@ -130,8 +130,8 @@ def _output_cache(output):
     return output.cache if getattr(output, "cache", None) is not None else output.past_key_values
 
 
-def _encode_prompt_once(lm, prompt_ids: torch.Tensor, batch: int) -> DynamicCache:
-    """Run the causal encoder of ``lm`` (a torch :class:`~petri.engine.torch_model.LoadedModel`) on one copy of the prompt (1, P) and repeat its KV cache ``batch`` times."""
+def _encode_prompt_once(lm, prompt_ids: torch.Tensor) -> DynamicCache:
+    """Run the causal encoder of ``lm`` (a torch :class:`~petri.engine.torch_model.LoadedModel`) on one copy of the prompt (1, P): its KV cache."""
     model = lm.model
     length = prompt_ids.shape[1]
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
@@ -152,8 +152,6 @@ def _encode_prompt_once(lm, prompt_ids: torch.Tensor, batch: int) -> DynamicCach
             **_cache_kwarg(model.model.encoder.forward, cache),
         )
     )
-    if batch > 1:
-        cache.batch_repeat_interleave(batch)
     return cache
 
 
@@ -172,5 +170,22 @@ def start_batch(
     pinned_mask, pinned_ids = pinned_arrays(layouts, canvas_prefix, lm.canvas_length)
     anchor_mask = torch.from_numpy(pinned_mask).to(lm.device)
     anchor_ids = torch.from_numpy(pinned_ids).to(lm.device)
-    prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=lm.device)
-    return pinned_mask, anchor_mask, anchor_ids, _encode_prompt_once(lm, prompt, len(layouts))
+    return pinned_mask, anchor_mask, anchor_ids, encoded_prompt(lm, prompt_ids, len(layouts))
+
+
+def encoded_prompt(lm, prompt_ids: Sequence[int], batch: int) -> DynamicCache:
+    """The prompt's KV cache repeated ``batch`` times: from the model's kept prompts
+    (:class:`petri.engine.prompt_cache.PromptCache`) or by one encoder pass
+    (:func:`_encode_prompt_once`). The key is the ids, the tier's precision and the loaded model's
+    device and dtype (copies of a loaded model over one module share its tier)."""
+    ids = tuple(int(i) for i in prompt_ids)
+
+    @torch.no_grad()
+    def encode() -> DynamicCache:
+        return _encode_prompt_once(lm, torch.tensor([list(ids)], dtype=torch.long, device=lm.device))
+
+    key = (ids, lm.fast_tier.precision, str(lm.device), str(lm.dtype))
+    cache = lm.fast_tier.prompts.encoded(key, encode)
+    if batch > 1:
+        cache.batch_repeat_interleave(batch)
+    return cache

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 from fastapi import FastAPI
 
+from petri.engine.prompt_cache import PROMPT_CACHE_ENV, set_prompt_cache_bytes
 from petri.service import PetriService
 from petri.web.access import AccessPolicy, ApiTokenMiddleware
 from petri.web.errors import install_error_handlers
@@ -26,7 +29,10 @@ def create_app(
 
     ``model_source`` (the folder or hub id the model came from) lets the UI show its model card;
     ``busy_wait_s`` is how long an API request waits for a running job before answering 503;
-    ``access`` says who may see what (:mod:`petri.web.access`: local, public, API token).
+    ``access`` says who may see what (:mod:`petri.web.access`: local, public, API token). A public
+    app keeps no encoded prompts unless ``PETRI_PROMPT_CACHE_MB`` asks for them
+    (:mod:`petri.engine.prompt_cache`: a reused prompt is faster, which would tell a visitor that
+    someone else sent it).
     """
     app = FastAPI(
         title="Concept Petri Dish",
@@ -34,6 +40,8 @@ def create_app(
         version="1.0",
     )
     app.state.service = service
+    if access.public and not os.environ.get(PROMPT_CACHE_ENV, "").strip():
+        set_prompt_cache_bytes(service.lm, 0)
     app.state.jobs = JobGate(service, busy_wait_s)
     app.state.access = access
     install_error_handlers(app)

@@ -1,0 +1,124 @@
+"""Encoded prompts kept for reuse: the causal encoder's KV cache of a prompt, by its token ids.
+
+Every torch sampler encodes the prompt once per request (one pass of DiffusionGemma's causal
+encoder over the P prompt tokens, :func:`petri.engine.torch_step.start_batch`); the decoder only
+reads that cache, never writes it. The encoder draws no random numbers and its output depends on
+nothing but the weights and the prompt's ids, so a request whose prompt equals an earlier one's can
+take a copy of the earlier cache instead of running the pass: the same tensors, bit for bit, and
+the same random stream afterwards (``tests/test_prompt_cache.py`` checks both against requests
+that encode). A study samples every event's template many times, and a benchmark repeats one
+prompt, so most requests hit. On the full-size architecture the pass over a 1,600-token prompt is
+one of the costs outside the step graphs at batch 1 (issue 25).
+
+What is kept: at most ``max_bytes`` of cached key/value tensors (one copy of the prompt, batch 1),
+least recently used first out; a prompt whose cache alone is larger is encoded and not kept. The
+key is the prompt's ids and the tier's precision (:class:`petri.engine.fast_tier.FastTier`), so a
+switch of tier never hands out a cache another precision made. Weights changed in place (a test
+sharpening a head, a fine-tune in the process) must :meth:`PromptCache.clear` it.
+
+The limit: ``PETRI_PROMPT_CACHE_MB`` (default 1,024 MiB; 0 keeps nothing). A public server keeps
+nothing unless that variable is set (:func:`petri.web.app.create_app`): a visitor could otherwise
+tell from the speed of a request (its ``encode_s``) that someone else sent the same prompt lately.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+#: the environment variable that sets how many MiB of encoded prompts a model keeps
+PROMPT_CACHE_ENV = "PETRI_PROMPT_CACHE_MB"
+DEFAULT_PROMPT_CACHE_MB = 1024
+
+
+def prompt_cache_bytes_from_env() -> int:
+    """``PETRI_PROMPT_CACHE_MB`` in bytes (the default when unset); ``ValueError`` names the
+    variable when it is not a whole number of MiB ≥ 0."""
+    raw = os.environ.get(PROMPT_CACHE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_PROMPT_CACHE_MB * 2**20
+    try:
+        mib = int(raw)
+    except ValueError:
+        mib = -1
+    if mib < 0:
+        raise ValueError(f"{PROMPT_CACHE_ENV} must be a whole number of MiB, 0 or more (got {raw!r})")
+    return mib * 2**20
+
+
+def cache_bytes(cache) -> int:
+    """Bytes of the key and value tensors a transformers ``Cache`` holds (a tensor that is both a
+    layer's keys and its values counted once)."""
+    tensors = {id(t): t for layer in cache.layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+               if t is not None}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def copy_cache(cache):
+    """A copy of a transformers ``Cache`` that shares no key or value tensor with it (each cloned,
+    detached), its other state (lengths, sliding windows) copied."""
+    memo = {}
+    for layer in cache.layers:
+        for name in ("keys", "values"):
+            tensor = getattr(layer, name, None)
+            if tensor is not None:
+                memo[id(tensor)] = tensor.detach().clone()
+    return copy.deepcopy(cache, memo)
+
+
+@dataclass(eq=False)
+class PromptCache:
+    """The encoded prompts of one model (module docstring). ``hits`` / ``misses`` count the
+    requests served from it and those that ran the encoder."""
+
+    max_bytes: int = field(default_factory=prompt_cache_bytes_from_env)
+    entries: OrderedDict = field(default_factory=OrderedDict, repr=False)
+    hits: int = 0
+    misses: int = 0
+
+    @property
+    def held_bytes(self) -> int:
+        return sum(size for _, size in self.entries.values())
+
+    def encoded(self, key: Hashable, encode: Callable[[], Any]) -> Any:
+        """The cache of the prompt ``key`` names: a copy of the kept one, or ``encode()``'s (kept
+        when it fits). The caller owns what it gets: it may repeat, narrow or write into it
+        without touching what is kept."""
+        kept = self.entries.get(key)
+        if kept is not None:
+            self.entries.move_to_end(key)
+            self.hits += 1
+            return copy_cache(kept[0])
+        self.misses += 1
+        cache = encode()
+        size = cache_bytes(cache)
+        if 0 < size <= self.max_bytes:
+            while self.entries and self.held_bytes + size > self.max_bytes:
+                self.entries.popitem(last=False)
+            self.entries[key] = (copy_cache(cache), size)
+        return cache
+
+    def set_max_bytes(self, max_bytes: int) -> None:
+        """Keep at most ``max_bytes`` from now on (0: nothing), dropping the oldest to fit."""
+        self.max_bytes = max(0, int(max_bytes))
+        while self.entries and self.held_bytes > self.max_bytes:
+            self.entries.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget every kept prompt (the weights changed)."""
+        self.entries.clear()
+
+
+def set_prompt_cache_bytes(lm, max_bytes: int) -> bool:
+    """Let ``lm`` keep at most ``max_bytes`` of encoded prompts (0: none); False when ``lm`` keeps
+    none at all (a model without a prompt encoder or without a tier: MLX, masked diffusion)."""
+    tier = getattr(lm, "fast_tier", None)
+    prompts = getattr(tier, "prompts", None)
+    if prompts is None:
+        return False
+    prompts.set_max_bytes(max_bytes)
+    return True
