@@ -208,3 +208,34 @@ def test_the_fast_paths_session_takes_kept_prompts_and_samples_what_encoding_the
     for got, reference in zip(kept, run_all()):
         same_record(got, reference)
     same_record(kept[0], kept[3])
+
+
+def test_the_mlx_backend_keeps_prompts_and_samples_what_encoding_them_samples(tmp_path):
+    """MLX: A, B, A, the same seeds with nothing kept as the reference; a copy of the loaded model
+    over another MLX model gets its own kept prompts."""
+    from petri.engine.select import mlx_available
+
+    if not mlx_available():
+        pytest.skip('mlx is not importable (pip install "mlx[cpu]")')
+    from petri.engine.mlx_sampler import load_mlx_model, run_mlx_sampler
+
+    lm = tiny_random_model(canvas_length=16)
+    lm.model.save_pretrained(tmp_path)
+    lm.tokenizer.save_pretrained(tmp_path)
+    mlm = load_mlx_model(tmp_path, dtype="float32")
+    encode, calls = mlm.model.encode, []
+    mlm.model.encode = lambda ids: calls.append(len(ids[0])) or encode(ids)
+
+    def run_all():
+        return [run_mlx_sampler(mlm, prompt, layouts(3), SETTINGS, seed=seed)
+                for prompt, seed in ((PROMPT_A, 1), (PROMPT_B, 2), (PROMPT_A, 3))]
+
+    kept = run_all()
+    assert calls == [len(PROMPT_A), len(PROMPT_B)] and mlm.prompts.hits == 1
+    mlm.prompts.set_max_bytes(0)
+    for got, reference in zip(kept, run_all()):
+        same_record(got, reference)
+    assert len(calls) == 2 + 3
+    other = replace(mlm, model=load_mlx_model(tmp_path, dtype="float32").model)
+    assert other.prompts is not mlm.prompts and other.prompts.owner is other.model
+    assert replace(mlm, model_id="renamed").prompts is mlm.prompts  # same model: the same kept prompts

@@ -157,6 +157,11 @@ class EncoderCache:
     values: list[mx.array]
     prompt_length: int
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the kept keys and values."""
+        return sum(int(a.nbytes) for a in (*self.keys, *self.values))
+
     def repeat(self, batch: int) -> "EncoderCache":
         """The cache of a one-row prompt repeated ``batch`` times (``batch_repeat_interleave``)."""
         if batch == 1:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlx.core as mx
@@ -39,6 +39,7 @@ from petri.engine.base import (
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.loop import RecordedStepper, run_loop
 from petri.engine.mlx_model import MLXDiffusionGemma, resolve_mlx_dtype
+from petri.engine.prompt_cache import PromptCache, same_cache
 from petri.paths import embedded_model_path
 from petri.engine.uniform_diffusion import FAMILY, UniformDiffusionScheduler
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
@@ -54,6 +55,13 @@ class MLXLoadedModel:
     generation_config: object | None = None
     backend: str = "mlx"
     checkpoint_digest: str = ""
+    #: the encoder caches kept for reuse (:mod:`petri.engine.prompt_cache`), made for ``model``: a
+    #: copy made with ``dataclasses.replace`` over another model gets its own
+    prompts: PromptCache | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.prompts is None or self.prompts.owner is not self.model:
+            self.prompts = PromptCache(copy=same_cache, size=lambda cache: cache.nbytes, owner=self.model)
 
     @property
     def device(self) -> str:
@@ -312,7 +320,9 @@ def sample_mlx(
     ops = MLXOps(model.dtype)
     mask_np, ids_np = pinned_arrays(request.layouts, request.canvas_prefix, lm.canvas_length)
     anchor_mask, anchor_ids = ops.mask(mask_np), ops.tokens(ids_np)
-    cache = model.encode(np.asarray([list(request.prompt_ids)])).repeat(len(request.layouts))
+    ids = tuple(int(i) for i in request.prompt_ids)
+    cache = lm.prompts.encoded((ids, lm.dtype), lambda: model.encode(np.asarray([list(ids)])))
+    cache = cache.repeat(len(request.layouts))
     encoded = time.perf_counter()
     scheduler = UniformDiffusionScheduler(
         ops, request.settings, lm.vocab_size, anchor_mask, anchor_ids, bool(mask_np.any()), fixed_noise

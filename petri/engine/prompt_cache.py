@@ -12,9 +12,11 @@ one of the costs outside the step graphs at batch 1 (issue 25).
 
 What is kept: at most ``max_bytes`` of cached key/value tensors (one copy of the prompt, batch 1),
 least recently used first out; a prompt whose cache alone is larger is encoded and not kept. The
-key is the prompt's ids and the tier's precision (:class:`petri.engine.fast_tier.FastTier`), so a
-switch of tier never hands out a cache another precision made. Weights changed in place (a test
-sharpening a head, a fine-tune in the process) must :meth:`PromptCache.clear` it.
+key is the prompt's ids, the tier's precision (:class:`petri.engine.fast_tier.FastTier`) and the
+loaded model's device and dtype, so a switch of tier never hands out a cache another precision
+made. Weights changed in place (a test sharpening a head, a fine-tune in the process) must
+:meth:`PromptCache.clear` it. The MLX backend keeps its encoder caches the same way
+(:mod:`petri.engine.mlx_sampler`; MLX arrays are immutable, so a kept cache is handed out as it is).
 
 The limit: ``PETRI_PROMPT_CACHE_MB`` (default 1,024 MiB; 0 keeps nothing). A public server keeps
 nothing unless that variable is set (:func:`petri.web.app.create_app`): a visitor could otherwise
@@ -70,15 +72,30 @@ def copy_cache(cache):
     return copy.deepcopy(cache, memo)
 
 
+def same_cache(cache):
+    """The cache itself: what a framework of immutable arrays (MLX) hands out instead of a copy."""
+    return cache
+
+
 @dataclass(eq=False)
 class PromptCache:
-    """The encoded prompts of one model (module docstring). ``hits`` / ``misses`` count the
-    requests served from it and those that ran the encoder."""
+    """The encoded prompts of one model (module docstring). ``copy``: how a kept cache is handed out
+    and taken in (:func:`copy_cache` for transformers' caches, whose tensors a caller may write;
+    :func:`same_cache` for MLX's immutable arrays); ``size``: its bytes; ``owner``: the model whose
+    encoder made what is kept, where its holder must tell models apart (MLX). ``hits`` /
+    ``misses`` count the requests served from it and those that ran the encoder."""
 
     max_bytes: int = field(default_factory=prompt_cache_bytes_from_env)
+    copy: Callable[[Any], Any] = field(default=None, repr=False)
+    size: Callable[[Any], int] = field(default=None, repr=False)
+    owner: Any = field(default=None, repr=False)
     entries: OrderedDict = field(default_factory=OrderedDict, repr=False)
     hits: int = 0
     misses: int = 0
+
+    def __post_init__(self) -> None:
+        self.copy = copy_cache if self.copy is None else self.copy
+        self.size = cache_bytes if self.size is None else self.size
 
     @property
     def held_bytes(self) -> int:
@@ -92,14 +109,14 @@ class PromptCache:
         if kept is not None:
             self.entries.move_to_end(key)
             self.hits += 1
-            return copy_cache(kept[0])
+            return self.copy(kept[0])
         self.misses += 1
         cache = encode()
-        size = cache_bytes(cache)
+        size = self.size(cache)
         if 0 < size <= self.max_bytes:
             while self.entries and self.held_bytes + size > self.max_bytes:
                 self.entries.popitem(last=False)
-            self.entries[key] = (copy_cache(cache), size)
+            self.entries[key] = (self.copy(cache), size)
         return cache
 
     def set_max_bytes(self, max_bytes: int) -> None:
@@ -113,11 +130,19 @@ class PromptCache:
         self.entries.clear()
 
 
-def set_prompt_cache_bytes(lm, max_bytes: int) -> bool:
-    """Let ``lm`` keep at most ``max_bytes`` of encoded prompts (0: none); False when ``lm`` keeps
-    none at all (a model without a prompt encoder or without a tier: MLX, masked diffusion)."""
+def kept_prompts(lm) -> PromptCache | None:
+    """The encoded prompts ``lm`` keeps: a torch model's on its tier
+    (:class:`petri.engine.fast_tier.FastTier`), an MLX model's on itself; ``None`` for a model
+    without a prompt encoder (masked diffusion)."""
     tier = getattr(lm, "fast_tier", None)
-    prompts = getattr(tier, "prompts", None)
+    prompts = getattr(tier, "prompts", None) if tier is not None else getattr(lm, "prompts", None)
+    return prompts if isinstance(prompts, PromptCache) else None
+
+
+def set_prompt_cache_bytes(lm, max_bytes: int) -> bool:
+    """Let ``lm`` keep at most ``max_bytes`` of encoded prompts (0: none); False when it keeps none
+    at all (:func:`kept_prompts`)."""
+    prompts = kept_prompts(lm)
     if prompts is None:
         return False
     prompts.set_max_bytes(max_bytes)
