@@ -239,3 +239,16 @@ def test_the_mlx_backend_keeps_prompts_and_samples_what_encoding_them_samples(tm
     other = replace(mlm, model=load_mlx_model(tmp_path, dtype="float32").model)
     assert other.prompts is not mlm.prompts and other.prompts.owner is other.model
     assert replace(mlm, model_id="renamed").prompts is mlm.prompts  # same model: the same kept prompts
+
+
+def test_the_model_tab_says_what_is_kept(monkeypatch, tmp_path):
+    from petri.service import PetriService
+    from petri.store import RunStore
+    from petri.web.ui_model import model_markdown
+
+    monkeypatch.setenv(PROMPT_CACHE_ENV, "16")
+    lm = tiny_random_model(canvas_length=16)
+    service = PetriService(lm, RunStore(tmp_path / "runs"))
+    assert "| kept prompts | encoder caches of recent prompts, up to 16 MiB" in model_markdown(service, None)
+    lm.fast_tier.prompts.set_max_bytes(0)
+    assert f"| kept prompts | none (`{PROMPT_CACHE_ENV}=0`" in model_markdown(service, None)

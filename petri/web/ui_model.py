@@ -5,6 +5,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from petri.engine.prompt_cache import PROMPT_CACHE_ENV, kept_prompts
 from petri.service import PetriService
 from petri.web.limits import LIMITS
 
@@ -47,6 +48,17 @@ def backend_line(lm) -> str:
     return " · ".join(parts) + (f" (`{architecture}`)" if architecture else "")
 
 
+def kept_prompts_line(lm) -> str:
+    """How many encoder caches the served model keeps for prompts sent again (:mod:`petri.engine.prompt_cache`)."""
+    prompts = kept_prompts(lm)
+    if prompts is None:
+        return "none (the model has no prompt encoder)"
+    if prompts.max_bytes == 0:
+        return f"none (`{PROMPT_CACHE_ENV}=0`, or a public server without it)"
+    return (f"encoder caches of recent prompts, up to {prompts.max_bytes / 2**20:,.0f} MiB (`{PROMPT_CACHE_ENV}`); "
+            "a prompt sent again skips the encoder, with the same samples")
+
+
 def model_markdown(service: PetriService, model_source: str | None) -> str:
     """The tab's text: a property table, the sampler defaults, the limits, then the model card."""
     info = service.lm.describe()
@@ -61,6 +73,7 @@ def model_markdown(service: PetriService, model_source: str | None) -> str:
         f"| canvas length | {info['canvas_length']} tokens |",
         f"| vocabulary | {info['vocab_size']} tokens |",
         f"| run store | `{service.store.path}` |",
+        f"| kept prompts | {kept_prompts_line(service.lm)} |",
         "",
         "**Sampler defaults** (from the model's generation config): "
         + ", ".join(f"`{k}={v}`" for k, v in defaults.to_dict().items()),
