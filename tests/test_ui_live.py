@@ -309,3 +309,88 @@ def test_a_run_click_while_the_model_is_held_says_queued(service):
     with service.exclusive():
         assert service.busy and queued_status(service.busy) == QUEUED_LINE
     assert "Queued" in QUEUED_LINE and "Stopped" not in QUEUED_LINE
+
+
+def click_events(demo, elem_id: str) -> list:
+    """The events a click on the button ``elem_id`` starts, in the order they were wired (the order
+    Gradio's page runs them)."""
+    button = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == elem_id)
+    return [fn for fn in demo.fns.values() if any(t[0] == button._id and t[1] == "click" for t in fn.targets)]
+
+
+def run_click(events: list, inputs: list) -> tuple:
+    """A Run click as Gradio carries it out: the status line the unqueued event sets at once, and
+    the queued run's validator answer (None: no validator, the run is queued whatever the inputs)."""
+    at_once = [fn for fn in events if not fn.queue]
+    queued = [fn for fn in events if fn.queue]
+    assert len(at_once) == 1 and len(queued) == 1, events
+    status = at_once[0].fn(*inputs[:len(at_once[0].inputs)])
+    checks = queued[0].validator(*inputs) if queued[0].validator is not None else None
+    return status, checks
+
+
+def test_a_refused_run_is_never_queued_and_never_says_queued(service):
+    """Issue 21 item 1: while another job holds the model, a Run click with a bad concept list on the
+    Dish, Compare or Study tab set the status line to the queued line (and, on Compare and Study,
+    queued the run, to fail once the model was free) while the field was marked bad. Now each tab's
+    validator refuses the inputs before anything is queued, marking the concept field with the
+    concepts error, and the status line is left alone; valid inputs still say queued."""
+    import gradio as gr
+
+    from petri.web.ui import build_ui
+    from petri.web.ui_dish import DishController
+    from petri.web.ui_live import QUEUED_LINE
+
+    demo = build_ui(service)
+    spread = DishController(service).spread
+    meta, concepts, events, templates = small_study()
+    dish = lambda c: [c, "Only 90 units are in stock.", "{event}", 2, 0, spread(c), True, 4, 0.1, 0.4, 0.8, False, True]
+    compare = lambda c: [c, "calm", "The order was packed.", "tense", "Ninety units in stock, none in stock.", "{event}",
+                         2, 0, 4, spread(c), True, None, None, None, False, None]
+    study = lambda c: [meta, c, events, templates, "benign, contradictory", "", ["t1"], 2, 0, 4]
+    tabs = [("petri-run", dish, 0), ("petri-cmp-run", compare, 0), ("petri-study-run", study, 1)]
+    bad_word = "order, inv\u0007entory"  # a control character: the concept check refuses it
+    with service.exclusive():
+        assert service.busy
+        for button, inputs, concept_input in tabs:
+            events_of_click = click_events(demo, button)
+            status, checks = run_click(events_of_click, inputs(bad_word))
+            assert checks is not None, f"{button}: no validator, the bad run is queued"
+            bad = [i for i, v in enumerate(checks) if not v["is_valid"]]
+            assert bad == [concept_input] and "concepts" in checks[concept_input]["message"], (button, checks)
+            assert status == gr.update(), (button, status)  # no queued line for a run that is refused
+            status, checks = run_click(events_of_click, inputs("order, inventory, person"))
+            assert all(v["is_valid"] for v in checks), (button, checks)
+            assert status == QUEUED_LINE, button
+
+
+def test_the_compare_and_study_validators_mark_the_field_that_holds_the_error(service):
+    """Issue 21 item 1: the Compare and Study tabs' new validators mark the input holding the bad field
+    (the second label when both labels are the same, event B when it is empty, the template choice
+    when none is chosen, the events table for an event without text), with the message naming it."""
+    from petri.web.ui_compare import CompareController
+    from petri.web.ui_dish import DishController
+
+    dish = DishController(service)
+    compare = CompareController(service, dish)
+    base = ["order, person", "calm", "The order was packed.", "tense", "Ninety units in stock.", "{event}", 2, 0, 4,
+            dish.spread("order, person"), True, None, None, None, False, None]
+
+    def marked(checks):
+        return {i: v["message"] for i, v in enumerate(checks) if not v["is_valid"]}
+
+    assert marked(compare.validate(*base)) == {}
+    same_labels = marked(compare.validate(*base[:3], "calm", *base[4:]))
+    assert list(same_labels) == [3] and same_labels[3].startswith("labels:")
+    no_event_b = marked(compare.validate(*base[:4], "", *base[5:]))
+    assert list(no_event_b) == [4] and "events" in no_event_b[4]
+    meta, concepts, events, templates = small_study()
+    study = [meta, concepts, events, templates, "benign, contradictory", "", ["t1"], 2, 0, 4]
+    ctl = StudyController(service)
+    assert marked(ctl.validate(*study)) == {}
+    none_chosen = marked(ctl.validate(*study[:6], [], *study[7:]))
+    assert list(none_chosen) == [6] and none_chosen[6].startswith("templates:")
+    blank = events.copy()
+    blank.loc[1, "text"] = ""
+    blank_event = marked(ctl.validate(*study[:2], blank, *study[3:]))
+    assert list(blank_event) == [2] and "events" in blank_event[2]

@@ -92,19 +92,42 @@ class CompareController:
         self.dish = dish
         self.trajectories = [TrajectoryView(service, dish.tokens, f"traj_{x}") for x in "ab"]
 
+    #: The index of each input (in :meth:`run`'s order) that holds a request field, for the validator.
+    INPUT_OF_FIELD = {
+        "concepts": 0, "labels": 3, "template": 5, "samples": 6, "seed": 7, "max_denoising_steps": 8, "positions": 9,
+        "shuffle": 10, "entropy_bound": 11, "t_min": 12, "t_max": 13, "adaptive_stop": 14, "pin_thought_channel": 15,
+    }
+    #: The inputs holding the two events (``events.0`` and ``events.1`` of the request).
+    EVENT_INPUTS = (2, 4)
+
+    def request_of(self, concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps, placement=None,
+                   shuffle=True, entropy_bound=None, t_min=None, t_max=None, adaptive=None, pin_thought=None):
+        """The labels and the ``POST /api/seed`` request (two events) the inputs stand for; raises
+        pydantic's ``ValidationError`` or a :class:`FieldError` (the two labels the same)."""
+        labels = ((label_a or "A").strip() or "A", (label_b or "B").strip() or "B")
+        if labels[0] == labels[1]:
+            raise FieldError(["labels"], "give the two events different labels")
+        request = self.dish.build_request(
+            concepts, None, template, samples, seed, placement, shuffle, steps, entropy_bound, t_min, t_max,
+            adaptive, pin_thought, events=[{"event": event_a, "group": labels[0]}, {"event": event_b, "group": labels[1]}])
+        return labels, request
+
+    def validate(self, *inputs) -> list[dict]:
+        """Gradio validator: one ``gr.validate`` per input of :meth:`run`, the bad ones carrying the
+        message of ``POST /api/seed``'s checks, so the UI marks the field itself (and refuses the
+        run before it is queued)."""
+        return self.dish.seed_validation(len(inputs), lambda: self.request_of(*inputs)[1], self.INPUT_OF_FIELD,
+                                         self.EVENT_INPUTS)
+
     def run(self, concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps, placement=None,
             shuffle=True, entropy_bound=None, t_min=None, t_max=None, adaptive=None, pin_thought=None,
             cancel: threading.Event | None = None, caller: Caller | None = None):
-        """Generator: check (those of ``POST /api/seed``; the slots, shuffle and sampler settings as the
-        Dish tab reads them, a setting left ``None`` the model's default), sample both events in one
-        run while each event's flip map is redrawn live, then yield every view."""
-        labels = ((label_a or "A").strip() or "A", (label_b or "B").strip() or "B")
-        if labels[0] == labels[1]:
-            raise gr.Error("labels: give the two events different labels", title="Check the comparison")
+        """Generator: check (:meth:`request_of`, then ``POST /api/seed``'s checks; the slots, shuffle
+        and sampler settings as the Dish tab reads them, a setting left ``None`` the model's default),
+        sample both events in one run while each event's flip map is redrawn live, then yield every view."""
         try:
-            request = self.dish.build_request(
-                concepts, None, template, samples, seed, placement, shuffle, steps, entropy_bound, t_min, t_max,
-                adaptive, pin_thought, events=[{"event": event_a, "group": labels[0]}, {"event": event_b, "group": labels[1]}])
+            labels, request = self.request_of(concepts, label_a, event_a, label_b, event_b, template, samples, seed,
+                                              steps, placement, shuffle, entropy_bound, t_min, t_max, adaptive, pin_thought)
             events, settings = prepare_seed(request, self.service.lm)
         except (ValidationError, FieldError) as err:
             raise gr.Error(request_error_message(err), title="Check the comparison") from None
@@ -250,5 +273,5 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
                 **{k: v for k, v in settings.items() if k != "steps"}}
     wire_placement(dish, concepts, slots, canvas, settings["pin_thought"])
     wire_run(run_btn, cancel_btn, ctl.run, list(controls.values()), names, access, busy=lambda: service.busy,
-             concurrency_limit=1, concurrency_id="model", show_progress="minimal")
+             validator=ctl.validate, concurrency_limit=1, concurrency_id="model", show_progress="minimal")
     return ctl, {**names, **controls}

@@ -41,7 +41,7 @@ from petri.web.ui_canvas import canvas_value, placement_rows
 from petri.web.ui_dish_controls import PLACEMENT_COLUMNS, chip_canvas, placement_controls, sampler_settings, wire_placement
 from petri.web.ui_dish_live import LiveDish, throttled
 from petri.web.ui_figure_files import add_figure_downloads
-from petri.web.ui_live import QUEUED_LINE, JobCancelled, stream, wire_run
+from petri.web.ui_live import QUEUED_LINE, JobCancelled, field_validation, stream, wire_run
 from petri.web.ui_trajectory import TrajectoryView
 from petri.web.ui_views import (
     END_TOKEN_COLOR,
@@ -221,23 +221,27 @@ class DishController:
     def validate(self, *inputs) -> list[dict]:
         """Gradio validator: one ``gr.validate`` per input, the bad ones carrying the message
         (the same checks as ``POST /api/seed``), so the UI marks the field itself."""
-        problems: dict[int, list[str]] = {}
-        request = None
-        try:
-            request = self.build_request(*inputs)
-            prepare_seed(request, self.lm)
-        except ValidationError as err:
-            for e in err.errors():
-                loc = [p for p in e["loc"] if p != "settings"]
-                index = self.INPUT_OF_FIELD.get(str(loc[0]) if loc else "", 0)
-                problems.setdefault(index, []).append(f"{'.'.join(map(str, e['loc']))}: {e['msg']}")
-        except FieldError as err:
-            loc = [p for p in err.loc if p not in ("body", "settings")]
-            index = self.INPUT_OF_FIELD.get(str(loc[0]) if loc else "", 0)
-            if err.kind == "layout_error" and request is not None and request.positions is not None:
-                index = self.INPUT_OF_FIELD["positions"]  # the slots the user placed
-            problems.setdefault(index, []).append(request_error_message(err))
-        return [gr.validate(i not in problems, "; ".join(problems.get(i, []))) for i in range(len(inputs))]
+        return self.seed_validation(len(inputs), lambda: self.build_request(*inputs), self.INPUT_OF_FIELD)
+
+    def seed_validation(self, n_inputs: int, build, input_of_field: dict, event_inputs: tuple = ()) -> list[dict]:
+        """:func:`~petri.web.ui_live.field_validation` of the seed request ``build()`` makes (the Dish
+        and Compare tabs' validators): a field's error marks input ``input_of_field[field]``, event
+        ``i``'s input ``event_inputs[i]``, and a layout error the slot table where the user placed them."""
+        built: list[SeedRequest] = []
+
+        def check() -> None:
+            built.append(build())
+            prepare_seed(built[0], self.lm)
+
+        def input_of(loc: list, kind: str) -> int:
+            head = str(loc[0]) if loc else ""
+            if kind == "layout_error" and built and built[0].positions is not None:
+                return input_of_field["positions"]  # the slots the user placed
+            if head == "events" and len(loc) > 1 and isinstance(loc[1], int) and loc[1] < len(event_inputs):
+                return event_inputs[loc[1]]
+            return input_of_field.get(head, 0)
+
+        return field_validation(n_inputs, check, input_of)
 
     def run(self, *inputs, cancel: threading.Event | None = None, caller: Caller | None = None):
         """Generator: validate, start the job in a worker thread, redraw the heatmap per step,
@@ -408,8 +412,8 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
              "sample": sample, **trajectory}
 
     wire_placement(ctl, concepts, slots, canvas, settings["pin_thought"])
-    wire_run(run_btn, cancel_btn, ctl.run, run_inputs, names, access, busy=lambda: service.busy, concurrency_limit=1,
-             concurrency_id="model", show_progress="minimal", validator=ctl.validate)
+    wire_run(run_btn, cancel_btn, ctl.run, run_inputs, names, access, busy=lambda: service.busy,
+             validator=ctl.validate, concurrency_limit=1, concurrency_id="model", show_progress="minimal")
 
     def sample_handler(request: gr.Request, rid, s):
         return {names[k]: v for k, v in ctl.show_sample(rid, s, access.caller(request)).items()}

@@ -8,8 +8,9 @@ runner's per-batch progress), and yields ``("progress", payload)`` for each call
 never starts, a running one stops within one denoising step; a study's stored batches stay) and
 :class:`JobCancelled` is raised in the handler. A failed job raises :class:`JobFailed`.
 
-:func:`wire_run` wires a tab's Run and Cancel buttons; :class:`CancelButtons` keeps one cancel
-event per browser session, so a Cancel button stops that session's run only.
+:func:`wire_run` wires a tab's Run and Cancel buttons (a tab's validator, made with
+:func:`field_validation`, refuses bad inputs before anything is queued); :class:`CancelButtons`
+keeps one cancel event per browser session, so a Cancel button stops that session's run only.
 """
 
 from __future__ import annotations
@@ -21,8 +22,12 @@ from typing import Any
 
 import gradio as gr
 
+from pydantic import ValidationError
+
 from petri.jobs import FINAL, Job, JobQueue
+from petri.web.errors import FieldError
 from petri.web.ui_access import UiAccess
+from petri.web.ui_views import request_error_message
 
 
 class JobCancelled(RuntimeError):
@@ -86,18 +91,45 @@ def queued_status(busy: bool):
     return QUEUED_LINE if busy else gr.update()
 
 
+def field_validation(n_inputs: int, check: Callable[[], Any], input_of: Callable[[list, str], int]) -> list[dict]:
+    """A Gradio validator's answer (``n_inputs`` ``gr.validate`` dicts): ``check()`` runs the request's
+    checks (those of the API, raising pydantic's ``ValidationError`` or a :class:`FieldError`); each
+    error marks input ``input_of(loc, kind)`` (``loc`` without ``body`` / ``settings``, ``kind`` the
+    error's type) with its message, naming the field; every other input passes."""
+    problems: dict[int, list[str]] = {}
+    try:
+        check()
+    except ValidationError as err:
+        for e in err.errors():
+            loc = [p for p in e["loc"] if p not in ("body", "settings")]
+            problems.setdefault(input_of(loc, e["type"]), []).append(f"{'.'.join(map(str, e['loc']))}: {e['msg']}")
+    except FieldError as err:
+        loc = [p for p in err.loc if p not in ("body", "settings")]
+        problems.setdefault(input_of(loc, err.kind), []).append(request_error_message(err))
+    return [gr.validate(i not in problems, "; ".join(problems.get(i, []))) for i in range(n_inputs)]
+
+
 def wire_run(run_btn, cancel_btn, run: Callable[..., Iterator[dict]], inputs: list, names: dict,
-             access: UiAccess | None = None, busy: Callable[[], bool] | None = None, **click: Any) -> None:
+             access: UiAccess | None = None, busy: Callable[[], bool] | None = None,
+             validator: Callable[..., list[dict]] | None = None, **click: Any) -> None:
     """Wire a tab's Run and Cancel buttons: Run streams ``run(*inputs, cancel=event, caller=who)``
     (``who``: the event's caller under ``access``, which owns the run; updates keyed by output
     name, mapped through ``names`` to components), Cancel sets that browser session's event (at
-    once: it is in no concurrency group). ``click`` goes to Run's ``click``. With ``busy`` (whether
-    another job holds the model), the click also sets ``names["status"]`` at once, outside the
-    queue, to :func:`queued_status` (a run queued behind another job says so)."""
+    once: it is in no concurrency group). ``validator`` (the inputs' :func:`field_validation`)
+    refuses bad inputs before the run is queued, marking the bad field. ``click`` goes to Run's
+    ``click``. With ``busy`` (whether another job holds the model), the click also sets
+    ``names["status"]`` at once, outside the queue, to :func:`queued_status`: the queued line only
+    for inputs that ``validator`` passes (refused ones are never queued)."""
     cancels = CancelButtons()
     access = access or UiAccess()
     if busy is not None:
-        run_btn.click(lambda: queued_status(busy()), None, names["status"], queue=False, show_progress="hidden")
+        def queued(*args):
+            valid = validator is None or all(v["is_valid"] for v in validator(*args))
+            return queued_status(valid and busy())
+
+        # registered before the run's click: Gradio runs a click's events in order, so this one
+        # (which clears its inputs' field messages as it starts) ends before the validator marks them
+        run_btn.click(queued, inputs, names["status"], queue=False, show_progress="hidden")
 
     def run_handler(request: gr.Request, *args):  # Gradio passes the request first
         caller = access.submitter(request)
@@ -114,7 +146,7 @@ def wire_run(run_btn, cancel_btn, run: Callable[..., Iterator[dict]], inputs: li
         else:
             gr.Info("Nothing to cancel: no run of this tab is going on in this browser.")
 
-    run_btn.click(run_handler, inputs, list(names.values()), **click)
+    run_btn.click(run_handler, inputs, list(names.values()), validator=validator, **click)
     cancel_btn.click(cancel_handler, None, None, concurrency_limit=None, show_progress="hidden")
 
 

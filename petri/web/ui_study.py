@@ -14,6 +14,7 @@ job (:meth:`~petri.service.PetriService.submit_study`, as ``POST /api/jobs/study
 from __future__ import annotations
 
 import math
+import re
 import tempfile
 import threading
 import time
@@ -36,7 +37,7 @@ from petri.web.limits import MAX_SAMPLES, MAX_STEPS
 from petri.web.requests import SettingsIn, StudyRequest, prepare_study
 from petri.web.ui_access import UiAccess, export_dir
 from petri.web.ui_figure_files import add_shown_figure_downloads
-from petri.web.ui_live import JobCancelled, JobFailed, stream, wire_run
+from petri.web.ui_live import JobCancelled, JobFailed, field_validation, stream, wire_run
 from petri.web.ui_shipped import load_shipped, report_markdown, shipped_figures, shipped_files, shipped_markdown
 from petri.web.ui_stats import build_stats_panel, stats_views
 from petri.web.ui_views import request_error_message, responsive
@@ -229,22 +230,46 @@ class StudyController:
         ids = [r[0] for r in _rows(templates) if r and r[0]]
         return gr.update(choices=ids, value=[i for i in (selected or []) if i in ids] or ids[:1])
 
+    #: Where a study field's error is shown: the index of the Run input (in :meth:`run`'s order) that
+    #: holds the study entry (by its first name; the header's id, title and language, which the tab
+    #: does not edit, show on the concept field) or the request field.
+    STUDY_INPUTS = {"concepts": 1, "events": 2, "templates": 3, "comparison": 4, "show": 5}
+    REQUEST_INPUTS = {"templates": 6, "samples": 7, "seed": 8, "max_denoising_steps": 9}
+
+    def prepare(self, meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps=None):
+        """The checks of ``POST /api/study`` on the tab's inputs (and one template chosen at least):
+        ``(request, study, settings, chosen)``; raises pydantic's ``ValidationError`` or a :class:`FieldError`."""
+        if not template_ids:
+            raise FieldError(["templates"], "choose at least one template to run")
+        request = StudyRequest(
+            study=fields_to_dict(meta, concepts, events, templates, comparison, show),
+            samples=int(samples or 1), seed=int(seed or 0), templates=list(template_ids),
+            settings=SettingsIn(max_denoising_steps=int(steps) if steps else None),
+        )
+        return (request, *prepare_study(request, self.service.lm))
+
+    def validate(self, *inputs) -> list[dict]:
+        """Gradio validator: one ``gr.validate`` per input of :meth:`run`, the bad ones carrying the
+        message of :meth:`prepare`'s checks, so the UI marks the field (and refuses the run before
+        it is queued)."""
+        def input_of(loc: list, kind: str) -> int:
+            if loc and loc[0] == "study":
+                entry = re.match(r"[A-Za-z_]*", str(loc[1]) if len(loc) > 1 else "").group()
+                return self.STUDY_INPUTS.get(entry, 1)
+            return self.REQUEST_INPUTS.get(str(loc[0]) if loc else "", 1)
+
+        return field_validation(len(inputs), lambda: self.prepare(*inputs), input_of)
+
     def run(self, meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps=None,
             cancel: threading.Event | None = None, caller: Caller | None = None):
-        """Generator: check the study (``POST /api/study``'s checks), run it in a worker thread, and
+        """Generator: check the study (:meth:`prepare`), run it in a worker thread, and
         after each stored batch redraw the instability figure, the ranked events and the event-level
         test from the batches stored so far (labelled provisional with the events so far), then the
         final figures, statistics, report and files. Yields dicts keyed by output name; ``cancel`` is
         the hook a Cancel button sets (:func:`petri.web.ui_live.stream`)."""
-        if not template_ids:
-            raise gr.Error("templates: choose at least one template to run")
         try:
-            request = StudyRequest(
-                study=fields_to_dict(meta, concepts, events, templates, comparison, show),
-                samples=int(samples or 1), seed=int(seed or 0), templates=list(template_ids),
-                settings=SettingsIn(max_denoising_steps=int(steps) if steps else None),
-            )
-            study, settings, chosen = prepare_study(request, self.service.lm)  # the checks of POST /api/study
+            request, study, settings, chosen = self.prepare(meta, concepts, events, templates, comparison, show,
+                                                            template_ids, samples, seed, steps)
         except (ValidationError, FieldError) as err:
             raise gr.Error(request_error_message(err), title="Check the study") from None
         lm = self.service.lm
@@ -431,8 +456,8 @@ def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tu
 
     wire_run(run_btn, cancel_btn, ctl.run,
              [meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps],
-             names, access, busy=lambda: service.busy, concurrency_limit=1, concurrency_id="model",
-             show_progress="minimal")
+             names, access, busy=lambda: service.busy, validator=ctl.validate, concurrency_limit=1,
+             concurrency_id="model", show_progress="minimal")
     controls = {"meta": meta, "concepts": concepts, "events_table": events, "templates_table": templates,
                 "comparison": comparison, "show": show, "template_ids": template_ids, "samples": samples, "seed": seed,
                 "steps": steps, "loaded": loaded}
