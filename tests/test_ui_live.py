@@ -334,12 +334,10 @@ def test_a_refused_run_is_never_queued_and_never_says_queued(service):
     Dish, Compare or Study tab set the status line to the queued line (and, on Compare and Study,
     queued the run, to fail once the model was free) while the field was marked bad. Now each tab's
     validator refuses the inputs before anything is queued, marking the concept field with the
-    concepts error, and the status line is left alone; valid inputs still say queued."""
-    import gradio as gr
-
+    concepts error, and the status line names the refusal instead; valid inputs still say queued."""
     from petri.web.ui import build_ui
     from petri.web.ui_dish import DishController
-    from petri.web.ui_live import QUEUED_LINE
+    from petri.web.ui_live import QUEUED_LINE, REFUSED_LINE
 
     demo = build_ui(service)
     spread = DishController(service).spread
@@ -358,7 +356,8 @@ def test_a_refused_run_is_never_queued_and_never_says_queued(service):
             assert checks is not None, f"{button}: no validator, the bad run is queued"
             bad = [i for i, v in enumerate(checks) if not v["is_valid"]]
             assert bad == [concept_input] and "concepts" in checks[concept_input]["message"], (button, checks)
-            assert status == gr.update(), (button, status)  # no queued line for a run that is refused
+            assert status != QUEUED_LINE and status.startswith(REFUSED_LINE), (button, status)
+            assert checks[concept_input]["message"] in status, (button, status)
             status, checks = run_click(events_of_click, inputs("order, inventory, person"))
             assert all(v["is_valid"] for v in checks), (button, checks)
             assert status == QUEUED_LINE, button
@@ -394,3 +393,26 @@ def test_the_compare_and_study_validators_mark_the_field_that_holds_the_error(se
     blank.loc[1, "text"] = ""
     blank_event = marked(ctl.validate(*study[:2], blank, *study[3:]))
     assert list(blank_event) == [2] and "events" in blank_event[2]
+
+
+def test_no_event_of_the_dish_inputs_writes_the_status_line_that_holds_a_refusal(service):
+    """Issue 21 item 2: after a refused Run the message Gradio draws on the concept field went away a
+    moment later. Gradio 6's frontend keeps that mark in the field's loading status and replaces it
+    on the next status update of any event in the page (the slot table's respread or the canvas
+    redraw ending just after the refusal, a Shuffle click), so the refusal is also written to the
+    status line by the click itself. The ordering that kept it there: the refusal is written by the
+    Run click's unqueued event, registered before the queued run, and no event that the dish's
+    inputs fire (a concept edit, the slot table, the canvas, Spread / Shuffle, the thought pin)
+    writes the status line, so none of them, however late it ends, can take the refusal off."""
+    from petri.web.ui import build_ui
+
+    demo = build_ui(service)
+    by_id = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}
+    status = by_id["petri-status"]
+    run_events = click_events(demo, "petri-run")
+    assert [fn.queue for fn in run_events] == [False, True]  # the refusal line first, then the queued run
+    assert status in run_events[0].outputs
+    inputs = {b._id for b in run_events[1].inputs} | {by_id[i]._id for i in ("petri-canvas", "petri-spread", "petri-shuffle")}
+    fired_by_inputs = [fn for fn in demo.fns.values() if any(t[0] in inputs for t in fn.targets)]
+    assert len(fired_by_inputs) >= 6  # respread x2, spread, shuffle, table -> canvas, canvas -> table
+    assert all(status not in fn.outputs for fn in fired_by_inputs), [fn.name for fn in fired_by_inputs if status in fn.outputs]

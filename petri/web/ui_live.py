@@ -91,6 +91,21 @@ def queued_status(busy: bool):
     return QUEUED_LINE if busy else gr.update()
 
 
+#: How the status line starts when a Run click's inputs are refused (each bad field's message follows).
+REFUSED_LINE = "⚠ Not run: "
+
+
+def click_status(checks: list[dict] | None, busy: bool):
+    """The status line's update on a Run click: when ``checks`` (the tab's validator's answer, None:
+    no validator) refuses the inputs, :data:`REFUSED_LINE` and each bad field's message (the run is
+    never queued); else :func:`queued_status`. The refusal stays on the status line because the mark
+    Gradio draws on the field itself lives in the field's loading status, which the next status
+    update of any other event in the page replaces (Gradio 6's frontend), so it can vanish a moment
+    later (e.g. when the slot table's redraw after a concept edit ends just after the refusal)."""
+    bad = [c["message"] for c in checks or () if not c["is_valid"]]
+    return REFUSED_LINE + "; ".join(bad) if bad else queued_status(busy)
+
+
 def field_validation(n_inputs: int, check: Callable[[], Any], input_of: Callable[[list, str], int]) -> list[dict]:
     """A Gradio validator's answer (``n_inputs`` ``gr.validate`` dicts): ``check()`` runs the request's
     checks (those of the API, raising pydantic's ``ValidationError`` or a :class:`FieldError`); each
@@ -117,19 +132,18 @@ def wire_run(run_btn, cancel_btn, run: Callable[..., Iterator[dict]], inputs: li
     name, mapped through ``names`` to components), Cancel sets that browser session's event (at
     once: it is in no concurrency group). ``validator`` (the inputs' :func:`field_validation`)
     refuses bad inputs before the run is queued, marking the bad field. ``click`` goes to Run's
-    ``click``. With ``busy`` (whether another job holds the model), the click also sets
-    ``names["status"]`` at once, outside the queue, to :func:`queued_status`: the queued line only
-    for inputs that ``validator`` passes (refused ones are never queued)."""
+    ``click``. With ``busy`` (whether another job holds the model) or ``validator``, the click also
+    sets ``names["status"]`` at once, outside the queue, to :func:`click_status`: the refusal for
+    inputs that ``validator`` refuses (never queued), the queued line for others while busy."""
     cancels = CancelButtons()
     access = access or UiAccess()
-    if busy is not None:
-        def queued(*args):
-            valid = validator is None or all(v["is_valid"] for v in validator(*args))
-            return queued_status(valid and busy())
+    if busy is not None or validator is not None:
+        def at_once(*args):
+            return click_status(validator(*args) if validator is not None else None, busy is not None and busy())
 
         # registered before the run's click: Gradio runs a click's events in order, so this one
         # (which clears its inputs' field messages as it starts) ends before the validator marks them
-        run_btn.click(queued, inputs, names["status"], queue=False, show_progress="hidden")
+        run_btn.click(at_once, inputs, names["status"], queue=False, show_progress="hidden")
 
     def run_handler(request: gr.Request, *args):  # Gradio passes the request first
         caller = access.submitter(request)
