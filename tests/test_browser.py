@@ -204,8 +204,8 @@ def test_drag_and_keyboard_placement_reaches_the_run(page, served, tmp_path):
     page.wait_for_function(f"document.querySelector(\"#petri-canvas .pc-chip[data-concept='order']\").dataset.start == '{order_to}'")
     wait_table_start(page, "order", order_to)
     # the table's echo back to the canvas (placement.change → canvas) lands a round trip after the
-    # table: a key pressed before it can be lost (seen once under load; a known race of the control,
-    # see the issue 20 notes), so let it land first
+    # table; an older move's echo is dropped since issue 21 (see
+    # test_a_quick_second_move_is_not_drawn_over_by_the_first_moves_echo), but let it land first
     page.wait_for_timeout(1500)
     # the keyboard: person one position along, towards free room
     placed = chips(page)
@@ -250,6 +250,48 @@ def test_drag_and_keyboard_placement_reaches_the_run(page, served, tmp_path):
     page.wait_for_function("!document.querySelector('#petri-heatmap .js-plotly-plot').classList.contains('is-transitioning')")
     shot = save_screenshot(page, tmp_path, "dish.png")
     assert shot.stat().st_size > 10_000
+
+
+def test_a_quick_second_move_is_not_drawn_over_by_the_first_moves_echo(page, monkeypatch):
+    """Issue 21 item 3: two arrow-key moves of a chip within one round trip, with the slot table's
+    redraw of the canvas (the echo of a move) held 1.5 s on the server: the first move's echo, which
+    arrives after the second move, is dropped (it carries an older move number), so the chip never
+    goes back to the first move's position once it showed the second's, and it ends there, with
+    the slot table."""
+    from petri.web.ui_dish import DishController
+
+    tab(page, "Dish")
+    page.fill("#petri-concepts textarea, #petri-concepts input", "order, inventory, person")
+    page.wait_for_function("document.querySelectorAll('#petri-canvas .pc-chip').length === 3")
+    page.wait_for_timeout(1000)  # the respread's redraw has landed
+    placed = chips(page)
+    _, length, prefix = canvas_geometry(page)
+    taken = {p for c, (s, t) in placed.items() for p in range(s, s + t)}
+    concept, key, one, two = next(
+        (c, k, s + d, s + 2 * d) for c, (s, t) in placed.items() for k, d in (("ArrowRight", 1), ("ArrowLeft", -1))
+        if all(prefix <= x and x + t <= length and not (set(range(x, x + t)) & (taken - set(range(s, s + t))))
+               for x in (s + d, s + 2 * d)))
+    real_canvas = DishController.canvas
+
+    def slow_canvas(self, *args, **kwargs):
+        time.sleep(1.5)
+        return real_canvas(self, *args, **kwargs)
+
+    monkeypatch.setattr(DishController, "canvas", slow_canvas)
+    page.evaluate(f"""() => {{ window.__starts = [];
+      new MutationObserver(() => {{ const c = document.querySelector("#petri-canvas .pc-chip[data-concept='{concept}']");
+        if (c) window.__starts.push(+c.dataset.start); }}).observe(document.querySelector('#petri-canvas .pc-track'),
+        {{childList: true}}); }}""")
+    page.focus(f"#petri-canvas .pc-chip[data-concept='{concept}']")
+    page.keyboard.press(key)
+    page.keyboard.press(key)
+    wait_table_start(page, concept, two)
+    page.wait_for_timeout(4000)  # both echoes are back (1.5 s each, one after the other)
+    starts = page.evaluate("window.__starts")
+    assert two in starts, starts
+    assert one not in starts[starts.index(two):], f"the first move's echo drew the chip back: {starts}"
+    assert chips(page)[concept][0] == two
+    wait_table_start(page, concept, two)
 
 
 def test_an_overlapping_drop_is_refused_where_the_user_sees_it(page):

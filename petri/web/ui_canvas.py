@@ -14,8 +14,15 @@ move) rather than ``change`` (which Gradio also fires when Python sets the value
 table → canvas → table loop from feeding itself.
 
 The value (a dict) is ``{"canvas_length": L, "prefix": P, "chips": [{"concept", "start", "tokens",
-"color"}, …], "error": str}``: :func:`canvas_value` makes it from a layout preview,
-:func:`placement_rows` reads the chips back.
+"color"}, …], "error": str, "seq": int | None}``: :func:`canvas_value` makes it from a layout
+preview, :func:`placement_rows` reads the chips back. ``seq`` numbers the user's moves: the script
+counts them (1, 2, …) and writes the count into the value on each move; the slot table's redraw of
+the canvas (the echo of a move) carries the number of the newest move the table holds
+(:func:`canvas_seq`, kept by the tab), or ``None`` when the server set the table itself (Spread,
+Shuffle, a new concept list: authoritative). The script ignores an echo numbered below its newest
+move (a quick second move made within one round trip would otherwise be drawn over by the first
+move's echo, and the next move made from that drawing would lose it): it keeps the newer layout,
+whose own echo follows.
 """
 
 from __future__ import annotations
@@ -66,6 +73,8 @@ const axis = element.querySelector('.pc-axis');
 const msg = element.querySelector('.pc-msg');
 let refusal = '';
 let refusedIndex = -1;
+let localSeq = 0;       // the number of this canvas's newest move (0: none yet)
+let localValue = null;  // the value that move set
 
 const MIN_POSITION_PX = 10.5, LABEL_ROW_PX = 16, LABEL_GAP_PX = 4;
 const current = () => props.value || {canvas_length: 0, prefix: 0, chips: [], error: ''};
@@ -89,7 +98,9 @@ function commit(index, start) {
   const problem = conflict(val.chips, index, start);
   if (problem) { refusal = 'Refused: ' + problem + '; the chip stays at ' + val.chips[index].start + '.'; refusedIndex = index; render(index); return; }
   refusal = ''; refusedIndex = -1;
-  props.value = {...val, error: '', chips: val.chips.map((c, j) => j === index ? {...c, start: start} : c)};
+  localSeq += 1;
+  props.value = {...val, error: '', seq: localSeq, chips: val.chips.map((c, j) => j === index ? {...c, start: start} : c)};
+  localValue = props.value;
   render(index);
   trigger('input');
 }
@@ -187,7 +198,11 @@ function startDrag(e, chip, index) {
 }
 
 watch('value', () => {
-  // a value from Python (the slot table): redraw, keeping the keyboard focus on the chip that had it
+  // a value from Python (the slot table): redraw, keeping the keyboard focus on the chip that had it;
+  // an echo of an older move than this canvas's newest (seq below it) is dropped, the newer layout
+  // put back (its own echo is on the way; seq null: the server set the table, drawn whatever the number)
+  const seq = current().seq;
+  if (seq !== null && seq !== undefined && seq < localSeq && localValue) { props.value = localValue; return; }
   const focused = element.contains(document.activeElement) ? document.activeElement.dataset.concept : null;
   refusal = ''; refusedIndex = -1;
   render(current().chips.findIndex((c) => c.concept === focused));
@@ -197,13 +212,20 @@ new ResizeObserver(() => stackLabels()).observe(track);
 """
 
 
-def canvas_value(preview: LayoutPreview, colors: dict[str, str]) -> dict:
+def canvas_value(preview: LayoutPreview, colors: dict[str, str], seq: int | None = None) -> dict:
     """The control's value for a layout preview: the canvas, its pinned prefix, one chip per span
-    (``colors`` by concept) and the layout check's error ("" when accepted)."""
+    (``colors`` by concept), the layout check's error ("" when accepted) and ``seq``, the number of
+    the newest user move the layout holds (None: a layout the server set, drawn whatever the canvas did)."""
     chips = [{"concept": s.concept, "start": int(s.start), "tokens": len(s.token_ids),
               "color": colors.get(s.concept, PALETTE[i % len(PALETTE)])} for i, s in enumerate(preview.spans)]
     return {"canvas_length": int(preview.canvas_length), "prefix": int(preview.prefix), "chips": chips,
-            "error": preview.error}
+            "error": preview.error, "seq": seq}
+
+
+def canvas_seq(value: dict | None) -> int | None:
+    """The number of the user move a control value carries (None: none, e.g. a value the server set)."""
+    seq = (value or {}).get("seq")
+    return int(seq) if isinstance(seq, (int, float)) and not isinstance(seq, bool) else None
 
 
 def placement_rows(value: dict | None) -> list[list]:

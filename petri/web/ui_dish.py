@@ -175,13 +175,14 @@ class DishController:
             "pin_thought": settings.pin_thought_channel,
         }
 
-    def canvas(self, placement, pin_thought: bool = True) -> dict:
-        """The canvas control's value for the slot table: its chips where the table puts them, and
-        the layout check's error (the seed check's refusal) if the table's layout fails it."""
+    def canvas(self, placement, pin_thought: bool = True, seq: int | None = None) -> dict:
+        """The canvas control's value for the slot table: its chips where the table puts them, the
+        layout check's error (the seed check's refusal) if the table's layout fails it, and ``seq``
+        (the newest chip move the table holds, None: a table the server set; see :mod:`petri.web.ui_canvas`)."""
         table = self._clean(placement)
         concepts = list(table["concept"])
         preview = preview_layout(self.lm, concepts, [int(s) for s in table["start"]], pin_thought)
-        return canvas_value(preview, concept_colors(concepts))
+        return canvas_value(preview, concept_colors(concepts), seq)
 
     def from_canvas(self, value: dict | None) -> pd.DataFrame:
         """The slot table after a move on the canvas (the chips' starts, in chip order)."""

@@ -16,7 +16,7 @@ import gradio as gr
 
 from petri.trajectory import SamplerSettings
 from petri.web.limits import MAX_STEPS
-from petri.web.ui_canvas import canvas_control
+from petri.web.ui_canvas import canvas_control, canvas_seq
 
 PLACEMENT_COLUMNS = ["concept", "start", "tokens"]
 #: The sampler-setting controls, in the order the run handlers take them.
@@ -62,17 +62,47 @@ def sampler_settings(defaults: SamplerSettings, elem: str = "petri") -> dict:
             "pin_thought": pin_thought}
 
 
+def server_table(table) -> tuple:
+    """A slot table the server set (Spread, Shuffle, a respread) and the tab's move-number state
+    after it: None, so the canvas draws the table whatever moves it made; a kept table
+    (``gr.update()``) leaves both."""
+    kept = isinstance(table, dict) and table.get("__type__") == "update"
+    return table, gr.update() if kept else None
+
+
 def wire_placement(ctl, concepts, parts: dict, canvas, pin_thought) -> None:
     """Keep the slot table, the canvas and the concept field in sync: a new concept list or
     thought-block pin respreads the table (kept when it still fits), the buttons spread or shuffle
-    it, a table edit redraws the chips, a chip move rewrites the table."""
+    it, a table edit redraws the chips, a chip move rewrites the table. A state holds the number of
+    the newest chip move the table holds (None when the server set it), which the table's redraw
+    of the canvas carries (:mod:`petri.web.ui_canvas`: the script drops the echo of an older move).
+    The table's writers and its redraw share one queue (in the order they were sent), so a redraw
+    reads the number the write before it left."""
     placement = parts["placement"]
+    seq = gr.State(None)
+    queue = {"show_progress": "hidden", "concurrency_id": f"{canvas.elem_id}-slots"}
+
+    def respread(concepts_text, pin, table):
+        return server_table(ctl.respread(concepts_text, pin, table))
+
+    def spread(concepts_text, pin):
+        return server_table(ctl.spread(concepts_text, pin))
+
+    def shuffle(table, pin):
+        return server_table(ctl.shuffle(table, pin))
+
+    def redraw(table, pin, move):
+        return ctl.canvas(table, pin, move)
+
+    def from_canvas(value):
+        return ctl.from_canvas(value), canvas_seq(value)
+
     for source in (concepts, pin_thought):
-        source.change(ctl.respread, [concepts, pin_thought, placement], placement, show_progress="hidden")
-    parts["spread_btn"].click(ctl.spread, [concepts, pin_thought], placement, show_progress="hidden")
-    parts["shuffle_btn"].click(ctl.shuffle, [placement, pin_thought], placement, show_progress="hidden")
-    placement.change(ctl.canvas, [placement, pin_thought], canvas, show_progress="hidden")
+        source.change(respread, [concepts, pin_thought, placement], [placement, seq], **queue)
+    parts["spread_btn"].click(spread, [concepts, pin_thought], [placement, seq], **queue)
+    parts["shuffle_btn"].click(shuffle, [placement, pin_thought], [placement, seq], **queue)
+    placement.change(redraw, [placement, pin_thought, seq], canvas, **queue)
     # a second move while the first one's table update is pending runs after it ("always_last";
     # Gradio's default for ``input``, "once", drops it: the chips then show a layout the table, and
     # so the run, does not have). ``change`` events are "always_last" by default.
-    canvas.input(ctl.from_canvas, canvas, placement, show_progress="hidden", trigger_mode="always_last")
+    canvas.input(from_canvas, canvas, [placement, seq], trigger_mode="always_last", **queue)
