@@ -105,9 +105,9 @@ def page(served):
         yield page
 
 
-def save_screenshot(page, tmp_path: Path, name: str, full_page: bool = True) -> Path:
+def save_screenshot(page, tmp_path: Path, name: str, full_page: bool = True, clip: dict | None = None) -> Path:
     path = tmp_path / name
-    page.screenshot(path=str(path), full_page=full_page)
+    page.screenshot(path=str(path), full_page=full_page, clip=clip)
     extra = os.environ.get("PETRI_SCREENSHOT_DIR")
     if extra:
         Path(extra).mkdir(parents=True, exist_ok=True)
@@ -508,7 +508,9 @@ def open_settings(page, elem: str = "petri") -> None:
     page.wait_for_selector(f"#{elem}-steps input[type=number]", state="visible")
 
 
-def test_compare_shows_both_heatmaps(page):
+def test_compare_shows_both_heatmaps(page, tmp_path):
+    """A comparison runs and shows both heatmaps, their difference and the paired table (the
+    README's screenshot of the Compare tab, compare.png)."""
     tab(page, "Compare")
     page.fill("#petri-cmp-samples input[type=number]", "2")
     open_settings(page, "petri-cmp")
@@ -521,6 +523,13 @@ def test_compare_shows_both_heatmaps(page):
     assert "contradictory" in page.locator("#petri-cmp-heatmap-b .gtitle").text_content()
     assert "same layouts and seed" in page.inner_text("#petri-cmp-summary")
     assert "contradictory − benign" in page.inner_text("#petri-cmp-paired")
+    page.evaluate("window.scrollTo(0, 0)")
+    page.wait_for_function("[...document.querySelectorAll('#petri-cmp-heatmap-a .js-plotly-plot, "
+                           "#petri-cmp-difference .js-plotly-plot')].every(p => !p.classList.contains('is-transitioning'))")
+    # the page down to the paired table (the trajectory views below it have their own screenshots)
+    bottom = page.evaluate("document.querySelector('#petri-cmp-paired').getBoundingClientRect().bottom + scrollY")
+    shot = save_screenshot(page, tmp_path, "compare.png", clip={"x": 0, "y": 0, "width": 1200, "height": bottom + 16})
+    assert shot.stat().st_size > 10_000
 
 
 def test_compare_has_the_dish_tabs_canvas_and_settings_and_the_run_gets_them(page, served):
