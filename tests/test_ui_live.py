@@ -318,13 +318,14 @@ def click_events(demo, elem_id: str) -> list:
     return [fn for fn in demo.fns.values() if any(t[0] == button._id and t[1] == "click" for t in fn.targets)]
 
 
-def run_click(events: list, inputs: list) -> tuple:
-    """A Run click as Gradio carries it out: the status line the unqueued event sets at once, and
-    the queued run's validator answer (None: no validator, the run is queued whatever the inputs)."""
+def run_click(events: list, inputs: list, shown: str = "") -> tuple:
+    """A Run click as Gradio carries it out (the status line reading ``shown``): the status line the
+    unqueued event sets at once, and the queued run's validator answer (None: no validator, the run
+    is queued whatever the inputs)."""
     at_once = [fn for fn in events if not fn.queue]
     queued = [fn for fn in events if fn.queue]
     assert len(at_once) == 1 and len(queued) == 1, events
-    status = at_once[0].fn(*inputs[:len(at_once[0].inputs)])
+    status = at_once[0].fn(*inputs, shown) if at_once[0].inputs else at_once[0].fn()
     checks = queued[0].validator(*inputs) if queued[0].validator is not None else None
     return status, checks
 
@@ -335,6 +336,8 @@ def test_a_refused_run_is_never_queued_and_never_says_queued(service):
     queued the run, to fail once the model was free) while the field was marked bad. Now each tab's
     validator refuses the inputs before anything is queued, marking the concept field with the
     concepts error, and the status line names the refusal instead; valid inputs still say queued."""
+    import gradio as gr
+
     from petri.web.ui import build_ui
     from petri.web.ui_dish import DishController
     from petri.web.ui_live import QUEUED_LINE, REFUSED_LINE
@@ -358,9 +361,15 @@ def test_a_refused_run_is_never_queued_and_never_says_queued(service):
             assert bad == [concept_input] and "concepts" in checks[concept_input]["message"], (button, checks)
             assert status != QUEUED_LINE and status.startswith(REFUSED_LINE), (button, status)
             assert checks[concept_input]["message"] in status, (button, status)
-            status, checks = run_click(events_of_click, inputs("order, inventory, person"))
+            refusal = status
+            status, checks = run_click(events_of_click, inputs("order, inventory, person"), refusal)
             assert all(v["is_valid"] for v in checks), (button, checks)
             assert status == QUEUED_LINE, button
+    # the model free: a valid click clears an earlier refusal (the run starts at once), and leaves
+    # any other line (e.g. the previous run's) for the run's own first line
+    events_of_click = click_events(demo, "petri-run")
+    assert run_click(events_of_click, dish("order, inventory, person"), refusal)[0] == ""
+    assert run_click(events_of_click, dish("order, inventory, person"), "Done: run x")[0] == gr.update()
 
 
 def test_the_compare_and_study_validators_mark_the_field_that_holds_the_error(service):

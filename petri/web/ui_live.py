@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import gradio as gr
-
 from pydantic import ValidationError
 
 from petri.jobs import FINAL, Job, JobQueue
@@ -95,15 +94,18 @@ def queued_status(busy: bool):
 REFUSED_LINE = "⚠ Not run: "
 
 
-def click_status(checks: list[dict] | None, busy: bool):
+def click_status(checks: list[dict] | None, busy: bool, shown: str | None = None):
     """The status line's update on a Run click: when ``checks`` (the tab's validator's answer, None:
     no validator) refuses the inputs, :data:`REFUSED_LINE` and each bad field's message (the run is
-    never queued); else :func:`queued_status`. The refusal stays on the status line because the mark
+    never queued); else :func:`queued_status`, except that a refusal ``shown`` on the line from an
+    earlier click is cleared (it no longer holds) when the run starts at once. The refusal stays on the status line because the mark
     Gradio draws on the field itself lives in the field's loading status, which the next status
     update of any other event in the page replaces (Gradio 6's frontend), so it can vanish a moment
     later (e.g. when the slot table's redraw after a concept edit ends just after the refusal)."""
     bad = [c["message"] for c in checks or () if not c["is_valid"]]
-    return REFUSED_LINE + "; ".join(bad) if bad else queued_status(busy)
+    if bad:
+        return REFUSED_LINE + "; ".join(bad)
+    return "" if not busy and (shown or "").startswith(REFUSED_LINE) else queued_status(busy)
 
 
 def field_validation(n_inputs: int, check: Callable[[], Any], input_of: Callable[[list, str], int]) -> list[dict]:
@@ -138,12 +140,14 @@ def wire_run(run_btn, cancel_btn, run: Callable[..., Iterator[dict]], inputs: li
     cancels = CancelButtons()
     access = access or UiAccess()
     if busy is not None or validator is not None:
-        def at_once(*args):
-            return click_status(validator(*args) if validator is not None else None, busy is not None and busy())
+        def at_once(*args):  # the run's inputs, then the status line as it reads
+            *values, shown = args
+            checks = validator(*values) if validator is not None else None
+            return click_status(checks, busy is not None and busy(), shown)
 
         # registered before the run's click: Gradio runs a click's events in order, so this one
         # (which clears its inputs' field messages as it starts) ends before the validator marks them
-        run_btn.click(at_once, inputs, names["status"], queue=False, show_progress="hidden")
+        run_btn.click(at_once, [*inputs, names["status"]], names["status"], queue=False, show_progress="hidden")
 
     def run_handler(request: gr.Request, *args):  # Gradio passes the request first
         caller = access.submitter(request)
