@@ -351,8 +351,8 @@ def test_the_slot_tables_redraw_carries_the_number_of_the_newest_chip_move(servi
     table's state with the table; the table's redraw of the canvas (its echo) carries it, so the
     script can drop the echo of an older move; a table the server sets itself (Spread, Shuffle, a
     new concept list) carries none (drawn whatever the canvas did), a kept one leaves the number.
-    The writers and the redraw share one queue per tab, so a redraw reads the number the write
-    before it left."""
+    The number is a hidden component that each writer sets before the table, so the page sends it
+    with the table the redraw draws."""
     import gradio as gr
 
     from petri.web.ui import build_ui
@@ -367,21 +367,24 @@ def test_the_slot_tables_redraw_carries_the_number_of_the_newest_chip_move(servi
 
     from_canvas, redraw = event("petri-canvas", "input"), event("petri-placement", "change")
     spread, shuffle, respread = event("petri-spread", "click"), event("petri-shuffle", "click"), event("petri-concepts", "change")
-    assert len({fn.concurrency_id for fn in (from_canvas, redraw, spread, shuffle, respread)}) == 1
+    move = by_id["petri-canvas-move"]
+    for writer in (from_canvas, spread, shuffle, respread):
+        assert writer.outputs[:2] == [move, by_id["petri-placement"]], writer.name  # the number first
+    assert redraw.inputs[2] is move
     concepts = "order, inventory, person"
-    table, number = spread.fn(concepts, True)
+    number, table = spread.fn(concepts, True)
     assert number is None and list(table["concept"]) == ["order", "inventory", "person"]
     drawn = redraw.fn(table, True, number)
     assert drawn["seq"] is None and [c["start"] for c in drawn["chips"]] == list(table["start"])
     # the script's second move: person one position on, numbered 2
     moved = {**drawn, "seq": 2, "chips": [dict(c, start=c["start"] + (c["concept"] == "person")) for c in drawn["chips"]]}
-    table2, number2 = from_canvas.fn(moved)
+    number2, table2 = from_canvas.fn(moved)
     assert number2 == 2
     assert list(table2["start"]) == [table["start"][0], table["start"][1], table["start"][2] + 1]
     echo = redraw.fn(table2, True, number2)
     assert echo["seq"] == 2 and echo["chips"] == moved["chips"] and echo["error"] == ""
-    shuffled, number3 = shuffle.fn(table2, True)
+    number3, shuffled = shuffle.fn(table2, True)
     assert number3 is None and sorted(shuffled["concept"]) == sorted(table2["concept"])
     assert respread.fn(concepts, True, table2) == (gr.update(), gr.update())  # the same concepts: the table kept
-    fresh, number4 = respread.fn("order, person", True, table2)
+    number4, fresh = respread.fn("order, person", True, table2)
     assert number4 is None and list(fresh["concept"]) == ["order", "person"]

@@ -63,24 +63,25 @@ def sampler_settings(defaults: SamplerSettings, elem: str = "petri") -> dict:
 
 
 def server_table(table) -> tuple:
-    """A slot table the server set (Spread, Shuffle, a respread) and the tab's move-number state
-    after it: None, so the canvas draws the table whatever moves it made; a kept table
-    (``gr.update()``) leaves both."""
+    """The tab's move number and a slot table the server set (Spread, Shuffle, a respread): None,
+    so the canvas draws the table whatever moves it made; a kept table (``gr.update()``) leaves both."""
     kept = isinstance(table, dict) and table.get("__type__") == "update"
-    return table, gr.update() if kept else None
+    return gr.update() if kept else None, table
 
 
 def wire_placement(ctl, concepts, parts: dict, canvas, pin_thought) -> None:
     """Keep the slot table, the canvas and the concept field in sync: a new concept list or
     thought-block pin respreads the table (kept when it still fits), the buttons spread or shuffle
-    it, a table edit redraws the chips, a chip move rewrites the table. A state holds the number of
-    the newest chip move the table holds (None when the server set it), which the table's redraw
-    of the canvas carries (:mod:`petri.web.ui_canvas`: the script drops the echo of an older move).
-    The table's writers and its redraw share one queue (in the order they were sent), so a redraw
-    reads the number the write before it left."""
+    it, a table edit redraws the chips, a chip move rewrites the table.
+
+    A hidden number holds the number of the newest chip move the table holds (None when the server
+    set the table), which the table's redraw of the canvas carries (:mod:`petri.web.ui_canvas`: the
+    script drops the echo of an older move). It is a component, not a ``gr.State``, and each writer
+    sets it before the table: the page sends it with the table when the table's change starts the
+    redraw, so the redraw gets the number of that table whatever order the server runs events in
+    (a state is read when the event runs: the next move's write may have come first)."""
     placement = parts["placement"]
-    seq = gr.State(None)
-    queue = {"show_progress": "hidden", "concurrency_id": f"{canvas.elem_id}-slots"}
+    seq = gr.Number(None, precision=0, visible=False, elem_id=f"{canvas.elem_id}-move")
 
     def respread(concepts_text, pin, table):
         return server_table(ctl.respread(concepts_text, pin, table))
@@ -92,17 +93,17 @@ def wire_placement(ctl, concepts, parts: dict, canvas, pin_thought) -> None:
         return server_table(ctl.shuffle(table, pin))
 
     def redraw(table, pin, move):
-        return ctl.canvas(table, pin, move)
+        return ctl.canvas(table, pin, None if move is None else int(move))
 
     def from_canvas(value):
-        return ctl.from_canvas(value), canvas_seq(value)
+        return canvas_seq(value), ctl.from_canvas(value)
 
     for source in (concepts, pin_thought):
-        source.change(respread, [concepts, pin_thought, placement], [placement, seq], **queue)
-    parts["spread_btn"].click(spread, [concepts, pin_thought], [placement, seq], **queue)
-    parts["shuffle_btn"].click(shuffle, [placement, pin_thought], [placement, seq], **queue)
-    placement.change(redraw, [placement, pin_thought, seq], canvas, **queue)
+        source.change(respread, [concepts, pin_thought, placement], [seq, placement], show_progress="hidden")
+    parts["spread_btn"].click(spread, [concepts, pin_thought], [seq, placement], show_progress="hidden")
+    parts["shuffle_btn"].click(shuffle, [placement, pin_thought], [seq, placement], show_progress="hidden")
+    placement.change(redraw, [placement, pin_thought, seq], canvas, show_progress="hidden")
     # a second move while the first one's table update is pending runs after it ("always_last";
     # Gradio's default for ``input``, "once", drops it: the chips then show a layout the table, and
     # so the run, does not have). ``change`` events are "always_last" by default.
-    canvas.input(from_canvas, canvas, [placement, seq], trigger_mode="always_last", **queue)
+    canvas.input(from_canvas, canvas, [seq, placement], show_progress="hidden", trigger_mode="always_last")
