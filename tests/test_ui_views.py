@@ -388,3 +388,23 @@ def test_the_slot_tables_redraw_carries_the_number_of_the_newest_chip_move(servi
     assert respread.fn(concepts, True, table2) == (gr.update(), gr.update())  # the same concepts: the table kept
     number4, fresh = respread.fn("order, person", True, table2)
     assert number4 is None and list(fresh["concept"]) == ["order", "person"]
+
+
+def test_the_compare_tabs_empty_views_name_their_columns_and_what_fills_them(service):
+    """Before a run the Compare tables show the columns a run fills in (they showed 1, 2, 3) and its
+    trajectory viewers say to compare (they said "run a dish", the Dish tab's action)."""
+    from petri.web.ui import build_ui
+    from petri.web.ui_compare import compare_pairs, paired_samples
+
+    demo = build_ui(service)
+    by_id = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}
+    ctl = DishController(service)
+    final = list(ctl.run("order, inventory, person", "Only 90 units are in stock.", "{event}", 2, 1,
+                         ctl.spread("order, inventory, person"), True, 3, 0.1, 0.4, 0.8, False, True))[-1]
+    traj = service.store.load_events(final["run_id"])[0][2]
+    for elem_id, table in (("petri-cmp-pairs", compare_pairs(traj, traj, ("A", "B"))),
+                           ("petri-cmp-paired", paired_samples(traj, traj, ("A", "B")))):
+        assert by_id[elem_id].value["headers"] == list(table.columns), elem_id
+    assert by_id["petri-traj"].value["note"] == "No trajectory yet: run a dish."
+    for x in "ab":
+        assert by_id[f"petri-traj-{x}"].value["note"] == "No trajectory yet: compare the two events."

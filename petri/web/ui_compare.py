@@ -254,14 +254,18 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
     difference = gr.Plot(show_label=False, elem_id="petri-cmp-difference")
     add_figure_downloads(service, run_id, ctl.figures, access, (), "petri-cmp-figures")
     with gr.Row():
-        pairs = gr.Dataframe(label="Pair instability side by side", interactive=False, elem_id="petri-cmp-pairs",
+        # empty until a run, with the columns a run fills in under the labels A and B
+        pairs = gr.Dataframe(pd.DataFrame(columns=["pair", "instability A", "instability B", "B − A"]),
+                             label="Pair instability side by side", interactive=False, elem_id="petri-cmp-pairs",
                              min_width=320)
-        paired = gr.Dataframe(label="Paired difference per sample (same layout in both events)", interactive=False,
+        paired = gr.Dataframe(pd.DataFrame(columns=["sample", "layout", "instability A", "flips A", "instability B",
+                                                    "flips B", "instability B − A", "flips B − A"]),
+                              label="Paired difference per sample (same layout in both events)", interactive=False,
                               elem_id="petri-cmp-paired", min_width=320)
     with gr.Row():
         text_a = gr.HighlightedText(label="A: sample 0", combine_adjacent=True, show_legend=True, min_width=320)
         text_b = gr.HighlightedText(label="B: sample 0", combine_adjacent=True, show_legend=True, min_width=320)
-    trajectories = {k: v for view, x in zip(ctl.trajectories, "AB") for k, v in view.build(f"Event {x}'s trajectory", access).items()}
+    trajectories = {k: v for view, x in zip(ctl.trajectories, "AB") for k, v in view.build(f"Event {x}'s trajectory", access, empty_note="No trajectory yet: compare the two events.").items()}
     names = {"status": status, "summary": summary, "run_id": run_id, "heatmap_a": heatmap_a, "heatmap_b": heatmap_b,
              "difference": difference, "pairs": pairs, "paired": paired, "text_a": text_a, "text_b": text_b,
              **trajectories}

@@ -247,9 +247,10 @@ class TrajectoryView:
         return [str(p) for p in paths]
 
     # -- components -----------------------------------------------------------------------
-    def build(self, label: str = "Trajectory", access: UiAccess | None = None) -> dict:
+    def build(self, label: str = "Trajectory", access: UiAccess | None = None,
+              empty_note: str = "No trajectory yet: run a dish.") -> dict:
         """The components (inside an open Blocks context) by name, their events wired (``access``
-        says who calls each handler)."""
+        says who calls each handler); ``empty_note`` is what the viewer says before its first run."""
         access = access or UiAccess()
         elem = f"petri-{self.prefix.replace('_', '-')}"
         with gr.Accordion(f"{label}: watch the text settle, step by step", open=True, elem_id=f"{elem}-box"):
@@ -258,7 +259,7 @@ class TrajectoryView:
                                    elem_id=f"{elem}-sample", scale=3)
                 export = gr.Button("Prepare downloads (GIF, figures as PNG/SVG/HTML, steps CSV/Parquet)", size="sm",
                                    elem_id=f"{elem}-export", scale=2)
-            view = gr.HTML({}, html_template=VIEW_HTML, css_template=VIEW_CSS, js_on_load=VIEW_JS, elem_id=elem,
+            view = gr.HTML({"note": empty_note}, html_template=VIEW_HTML, css_template=VIEW_CSS, js_on_load=VIEW_JS, elem_id=elem,
                            padding=False, container=False)
             figure = gr.Plot(show_label=False, elem_id=f"{elem}-figure")
             with gr.Row():
