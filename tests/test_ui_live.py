@@ -349,13 +349,22 @@ def test_a_refused_run_is_never_queued_and_never_says_queued(service):
     compare = lambda c: [c, "calm", "The order was packed.", "tense", "Ninety units in stock, none in stock.", "{event}",
                          2, 0, 4, spread(c), True, None, None, None, False, None]
     study = lambda c: [meta, c, events, templates, "benign, contradictory", "", ["t1"], 2, 0, 4]
+    # the Study tab's validator writes the status line only (wire_run's mark_fields=False): Gradio's
+    # validator step refuses a loaded study's template choice (the study browser tests)
     tabs = [("petri-run", dish, 0), ("petri-cmp-run", compare, 0), ("petri-study-run", study, 1)]
+    queued_anyway = {"petri-study-run"}
+    from petri.web.ui_study import StudyController
+
+    study_validate = StudyController(service).validate
     bad_word = "order, inv\u0007entory"  # a control character: the concept check refuses it
     with service.exclusive():
         assert service.busy
         for button, inputs, concept_input in tabs:
             events_of_click = click_events(demo, button)
             status, checks = run_click(events_of_click, inputs(bad_word))
+            if button in queued_anyway:
+                assert checks is None, f"{button}: Gradio's validator step cannot read this tab's inputs"
+                checks = study_validate(*inputs(bad_word))
             assert checks is not None, f"{button}: no validator, the bad run is queued"
             bad = [i for i, v in enumerate(checks) if not v["is_valid"]]
             assert bad == [concept_input] and "concepts" in checks[concept_input]["message"], (button, checks)
@@ -363,6 +372,8 @@ def test_a_refused_run_is_never_queued_and_never_says_queued(service):
             assert checks[concept_input]["message"] in status, (button, status)
             refusal = status
             status, checks = run_click(events_of_click, inputs("order, inventory, person"), refusal)
+            if button in queued_anyway:
+                checks = study_validate(*inputs("order, inventory, person"))
             assert all(v["is_valid"] for v in checks), (button, checks)
             assert status == QUEUED_LINE, button
     # the model free: a valid click clears an earlier refusal (the run starts at once), and leaves

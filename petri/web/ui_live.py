@@ -128,7 +128,7 @@ def field_validation(n_inputs: int, check: Callable[[], Any], input_of: Callable
 
 def wire_run(run_btn, cancel_btn, run: Callable[..., Iterator[dict]], inputs: list, names: dict,
              access: UiAccess | None = None, busy: Callable[[], bool] | None = None,
-             validator: Callable[..., list[dict]] | None = None, **click: Any) -> None:
+             validator: Callable[..., list[dict]] | None = None, mark_fields: bool = True, **click: Any) -> None:
     """Wire a tab's Run and Cancel buttons: Run streams ``run(*inputs, cancel=event, caller=who)``
     (``who``: the event's caller under ``access``, which owns the run; updates keyed by output
     name, mapped through ``names`` to components), Cancel sets that browser session's event (at
@@ -136,7 +136,12 @@ def wire_run(run_btn, cancel_btn, run: Callable[..., Iterator[dict]], inputs: li
     refuses bad inputs before the run is queued, marking the bad field. ``click`` goes to Run's
     ``click``. With ``busy`` (whether another job holds the model) or ``validator``, the click also
     sets ``names["status"]`` at once, outside the queue, to :func:`click_status`: the refusal for
-    inputs that ``validator`` refuses (never queued), the queued line for others while busy."""
+    inputs that ``validator`` refuses (never queued), the queued line for others while busy.
+    ``mark_fields=False``: ``validator`` only writes the status line, and the run (queued whatever
+    the inputs) refuses them itself when it starts. For a tab whose inputs Gradio's validator step
+    cannot read: in Gradio 6.31 that step checked the Study tab's template choice against the
+    choices the page was built with, not those a loaded study set, and so refused every loaded
+    study before it was queued (``tests/test_browser.py``'s study tests)."""
     cancels = CancelButtons()
     access = access or UiAccess()
     if busy is not None or validator is not None:
@@ -164,7 +169,7 @@ def wire_run(run_btn, cancel_btn, run: Callable[..., Iterator[dict]], inputs: li
         else:
             gr.Info("Nothing to cancel: no run of this tab is going on in this browser.")
 
-    run_btn.click(run_handler, inputs, list(names.values()), validator=validator, **click)
+    run_btn.click(run_handler, inputs, list(names.values()), validator=validator if mark_fields else None, **click)
     cancel_btn.click(cancel_handler, None, None, concurrency_limit=None, show_progress="hidden")
 
 

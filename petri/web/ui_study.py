@@ -456,8 +456,8 @@ def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tu
 
     wire_run(run_btn, cancel_btn, ctl.run,
              [meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps],
-             names, access, busy=lambda: service.busy, validator=ctl.validate, concurrency_limit=1,
-             concurrency_id="model", show_progress="minimal")
+             names, access, busy=lambda: service.busy, validator=ctl.validate, mark_fields=False,  # see wire_run
+             concurrency_limit=1, concurrency_id="model", show_progress="minimal")
     controls = {"meta": meta, "concepts": concepts, "events_table": events, "templates_table": templates,
                 "comparison": comparison, "show": show, "template_ids": template_ids, "samples": samples, "seed": seed,
                 "steps": steps, "loaded": loaded}
