@@ -210,9 +210,8 @@ class TrajectoryView:
             self.name("key"): {"run_id": run_id, "event": int(event), "title": title},
             self.name("sample"): gr.update(maximum=max(traj.n_samples - 1, 1), value=sample, interactive=traj.n_samples > 1),
             # the page's width here (about 1100 px of cells); the downloads keep 40 px a cell
-            self.name("figure"): trajectory_figure(traj, sample, self.tokens, colors=run_colors(traj),
-                                                   cell_px=max(6.0, 1100 / traj.canvas_length)).update_layout(
-                width=None, autosize=True),
+            self.name("figure"): responsive(trajectory_figure(traj, sample, self.tokens, colors=run_colors(traj),
+                                                              cell_px=max(6.0, 1100 / traj.canvas_length))),
             self.name("curves"): responsive(step_curves_figure(traj, sample)),
             self.name("files"): None,
         }
