@@ -38,8 +38,8 @@ from petri.engine.base import (
 )
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.loop import RecordedStepper, run_loop
-from petri.engine.mlx_model import MLXDiffusionGemma, resolve_mlx_dtype
-from petri.engine.prompt_cache import PromptCache, same_cache
+from petri.engine.mlx_model import EncoderCache, MLXDiffusionGemma, resolve_mlx_dtype
+from petri.engine.prompt_cache import PromptCache
 from petri.paths import embedded_model_path
 from petri.engine.uniform_diffusion import FAMILY, UniformDiffusionScheduler
 from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
@@ -61,7 +61,7 @@ class MLXLoadedModel:
 
     def __post_init__(self) -> None:
         if self.prompts is None or self.prompts.owner is not self.model:
-            self.prompts = PromptCache(copy=same_cache, size=lambda cache: cache.nbytes, owner=self.model)
+            self.prompts = PromptCache(repeat=EncoderCache.repeat, size=lambda cache: cache.nbytes, owner=self.model)
 
     @property
     def device(self) -> str:
@@ -321,8 +321,7 @@ def sample_mlx(
     mask_np, ids_np = pinned_arrays(request.layouts, request.canvas_prefix, lm.canvas_length)
     anchor_mask, anchor_ids = ops.mask(mask_np), ops.tokens(ids_np)
     ids = tuple(int(i) for i in request.prompt_ids)
-    cache = lm.prompts.encoded((ids, lm.dtype), lambda: model.encode(np.asarray([list(ids)])))
-    cache = cache.repeat(len(request.layouts))
+    cache = lm.prompts.encoded((ids, lm.dtype), lambda: model.encode(np.asarray([list(ids)])), len(request.layouts))
     encoded = time.perf_counter()
     scheduler = UniformDiffusionScheduler(
         ops, request.settings, lm.vocab_size, anchor_mask, anchor_ids, bool(mask_np.any()), fixed_noise

@@ -16,7 +16,8 @@ key is the prompt's ids, the tier's precision (:class:`petri.engine.fast_tier.Fa
 loaded model's device and dtype, so a switch of tier never hands out a cache another precision
 made. Weights changed in place (a test sharpening a head, a fine-tune in the process) must
 :meth:`PromptCache.clear` it. The MLX backend keeps its encoder caches the same way
-(:mod:`petri.engine.mlx_sampler`; MLX arrays are immutable, so a kept cache is handed out as it is).
+(:mod:`petri.engine.mlx_sampler`; MLX arrays are immutable, so a kept cache is handed out
+without a copy at batch 1).
 
 The limit: ``PETRI_PROMPT_CACHE_MB`` (default 1,024 MiB; 0 keeps nothing). A public server keeps
 nothing unless that variable is set (:func:`petri.web.app.create_app`): a visitor could otherwise
@@ -60,33 +61,31 @@ def cache_bytes(cache) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
-def copy_cache(cache):
-    """A copy of a transformers ``Cache`` that shares no key or value tensor with it (each cloned,
-    detached), its other state (lengths, sliding windows) copied."""
-    memo = {}
-    for layer in cache.layers:
-        for name in ("keys", "values"):
-            tensor = getattr(layer, name, None)
-            if tensor is not None:
-                memo[id(tensor)] = tensor.detach().clone()
-    return copy.deepcopy(cache, memo)
-
-
-def same_cache(cache):
-    """The cache itself: what a framework of immutable arrays (MLX) hands out instead of a copy."""
-    return cache
+def repeated_copy(cache, batch: int):
+    """A transformers ``Cache`` of one prompt row repeated ``batch`` times that shares no key or
+    value tensor with ``cache``, its other state (lengths, sliding windows) copied. At batch 1 each
+    key and value is cloned; above, the copy starts out sharing them and the library's own
+    ``batch_repeat_interleave`` replaces each with its repeated copy (no clone made first)."""
+    tensors = [t for layer in cache.layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+               if t is not None]
+    if batch == 1:
+        return copy.deepcopy(cache, {id(t): t.detach().clone() for t in tensors})
+    copied = copy.deepcopy(cache, {id(t): t.detach() for t in tensors})
+    copied.batch_repeat_interleave(batch)
+    return copied
 
 
 @dataclass(eq=False)
 class PromptCache:
-    """The encoded prompts of one model (module docstring). ``copy``: how a kept cache is handed out
-    and taken in (:func:`copy_cache` for transformers' caches, whose tensors a caller may write;
-    :func:`same_cache` for MLX's immutable arrays); ``size``: its bytes; ``owner``: the model whose
-    encoder made what is kept, where its holder must tell models apart (MLX). ``hits`` /
-    ``misses`` count the requests served from it and those that ran the encoder."""
+    """The encoded prompts of one model (module docstring). ``repeat(cache, batch)``: how a cache of
+    one prompt row is handed out for ``batch`` rows, sharing nothing a caller may write with it
+    (:func:`repeated_copy` for transformers' caches; MLX's immutable ``EncoderCache.repeat``);
+    ``size``: its bytes; ``owner``: the model whose encoder made what is kept, where its holder
+    must tell models apart (MLX). ``hits`` / ``misses`` count the requests served from it and
+    those that ran the encoder."""
 
     max_bytes: int = field(default_factory=prompt_cache_bytes_from_env)
-    copy: Callable[[Any], Any] = field(default=None, repr=False)
+    repeat: Callable[[Any, int], Any] = field(default=None, repr=False)
     size: Callable[[Any], int] = field(default=None, repr=False)
     owner: Any = field(default=None, repr=False)
     entries: OrderedDict = field(default_factory=OrderedDict, repr=False)
@@ -94,30 +93,31 @@ class PromptCache:
     misses: int = 0
 
     def __post_init__(self) -> None:
-        self.copy = copy_cache if self.copy is None else self.copy
+        self.repeat = repeated_copy if self.repeat is None else self.repeat
         self.size = cache_bytes if self.size is None else self.size
 
     @property
     def held_bytes(self) -> int:
         return sum(size for _, size in self.entries.values())
 
-    def encoded(self, key: Hashable, encode: Callable[[], Any]) -> Any:
-        """The cache of the prompt ``key`` names: a copy of the kept one, or ``encode()``'s (kept
-        when it fits). The caller owns what it gets: it may repeat, narrow or write into it
-        without touching what is kept."""
+    def encoded(self, key: Hashable, encode: Callable[[], Any], batch: int = 1) -> Any:
+        """The cache of the prompt ``key`` names, repeated for ``batch`` rows: made from the kept
+        one, or from ``encode()``'s (one prompt row; kept when it fits). The caller owns what it
+        gets: it may narrow or write into it without touching what is kept."""
         kept = self.entries.get(key)
         if kept is not None:
             self.entries.move_to_end(key)
             self.hits += 1
-            return self.copy(kept[0])
+            return self.repeat(kept[0], batch)
         self.misses += 1
         cache = encode()
         size = self.size(cache)
-        if 0 < size <= self.max_bytes:
-            while self.entries and self.held_bytes + size > self.max_bytes:
-                self.entries.popitem(last=False)
-            self.entries[key] = (self.copy(cache), size)
-        return cache
+        if not 0 < size <= self.max_bytes:  # not kept: the caller may have it as it is
+            return cache if batch == 1 else self.repeat(cache, batch)
+        while self.entries and self.held_bytes + size > self.max_bytes:
+            self.entries.popitem(last=False)
+        self.entries[key] = (cache, size)
+        return self.repeat(cache, batch)
 
     def set_max_bytes(self, max_bytes: int) -> None:
         """Keep at most ``max_bytes`` from now on (0: nothing), dropping the oldest to fit."""

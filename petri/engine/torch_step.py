@@ -185,7 +185,4 @@ def encoded_prompt(lm, prompt_ids: Sequence[int], batch: int) -> DynamicCache:
         return _encode_prompt_once(lm, torch.tensor([list(ids)], dtype=torch.long, device=lm.device))
 
     key = (ids, lm.fast_tier.precision, str(lm.device), str(lm.dtype))
-    cache = lm.fast_tier.prompts.encoded(key, encode)
-    if batch > 1:
-        cache.batch_repeat_interleave(batch)
-    return cache
+    return lm.fast_tier.prompts.encoded(key, encode, batch)
