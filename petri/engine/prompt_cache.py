@@ -38,12 +38,17 @@ PROMPT_CACHE_ENV = "PETRI_PROMPT_CACHE_MB"
 DEFAULT_PROMPT_CACHE_MB = 1024
 
 
+def prompt_cache_env_set() -> bool:
+    """Whether ``PETRI_PROMPT_CACHE_MB`` says anything (blank counts as unset)."""
+    return bool(os.environ.get(PROMPT_CACHE_ENV, "").strip())
+
+
 def prompt_cache_bytes_from_env() -> int:
     """``PETRI_PROMPT_CACHE_MB`` in bytes (the default when unset); ``ValueError`` names the
     variable when it is not a whole number of MiB ≥ 0."""
-    raw = os.environ.get(PROMPT_CACHE_ENV, "").strip()
-    if not raw:
+    if not prompt_cache_env_set():
         return DEFAULT_PROMPT_CACHE_MB * 2**20
+    raw = os.environ[PROMPT_CACHE_ENV].strip()
     try:
         mib = int(raw)
     except ValueError:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 from fastapi import FastAPI
 
-from petri.engine.prompt_cache import PROMPT_CACHE_ENV, set_prompt_cache_bytes
+from petri.engine.prompt_cache import prompt_cache_env_set, set_prompt_cache_bytes
 from petri.service import PetriService
 from petri.web.access import AccessPolicy, ApiTokenMiddleware
 from petri.web.errors import install_error_handlers
@@ -40,7 +38,7 @@ def create_app(
         version="1.0",
     )
     app.state.service = service
-    if access.public and not os.environ.get(PROMPT_CACHE_ENV, "").strip():
+    if access.public and not prompt_cache_env_set():
         set_prompt_cache_bytes(service.lm, 0)
     app.state.jobs = JobGate(service, busy_wait_s)
     app.state.access = access
