@@ -12,7 +12,7 @@ experts), ``petri_fast_compiled_experts`` (compiled layers around the fused expe
 pass) and ``petri_fast_compiled`` (and the inverse-CDF draw: what ``--compile``, the default on
 CUDA, does); ``petri_fast_fp8`` and ``petri_fast_compiled_fp8``: the exact and the compiled tier with
 the FP8 tier's weights (``petri.engine.fp8``, ``--precision fp8``); ``petri_fast_compiled_fp8fast``: the compiled tier
-in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.batch1_experts`` for calls of few tokens (opt-in). Each configuration puts the model in its mode first (``MODES``). The petri samplers
+in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.batch1_experts`` for calls of few tokens (opt-in); ``petri_fast_compiled_small_fp8`` and ``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op). Each configuration puts the model in its mode first (``MODES``). The petri samplers
 pin three anchors and record the full per-step log. Peak GPU memory per configuration. Prints one JSON object (and ``--out`` keeps it).
 
 ``ms_per_step`` counts a prompt encode in every call (the model's kept prompts are cleared before
@@ -149,6 +149,7 @@ CONFIGS = (
     "generate", "generate_static", "petri_eager", "petri_fast", "petri_fast_fused_experts",
     "petri_fast_compiled_plain", "petri_fast_compiled_experts", "petri_fast_compiled_softmax", "petri_fast_compiled",
     "petri_fast_fp8", "petri_fast_compiled_fp8", "petri_fast_compiled_small", "petri_fast_compiled_fp8fast",
+    "petri_fast_compiled_small_fp8", "petri_fast_compiled_small_fp8fast",
 )
 #: configuration → (compiled layers, fused experts op, the self-conditioning softmax in the sampler,
 #: the inverse-CDF draw, precision, the small-batch experts): each lever added one at a time
@@ -162,6 +163,8 @@ MODES = {
     "petri_fast_compiled_fp8": (True, True, True, True, "fp8"),  # --compile --precision fp8
     "petri_fast_compiled_small": (True, True, True, True, "bf16", True),  # + petri.engine.batch1_experts
     "petri_fast_compiled_fp8fast": (True, True, True, True, "fp8-fast"),  # --compile --precision fp8-fast
+    "petri_fast_compiled_small_fp8": (True, True, True, True, "fp8", True),  # the FP8 tier's small-batch experts
+    "petri_fast_compiled_small_fp8fast": (True, True, True, True, "fp8-fast", True),
 }
 PLAIN = (False, False, False, False, "bf16", False)
 _current_mode: list = [PLAIN]

@@ -2,12 +2,14 @@
 # Issue 25's device runs (one H200). Writes its files under $OUT (at most 8 come back); short summaries last.
 #   tests:  the GPU tests of the exact, compiled and FP8 tiers (fast sampler, fused logits/experts, fp8, the tier object,
 #           the kept prompts through a graphed session);
+#   sweep:  experiments/moe_sweep.py (the small-batch grouped GEMM's launch configurations, bf16 and FP8, batch-1 shapes);
 #   check:  experiments/fp8_check.py (the FP8 experts block, grouped GEMMs and lm head against bf16);
 #   shift:  experiments/fp8_shift.py on the embedded model (250 seeds × 12 samples per arm: bf16, fp8, fp8-fast, bf16 other seeds);
 #   quick:  1 × 24 with a 1,600-token prompt, exact tier in bf16 and FP8 (no compilation);
 #   bench:  batch 1 (1,600-token prompt) and batch 12 (200) in one run (each petri configuration also with the prompt
-#           kept, the encoder pass timed alone and the time outside the step graphs): generate, the exact and compiled
-#           tiers in bf16 and FP8, the compiled tier with the small-batch experts; profiles of the compiled tier in bf16 and FP8;
+#           kept, the encoder pass timed alone and the time outside the step graphs): generate, the compiled tier in bf16,
+#           FP8 and fp8-fast, each also with the small-batch experts, the exact tier; profiles of the small-batch compiled
+#           tier in bf16 and fp8-fast (BENCH_CONFIGS and BENCH_PROFILE override the lists);
 #   fast:   the compiled tier in fp8-fast (fast accumulation) at both shapes;
 #   shiftfull: experiments/fp8_shift.py on the full-size architecture (SHIFTFULL_SEEDS seeds × 12, 8 steps, exact tier).
 # Example:  bash experiments/issue25_device.sh tests check shift quick
@@ -23,6 +25,10 @@ for part in "$@"; do
       timeout ${TESTS_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider tests/test_fused_logits.py tests/test_fast_sampler.py \
         tests/test_fused_experts.py tests/test_fp8.py tests/test_batch1_experts.py tests/test_fast_tier.py tests/test_prompt_cache.py > $OUT/pytest.log 2>&1
       tail -3 $OUT/pytest.log >> $LOG ;;
+    sweep)
+      timeout ${SWEEP_TIMEOUT:-300} python3 experiments/moe_sweep.py --jobs 8 > $OUT/moe_sweep.json 2>$OUT/sweep.err
+      tail -c 1500 $OUT/sweep.err >> $LOG
+      python3 -c "import json; d = json.load(open('$OUT/moe_sweep.json')); print(json.dumps({k: d[k] for k in ('read_ceiling_tb_s', 'best', 'library', 'block', 'seconds')}))" >> $LOG 2>&1 ;;
     check)
       timeout 120 python3 experiments/fp8_check.py > $OUT/fp8_check.json 2>/tmp/check.err; tail -c 1500 /tmp/check.err >> $LOG ;;
     shift)
@@ -36,8 +42,8 @@ for part in "$@"; do
         --configs petri_fast_compiled_fp8fast --out $OUT/bench_full_fp8fast.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
     bench)
       timeout ${BENCH_TIMEOUT:-420} $B --model full --shapes 1x1600,12x200 --steps 24 --repeats 3 \
-        --configs generate,petri_fast,petri_fast_fp8,petri_fast_compiled,petri_fast_compiled_small,petri_fast_compiled_fp8 \
-        --profile-configs petri_fast_compiled,petri_fast_compiled_fp8 \
+        --configs ${BENCH_CONFIGS:-generate,petri_fast_compiled,petri_fast_compiled_small,petri_fast_compiled_small_fp8,petri_fast_compiled_small_fp8fast,petri_fast_compiled_fp8fast,petri_fast_compiled_fp8,petri_fast} \
+        --profile-configs ${BENCH_PROFILE:-petri_fast_compiled_small,petri_fast_compiled_small_fp8fast} \
         --out $OUT/bench_full_shapes.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
     shiftfull)
       timeout ${SHIFTFULL_TIMEOUT:-240} python3 experiments/fp8_shift.py --model full --seeds ${SHIFTFULL_SEEDS:-20} --batch 12 \

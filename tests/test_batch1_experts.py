@@ -10,6 +10,7 @@ import torch
 
 from petri.engine.batch1_experts import (
     MAX_PAIRS,
+    GemmConfig,
     align_blocks,
     experts_small_batch,
     grouped_gemm,
@@ -87,3 +88,62 @@ def test_small_batch_experts_block_equals_the_fused_op_within_rounding_on_gpu():
     got = experts_small_batch(x, index, weights, gate_up, down, "gelu_pytorch_tanh").float()
     reference = experts_reference(x, index, weights, gate_up, down, "gelu_pytorch_tanh").float()
     assert float((got - reference).norm() / reference.norm()) < 1e-2
+
+
+#: the two forms of the kernel: token rows as the matrix units' left operand, and the weight slice (swap)
+FORMS = {"rows-left": GemmConfig(False, 64, 128, 4, 4), "swap": GemmConfig(True, 128, 128, 4, 3)}
+
+
+def _gpu_case(seed: int, tokens: int = 256, top_k: int = 8, experts: int = 128, hidden: int = 2816, width: int = 704):
+    torch.manual_seed(seed)
+    index = torch.rand(tokens, experts, device="cuda").argsort(-1)[:, :top_k]
+    weights = torch.rand(tokens, top_k, device="cuda")
+    x = torch.randn(tokens, hidden, device="cuda").bfloat16()
+    gate_up = (torch.randn(experts, 2 * width, hidden, device="cuda") / hidden**0.5).bfloat16()
+    down = (torch.randn(experts, hidden, width, device="cuda") / width**0.5).bfloat16()
+    return index, weights / weights.sum(-1, keepdim=True), x, gate_up, down
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("gather", [True, False], ids=["gather", "rows"])
+def test_each_kernel_form_equals_the_reference_on_gpu(form, gather):
+    index, _, x, gate_up, down = _gpu_case(3)
+    rows, block_expert, _ = align_blocks(index, gate_up.shape[0])
+    a, weight = (x, gate_up) if gather else (torch.randn(rows.shape[0], down.shape[2], device="cuda").bfloat16(), down)
+    got = grouped_gemm(a, weight, rows, block_expert, 8, gather=gather, config=FORMS[form]).float()
+    reference = grouped_gemm_reference(a, weight, rows, block_expert, 8, gather=gather).float()
+    used = (rows >= 0).nonzero().squeeze(1)
+    assert float((got[used] - reference[used]).norm() / reference[used].norm()) < 4e-3  # bf16 output rounding
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("fast_accum", [False, True], ids=["fp32-slices", "fast-accum"])
+def test_scaled_kernel_equals_the_dequantized_reference_on_gpu(form, fast_accum):
+    from petri.engine.fp8 import dequantize, quantize_rows
+
+    index, _, x, gate_up, _ = _gpu_case(4)
+    rows, block_expert, _ = align_blocks(index, gate_up.shape[0])
+    (xq, x_scale), (wq, w_scale) = quantize_rows(x), quantize_rows(gate_up)
+    got = grouped_gemm(xq, wq, rows, block_expert, 8, gather=True, a_scale=x_scale, weight_scale=w_scale,
+                       fast_accum=fast_accum, config=FORMS[form]).float()
+    reference = grouped_gemm_reference(dequantize(xq, x_scale), dequantize(wq, w_scale), rows, block_expert, 8,
+                                       gather=True).float()
+    used = (rows >= 0).nonzero().squeeze(1)
+    assert bool(torch.isfinite(got[used]).all())
+    assert float((got[used] - reference[used]).norm() / reference[used].norm()) < (1e-2 if fast_accum else 4e-3)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
+def test_fp8_small_batch_block_equals_the_fp8_op_on_gpu():
+    from petri.engine.fp8 import experts_fp8, experts_fp8_small_batch, quantize_rows
+
+    index, weights, x, gate_up, down = _gpu_case(5)
+    quantized = (*quantize_rows(gate_up), *quantize_rows(down))
+    op = experts_fp8(x, index, weights, *quantized, "gelu_pytorch_tanh").float()
+    small = experts_fp8_small_batch(x, index, weights, *quantized, "gelu_pytorch_tanh").float()
+    bf16 = experts_reference(x, index, weights, gate_up, down, "gelu_pytorch_tanh").float()
+    # the same quantization; only the order of the float32 sums and so an occasional e4m3 rounding differ
+    assert float((small - op).norm() / op.norm()) < 2e-2
+    assert abs(float((small - bf16).norm() / bf16.norm()) - float((op - bf16).norm() / bf16.norm())) < 5e-3

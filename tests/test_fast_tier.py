@@ -109,6 +109,7 @@ def test_the_tier_names_what_the_trajectory_records(bf16_tiny):
     """Every lever the tier holds, spelled as stored runs spell it (the names are part of run ids)."""
     from petri.engine.batch1_experts import _small_batch_forward
     from petri.engine.compiled_tier import uncompile_regions
+    from petri.engine.fp8 import _experts_forward as _fp8_experts_forward
     from petri.engine.fp8 import set_precision
     from petri.engine.torch_model import compile_for_sampling
 
@@ -128,16 +129,21 @@ def test_the_tier_names_what_the_trajectory_records(bf16_tiny):
     try:
         assert names(1) == ("fast+compiled+sc-softmax+inverse-cdf+small-batch-experts", "eager")
         assert experts.forward.__func__ is _small_batch_forward  # the name says what runs
-        set_precision(lm, "fp8")  # its experts replace the small-batch ones
-        assert names(1) == ("fast+compiled+sc-softmax+inverse-cdf+fp8", "eager+fp8")
-        assert experts.forward.__func__ is not _small_batch_forward
+        set_precision(lm, "fp8")  # its experts, with their own small-batch op
+        assert names(1) == ("fast+compiled+sc-softmax+inverse-cdf+small-batch-experts+fp8", "eager+fp8")
+        assert experts.forward.__func__ is _fp8_experts_forward and experts._petri_fp8_small_batch
         set_precision(lm, "fp8-fast")
-        assert names(2) == ("fast+compiled+sc-softmax+inverse-cdf+fp8-fast", "eager+fp8-fast")
+        assert names(2) == ("fast+compiled+sc-softmax+inverse-cdf+small-batch-experts+fp8-fast", "eager+fp8-fast")
         assert lm.device_type == "cpu-compiled-fp8-fast"
     finally:
         set_precision(lm, "bf16")
         uncompile_regions(lm)
     assert names(2) == ("fast", "eager") and lm.device_type == "cpu"
+    set_precision(lm, "fp8")  # without the compiled tier: the FP8 op for every call
+    try:
+        assert names(1) == ("fast+fp8", "eager+fp8") and not experts._petri_fp8_small_batch
+    finally:
+        set_precision(lm, "bf16")
 
 
 def test_the_tier_keeps_the_layers_it_compiled_and_undoes_exactly_those(tiny_lm):

@@ -24,6 +24,7 @@ Shapes: hidden (T, H), top_k_index (T, K), top_k_weights (T, K); gate_up (E, 2·
 from __future__ import annotations
 
 import types
+from dataclasses import dataclass
 
 import torch
 
@@ -83,43 +84,76 @@ def grouped_gemm_reference(a, weight, rows, block_expert, top_k: int, gather: bo
     return out
 
 
-def grouped_gemm(a, weight, rows, block_expert, top_k: int, gather: bool, block_m: int = BLOCK_M):
-    """As :func:`grouped_gemm_reference`, one Triton launch (CUDA)."""
+@dataclass(frozen=True)
+class GemmConfig:
+    """One launch configuration of :func:`grouped_gemm`. ``swap``: the weight slice is the matrix
+    units' left operand (``BLOCK_N`` rows of the weight × ``BLOCK_M`` token rows, the small-batch
+    "swap AB" form), else the rows are (``BLOCK_M`` × ``BLOCK_N``); ``block_n`` output columns and
+    ``block_k`` of the reduction per program and step; Triton's ``num_warps`` and ``num_stages``."""
+
+    swap: bool
+    block_n: int
+    block_k: int
+    num_warps: int = 4
+    num_stages: int = 4
+
+
+#: the configuration a call takes unless it names one, by (precision, whether it gathers its rows):
+#: the fastest of ``experiments/moe_sweep.py`` on an H200 at the full-size architecture's batch-1
+#: shapes (``experiments/results/moe_sweep_h200.json``: gate/up 0.251 ms at 4.0 TB/s in bf16, 0.136 ms
+#: in FP8; down 0.140 / 0.086 ms; the read ceiling 4.15 TB/s)
+DEFAULT_CONFIG = {
+    ("bf16", True): GemmConfig(swap=True, block_n=64, block_k=128, num_warps=4, num_stages=3),
+    ("bf16", False): GemmConfig(swap=False, block_n=64, block_k=64, num_warps=4, num_stages=5),
+    ("fp8", True): GemmConfig(swap=True, block_n=64, block_k=128, num_warps=4, num_stages=3),
+    ("fp8", False): GemmConfig(swap=True, block_n=64, block_k=128, num_warps=4, num_stages=3),
+}
+
+
+def grouped_gemm(a, weight, rows, block_expert, top_k: int, gather: bool, block_m: int = BLOCK_M, *,
+                 a_scale=None, weight_scale=None, fast_accum: bool = False, config: GemmConfig | None = None):
+    """As :func:`grouped_gemm_reference`, one Triton launch (CUDA). With ``a_scale`` (rows of ``a``,)
+    and ``weight_scale`` (E, N) float32, ``a`` and ``weight`` are e4m3 and the result is
+    ``Σ_k a·w · a_scale[row] · weight_scale[e, n]`` in bf16 (the FP8 tier's row-wise scaling,
+    :mod:`petri.engine.fp8`): the products of each ``block_k`` slice summed by the matrix units, the
+    slices added in float32 (``fast_accum``: all of it in the matrix units' accumulator)."""
     total = rows.shape[0]
     experts, n, k = weight.shape
-    out = torch.empty((total, n), dtype=a.dtype, device=a.device)
-    grid = lambda meta: (total // block_m, triton.cdiv(n, meta["BLOCK_N"]))  # noqa: E731
+    scaled = a_scale is not None
+    config = config or DEFAULT_CONFIG["fp8" if scaled else "bf16", gather]
+    out = torch.empty((total, n), dtype=torch.bfloat16 if scaled else a.dtype, device=a.device)
+    grid = (total // block_m, triton.cdiv(n, config.block_n))
     _grouped_gemm_kernel[grid](
-        a, weight, out, rows, block_expert, n, k, a.stride(0), weight.stride(0), weight.stride(1), out.stride(0),
-        TOP_K=top_k, GATHER=gather, BLOCK_M=block_m,
+        a, a_scale if scaled else a, weight, weight_scale if scaled else weight, out, rows, block_expert, n, k,
+        a.stride(0), weight.stride(0), weight.stride(1), out.stride(0), weight_scale.stride(0) if scaled else 0,
+        TOP_K=top_k, GATHER=gather, SCALED=scaled, FAST_ACCUM=fast_accum, SWAP=config.swap, BLOCK_M=block_m,
+        BLOCK_N=config.block_n, BLOCK_K=config.block_k, num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return out
 
 
-def experts_small_batch(hidden, top_k_index, top_k_weights, gate_up, down, activation: str) -> torch.Tensor:
-    """The experts block (shapes in the module docstring) through :func:`grouped_gemm` (CUDA)."""
+def experts_small_batch(hidden, top_k_index, top_k_weights, gate_up, down, activation: str,
+                        configs: tuple[GemmConfig | None, GemmConfig | None] = (None, None)) -> torch.Tensor:
+    """The experts block (shapes in the module docstring) through :func:`grouped_gemm` (CUDA);
+    ``configs``: the gate/up and the down GEMM's launch configurations (``None``: the default)."""
     top_k = top_k_index.shape[1]
     hidden = hidden.contiguous()
     rows, block_expert, position = align_blocks(top_k_index, gate_up.shape[0])
-    projected = grouped_gemm(hidden, gate_up, rows, block_expert, top_k, gather=True)
-    out = grouped_gemm(gated_activation(projected, activation), down, rows, block_expert, top_k, gather=False)
+    projected = grouped_gemm(hidden, gate_up, rows, block_expert, top_k, gather=True, config=configs[0])
+    out = grouped_gemm(gated_activation(projected, activation), down, rows, block_expert, top_k, gather=False,
+                       config=configs[1])
     return combine_rows(out, position, top_k_weights, hidden.dtype)
 
 
 if HAVE_TRITON:
 
-    @triton.autotune(
-        configs=[
-            triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
-            for bn, bk, w, s in ((64, 128, 4, 4), (128, 128, 4, 3), (64, 256, 4, 3), (32, 256, 4, 4), (128, 64, 4, 4))
-        ],
-        key=["N", "K", "GATHER"],
-    )
     @triton.jit
-    def _grouped_gemm_kernel(a_ptr, b_ptr, c_ptr, rows_ptr, block_expert_ptr, N, K, stride_am, stride_be, stride_bn,
-                             stride_cm, TOP_K: tl.constexpr, GATHER: tl.constexpr, BLOCK_M: tl.constexpr,
-                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-        """c[r, n] = Σ_k a[row(r), k] · b[e, n, k] for the block's expert e (b's K axis contiguous)."""
+    def _grouped_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, rows_ptr, block_expert_ptr, N, K,
+                             stride_am, stride_be, stride_bn, stride_cm, stride_se, TOP_K: tl.constexpr,
+                             GATHER: tl.constexpr, SCALED: tl.constexpr, FAST_ACCUM: tl.constexpr,
+                             SWAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        """c[r, n] = Σ_k a[row(r), k] · b[e, n, k] (· a_scale[row(r)] · b_scale[e, n] when SCALED) for
+        the block's expert e; b's K axis contiguous. SWAP accumulates the transpose, (n, r)."""
         pid_m = tl.program_id(0)
         pid_n = tl.program_id(1)
         expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
@@ -133,17 +167,43 @@ if HAVE_TRITON:
                 a_rows = offs_m.to(tl.int64)
             offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
             valid_n = offs_n < N
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            b_base = b_ptr + expert * stride_be + offs_n[None, :].to(tl.int64) * stride_bn
+            b_rows = b_ptr + expert * stride_be + offs_n.to(tl.int64) * stride_bn
+            if SWAP:
+                acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+            else:
+                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for k0 in range(0, K, BLOCK_K):
                 offs_k = k0 + tl.arange(0, BLOCK_K)
                 valid_k = offs_k < K
-                a = tl.load(a_ptr + a_rows[:, None] * stride_am + offs_k[None, :],
-                            mask=valid_m[:, None] & valid_k[None, :], other=0.0)
-                b = tl.load(b_base + offs_k[:, None], mask=valid_k[:, None] & valid_n[None, :], other=0.0)
-                acc = tl.dot(a, b, acc)
-            c = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :]
-            tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=valid_n[None, :])
+                if SWAP:
+                    w = tl.load(b_rows[:, None] + offs_k[None, :], mask=valid_n[:, None] & valid_k[None, :], other=0.0)
+                    x = tl.load(a_ptr + a_rows[None, :] * stride_am + offs_k[:, None],
+                                mask=valid_m[None, :] & valid_k[:, None], other=0.0)
+                    if SCALED and not FAST_ACCUM:
+                        acc += tl.dot(w, x)
+                    else:
+                        acc = tl.dot(w, x, acc)
+                else:
+                    x = tl.load(a_ptr + a_rows[:, None] * stride_am + offs_k[None, :],
+                                mask=valid_m[:, None] & valid_k[None, :], other=0.0)
+                    w = tl.load(b_rows[None, :] + offs_k[:, None], mask=valid_k[:, None] & valid_n[None, :], other=0.0)
+                    if SCALED and not FAST_ACCUM:
+                        acc += tl.dot(x, w)
+                    else:
+                        acc = tl.dot(x, w, acc)
+            if SCALED:
+                s_w = tl.load(b_scale_ptr + expert * stride_se + offs_n, mask=valid_n, other=0.0)
+                s_a = tl.load(a_scale_ptr + a_rows, mask=valid_m, other=0.0)
+                if SWAP:
+                    acc = acc * s_a[None, :] * s_w[:, None]
+                else:
+                    acc = acc * s_a[:, None] * s_w[None, :]
+            if SWAP:
+                c = c_ptr + offs_m[None, :].to(tl.int64) * stride_cm + offs_n[:, None]
+                tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=valid_n[:, None])
+            else:
+                c = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :]
+                tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=valid_n[None, :])
 
 
 @torch.library.custom_op("petri::moe_experts_small_batch", mutates_args=())

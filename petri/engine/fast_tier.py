@@ -113,9 +113,9 @@ class FastTier:
 
     def small_batch_experts_used(self, batch: int) -> bool:
         """Whether a call of ``batch`` canvases runs the small-batch experts: installed by the
-        compiled tier, not replaced by the FP8 experts (:func:`petri.engine.fp8.reapply`), and
+        compiled tier (in FP8 the FP8 tier's small-batch op: :func:`petri.engine.fp8.reapply`), and
         few enough rows (:func:`petri.engine.batch1_experts.small_batch_fits`)."""
-        return self.small_batch_experts and self.precision == "bf16" and small_batch_fits(self.model, batch)
+        return self.small_batch_experts and small_batch_fits(self.model, batch)
 
     @property
     def eager_name(self) -> str:

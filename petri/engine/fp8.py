@@ -35,8 +35,10 @@ import types
 
 import torch
 
+from petri.engine.batch1_experts import MAX_PAIRS, align_blocks, grouped_gemm
 from petri.engine.fp8_kernels import MAX_WIDTH, gelu_gate_quantized, quantize_rows_triton, triton_quantizable
 from petri.engine.fused_experts import combine_rows, fusable_reason, gated_activation, route
+from petri.engine.fused_logits import HAVE_TRITON
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +144,24 @@ def experts_fp8(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, do
     return combine_rows(out, position, top_k_weights, hidden.dtype)
 
 
+def experts_fp8_small_batch(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale,
+                            activation, fast_accum: bool = False, configs=(None, None)):
+    """:func:`experts_fp8` for few tokens per expert (shapes there): the two grouped GEMMs by
+    :func:`petri.engine.batch1_experts.grouped_gemm` (which gathers the quantized hidden rows and
+    their scales itself) instead of ``torch._scaled_grouped_mm``; the same quantization, activation
+    and combine. CUDA with Triton only; ``configs`` as in
+    :func:`petri.engine.batch1_experts.experts_small_batch`."""
+    top_k = top_k_index.shape[1]
+    rows, block_expert, position = align_blocks(top_k_index, gate_up_q.shape[0])
+    hq, h_scale = quantize_rows(hidden.contiguous())
+    projected = grouped_gemm(hq, gate_up_q, rows, block_expert, top_k, gather=True, a_scale=h_scale,
+                             weight_scale=gate_up_scale, fast_accum=fast_accum, config=configs[0])
+    aq, a_scale = activation_quantized(projected, activation)
+    out = grouped_gemm(aq, down_q, rows, block_expert, top_k, gather=False, a_scale=a_scale, weight_scale=down_scale,
+                       fast_accum=fast_accum, config=configs[1])
+    return combine_rows(out, position, top_k_weights, hidden.dtype)
+
+
 @torch.library.custom_op("petri::moe_experts_fp8", mutates_args=())
 def moe_experts_fp8(
     hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
@@ -158,6 +178,22 @@ def _(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down
     return torch.empty_like(hidden)
 
 
+@torch.library.custom_op("petri::moe_experts_fp8_small_batch", mutates_args=())
+def moe_experts_fp8_small_batch(
+    hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
+    gate_up_q: torch.Tensor, gate_up_scale: torch.Tensor, down_q: torch.Tensor, down_scale: torch.Tensor,
+    activation: str, fast_accum: bool = False,
+) -> torch.Tensor:
+    """:func:`experts_fp8_small_batch` on CUDA with Triton, else :func:`experts_fp8` (opaque to ``torch.compile``)."""
+    small = experts_fp8_small_batch if hidden.is_cuda and HAVE_TRITON else experts_fp8
+    return small(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation, fast_accum)
+
+
+@moe_experts_fp8_small_batch.register_fake
+def _(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation, fast_accum=False):
+    return torch.empty_like(hidden)
+
+
 # ---- installing the tier on a model ----------------------------------------------------------------
 
 def _linear_forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -165,7 +201,10 @@ def _linear_forward(self, x: torch.Tensor) -> torch.Tensor:
 
 
 def _experts_forward(self, hidden_states, top_k_index, top_k_weights):
-    return moe_experts_fp8(
+    """The FP8 experts op; calls of at most :data:`petri.engine.batch1_experts.MAX_PAIRS` pairs take
+    the small-batch one where the compiled tier installed the small-batch experts (:func:`reapply`)."""
+    small = self._petri_fp8_small_batch and top_k_index.numel() <= MAX_PAIRS
+    return (moe_experts_fp8_small_batch if small else moe_experts_fp8)(
         hidden_states, top_k_index, top_k_weights, self._petri_fp8_gate_up, self._petri_fp8_gate_up_scale,
         self._petri_fp8_down, self._petri_fp8_down_scale, self.config.hidden_activation, self._petri_fp8_fast,
     )
@@ -252,6 +291,7 @@ def reapply(lm) -> None:
         if getattr(current, "__func__", None) is not _experts_forward:
             experts._petri_bf16_forward = current  # None: the class's own
         experts.forward = types.MethodType(_experts_forward, experts)
+        experts._petri_fp8_small_batch = lm.fast_tier.small_batch_experts
 
 
 def use_bf16(lm) -> None:
@@ -266,7 +306,7 @@ def use_bf16(lm) -> None:
     for experts in _experts_of(model):
         previous = vars(experts).pop("_petri_bf16_forward", None)
         for name in ("forward", "_petri_fp8_gate_up", "_petri_fp8_gate_up_scale", "_petri_fp8_down", "_petri_fp8_down_scale",
-                     "_petri_fp8_fast"):
+                     "_petri_fp8_fast", "_petri_fp8_small_batch"):
             vars(experts).pop(name, None)
         if previous is not None:
             experts.forward = previous
