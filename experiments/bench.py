@@ -9,10 +9,9 @@ with per-step forward / sampling / logging GPU time and host synchronisations),
 ``petri_fast_compiled_plain`` (graphs + fused pass + regionally compiled layers, transformers'
 experts), ``petri_fast_compiled_experts`` (compiled layers around the fused experts op),
 ``petri_fast_compiled_softmax`` (and the decoder's self-conditioning softmax done by the sampler's
-pass) and ``petri_fast_compiled`` (and the inverse-CDF draw: what ``--compile``, the default on
-CUDA, does); ``petri_fast_fp8`` and ``petri_fast_compiled_fp8``: the exact and the compiled tier with
+pass) and ``petri_fast_compiled`` (and the inverse-CDF draw); ``petri_fast_fp8`` and ``petri_fast_compiled_fp8``: the exact and the compiled tier with
 the FP8 tier's weights (``petri.engine.fp8``, ``--precision fp8``); ``petri_fast_compiled_fp8fast``: the compiled tier
-in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.batch1_experts`` for calls of few tokens (opt-in); ``petri_fast_compiled_small_fp8`` and ``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op). Each configuration puts the model in its mode first (``MODES``). The petri samplers
+in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.batch1_experts`` for calls of few tokens (what ``--compile`` does; ``petri_fast_compiled`` leaves that lever out); ``petri_fast_compiled_small_fp8`` and ``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op). Each configuration puts the model in its mode first (``MODES``). The petri samplers
 pin three anchors and record the full per-step log. Peak GPU memory per configuration. Prints one JSON object (and ``--out`` keeps it).
 
 ``ms_per_step`` counts a prompt encode in every call (the model's kept prompts are cleared before
@@ -158,10 +157,10 @@ MODES = {
     "petri_fast_compiled_plain": (True, False, False, False, "bf16"),
     "petri_fast_compiled_experts": (True, True, False, False, "bf16"),
     "petri_fast_compiled_softmax": (True, True, True, False, "bf16"),
-    "petri_fast_compiled": (True, True, True, True, "bf16"),  # what --compile does (the default on CUDA)
+    "petri_fast_compiled": (True, True, True, True, "bf16"),  # --compile without the small-batch experts
     "petri_fast_fp8": (False, False, False, False, "fp8"),  # the exact tier's sampler, FP8 weights (issue 25)
     "petri_fast_compiled_fp8": (True, True, True, True, "fp8"),  # --compile --precision fp8
-    "petri_fast_compiled_small": (True, True, True, True, "bf16", True),  # + petri.engine.batch1_experts
+    "petri_fast_compiled_small": (True, True, True, True, "bf16", True),  # what --compile does (the default on CUDA)
     "petri_fast_compiled_fp8fast": (True, True, True, True, "fp8-fast"),  # --compile --precision fp8-fast
     "petri_fast_compiled_small_fp8": (True, True, True, True, "fp8", True),  # the FP8 tier's small-batch experts
     "petri_fast_compiled_small_fp8fast": (True, True, True, True, "fp8-fast", True),

@@ -96,12 +96,13 @@ def main() -> None:
         lm = build_full_size(torch.device("cuda"))
         prompt = torch.randint(3, lm.vocab_size, (200,), generator=torch.Generator().manual_seed(0)).tolist()
         layouts = three_anchor_layouts(args.batch, lm.canvas_length, lm.vocab_size)
+        from petri.engine.base import SampleRequest
         from petri.trajectory import SamplerSettings
 
         settings = SamplerSettings()
 
         def draw(seed: int, dish: int):
-            return lm.sample(prompt, layouts, settings, seed=seed)
+            return lm.sample(SampleRequest(prompt, layouts, settings, seed=seed))
         dishes = (0,)
     else:
         from petri.dish import Dish
@@ -133,21 +134,25 @@ def main() -> None:
         seconds[arm] = round(time.perf_counter() - began, 1)
         arms[arm] = {name: np.concatenate(v) for name, v in values.items()}
         print(arm, samplers[arm], seconds[arm], "s", flush=True)
-    result = {
+        text = json.dumps(report(lm, args, settings, arms, samplers, seconds, plan, started), indent=2)
+        if args.out:  # after every arm: a run cut short keeps the arms it finished
+            Path(args.out).write_text(text)
+        if args.npz:
+            np.savez_compressed(args.npz, **{f"{a}_{name}": v for a, values in arms.items() for name, v in values.items()})
+    print(text)
+
+
+def report(lm, args, settings, arms: dict, samplers: dict, seconds: dict, plan: list, started: float) -> dict:
+    """The JSON object over the arms drawn so far (each FP8 arm and the null arm against bf16)."""
+    return {
         "model": lm.model_id, "gpu": torch.cuda.get_device_name() if lm.device.type == "cuda" else None, "torch": torch.__version__,
         "seeds": args.seeds, "batch": args.batch, "samples_per_arm": int(len(arms["bf16"]["flips"])),
         "settings": {k: getattr(settings, k) for k in ("max_denoising_steps", "stability_threshold", "confidence_threshold", "entropy_bound")},
         "compiled": args.compile, "samplers": samplers, "arm_seconds": seconds,
         **{f"{arm}_vs_bf16": compare(arms[arm], arms["bf16"], args.batch, paired=offset == 0)
-           for arm, _, offset in plan[1:]},
+           for arm, _, offset in plan[1:] if arm in arms},
         "total_s": round(time.perf_counter() - started, 1),
     }
-    if args.npz:
-        np.savez_compressed(args.npz, **{f"{arm}_{name}": v for arm, values in arms.items() for name, v in values.items()})
-    text = json.dumps(result, indent=2)
-    if args.out:
-        Path(args.out).write_text(text)
-    print(text)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,9 @@ from petri.engine.batch1_experts import (
     MAX_PAIRS,
     GemmConfig,
     align_blocks,
+    align_blocks_torch,
+    align_blocks_triton,
+    dense_scaled_gemm,
     experts_small_batch,
     grouped_gemm,
     grouped_gemm_reference,
@@ -47,13 +50,13 @@ def test_grouped_gemm_reference_against_a_row_loop():
     assert bool((out[padding] == 0).all())
 
 
-def test_small_batch_experts_are_opt_in_and_named(tiny_lm):
+def test_small_batch_experts_are_on_by_default_in_the_compiled_tier_and_named(tiny_lm):
     from petri.engine.compiled_tier import uncompile_regions
     from petri.engine.torch_model import compile_for_sampling
 
-    compile_for_sampling(tiny_lm, backend="eager")
+    compile_for_sampling(tiny_lm, backend="eager", small_batch_experts=False)
     assert not tiny_lm.fast_tier.small_batch_experts_used(1)
-    compile_for_sampling(tiny_lm, backend="eager", small_batch_experts=True)
+    compile_for_sampling(tiny_lm, backend="eager")
     top_k = tiny_lm.model.config.text_config.top_k_experts
     assert tiny_lm.fast_tier.small_batch_experts_used(1)
     assert not tiny_lm.fast_tier.small_batch_experts_used(MAX_PAIRS // (tiny_lm.canvas_length * top_k) + 1)
@@ -147,3 +150,52 @@ def test_fp8_small_batch_block_equals_the_fp8_op_on_gpu():
     # the same quantization; only the order of the float32 sums and so an occasional e4m3 rounding differ
     assert float((small - op).norm() / op.norm()) < 2e-2
     assert abs(float((small - bf16).norm() / bf16.norm()) - float((op - bf16).norm() / bf16.norm())) < 5e-3
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
+@pytest.mark.parametrize("tokens, top_k, experts, block_m", [(256, 8, 128, 32), (37, 3, 7, 16), (512, 8, 128, 32)])
+def test_triton_alignment_places_the_pairs_as_the_torch_one_on_gpu(tokens, top_k, experts, block_m):
+    torch.manual_seed(6)
+    index = torch.rand(tokens, experts, device="cuda").argsort(-1)[:, :top_k]
+    rows, block_expert, position = align_blocks_triton(index, experts, block_m)
+    rows_t, block_expert_t, _ = align_blocks_torch(index, experts, block_m)
+    assert block_expert.tolist() == block_expert_t.tolist()
+    pairs = torch.arange(tokens * top_k, device="cuda")
+    assert bool((rows[position] == pairs).all()) and int((rows >= 0).sum()) == tokens * top_k
+    expert_of_row = block_expert.repeat_interleave(block_m)
+    for expert in range(experts):  # each expert's rows hold its pairs (in any order)
+        mine, mine_t = rows[(expert_of_row == expert) & (rows >= 0)], rows_t[(expert_of_row == expert) & (rows_t >= 0)]
+        assert sorted(mine.tolist()) == sorted(mine_t.tolist())
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
+def test_the_experts_blocks_are_bit_equal_with_either_alignment_on_gpu(monkeypatch):
+    import petri.engine.batch1_experts as batch1
+    import petri.engine.fp8 as fp8
+
+    index, weights, x, gate_up, down = _gpu_case(7)
+    quantized = (*fp8.quantize_rows(gate_up), *fp8.quantize_rows(down))
+    bf16 = experts_small_batch(x, index, weights, gate_up, down, "gelu_pytorch_tanh")
+    fp8_out = fp8.experts_fp8_small_batch(x, index, weights, *quantized, "gelu_pytorch_tanh")
+    monkeypatch.setattr(batch1, "align_blocks", align_blocks_torch)
+    monkeypatch.setattr(fp8, "align_blocks", align_blocks_torch)
+    assert torch.equal(bf16, experts_small_batch(x, index, weights, gate_up, down, "gelu_pytorch_tanh"))
+    assert torch.equal(fp8_out, fp8.experts_fp8_small_batch(x, index, weights, *quantized, "gelu_pytorch_tanh"))
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
+@pytest.mark.parametrize("rows, n, k", [(256, 4096, 2816), (1000, 2112, 2816), (256, 2816, 4096)])
+@pytest.mark.parametrize("fast_accum", [False, True], ids=["fp32-slices", "fast-accum"])
+def test_dense_fp8_kernel_equals_the_dequantized_reference_on_gpu(rows, n, k, fast_accum):
+    from petri.engine.fp8 import dequantize, quantize_rows, scaled_matmul
+
+    torch.manual_seed(8)
+    (xq, x_scale), (wq, w_scale) = quantize_rows(torch.randn(rows, k, device="cuda").bfloat16()), \
+        quantize_rows((torch.randn(n, k, device="cuda") / k**0.5).bfloat16())
+    got = dense_scaled_gemm(xq, x_scale, wq, w_scale, fast_accum).float()
+    reference = dequantize(xq, x_scale) @ dequantize(wq, w_scale).T
+    library = scaled_matmul(xq, x_scale, wq, w_scale, fast_accum=fast_accum).float()
+    assert got.shape == (rows, n) and bool(torch.isfinite(got).all())
+    bound = 1e-2 if fast_accum else 4e-3
+    assert float((got - reference).norm() / reference.norm()) < bound
+    assert float((library - reference).norm() / reference.norm()) < bound  # the same bound holds for torch._scaled_mm

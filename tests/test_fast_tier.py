@@ -127,13 +127,14 @@ def test_the_tier_names_what_the_trajectory_records(bf16_tiny):
     assert names(1) == ("fast", "eager")
     compile_for_sampling(lm, backend="eager", small_batch_experts=True)
     try:
-        assert names(1) == ("fast+compiled+sc-softmax+inverse-cdf+small-batch-experts", "eager")
+        assert names(1) == ("fast+compiled+sc-softmax+inverse-cdf+small-batch", "eager")
         assert experts.forward.__func__ is _small_batch_forward  # the name says what runs
         set_precision(lm, "fp8")  # its experts, with their own small-batch op
-        assert names(1) == ("fast+compiled+sc-softmax+inverse-cdf+small-batch-experts+fp8", "eager+fp8")
+        assert names(1) == ("fast+compiled+sc-softmax+inverse-cdf+small-batch+fp8", "eager+fp8")
         assert experts.forward.__func__ is _fp8_experts_forward and experts._petri_fp8_small_batch
+        assert lm.model.lm_head._petri_fp8_small_batch  # the linears' small-batch kernel too
         set_precision(lm, "fp8-fast")
-        assert names(2) == ("fast+compiled+sc-softmax+inverse-cdf+small-batch-experts+fp8-fast", "eager+fp8-fast")
+        assert names(2) == ("fast+compiled+sc-softmax+inverse-cdf+small-batch+fp8-fast", "eager+fp8-fast")
         assert lm.device_type == "cpu-compiled-fp8-fast"
     finally:
         set_precision(lm, "bf16")
@@ -142,6 +143,7 @@ def test_the_tier_names_what_the_trajectory_records(bf16_tiny):
     set_precision(lm, "fp8")  # without the compiled tier: the FP8 op for every call
     try:
         assert names(1) == ("fast+fp8", "eager+fp8") and not experts._petri_fp8_small_batch
+        assert not lm.model.lm_head._petri_fp8_small_batch
     finally:
         set_precision(lm, "bf16")
 
@@ -210,7 +212,7 @@ def test_the_compiled_tier_runs_in_graphs_and_is_undone_on_gpu():
         again = run_sampler_fast(lm, PROMPT, layouts, settings, seed=5, phase_times=again_phases)
         assert first_phases["captured_now"] and not again_phases["captured_now"]
         assert graphs == 2 and counters["stats"]["unique_graphs"] == graphs
-        assert first.sampler == lm.fast_tier.fast_name(3) == "fast+compiled+sc-softmax+inverse-cdf"
+        assert first.sampler == lm.fast_tier.fast_name(3) == "fast+compiled+sc-softmax+inverse-cdf+small-batch"
         assert (first.argmax == again.argmax).all()  # reproducible under graph replay
         assert lm.tier == "fast+compiled" and lm.device_type == "cuda-compiled"
     finally:

@@ -189,7 +189,7 @@ def test_fp8_trajectories_name_the_tier(bf16_tiny):
 
 def test_fp8_survives_the_compiled_tier_switching_its_experts(bf16_tiny):
     from petri.engine.compiled_tier import uncompile_regions
-    from petri.engine.fused_experts import _fused_forward
+    from petri.engine.batch1_experts import _small_batch_forward
     from petri.engine.torch_model import compile_for_sampling
 
     experts = bf16_tiny.model.model.decoder.layers[0].experts
@@ -197,8 +197,8 @@ def test_fp8_survives_the_compiled_tier_switching_its_experts(bf16_tiny):
     compile_for_sampling(bf16_tiny, backend="eager")  # installs its experts op: FP8's comes back on top
     assert experts.forward.__func__.__name__ == "_experts_forward"
     assert bf16_tiny.device_type == "cpu-compiled-fp8"
-    use_bf16(bf16_tiny)  # the compiled tier's experts op again
-    assert experts.forward.__func__ is _fused_forward
+    use_bf16(bf16_tiny)  # the compiled tier's experts op again (its small-batch forward, the default)
+    assert experts.forward.__func__ is _small_batch_forward
     use_fp8(bf16_tiny)
     uncompile_regions(bf16_tiny)  # the compiled tier off, the FP8 tier still on
     assert experts.forward.__func__.__name__ == "_experts_forward" and precision_of(bf16_tiny) == "fp8"

@@ -41,7 +41,15 @@ BLOCK_M = 32
 
 
 def align_blocks(top_k_index: torch.Tensor, num_experts: int, block_m: int = BLOCK_M):
-    """Pad each expert's run of sorted pairs to a multiple of ``block_m`` rows, without a host sync.
+    """Pad each expert's run of sorted pairs to a multiple of ``block_m`` rows, without a host sync:
+    one Triton launch on CUDA (:func:`align_blocks_triton`), else :func:`align_blocks_torch`."""
+    if top_k_index.is_cuda and HAVE_TRITON and top_k_index.numel() <= MAX_PAIRS and num_experts <= 256:
+        return align_blocks_triton(top_k_index, num_experts, block_m)
+    return align_blocks_torch(top_k_index, num_experts, block_m)
+
+
+def align_blocks_torch(top_k_index: torch.Tensor, num_experts: int, block_m: int = BLOCK_M):
+    """:func:`align_blocks` by torch ops (any device), each expert's pairs in pair order.
 
     Returns ``rows`` (R,) int32: for each padded row the pair id (token·K + k) or -1 for padding;
     ``block_expert`` (R / block_m,) int32: each block's expert, -1 past the last used block;
@@ -56,8 +64,7 @@ def align_blocks(top_k_index: torch.Tensor, num_experts: int, block_m: int = BLO
     padded = (counts + block_m - 1) // block_m * block_m
     padded_ends = torch.cumsum(padded, 0)
     starts = torch.cumsum(counts, 0) - counts
-    total = pairs + num_experts * (block_m - 1)
-    total = (total + block_m - 1) // block_m * block_m
+    total = padded_rows(pairs, num_experts, block_m)
     dest = (padded_ends - padded)[sorted_experts] + torch.arange(pairs, device=order.device) - starts[sorted_experts]
     rows = torch.full((total,), -1, dtype=torch.int32, device=order.device)
     rows[dest] = order.to(torch.int32)
@@ -66,6 +73,33 @@ def align_blocks(top_k_index: torch.Tensor, num_experts: int, block_m: int = BLO
     block_starts = torch.arange(0, total, block_m, device=order.device)
     block_expert = torch.searchsorted(padded_ends, block_starts, right=True).to(torch.int32)
     block_expert = torch.where(block_expert < num_experts, block_expert, -1).to(torch.int32)
+    return rows, block_expert, position
+
+
+def padded_rows(pairs: int, num_experts: int, block_m: int) -> int:
+    """R: T·K + E·(block_m − 1) rounded up to ``block_m``, a bound on the padded length whatever the routing."""
+    total = pairs + num_experts * (block_m - 1)
+    return (total + block_m - 1) // block_m * block_m
+
+
+def align_blocks_triton(top_k_index: torch.Tensor, num_experts: int, block_m: int = BLOCK_M):
+    """:func:`align_blocks` in one Triton program (CUDA; T·K ≤ :data:`MAX_PAIRS`, E ≤ 256) instead of
+    about fifteen torch launches: each pair's rank within its expert comes from an atomic counter, so
+    the pairs of one expert land in its rows in no fixed order. That changes no number: the grouped
+    GEMM computes each row on its own and the combine finds each pair by ``position``
+    (``tests/test_batch1_experts.py`` checks the experts block bit-equal to the torch alignment's)."""
+    pairs = top_k_index.numel()
+    total = padded_rows(pairs, num_experts, block_m)
+    device = top_k_index.device
+    rows = torch.empty(total, dtype=torch.int32, device=device)
+    block_expert = torch.empty(total // block_m, dtype=torch.int32, device=device)
+    position = torch.empty(pairs, dtype=torch.long, device=device)
+    scratch = torch.empty(2, num_experts, dtype=torch.int32, device=device)  # counters, starts
+    _align_kernel[(1,)](
+        top_k_index.reshape(-1), scratch[0], scratch[1], rows, block_expert, position, pairs, total, total // block_m,
+        num_experts, E=triton.next_power_of_2(num_experts), P=triton.next_power_of_2(pairs),
+        R=triton.next_power_of_2(total), NB=triton.next_power_of_2(total // block_m), BLOCK_M=block_m,
+    )
     return rows, block_expert, position
 
 
@@ -124,10 +158,34 @@ def grouped_gemm(a, weight, rows, block_expert, top_k: int, gather: bool, block_
     out = torch.empty((total, n), dtype=torch.bfloat16 if scaled else a.dtype, device=a.device)
     grid = (total // block_m, triton.cdiv(n, config.block_n))
     _grouped_gemm_kernel[grid](
-        a, a_scale if scaled else a, weight, weight_scale if scaled else weight, out, rows, block_expert, n, k,
+        a, a_scale if scaled else a, weight, weight_scale if scaled else weight, out, rows, block_expert, total, n, k,
         a.stride(0), weight.stride(0), weight.stride(1), out.stride(0), weight_scale.stride(0) if scaled else 0,
-        TOP_K=top_k, GATHER=gather, SCALED=scaled, FAST_ACCUM=fast_accum, SWAP=config.swap, BLOCK_M=block_m,
-        BLOCK_N=config.block_n, BLOCK_K=config.block_k, num_warps=config.num_warps, num_stages=config.num_stages,
+        TOP_K=top_k, GATHER=gather, SCALED=scaled, FAST_ACCUM=fast_accum, SWAP=config.swap, DENSE=False,
+        BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
+    return out
+
+
+#: the dense form's rows per block and configuration (not swept: the experts' FP8 gather configuration)
+DENSE_BLOCK_M = 64
+DENSE_CONFIG = GemmConfig(swap=True, block_n=64, block_k=128, num_warps=4, num_stages=3)
+
+
+def dense_scaled_gemm(xq, x_scale, wq, w_scale, fast_accum: bool = False, config: GemmConfig | None = None):
+    """``x @ W.T`` in FP8 for few rows (CUDA): xq (M, K) e4m3, x_scale (M,), wq (N, K) e4m3, w_scale (N,)
+    float32 → (M, N) bf16, the same function as :func:`petri.engine.fp8.scaled_matmul` (the weight
+    slice as the matrix units' left operand, the slices of K added in float32 unless ``fast_accum``)."""
+    rows, k = xq.shape
+    n = wq.shape[0]
+    config = config or DENSE_CONFIG
+    out = torch.empty((rows, n), dtype=torch.bfloat16, device=xq.device)
+    grid = (triton.cdiv(rows, DENSE_BLOCK_M), triton.cdiv(n, config.block_n))
+    _grouped_gemm_kernel[grid](
+        xq, x_scale, wq, w_scale, out, xq, xq, rows, n, k, xq.stride(0), 0, wq.stride(0), out.stride(0), 0,
+        TOP_K=1, GATHER=False, SCALED=True, FAST_ACCUM=fast_accum, SWAP=config.swap, DENSE=True,
+        BLOCK_M=DENSE_BLOCK_M, BLOCK_N=config.block_n, BLOCK_K=config.block_k, num_warps=config.num_warps,
+        num_stages=config.num_stages,
     )
     return out
 
@@ -148,19 +206,61 @@ def experts_small_batch(hidden, top_k_index, top_k_weights, gate_up, down, activ
 if HAVE_TRITON:
 
     @triton.jit
-    def _grouped_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, rows_ptr, block_expert_ptr, N, K,
+    def _align_kernel(index_ptr, counter_ptr, start_ptr, rows_ptr, block_expert_ptr, position_ptr, PAIRS, TOTAL,
+                      NUM_BLOCKS, NUM_EXPERTS, E: tl.constexpr, P: tl.constexpr, R: tl.constexpr, NB: tl.constexpr,
+                      BLOCK_M: tl.constexpr):
+        """:func:`align_blocks_triton`'s one program: zero the counters and fill the rows with -1;
+        rank each pair within its expert by an atomic add; pad the counts, their running sum gives
+        each expert's first row; place the pairs; each block's expert is the number of experts
+        whose padded run ends at or before the block's first row (-1 past the last used block)."""
+        experts = tl.arange(0, E)
+        real = experts < NUM_EXPERTS
+        tl.store(counter_ptr + experts, tl.zeros([E], dtype=tl.int32), mask=real)
+        r = tl.arange(0, R)
+        tl.store(rows_ptr + r, tl.full([R], -1, dtype=tl.int32), mask=r < TOTAL)
+        tl.debug_barrier()
+        p = tl.arange(0, P)
+        valid = p < PAIRS
+        expert = tl.load(index_ptr + p, mask=valid, other=0).to(tl.int32)
+        rank = tl.atomic_add(counter_ptr + expert, tl.full([P], 1, dtype=tl.int32), mask=valid)
+        tl.debug_barrier()
+        counts = tl.load(counter_ptr + experts, mask=real, other=0)
+        padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+        ends = tl.cumsum(padded, 0)
+        tl.store(start_ptr + experts, ends - padded, mask=real)
+        tl.debug_barrier()
+        dest = tl.load(start_ptr + expert, mask=valid, other=0) + rank
+        tl.store(rows_ptr + dest, p, mask=valid)
+        tl.store(position_ptr + p, dest.to(tl.int64), mask=valid)
+        b = tl.arange(0, NB)
+        first = b * BLOCK_M
+        owner = tl.sum(((ends[None, :] <= first[:, None]) & real[None, :]).to(tl.int32), axis=1)
+        used = tl.sum(padded, 0)
+        tl.store(block_expert_ptr + b, tl.where(first < used, owner, -1), mask=b < NUM_BLOCKS)
+
+    @triton.jit
+    def _grouped_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, rows_ptr, block_expert_ptr, M_OUT, N, K,
                              stride_am, stride_be, stride_bn, stride_cm, stride_se, TOP_K: tl.constexpr,
                              GATHER: tl.constexpr, SCALED: tl.constexpr, FAST_ACCUM: tl.constexpr,
-                             SWAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                             SWAP: tl.constexpr, DENSE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                             BLOCK_K: tl.constexpr):
         """c[r, n] = Σ_k a[row(r), k] · b[e, n, k] (· a_scale[row(r)] · b_scale[e, n] when SCALED) for
-        the block's expert e; b's K axis contiguous. SWAP accumulates the transpose, (n, r)."""
+        the block's expert e; b's K axis contiguous; rows r < M_OUT written. SWAP accumulates the
+        transpose, (n, r). DENSE: one weight (e = 0) and rows 0 … M_OUT-1, no rows or blocks read."""
         pid_m = tl.program_id(0)
         pid_n = tl.program_id(1)
-        expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+        if DENSE:
+            expert = tl.zeros((), dtype=tl.int64)
+        else:
+            expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
         if expert >= 0:
             offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-            pair = tl.load(rows_ptr + offs_m)
-            valid_m = pair >= 0
+            if DENSE:
+                pair = offs_m
+                valid_m = offs_m < M_OUT
+            else:
+                pair = tl.load(rows_ptr + offs_m)
+                valid_m = pair >= 0
             if GATHER:
                 a_rows = tl.where(valid_m, pair // TOP_K, 0).to(tl.int64)
             else:
@@ -200,10 +300,10 @@ if HAVE_TRITON:
                     acc = acc * s_a[:, None] * s_w[None, :]
             if SWAP:
                 c = c_ptr + offs_m[None, :].to(tl.int64) * stride_cm + offs_n[:, None]
-                tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=valid_n[:, None])
+                tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=valid_n[:, None] & (offs_m < M_OUT)[None, :])
             else:
                 c = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :]
-                tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=valid_n[None, :])
+                tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=valid_n[None, :] & (offs_m < M_OUT)[:, None])
 
 
 @torch.library.custom_op("petri::moe_experts_small_batch", mutates_args=())

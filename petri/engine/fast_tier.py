@@ -55,7 +55,9 @@ class FastTier:
     precision: ``"bf16"``, ``"fp8"`` or ``"fp8-fast"`` (:func:`petri.engine.fp8.set_precision`).
     compiled_layers: the decoder layers :func:`petri.engine.decoder_hooks.compile_layers` compiled
     for the compiled tier (empty: not compiled). small_batch_experts: the compiled tier installed
-    :mod:`petri.engine.batch1_experts`' forward. disabled: why the fast path is off for this model
+    :mod:`petri.engine.batch1_experts`' forward (the small-batch lever: in FP8 the FP8 tier's
+    small-batch experts op and, for linears of at most :data:`petri.engine.fp8.SMALL_BATCH_ROWS`
+    rows, its dense kernel). disabled: why the fast path is off for this model
     (it failed once), else ``None``. sessions: the fast path's sessions by shape key
     (:class:`petri.engine.fast_sampler._Session`: S·L·V buffers and captured graphs), dropped
     whenever what they captured changes. prompts: the encoded prompts kept for reuse by every torch
@@ -112,9 +114,10 @@ class FastTier:
         return options.softmax_self_conditioning and self_conditioning_reason(self.model) is None
 
     def small_batch_experts_used(self, batch: int) -> bool:
-        """Whether a call of ``batch`` canvases runs the small-batch experts: installed by the
-        compiled tier (in FP8 the FP8 tier's small-batch op: :func:`petri.engine.fp8.reapply`), and
-        few enough rows (:func:`petri.engine.batch1_experts.small_batch_fits`)."""
+        """Whether a call of ``batch`` canvases runs the small-batch experts (the ``+small-batch``
+        of its sampler name): installed by the compiled tier (in FP8 the FP8 tier's small-batch op,
+        :func:`petri.engine.fp8.reapply`), and few enough (token, k) pairs
+        (:func:`petri.engine.batch1_experts.small_batch_fits`)."""
         return self.small_batch_experts and small_batch_fits(self.model, batch)
 
     @property
@@ -125,10 +128,10 @@ class FastTier:
     def fast_name(self, batch: int, options: FastOptions | None = None) -> str:
         """The sampler name of a fast-path call of ``batch`` canvases with ``options`` (the tier's
         unless given): ``fast``, then ``+compiled``, ``+sc-softmax``, ``+inverse-cdf``,
-        ``+small-batch-experts`` and the precision tag for each lever in use, in that order (the
+        ``+small-batch`` and the precision tag for each lever in use, in that order (the
         names stored runs carry)."""
         options = self.options if options is None else options
         levers = (("+compiled", self.compiled), ("+sc-softmax", self.softmax_self_conditioning(options)),
                   ("+inverse-cdf", options.inverse_cdf_draw),
-                  ("+small-batch-experts", self.small_batch_experts_used(batch)))
+                  ("+small-batch", self.small_batch_experts_used(batch)))
         return "fast" + "".join(name for name, used in levers if used) + self.precision_tag

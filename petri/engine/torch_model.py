@@ -142,7 +142,7 @@ def compiles_by_default(lm: LoadedModel) -> bool:
 
 def compile_for_sampling(
     lm: LoadedModel, backend: str = "inductor", regional: bool = True, fused_experts: bool = True,
-    small_batch_experts: bool = False,
+    small_batch_experts: bool = True,
 ) -> LoadedModel:
     """Compile what the samplers call, in place. ``regional`` (default): ``torch.compile`` each decoder
     layer (``petri.engine.compiled_tier.compile_regions``: one compiled graph per layer type, reused
@@ -152,7 +152,9 @@ def compile_for_sampling(
     eager after about 160 s of compilation, ``experiments/results/bench_h200_b12_p200_compiled_petri.json``).
     ``regional`` also brings the rest of the compiled tier (``compile_regions``): ``fused_experts``
     (default) routes the decoder's experts through :func:`petri.engine.fused_experts.moe_experts`
-    (the gather, gate and combine around the expert GEMMs as Triton kernels, opaque to the compiler).
+    (the gather, gate and combine around the expert GEMMs as Triton kernels, opaque to the compiler),
+    and ``small_batch_experts`` (default) sends calls of few tokens to
+    :mod:`petri.engine.batch1_experts`' kernels (issue 25: faster at one sample, measured on an H200).
     ``backend="eager"`` traces without compiling (what the CPU test uses)."""
     if regional:
         from petri.engine.compiled_tier import compile_regions
