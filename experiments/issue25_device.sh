@@ -11,7 +11,8 @@
 #           FP8 and fp8-fast, each also with the small-batch experts, the exact tier; profiles of the small-batch compiled
 #           tier in bf16 and fp8-fast (BENCH_CONFIGS and BENCH_PROFILE override the lists);
 #   fast:   the compiled tier in fp8-fast (fast accumulation) at both shapes;
-#   shiftfull: experiments/fp8_shift.py on the full-size architecture (SHIFTFULL_SEEDS seeds × 12, 8 steps, exact tier).
+#   shiftfull: experiments/fp8_shift.py on the full-size architecture (SHIFTFULL_SEEDS seeds × 12, 8 steps, compiled tier;
+#           the JSON is written after each arm, so a run cut off by the time limit keeps the arms it finished).
 # Example:  bash experiments/issue25_device.sh tests check shift quick
 set -o pipefail
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/petri-inductor}
@@ -46,8 +47,9 @@ for part in "$@"; do
         --profile-configs ${BENCH_PROFILE:-petri_fast_compiled_small,petri_fast_compiled_small_fp8fast} \
         --out $OUT/bench_full_shapes.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
     shiftfull)
-      timeout ${SHIFTFULL_TIMEOUT:-240} python3 experiments/fp8_shift.py --model full --seeds ${SHIFTFULL_SEEDS:-20} --batch 12 \
-        --steps 8 --arms fp8 --out $OUT/fp8_shift_full.json 2>&1 | grep -vE "^ |^\{|^\}" | tail -20 >> $LOG ;;
+      timeout ${SHIFTFULL_TIMEOUT:-470} python3 experiments/fp8_shift.py --model full --seeds ${SHIFTFULL_SEEDS:-250} --batch 12 \
+        --steps 8 --compile --arms ${SHIFTFULL_ARMS:-fp8-fast} --out $OUT/fp8_shift_full.json --npz $OUT/fp8_shift_full.npz \
+        2>&1 | grep -vE "^ |^\{|^\}" | tail -20 >> $LOG ;;
   esac
 done
 grep -E "^(FAILED|E  )" $OUT/pytest.log 2>/dev/null | head -12

@@ -4,19 +4,25 @@ gathers its own rows, instead of the gather kernel plus ``torch._grouped_mm``.
 Why: with one sample (256 canvas tokens × top-8 of 128 experts, about 16 rows per expert) a
 decoder layer's experts read all their weights (1.52 GB in bf16) to multiply a handful of rows, so
 the block is bound by memory; ``torch._grouped_mm`` reached about 2.8 TB/s there on an H200
-(``experiments/fp8_check.py``), against 4.2 TB/s for a plain read.
+(``experiments/fp8_check.py``), against a 4.15 TB/s read ceiling. This kernel reaches 4.0 TB/s on
+the gate/up GEMM and 3.6 on the down GEMM (``experiments/moe_sweep.py``,
+``experiments/results/moe_sweep_h200.json``).
 
-Layout (vLLM's fused-MoE idea): the (token, k) pairs sorted by expert, each expert's run padded to
-a multiple of ``BLOCK_M`` rows, so every block of ``BLOCK_M`` rows belongs to one expert
-(:func:`align_blocks`). Each program multiplies one block of rows by one ``BLOCK_N`` slice of its
-expert's weight (B read straight from the (E, N, K) weight, K contiguous), loading the rows of the
-first GEMM from the hidden states by token id; padded rows are zeros and are never combined.
+Layout (vLLM's fused-MoE idea): the (token, k) pairs grouped by expert, each expert's run padded
+to a multiple of ``BLOCK_M`` rows, so every block of ``BLOCK_M`` rows belongs to one expert
+(:func:`align_blocks`: one Triton program on CUDA). Each program multiplies one block of rows by
+one ``BLOCK_N`` slice of its expert's weight (read straight from the (E, N, K) weight, K
+contiguous), loading the rows of the first GEMM from the hidden states by token id; padded rows are
+zeros and are never combined. Two forms (:class:`GemmConfig`): the rows as the matrix units' left
+operand, or the weight slice ("swap": with few rows the weight's N axis fills the units' M side).
+The FP8 tier's scaled form takes e4m3 rows and weights with their row scales
+(:func:`petri.engine.fp8.experts_fp8_small_batch`).
 
 The products are float32 sums of bf16 products in Triton's order, not cuBLAS/CUTLASS's, so the
 block equals :func:`petri.engine.fused_experts.experts_reference` up to float rounding (checked on
-the GPU in ``tests/test_batch1_experts.py``); it is used only in the compiled tier when asked for
-(:func:`petri.engine.compiled_tier.compile_regions`), and only where T·K ≤ :data:`MAX_PAIRS`
-(:func:`use_small_batch_experts`).
+the GPU in ``tests/test_batch1_experts.py``). The compiled tier installs it by default
+(:func:`petri.engine.compiled_tier.compile_regions`), for calls with T·K ≤ :data:`MAX_PAIRS`
+(:func:`use_small_batch_experts`); sampler names say ``+small-batch`` where it ran.
 
 Shapes: hidden (T, H), top_k_index (T, K), top_k_weights (T, K); gate_up (E, 2·I, H), down (E, H, I).
 """
@@ -158,34 +164,10 @@ def grouped_gemm(a, weight, rows, block_expert, top_k: int, gather: bool, block_
     out = torch.empty((total, n), dtype=torch.bfloat16 if scaled else a.dtype, device=a.device)
     grid = (total // block_m, triton.cdiv(n, config.block_n))
     _grouped_gemm_kernel[grid](
-        a, a_scale if scaled else a, weight, weight_scale if scaled else weight, out, rows, block_expert, total, n, k,
+        a, a_scale if scaled else a, weight, weight_scale if scaled else weight, out, rows, block_expert, n, k,
         a.stride(0), weight.stride(0), weight.stride(1), out.stride(0), weight_scale.stride(0) if scaled else 0,
-        TOP_K=top_k, GATHER=gather, SCALED=scaled, FAST_ACCUM=fast_accum, SWAP=config.swap, DENSE=False,
-        BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, num_warps=config.num_warps,
-        num_stages=config.num_stages,
-    )
-    return out
-
-
-#: the dense form's rows per block and configuration (not swept: the experts' FP8 gather configuration)
-DENSE_BLOCK_M = 64
-DENSE_CONFIG = GemmConfig(swap=True, block_n=64, block_k=128, num_warps=4, num_stages=3)
-
-
-def dense_scaled_gemm(xq, x_scale, wq, w_scale, fast_accum: bool = False, config: GemmConfig | None = None):
-    """``x @ W.T`` in FP8 for few rows (CUDA): xq (M, K) e4m3, x_scale (M,), wq (N, K) e4m3, w_scale (N,)
-    float32 → (M, N) bf16, the same function as :func:`petri.engine.fp8.scaled_matmul` (the weight
-    slice as the matrix units' left operand, the slices of K added in float32 unless ``fast_accum``)."""
-    rows, k = xq.shape
-    n = wq.shape[0]
-    config = config or DENSE_CONFIG
-    out = torch.empty((rows, n), dtype=torch.bfloat16, device=xq.device)
-    grid = (triton.cdiv(rows, DENSE_BLOCK_M), triton.cdiv(n, config.block_n))
-    _grouped_gemm_kernel[grid](
-        xq, x_scale, wq, w_scale, out, xq, xq, rows, n, k, xq.stride(0), 0, wq.stride(0), out.stride(0), 0,
-        TOP_K=1, GATHER=False, SCALED=True, FAST_ACCUM=fast_accum, SWAP=config.swap, DENSE=True,
-        BLOCK_M=DENSE_BLOCK_M, BLOCK_N=config.block_n, BLOCK_K=config.block_k, num_warps=config.num_warps,
-        num_stages=config.num_stages,
+        TOP_K=top_k, GATHER=gather, SCALED=scaled, FAST_ACCUM=fast_accum, SWAP=config.swap, BLOCK_M=block_m,
+        BLOCK_N=config.block_n, BLOCK_K=config.block_k, num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return out
 
@@ -239,28 +221,19 @@ if HAVE_TRITON:
         tl.store(block_expert_ptr + b, tl.where(first < used, owner, -1), mask=b < NUM_BLOCKS)
 
     @triton.jit
-    def _grouped_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, rows_ptr, block_expert_ptr, M_OUT, N, K,
+    def _grouped_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, rows_ptr, block_expert_ptr, N, K,
                              stride_am, stride_be, stride_bn, stride_cm, stride_se, TOP_K: tl.constexpr,
                              GATHER: tl.constexpr, SCALED: tl.constexpr, FAST_ACCUM: tl.constexpr,
-                             SWAP: tl.constexpr, DENSE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                             BLOCK_K: tl.constexpr):
+                             SWAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
         """c[r, n] = Σ_k a[row(r), k] · b[e, n, k] (· a_scale[row(r)] · b_scale[e, n] when SCALED) for
-        the block's expert e; b's K axis contiguous; rows r < M_OUT written. SWAP accumulates the
-        transpose, (n, r). DENSE: one weight (e = 0) and rows 0 … M_OUT-1, no rows or blocks read."""
+        the block's expert e; b's K axis contiguous. SWAP accumulates the transpose, (n, r)."""
         pid_m = tl.program_id(0)
         pid_n = tl.program_id(1)
-        if DENSE:
-            expert = tl.zeros((), dtype=tl.int64)
-        else:
-            expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+        expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
         if expert >= 0:
             offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-            if DENSE:
-                pair = offs_m
-                valid_m = offs_m < M_OUT
-            else:
-                pair = tl.load(rows_ptr + offs_m)
-                valid_m = pair >= 0
+            pair = tl.load(rows_ptr + offs_m)
+            valid_m = pair >= 0
             if GATHER:
                 a_rows = tl.where(valid_m, pair // TOP_K, 0).to(tl.int64)
             else:
@@ -300,10 +273,10 @@ if HAVE_TRITON:
                     acc = acc * s_a[:, None] * s_w[None, :]
             if SWAP:
                 c = c_ptr + offs_m[None, :].to(tl.int64) * stride_cm + offs_n[:, None]
-                tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=valid_n[:, None] & (offs_m < M_OUT)[None, :])
+                tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=valid_n[:, None])
             else:
                 c = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :]
-                tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=valid_n[None, :] & (offs_m < M_OUT)[:, None])
+                tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=valid_n[None, :])
 
 
 @torch.library.custom_op("petri::moe_experts_small_batch", mutates_args=())

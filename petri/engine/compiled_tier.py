@@ -33,7 +33,7 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     which a restarted process reuses. ``small_batch_experts`` (on by default; issue 25's batch-1 lever,
     measured faster at one sample on an H200 in bf16 and FP8 and equal at twelve, where it is not
     used): calls of few tokens take :mod:`petri.engine.batch1_experts`' grouped GEMM instead (in FP8
-    also the linears of few rows, :func:`petri.engine.fp8.fp8_linear`).
+    its scaled form, :func:`petri.engine.fp8.experts_fp8_small_batch`).
     :func:`uncompile_regions` undoes it all."""
     use_petri_cache_dir()
     uncompile_regions(lm)

@@ -55,9 +55,8 @@ class FastTier:
     precision: ``"bf16"``, ``"fp8"`` or ``"fp8-fast"`` (:func:`petri.engine.fp8.set_precision`).
     compiled_layers: the decoder layers :func:`petri.engine.decoder_hooks.compile_layers` compiled
     for the compiled tier (empty: not compiled). small_batch_experts: the compiled tier installed
-    :mod:`petri.engine.batch1_experts`' forward (the small-batch lever: in FP8 the FP8 tier's
-    small-batch experts op and, for linears of at most :data:`petri.engine.fp8.SMALL_BATCH_ROWS`
-    rows, its dense kernel). disabled: why the fast path is off for this model
+    :mod:`petri.engine.batch1_experts`' forward (the small-batch lever; in FP8 the FP8 tier's
+    small-batch experts op). disabled: why the fast path is off for this model
     (it failed once), else ``None``. sessions: the fast path's sessions by shape key
     (:class:`petri.engine.fast_sampler._Session`: S·L·V buffers and captured graphs), dropped
     whenever what they captured changes. prompts: the encoded prompts kept for reuse by every torch

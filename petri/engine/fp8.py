@@ -10,7 +10,8 @@ token) on the fly the same way. So a matrix product is
     y[m, n] = bf16( Σ_k q_x[m, k] · q_w[n, k] · s_x[m] · s_w[n] )     q_* e4m3, s_* float32
 
 computed by ``torch._scaled_mm`` (dense, lm head) and ``torch._scaled_grouped_mm`` (experts: the
-2-D rows × 3-D weights form, one group per expert) on CUDA (Hopper), and by a dequantize-then-
+2-D rows × 3-D weights form, one group per expert; calls of few tokens where the compiled tier's
+small-batch lever is on: :func:`experts_fp8_small_batch`) on CUDA (Hopper), and by a dequantize-then-
 float32 reference (:func:`scaled_matmul_reference`, :func:`scaled_grouped_reference`) elsewhere.
 The router, norms, attention, embedding (also the soft embeddings of the self-conditioning) and
 the prompt encoder stay bf16: the encoder runs once per request, and keeping its bf16 weights
@@ -35,7 +36,7 @@ import types
 
 import torch
 
-from petri.engine.batch1_experts import MAX_PAIRS, align_blocks, dense_scaled_gemm, grouped_gemm
+from petri.engine.batch1_experts import MAX_PAIRS, align_blocks, grouped_gemm
 from petri.engine.fp8_kernels import MAX_WIDTH, gelu_gate_quantized, quantize_rows_triton, triton_quantizable
 from petri.engine.fused_experts import combine_rows, fusable_reason, gated_activation, route
 from petri.engine.fused_logits import HAVE_TRITON
@@ -117,34 +118,13 @@ def scaled_grouped(xq, x_scale, wq, w_scale, offsets, dtype=torch.bfloat16, fast
     return scaled_grouped_reference(xq, x_scale, wq, w_scale, offsets, dtype)
 
 
-def fp8_linear(x: torch.Tensor, wq: torch.Tensor, w_scale: torch.Tensor, fast_accum: bool = False,
-               small_batch: bool = False) -> torch.Tensor:
+def fp8_linear(x: torch.Tensor, wq: torch.Tensor, w_scale: torch.Tensor, fast_accum: bool = False) -> torch.Tensor:
     """``x @ W.T`` with W in FP8: x (..., K) bf16 → (..., N) in x's dtype (per-token activation scales).
-    ``small_batch`` (the compiled tier's small-batch lever): at most :data:`SMALL_BATCH_ROWS` rows of
-    a bf16 ``x`` on CUDA take :func:`petri.engine.batch1_experts.dense_scaled_gemm`."""
+    (A Triton kernel for few rows, the small-batch GEMM's dense form, measured about 0.6 ms per
+    batch-1 step slower than ``torch._scaled_mm`` on an H200 and was taken out: issue 25's notes.)"""
     rows = x.reshape(-1, x.shape[-1])
     xq, x_scale = quantize_rows(rows)
-    if small_batch and rows.shape[0] <= SMALL_BATCH_ROWS and rows.is_cuda and HAVE_TRITON and x.dtype == torch.bfloat16:
-        out = fp8_dense_small_batch(xq, x_scale, wq, w_scale, fast_accum)
-    else:
-        out = scaled_matmul(xq, x_scale, wq, w_scale, x.dtype, fast_accum)
-    return out.view(*x.shape[:-1], wq.shape[0])
-
-
-#: the most rows (tokens) an FP8 linear sends to the small-batch kernel (4 canvases of 256)
-SMALL_BATCH_ROWS = 1024
-
-
-@torch.library.custom_op("petri::fp8_dense_small_batch", mutates_args=())
-def fp8_dense_small_batch(xq: torch.Tensor, x_scale: torch.Tensor, wq: torch.Tensor, w_scale: torch.Tensor,
-                          fast_accum: bool = False) -> torch.Tensor:
-    """:func:`petri.engine.batch1_experts.dense_scaled_gemm` as one op (opaque to ``torch.compile``): (M, N) bf16."""
-    return dense_scaled_gemm(xq, x_scale, wq, w_scale, fast_accum)
-
-
-@fp8_dense_small_batch.register_fake
-def _(xq, x_scale, wq, w_scale, fast_accum=False):
-    return xq.new_empty((xq.shape[0], wq.shape[0]), dtype=torch.bfloat16)
+    return scaled_matmul(xq, x_scale, wq, w_scale, x.dtype, fast_accum).view(*x.shape[:-1], wq.shape[0])
 
 
 def experts_fp8(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation,
@@ -220,7 +200,7 @@ def _(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down
 # ---- installing the tier on a model ----------------------------------------------------------------
 
 def _linear_forward(self, x: torch.Tensor) -> torch.Tensor:
-    return fp8_linear(x, self._petri_fp8_weight, self._petri_fp8_scale, self._petri_fp8_fast, self._petri_fp8_small_batch)
+    return fp8_linear(x, self._petri_fp8_weight, self._petri_fp8_scale, self._petri_fp8_fast)
 
 
 def _experts_forward(self, hidden_states, top_k_index, top_k_weights):
@@ -306,12 +286,10 @@ def _forget_compiled_code(lm) -> None:
 def reapply(lm) -> None:
     """Install the FP8 experts forward again when the tier is on (after :mod:`petri.engine.compiled_tier`
     installed or removed its own experts op, which it keeps as the forward :func:`use_bf16` restores),
-    and tell the experts and linears whether the compiled tier's small-batch lever is on
+    and tell the experts whether the compiled tier's small-batch lever is on
     (:attr:`petri.engine.fast_tier.FastTier.small_batch_experts`); nothing when the tier is off."""
     if not is_fp8(lm):
         return
-    for _, module in dense_targets(lm.model):
-        module._petri_fp8_small_batch = lm.fast_tier.small_batch_experts
     for experts in _experts_of(lm.model):
         current = vars(experts).get("forward")
         if getattr(current, "__func__", None) is not _experts_forward:
@@ -327,7 +305,7 @@ def use_bf16(lm) -> None:
     if not is_fp8(lm):
         return
     for _, module in dense_targets(model):
-        for name in ("forward", "_petri_fp8_weight", "_petri_fp8_scale", "_petri_fp8_fast", "_petri_fp8_small_batch"):
+        for name in ("forward", "_petri_fp8_weight", "_petri_fp8_scale", "_petri_fp8_fast"):
             vars(module).pop(name, None)
     for experts in _experts_of(model):
         previous = vars(experts).pop("_petri_bf16_forward", None)
