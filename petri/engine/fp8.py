@@ -169,31 +169,17 @@ def experts_fp8_small_batch(hidden, top_k_index, top_k_weights, gate_up_q, gate_
 def moe_experts_fp8(
     hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
     gate_up_q: torch.Tensor, gate_up_scale: torch.Tensor, down_q: torch.Tensor, down_scale: torch.Tensor,
-    activation: str, fast_accum: bool = False,
+    activation: str, fast_accum: bool = False, small_batch: bool = False,
 ) -> torch.Tensor:
-    """:func:`experts_fp8` as one op, opaque to ``torch.compile`` (like ``petri::moe_experts``)."""
-    return experts_fp8(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation,
-                       fast_accum)
+    """:func:`experts_fp8` as one op, opaque to ``torch.compile`` (like ``petri::moe_experts``);
+    ``small_batch``: :func:`experts_fp8_small_batch` instead, on CUDA with Triton."""
+    block = experts_fp8_small_batch if small_batch and hidden.is_cuda and HAVE_TRITON else experts_fp8
+    return block(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation, fast_accum)
 
 
 @moe_experts_fp8.register_fake
-def _(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation, fast_accum=False):
-    return torch.empty_like(hidden)
-
-
-@torch.library.custom_op("petri::moe_experts_fp8_small_batch", mutates_args=())
-def moe_experts_fp8_small_batch(
-    hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
-    gate_up_q: torch.Tensor, gate_up_scale: torch.Tensor, down_q: torch.Tensor, down_scale: torch.Tensor,
-    activation: str, fast_accum: bool = False,
-) -> torch.Tensor:
-    """:func:`experts_fp8_small_batch` on CUDA with Triton, else :func:`experts_fp8` (opaque to ``torch.compile``)."""
-    small = experts_fp8_small_batch if hidden.is_cuda and HAVE_TRITON else experts_fp8
-    return small(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation, fast_accum)
-
-
-@moe_experts_fp8_small_batch.register_fake
-def _(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation, fast_accum=False):
+def _(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation, fast_accum=False,
+      small_batch=False):
     return torch.empty_like(hidden)
 
 
@@ -206,10 +192,10 @@ def _linear_forward(self, x: torch.Tensor) -> torch.Tensor:
 def _experts_forward(self, hidden_states, top_k_index, top_k_weights):
     """The FP8 experts op; calls of at most :data:`petri.engine.batch1_experts.MAX_PAIRS` pairs take
     the small-batch one where the compiled tier installed the small-batch experts (:func:`reapply`)."""
-    small = self._petri_fp8_small_batch and top_k_index.numel() <= MAX_PAIRS
-    return (moe_experts_fp8_small_batch if small else moe_experts_fp8)(
+    return moe_experts_fp8(
         hidden_states, top_k_index, top_k_weights, self._petri_fp8_gate_up, self._petri_fp8_gate_up_scale,
         self._petri_fp8_down, self._petri_fp8_down_scale, self.config.hidden_activation, self._petri_fp8_fast,
+        self._petri_fp8_small_batch and top_k_index.numel() <= MAX_PAIRS,
     )
 
 
