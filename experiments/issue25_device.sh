@@ -3,6 +3,7 @@
 #   tests:  the GPU tests of the exact, compiled and FP8 tiers (fast sampler, fused logits/experts, fp8, the tier object,
 #           the kept prompts through a graphed session);
 #   sweep:  experiments/moe_sweep.py (the small-batch grouped GEMM's launch configurations, bf16 and FP8, batch-1 shapes);
+#   densesweep: experiments/moe_sweep.py --dense (the same kernel on the decoder's linears at one canvas, against torch.mm / _scaled_mm);
 #   check:  experiments/fp8_check.py (the FP8 experts block, grouped GEMMs and lm head against bf16);
 #   shift:  experiments/fp8_shift.py on the embedded model (250 seeds × 12 samples per arm: bf16, fp8, fp8-fast, bf16 other seeds);
 #   quick:  1 × 24 with a 1,600-token prompt, exact tier in bf16 and FP8 (no compilation);
@@ -30,6 +31,10 @@ for part in "$@"; do
       timeout ${SWEEP_TIMEOUT:-300} python3 experiments/moe_sweep.py --jobs 8 > $OUT/moe_sweep.json 2>$OUT/sweep.err
       tail -c 1500 $OUT/sweep.err >> $LOG
       python3 -c "import json; d = json.load(open('$OUT/moe_sweep.json')); print(json.dumps({k: d[k] for k in ('read_ceiling_tb_s', 'best', 'library', 'block', 'seconds')}))" >> $LOG 2>&1 ;;
+    densesweep)
+      timeout ${SWEEP_TIMEOUT:-300} python3 experiments/moe_sweep.py --jobs 8 --dense > $OUT/moe_sweep_dense.json 2>$OUT/sweep_dense.err
+      tail -c 1500 $OUT/sweep_dense.err >> $LOG
+      python3 -c "import json; d = json.load(open('$OUT/moe_sweep_dense.json')); print(json.dumps({k: d[k] for k in ('library_ms', 'best')}))" >> $LOG 2>&1 ;;
     check)
       timeout 120 python3 experiments/fp8_check.py > $OUT/fp8_check.json 2>/tmp/check.err; tail -c 1500 /tmp/check.err >> $LOG ;;
     shift)

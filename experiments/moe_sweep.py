@@ -13,10 +13,16 @@ rows) over that time, and its relative error against the float32 reference (bf16
 rows (the tiers' GEMMs), and the whole experts block with the best configurations against the
 fused experts op and the FP8 tier's op.
 
+``--dense``: the decoder's linears at one canvas instead (``DENSE_SHAPES``: attention q / k / o,
+the dense MLP, the lm head), each as a grouped GEMM of one expert, in bf16 and FP8, against
+``torch.mm`` / ``torch._scaled_mm``: whether the small-batch kernel can take them too (its first,
+unswept try lost to ``torch._scaled_mm``: README, issue 25).
+
 The configurations are compiled first by ``--jobs`` processes in parallel (Triton's disk cache),
 then timed one by one in this process.
 
     python experiments/moe_sweep.py --jobs 8 > experiments/results/moe_sweep_h200.json
+    python experiments/moe_sweep.py --jobs 8 --dense > experiments/results/moe_sweep_dense_h200.json
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from petri.engine.batch1_experts import GemmConfig, align_blocks, experts_small_batch, grouped_gemm, grouped_gemm_reference  # noqa: E402
-from petri.engine.fp8 import FP8, dequantize, experts_fp8, experts_fp8_small_batch, quantize_rows  # noqa: E402
+from petri.engine.fp8 import FP8, dequantize, experts_fp8, experts_fp8_small_batch, quantize_rows, scaled_matmul  # noqa: E402
 from petri.engine.fused_experts import experts_triton, route  # noqa: E402
 
 EXPERTS, TOP_K, HIDDEN, WIDTH, TOKENS = 128, 8, 2816, 704, 256
@@ -73,11 +79,11 @@ def operands(p: dict, gemm: str, precision: str, block_m: int) -> dict:
         a = quantize_rows(x) if precision == "fp8" else (x, None)
     w = p[f"{gemm}_q"] if precision == "fp8" else (p[gemm], None)
     return {"a": a[0], "weight": w[0], "a_scale": a[1], "weight_scale": w[1], "rows": rows,
-            "block_expert": block_expert, "gather": gather, "block_m": block_m}
+            "block_expert": block_expert, "gather": gather, "block_m": block_m, "top_k": TOP_K}
 
 
 def call(ops: dict, config: GemmConfig | None):
-    return grouped_gemm(ops["a"], ops["weight"], ops["rows"], ops["block_expert"], TOP_K, ops["gather"], ops["block_m"],
+    return grouped_gemm(ops["a"], ops["weight"], ops["rows"], ops["block_expert"], ops["top_k"], ops["gather"], ops["block_m"],
                         a_scale=ops["a_scale"], weight_scale=ops["weight_scale"], config=config)
 
 
@@ -85,7 +91,7 @@ def reference(ops: dict) -> torch.Tensor:
     a, w = ops["a"], ops["weight"]
     if ops["a_scale"] is not None:
         a, w = dequantize(a, ops["a_scale"]), dequantize(w, ops["weight_scale"])
-    return grouped_gemm_reference(a.float(), w.float(), ops["rows"], ops["block_expert"], TOP_K, ops["gather"],
+    return grouped_gemm_reference(a.float(), w.float(), ops["rows"], ops["block_expert"], ops["top_k"], ops["gather"],
                                   ops["block_m"]).float()
 
 
@@ -97,12 +103,47 @@ def bytes_read(ops: dict) -> int:
     return used_experts * w[0].numel() * w.element_size() + rows * ops["a"].shape[1] * ops["a"].element_size()
 
 
-def compile_shard(shard: int, jobs: int) -> None:
-    p = problem()
-    cases = [(g, pr, bm, c) for g in ("gate_up", "down") for pr in ("bf16", "fp8") for bm, c in configs()]
+#: ``--dense``: the decoder's linears at one canvas (N, K): attention q / k (sliding layers) / o, the
+#: dense MLP's gate (= up) and down, the lm head
+DENSE_SHAPES = {"q": (4096, 2816), "k": (2048, 2816), "o": (2816, 4096), "mlp_gate": (2112, 2816),
+                "mlp_down": (2816, 2112), "lm_head": (262144, 2816)}
+
+
+def dense_configs() -> list[tuple[int, GemmConfig]]:
+    """(BLOCK_M, configuration) pairs swept for ``--dense`` (one weight: each block of rows re-reads it)."""
+    found = [(bm, GemmConfig(True, bn, bk, 4, st)) for bm, bn, bk, st in itertools.product((32, 64, 128), (64, 128), (128, 256), (3, 4))]
+    return found + [(bm, GemmConfig(False, bn, 128, 4, st)) for bm, bn, st in itertools.product((64, 128), (64, 128), (3, 4))]
+
+
+def dense_operands(name: str, precision: str, block_m: int) -> dict:
+    """One linear as a grouped GEMM of one expert (every row routed to it), for ``call``."""
+    n, k = DENSE_SHAPES[name]
+    torch.manual_seed(2)
+    x = torch.randn(TOKENS, k, device="cuda").bfloat16()
+    w = (torch.randn(1, n, k, device="cuda") / k**0.5).bfloat16()
+    rows, block_expert, _ = align_blocks(torch.zeros(TOKENS, 1, dtype=torch.long, device="cuda"), 1, block_m)
+    (a, a_scale), (wq, w_scale) = (quantize_rows(x), quantize_rows(w)) if precision == "fp8" else ((x, None), (w, None))
+    return {"a": a, "weight": wq, "a_scale": a_scale, "weight_scale": w_scale, "rows": rows, "block_expert": block_expert,
+            "gather": True, "block_m": block_m, "top_k": 1}
+
+
+def dense_library(ops: dict):
+    """What the tiers run for the same linear: ``torch.mm`` in bf16, ``torch._scaled_mm`` in FP8."""
+    x, w = ops["a"], ops["weight"][0]
+    if ops["a_scale"] is None:
+        return lambda: x @ w.T
+    return lambda: scaled_matmul(x, ops["a_scale"], w, ops["weight_scale"][0])
+
+
+def compile_shard(shard: int, jobs: int, dense: bool = False) -> None:
+    p = None if dense else problem()
+    if dense:
+        cases = [("q", pr, bm, c) for pr in ("bf16", "fp8") for bm, c in dense_configs()]
+    else:
+        cases = [(g, pr, bm, c) for g in ("gate_up", "down") for pr in ("bf16", "fp8") for bm, c in configs()]
     for g, pr, bm, c in cases[shard::jobs]:
         try:
-            call(operands(p, g, pr, bm), c)
+            call(dense_operands(g, pr, bm) if dense else operands(p, g, pr, bm), c)
         except Exception as error:  # noqa: BLE001 - the timing pass records it
             print(f"{g}/{pr} {bm} {c}: {type(error).__name__}: {str(error)[:200]}", file=sys.stderr)
     torch.cuda.synchronize()
@@ -143,6 +184,37 @@ def sweep() -> dict:
     out["best"] = {f"{g}/{pr}": {"block_m": bm, **vars(c), "ms": round(ms, 4)} for (g, pr), (bm, c, ms) in best.items()}
     out["library"] = library_gemms(p)
     out["block"] = whole_block(p, best)
+    return out
+
+
+def dense_sweep() -> dict:
+    """``--dense``: every shape of :data:`DENSE_SHAPES` × precision × :func:`dense_configs`, and the library GEMM."""
+    from triton.testing import do_bench
+
+    out: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "tokens": TOKENS,
+                 "shapes": DENSE_SHAPES, "configs": [], "library_ms": {}, "best": {}}
+    for name, precision in itertools.product(DENSE_SHAPES, ("bf16", "fp8")):
+        ops = dense_operands(name, precision, 64)
+        out["library_ms"][f"{name}/{precision}"] = round(do_bench(dense_library(ops), warmup=10, rep=60, return_mode="median"), 4)
+        for block_m, config in dense_configs():
+            ops = dense_operands(name, precision, block_m)
+            row = {"linear": name, "precision": precision, "block_m": block_m, **vars(config)}
+            try:
+                got = call(ops, config).float()
+            except Exception as error:  # noqa: BLE001 - a configuration the compiler refuses
+                out["configs"].append({**row, "error": f"{type(error).__name__}: {str(error)[:300]}"})
+                continue
+            used = (ops["rows"] >= 0).nonzero().squeeze(1)
+            ref = reference(ops)
+            ms = do_bench(lambda: call(ops, config), warmup=10, rep=60, return_mode="median")
+            error = float((got[used] - ref[used]).norm() / ref[used].norm())
+            out["configs"].append({**row, "ms": round(ms, 4), "tb_s": round(bytes_read(ops) / ms / 1e9, 3),
+                                   "relative_error": round(error, 5)})
+            key = f"{name}/{precision}"
+            if error < 2e-2 and (key not in out["best"] or ms < out["best"][key]["ms"]):
+                out["best"][key] = {"block_m": block_m, **vars(config), "ms": round(ms, 4)}
+        del ops
+        torch.cuda.empty_cache()
     return out
 
 
@@ -208,18 +280,20 @@ def whole_block(p: dict, best: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=8, help="processes that compile the configurations first")
+    parser.add_argument("--dense", action="store_true",
+                        help="the decoder's linears (one weight each) instead of one layer's experts")
     parser.add_argument("--compile-shard", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.compile_shard is not None:
-        compile_shard(args.compile_shard, args.jobs)
+        compile_shard(args.compile_shard, args.jobs, args.dense)
         return
     began = time.perf_counter()
     if args.jobs > 1:
-        workers = [subprocess.Popen([sys.executable, __file__, "--jobs", str(args.jobs), "--compile-shard", str(i)])
-                   for i in range(args.jobs)]
+        workers = [subprocess.Popen([sys.executable, __file__, "--jobs", str(args.jobs), "--compile-shard", str(i)]
+                                    + (["--dense"] if args.dense else [])) for i in range(args.jobs)]
         codes = [w.wait() for w in workers]
         print(f"compiled in {time.perf_counter() - began:.1f} s, exit codes {codes}", file=sys.stderr)
-    result = sweep()
+    result = dense_sweep() if args.dense else sweep()
     result["seconds"] = round(time.perf_counter() - began, 1)
     print(json.dumps(result, indent=1))
 
