@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -109,8 +109,9 @@ class PetriService:
         with self.cancellable(cancel) as token, self.exclusive(wait_s, token):
             return self._seed(events, n_samples, settings, seed, on_step, token, owner)
 
-    def _seed(self, events, n_samples, settings, seed, on_step, cancel, owner, started_run=None, event_done=None) -> SeedResult:
-        """:meth:`seed`'s work, the lock already held."""
+    def _seed(self, events, n_samples, settings, seed, on_step, cancel, owner, started_run=None, event_done=None,
+              event_started=None) -> SeedResult:
+        """:meth:`seed`'s work, the lock already held; ``event_started(index)`` before each event's first step."""
         settings = settings or self.lm.default_settings()
         run_id = uuid.uuid4().hex
         request = {
@@ -131,6 +132,8 @@ class PetriService:
         trajectories = []
         try:
             for index, event in enumerate(events):
+                if event_started is not None:
+                    event_started(index)
                 traj = seed_dish(self.lm, event.dish, n_samples, settings, seed=seed, on_step=on_step, cancel=cancel)
                 self.store.save_event(run_id, index, f"event{index}", traj, event.group)
                 trajectories.append(traj)
@@ -148,10 +151,13 @@ class PetriService:
     def submit_seed(
         self, events: Sequence[SeedEvent], n_samples: int, settings: SamplerSettings, seed: int = 0,
         owner: str | None = None, on_step: StepCallback | None = None,
+        on_event: Callable[[int], None] | None = None,
     ) -> Job:
         """Queue a seed as a job; its progress counts denoising steps (``events × max steps`` at most:
         samples that stop early finish their event sooner). The job's result is a :class:`SeedResult`.
-        ``on_step`` (in-process callers such as the UI) sees each step's raw argmax, as in :meth:`seed`."""
+        ``on_step`` (in-process callers such as the UI) sees each step's raw argmax, as in :meth:`seed`;
+        ``on_event(index)`` is called on the job's thread before event ``index``'s first step, so the
+        steps that follow belong to that event."""
         max_steps = settings.max_denoising_steps
 
         def work(ctx: JobContext) -> SeedResult:
@@ -169,7 +175,7 @@ class PetriService:
             ctx.progress(0, total, "step")
             ctx.cancel.heartbeat = step
             return self._seed(events, n_samples, settings, seed, on_step, ctx.cancel, owner,
-                              started_run=ctx.set_run_id, event_done=event_done)
+                              started_run=ctx.set_run_id, event_done=event_done, event_started=on_event)
 
         return self.jobs.submit("seed", work, owner)
 

@@ -68,15 +68,15 @@ def served(tmp_path_factory, live_server):
 
         seed_gate: threading.Event | None = None  # set by a test: a UI seed run waits at it after every step
 
-        def submit_seed(self, events, n_samples, settings, seed=0, owner=None, on_step=None):
+        def submit_seed(self, events, n_samples, settings, seed=0, owner=None, on_step=None, on_event=None):
             gate_now = self.seed_gate
             if gate_now is not None and on_step is not None:
                 def held_step(*args):
                     on_step(*args)
                     gate_now.wait(300)
 
-                return super().submit_seed(events, n_samples, settings, seed, owner, on_step=held_step)
-            return super().submit_seed(events, n_samples, settings, seed, owner, on_step=on_step)
+                return super().submit_seed(events, n_samples, settings, seed, owner, on_step=held_step, on_event=on_event)
+            return super().submit_seed(events, n_samples, settings, seed, owner, on_step=on_step, on_event=on_event)
 
     service = GatedService(lm, RunStore(tmp_path_factory.mktemp("browser-store")))
     with live_server(create_app(service, model_source=source)) as live:

@@ -38,14 +38,14 @@ def served(tmp_path_factory, live_server):
     gate = threading.Event()
 
     class HeldService(PetriService):
-        def submit_seed(self, events, n_samples, settings, seed, owner=None, on_step=None):
+        def submit_seed(self, events, n_samples, settings, seed, owner=None, on_step=None, on_event=None):
             def held(index, argmax, finished):
                 on_step(index, argmax, finished)
                 if index == HOLD_AT:
                     gate.wait(120)
 
             return super().submit_seed(events, n_samples, settings, seed, owner=owner,
-                                       on_step=held if on_step is not None else None)
+                                       on_step=held if on_step is not None else None, on_event=on_event)
 
     service = HeldService(lm, RunStore(tmp_path_factory.mktemp("traj-store")))
     with live_server(create_app(service)) as live:

@@ -298,6 +298,55 @@ def test_the_compare_tab_draws_each_events_flip_map_while_it_samples(service, mo
     assert "Done" in final["status"]
 
 
+def test_a_queued_seed_names_each_event_before_its_steps(service):
+    """``submit_seed``'s ``on_event(index)`` comes on the job's thread before event ``index``'s first
+    step, so a caller can tell the events' steps apart without guessing from the step index."""
+    from petri.dish import Dish
+    from petri.service import SeedEvent
+    from petri.trajectory import SamplerSettings
+
+    order: list = []
+    events = [SeedEvent(Dish(("order", "inventory"), text), group) for text, group in
+              (("The order was packed.", "calm"), ("None of it was in stock.", "tense"))]
+    job = service.submit_seed(events, 2, SamplerSettings(max_denoising_steps=5), seed=3,
+                              on_step=lambda index, argmax, finished: order.append(("step", index)),
+                              on_event=lambda index: order.append(("event", index)))
+    result = service.jobs.wait(job.job_id, timeout=120).result
+    starts = [i for i, item in enumerate(order) if item[0] == "event"]
+    assert [order[i] for i in starts] == [("event", 0), ("event", 1)] and starts[0] == 0
+    for event, (begin, end) in enumerate(zip(starts, starts[1:] + [len(order)])):
+        steps = [index for _, index in order[begin + 1:end]]
+        assert steps == list(range(int(result.trajectories[event].steps.max())))  # this event's steps, from 0
+
+
+def test_the_compare_tab_keeps_the_events_apart_when_steps_do_not_restart_at_zero(service, monkeypatch):
+    """Which event a live step belongs to comes from the service (``on_event``), not from the step
+    index falling back to 0: with a sampler whose stream skips step 0, B's steps still draw B's map."""
+    import petri.service as service_module
+    from petri.web import ui_dish_live
+    from petri.web.ui_compare import CompareController
+    from petri.web.ui_dish import DishController
+
+    real = service_module.seed_dish
+
+    def skipping_step_zero(*args, on_step=None, **kwargs):
+        relay = None if on_step is None else (lambda index, *rest: on_step(index, *rest) if index > 0 else None)
+        return real(*args, on_step=relay, **kwargs)
+
+    monkeypatch.setattr(service_module, "seed_dish", skipping_step_zero)
+    monkeypatch.setattr(ui_dish_live, "LIVE_REDRAW_S", 0.0)  # draw every step
+    ctl = CompareController(service, DishController(service))
+    updates = list(ctl.run("order, inventory", "calm", "The order was packed.", "tense", "None of it was in stock.",
+                           "{event}", 2, 0, 12, None, True, None, None, None, False, None))
+    live = updates[1:-1]
+    a_live = [i for i, u in enumerate(live) if u.get("heatmap_a") is not None]
+    b_live = [i for i, u in enumerate(live) if u.get("heatmap_b") is not None]
+    (_, _, a), (_, _, b) = service.store.load_events(updates[-1]["run_id"])
+    assert len(a_live) == int(a.steps.max()) - 1 and len(b_live) == int(b.steps.max()) - 1  # every step but 0
+    assert a_live[-1] < b_live[0]
+    assert all("(event 2 of 2)" in live[i]["status"] for i in b_live)
+
+
 def test_a_run_click_while_the_model_is_held_says_queued(service):
     """Issue 20 item 13: the status a Run click sets at once is the queued line while another job
     holds the model, and no update (the run's own first line follows at once) while it is free."""

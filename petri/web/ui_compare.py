@@ -134,15 +134,18 @@ class CompareController:
         yield {"status": QUEUED_LINE if self.service.busy else "Sampling both events…",
                "heatmap_a": None, "heatmap_b": None, "difference": None, "summary": ""}
         lives = [LiveDish(self.service.lm, self.dish.tokens, e.dish, request.samples, settings, request.seed) for e in events]
-        current = [0]  # the event sampling now: the steps of A come first, then B's from step 0 again
 
-        def take(step) -> None:
-            if step[0] == 0 and lives[current[0]].started and current[0] + 1 < len(lives):
-                current[0] += 1
-            lives[current[0]].add(step[1], step[2])
+        def take(step) -> None:  # (event, step index, argmax, finished)
+            lives[step[0]].add(step[2], step[3])
 
         def submit(emit):
-            return self.service.submit_seed(events, request.samples, settings, request.seed, on_step=emit,
+            sampling = [0]  # on the job's thread: the event whose steps come now (the service says when it starts)
+
+            def set_event(index: int) -> None:
+                sampling[0] = index
+
+            return self.service.submit_seed(events, request.samples, settings, request.seed,
+                                            on_step=lambda *step: emit(sampling[0], *step), on_event=set_event,
                                             owner=caller.owner if caller else None)
 
         result = None
@@ -151,7 +154,7 @@ class CompareController:
                 if kind == "done":
                     result = payload
                     break
-                (index, _, finished), i = payload, current[0]
+                i, index, _, finished = payload
                 yield {"status": f"Sampling {labels[i]} (event {i + 1} of 2)… step {index + 1} of at most "
                                  f"{settings.max_denoising_steps} ({int(sum(finished))}/{len(finished)} samples settled)",
                        ("heatmap_a", "heatmap_b")[i]: lives[i].heatmap(index, f"{labels[i]}: "),

@@ -65,11 +65,6 @@ class LiveDish:
         self.tokens = tokens
         self.n_samples = n_samples
 
-    @property
-    def started(self) -> bool:
-        """True once a step of this event came in."""
-        return bool(self.flips.rows)
-
     def add(self, argmax, finished) -> None:
         """One step: ``argmax`` ``(S, L)``, ``finished`` ``(S,)`` bool."""
         self.flips.add(np.asarray(argmax), np.asarray(finished))
