@@ -63,40 +63,14 @@ def test_small_batch_experts_are_on_by_default_in_the_compiled_tier_and_named(ti
     assert not tiny_lm.fast_tier.small_batch_experts_used(1)
 
 
-@pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
-def test_triton_grouped_gemm_equals_the_reference_on_gpu():
-    torch.manual_seed(1)
-    tokens, top_k, experts, hidden, width = 256, 8, 128, 2816, 704
-    index = torch.rand(tokens, experts, device="cuda").argsort(-1)[:, :top_k]
-    a = torch.randn(tokens, hidden, device="cuda").bfloat16()
-    weight = (torch.randn(experts, 2 * width, hidden, device="cuda") / hidden**0.5).bfloat16()
-    rows, block_expert, _ = align_blocks(index, experts)
-    got = grouped_gemm(a, weight, rows, block_expert, top_k, gather=True).float()
-    reference = grouped_gemm_reference(a, weight, rows, block_expert, top_k, gather=True).float()
-    used = (rows >= 0).nonzero().squeeze(1)
-    assert float((got[used] - reference[used]).norm() / reference[used].norm()) < 4e-3  # bf16 output rounding
-
-
-@pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
-def test_small_batch_experts_block_equals_the_fused_op_within_rounding_on_gpu():
-    torch.manual_seed(2)
-    tokens, top_k, experts, hidden, width = 256, 8, 128, 2816, 704
-    index = torch.rand(tokens, experts, device="cuda").argsort(-1)[:, :top_k]
-    weights = torch.rand(tokens, top_k, device="cuda")
-    weights = weights / weights.sum(-1, keepdim=True)
-    x = torch.randn(tokens, hidden, device="cuda").bfloat16()
-    gate_up = (torch.randn(experts, 2 * width, hidden, device="cuda") / hidden**0.5).bfloat16()
-    down = (torch.randn(experts, hidden, width, device="cuda") / width**0.5).bfloat16()
-    got = experts_small_batch(x, index, weights, gate_up, down, "gelu_pytorch_tanh").float()
-    reference = experts_reference(x, index, weights, gate_up, down, "gelu_pytorch_tanh").float()
-    assert float((got - reference).norm() / reference.norm()) < 1e-2
-
-
-#: the two forms of the kernel: token rows as the matrix units' left operand, and the weight slice (swap)
-FORMS = {"rows-left": GemmConfig(False, 64, 128, 4, 4), "swap": GemmConfig(True, 128, 128, 4, 3)}
+#: the kernel's launch configurations tested: the default (by precision and gather) and its two
+#: forms, token rows as the matrix units' left operand and the weight slice (swap)
+FORMS = {"default": None, "rows-left": GemmConfig(False, 64, 128, 4, 4), "swap": GemmConfig(True, 128, 128, 4, 3)}
 
 
 def _gpu_case(seed: int, tokens: int = 256, top_k: int = 8, experts: int = 128, hidden: int = 2816, width: int = 704):
+    """One decoder layer's experts at the full-size shapes on the GPU: routing (T, K), routing
+    weights (T, K), hidden rows (T, H) bf16, gate/up (E, 2·I, H) and down (E, H, I) bf16."""
     torch.manual_seed(seed)
     index = torch.rand(tokens, experts, device="cuda").argsort(-1)[:, :top_k]
     weights = torch.rand(tokens, top_k, device="cuda")
@@ -104,6 +78,20 @@ def _gpu_case(seed: int, tokens: int = 256, top_k: int = 8, experts: int = 128, 
     gate_up = (torch.randn(experts, 2 * width, hidden, device="cuda") / hidden**0.5).bfloat16()
     down = (torch.randn(experts, hidden, width, device="cuda") / width**0.5).bfloat16()
     return index, weights / weights.sum(-1, keepdim=True), x, gate_up, down
+
+
+def _used_rows_error(got: torch.Tensor, reference: torch.Tensor, rows: torch.Tensor) -> float:
+    """‖got − reference‖ / ‖reference‖ over the padded rows that hold a pair (``rows`` ≥ 0)."""
+    used = (rows >= 0).nonzero().squeeze(1)
+    return float((got[used] - reference[used]).norm() / reference[used].norm())
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
+def test_small_batch_experts_block_equals_the_fused_op_within_rounding_on_gpu():
+    index, weights, x, gate_up, down = _gpu_case(2)
+    got = experts_small_batch(x, index, weights, gate_up, down, "gelu_pytorch_tanh").float()
+    reference = experts_reference(x, index, weights, gate_up, down, "gelu_pytorch_tanh").float()
+    assert float((got - reference).norm() / reference.norm()) < 1e-2
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
@@ -115,8 +103,7 @@ def test_each_kernel_form_equals_the_reference_on_gpu(form, gather):
     a, weight = (x, gate_up) if gather else (torch.randn(rows.shape[0], down.shape[2], device="cuda").bfloat16(), down)
     got = grouped_gemm(a, weight, rows, block_expert, 8, gather=gather, config=FORMS[form]).float()
     reference = grouped_gemm_reference(a, weight, rows, block_expert, 8, gather=gather).float()
-    used = (rows >= 0).nonzero().squeeze(1)
-    assert float((got[used] - reference[used]).norm() / reference[used].norm()) < 4e-3  # bf16 output rounding
+    assert _used_rows_error(got, reference, rows) < 4e-3  # bf16 output rounding
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
@@ -132,9 +119,8 @@ def test_scaled_kernel_equals_the_dequantized_reference_on_gpu(form, fast_accum)
                        fast_accum=fast_accum, config=FORMS[form]).float()
     reference = grouped_gemm_reference(dequantize(xq, x_scale), dequantize(wq, w_scale), rows, block_expert, 8,
                                        gather=True).float()
-    used = (rows >= 0).nonzero().squeeze(1)
-    assert bool(torch.isfinite(got[used]).all())
-    assert float((got[used] - reference[used]).norm() / reference[used].norm()) < (1e-2 if fast_accum else 4e-3)
+    assert bool(torch.isfinite(got[rows >= 0]).all())
+    assert _used_rows_error(got, reference, rows) < (1e-2 if fast_accum else 4e-3)
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
