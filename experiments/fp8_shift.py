@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="fixed steps, adaptive stop off (default: the model's settings)")
     parser.add_argument("--compile", action="store_true", help="both arms in the compiled tier (default: the exact tier)")
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke run (slow; bf16 on the CPU)")
-    parser.add_argument("--arms", default="fp8,fp8-fast", help="FP8 arms beside bf16 and the null arm")
+    parser.add_argument("--arms", default="fp8,fp8-fast", help="FP8 arms beside bf16 and the null arm ('': the null arm only)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--npz", default=None, help="also keep the per-sample arrays (arm_metric: (seeds·batch,))")
     args = parser.parse_args()
@@ -121,7 +121,7 @@ def main() -> None:
         compile_for_sampling(lm)
     arms: dict[str, dict[str, list]] = {}
     samplers, seconds = {}, {}
-    plan = [("bf16", "bf16", 0)] + [(arm, arm, 0) for arm in args.arms.split(",")] + [("bf16_other_seeds", "bf16", 10**6)]
+    plan = [("bf16", "bf16", 0)] + [(arm, arm, 0) for arm in args.arms.split(",") if arm] + [("bf16_other_seeds", "bf16", 10**6)]
     for arm, precision, offset in plan:
         set_precision(lm, precision)
         began = time.perf_counter()

@@ -1,7 +1,9 @@
 #!/bin/bash
 # Issue 25's device runs (one H200). Writes its files under $OUT (at most 8 come back); short summaries last.
-#   tests:  the GPU tests of the exact, compiled and FP8 tiers (fast sampler, fused logits/experts, fp8, the tier object,
-#           the kept prompts through a graphed session);
+#   tests:  the GPU tests of the exact, compiled and FP8 tiers (fast sampler, fused logits/experts/router, fp8, the tier
+#           object, the kept prompts through a graphed session, the compiled prompt encoder);
+#   levers: experiments/kernel_levers.py (alignment, activation over used rows, the logits passes, the router's top-k,
+#           each against what it replaces: the baseline kernels come from .baseline/, see that script);
 #   sweep:  experiments/moe_sweep.py (the small-batch grouped GEMM's launch configurations, bf16 and FP8, batch-1 shapes);
 #   densesweep: experiments/moe_sweep.py --dense (the same kernel on the decoder's linears at one canvas, against torch.mm / _scaled_mm);
 #   check:  experiments/fp8_check.py (the FP8 experts block, grouped GEMMs and lm head against bf16);
@@ -13,7 +15,8 @@
 #           tier in bf16 and fp8-fast (BENCH_CONFIGS and BENCH_PROFILE override the lists);
 #   fast:   the compiled tier in fp8-fast (fast accumulation) at both shapes;
 #   shiftfull: experiments/fp8_shift.py on the full-size architecture (SHIFTFULL_SEEDS seeds × 12, 8 steps, compiled tier;
-#           the JSON is written after each arm, so a run cut off by the time limit keeps the arms it finished).
+#           the JSON is written after each arm, so a run cut off by the time limit keeps the arms it finished;
+#           SHIFTFULL_ARMS="" runs bf16 and the null arm only).
 # Example:  bash experiments/issue25_device.sh tests check shift quick
 set -o pipefail
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/petri-inductor}
@@ -25,12 +28,16 @@ for part in "$@"; do
     tests)
       nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.mem --format=csv,noheader | tee -a $LOG
       timeout ${TESTS_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider tests/test_fused_logits.py tests/test_fast_sampler.py \
-        tests/test_fused_experts.py tests/test_fp8.py tests/test_batch1_experts.py tests/test_fast_tier.py tests/test_prompt_cache.py > $OUT/pytest.log 2>&1
+        tests/test_fused_experts.py tests/test_fp8.py tests/test_batch1_experts.py tests/test_fast_tier.py tests/test_prompt_cache.py \
+        tests/test_fused_router.py tests/test_compiled_encoder.py > $OUT/pytest.log 2>&1
       tail -3 $OUT/pytest.log >> $LOG ;;
     sweep)
       timeout ${SWEEP_TIMEOUT:-300} python3 experiments/moe_sweep.py --jobs 8 > $OUT/moe_sweep.json 2>$OUT/sweep.err
       tail -c 1500 $OUT/sweep.err >> $LOG
       python3 -c "import json; d = json.load(open('$OUT/moe_sweep.json')); print(json.dumps({k: d[k] for k in ('read_ceiling_tb_s', 'best', 'library', 'block', 'seconds')}))" >> $LOG 2>&1 ;;
+    levers)
+      timeout ${LEVERS_TIMEOUT:-200} python3 experiments/kernel_levers.py --baseline .baseline > $OUT/kernel_levers.json 2>$OUT/levers.err
+      tail -c 2500 $OUT/levers.err >> $LOG ;;
     densesweep)
       timeout ${SWEEP_TIMEOUT:-300} python3 experiments/moe_sweep.py --jobs 8 --dense > $OUT/moe_sweep_dense.json 2>$OUT/sweep_dense.err
       tail -c 1500 $OUT/sweep_dense.err >> $LOG
@@ -53,7 +60,7 @@ for part in "$@"; do
         --out $OUT/bench_full_shapes.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
     shiftfull)
       timeout ${SHIFTFULL_TIMEOUT:-470} python3 experiments/fp8_shift.py --model full --seeds ${SHIFTFULL_SEEDS:-250} --batch 12 \
-        --steps 8 --compile --arms ${SHIFTFULL_ARMS:-fp8-fast} --out $OUT/fp8_shift_full.json --npz $OUT/fp8_shift_full.npz \
+        --steps 8 --compile --arms "${SHIFTFULL_ARMS-fp8-fast}" --out $OUT/fp8_shift_full.json --npz $OUT/fp8_shift_full.npz \
         2>&1 | grep -vE "^ |^\{|^\}" | tail -20 >> $LOG ;;
   esac
 done

@@ -144,8 +144,8 @@ def test_compiled_tier_on_cpu_equals_eager_race_loop():
     the fused experts op, the sampler's softmax of the self-conditioning, the inverse-CDF draw)
     with the eager backend:
     on the CPU every piece computes the uncompiled ops, so the trajectory is bit-equal to the loop's
-    on the uncompiled model; Dynamo traces two graphs (sliding, full) for six layers, and
-    uncompiling restores the layers."""
+    on the uncompiled model; Dynamo traces two graphs (sliding, full) for six decoder layers and two
+    for the six prompt-encoder layers, with no graph break, and uncompiling restores the layers."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 
@@ -167,7 +167,9 @@ def test_compiled_tier_on_cpu_equals_eager_race_loop():
         assert "forward" in vars(lm.model.model.decoder.layers[0].experts)
         got = run_sampler_fast(lm, PROMPT, layouts, settings, seed=9, options=replace(
             lm.fast_tier.options, graph=False, fused=False))
-        assert counters["stats"]["unique_graphs"] == 2
+        assert counters["stats"]["unique_graphs"] == 4
+        assert not counters["graph_break"]
+        assert len(lm.fast_tier.compiled_encoder_layers) == 6
         assert got.sampler == "fast+compiled+sc-softmax+inverse-cdf+small-batch"  # 3 × 16 canvas tokens: few
     finally:
         uncompile_regions(lm)

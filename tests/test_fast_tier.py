@@ -186,12 +186,14 @@ CUDA = torch.cuda.is_available() and HAVE_TRITON
 @pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
 def test_the_compiled_tier_runs_in_graphs_and_is_undone_on_gpu():
     """The compiled tier as ``--compile`` sets it (Inductor): the layers' compiled forward is
-    captured in the graphs, one Dynamo graph per layer type, none more when the graphs replay;
-    the tier names it, and uncompiling gives the exact tier back."""
+    captured in the graphs, one Dynamo graph per layer type of the decoder and of the prompt
+    encoder, none more when the graphs replay; the tier names it, and uncompiling gives the exact
+    tier back."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 
     from petri.engine.compiled_tier import uncompile_regions
+    from petri.engine.decoder_hooks import encoder_layers
     from petri.engine.tiny import tiny_random_model
     from petri.engine.torch_model import compile_for_sampling
 
@@ -209,7 +211,7 @@ def test_the_compiled_tier_runs_in_graphs_and_is_undone_on_gpu():
         graphs = counters["stats"]["unique_graphs"]
         again = run_sampler_fast(lm, PROMPT, layouts, settings, seed=5, phase_times=again_phases)
         assert first_phases["captured_now"] and not again_phases["captured_now"]
-        assert graphs == 2 and counters["stats"]["unique_graphs"] == graphs
+        assert graphs == 4 and counters["stats"]["unique_graphs"] == graphs
         assert first.sampler == lm.fast_tier.fast_name(3) == "fast+compiled+sc-softmax+inverse-cdf+small-batch"
         assert (first.argmax == again.argmax).all()  # reproducible under graph replay
         assert lm.tier == "fast+compiled" and lm.device_type == "cuda-compiled"
@@ -218,6 +220,7 @@ def test_the_compiled_tier_runs_in_graphs_and_is_undone_on_gpu():
     plain = run_sampler_fast(lm, PROMPT, layouts, settings, seed=5)
     assert plain.sampler == "fast" and lm.tier == "fast" and lm.device_type == "cuda"
     assert all("forward" not in vars(layer) for layer in lm.model.model.decoder.layers)
+    assert all("forward" not in vars(layer) for layer in encoder_layers(lm.model))
 
 
 #: calls that make a new mutable container

@@ -282,6 +282,11 @@ def test_triton_quantization_is_bit_equal_to_the_torch_ops_on_gpu():
     q, scale = activation_quantized(projected, "gelu_pytorch_tanh")  # the fused kernel
     q_ref, scale_ref = quantize_rows_torch(gated_activation(projected, "gelu_pytorch_tanh"))
     assert torch.equal(scale, scale_ref) and torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))
+    pairs = torch.where(torch.rand(500, device="cuda") < 0.4, torch.arange(500, device="cuda"), -1).to(torch.int32)
+    used = pairs >= 0  # padding rows of the small-batch layout (-1) are skipped, the others unchanged
+    q_skip, scale_skip = activation_quantized(projected, "gelu_pytorch_tanh", pairs=pairs)
+    assert torch.equal(scale_skip[used], scale_ref[used])
+    assert torch.equal(q_skip[used].view(torch.uint8), q_ref[used].view(torch.uint8))
 
 
 def test_fp8_fast_path_names_the_tier_on_cpu(bf16_tiny):

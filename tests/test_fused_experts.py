@@ -213,3 +213,19 @@ def test_gelu_gate_kernel_equals_torch_on_every_bfloat16_input():
     up = torch.randn_like(gate, dtype=torch.float32).to(torch.bfloat16)
     got = gated_activation(torch.cat([gate, up], dim=1), "gelu_pytorch_tanh")
     torch.testing.assert_close(got, expected * up, rtol=0, atol=0, equal_nan=True)  # gelu(-inf) is NaN
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and HAVE_TRITON), reason="the Triton kernels need CUDA")
+def test_gelu_gate_kernel_skipping_padding_rows_writes_the_same_used_rows():
+    """``pairs`` (the small-batch layout's pair of each row, -1 for padding): the used rows equal the
+    kernel's output without it, bit for bit; padding rows are whatever the buffer held."""
+    from petri.engine.fused_experts import gated_activation
+
+    torch.manual_seed(3)
+    projected = torch.randn(96, 2 * 704, device="cuda").bfloat16() * 3
+    pairs = torch.where(torch.rand(96, device="cuda") < 0.6, torch.arange(96, device="cuda"), -1).to(torch.int32)
+    used = pairs >= 0
+    got = gated_activation(projected, "gelu_pytorch_tanh", pairs=pairs)
+    want = gated_activation(projected, "gelu_pytorch_tanh")
+    assert 0 < int(used.sum()) < 96
+    assert torch.equal(got[used].view(torch.int16), want[used].view(torch.int16))

@@ -88,7 +88,7 @@ def padded_rows(pairs: int, num_experts: int, block_m: int) -> int:
     return (total + block_m - 1) // block_m * block_m
 
 
-def align_blocks_triton(top_k_index: torch.Tensor, num_experts: int, block_m: int = BLOCK_M):
+def align_blocks_triton(top_k_index: torch.Tensor, num_experts: int, block_m: int = BLOCK_M, num_warps: int = 16):
     """:func:`align_blocks` in one Triton program (CUDA; T·K ≤ :data:`MAX_PAIRS`, E ≤ 256) instead of
     about fifteen torch launches: each pair's rank within its expert comes from an atomic counter, so
     the pairs of one expert land in its rows in no fixed order. That changes no number: the grouped
@@ -105,6 +105,7 @@ def align_blocks_triton(top_k_index: torch.Tensor, num_experts: int, block_m: in
         top_k_index.reshape(-1), scratch[0], scratch[1], rows, block_expert, position, pairs, total, total // block_m,
         num_experts, E=triton.next_power_of_2(num_experts), P=triton.next_power_of_2(pairs),
         R=triton.next_power_of_2(total), NB=triton.next_power_of_2(total // block_m), BLOCK_M=block_m,
+        num_warps=num_warps,
     )
     return rows, block_expert, position
 
@@ -180,7 +181,8 @@ def experts_small_batch(hidden, top_k_index, top_k_weights, gate_up, down, activ
     hidden = hidden.contiguous()
     rows, block_expert, position = align_blocks(top_k_index, gate_up.shape[0])
     projected = grouped_gemm(hidden, gate_up, rows, block_expert, top_k, gather=True, config=configs[0])
-    out = grouped_gemm(gated_activation(projected, activation), down, rows, block_expert, top_k, gather=False,
+    activated = gated_activation(projected, activation, pairs=rows)  # padding rows: never read below
+    out = grouped_gemm(activated, down, rows, block_expert, top_k, gather=False,
                        config=configs[1])
     return combine_rows(out, position, top_k_weights, hidden.dtype)
 
@@ -188,18 +190,26 @@ def experts_small_batch(hidden, top_k_index, top_k_weights, gate_up, down, activ
 if HAVE_TRITON:
 
     @triton.jit
+    def _larger(a, b):
+        return tl.maximum(a, b)
+
+    @triton.jit
     def _align_kernel(index_ptr, counter_ptr, start_ptr, rows_ptr, block_expert_ptr, position_ptr, PAIRS, TOTAL,
                       NUM_BLOCKS, NUM_EXPERTS, E: tl.constexpr, P: tl.constexpr, R: tl.constexpr, NB: tl.constexpr,
                       BLOCK_M: tl.constexpr):
-        """:func:`align_blocks_triton`'s one program: zero the counters and fill the rows with -1;
-        rank each pair within its expert by an atomic add; pad the counts, their running sum gives
-        each expert's first row; place the pairs; each block's expert is the number of experts
-        whose padded run ends at or before the block's first row (-1 past the last used block)."""
+        """:func:`align_blocks_triton`'s one program: zero the counters, fill the rows and the blocks'
+        experts with -1; rank each pair within its expert by an atomic add; pad the counts, their
+        running sum gives each expert's first row; place the pairs; each expert that has pairs marks
+        its first block with its number, and a running maximum over the blocks carries the mark to the
+        expert's other blocks (-1 past the last used block): no (blocks × experts) table is formed."""
         experts = tl.arange(0, E)
         real = experts < NUM_EXPERTS
         tl.store(counter_ptr + experts, tl.zeros([E], dtype=tl.int32), mask=real)
         r = tl.arange(0, R)
         tl.store(rows_ptr + r, tl.full([R], -1, dtype=tl.int32), mask=r < TOTAL)
+        b = tl.arange(0, NB)
+        in_range = b < NUM_BLOCKS
+        tl.store(block_expert_ptr + b, tl.full([NB], -1, dtype=tl.int32), mask=in_range)
         tl.debug_barrier()
         p = tl.arange(0, P)
         valid = p < PAIRS
@@ -209,16 +219,17 @@ if HAVE_TRITON:
         counts = tl.load(counter_ptr + experts, mask=real, other=0)
         padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
         ends = tl.cumsum(padded, 0)
-        tl.store(start_ptr + experts, ends - padded, mask=real)
+        starts = ends - padded
+        tl.store(start_ptr + experts, starts, mask=real)
+        tl.store(block_expert_ptr + starts // BLOCK_M, experts, mask=real & (counts > 0))
         tl.debug_barrier()
         dest = tl.load(start_ptr + expert, mask=valid, other=0) + rank
         tl.store(rows_ptr + dest, p, mask=valid)
         tl.store(position_ptr + p, dest.to(tl.int64), mask=valid)
-        b = tl.arange(0, NB)
-        first = b * BLOCK_M
-        owner = tl.sum(((ends[None, :] <= first[:, None]) & real[None, :]).to(tl.int32), axis=1)
-        used = tl.sum(padded, 0)
-        tl.store(block_expert_ptr + b, tl.where(first < used, owner, -1), mask=b < NUM_BLOCKS)
+        marks = tl.load(block_expert_ptr + b, mask=in_range, other=-1)
+        owner = tl.associative_scan(marks, 0, _larger)
+        used_blocks = tl.sum(padded, 0) // BLOCK_M
+        tl.store(block_expert_ptr + b, tl.where(b < used_blocks, owner, -1), mask=in_range)
 
     @triton.jit
     def _grouped_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, rows_ptr, block_expert_ptr, N, K,
@@ -303,12 +314,12 @@ def _small_batch_forward(self, hidden_states, top_k_index, top_k_weights):
     return _fused_forward(self, hidden_states, top_k_index, top_k_weights)
 
 
-def use_small_batch_experts(model) -> None:
-    """Give the decoder's experts that run the fused experts op
+def use_small_batch_experts(model, layers=None) -> None:
+    """Give the experts of ``layers`` (the decoder's unless given) that run the fused experts op
     (:func:`petri.engine.fused_experts.fuse_experts`) :func:`_small_batch_forward` instead; undone by
     ``unfuse_experts`` with the rest. The caller records it in the model's tier
     (:attr:`petri.engine.fast_tier.FastTier.small_batch_experts`)."""
-    for layer in model.model.decoder.layers:
+    for layer in model.model.decoder.layers if layers is None else layers:
         experts = getattr(layer, "experts", None)
         if experts is not None and getattr(vars(experts).get("forward"), "__func__", None) is _fused_forward:
             experts.forward = types.MethodType(_small_batch_forward, experts)

@@ -1,6 +1,7 @@
 """The compiled tier of the GPU fast path, switched on and off in place: the decoder's experts
-through the fused experts op (:mod:`petri.engine.fused_experts`), regional compilation of the decoder
-layers with one graph per layer type (:mod:`petri.engine.decoder_hooks`), and the fast path's
+through the fused experts op (:mod:`petri.engine.fused_experts`), its routers' top-k as one op
+(:mod:`petri.engine.fused_router`), regional compilation of the decoder layers and of the prompt
+encoder's with one graph per layer type (:mod:`petri.engine.decoder_hooks`), and the fast path's
 options that are not bit-exact either (:class:`petri.engine.fast_tier.FastOptions`: the
 self-conditioning softmax in the logits pass, the inverse-CDF draw). What it switched on is written
 down in the model's tier (:class:`petri.engine.fast_tier.FastTier`: the compiled layers, the
@@ -12,10 +13,11 @@ import logging
 import os
 
 from petri.engine.batch1_experts import use_small_batch_experts
-from petri.engine.decoder_hooks import compile_layers, uncompile_layers
+from petri.engine.decoder_hooks import compile_layers, encoder_layers, uncompile_layers, writing_own_cache_layer
 from petri.engine.fast_tier import FastOptions
 from petri.engine.fp8 import reapply as reapply_fp8
 from petri.engine.fused_experts import fuse_experts, unfuse_experts
+from petri.engine.fused_router import fuse_routers, unfuse_routers
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +25,8 @@ log = logging.getLogger(__name__)
 PETRI_CACHE_DIR = os.path.expanduser("~/.cache/petri/torchinductor")
 
 
-def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, small_batch_experts: bool = True) -> None:
+def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, small_batch_experts: bool = True,
+                    encoder: bool = True, fused_router: bool = True) -> None:
     """The compiled tier, in place: the decoder's experts through the fused experts op
     (``fused_experts``; skipped, with the reason logged, where the layers do not fit it), then
     regional compilation of the decoder layers (:func:`petri.engine.decoder_hooks.compile_layers`:
@@ -33,8 +36,12 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     which a restarted process reuses. ``small_batch_experts`` (on by default; issue 25's batch-1 lever,
     measured faster at one sample on an H200 in bf16 and FP8 and equal at twelve, where it is not
     used): calls of few tokens take :mod:`petri.engine.batch1_experts`' grouped GEMM instead (in FP8
-    its scaled form, :func:`petri.engine.fp8.experts_fp8_small_batch`).
-    :func:`uncompile_regions` undoes it all."""
+    its scaled form, :func:`petri.engine.fp8.experts_fp8_small_batch`). ``encoder`` (on by default;
+    issue 25): the prompt encoder's layers too, the same way (their experts through the same ops, in
+    bf16 whatever the precision; :func:`petri.engine.decoder_hooks.writing_own_cache_layer`), so a
+    request's prompt pass is compiled as well. ``fused_router`` (on by default; issue 25): every
+    compiled layer's router takes its softmax, top-k and scaling as one op
+    (:mod:`petri.engine.fused_router`). :func:`uncompile_regions` undoes it all."""
     use_petri_cache_dir()
     uncompile_regions(lm)
     tier = lm.fast_tier
@@ -44,7 +51,17 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
         use_small_batch_experts(lm.model)
         tier.small_batch_experts = True
     reapply_fp8(lm)  # issue 25: the FP8 tier's experts (when it is on) in place of the op just installed
-    tier.compiled_layers = compile_layers(lm.model.model.decoder.layers, backend)
+    decoder_layers = lm.model.model.decoder.layers
+    if fused_router and (reason := fuse_routers(decoder_layers)) is not None:
+        log.warning("fused router off: %s", reason)
+    tier.compiled_layers = compile_layers(decoder_layers, backend)
+    prompt_layers = encoder_layers(lm.model) if encoder else None
+    if prompt_layers is not None:
+        if fused_experts and fuse_experts(lm.model, prompt_layers) is None and small_batch_experts:
+            use_small_batch_experts(lm.model, prompt_layers)
+        if fused_router:
+            fuse_routers(prompt_layers)
+        tier.compiled_encoder_layers = compile_layers(prompt_layers, backend, call=writing_own_cache_layer)
     tier.set_options(FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True))
 
 
@@ -70,7 +87,12 @@ def uncompile_regions(lm) -> None:
     tier = lm.fast_tier
     tier.set_options(None)  # also drops graphs captured with the other layers
     uncompile_layers(tier.compiled_layers)
-    tier.compiled_layers = []
+    uncompile_layers(tier.compiled_encoder_layers)
+    tier.compiled_layers, tier.compiled_encoder_layers = [], []
     unfuse_experts(lm.model)
+    unfuse_routers(lm.model.model.decoder.layers)
+    if (prompt_layers := encoder_layers(lm.model)) is not None:
+        unfuse_experts(lm.model, prompt_layers)
+        unfuse_routers(prompt_layers)
     tier.small_batch_experts = False
     reapply_fp8(lm)  # issue 25: the FP8 tier's experts stay while that tier is on

@@ -54,7 +54,9 @@ class FastTier:
     path runs with unless a call says otherwise (the exact tier's :class:`FastOptions` by default).
     precision: ``"bf16"``, ``"fp8"`` or ``"fp8-fast"`` (:func:`petri.engine.fp8.set_precision`).
     compiled_layers: the decoder layers :func:`petri.engine.decoder_hooks.compile_layers` compiled
-    for the compiled tier (empty: not compiled). small_batch_experts: the compiled tier installed
+    for the compiled tier (empty: not compiled); compiled_encoder_layers: the prompt encoder's layers
+    it compiled (:func:`petri.engine.decoder_hooks.writing_own_cache_layer`; part of the kept
+    prompts' key, :attr:`encoder_form`). small_batch_experts: the compiled tier installed
     :mod:`petri.engine.batch1_experts`' forward (the small-batch lever; in FP8 the FP8 tier's
     small-batch experts op). disabled: why the fast path is off for this model
     (it failed once), else ``None``. sessions: the fast path's sessions by shape key
@@ -67,6 +69,7 @@ class FastTier:
     options: FastOptions = FastOptions()
     precision: str = "bf16"
     compiled_layers: list = field(default_factory=list, repr=False)
+    compiled_encoder_layers: list = field(default_factory=list, repr=False)
     small_batch_experts: bool = False
     disabled: str | None = None
     sessions: dict = field(default_factory=dict, repr=False)
@@ -76,6 +79,13 @@ class FastTier:
     def compiled(self) -> bool:
         """Whether the compiled tier compiled the decoder layers."""
         return bool(self.compiled_layers)
+
+    @property
+    def encoder_form(self) -> str:
+        """How the prompt encoder runs, ``"compiled"`` or ``"eager"``: part of the kept prompts'
+        key, since the two forms' caches differ by float rounding (the exact tier must never be
+        handed one the compiled encoder made)."""
+        return "compiled" if self.compiled_encoder_layers else "eager"
 
     @property
     def precision_tag(self) -> str:

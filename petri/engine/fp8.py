@@ -68,12 +68,14 @@ def quantize_rows_torch(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scale
 
 
-def activation_quantized(projected: torch.Tensor, activation: str) -> tuple[torch.Tensor, torch.Tensor]:
+def activation_quantized(projected: torch.Tensor, activation: str,
+                         pairs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``quantize_rows(gated_activation(projected, activation))``: (R, 2·I) → (R, I) e4m3, (R,);
-    one fused launch for the tanh GELU on CUDA."""
+    one fused launch for the tanh GELU on CUDA, which leaves the padding rows ``pairs`` marks (-1)
+    unwritten (:func:`petri.engine.fused_experts.gated_activation`)."""
     if activation == "gelu_pytorch_tanh" and projected.dtype == torch.bfloat16 and triton_quantizable(projected) \
             and projected.shape[1] // 2 <= MAX_WIDTH:
-        return gelu_gate_quantized(projected, INV_FP8_MAX, FP8_MAX, MIN_SCALE)
+        return gelu_gate_quantized(projected, INV_FP8_MAX, FP8_MAX, MIN_SCALE, pairs)
     return quantize_rows(gated_activation(projected, activation))
 
 
@@ -159,7 +161,7 @@ def experts_fp8_small_batch(hidden, top_k_index, top_k_weights, gate_up_q, gate_
     hq, h_scale = quantize_rows(hidden.contiguous())
     projected = grouped_gemm(hq, gate_up_q, rows, block_expert, top_k, gather=True, a_scale=h_scale,
                              weight_scale=gate_up_scale, fast_accum=fast_accum, config=configs[0])
-    aq, a_scale = activation_quantized(projected, activation)
+    aq, a_scale = activation_quantized(projected, activation, pairs=rows)  # padding rows: never read below
     out = grouped_gemm(aq, down_q, rows, block_expert, top_k, gather=False, a_scale=a_scale, weight_scale=down_scale,
                        fast_accum=fast_accum, config=configs[1])
     return combine_rows(out, position, top_k_weights, hidden.dtype)

@@ -47,9 +47,12 @@ def quantize_rows_triton(x: torch.Tensor, inv_max: float, fp8_max: float, min_sc
     return q, scale
 
 
-def gelu_gate_quantized(projected: torch.Tensor, inv_max: float, fp8_max: float, min_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def gelu_gate_quantized(projected: torch.Tensor, inv_max: float, fp8_max: float, min_scale: float,
+                        pairs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``quantize_rows(gated_activation(projected, "gelu_pytorch_tanh"))`` in one launch: projected
-    (R, 2·I) bf16 CUDA → q (R, I) e4m3, scale (R,)."""
+    (R, 2·I) bf16 CUDA → q (R, I) e4m3, scale (R,). ``pairs`` (R,) int32, optional: rows whose pair
+    is -1 (padding of the small-batch layout) are left unwritten, as in
+    :func:`petri.engine.fused_experts.gated_activation`."""
     rows, double_width = projected.shape
     width = double_width // 2
     q = torch.empty((rows, width), dtype=torch.float8_e4m3fn, device=projected.device)
@@ -57,8 +60,9 @@ def gelu_gate_quantized(projected: torch.Tensor, inv_max: float, fp8_max: float,
     if rows:
         block, warps = _launch_shape(width)
         _gelu_gate_quant_kernel[(rows,)](
-            projected, q, scale, width, projected.stride(0), q.stride(0), inv_max, fp8_max, min_scale,
-            BLOCK=block, num_warps=warps, enable_fp_fusion=False,  # the unfused kernel's roundings
+            projected, q, scale, pairs if pairs is not None else projected, width, projected.stride(0), q.stride(0),
+            inv_max, fp8_max, min_scale, BLOCK=block, SKIP_PADDING=pairs is not None, num_warps=warps,
+            enable_fp_fusion=False,  # the unfused kernel's roundings
         )
     return q, scale
 
@@ -85,17 +89,24 @@ if HAVE_TRITON:
         _quantize_store(x, valid, q_ptr + row * q_stride, scale_ptr, row, inv_max, fp8_max, min_scale, BLOCK)
 
     @triton.jit
-    def _gelu_gate_quant_kernel(projected_ptr, q_ptr, scale_ptr, width, projected_stride, q_stride, inv_max, fp8_max,
-                                min_scale, BLOCK: tl.constexpr):
+    def _gelu_gate_quant_kernel(projected_ptr, q_ptr, scale_ptr, pairs_ptr, width, projected_stride, q_stride, inv_max,
+                                fp8_max, min_scale, BLOCK: tl.constexpr, SKIP_PADDING: tl.constexpr):
         """The activation of ``petri.engine.fused_experts._gelu_tanh_gate_kernel`` (CONTRACT: the fma
-        nvcc makes), rounded to bf16, then quantized as :func:`_quantize_rows_kernel` does."""
+        nvcc makes), rounded to bf16, then quantized as :func:`_quantize_rows_kernel` does.
+        SKIP_PADDING: rows whose pair (``pairs_ptr``) is -1 are left unwritten."""
         row = tl.program_id(0).to(tl.int64)
-        cols = tl.arange(0, BLOCK)
-        valid = cols < width
-        x = tl.load(projected_ptr + row * projected_stride + cols, mask=valid, other=0.0).to(tl.float32)
-        up = tl.load(projected_ptr + row * projected_stride + width + cols, mask=valid, other=0.0).to(tl.float32)
-        cube = x * x * x
-        inner = 0.7978845834732056 * tl.fma(0.044715, cube, x)
-        gelu = (0.5 * x * (1.0 + libdevice.tanh(inner))).to(tl.bfloat16).to(tl.float32)
-        activation = (gelu * up).to(tl.bfloat16).to(tl.float32)
-        _quantize_store(activation, valid, q_ptr + row * q_stride, scale_ptr, row, inv_max, fp8_max, min_scale, BLOCK)
+        if SKIP_PADDING:
+            used = tl.load(pairs_ptr + row) >= 0
+        else:
+            used = True
+        if used:
+            cols = tl.arange(0, BLOCK)
+            valid = cols < width
+            x = tl.load(projected_ptr + row * projected_stride + cols, mask=valid, other=0.0).to(tl.float32)
+            up = tl.load(projected_ptr + row * projected_stride + width + cols, mask=valid, other=0.0).to(tl.float32)
+            cube = x * x * x
+            inner = 0.7978845834732056 * tl.fma(0.044715, cube, x)
+            gelu = (0.5 * x * (1.0 + libdevice.tanh(inner))).to(tl.bfloat16).to(tl.float32)
+            activation = (gelu * up).to(tl.bfloat16).to(tl.float32)
+            _quantize_store(activation, valid, q_ptr + row * q_stride, scale_ptr, row, inv_max, fp8_max, min_scale,
+                            BLOCK)

@@ -74,18 +74,21 @@ def route(top_k_index: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, to
     return order, position, offsets
 
 
-def gated_activation(projected: torch.Tensor, activation: str, contract: bool = True) -> torch.Tensor:
+def gated_activation(projected: torch.Tensor, activation: str, contract: bool = True,
+                     pairs: torch.Tensor | None = None) -> torch.Tensor:
     """``act(gate) * up`` of the concatenated projection: (R, 2·I) → (R, I). One Triton kernel for
     the tanh GELU on CUDA (bit-equal to torch's, checked over every bf16 input on the GPU), else
-    transformers' torch ops."""
+    transformers' torch ops. ``pairs`` (R,) int32, optional: each row's (token, k) pair, -1 for a
+    padding row of the small-batch layout (:func:`petri.engine.batch1_experts.align_blocks`); the
+    kernel leaves padding rows unwritten (nothing reads them: about two rows in three at one sample)."""
     if projected.is_cuda and HAVE_TRITON and activation == "gelu_pytorch_tanh" and projected.dtype == torch.bfloat16:
         rows, double_width = projected.shape
         width = double_width // 2
         out = torch.empty((rows, width), dtype=projected.dtype, device=projected.device)
         block = 1024
         _gelu_tanh_gate_kernel[(rows, triton.cdiv(width, block))](
-            projected, out, width, projected.stride(0), out.stride(0), BLOCK=block, CONTRACT=contract,
-            enable_fp_fusion=False,
+            projected, out, pairs if pairs is not None else projected, width, projected.stride(0), out.stride(0),
+            BLOCK=block, CONTRACT=contract, SKIP_PADDING=pairs is not None, enable_fp_fusion=False,
         )
         return out
     gate, up = projected.chunk(2, dim=-1)
@@ -144,24 +147,30 @@ if HAVE_TRITON:
             tl.store(out_ptr + j * out_stride + cols, tl.load(src_ptr + token * src_stride + cols, mask=valid), mask=valid)
 
     @triton.jit
-    def _gelu_tanh_gate_kernel(projected_ptr, out_ptr, width, projected_stride, out_stride,
-                               BLOCK: tl.constexpr, CONTRACT: tl.constexpr):
+    def _gelu_tanh_gate_kernel(projected_ptr, out_ptr, pairs_ptr, width, projected_stride, out_stride,
+                               BLOCK: tl.constexpr, CONTRACT: tl.constexpr, SKIP_PADDING: tl.constexpr):
         """out[r, c] = bf16(bf16(gelu_tanh(gate)) · up) with gate = projected[r, c], up = projected[r, I + c],
         gelu_tanh as PyTorch's CUDA kernel evaluates it in float32:
         0.5·x·(1 + tanh(β·fma(κ, x³, x))), β = float32(√2·(2/√π)·0.5), κ = 0.044715, tanhf (the fma is
-        nvcc's contraction of ``x + κ·x³``; ``CONTRACT=False`` rounds the product first)."""
+        nvcc's contraction of ``x + κ·x³``; ``CONTRACT=False`` rounds the product first). SKIP_PADDING:
+        rows whose pair (``pairs_ptr``) is -1 are left unwritten."""
         row = tl.program_id(0).to(tl.int64)
-        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        valid = cols < width
-        x = tl.load(projected_ptr + row * projected_stride + cols, mask=valid, other=0.0).to(tl.float32)
-        up = tl.load(projected_ptr + row * projected_stride + width + cols, mask=valid, other=0.0).to(tl.float32)
-        cube = x * x * x
-        if CONTRACT:
-            inner = 0.7978845834732056 * tl.fma(0.044715, cube, x)
+        if SKIP_PADDING:
+            used = tl.load(pairs_ptr + row) >= 0
         else:
-            inner = 0.7978845834732056 * (x + 0.044715 * cube)
-        gelu = (0.5 * x * (1.0 + libdevice.tanh(inner))).to(tl.bfloat16).to(tl.float32)
-        tl.store(out_ptr + row * out_stride + cols, (gelu * up).to(tl.bfloat16), mask=valid)
+            used = True
+        if used:
+            cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+            valid = cols < width
+            x = tl.load(projected_ptr + row * projected_stride + cols, mask=valid, other=0.0).to(tl.float32)
+            up = tl.load(projected_ptr + row * projected_stride + width + cols, mask=valid, other=0.0).to(tl.float32)
+            cube = x * x * x
+            if CONTRACT:
+                inner = 0.7978845834732056 * tl.fma(0.044715, cube, x)
+            else:
+                inner = 0.7978845834732056 * (x + 0.044715 * cube)
+            gelu = (0.5 * x * (1.0 + libdevice.tanh(inner))).to(tl.bfloat16).to(tl.float32)
+            tl.store(out_ptr + row * out_stride + cols, (gelu * up).to(tl.bfloat16), mask=valid)
 
     @triton.jit
     def _combine_kernel(rows_ptr, position_ptr, weight_ptr, out_ptr, width, rows_stride, out_stride,
@@ -233,14 +242,15 @@ def fusable_reason(experts: torch.nn.Module) -> str | None:
     return None
 
 
-def fuse_experts(model: torch.nn.Module) -> str | None:
-    """Route the experts of every decoder layer of ``model`` (a ``DiffusionGemmaForBlockDiffusion``)
-    through :func:`moe_experts`, in place. Returns ``None``, or why nothing was changed (then the
-    model is untouched)."""
-    layers = model.model.decoder.layers
+def fuse_experts(model: torch.nn.Module, layers=None) -> str | None:
+    """Route the experts of every layer of ``layers`` (the decoder layers of ``model``, a
+    ``DiffusionGemmaForBlockDiffusion``, unless given: the compiled tier also passes the prompt
+    encoder's) through :func:`moe_experts`, in place. Returns ``None``, or why nothing was changed
+    (then the layers are untouched)."""
+    layers = model.model.decoder.layers if layers is None else layers
     experts = [getattr(layer, "experts", None) for layer in layers]
     if any(module is None for module in experts):
-        return "a decoder layer has no experts"
+        return "a layer has no experts"
     for module in experts:
         reason = fusable_reason(module)
         if reason is not None:
@@ -251,9 +261,9 @@ def fuse_experts(model: torch.nn.Module) -> str | None:
     return None
 
 
-def unfuse_experts(model: torch.nn.Module) -> None:
-    """Undo :func:`fuse_experts` (the layers' own forward again)."""
-    for layer in model.model.decoder.layers:
+def unfuse_experts(model: torch.nn.Module, layers=None) -> None:
+    """Undo :func:`fuse_experts` for ``layers`` (the decoder layers unless given): their own forward again."""
+    for layer in model.model.decoder.layers if layers is None else layers:
         module = getattr(layer, "experts", None)
         if module is not None and "forward" in vars(module):
             del module.forward

@@ -277,10 +277,17 @@ if HAVE_TRITON:
                 tl.store(sc_ptr + row * sc_stride + idx, p.to(sc_ptr.dtype.element_ty), mask=valid & writable)
             if DRAW:
                 w = tl.where(valid, tl.exp(x - m), 0.0)
-                crossed = ((below + tl.cumsum(w, axis=0)) > target) & valid
-                first = tl.minimum(first, tl.min(tl.where(crossed, idx, VOCAB), axis=0).to(tl.int64))
+                tile_sum = tl.sum(w, axis=0)
+                # the running sum can cross the target in this tile only if below + Σw does, give or
+                # take the rounding of Σw against the scan's last element (at most BLOCK·2⁻²³ relative
+                # for BLOCK positive terms; the margin is 4 times that): tiles before the crossing and
+                # after the first index skip the scan, and the index found is the one a scan of every
+                # tile finds
+                if (first == VOCAB) & (below + tile_sum * (1.0 + BLOCK * 4.76837158203125e-07) > target):
+                    crossed = ((below + tl.cumsum(w, axis=0)) > target) & valid
+                    first = tl.minimum(first, tl.min(tl.where(crossed, idx, VOCAB), axis=0).to(tl.int64))
                 last_positive = tl.maximum(last_positive, tl.max(tl.where(w > 0, idx, 0), axis=0).to(tl.int64))
-                below += tl.sum(w, axis=0)
+                below += tile_sum
         if DRAW:
             tl.store(sampled_ptr + row, tl.minimum(first, last_positive))
 

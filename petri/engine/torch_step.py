@@ -176,13 +176,14 @@ def start_batch(
 def encoded_prompt(lm, prompt_ids: Sequence[int], batch: int) -> DynamicCache:
     """The prompt's KV cache repeated ``batch`` times: from the model's kept prompts
     (:class:`petri.engine.prompt_cache.PromptCache`) or by one encoder pass
-    (:func:`_encode_prompt_once`). The key is the ids, the tier's precision and the loaded model's
-    device and dtype (copies of a loaded model over one module share its tier)."""
+    (:func:`_encode_prompt_once`). The key is the ids, the tier's precision and encoder form
+    (compiled or eager) and the loaded model's device and dtype (copies of a loaded model over one
+    module share its tier)."""
     ids = tuple(int(i) for i in prompt_ids)
 
     @torch.no_grad()
     def encode() -> DynamicCache:
         return _encode_prompt_once(lm, torch.tensor([list(ids)], dtype=torch.long, device=lm.device))
 
-    key = (ids, lm.fast_tier.precision, str(lm.device), str(lm.dtype))
+    key = (ids, lm.fast_tier.precision, lm.fast_tier.encoder_form, str(lm.device), str(lm.dtype))
     return lm.fast_tier.prompts.encoded(key, encode, batch)

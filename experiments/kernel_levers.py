@@ -1,0 +1,184 @@
+"""Issue 25's small kernel levers, each timed side by side with what it replaces, in one process on
+one GPU, at the full-size architecture's shapes. One JSON object on stdout.
+
+- ``align``: the small-batch experts' alignment (``petri.engine.batch1_experts._align_kernel``) as
+  it is, at 4, 8 and 16 warps, against the baseline's kernel (one layer at one sample: 256 tokens,
+  top-8 of 128 experts, random routing); the two must give the same blocks and each pair's place;
+- ``activation``: the experts' ``gelu(gate)·up`` over the padded rows of that layout, every row
+  against the used rows only (``pairs``), in bf16 and with the FP8 tier's quantization;
+- ``passes``: the sampler's logits passes (``triton_logit_pass``: softcap, probabilities for the
+  self-conditioning, inverse-CDF draw) at 256 and 3,072 rows of 262,144, with the baseline's second
+  kernel against this one's (the draw's scan only where the running sum can cross); the sampled
+  tokens must be identical;
+- ``router``: the routers' softmax, top-k, renormalisation and scale (``petri.engine.fused_router``)
+  against transformers' ops eager and compiled by Inductor (what the compiled tier ran before),
+  at 256 and 3,072 tokens.
+
+The baseline kernels come from ``--baseline`` (a folder holding the library files of the commit to
+compare with, e.g. ``git show BASE:petri/engine/fused_logits.py``): each kernel named is taken from
+that file's source and run in place of today's through the same launcher (their signatures are
+the same). Timing: ``triton.testing.do_bench_cudagraph`` (median, launches inside a CUDA graph).
+
+    mkdir -p .baseline && for f in fused_logits batch1_experts; do git show HEAD:petri/engine/$f.py > .baseline/$f.py; done
+    python experiments/kernel_levers.py --baseline .baseline > experiments/results/kernel_levers_h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import re
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from triton.testing import do_bench_cudagraph  # noqa: E402
+
+import petri.engine.batch1_experts as batch1  # noqa: E402
+import petri.engine.fused_logits as fused_logits  # noqa: E402
+from petri.engine.fp8 import activation_quantized  # noqa: E402
+from petri.engine.fused_experts import gated_activation  # noqa: E402
+from petri.engine.fused_router import route_top_k_reference, route_top_k_triton  # noqa: E402
+
+EXPERTS, TOP_K, HIDDEN, WIDTH, VOCAB = 128, 8, 2816, 704, 262_144
+
+
+def baseline_kernel(module, name: str, folder: Path):
+    """Kernel ``name`` as the file ``folder/<module's file name>`` defines it, run with the module's
+    own globals (its helpers and constants): the kernel of the commit compared with. (Triton reads a
+    kernel's source from its file, so the kernel is written to one of its own first.)"""
+    source = (folder / Path(module.__file__).name).read_text()
+    match = re.search(rf"( *)@triton\.jit\n\1def {name}\(.*?(?=\n\1@triton\.jit|\n\S|\Z)", source, re.S)
+    if match is None:
+        raise SystemExit(f"{name} not found in {folder}")
+    path = Path(tempfile.mkdtemp()) / f"baseline_{name}.py"
+    path.write_text(textwrap.dedent(match.group(0)) + "\n")
+    spec = importlib.util.spec_from_file_location(f"baseline_{name}", path)
+    baseline = importlib.util.module_from_spec(spec)
+    baseline.__dict__.update({k: v for k, v in vars(module).items() if not k.startswith("__")})
+    spec.loader.exec_module(baseline)
+    return getattr(baseline, name)
+
+
+@contextlib.contextmanager
+def swapped(module, name: str, kernel):
+    """``module.name`` is ``kernel`` while open."""
+    current = getattr(module, name)
+    setattr(module, name, kernel)
+    try:
+        yield
+    finally:
+        setattr(module, name, current)
+
+
+def ms(fn) -> float:
+    return round(do_bench_cudagraph(fn), 5)
+
+
+def routing(tokens: int, seed: int = 0) -> torch.Tensor:
+    torch.manual_seed(seed)
+    return torch.rand(tokens, EXPERTS, device="cuda").argsort(-1)[:, :TOP_K].contiguous()
+
+
+def align_part(folder: Path) -> dict:
+    index = routing(256)
+    old = baseline_kernel(batch1, "_align_kernel", folder)
+    with swapped(batch1, "_align_kernel", old):
+        want = batch1.align_blocks_triton(index, EXPERTS)
+        result = {"baseline_ms": ms(lambda: batch1.align_blocks_triton(index, EXPERTS))}
+    for warps in (4, 8, 16):
+        got = batch1.align_blocks_triton(index, EXPERTS, num_warps=warps)
+        same = torch.equal(got[1], want[1]) and torch.equal(got[2] // batch1.BLOCK_M, want[2] // batch1.BLOCK_M)
+        same = same and torch.equal(got[0][got[2]].long(), torch.arange(index.numel(), device="cuda"))
+        result[f"warps{warps}_ms"] = ms(lambda: batch1.align_blocks_triton(index, EXPERTS, num_warps=warps))
+        result[f"warps{warps}_same_blocks"] = bool(same)
+    return result
+
+
+def activation_part() -> dict:
+    rows, _, _ = batch1.align_blocks(routing(256), EXPERTS)
+    torch.manual_seed(1)
+    projected = torch.randn(rows.shape[0], 2 * WIDTH, device="cuda").bfloat16()
+    used = rows >= 0
+    skip, every = gated_activation(projected, "gelu_pytorch_tanh", pairs=rows), gated_activation(projected, "gelu_pytorch_tanh")
+    q_skip, s_skip = activation_quantized(projected, "gelu_pytorch_tanh", pairs=rows)
+    q_every, s_every = activation_quantized(projected, "gelu_pytorch_tanh")
+    return {
+        "rows": rows.shape[0], "used_rows": int(used.sum()),
+        "bf16_every_row_ms": ms(lambda: gated_activation(projected, "gelu_pytorch_tanh")),
+        "bf16_used_rows_ms": ms(lambda: gated_activation(projected, "gelu_pytorch_tanh", pairs=rows)),
+        "bf16_used_rows_equal": bool(torch.equal(skip[used], every[used])),
+        "fp8_every_row_ms": ms(lambda: activation_quantized(projected, "gelu_pytorch_tanh")),
+        "fp8_used_rows_ms": ms(lambda: activation_quantized(projected, "gelu_pytorch_tanh", pairs=rows)),
+        "fp8_used_rows_equal": bool(torch.equal(q_skip[used].view(torch.uint8), q_every[used].view(torch.uint8))
+                                    and torch.equal(s_skip[used], s_every[used])),
+    }
+
+
+def passes_part(folder: Path) -> dict:
+    old = baseline_kernel(fused_logits, "_second_pass_kernel", folder)
+    result = {}
+    for rows in (256, 3072):
+        torch.manual_seed(rows)
+        raw = (torch.randn(rows, VOCAB, device="cuda") * 4).bfloat16()
+        uniforms = torch.rand(rows, device="cuda")
+        sc = torch.empty(rows, VOCAB, device="cuda", dtype=torch.bfloat16)
+        inv_t = torch.tensor([1 / 0.8], device="cuda")
+
+        def run():
+            return fused_logits.triton_logit_pass(raw, None, inv_t, softcap=30.0, self_conditioning_out=sc,
+                                                  probabilities=True, uniforms=uniforms)
+
+        with swapped(fused_logits, "_second_pass_kernel", old):
+            want, want_sc = run(), sc.clone()
+            baseline = ms(run)
+        got = run()
+        result[f"rows{rows}"] = {
+            "baseline_ms": baseline, "ms": ms(run),
+            "sampled_identical": bool(torch.equal(got.sampled, want.sampled)),
+            "probabilities_identical": bool(torch.equal(sc, want_sc)),
+        }
+    return result
+
+
+def router_part() -> dict:
+    compiled = torch.compile(route_top_k_reference)
+    scale = torch.rand(EXPERTS, device="cuda").bfloat16() + 0.5
+    result = {}
+    for tokens in (256, 3072):
+        scores = torch.randn(tokens, EXPERTS, device="cuda").bfloat16()
+        compiled(scores, TOP_K, scale)
+        result[f"tokens{tokens}"] = {
+            "torch_eager_ms": ms(lambda: route_top_k_reference(scores, TOP_K, scale)),
+            "torch_compiled_ms": ms(lambda: compiled(scores, TOP_K, scale)),
+            "triton_ms": ms(lambda: route_top_k_triton(scores, TOP_K, scale)),
+        }
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--baseline", type=Path, required=True, help="folder with the compared commit's library files")
+    parser.add_argument("--parts", default="align,activation,passes,router")
+    args = parser.parse_args()
+    parts = {"align": lambda: align_part(args.baseline), "activation": activation_part,
+             "passes": lambda: passes_part(args.baseline), "router": router_part}
+    out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+    for name in args.parts.split(","):
+        try:
+            out[name] = parts[name]()
+        except Exception as error:  # one part's failure must not hide the others' figures
+            out[name] = {"error": f"{type(error).__name__}: {error}"}
+        print(json.dumps({name: out[name]}), file=sys.stderr, flush=True)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
