@@ -12,7 +12,11 @@ one GPU, at the full-size architecture's shapes. One JSON object on stdout.
   tokens must be identical;
 - ``router``: the routers' softmax, top-k, renormalisation and scale (``petri.engine.fused_router``)
   against transformers' ops eager and compiled by Inductor (what the compiled tier ran before),
-  at 256 and 3,072 tokens.
+  at 256 and 3,072 tokens;
+- ``attention``: a global layer's attention (16 query heads, 2 key/value heads, head dim 512,
+  256 canvas queries per sample, 1,856 keys) through ``petri.engine.split_attention`` against what
+  transformers' SDPA path runs (the key/value heads repeated, then the memory-efficient kernel), at
+  1 and 12 samples, with the relative difference of the outputs.
 
 The baseline kernels come from ``--baseline`` (a folder holding the library files of the commit to
 compare with, e.g. ``git show BASE:petri/engine/fused_logits.py``): each kernel named is taken from
@@ -46,6 +50,7 @@ import petri.engine.fused_logits as fused_logits  # noqa: E402
 from petri.engine.fp8 import activation_quantized  # noqa: E402
 from petri.engine.fused_experts import gated_activation  # noqa: E402
 from petri.engine.fused_router import route_top_k_reference, route_top_k_triton  # noqa: E402
+from petri.engine.split_attention import petri_split_sdpa  # noqa: E402
 
 EXPERTS, TOP_K, HIDDEN, WIDTH, VOCAB = 128, 8, 2816, 704, 262_144
 
@@ -163,13 +168,38 @@ def router_part() -> dict:
     return result
 
 
+def attention_part() -> dict:
+    class Attention(torch.nn.Module):
+        num_key_value_groups, is_causal = 8, False
+
+    module = Attention()
+    result = {}
+    for batch in (1, 12):
+        torch.manual_seed(batch)
+        query = (torch.randn(batch, 256, 16, 512, device="cuda") * 0.1).bfloat16().transpose(1, 2)
+        key = (torch.randn(batch, 2, 1856, 512, device="cuda") * 0.1).bfloat16()
+        value = torch.randn(batch, 2, 1856, 512, device="cuda").bfloat16()
+
+        def library():
+            k, v = key.repeat_interleave(8, dim=1), value.repeat_interleave(8, dim=1)
+            return torch.nn.functional.scaled_dot_product_attention(query, k, v, scale=1.0).transpose(1, 2).contiguous()
+
+        got, _ = petri_split_sdpa(module, query, key, value, None, scaling=1.0)
+        want = library()
+        result[f"batch{batch}"] = {
+            "library_ms": ms(library), "split_ms": ms(lambda: petri_split_sdpa(module, query, key, value, None, scaling=1.0)),
+            "relative_difference": float((got.float() - want.float()).norm() / want.float().norm()),
+        }
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", type=Path, required=True, help="folder with the compared commit's library files")
-    parser.add_argument("--parts", default="align,activation,passes,router")
+    parser.add_argument("--parts", default="align,activation,passes,router,attention")
     args = parser.parse_args()
     parts = {"align": lambda: align_part(args.baseline), "activation": activation_part,
-             "passes": lambda: passes_part(args.baseline), "router": router_part}
+             "passes": lambda: passes_part(args.baseline), "router": router_part, "attention": attention_part}
     out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     for name in args.parts.split(","):
         try:

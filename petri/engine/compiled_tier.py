@@ -18,6 +18,7 @@ from petri.engine.fast_tier import FastOptions
 from petri.engine.fp8 import reapply as reapply_fp8
 from petri.engine.fused_experts import fuse_experts, unfuse_experts
 from petri.engine.fused_router import fuse_routers, unfuse_routers
+from petri.engine.split_attention import drop_split_attention, use_split_attention
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ PETRI_CACHE_DIR = os.path.expanduser("~/.cache/petri/torchinductor")
 
 
 def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, small_batch_experts: bool = True,
-                    encoder: bool = True, fused_router: bool = True) -> None:
+                    encoder: bool = True, fused_router: bool = True, split_attention: bool = False) -> None:
     """The compiled tier, in place: the decoder's experts through the fused experts op
     (``fused_experts``; skipped, with the reason logged, where the layers do not fit it), then
     regional compilation of the decoder layers (:func:`petri.engine.decoder_hooks.compile_layers`:
@@ -41,7 +42,9 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     bf16 whatever the precision; :func:`petri.engine.decoder_hooks.writing_own_cache_layer`), so a
     request's prompt pass is compiled as well. ``fused_router`` (on by default; issue 25): every
     compiled layer's router takes its softmax, top-k and scaling as one op
-    (:mod:`petri.engine.fused_router`). :func:`uncompile_regions` undoes it all."""
+    (:mod:`petri.engine.fused_router`). ``split_attention`` (off by default until a whole step is
+    measured with it; issue 25): the decoder's global layers attend through
+    :mod:`petri.engine.split_attention`. :func:`uncompile_regions` undoes it all."""
     use_petri_cache_dir()
     uncompile_regions(lm)
     tier = lm.fast_tier
@@ -54,6 +57,8 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     decoder_layers = lm.model.model.decoder.layers
     if fused_router and (reason := fuse_routers(decoder_layers)) is not None:
         log.warning("fused router off: %s", reason)
+    if split_attention:
+        use_split_attention(decoder_layers)
     tier.compiled_layers = compile_layers(decoder_layers, backend)
     prompt_layers = encoder_layers(lm.model) if encoder else None
     if prompt_layers is not None:
@@ -91,6 +96,7 @@ def uncompile_regions(lm) -> None:
     tier.compiled_layers, tier.compiled_encoder_layers = [], []
     unfuse_experts(lm.model)
     unfuse_routers(lm.model.model.decoder.layers)
+    drop_split_attention(lm.model.model.decoder.layers)
     if (prompt_layers := encoder_layers(lm.model)) is not None:
         unfuse_experts(lm.model, prompt_layers)
         unfuse_routers(prompt_layers)

@@ -1,0 +1,135 @@
+"""Attention of the decoder's global layers at few samples (issue 25, opt-in): each key/value head's
+group of query heads folded into one query sequence, and the keys split into chunks attended as
+separate batch entries, then combined by their log-sum-exp (flash-decoding's split).
+
+Why: the full-size model's five global layers have head dim 512, which neither PyTorch 2.11's flash
+nor its cuDNN kernel takes, so SDPA runs the sm80 memory-efficient kernel. At one sample (256 canvas
+queries × 16 heads against 1,856 keys) its 32-query tiles make one wave on an H200 and each walks
+every key: 0.19 ms a call, about 80 TFLOP/s. Before it, transformers copies each key/value head
+for the eight query heads that share it (``repeat_kv``; 59 µs a call in the compiled profile,
+``experiments/results/bench_h200_shapes_b1_b12_small_batch.json``). Folding the group into the
+query sequence needs no copy of the keys, and C chunks give the kernel C times as many tiles.
+
+The computation, per key/value head and chunk c: out_c = softmax(s·q k_cᵀ) v_c and
+lse_c = log Σ exp(s·q k_cᵀ) (PyTorch's memory-efficient kernel with its log-sum-exp on CUDA,
+:func:`attend_reference` elsewhere); then out = Σ_c exp(lse_c − lse) out_c with lse = log Σ_c exp(lse_c),
+in float32, cast to the inputs' dtype. Exact in real arithmetic; the chunk outputs are rounded to
+the inputs' dtype before the combine, one rounding more than the unsplit kernel.
+
+Where it applies: no mask, not causal, no dropout, CUDA, head dim over 256 (the layers SDPA sends to
+that kernel); every other call goes to transformers' own ``sdpa_attention_forward``. It is
+installed by giving the global layers' attention modules one copy of the text config that names
+:data:`NAME` (registered with transformers' ``AttentionInterface``, its documented way to add an
+attention function), so the masks and the other layers stay as they were
+(:func:`use_split_attention`, undone by :func:`drop_split_attention`).
+
+Shapes: query (B, H, Lq, D), key and value (B, Hkv, Lk, D) with H = Hkv·G; transformers' attention
+functions return (B, Lq, H, D).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.modeling_utils import AttentionInterface
+
+#: the attention implementation's name in transformers' ``AttentionInterface``
+NAME = "petri_split_sdpa"
+#: head dims above this go to the memory-efficient kernel (flash and cuDNN take up to 256)
+WIDEST_FAST_HEAD = 256
+
+
+def chunks_for(batch: int, keys: int) -> int:
+    """C: 1 from 4 samples on (the kernel has tiles enough), else the largest of 4, 3 and 2 that
+    divides the key count (chunks of one length need no mask), else 1."""
+    if batch >= 4:
+        return 1
+    return next((c for c in (4, 3, 2) if keys % c == 0), 1)
+
+
+def attend_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
+    """(N, Hkv, M, D) queries, (N, Hkv, K, D) keys and values → out (N, Hkv, M, D) in q's dtype and
+    lse (N, Hkv, M), by explicit ops in float32 (float64 for float64 inputs; any device)."""
+    wide = torch.promote_types(q.dtype, torch.float32)
+    logits = torch.einsum("nhmd,nhkd->nhmk", q.to(wide), k.to(wide)) * scale
+    out = torch.einsum("nhmk,nhkd->nhmd", torch.softmax(logits, dim=-1), v.to(wide))
+    return out.to(q.dtype), torch.logsumexp(logits, dim=-1)
+
+
+def attend_efficient(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
+    """:func:`attend_reference` by PyTorch's memory-efficient kernel (CUDA), which pads its
+    log-sum-exp along the queries."""
+    out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, False, scale=scale)[:2]
+    return out, lse[..., : q.shape[2]]
+
+
+def split_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float, chunks: int,
+                    attend=attend_efficient) -> torch.Tensor:
+    """Module docstring: (B, H, Lq, D), (B, Hkv, Lk, D) twice → (B, H, Lq, D). Query head h uses
+    key/value head h // G (transformers' ``repeat_kv`` order); ``chunks`` must divide Lk."""
+    batch, heads, length, dim = query.shape
+    kv_heads, keys = key.shape[1], key.shape[2]
+    group = heads // kv_heads
+    if keys % chunks:
+        raise ValueError(f"{chunks} chunks do not divide {keys} keys")
+    folded = query.reshape(batch, kv_heads, group * length, dim)
+    if chunks == 1:
+        out, _ = attend(folded, key, value, scale)
+        return out.reshape(batch, heads, length, dim)
+    size = keys // chunks
+
+    def split(t: torch.Tensor) -> torch.Tensor:  # (B, Hkv, Lk, D) → (B·C, Hkv, Lk / C, D)
+        return t.reshape(batch, kv_heads, chunks, size, dim).transpose(1, 2).reshape(batch * chunks, kv_heads, size, dim)
+
+    queries = folded.unsqueeze(1).expand(batch, chunks, kv_heads, group * length, dim)
+    out, lse = attend(queries.reshape(batch * chunks, kv_heads, group * length, dim), split(key), split(value), scale)
+    wide = torch.promote_types(query.dtype, torch.float32)  # float32 for bf16 inputs
+    weights = torch.softmax(lse.view(batch, chunks, kv_heads, group * length).to(wide), dim=1)
+    combined = (out.view(batch, chunks, kv_heads, group * length, dim).to(wide) * weights.unsqueeze(-1)).sum(dim=1)
+    return combined.to(query.dtype).reshape(batch, heads, length, dim)
+
+
+def petri_split_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
+                     is_causal: bool | None = None, **kwargs):
+    """transformers' attention-function signature: :func:`split_attention` where it applies (module
+    docstring), else ``sdpa_attention_forward`` with the same arguments."""
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    causal = bool(causal) and query.shape[2] > 1
+    if (attention_mask is None and not causal and not dropout and query.is_cuda and query.shape[-1] > WIDEST_FAST_HEAD
+            and query.shape[1] % key.shape[1] == 0 and not kwargs.get("output_attentions")):
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        out = split_attention(query, key, value, scale, chunks_for(query.shape[0], key.shape[2]))
+        return out.transpose(1, 2).contiguous(), None
+    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                  is_causal=is_causal, **kwargs)
+
+
+def use_split_attention(layers, widest_fast_head: int = WIDEST_FAST_HEAD) -> int:
+    """Give the attention of every layer of ``layers`` whose head dim is over ``widest_fast_head``
+    and that runs SDPA one shared copy of its config naming :data:`NAME`; returns how many."""
+    AttentionInterface.register(NAME, petri_split_sdpa)
+    shared = None
+    changed = 0
+    for layer in layers:
+        attention = getattr(layer, "self_attn", None)
+        config = getattr(attention, "config", None)
+        if attention is None or getattr(attention, "head_dim", 0) <= widest_fast_head:
+            continue
+        if getattr(config, "_attn_implementation", None) != "sdpa" or "_petri_config" in vars(attention):
+            continue
+        if shared is None:
+            shared = copy.copy(config)
+            shared._attn_implementation = NAME
+        attention._petri_config, attention.config = config, shared
+        changed += 1
+    return changed
+
+
+def drop_split_attention(layers) -> None:
+    """Undo :func:`use_split_attention`: each attention's own config again."""
+    for layer in layers:
+        attention = getattr(layer, "self_attn", None)
+        if attention is not None and "_petri_config" in vars(attention):
+            attention.config = vars(attention).pop("_petri_config")

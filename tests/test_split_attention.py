@@ -1,0 +1,161 @@
+"""The global layers' split attention (petri.engine.split_attention): the folded and split
+computation against plain softmax attention with the key/value heads repeated (the reference,
+transformers' ``repeat_kv`` order), hand-worked chunk choices, the install and undo on a model
+(where it does not apply, the library's SDPA runs: the same logits), and on a GPU (skipped
+elsewhere) the memory-efficient kernel's path against PyTorch's SDPA at the full-size shapes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from petri.engine.split_attention import (
+    NAME,
+    attend_reference,
+    chunks_for,
+    drop_split_attention,
+    split_attention,
+    use_split_attention,
+)
+from petri.engine.tiny import tiny_random_model
+
+CUDA = torch.cuda.is_available()
+
+
+def plain_attention(query, key, value, scale):
+    """softmax(s·q kᵀ) v with each key/value head repeated for its group, in float64."""
+    group = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(group, dim=1), value.repeat_interleave(group, dim=1)
+    logits = torch.einsum("bhqd,bhkd->bhqk", query.double(), key.double()) * scale
+    return torch.einsum("bhqk,bhkd->bhqd", torch.softmax(logits, dim=-1), value.double())
+
+
+def test_chunks_hand_worked():
+    assert chunks_for(1, 1856) == 4  # 1,600-token prompt + 256 canvas
+    assert chunks_for(1, 201 + 256) == 1  # 457 is prime
+    assert chunks_for(2, 3 * 151) == 3
+    assert chunks_for(1, 2 * 229) == 2
+    assert chunks_for(12, 1856) == 1  # tiles enough
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 4])
+@pytest.mark.parametrize("heads,kv_heads", [(8, 2), (4, 4)])
+def test_split_attention_is_softmax_attention(chunks, heads, kv_heads):
+    torch.manual_seed(chunks + heads)
+    batch, queries, keys, dim = 2, 5, 12, 16
+    query = torch.randn(batch, queries, heads, dim, dtype=torch.float64).transpose(1, 2)  # as transformers hands it
+    key = torch.randn(batch, kv_heads, keys, dim, dtype=torch.float64) * 2
+    value = torch.randn(batch, kv_heads, keys, dim, dtype=torch.float64)
+    got = split_attention(query, key, value, 0.7, chunks, attend=attend_reference)
+    want = plain_attention(query, key, value, 0.7)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+def test_chunks_must_divide_the_keys():
+    q, k = torch.zeros(1, 2, 3, 4), torch.zeros(1, 1, 10, 4)
+    with pytest.raises(ValueError, match="3 chunks do not divide 10 keys"):
+        split_attention(q, k, k, 1.0, 3, attend=attend_reference)
+
+
+def test_attend_reference_returns_the_log_sum_exp():
+    q = torch.tensor([[[[1.0, 0.0]]]])
+    k = torch.tensor([[[[1.0, 0.0], [0.0, 1.0]]]])  # logits 1 and 0
+    v = torch.tensor([[[[2.0, 0.0], [0.0, 4.0]]]])
+    out, lse = attend_reference(q, k, v, 1.0)
+    e = torch.tensor(1.0).exp()
+    torch.testing.assert_close(lse, torch.log(e + 1).reshape(1, 1, 1))
+    torch.testing.assert_close(out, torch.tensor([[[[2 * e / (e + 1), 4 / (e + 1)]]]]))
+
+
+def test_installed_on_a_model_it_leaves_its_outputs_and_undoes_cleanly():
+    """On the CPU the function hands every call to the library's SDPA: the logits are the
+    library's, bit for bit; the global layers (and only they) get the shared config copy."""
+    lm = tiny_random_model(canvas_length=16, num_layers=6, seed=2)
+    model = lm.model
+    layers = model.model.decoder.layers
+    ids = torch.randint(3, lm.vocab_size, (1, 9))
+    canvas = torch.randint(3, lm.vocab_size, (1, 16))
+    with torch.no_grad():
+        want = model(input_ids=ids, decoder_input_ids=canvas).logits
+        assert use_split_attention(layers, widest_fast_head=0) == 6
+        configs = {id(layer.self_attn.config) for layer in layers}
+        assert len(configs) == 1 and layers[0].self_attn.config._attn_implementation == NAME
+        assert model.config.get_text_config()._attn_implementation == "sdpa"  # the masks' config is untouched
+        got = model(input_ids=ids, decoder_input_ids=canvas).logits
+        drop_split_attention(layers)
+    assert torch.equal(got, want)
+    assert all(layer.self_attn.config._attn_implementation == "sdpa" for layer in layers)
+    assert use_split_attention(layers) == 0  # the tiny model's heads (32) are within the fast kernels' range
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("batch", [1, 12])
+def test_the_efficient_kernel_path_equals_sdpa_at_the_full_size_global_shape_on_gpu(batch):
+    """Global layer of the full-size architecture: 16 query heads, 2 key/value heads, head dim 512,
+    256 canvas queries, 1,856 keys, scale 1 (transformers' DiffusionGemma attention), bf16."""
+    from petri.engine.split_attention import petri_split_sdpa
+
+    torch.manual_seed(batch)
+    query = (torch.randn(batch, 256, 16, 512, device="cuda") * 0.1).bfloat16().transpose(1, 2)
+    key = (torch.randn(batch, 2, 1856, 512, device="cuda") * 0.1).bfloat16()
+    value = torch.randn(batch, 2, 1856, 512, device="cuda").bfloat16()
+
+    class Attention(torch.nn.Module):
+        num_key_value_groups, is_causal = 8, False
+
+    got, _ = petri_split_sdpa(Attention(), query, key, value, None, scaling=1.0)
+    want = F.scaled_dot_product_attention(query, key, value, scale=1.0, enable_gqa=True).transpose(1, 2)
+    assert got.shape == want.shape == (batch, 256, 16, 512)
+    error = (got.float() - want.float()).norm() / want.float().norm()
+    assert float(error) < 1e-2, float(error)
+
+
+def test_the_compiled_tier_installs_it_only_when_asked_and_undoes_it():
+    from petri.engine.compiled_tier import compile_regions, uncompile_regions
+
+    lm = tiny_random_model(canvas_length=16, num_layers=2, seed=2)
+    attention = lm.model.model.decoder.layers[-1].self_attn
+    attention.head_dim = 512  # as the full-size model's global layers (only the install reads it here)
+    compile_regions(lm, backend="eager")
+    assert attention.config._attn_implementation == "sdpa"
+    compile_regions(lm, backend="eager", split_attention=True)
+    assert attention.config._attn_implementation == NAME
+    assert lm.model.model.decoder.layers[0].self_attn.config._attn_implementation == "sdpa"
+    uncompile_regions(lm)
+    assert attention.config._attn_implementation == "sdpa" and "_petri_config" not in vars(attention)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_compiled_layers_with_the_split_give_the_librarys_logits_on_gpu():
+    """A tiny bf16 model whose global layer has head dim 512 (so the split applies), the compiled
+    tier with ``split_attention=True`` (Inductor, the aten kernel inside the compiled layer) against
+    the uncompiled library model: logits within bf16 rounding."""
+    from dataclasses import replace
+
+    from petri.engine.compiled_tier import compile_regions, uncompile_regions
+    from petri.engine.configs import small_diffusion_gemma_config
+    from petri.engine.tiny import build_tiny_tokenizer
+    from transformers import DiffusionGemmaForBlockDiffusion
+
+    tokenizer = build_tiny_tokenizer()
+    config = small_diffusion_gemma_config(vocab_size=len(tokenizer), canvas_length=16, num_layers=2, num_heads=4,
+                                          num_kv_heads=2)
+    config.text_config.global_head_dim = 512
+    torch.manual_seed(0)
+    model = DiffusionGemmaForBlockDiffusion(config).eval().to("cuda", torch.bfloat16)
+    lm = replace(tiny_random_model(canvas_length=16), model=model, device=torch.device("cuda"), dtype=torch.bfloat16)
+    assert model.model.decoder.layers[-1].self_attn.head_dim == 512
+    ids = torch.randint(3, lm.vocab_size, (1, 40), device="cuda")
+    canvas = torch.randint(3, lm.vocab_size, (1, 16), device="cuda")
+    with torch.no_grad():
+        want = model(input_ids=ids, decoder_input_ids=canvas).logits.float()
+        compile_regions(lm, split_attention=True)
+        try:
+            assert model.model.decoder.layers[-1].self_attn.config._attn_implementation == NAME
+            got = model(input_ids=ids, decoder_input_ids=canvas).logits.float()
+        finally:
+            uncompile_regions(lm)
+    error = (got - want).norm() / want.norm()
+    assert float(error) < 0.05, float(error)
