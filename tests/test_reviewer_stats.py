@@ -233,14 +233,58 @@ def test_report_row_of_a_small_group_is_marked_uninformative():
     assert "uninformative" in row and "CI" not in row and "+1.000" not in row
 
 
+#: what the mixed model's optimizer says about its own route: on another CPU's BLAS the same fit can
+#: take another route to the same optimum (on two of this project's machines the estimates agreed
+#: to 1e-12 while one fit reported "converged" and the other retried with other optimizers and did
+#: not), so the shipped study is compared without them
+OPTIMIZER_DIAGNOSTICS = ("converged", "warnings")
+NOT_CONVERGED = " (did NOT converge)"
+
+
+def assert_same_statistics(shipped, computed, path: str = "statistics") -> None:
+    """``shipped`` and ``computed`` (JSON values) equal but for :data:`OPTIMIZER_DIAGNOSTICS` and
+    floats, which must agree to 1e-9 relative (BLAS kernels differ in the last bits)."""
+    if isinstance(shipped, dict) and isinstance(computed, dict):
+        keys = set(shipped) - set(OPTIMIZER_DIAGNOSTICS)
+        assert keys == set(computed) - set(OPTIMIZER_DIAGNOSTICS), path
+        for key in sorted(keys):
+            assert_same_statistics(shipped[key], computed[key], f"{path}.{key}")
+    elif isinstance(shipped, list) and isinstance(computed, list):
+        assert len(shipped) == len(computed), path
+        for index, (a, b) in enumerate(zip(shipped, computed)):
+            assert_same_statistics(a, b, f"{path}[{index}]")
+    elif isinstance(shipped, float) or isinstance(computed, float):
+        assert math.isclose(shipped, computed, rel_tol=1e-9, abs_tol=1e-12), (path, shipped, computed)
+    elif isinstance(shipped, str) and isinstance(computed, str):
+        assert shipped.replace(NOT_CONVERGED, "") == computed.replace(NOT_CONVERGED, ""), path
+    else:
+        assert shipped == computed, path
+
+
+def without_optimizer_lines(markdown: str) -> str:
+    """A report section without the lines that render :data:`OPTIMIZER_DIAGNOSTICS`."""
+    return "\n".join(line.replace(NOT_CONVERGED, "") for line in markdown.splitlines()
+                     if not line.startswith(("| converged |", "Fit messages:")))
+
+
+def test_the_shipped_comparison_ignores_only_the_optimizers_diagnostics():
+    shipped = {"effect": 0.12305224867724958, "converged": True, "warnings": [], "summary": "ICC 0.29"}
+    assert_same_statistics(shipped, {**shipped, "effect": 0.12305224867724604, "converged": False,
+                                     "warnings": ["Gradient optimization failed"], "summary": "ICC 0.29" + NOT_CONVERGED})
+    for changed in ({"effect": 0.1231}, {"summary": "ICC 0.30"}, {"n_cells": 120}):
+        with pytest.raises(AssertionError):
+            assert_same_statistics(shipped, {**shipped, **changed})
+
+
 def test_shipped_study_statistics_are_the_codes():
-    """The committed statistics.json, pair_tests.csv and report section are what the code gives now."""
+    """The committed statistics.json, pair_tests.csv and report section are what the code gives now
+    (floats to 1e-9, the mixed model's optimizer diagnostics aside: :data:`OPTIMIZER_DIAGNOSTICS`)."""
     from petri.study.statistics import load_results, study_statistics
 
     segments, groups, planned, seed = load_results(SHIPPED)
     stats = study_statistics(segments, groups, planned_batches=planned, seed=seed)
-    assert json.loads((SHIPPED / "statistics.json").read_text()) == json.loads(json.dumps(stats.to_json()))
-    assert "\n".join(stats.markdown()) in (SHIPPED / "report.md").read_text()
+    assert_same_statistics(json.loads((SHIPPED / "statistics.json").read_text()), json.loads(json.dumps(stats.to_json())))
+    assert without_optimizer_lines("\n".join(stats.markdown())) in without_optimizer_lines((SHIPPED / "report.md").read_text())
     pd.testing.assert_frame_equal(pd.read_csv(SHIPPED / "pair_tests.csv").drop(columns="note"),
                                   stats.pairs.drop(columns="note").reset_index(drop=True), check_dtype=False)
     # the headline it recomputes is the one the report printed
