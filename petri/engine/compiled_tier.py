@@ -48,26 +48,42 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     use_petri_cache_dir()
     uncompile_regions(lm)
     tier = lm.fast_tier
-    if fused_experts and (reason := fuse_experts(lm.model)) is not None:
-        log.warning("fused experts off: %s", reason)
-    elif fused_experts and small_batch_experts:  # issue 25: petri.engine.batch1_experts
-        use_small_batch_experts(lm.model)
-        tier.small_batch_experts = True
-    reapply_fp8(lm)  # issue 25: the FP8 tier's experts (when it is on) in place of the op just installed
     decoder_layers = lm.model.model.decoder.layers
-    if fused_router and (reason := fuse_routers(decoder_layers)) is not None:
-        log.warning("fused router off: %s", reason)
+    left_out = _fuse_ops(lm.model, decoder_layers, fused_experts, small_batch_experts, fused_router)
+    for op, reason in left_out.items():
+        log.warning("fused %s off: %s", op, reason)
+    # issue 25: petri.engine.batch1_experts
+    tier.small_batch_experts = fused_experts and small_batch_experts and "experts" not in left_out
+    reapply_fp8(lm)  # issue 25: the FP8 tier's experts (when it is on) in place of the op just installed
     if split_attention:
         use_split_attention(decoder_layers)
     tier.compiled_layers = compile_layers(decoder_layers, backend)
     prompt_layers = encoder_layers(lm.model) if encoder else None
     if prompt_layers is not None:
-        if fused_experts and fuse_experts(lm.model, prompt_layers) is None and small_batch_experts:
-            use_small_batch_experts(lm.model, prompt_layers)
-        if fused_router:
-            fuse_routers(prompt_layers)
+        _fuse_ops(lm.model, prompt_layers, fused_experts, small_batch_experts, fused_router)
         tier.compiled_encoder_layers = compile_layers(prompt_layers, backend, call=writing_own_cache_layer)
     tier.set_options(FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True))
+
+
+def _fuse_ops(model, layers, fused_experts: bool, small_batch_experts: bool, fused_router: bool) -> dict[str, str]:
+    """Route the experts (and, for few tokens, the small-batch experts) and the routers of ``layers``
+    through petri's ops, as asked; returns why an op asked for was left out, by name
+    (``"experts"``, ``"router"``)."""
+    left_out = {}
+    if fused_experts:
+        if (reason := fuse_experts(model, layers)) is not None:
+            left_out["experts"] = reason
+        elif small_batch_experts:
+            use_small_batch_experts(model, layers)
+    if fused_router and (reason := fuse_routers(layers)) is not None:
+        left_out["router"] = reason
+    return left_out
+
+
+def _unfuse_ops(model, layers) -> None:
+    """Undo :func:`_fuse_ops` for ``layers``."""
+    unfuse_experts(model, layers)
+    unfuse_routers(layers)
 
 
 def use_petri_cache_dir() -> None:
@@ -94,11 +110,10 @@ def uncompile_regions(lm) -> None:
     uncompile_layers(tier.compiled_layers)
     uncompile_layers(tier.compiled_encoder_layers)
     tier.compiled_layers, tier.compiled_encoder_layers = [], []
-    unfuse_experts(lm.model)
-    unfuse_routers(lm.model.model.decoder.layers)
-    drop_split_attention(lm.model.model.decoder.layers)
+    decoder_layers = lm.model.model.decoder.layers
+    _unfuse_ops(lm.model, decoder_layers)
+    drop_split_attention(decoder_layers)
     if (prompt_layers := encoder_layers(lm.model)) is not None:
-        unfuse_experts(lm.model, prompt_layers)
-        unfuse_routers(prompt_layers)
+        _unfuse_ops(lm.model, prompt_layers)
     tier.small_batch_experts = False
     reapply_fp8(lm)  # issue 25: the FP8 tier's experts stay while that tier is on

@@ -67,13 +67,19 @@ class OneLayerCache:
         self.is_compileable = cache.is_compileable
 
 
+def cache_argument(kwargs: dict) -> str | None:
+    """The name a layer call passes the KV cache under (``cache``; ``past_key_values`` in older
+    transformers), or ``None`` when it passes none."""
+    return next((name for name in ("cache", "past_key_values") if kwargs.get(name) is not None), None)
+
+
 def reading_own_cache_layer(compiled, index: int, eager=None):
-    """Call ``compiled`` (a compiled decoder layer) with the prompt cache narrowed to layer ``index``."""
+    """Call ``compiled`` (a compiled decoder layer) with the prompt cache narrowed to layer ``index``
+    (``eager``, the uncompiled forward, is not needed: the signature :func:`compile_layers` calls)."""
 
     def call(*args, **kwargs):
-        for name in ("cache", "past_key_values"):
-            if kwargs.get(name) is not None:
-                kwargs[name] = OneLayerCache(kwargs[name], index)
+        if (name := cache_argument(kwargs)) is not None:
+            kwargs[name] = OneLayerCache(kwargs[name], index)
         return compiled(*args, **kwargs)
 
     call.layer_index = index
@@ -112,7 +118,7 @@ def writing_own_cache_layer(compiled, index: int, eager):
     uncompiled layer, ``eager``, writing through a :class:`CacheLayerRedirect`."""
 
     def call(*args, **kwargs):
-        name = next((n for n in ("cache", "past_key_values") if kwargs.get(n) is not None), None)
+        name = cache_argument(kwargs)
         if name is None:
             return eager(*args, **kwargs)
         cache = kwargs[name]
