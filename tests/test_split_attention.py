@@ -141,8 +141,7 @@ def test_compiled_layers_with_the_split_give_the_librarys_logits_on_gpu():
 
     tokenizer = build_tiny_tokenizer()
     config = small_diffusion_gemma_config(vocab_size=len(tokenizer), canvas_length=16, num_layers=2, num_heads=4,
-                                          num_kv_heads=2)
-    config.text_config.global_head_dim = 512
+                                          num_kv_heads=2, global_head_dim=512)
     torch.manual_seed(0)
     model = DiffusionGemmaForBlockDiffusion(config).eval().to("cuda", torch.bfloat16)
     lm = replace(tiny_random_model(canvas_length=16), model=model, device=torch.device("cuda"), dtype=torch.bfloat16)

@@ -29,6 +29,7 @@ def small_diffusion_gemma_config(
     num_heads: int = 2,
     num_kv_heads: int = 1,
     head_dim: int = 32,
+    global_head_dim: int | None = None,
     intermediate_size: int = 128,
     num_experts: int = 4,
     top_k_experts: int = 2,
@@ -40,6 +41,9 @@ def small_diffusion_gemma_config(
     bos_token_id: int = 2,
 ) -> DiffusionGemmaConfig:
     """A DiffusionGemma config of the given size; the last layer is full attention, the rest sliding.
+
+    ``global_head_dim`` is the full-attention layers' head dimension (the full-size model's is 512,
+    its sliding layers' 256); by default it equals ``head_dim``.
 
     The token ids of ``pad``/``eos``/``bos`` must match the tokenizer the model is used with.
     """
@@ -54,7 +58,7 @@ def small_diffusion_gemma_config(
         "num_attention_heads": num_heads,
         "num_key_value_heads": num_kv_heads,
         "head_dim": head_dim,
-        "global_head_dim": head_dim,
+        "global_head_dim": head_dim if global_head_dim is None else global_head_dim,
         "sliding_window": sliding_window,
         "layer_types": layer_types,
         "num_experts": num_experts,
