@@ -18,6 +18,7 @@
 #   shiftfull: experiments/fp8_shift.py on the full-size architecture (SHIFTFULL_SEEDS seeds × 12, 8 steps, compiled tier;
 #           the JSON is written after each arm, so a run cut off by the time limit keeps the arms it finished;
 #           SHIFTFULL_ARMS="" runs bf16 and the null arm only).
+# TESTS (test files) and LEVERS_PARTS (kernel_levers.py's --parts) narrow those two parts.
 # Example:  bash experiments/issue25_device.sh tests check shift quick
 set -o pipefail
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/petri-inductor}
@@ -28,16 +29,16 @@ for part in "$@"; do
   case $part in
     tests)
       nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.mem --format=csv,noheader | tee -a $LOG
-      timeout ${TESTS_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider tests/test_fused_logits.py tests/test_fast_sampler.py \
+      timeout ${TESTS_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests/test_fused_logits.py tests/test_fast_sampler.py \
         tests/test_fused_experts.py tests/test_fp8.py tests/test_batch1_experts.py tests/test_fast_tier.py tests/test_prompt_cache.py \
-        tests/test_fused_router.py tests/test_compiled_encoder.py tests/test_split_attention.py > $OUT/pytest.log 2>&1
+        tests/test_fused_router.py tests/test_compiled_encoder.py tests/test_split_attention.py tests/test_stacked_projections.py} > $OUT/pytest.log 2>&1
       tail -3 $OUT/pytest.log >> $LOG ;;
     sweep)
       timeout ${SWEEP_TIMEOUT:-300} python3 experiments/moe_sweep.py --jobs 8 > $OUT/moe_sweep.json 2>$OUT/sweep.err
       tail -c 1500 $OUT/sweep.err >> $LOG
       python3 -c "import json; d = json.load(open('$OUT/moe_sweep.json')); print(json.dumps({k: d[k] for k in ('read_ceiling_tb_s', 'best', 'library', 'block', 'seconds')}))" >> $LOG 2>&1 ;;
     levers)
-      timeout ${LEVERS_TIMEOUT:-200} python3 experiments/kernel_levers.py --baseline .baseline > $OUT/kernel_levers.json 2>$OUT/levers.err
+      timeout ${LEVERS_TIMEOUT:-200} python3 experiments/kernel_levers.py --baseline .baseline ${LEVERS_PARTS:+--parts $LEVERS_PARTS} > $OUT/kernel_levers.json 2>$OUT/levers.err
       tail -c 2500 $OUT/levers.err >> $LOG ;;
     densesweep)
       timeout ${SWEEP_TIMEOUT:-300} python3 experiments/moe_sweep.py --jobs 8 --dense > $OUT/moe_sweep_dense.json 2>$OUT/sweep_dense.err

@@ -16,7 +16,14 @@ one GPU, at the full-size architecture's shapes. One JSON object on stdout.
 - ``attention``: a global layer's attention (16 query heads, 2 key/value heads, head dim 512,
   256 canvas queries per sample, 1,856 keys) through ``petri.engine.split_attention`` against what
   transformers' SDPA path runs (the key/value heads repeated, then the memory-efficient kernel), at
-  1 and 12 samples, with the relative difference of the outputs.
+  1 and 12 samples, with the relative difference of the outputs;
+- ``dense``: the decoder's projections that read one input (a sliding layer's q, k, v; a global
+  layer's q, k; the MLP's gate and up) as separate products against one product with the weights
+  stacked, at 256 and 3,072 rows, in bf16 (``F.linear``) and FP8 (one row-wise quantization of
+  the input, ``torch._scaled_mm`` per weight or once), with the per-step total over the 30 layers;
+- ``self_conditioning``: the decoder's soft embedding, probabilities (rows, 262,144) times the
+  embedding matrix, in bf16 against FP8 (the probabilities scaled per row, the matrix per column),
+  at 256 and 3,072 rows, with the relative difference of the products.
 
 The baseline kernels come from ``--baseline`` (a folder holding the library files of the commit to
 compare with, e.g. ``git show BASE:petri/engine/fused_logits.py``): each kernel named is taken from
@@ -193,13 +200,90 @@ def attention_part() -> dict:
     return result
 
 
+def dense_part() -> dict:
+    from petri.engine.fp8 import quantize_rows
+
+    groups = {  # the stacked outputs of each group: (sliding layers' widths, global layers' widths)
+        "qkv": ([4096, 2048, 2048], [8192, 1024]),
+        "gate_up": ([2112, 2112], [2112, 2112]),
+    }
+    layers = {0: 25, 1: 5}  # 25 sliding and 5 global layers
+    result = {}
+    for rows in (256, 3072):
+        torch.manual_seed(rows)
+        x = torch.randn(rows, HIDDEN, device="cuda").bfloat16()
+        for group, shapes in groups.items():
+            entry = {}
+            for kind, widths in enumerate(shapes):
+                weights = [(torch.randn(w, HIDDEN, device="cuda") * 0.02).bfloat16() for w in widths]
+                stacked = torch.cat(weights)
+                quantized = [quantize_rows(w) for w in weights]
+                stacked_q = quantize_rows(stacked)
+
+                def bf16_separate():
+                    return [torch.nn.functional.linear(x, w) for w in weights]
+
+                def fp8_separate():
+                    xq, xs = quantize_rows(x)
+                    return [torch._scaled_mm(xq, wq.T, scale_a=xs[:, None], scale_b=ws[None], out_dtype=torch.bfloat16)
+                            for wq, ws in quantized]
+
+                def fp8_stacked():
+                    xq, xs = quantize_rows(x)
+                    return torch._scaled_mm(xq, stacked_q[0].T, scale_a=xs[:, None], scale_b=stacked_q[1][None],
+                                            out_dtype=torch.bfloat16)
+
+                same = torch.equal(torch.cat(fp8_separate(), dim=1), fp8_stacked())
+                times = {"bf16_separate_ms": ms(bf16_separate),
+                         "bf16_stacked_ms": ms(lambda: torch.nn.functional.linear(x, stacked)),
+                         "fp8_separate_ms": ms(fp8_separate), "fp8_stacked_ms": ms(fp8_stacked),
+                         "fp8_stacked_equal": bool(same)}
+                entry["sliding" if kind == 0 else "global"] = times
+            entry["per_step_saving_ms"] = {
+                precision: round(sum(layers[kind] * (entry[name][f"{precision}_separate_ms"] - entry[name][f"{precision}_stacked_ms"])
+                                     for kind, name in ((0, "sliding"), (1, "global"))), 4)
+                for precision in ("bf16", "fp8")}
+            result[f"rows{rows}_{group}"] = entry
+    return result
+
+
+def self_conditioning_part() -> dict:
+    from petri.engine.fp8 import quantize_rows
+
+    torch.manual_seed(7)
+    embedding = (torch.randn(VOCAB, HIDDEN, device="cuda") * 0.03).bfloat16()
+    column_q, column_scale = quantize_rows(embedding.T.contiguous())  # (H, V): per hidden column
+    result = {}
+    for rows in (256, 3072):
+        probabilities = torch.softmax(torch.randn(rows, VOCAB, device="cuda") * 3, dim=-1).bfloat16()
+        want = (probabilities.float() @ embedding.float())
+        bf16 = probabilities @ embedding
+        pq, ps = quantize_rows(probabilities)
+
+        def fp8():
+            return torch._scaled_mm(pq, column_q.T, scale_a=ps[:, None], scale_b=column_scale[None], out_dtype=torch.bfloat16)
+
+        got = fp8()
+        result[f"rows{rows}"] = {
+            "bf16_ms": ms(lambda: probabilities @ embedding), "fp8_ms": ms(fp8),
+            "fp8_fast_ms": ms(lambda: torch._scaled_mm(pq, column_q.T, scale_a=ps[:, None], scale_b=column_scale[None],
+                                                       out_dtype=torch.bfloat16, use_fast_accum=True)),
+            "quantize_probabilities_ms": ms(lambda: quantize_rows(probabilities)),
+            "bf16_relative_difference": float((bf16.float() - want).norm() / want.norm()),
+            "fp8_relative_difference": float((got.float() - want).norm() / want.norm()),
+        }
+        del probabilities, pq, bf16, got, want
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", type=Path, required=True, help="folder with the compared commit's library files")
-    parser.add_argument("--parts", default="align,activation,passes,router,attention")
+    parser.add_argument("--parts", default="align,activation,passes,router,attention,dense,self_conditioning")
     args = parser.parse_args()
     parts = {"align": lambda: align_part(args.baseline), "activation": activation_part,
-             "passes": lambda: passes_part(args.baseline), "router": router_part, "attention": attention_part}
+             "passes": lambda: passes_part(args.baseline), "router": router_part, "attention": attention_part,
+             "dense": dense_part, "self_conditioning": self_conditioning_part}
     out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     for name in args.parts.split(","):
         try:

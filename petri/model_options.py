@@ -27,8 +27,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp16 on MPS, fp32 on CPU), bf16, fp16 or fp32")
     parser.add_argument(
         "--compile", action=argparse.BooleanOptionalAction, default=env_choice("PETRI_COMPILE"),
-        help="the compiled tier of the GPU fast path: compiled decoder layers, the fused experts op (the "
-        "small-batch experts for one or two samples), the sampler's self-conditioning softmax and inverse-CDF "
+        help="the compiled tier of the GPU fast path: compiled decoder and prompt-encoder layers, the fused experts op (the "
+        "small-batch experts for one or two samples), the routers' fused top-k, the global layers' split attention, the "
+        "stacked projections, the sampler's self-conditioning softmax and inverse-CDF "
         "draw (not bit-exact; see the README). Default "
         "(env PETRI_COMPILE=1/0 overrides): on with CUDA and Triton, off elsewhere; the first request pays "
         "the compilation (tens of seconds, cached on disk for the next start)",

@@ -112,15 +112,15 @@ def test_the_efficient_kernel_path_equals_sdpa_at_the_full_size_global_shape_on_
     assert float(error) < 1e-2, float(error)
 
 
-def test_the_compiled_tier_installs_it_only_when_asked_and_undoes_it():
+def test_the_compiled_tier_installs_it_unless_told_not_to_and_undoes_it():
     from petri.engine.compiled_tier import compile_regions, uncompile_regions
 
     lm = tiny_random_model(canvas_length=16, num_layers=2, seed=2)
     attention = lm.model.model.decoder.layers[-1].self_attn
     attention.head_dim = 512  # as the full-size model's global layers (only the install reads it here)
-    compile_regions(lm, backend="eager")
+    compile_regions(lm, backend="eager", split_attention=False)
     assert attention.config._attn_implementation == "sdpa"
-    compile_regions(lm, backend="eager", split_attention=True)
+    compile_regions(lm, backend="eager")  # on by default
     assert attention.config._attn_implementation == NAME
     assert lm.model.model.decoder.layers[0].self_attn.config._attn_implementation == "sdpa"
     uncompile_regions(lm)

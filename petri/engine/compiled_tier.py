@@ -1,6 +1,8 @@
 """The compiled tier of the GPU fast path, switched on and off in place: the decoder's experts
 through the fused experts op (:mod:`petri.engine.fused_experts`), its routers' top-k as one op
-(:mod:`petri.engine.fused_router`), regional compilation of the decoder layers and of the prompt
+(:mod:`petri.engine.fused_router`), its projections that read one input as one product
+(:mod:`petri.engine.stacked_projections`), its global layers' split attention
+(:mod:`petri.engine.split_attention`), regional compilation of the decoder layers and of the prompt
 encoder's with one graph per layer type (:mod:`petri.engine.decoder_hooks`), and the fast path's
 options that are not bit-exact either (:class:`petri.engine.fast_tier.FastOptions`: the
 self-conditioning softmax in the logits pass, the inverse-CDF draw). What it switched on is written
@@ -9,16 +11,18 @@ small-batch experts, the options), which is how the samplers and :func:`uncompil
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 
 from petri.engine.batch1_experts import use_small_batch_experts
 from petri.engine.decoder_hooks import compile_layers, encoder_layers, uncompile_layers, writing_own_cache_layer
 from petri.engine.fast_tier import FastOptions
-from petri.engine.fp8 import reapply as reapply_fp8
+from petri.engine.fp8 import precision_of, set_precision
 from petri.engine.fused_experts import fuse_experts, unfuse_experts
 from petri.engine.fused_router import fuse_routers, unfuse_routers
 from petri.engine.split_attention import drop_split_attention, use_split_attention
+from petri.engine.stacked_projections import stack_projections, unstack_projections
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +31,8 @@ PETRI_CACHE_DIR = os.path.expanduser("~/.cache/petri/torchinductor")
 
 
 def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, small_batch_experts: bool = True,
-                    encoder: bool = True, fused_router: bool = True, split_attention: bool = False) -> None:
+                    encoder: bool = True, fused_router: bool = True, split_attention: bool = True,
+                    stacked_projections: bool = True) -> None:
     """The compiled tier, in place: the decoder's experts through the fused experts op
     (``fused_experts``; skipped, with the reason logged, where the layers do not fit it), then
     regional compilation of the decoder layers (:func:`petri.engine.decoder_hooks.compile_layers`:
@@ -42,27 +47,45 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     bf16 whatever the precision; :func:`petri.engine.decoder_hooks.writing_own_cache_layer`), so a
     request's prompt pass is compiled as well. ``fused_router`` (on by default; issue 25): every
     compiled layer's router takes its softmax, top-k and scaling as one op
-    (:mod:`petri.engine.fused_router`). ``split_attention`` (off by default until a whole step is
-    measured with it; issue 25): the decoder's global layers attend through
-    :mod:`petri.engine.split_attention`. :func:`uncompile_regions` undoes it all."""
+    (:mod:`petri.engine.fused_router`). ``split_attention`` (on by default; issue 25, measured
+    faster over whole seeds at one and twelve samples on an H200): the decoder's global layers attend
+    through :mod:`petri.engine.split_attention`. ``stacked_projections`` (on by default; issue 25):
+    each decoder layer's q, k, v and its MLP's gate and up as one product each
+    (:mod:`petri.engine.stacked_projections`). The FP8 tier, when on, is switched off around the
+    change and on again, so that it quantizes what is installed. :func:`uncompile_regions` undoes it all."""
     use_petri_cache_dir()
-    uncompile_regions(lm)
-    tier = lm.fast_tier
-    decoder_layers = lm.model.model.decoder.layers
-    left_out = _fuse_ops(lm.model, decoder_layers, fused_experts, small_batch_experts, fused_router)
-    for op, reason in left_out.items():
-        log.warning("fused %s off: %s", op, reason)
-    # issue 25: petri.engine.batch1_experts
-    tier.small_batch_experts = fused_experts and small_batch_experts and "experts" not in left_out
-    reapply_fp8(lm)  # issue 25: the FP8 tier's experts (when it is on) in place of the op just installed
-    if split_attention:
-        use_split_attention(decoder_layers)
-    tier.compiled_layers = compile_layers(decoder_layers, backend)
-    prompt_layers = encoder_layers(lm.model) if encoder else None
-    if prompt_layers is not None:
-        _fuse_ops(lm.model, prompt_layers, fused_experts, small_batch_experts, fused_router)
-        tier.compiled_encoder_layers = compile_layers(prompt_layers, backend, call=writing_own_cache_layer)
-    tier.set_options(FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True))
+    with _fp8_off(lm):
+        uncompile_regions(lm)
+        tier = lm.fast_tier
+        decoder_layers = lm.model.model.decoder.layers
+        left_out = _fuse_ops(lm.model, decoder_layers, fused_experts, small_batch_experts, fused_router)
+        for op, reason in left_out.items():
+            log.warning("fused %s off: %s", op, reason)
+        # issue 25: petri.engine.batch1_experts
+        tier.small_batch_experts = fused_experts and small_batch_experts and "experts" not in left_out
+        if split_attention:
+            use_split_attention(decoder_layers)
+        if stacked_projections:
+            stack_projections(lm, decoder_layers)
+        tier.compiled_layers = compile_layers(decoder_layers, backend)
+        prompt_layers = encoder_layers(lm.model) if encoder else None
+        if prompt_layers is not None:
+            _fuse_ops(lm.model, prompt_layers, fused_experts, small_batch_experts, fused_router)
+            tier.compiled_encoder_layers = compile_layers(prompt_layers, backend, call=writing_own_cache_layer)
+        tier.set_options(FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True))
+
+
+@contextlib.contextmanager
+def _fp8_off(lm):
+    """The FP8 tier off while open and on again after (in the precision it had): switching it on
+    quantizes the layers installed by then (the stacked projections) and puts the FP8 experts
+    forward over the op installed (with the tier's small-batch flag), :func:`petri.engine.fp8.use_fp8`."""
+    precision = precision_of(lm)
+    set_precision(lm, "bf16")
+    try:
+        yield
+    finally:
+        set_precision(lm, precision)
 
 
 def _fuse_ops(model, layers, fused_experts: bool, small_batch_experts: bool, fused_router: bool) -> dict[str, str]:
@@ -103,17 +126,18 @@ def use_petri_cache_dir() -> None:
 
 
 def uncompile_regions(lm) -> None:
-    """The decoder layers' own forward and experts again, and the default options (the tier's
-    record of the compiled tier cleared)."""
-    tier = lm.fast_tier
-    tier.set_options(None)  # also drops graphs captured with the other layers
-    uncompile_layers(tier.compiled_layers)
-    uncompile_layers(tier.compiled_encoder_layers)
-    tier.compiled_layers, tier.compiled_encoder_layers = [], []
-    decoder_layers = lm.model.model.decoder.layers
-    _unfuse_ops(lm.model, decoder_layers)
-    drop_split_attention(decoder_layers)
-    if (prompt_layers := encoder_layers(lm.model)) is not None:
-        _unfuse_ops(lm.model, prompt_layers)
-    tier.small_batch_experts = False
-    reapply_fp8(lm)  # issue 25: the FP8 tier's experts stay while that tier is on
+    """The decoder layers' own forward, experts, attention and projections again, and the default
+    options (the tier's record of the compiled tier cleared); the FP8 tier stays as it was."""
+    with _fp8_off(lm):
+        tier = lm.fast_tier
+        tier.set_options(None)  # also drops graphs captured with the other layers
+        uncompile_layers(tier.compiled_layers)
+        uncompile_layers(tier.compiled_encoder_layers)
+        tier.compiled_layers, tier.compiled_encoder_layers = [], []
+        decoder_layers = lm.model.model.decoder.layers
+        _unfuse_ops(lm.model, decoder_layers)
+        drop_split_attention(decoder_layers)
+        unstack_projections(lm, decoder_layers)
+        if (prompt_layers := encoder_layers(lm.model)) is not None:
+            _unfuse_ops(lm.model, prompt_layers)
+        tier.small_batch_experts = False

@@ -40,6 +40,7 @@ from petri.engine.batch1_experts import MAX_PAIRS, align_blocks, grouped_gemm
 from petri.engine.fp8_kernels import MAX_WIDTH, gelu_gate_quantized, quantize_rows_triton, triton_quantizable
 from petri.engine.fused_experts import combine_rows, fusable_reason, gated_activation, route
 from petri.engine.fused_logits import HAVE_TRITON
+from petri.engine.stacked_projections import is_stacked_member, stacked_groups
 
 log = logging.getLogger(__name__)
 
@@ -203,14 +204,18 @@ def _experts_forward(self, hidden_states, top_k_index, top_k_weights):
 
 def dense_targets(model) -> list[tuple[str, torch.nn.Linear]]:
     """(name, module) of the linears the tier quantizes: the decoder layers' (not the router's),
-    the decoder's self-conditioning MLP's and the lm head."""
+    the decoder's self-conditioning MLP's and the lm head; where the compiled tier stacked
+    projections (:mod:`petri.engine.stacked_projections`), each group's stacked linear (named after
+    its members, joined by ``+``) instead of its members."""
     decoder = model.model.decoder
     found = [(f"model.decoder.layers.{name}", module) for name, module in decoder.layers.named_modules()
              if isinstance(module, torch.nn.Linear) and ".router." not in f".{name}."]
     sc = getattr(decoder, "self_conditioning", None)
     if sc is not None:
         found += [(f"model.decoder.self_conditioning.{name}", m) for name, m in sc.named_modules() if isinstance(m, torch.nn.Linear)]
-    return found + [("lm_head", model.lm_head)]
+    names = {id(module): name for name, module in found}
+    stacked = [("+".join(names[id(m)] for m in group.members), group.stacked) for group in stacked_groups(model)]
+    return [(name, m) for name, m in found if not is_stacked_member(m)] + stacked + [("lm_head", model.lm_head)]
 
 
 def fp8_reason(lm) -> str | None:

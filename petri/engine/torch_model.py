@@ -142,7 +142,8 @@ def compiles_by_default(lm: LoadedModel) -> bool:
 
 def compile_for_sampling(
     lm: LoadedModel, backend: str = "inductor", regional: bool = True, fused_experts: bool = True,
-    small_batch_experts: bool = True, encoder: bool = True, fused_router: bool = True, split_attention: bool = False,
+    small_batch_experts: bool = True, encoder: bool = True, fused_router: bool = True, split_attention: bool = True,
+    stacked_projections: bool = True,
 ) -> LoadedModel:
     """Compile what the samplers call, in place. ``regional`` (default): ``torch.compile`` each decoder
     layer (``petri.engine.compiled_tier.compile_regions``: one compiled graph per layer type, reused
@@ -156,14 +157,16 @@ def compile_for_sampling(
     and ``small_batch_experts`` (default) sends calls of few tokens to
     :mod:`petri.engine.batch1_experts`' kernels (issue 25: faster at one sample, measured on an H200),
     ``encoder`` (default) compiles the prompt encoder's layers the same way, and ``fused_router``
-    (default) runs each router's softmax and top-k as one op, and ``split_attention`` (opt-in) runs
-    the global layers' attention folded and split (all issue 25).
+    (default) runs each router's softmax and top-k as one op, ``split_attention`` (default) runs
+    the global layers' attention folded and split, and ``stacked_projections`` (default) computes
+    each layer's q, k, v and its MLP's gate and up as one product each (all issue 25).
     ``backend="eager"`` traces without compiling (what the CPU test uses)."""
     if regional:
         from petri.engine.compiled_tier import compile_regions
 
         compile_regions(lm, backend=backend, fused_experts=fused_experts, small_batch_experts=small_batch_experts,
-                        encoder=encoder, fused_router=fused_router, split_attention=split_attention)
+                        encoder=encoder, fused_router=fused_router, split_attention=split_attention,
+                        stacked_projections=stacked_projections)
     else:
         lm.model.forward = torch.compile(lm.model.forward, backend=backend)
     return lm
