@@ -10,12 +10,16 @@ steps run. For each metric and arm against bf16: the relative shift of the mean,
   paired by seed;
 - ``sample_level`` (not independent, shown for reference): Mann-Whitney U and Kolmogorov-Smirnov.
 
-One JSON object on stdout; ``--npz`` also keeps the per-sample arrays.
+One JSON object on stdout; ``--npz`` also keeps the per-sample arrays. ``--from-npz`` recomputes
+the comparisons of a finished run from its arrays (no model, no GPU) and writes them into the run's
+JSON (``--out``).
 
     # the embedded model with its shipped settings (adaptive stop), two dishes, 250 seeds × 12 samples
     python experiments/fp8_shift.py --model embedded --seeds 250 --batch 12
     # the full-size architecture (random bf16 weights), fixed steps, a 200-token random prompt
     python experiments/fp8_shift.py --model full --seeds 25 --batch 12 --steps 8 --compile
+    # the tests of a finished run again, from its arrays
+    python experiments/fp8_shift.py --from-npz run.npz --batch 12 --out run.json
 """
 
 from __future__ import annotations
@@ -58,7 +62,9 @@ def compare(arm: dict[str, np.ndarray], base: dict[str, np.ndarray], batch: int,
 
     out = {}
     for name in base:
-        a, b = arm[name], base[name]
+        # float64: scipy returns p in its inputs' dtype, and float32 rounds p below 1e-38 to 0
+        # (and p below 1e-45 to subnormal steps), as the runs before 2026-12-02 reported
+        a, b = np.asarray(arm[name], dtype=np.float64), np.asarray(base[name], dtype=np.float64)
         same = np.all(a == a[0]) and np.all(b == a[0])  # e.g. fixed steps: no test to run
         seeds_a, seeds_b = a.reshape(-1, batch).mean(1), b.reshape(-1, batch).mean(1)
         differs = not np.array_equal(seeds_a, seeds_b)
@@ -88,7 +94,11 @@ def main() -> None:
     parser.add_argument("--arms", default="fp8,fp8-fast", help="FP8 arms beside bf16 and the null arm ('': the null arm only)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--npz", default=None, help="also keep the per-sample arrays (arm_metric: (seeds·batch,))")
+    parser.add_argument("--from-npz", default=None, help="recompute a finished run's comparisons from its arrays into --out")
     args = parser.parse_args()
+    if args.from_npz:
+        recompare(args.from_npz, args.batch, args.out)
+        return
     started = time.perf_counter()
     if args.model == "full":
         from bench import build_full_size, three_anchor_layouts
@@ -140,6 +150,27 @@ def main() -> None:
         if args.npz:
             np.savez_compressed(args.npz, **{f"{a}_{name}": v for a, values in arms.items() for name, v in values.items()})
     print(text)
+
+
+def recompare(npz: str, batch: int, out: str | None) -> None:
+    """The ``<arm>_vs_bf16`` entries of a run recomputed from its ``--npz`` arrays (arms other than
+    the null arm paired by seed), written into the run's JSON ``out`` (marked ``recomputed_from``)
+    or printed."""
+    arrays = np.load(npz)
+    arms: dict[str, dict[str, np.ndarray]] = {}
+    for key in arrays.files:
+        arm, name = key.rsplit("_", 1)
+        arms.setdefault(arm, {})[name] = arrays[key]
+    comparisons = {f"{arm}_vs_bf16": compare(arms[arm], arms["bf16"], batch, paired=arm != "bf16_other_seeds")
+                   for arm in arms if arm != "bf16"}
+    if out is None:
+        print(json.dumps(comparisons, indent=2))
+        return
+    run = json.loads(Path(out).read_text())
+    if run.get("batch", batch) != batch:
+        raise SystemExit(f"--batch {batch} differs from the run's batch {run['batch']}")
+    run.update(comparisons, recomputed_from=Path(npz).name)
+    Path(out).write_text(json.dumps(run, indent=2))
 
 
 def report(lm, args, settings, arms: dict, samplers: dict, seconds: dict, plan: list, started: float) -> dict:
