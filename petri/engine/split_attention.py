@@ -1,6 +1,7 @@
-"""Attention of the decoder's global layers at few samples (issue 25, opt-in): each key/value head's
-group of query heads folded into one query sequence, and the keys split into chunks attended as
-separate batch entries, then combined by their log-sum-exp (flash-decoding's split).
+"""Attention of the decoder's global layers at few samples (issue 25; on by default in the compiled
+tier): each key/value head's group of query heads folded into one query sequence, and the keys
+split into chunks attended as separate batch entries, then combined by their log-sum-exp
+(flash-decoding's split).
 
 Why: the full-size model's five global layers have head dim 512, which neither PyTorch 2.11's flash
 nor its cuDNN kernel takes, so SDPA runs the sm80 memory-efficient kernel. At one sample (256 canvas

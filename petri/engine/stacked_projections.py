@@ -18,7 +18,8 @@ quantization, and ``torch._scaled_mm`` gave bit-equal products at the full-size 
 ``gate_proj``) computes the stacked product and returns its columns; the others return theirs when
 they are called with the same input tensor, which is how the library calls them. A member called
 any other way computes the stacked product itself and takes its own columns, so the result is
-right in any order, only slower.
+right in any order, only slower. The stacked weight is made where the model is: a model moved to
+another device afterwards needs the groups installed again (the compiled tier, compiled again).
 
 Shapes: input (..., H) → the stacked product (..., N₁ + … + Nₖ), member i's part (..., Nᵢ).
 """
@@ -89,8 +90,8 @@ def projection_groups(model, layers) -> list[list[torch.nn.Linear]]:
 
 def _check_bf16(lm) -> None:
     if lm.fast_tier.precision != "bf16":
-        raise RuntimeError(f"projections are stacked or unstacked with the FP8 tier off (precision is {lm.fast_tier.precision}): "
-                           "the FP8 tier quantizes the stacked layers, not their members")
+        raise RuntimeError(f"projections are stacked or unstacked with the FP8 tier off (precision is "
+                           f"{lm.fast_tier.precision}): the FP8 tier quantizes the stacked layers, not their members")
 
 
 def stack_projections(lm, layers) -> int:
