@@ -129,9 +129,7 @@ def test_torch_scaled_grouped_mm_takes_the_layouts_the_tier_passes():
 
 @pytest.fixture()
 def bf16_tiny():
-    lm = tiny_random_model(canvas_length=16)
-    lm.model.to(torch.bfloat16)
-    return replace(lm, dtype=torch.bfloat16)
+    return tiny_random_model(canvas_length=16, dtype=torch.bfloat16)
 
 
 def _logits(lm, seed=0):

@@ -46,21 +46,23 @@ def build_tiny_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
     )
 
 
-def tiny_random_model(canvas_length: int = 16, seed: int = 0, **config_overrides) -> LoadedModel:
-    """A randomly initialised 2-layer DiffusionGemma (MoE and self-conditioning on) on the CPU."""
+def tiny_random_model(canvas_length: int = 16, seed: int = 0, dtype: torch.dtype = torch.float32,
+                      **config_overrides) -> LoadedModel:
+    """A randomly initialised 2-layer DiffusionGemma (MoE and self-conditioning on) on the CPU, its
+    weights drawn in float32 and then cast to ``dtype`` (bf16: what the FP8 tier takes)."""
     tokenizer = build_tiny_tokenizer()
     config = small_diffusion_gemma_config(
         vocab_size=len(tokenizer), canvas_length=canvas_length, **config_overrides
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = DiffusionGemmaForBlockDiffusion(config).eval()
+        model = DiffusionGemmaForBlockDiffusion(config).eval().to(dtype)
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
         model_id=f"tiny-random-seed{seed}",
         device=torch.device("cpu"),
-        dtype=torch.float32,
+        dtype=dtype,
     )
 
 
