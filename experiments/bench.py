@@ -11,7 +11,7 @@ experts), ``petri_fast_compiled_experts`` (compiled layers around the fused expe
 ``petri_fast_compiled_softmax`` (and the decoder's self-conditioning softmax done by the sampler's
 pass) and ``petri_fast_compiled`` (and the inverse-CDF draw); ``petri_fast_fp8`` and ``petri_fast_compiled_fp8``: the exact and the compiled tier with
 the FP8 tier's weights (``petri.engine.fp8``, ``--precision fp8``); ``petri_fast_compiled_fp8fast``: the compiled tier
-in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.batch1_experts`` for calls of few tokens (what ``--compile`` does; ``petri_fast_compiled`` leaves that lever out); ``petri_fast_compiled_small_fp8`` and ``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op). ``petri_fast_compiled_small_eager_encoder``, ``petri_fast_compiled_small_torch_topk``, ``petri_fast_compiled_small_unsplit`` and ``petri_fast_compiled_small_unstacked`` (also ``..._fp8fast_unstacked``): the compiled tier without one of issue 25's later levers (its prompt encoder uncompiled; the routers' ``torch.topk``; the global layers' attention unsplit; the projections unstacked). (Results from before 2026-12-02 name ``petri_fast_compiled_small_split_attention``: the tier of then, split attention opt-in, with it on.) Each configuration puts the model in its mode first (``MODES``). The petri samplers
+in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.batch1_experts`` for calls of few tokens (what ``--compile`` does; ``petri_fast_compiled`` leaves that lever out); ``petri_fast_compiled_small_fp8`` and ``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op). ``petri_fast_compiled_small_eager_encoder``, ``petri_fast_compiled_small_torch_topk``, ``petri_fast_compiled_small_unsplit`` and ``petri_fast_compiled_small_unstacked`` (also ``..._fp8fast_unstacked``): the compiled tier without one of issue 25's later levers (its prompt encoder uncompiled; the routers' ``torch.topk``; the global layers' attention unsplit; the projections unstacked); ``petri_fast_compiled_small_fp8fast_sc_fp8``: fp8-fast with the opt-in FP8 self-conditioning (``FastOptions.fp8_self_conditioning``). (Results from before 2026-12-02 name ``petri_fast_compiled_small_split_attention``: the tier of then, split attention opt-in, with it on.) Each configuration puts the model in its mode first (``MODES``). The petri samplers
 pin three anchors and record the full per-step log. Peak GPU memory per configuration. Prints one JSON object (and ``--out`` keeps it).
 
 ``ms_per_step`` counts a prompt encode in every call (the model's kept prompts are cleared before
@@ -150,13 +150,14 @@ CONFIGS = (
     "petri_fast_fp8", "petri_fast_compiled_fp8", "petri_fast_compiled_small", "petri_fast_compiled_fp8fast",
     "petri_fast_compiled_small_fp8", "petri_fast_compiled_small_fp8fast", "petri_fast_compiled_small_eager_encoder",
     "petri_fast_compiled_small_torch_topk", "petri_fast_compiled_small_unsplit", "petri_fast_compiled_small_unstacked",
-    "petri_fast_compiled_small_fp8fast_unstacked",
+    "petri_fast_compiled_small_fp8fast_unstacked", "petri_fast_compiled_small_fp8fast_sc_fp8",
 )
 #: configuration → (compiled layers, fused experts op, the self-conditioning softmax in the sampler,
 #: the inverse-CDF draw, precision, the small-batch experts, the prompt encoder compiled too, the
-#: routers' fused top-k, the global layers' split attention, the stacked projections): each lever
-#: added one at a time (the last four are on with compiled layers unless a configuration says
-#: otherwise, as in the compiled tier)
+#: routers' fused top-k, the global layers' split attention, the stacked projections, the FP8
+#: self-conditioning): each lever added one at a time (encoder, router, split and stacking are on
+#: with compiled layers unless a configuration says otherwise, as in the compiled tier; the FP8
+#: self-conditioning is opt-in)
 MODES = {
     "petri_fast_fused_experts": (False, True, False, False, "bf16"),
     "petri_fast_compiled_plain": (True, False, False, False, "bf16"),
@@ -178,14 +179,17 @@ MODES = {
     # issue 25: the compiled tier without the stacked projections, in bf16 and fp8-fast
     "petri_fast_compiled_small_unstacked": (True, True, True, True, "bf16", True, True, True, True, False),
     "petri_fast_compiled_small_fp8fast_unstacked": (True, True, True, True, "fp8-fast", True, True, True, True, False),
+    # issue 25: fp8-fast with the self-conditioning probabilities and their product in e4m3 (opt-in)
+    "petri_fast_compiled_small_fp8fast_sc_fp8": (True, True, True, True, "fp8-fast", True, True, True, True, True, True),
 }
-PLAIN = (False, False, False, False, "bf16", False, True, True, True, True)
+PLAIN = (False, False, False, False, "bf16", False, True, True, True, True, False)
 _current_mode: list = [PLAIN]
 
 
 def set_model_mode(lm: LoadedModel, compiled: bool, fused_experts: bool, softmax_sc: bool, inverse_cdf: bool,
                    precision: str = "bf16", small_batch: bool = False, encoder: bool = True,
-                   fused_router: bool = True, split_attention: bool = True, stacked_projections: bool = True) -> None:
+                   fused_router: bool = True, split_attention: bool = True, stacked_projections: bool = True,
+                   fp8_self_conditioning: bool = False) -> None:
     """Put the model in one configuration whatever the previous one was: uncompiled layers and the
     transformers experts, then (``fused_experts``) the fused experts op and (``compiled``) regional
     compilation (lazy: it lands in the next call), then the precision (``petri.engine.fp8``); the
@@ -196,7 +200,7 @@ def set_model_mode(lm: LoadedModel, compiled: bool, fused_experts: bool, softmax
     from petri.engine.fused_experts import fuse_experts
 
     levers = (small_batch, encoder, fused_router, split_attention, stacked_projections)
-    if (_current_mode[0][:2], _current_mode[0][5:]) != ((compiled, fused_experts), levers):
+    if (_current_mode[0][:2], _current_mode[0][5:10]) != ((compiled, fused_experts), levers):
         uncompile_regions(lm)  # the plain layers and experts; drops graphs captured before
         torch._dynamo.reset()
         if compiled:
@@ -206,8 +210,9 @@ def set_model_mode(lm: LoadedModel, compiled: bool, fused_experts: bool, softmax
         elif fused_experts:
             fuse_experts(lm.model)
     set_precision(lm, precision)
-    lm.fast_tier.set_options(FastOptions(softmax_self_conditioning=softmax_sc, inverse_cdf_draw=inverse_cdf))
-    _current_mode[0] = (compiled, fused_experts, softmax_sc, inverse_cdf, precision, *levers)
+    lm.fast_tier.set_options(FastOptions(softmax_self_conditioning=softmax_sc, inverse_cdf_draw=inverse_cdf,
+                                         fp8_self_conditioning=fp8_self_conditioning))
+    _current_mode[0] = (compiled, fused_experts, softmax_sc, inverse_cdf, precision, *levers, fp8_self_conditioning)
 
 
 def measure(name: str, lm: LoadedModel, prompt, settings, layouts, repeats: int) -> dict:

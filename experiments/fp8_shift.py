@@ -91,7 +91,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="fixed steps, adaptive stop off (default: the model's settings)")
     parser.add_argument("--compile", action="store_true", help="both arms in the compiled tier (default: the exact tier)")
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke run (slow; bf16 on the CPU)")
-    parser.add_argument("--arms", default="fp8,fp8-fast", help="FP8 arms beside bf16 and the null arm ('': the null arm only)")
+    parser.add_argument("--arms", default="fp8,fp8-fast", help="FP8 arms beside bf16 and the null arm ('': the null arm "
+                        "only); a precision, or one with '+sc-fp8' (the opt-in FP8 self-conditioning, compiled tier)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--npz", default=None, help="also keep the per-sample arrays (arm_metric: (seeds·batch,))")
     parser.add_argument("--from-npz", default=None, help="recompute a finished run's comparisons from its arrays into --out")
@@ -131,9 +132,12 @@ def main() -> None:
         compile_for_sampling(lm)
     arms: dict[str, dict[str, list]] = {}
     samplers, seconds = {}, {}
-    plan = [("bf16", "bf16", 0)] + [(arm, arm, 0) for arm in args.arms.split(",") if arm] + [("bf16_other_seeds", "bf16", 10**6)]
+    plan = [("bf16", "bf16", 0)] + [(arm, arm.removesuffix("+sc-fp8"), 0) for arm in args.arms.split(",") if arm] \
+        + [("bf16_other_seeds", "bf16", 10**6)]
+    tier_options = lm.fast_tier.options
     for arm, precision, offset in plan:
         set_precision(lm, precision)
+        lm.fast_tier.set_options(replace(tier_options, fp8_self_conditioning=arm.endswith("+sc-fp8")))
         began = time.perf_counter()
         values: dict[str, list] = {"flips": [], "steps": [], "entropy": []}
         for seed in range(args.seeds):

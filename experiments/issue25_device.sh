@@ -31,7 +31,7 @@ for part in "$@"; do
       nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.mem --format=csv,noheader | tee -a $LOG
       timeout ${TESTS_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests/test_fused_logits.py tests/test_fast_sampler.py \
         tests/test_fused_experts.py tests/test_fp8.py tests/test_batch1_experts.py tests/test_fast_tier.py tests/test_prompt_cache.py \
-        tests/test_fused_router.py tests/test_compiled_encoder.py tests/test_split_attention.py tests/test_stacked_projections.py} > $OUT/pytest.log 2>&1
+        tests/test_fused_router.py tests/test_compiled_encoder.py tests/test_split_attention.py tests/test_stacked_projections.py tests/test_fp8_self_conditioning.py} > $OUT/pytest.log 2>&1
       tail -3 $OUT/pytest.log >> $LOG ;;
     sweep)
       timeout ${SWEEP_TIMEOUT:-300} python3 experiments/moe_sweep.py --jobs 8 > $OUT/moe_sweep.json 2>$OUT/sweep.err

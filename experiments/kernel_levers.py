@@ -9,7 +9,8 @@ one GPU, at the full-size architecture's shapes. One JSON object on stdout.
 - ``passes``: the sampler's logits passes (``triton_logit_pass``: softcap, probabilities for the
   self-conditioning, inverse-CDF draw) at 256 and 3,072 rows of 262,144, with the baseline's second
   kernel against this one's (the draw's scan only where the running sum can cross); the sampled
-  tokens must be identical;
+  tokens must be identical; and the pass writing the probabilities in e4m3 (the opt-in FP8
+  self-conditioning);
 - ``router``: the routers' softmax, top-k, renormalisation and scale (``petri.engine.fused_router``)
   against transformers' ops eager and compiled by Inductor (what the compiled tier ran before),
   at 256 and 3,072 tokens;
@@ -152,10 +153,17 @@ def passes_part(folder: Path) -> dict:
             want, want_sc = run(), sc.clone()
             baseline = ms(run)
         got = run()
+        fp8_sc, fp8_scale = torch.empty(rows, VOCAB, device="cuda", dtype=torch.float8_e4m3fn), torch.empty(rows, device="cuda")
+
+        def run_fp8():  # the opt-in FP8 self-conditioning: e4m3 probabilities and a row scale
+            return fused_logits.triton_logit_pass(raw, None, inv_t, softcap=30.0, self_conditioning_out=fp8_sc,
+                                                  self_conditioning_scale=fp8_scale, probabilities=True, uniforms=uniforms)
+
         result[f"rows{rows}"] = {
             "baseline_ms": baseline, "ms": ms(run),
             "sampled_identical": bool(torch.equal(got.sampled, want.sampled)),
             "probabilities_identical": bool(torch.equal(sc, want_sc)),
+            "fp8_probabilities_ms": ms(run_fp8),
         }
     return result
 

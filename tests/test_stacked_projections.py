@@ -129,9 +129,7 @@ def test_dynamo_traces_a_layer_with_one_product_per_group_and_no_break():
 
 @pytest.fixture()
 def bf16_tiny():
-    lm = tiny_random_model(canvas_length=16, seed=3)
-    lm.model.to(torch.bfloat16)
-    return replace(lm, dtype=torch.bfloat16)
+    return tiny_random_model(canvas_length=16, seed=3, dtype=torch.bfloat16)
 
 
 def test_the_fp8_tier_quantizes_the_stacked_layers_with_the_members_logits(bf16_tiny):

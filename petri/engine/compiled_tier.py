@@ -32,7 +32,7 @@ PETRI_CACHE_DIR = os.path.expanduser("~/.cache/petri/torchinductor")
 
 def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, small_batch_experts: bool = True,
                     encoder: bool = True, fused_router: bool = True, split_attention: bool = True,
-                    stacked_projections: bool = True) -> None:
+                    stacked_projections: bool = True, fp8_self_conditioning: bool = False) -> None:
     """The compiled tier, in place: the decoder's experts through the fused experts op
     (``fused_experts``; skipped, with the reason logged, where the layers do not fit it), then
     regional compilation of the decoder layers (:func:`petri.engine.decoder_hooks.compile_layers`:
@@ -51,7 +51,9 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     faster over whole seeds at one and twelve samples on an H200): the decoder's global layers attend
     through :mod:`petri.engine.split_attention`. ``stacked_projections`` (on by default; issue 25):
     each decoder layer's q, k, v and its MLP's gate and up as one product each
-    (:mod:`petri.engine.stacked_projections`). The FP8 tier, when on, is switched off around the
+    (:mod:`petri.engine.stacked_projections`). ``fp8_self_conditioning`` (opt-in, not yet measured
+    on a GPU; issue 25): in the FP8 tier, the self-conditioning probabilities and their product with
+    the embedding in e4m3 (:class:`FastOptions`). The FP8 tier, when on, is switched off around the
     change and on again, so that it quantizes what is installed. :func:`uncompile_regions` undoes it all."""
     use_petri_cache_dir()
     with _fp8_off(lm):
@@ -72,7 +74,8 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
         if prompt_layers is not None:
             _fuse_ops(lm.model, prompt_layers, fused_experts, small_batch_experts, fused_router)
             tier.compiled_encoder_layers = compile_layers(prompt_layers, backend, call=writing_own_cache_layer)
-        tier.set_options(FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True))
+        tier.set_options(FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True,
+                                     fp8_self_conditioning=fp8_self_conditioning))
 
 
 @contextlib.contextmanager

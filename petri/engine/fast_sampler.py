@@ -50,6 +50,7 @@ from petri.engine.base import SampleRequest, StepCallback
 from petri.engine.compiled_tier import uncompile_regions
 from petri.engine.decoder_hooks import self_conditioning_reason, soft_embeddings_fed
 from petri.engine.fast_tier import FastOptions
+from petri.engine.fp8 import embedding_columns, scaled_matmul
 from petri.engine.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
 from petri.engine.loop import run_loop
 from petri.engine.torch_step import TorchOps, _cache_kwarg, start_batch
@@ -115,7 +116,15 @@ class _Session:
         self.argmax_canvas = torch.zeros((S, L), dtype=torch.long, device=device)
         self.anchor_mask = torch.zeros((S, L), dtype=torch.bool, device=device)
         self.anchor_ids = torch.zeros((S, L), dtype=torch.long, device=device)
-        self.self_conditioning = torch.zeros((S, L, V), dtype=embed_dtype, device=device)
+        # issue 25, opt-in: the probabilities in e4m3 with a scale per row (FastOptions.fp8_self_conditioning)
+        self.sc_fp8 = lm.fast_tier.fp8_self_conditioning(options)
+        if options.fp8_self_conditioning and not self.sc_fp8:
+            log.warning("FP8 self-conditioning off: it needs the FP8 tier and the softmax in the logits pass")
+        sc_dtype = torch.float8_e4m3fn if self.sc_fp8 else embed_dtype
+        self.self_conditioning = torch.zeros((S, L, V), dtype=sc_dtype, device=device)
+        self.sc_scale = torch.zeros(S * L, dtype=torch.float32, device=device) if self.sc_fp8 else None
+        self.embedding_columns = embedding_columns(lm) if self.sc_fp8 else None
+        self.fast_accumulation = lm.fast_tier.precision == "fp8-fast"
         self.sc_mask = torch.zeros(S, dtype=torch.bool, device=device)
         self.step_counter = torch.zeros(1, dtype=torch.long, device=device)
         self.finished = torch.zeros(S, dtype=torch.bool, device=device)
@@ -165,6 +174,8 @@ class _Session:
         self.anchor_mask.copy_(anchor_mask)
         self.anchor_ids.copy_(anchor_ids)
         self.self_conditioning.zero_()
+        if self.sc_scale is not None:
+            self.sc_scale.zero_()
         self.sc_mask.fill_(False)
         self.step_counter.zero_()
         self.finished.fill_(False)
@@ -191,7 +202,14 @@ class _Session:
             decoder = model.model.decoder
             embed = decoder.embed_tokens
             # at step 0 the buffer holds zeros, so this is the decoder's "no self-conditioning" zeros
-            soft = torch.matmul(self.self_conditioning, embed.weight) * embed.embed_scale.to(embed.weight.dtype)
+            if self.sc_fp8:  # (S·L, V) e4m3 × the embedding's columns in e4m3, one scaled product
+                columns, column_scale = self.embedding_columns
+                rows = self.self_conditioning.view(self.batch * self.length, self.vocab)
+                soft = scaled_matmul(rows, self.sc_scale, columns, column_scale, embed.weight.dtype,
+                                     self.fast_accumulation).view(self.batch, self.length, -1)
+            else:
+                soft = torch.matmul(self.self_conditioning, embed.weight)
+            soft = soft * embed.embed_scale.to(embed.weight.dtype)
             feeding = soft_embeddings_fed(decoder, soft)
         else:
             feeding = contextlib.nullcontext()
@@ -221,7 +239,7 @@ class _Session:
             inv_t = self.inv_temperatures[self.step_counter] if index is None else self.inv_temperatures[index : index + 1]
             out = triton_logit_pass(
                 self.raw, inv_temperature=inv_t, softcap=self.softcap, **draw,
-                self_conditioning_out=self.self_conditioning.view(S * L, V),
+                self_conditioning_out=self.self_conditioning.view(S * L, V), self_conditioning_scale=self.sc_scale,
                 keep_rows_per_sample=keep, rows_per_sample=L, probabilities=self.sc_probabilities,
             )
         else:
@@ -233,7 +251,7 @@ class _Session:
                 self.raw, softcap=self.softcap, **timing, **draw,
                 self_conditioning_out=self.self_conditioning.view(S * L, V),
                 keep_rows=None if keep is None else keep.repeat_interleave(L),
-                probabilities=self.sc_probabilities,
+                probabilities=self.sc_probabilities, self_conditioning_scale=self.sc_scale,
             )
         entropy, raw_argmax, denoised = (t.view(S, L) for t in (out.entropy, out.argmax, out.sampled))
         # finished samples keep canvas, argmax, entropy (and, in the pass, logits)

@@ -291,6 +291,21 @@ def reapply(lm) -> None:
         experts._petri_fp8_small_batch = lm.fast_tier.small_batch_experts
 
 
+def embedding_columns(lm) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decoder's embedding matrix (V, H) for the FP8 self-conditioning product
+    (:class:`petri.engine.fast_tier.FastOptions`): its transpose quantized per row, i.e. per hidden
+    column, q (H, V) e4m3 and scale (H,) float32, so that ``scaled_matmul(p, p_scale, q, scale)`` is
+    probabilities (N, V) × embedding → (N, H). Made on first use while the FP8 tier is on and kept
+    on the embedding module until :func:`use_bf16`."""
+    if not is_fp8(lm):
+        raise ValueError(f"the FP8 self-conditioning needs the FP8 tier (precision is {precision_of(lm)})")
+    embed = lm.model.model.decoder.embed_tokens
+    columns = vars(embed).get("_petri_fp8_columns")
+    if columns is None:
+        columns = embed._petri_fp8_columns = quantize_rows(embed.weight.detach().T.contiguous())
+    return columns
+
+
 def use_bf16(lm) -> None:
     """Undo :func:`use_fp8`: the modules' own forward and bf16 weights again (the experts: the
     forward they had before, e.g. the compiled tier's op)."""
@@ -307,6 +322,7 @@ def use_bf16(lm) -> None:
             vars(experts).pop(name, None)
         if previous is not None:
             experts.forward = previous
+    vars(model.model.decoder.embed_tokens).pop("_petri_fp8_columns", None)
     lm.fast_tier.precision = "bf16"
     _forget_compiled_code(lm)
 

@@ -43,6 +43,11 @@ decoder skips its float32 pass over (N, V) (:mod:`petri.engine.fast_sampler`). I
 output wherever Z rounds alike; where the summation order changes Z's last bits an element can be
 one bf16 ulp off (the fraction is measured by ``experiments/gpu_check.py``).
 
+With an e4m3 ``self_conditioning_out`` (the FP8 tier's opt-in FP8 self-conditioning, issue 25) the
+second kernel writes the same probabilities quantized per row as :func:`petri.engine.fp8.quantize_rows`
+would, without a division: the row's largest probability is 1/Z, so q = e4m3(448·exp(bf16(x) - M))
+and the row's scale, written to ``self_conditioning_scale``, is 1/(448·Z) (p ≈ q·scale).
+
 :func:`reference_logit_pass` is the same function in plain torch, chunked over rows so that no more
 than ``chunk_rows × V`` float32 values exist at once; it runs everywhere (the CPU fallback) and is
 what the Triton kernel :func:`triton_logit_pass` is checked against.
@@ -108,6 +113,7 @@ def reference_logit_pass(
     chunk_rows: int = 256,
     probabilities: bool = False,
     uniforms: torch.Tensor | None = None,
+    self_conditioning_scale: torch.Tensor | None = None,
 ) -> LogitPassOutput:
     """The fused pass in plain torch ops (see the module docstring).
 
@@ -127,11 +133,15 @@ def reference_logit_pass(
         chunk_rows: rows handled at a time (bounds the float32 temporaries to chunk_rows × V).
         probabilities: write ``softmax(bf16(x))`` (the decoder's ops) instead of ``x``.
         uniforms: (N,) float32 in [0, 1): draw by :func:`inverse_cdf_draw` instead of the race.
+        self_conditioning_scale: (N,) float32, with ``probabilities`` and an e4m3
+            ``self_conditioning_out``: receives each row's scale 1/(448·Z) while the output gets
+            e4m3(448·exp(bf16(x) - M)) (module docstring); rows in ``keep_rows`` keep both.
     """
     if (temperature is None) == (inv_temperature is None):
         raise ValueError("give exactly one of temperature and inv_temperature")
     if (log_noise is None) == (uniforms is None):
         raise ValueError("give exactly one of log_noise and uniforms")
+    fp8_out = _fp8_self_conditioning(self_conditioning_out, probabilities, self_conditioning_scale)
     rows = raw.shape[0]
     entropy = torch.empty(rows, dtype=torch.float32, device=raw.device)
     argmax = torch.empty(rows, dtype=torch.long, device=raw.device)
@@ -149,7 +159,17 @@ def reference_logit_pass(
             sampled[part] = inverse_cdf_draw(x, uniforms[part])
         else:
             sampled[part] = torch.argmax(x - log_noise[part], dim=-1)
-        if self_conditioning_out is not None:
+        if fp8_out:
+            xb = x.to(torch.bfloat16).float()
+            weights = torch.exp(xb - xb.amax(dim=-1, keepdim=True))
+            new = (weights * FP8_SC_MAX).to(self_conditioning_out.dtype)
+            scale = 1.0 / (FP8_SC_MAX * weights.sum(dim=-1))
+            if keep_rows is not None:
+                new = torch.where(keep_rows[part, None], self_conditioning_out[part].float(), new.float()).to(new.dtype)
+                scale = torch.where(keep_rows[part], self_conditioning_scale[part], scale)
+            self_conditioning_out[part] = new
+            self_conditioning_scale[part] = scale
+        elif self_conditioning_out is not None:
             new = x.to(self_conditioning_out.dtype)
             if probabilities:
                 new = new.softmax(dim=-1, dtype=torch.float32).to(self_conditioning_out.dtype)
@@ -157,6 +177,21 @@ def reference_logit_pass(
                 new = torch.where(keep_rows[part, None], self_conditioning_out[part], new)
             self_conditioning_out[part] = new
     return LogitPassOutput(entropy=entropy, argmax=argmax, sampled=sampled)
+
+
+#: the e4m3 value a row's largest probability maps to (its largest finite value)
+FP8_SC_MAX = 448.0
+
+
+def _fp8_self_conditioning(out: torch.Tensor | None, probabilities: bool, scale: torch.Tensor | None) -> bool:
+    """Whether a pass writes e4m3 probabilities; ``ValueError`` naming what is missing when the
+    arguments ask for half of it."""
+    fp8 = out is not None and out.dtype == torch.float8_e4m3fn
+    if fp8 and (not probabilities or scale is None):
+        raise ValueError("an e4m3 self_conditioning_out needs probabilities=True and a self_conditioning_scale")
+    if scale is not None and not fp8:
+        raise ValueError("self_conditioning_scale is only for an e4m3 self_conditioning_out")
+    return fp8
 
 
 if HAVE_TRITON:
@@ -246,12 +281,13 @@ if HAVE_TRITON:
 
     @triton.jit
     def _second_pass_kernel(
-        raw_ptr, sc_ptr, keep_ptr, inv_t_ptr, sc_max_ptr, sc_sum_ptr, uniform_ptr, x_max_ptr, x_sum_ptr, sampled_ptr,
-        rows_per_keep, raw_stride, sc_stride, inv_cap, cap,
+        raw_ptr, sc_ptr, sc_scale_ptr, keep_ptr, inv_t_ptr, sc_max_ptr, sc_sum_ptr, uniform_ptr, x_max_ptr, x_sum_ptr,
+        sampled_ptr, rows_per_keep, raw_stride, sc_stride, inv_cap, cap,
         VOCAB: tl.constexpr, HAS_CAP: tl.constexpr, HAS_KEEP: tl.constexpr, WRITE_SC: tl.constexpr,
-        DRAW: tl.constexpr, BLOCK: tl.constexpr,
+        SC_FP8: tl.constexpr, DRAW: tl.constexpr, BLOCK: tl.constexpr,
     ):
-        """Second pass, one program per row, x as in the first: WRITE_SC: sc = bf16(exp(bf16(x) - M) / Z);
+        """Second pass, one program per row, x as in the first: WRITE_SC: sc = bf16(exp(bf16(x) - M) / Z),
+        or with SC_FP8 sc = e4m3(448·exp(bf16(x) - M)) and the row's scale 1/(448·Z);
         DRAW: the inverse-CDF draw with the row's uniform u, max m and Σ exp(x - m) from the first."""
         row = tl.program_id(0).to(tl.int64)
         if HAS_KEEP:  # finished samples keep their previous self-conditioning input
@@ -262,6 +298,9 @@ if HAVE_TRITON:
         if WRITE_SC:
             sc_m = tl.load(sc_max_ptr + row)
             sc_z = tl.load(sc_sum_ptr + row)
+            if SC_FP8:
+                if writable:
+                    tl.store(sc_scale_ptr + row, tl.math.div_rn(1.0, 448.0 * sc_z))
         if DRAW:
             m = tl.load(x_max_ptr + row)
             target = tl.load(uniform_ptr + row) * tl.load(x_sum_ptr + row)
@@ -273,8 +312,12 @@ if HAVE_TRITON:
             idx, valid, x = _scaled_tile(raw_ptr, row, raw_stride, start, offsets, inv_cap, cap, inv_t, VOCAB, HAS_CAP)
             if WRITE_SC:
                 xb = x.to(tl.bfloat16).to(tl.float32)
-                p = tl.math.div_rn(libdevice.exp(xb - sc_m), sc_z)
-                tl.store(sc_ptr + row * sc_stride + idx, p.to(sc_ptr.dtype.element_ty), mask=valid & writable)
+                if SC_FP8:
+                    q = libdevice.exp(xb - sc_m) * 448.0
+                    tl.store(sc_ptr + row * sc_stride + idx, q.to(tl.float8e4nv), mask=valid & writable)
+                else:
+                    p = tl.math.div_rn(libdevice.exp(xb - sc_m), sc_z)
+                    tl.store(sc_ptr + row * sc_stride + idx, p.to(sc_ptr.dtype.element_ty), mask=valid & writable)
             if DRAW:
                 w = tl.where(valid, tl.exp(x - m), 0.0)
                 tile_sum = tl.sum(w, axis=0)
@@ -306,6 +349,7 @@ def triton_logit_pass(
     num_warps: int = 8,
     probabilities: bool = False,
     uniforms: torch.Tensor | None = None,
+    self_conditioning_scale: torch.Tensor | None = None,
 ) -> LogitPassOutput:
     """The fused pass as one Triton launch (CUDA only); arguments as :func:`reference_logit_pass`,
     except ``inv_temperature`` (one-element float32 device tensor holding
@@ -316,6 +360,7 @@ def triton_logit_pass(
     inverse CDF in that second kernel, with ``log_noise`` ``None``."""
     if not HAVE_TRITON:
         raise RuntimeError("Triton is not installed")
+    fp8_out = _fp8_self_conditioning(self_conditioning_out, probabilities, self_conditioning_scale)
     rows, vocab = raw.shape
     if (log_noise is None) == (uniforms is None):
         raise ValueError("give exactly one of log_noise and uniforms")
@@ -356,9 +401,10 @@ def triton_logit_pass(
     )
     if stats or draw:
         _second_pass_kernel[(rows,)](
-            raw, sc, keep, inv_temperature, sc_max, sc_sum, uniforms if draw else sc_max, x_max, x_sum, out.sampled,
+            raw, sc, self_conditioning_scale if fp8_out else sc_max, keep, inv_temperature, sc_max, sc_sum,
+            uniforms if draw else sc_max, x_max, x_sum, out.sampled,
             rows_per_sample, raw.stride(0), sc.stride(0), inv_cap, cap,
             VOCAB=vocab, HAS_CAP=softcap is not None, HAS_KEEP=keep_rows_per_sample is not None,
-            WRITE_SC=stats, DRAW=draw, BLOCK=block, num_warps=num_warps, enable_fp_fusion=False,
+            WRITE_SC=stats, SC_FP8=fp8_out, DRAW=draw, BLOCK=block, num_warps=num_warps, enable_fp_fusion=False,
         )
     return out
