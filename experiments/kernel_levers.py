@@ -29,7 +29,8 @@ one GPU, at the full-size architecture's shapes. One JSON object on stdout.
 The baseline kernels come from ``--baseline`` (a folder holding the library files of the commit to
 compare with, e.g. ``git show BASE:petri/engine/fused_logits.py``): each kernel named is taken from
 that file's source and run in place of today's through the same launcher (their signatures are
-the same). Timing: ``triton.testing.do_bench_cudagraph`` (median, launches inside a CUDA graph).
+the same; since the FP8 self-conditioning, ``_second_pass_kernel`` takes two arguments more, so
+``passes`` needs a baseline from that commit on). Timing: ``triton.testing.do_bench_cudagraph`` (median, launches inside a CUDA graph).
 
     mkdir -p .baseline && for f in fused_logits batch1_experts; do git show HEAD:petri/engine/$f.py > .baseline/$f.py; done
     python experiments/kernel_levers.py --baseline .baseline > experiments/results/kernel_levers_h200.json
