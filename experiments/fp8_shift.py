@@ -42,6 +42,8 @@ from petri.engine.fp8 import set_precision  # noqa: E402
 from petri.engine.torch_model import compile_for_sampling, load_model  # noqa: E402
 from petri.tables import samples_table  # noqa: E402
 
+#: the arm drawn in bf16 with other seeds: how far two bf16 runs differ by chance (never paired)
+NULL_ARM = "bf16_other_seeds"
 DISHES = (
     (("order", "inventory", "person"), "Only 90 units are in stock, but the customer ordered 120."),
     (("invoice", "supplier", "manager"), "The supplier sent the invoice twice and the manager paid both."),
@@ -133,7 +135,7 @@ def main() -> None:
     arms: dict[str, dict[str, list]] = {}
     samplers, seconds = {}, {}
     plan = [("bf16", "bf16", 0)] + [(arm, arm.removesuffix("+sc-fp8"), 0) for arm in args.arms.split(",") if arm] \
-        + [("bf16_other_seeds", "bf16", 10**6)]
+        + [(NULL_ARM, "bf16", 10**6)]
     tier_options = lm.fast_tier.options
     for arm, precision, offset in plan:
         set_precision(lm, precision)
@@ -165,7 +167,7 @@ def recompare(npz: str, batch: int, out: str | None) -> None:
     for key in arrays.files:
         arm, name = key.rsplit("_", 1)
         arms.setdefault(arm, {})[name] = arrays[key]
-    comparisons = {f"{arm}_vs_bf16": compare(arms[arm], arms["bf16"], batch, paired=arm != "bf16_other_seeds")
+    comparisons = {f"{arm}_vs_bf16": compare(arms[arm], arms["bf16"], batch, paired=arm != NULL_ARM)
                    for arm in arms if arm != "bf16"}
     if out is None:
         print(json.dumps(comparisons, indent=2))

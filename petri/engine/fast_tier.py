@@ -136,7 +136,7 @@ class FastTier:
     def small_batch_experts_used(self, batch: int) -> bool:
         """Whether a call of ``batch`` canvases runs the small-batch experts (the ``+small-batch``
         of its sampler name): installed by the compiled tier (in FP8 the FP8 tier's small-batch op,
-        :func:`petri.engine.fp8.reapply`), and few enough (token, k) pairs
+        :func:`petri.engine.fp8.use_fp8`), and few enough (token, k) pairs
         (:func:`petri.engine.batch1_experts.small_batch_fits`)."""
         return self.small_batch_experts and small_batch_fits(self.model, batch)
 

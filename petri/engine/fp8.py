@@ -19,9 +19,10 @@ the prompt encoder stay bf16: the encoder runs once per request, and keeping its
 copies' memory (about half the decoder's weights again).
 
 The quantized forward is installed per module (the instance's ``forward``), so the exact tier and
-the compiled tier (:mod:`petri.engine.compiled_tier`, which re-installs the FP8 experts after its own
-experts op, :func:`reapply`) run it unchanged; every trajectory it draws names it (``+fp8`` in the
-sampler field, ``-fp8`` in the device kind, so studies keep FP8 runs apart). The precision is
+the compiled tier (:mod:`petri.engine.compiled_tier`, which installs its own experts op with this
+tier off and switches it on again, :func:`_install_fp8_experts`) run it unchanged; every trajectory
+it draws names it (``+fp8`` in the sampler field, ``-fp8`` in the device kind, so studies keep FP8
+runs apart). The precision is
 recorded in the model's tier (:class:`petri.engine.fast_tier.FastTier`); the quantized weights
 and scales live on the modules whose forward reads them.
 
@@ -194,7 +195,7 @@ def _linear_forward(self, x: torch.Tensor) -> torch.Tensor:
 
 def _experts_forward(self, hidden_states, top_k_index, top_k_weights):
     """The FP8 experts op; calls of at most :data:`petri.engine.batch1_experts.MAX_PAIRS` pairs take
-    the small-batch one where the compiled tier installed the small-batch experts (:func:`reapply`)."""
+    the small-batch one where the compiled tier installed the small-batch experts (:func:`_install_fp8_experts`)."""
     return moe_experts_fp8(
         hidden_states, top_k_index, top_k_weights, self._petri_fp8_gate_up, self._petri_fp8_gate_up_scale,
         self._petri_fp8_down, self._petri_fp8_down_scale, self.config.hidden_activation, self._petri_fp8_fast,
@@ -261,7 +262,7 @@ def use_fp8(lm, fast_accum: bool = False) -> None:
         experts._petri_fp8_down, experts._petri_fp8_down_scale = quantize_rows(experts.down_proj)
         experts._petri_fp8_fast = fast_accum
     lm.fast_tier.precision = "fp8-fast" if fast_accum else "fp8"
-    reapply(lm)
+    _install_fp8_experts(lm)
     _forget_compiled_code(lm)
 
 
@@ -276,13 +277,12 @@ def _forget_compiled_code(lm) -> None:
     lm.fast_tier.drop_sessions()
 
 
-def reapply(lm) -> None:
-    """Install the FP8 experts forward again when the tier is on (after :mod:`petri.engine.compiled_tier`
-    installed or removed its own experts op, which it keeps as the forward :func:`use_bf16` restores),
-    and tell the experts whether the compiled tier's small-batch lever is on
-    (:attr:`petri.engine.fast_tier.FastTier.small_batch_experts`); nothing when the tier is off."""
-    if not is_fp8(lm):
-        return
+def _install_fp8_experts(lm) -> None:
+    """The FP8 experts forward over whatever experts forward is installed (the library's or the
+    compiled tier's op, kept as the forward :func:`use_bf16` restores), told whether the compiled
+    tier's small-batch lever is on (:attr:`petri.engine.fast_tier.FastTier.small_batch_experts`).
+    :mod:`petri.engine.compiled_tier` changes the experts with the FP8 tier off and switches it on
+    again after, which is how its ops end up under this forward."""
     for experts in _experts_of(lm.model):
         current = vars(experts).get("forward")
         if getattr(current, "__func__", None) is not _experts_forward:

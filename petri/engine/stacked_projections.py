@@ -6,8 +6,9 @@ attention's ``q_proj``, ``k_proj`` and ``v_proj`` (global layers have no ``v_pro
 are the keys), its dense MLP's ``gate_proj`` and ``up_proj``; the decoder's self-conditioning MLP
 does the same with its ``gate_proj`` and ``up_proj``. At one sample these products are latency-bound
 (256 rows against matrices of 2,048–8,192 rows): measured on an H200
-(``experiments/results/kernel_levers_h200.json``, part ``dense``), one product with the matrices
-stacked saves about 0.37 ms of a bf16 step and 0.9 ms of an FP8 one over the 30 layers.
+(``experiments/results/kernel_levers_h200_dense_self_conditioning.json``, part ``dense``), one
+product with the matrices stacked saves about 0.37 ms of a bf16 step and 0.9 ms of an FP8 one over
+the 30 layers.
 
 How: each group gets one bias-free ``nn.Linear`` whose weight is the members' weights stacked along
 the output axis, and each member's weight becomes a view of its rows (no second copy; the values,
@@ -102,7 +103,7 @@ def stack_projections(lm, layers) -> int:
     _check_bf16(lm)
     count = 0
     for members in projection_groups(lm.model, layers):
-        if any(GROUP in vars(m) for m in members):
+        if any(is_stacked_member(m) for m in members):
             continue
         group = StackedProjections(members)
         for index, member in enumerate(members):
