@@ -7,9 +7,10 @@ one GPU, at the full-size architecture's shapes. One JSON object on stdout.
 - ``activation``: the experts' ``gelu(gate)·up`` over the padded rows of that layout, every row
   against the used rows only (``pairs``), in bf16 and with the FP8 tier's quantization;
 - ``passes``: the sampler's logits passes (``triton_logit_pass``: softcap, probabilities for the
-  self-conditioning, inverse-CDF draw) at 256 and 3,072 rows of 262,144, with the baseline's second
-  kernel against this one's (the draw's scan only where the running sum can cross); the sampled
-  tokens must be identical; and the pass writing the probabilities in e4m3 (the opt-in FP8
+  self-conditioning, inverse-CDF draw) at 256 and 3,072 rows of 262,144, with the baseline's two
+  kernels against this one's (since 2026-12-02 the first kernel's tile max and argmax come from one
+  reduction and the bf16 max is the rounded max); the sampled tokens, entropies and probabilities
+  must be identical; and the pass writing the probabilities in e4m3 (the opt-in FP8
   self-conditioning);
 - ``router``: the routers' softmax, top-k, renormalisation and scale (``petri.engine.fused_router``)
   against transformers' ops eager and compiled by Inductor (what the compiled tier ran before),
@@ -24,7 +25,15 @@ one GPU, at the full-size architecture's shapes. One JSON object on stdout.
   the input, ``torch._scaled_mm`` per weight or once), with the per-step total over the 30 layers;
 - ``self_conditioning``: the decoder's soft embedding, probabilities (rows, 262,144) times the
   embedding matrix, in bf16 against FP8 (the probabilities scaled per row, the matrix per column),
-  at 256 and 3,072 rows, with the relative difference of the products.
+  at 256 and 3,072 rows, with the relative difference of the products;
+- ``launch``: the launch shapes of the FP8 tier's row kernels (``petri.engine.fp8_kernels``: the
+  experts' ``gelu(gate)·up`` quantized, over 24,576 rows at 12 samples and the small-batch layout at
+  one; the per-row quantization of 3,072 and 256 rows of 2,816), rows per program × warps, each
+  checked bit-equal to the default launch (``default_ms``: ``fp8_kernels._launch_shape``'s); and the
+  logits passes' tile width × warps at 256 and 3,072 rows, with the e4m3 probabilities and with
+  bf16 ones, each with how many draws and probabilities differ from the launch of before this
+  lever's (2,048-wide tiles, 8 warps: ``default_ms``) and the largest entropy difference (the
+  passes' running sums are summed per tile, so another launch rounds them otherwise).
 
 The baseline kernels come from ``--baseline`` (a folder holding the library files of the commit to
 compare with, e.g. ``git show BASE:petri/engine/fused_logits.py``): each kernel named is taken from
@@ -56,7 +65,8 @@ from triton.testing import do_bench_cudagraph  # noqa: E402
 
 import petri.engine.batch1_experts as batch1  # noqa: E402
 import petri.engine.fused_logits as fused_logits  # noqa: E402
-from petri.engine.fp8 import activation_quantized  # noqa: E402
+import petri.engine.fp8_kernels as fp8_kernels  # noqa: E402
+from petri.engine.fp8 import FP8_MAX, INV_FP8_MAX, MIN_SCALE, activation_quantized  # noqa: E402
 from petri.engine.fused_experts import gated_activation  # noqa: E402
 from petri.engine.fused_router import route_top_k_reference, route_top_k_triton  # noqa: E402
 from petri.engine.split_attention import petri_split_sdpa  # noqa: E402
@@ -137,6 +147,7 @@ def activation_part() -> dict:
 
 
 def passes_part(folder: Path) -> dict:
+    old_first = baseline_kernel(fused_logits, "_logit_pass_kernel", folder)
     old = baseline_kernel(fused_logits, "_second_pass_kernel", folder)
     result = {}
     for rows in (256, 3072):
@@ -150,7 +161,7 @@ def passes_part(folder: Path) -> dict:
             return fused_logits.triton_logit_pass(raw, None, inv_t, softcap=30.0, self_conditioning_out=sc,
                                                   probabilities=True, uniforms=uniforms)
 
-        with swapped(fused_logits, "_second_pass_kernel", old):
+        with swapped(fused_logits, "_logit_pass_kernel", old_first), swapped(fused_logits, "_second_pass_kernel", old):
             want, want_sc = run(), sc.clone()
             baseline = ms(run)
         got = run()
@@ -163,6 +174,7 @@ def passes_part(folder: Path) -> dict:
         result[f"rows{rows}"] = {
             "baseline_ms": baseline, "ms": ms(run),
             "sampled_identical": bool(torch.equal(got.sampled, want.sampled)),
+            "argmax_entropy_identical": bool(torch.equal(got.argmax, want.argmax) and torch.equal(got.entropy, want.entropy)),
             "probabilities_identical": bool(torch.equal(sc, want_sc)),
             "fp8_probabilities_ms": ms(run_fp8),
         }
@@ -285,14 +297,87 @@ def self_conditioning_part() -> dict:
     return result
 
 
+def _same_bits(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor], used=None) -> bool:
+    """Whether two (q e4m3, scale) results hold the same bits (on the ``used`` rows only, if given)."""
+    pick = (lambda t: t) if used is None else (lambda t: t[used])
+    return (torch.equal(pick(a[0]).view(torch.uint8), pick(b[0]).view(torch.uint8))
+            and torch.equal(pick(a[1]), pick(b[1])))
+
+
+def _row_kernel_shapes(run, used=None) -> dict:
+    """``run(rows_per_program, num_warps)`` timed over rows per program × warps against the default launch."""
+    want = run(None, None)
+    result = {"default_ms": ms(lambda: run(None, None))}
+    for per_program in (1, 2, 4, 8):
+        for warps in (1, 2, 4, 8):
+            result[f"rows{per_program}_warps{warps}_ms"] = ms(lambda: run(per_program, warps))
+            if not _same_bits(run(per_program, warps), want, used):
+                result[f"rows{per_program}_warps{warps}_differs"] = True
+    timed = {k: v for k, v in result.items() if k.startswith("rows") and k.endswith("_ms")}
+    result["best"] = min(timed, key=timed.get)
+    return result
+
+
+def _pass_shapes(rows: int, fp8: bool) -> dict:
+    """The logits passes (probabilities, draw) at ``rows`` rows over tile widths × warps against the default."""
+    torch.manual_seed(rows)
+    raw = (torch.randn(rows, VOCAB, device="cuda") * 4).bfloat16()
+    uniforms = torch.rand(rows, device="cuda")
+    inv_t = torch.tensor([1 / 0.8], device="cuda")
+    sc = torch.empty(rows, VOCAB, device="cuda", dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16)
+    scale = torch.empty(rows, device="cuda") if fp8 else None
+
+    def run(block: int = 2048, warps: int = 8):
+        return fused_logits.triton_logit_pass(raw, None, inv_t, softcap=30.0, self_conditioning_out=sc,
+                                              self_conditioning_scale=scale, probabilities=True, uniforms=uniforms,
+                                              block=block, num_warps=warps)
+
+    want = run()
+    want_sc = sc.view(torch.uint8).clone() if fp8 else sc.clone()
+    result = {"default_ms": ms(run)}
+    for block in (1024, 2048, 4096, 8192):
+        for warps in (4, 8, 16):
+            got = run(block, warps)
+            now = sc.view(torch.uint8) if fp8 else sc
+            result[f"block{block}_warps{warps}"] = {
+                "ms": ms(lambda: run(block, warps)),
+                "draws_differing": int((got.sampled != want.sampled).sum()),
+                "probabilities_differing": int((now != want_sc).sum()),
+                "entropy_max_abs_diff": float((got.entropy - want.entropy).abs().max()),
+            }
+    result["best"] = min((k for k in result if k.startswith("block")), key=lambda k: result[k]["ms"])
+    return result
+
+
+def launch_part() -> dict:
+    result = {}
+    torch.manual_seed(2)
+    projected = torch.randn(12 * 256 * TOP_K, 2 * WIDTH, device="cuda").bfloat16() * 3
+    result["gelu_quant_rows24576"] = _row_kernel_shapes(lambda r, w: fp8_kernels.gelu_gate_quantized(
+        projected, INV_FP8_MAX, FP8_MAX, MIN_SCALE, rows_per_program=r, num_warps=w))
+    pairs, _, _ = batch1.align_blocks(routing(256), EXPERTS)
+    padded = torch.randn(pairs.shape[0], 2 * WIDTH, device="cuda").bfloat16() * 3
+    result[f"gelu_quant_small_batch_rows{pairs.shape[0]}"] = _row_kernel_shapes(
+        lambda r, w: fp8_kernels.gelu_gate_quantized(padded, INV_FP8_MAX, FP8_MAX, MIN_SCALE, pairs, rows_per_program=r,
+                                                     num_warps=w), used=pairs >= 0)
+    for rows in (3072, 256):
+        hidden = torch.randn(rows, HIDDEN, device="cuda").bfloat16()
+        result[f"quantize_rows{rows}"] = _row_kernel_shapes(lambda r, w: fp8_kernels.quantize_rows_triton(
+            hidden, INV_FP8_MAX, FP8_MAX, MIN_SCALE, rows_per_program=r, num_warps=w))
+    for rows in (3072, 256):
+        for fp8 in (True, False):
+            result[f"passes_rows{rows}_{'fp8' if fp8 else 'bf16'}_probabilities"] = _pass_shapes(rows, fp8)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", type=Path, required=True, help="folder with the compared commit's library files")
-    parser.add_argument("--parts", default="align,activation,passes,router,attention,dense,self_conditioning")
+    parser.add_argument("--parts", default="align,activation,passes,router,attention,dense,self_conditioning,launch")
     args = parser.parse_args()
     parts = {"align": lambda: align_part(args.baseline), "activation": activation_part,
              "passes": lambda: passes_part(args.baseline), "router": router_part, "attention": attention_part,
-             "dense": dense_part, "self_conditioning": self_conditioning_part}
+             "dense": dense_part, "self_conditioning": self_conditioning_part, "launch": launch_part}
     out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     for name in args.parts.split(","):
         try:

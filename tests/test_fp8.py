@@ -15,6 +15,8 @@ import torch
 from petri.engine.base import SampleRequest
 from petri.engine.fp8 import (
     FP8,
+    FP8_MAX,
+    INV_FP8_MAX,
     MIN_SCALE,
     dequantize,
     experts_fp8,
@@ -267,22 +269,38 @@ def test_fp8_fast_path_runs_in_graphs_and_names_the_tier_on_gpu(bf16_tiny):
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU with FP8 matrix units and Triton")
-def test_triton_quantization_is_bit_equal_to_the_torch_ops_on_gpu():
+@pytest.mark.parametrize("launch", [(None, None), (1, 1), (2, 4), (4, 2), (8, 8)], ids=lambda v: f"{v[0]}rows-{v[1]}warps")
+def test_triton_quantization_is_bit_equal_to_the_torch_ops_on_gpu(launch):
+    from petri.engine.fp8_kernels import gelu_gate_quantized, quantize_rows_triton
+
+    rows_per_program, warps = launch
     torch.manual_seed(5)
     for rows, width in ((1, 1), (7, 100), (300, 704), (256, 2816), (64, 8192)):
         x = (torch.randn(rows, width, device="cuda") * torch.logspace(-4, 4, rows, device="cuda")[:, None]).bfloat16()
         x[0] = 0  # an all-zero row
-        q, scale = quantize_rows(x)  # the Triton kernel (a 2-D CUDA tensor)
+        if launch == (None, None):
+            q, scale = quantize_rows(x)  # the Triton kernel (a 2-D CUDA tensor)
+        else:
+            q, scale = quantize_rows_triton(x, INV_FP8_MAX, FP8_MAX, MIN_SCALE, rows_per_program=rows_per_program,
+                                            num_warps=warps)
         q_ref, scale_ref = quantize_rows_torch(x)
         assert torch.equal(scale, scale_ref), (rows, width)
         assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)), (rows, width)
-    projected = torch.randn(500, 2 * 704, device="cuda").bfloat16() * 3
-    q, scale = activation_quantized(projected, "gelu_pytorch_tanh")  # the fused kernel
+    projected = torch.randn(501, 2 * 704, device="cuda").bfloat16() * 3  # 501: a last program with rows missing
+
+    def fused(pairs=None):
+        if launch == (None, None):
+            return activation_quantized(projected, "gelu_pytorch_tanh", pairs=pairs)
+        return gelu_gate_quantized(projected, INV_FP8_MAX, FP8_MAX, MIN_SCALE, pairs, rows_per_program=rows_per_program,
+                                   num_warps=warps)
+
+    q, scale = fused()
     q_ref, scale_ref = quantize_rows_torch(gated_activation(projected, "gelu_pytorch_tanh"))
     assert torch.equal(scale, scale_ref) and torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))
-    pairs = torch.where(torch.rand(500, device="cuda") < 0.4, torch.arange(500, device="cuda"), -1).to(torch.int32)
+    pairs = torch.where(torch.rand(501, device="cuda") < 0.4, torch.arange(501, device="cuda"), -1).to(torch.int32)
+    pairs[8:16] = -1  # a whole program of padding at 8 rows per program
     used = pairs >= 0  # padding rows of the small-batch layout (-1) are skipped, the others unchanged
-    q_skip, scale_skip = activation_quantized(projected, "gelu_pytorch_tanh", pairs=pairs)
+    q_skip, scale_skip = fused(pairs)
     assert torch.equal(scale_skip[used], scale_ref[used])
     assert torch.equal(q_skip[used].view(torch.uint8), q_ref[used].view(torch.uint8))
 

@@ -30,39 +30,59 @@ def triton_quantizable(x: torch.Tensor) -> bool:
             and not torch.compiler.is_compiling())
 
 
-def _launch_shape(width: int) -> tuple[int, int]:
+#: (rows per program, warps) by the row's block where the default is not the fastest:
+#: ``experiments/kernel_levers.py --parts launch`` on an H200 (issue 25,
+#: ``experiments/results/kernel_levers_h200_launch.json``): the experts' activation (block 1,024)
+#: took 76 µs over 24,576 rows at 4 warps against 86 at 2; more rows per program was slower at
+#: every width and warp count tried
+LAUNCH_SHAPES: dict[int, tuple[int, int]] = {1024: (1, 4)}
+
+
+def _launch_shape(width: int, rows_per_program: int | None = None, num_warps: int | None = None) -> tuple[int, int, int]:
+    """(block, rows per program, warps) of a launch over rows of ``width``: the block is the row's
+    width rounded up to a power of two; rows per program and warps as given, else from
+    :data:`LAUNCH_SHAPES`, else one row and block/512 warps (1 to 16)."""
     block = triton.next_power_of_2(width)
-    return block, max(1, min(16, block // 512))
+    rows, warps = LAUNCH_SHAPES.get(block, (1, max(1, min(16, block // 512))))
+    return block, rows_per_program or rows, num_warps or warps
 
 
-def quantize_rows_triton(x: torch.Tensor, inv_max: float, fp8_max: float, min_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """One launch of :func:`petri.engine.fp8.quantize_rows` for a tensor :func:`triton_quantizable` takes."""
+def quantize_rows_triton(x: torch.Tensor, inv_max: float, fp8_max: float, min_scale: float, *,
+                         rows_per_program: int | None = None, num_warps: int | None = None,
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One launch of :func:`petri.engine.fp8.quantize_rows` for a tensor :func:`triton_quantizable`
+    takes. ``rows_per_program`` and ``num_warps`` override :func:`_launch_shape`'s (the results are
+    the same bits whatever the launch: each row is computed alone)."""
     rows, width = x.shape
     q = torch.empty((rows, width), dtype=torch.float8_e4m3fn, device=x.device)
     scale = torch.empty(rows, dtype=torch.float32, device=x.device)
     if rows:
-        block, warps = _launch_shape(width)
-        _quantize_rows_kernel[(rows,)](x, q, scale, width, x.stride(0), q.stride(0), inv_max, fp8_max, min_scale,
-                                       BLOCK=block, num_warps=warps, enable_fp_fusion=False)
+        block, per_program, warps = _launch_shape(width, rows_per_program, num_warps)
+        _quantize_rows_kernel[(triton.cdiv(rows, per_program),)](
+            x, q, scale, rows, width, x.stride(0), q.stride(0), inv_max, fp8_max, min_scale,
+            BLOCK=block, ROWS=per_program, num_warps=warps, enable_fp_fusion=False,
+        )
     return q, scale
 
 
 def gelu_gate_quantized(projected: torch.Tensor, inv_max: float, fp8_max: float, min_scale: float,
-                        pairs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                        pairs: torch.Tensor | None = None, *, rows_per_program: int | None = None,
+                        num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``quantize_rows(gated_activation(projected, "gelu_pytorch_tanh"))`` in one launch: projected
     (R, 2·I) bf16 CUDA → q (R, I) e4m3, scale (R,). ``pairs`` (R,) int32, optional: rows whose pair
     is -1 (padding of the small-batch layout) are left unwritten, as in
-    :func:`petri.engine.fused_experts.gated_activation`."""
+    :func:`petri.engine.fused_experts.gated_activation`. ``rows_per_program`` and ``num_warps`` as
+    in :func:`quantize_rows_triton`."""
     rows, double_width = projected.shape
     width = double_width // 2
     q = torch.empty((rows, width), dtype=torch.float8_e4m3fn, device=projected.device)
     scale = torch.empty(rows, dtype=torch.float32, device=projected.device)
     if rows:
-        block, warps = _launch_shape(width)
-        _gelu_gate_quant_kernel[(rows,)](
-            projected, q, scale, pairs if pairs is not None else projected, width, projected.stride(0), q.stride(0),
-            inv_max, fp8_max, min_scale, BLOCK=block, SKIP_PADDING=pairs is not None, num_warps=warps,
-            enable_fp_fusion=False,  # the unfused kernel's roundings
+        block, per_program, warps = _launch_shape(width, rows_per_program, num_warps)
+        _gelu_gate_quant_kernel[(triton.cdiv(rows, per_program),)](
+            projected, q, scale, pairs if pairs is not None else projected, rows, width, projected.stride(0),
+            q.stride(0), inv_max, fp8_max, min_scale, BLOCK=block, ROWS=per_program, SKIP_PADDING=pairs is not None,
+            num_warps=warps, enable_fp_fusion=False,  # the unfused kernel's roundings
         )
     return q, scale
 
@@ -70,43 +90,48 @@ def gelu_gate_quantized(projected: torch.Tensor, inv_max: float, fp8_max: float,
 if HAVE_TRITON:
 
     @triton.jit
-    def _quantize_store(values, valid, q_row_ptr, scale_ptr, row, inv_max, fp8_max, min_scale, BLOCK: tl.constexpr):
-        """scale = max(amax(|values|) · inv_max, min_scale); q = clamp(values / scale) in e4m3 (RNE)."""
-        amax = tl.max(tl.where(valid, tl.abs(values), 0.0), axis=0)
-        scale = tl.maximum(amax * inv_max, min_scale)
+    def _quantize_store(values, valid, used, q_ptr, scale_ptr, rows, cols, q_stride, inv_max, fp8_max, min_scale):
+        """Per row of the (ROWS, BLOCK) tile ``values``: scale = max(amax(|row|) · inv_max, min_scale);
+        q = clamp(values / scale) in e4m3 (RNE). ``rows`` (ROWS, 1), ``cols`` (1, BLOCK); ``valid``
+        masks the tile, ``used`` (ROWS, 1) the rows written."""
+        amax = tl.max(tl.where(valid, tl.abs(values), 0.0), axis=1)
+        scale = tl.maximum(amax * inv_max, min_scale)[:, None]
         q = tl.minimum(tl.maximum(tl.math.div_rn(values, scale), -fp8_max), fp8_max)
-        cols = tl.arange(0, BLOCK)
-        tl.store(q_row_ptr + cols, q.to(tl.float8e4nv), mask=valid)
-        tl.store(scale_ptr + row, scale)
+        tl.store(q_ptr + rows * q_stride + cols, q.to(tl.float8e4nv), mask=valid)
+        tl.store(scale_ptr + rows, scale, mask=used)
 
     @triton.jit
-    def _quantize_rows_kernel(x_ptr, q_ptr, scale_ptr, width, x_stride, q_stride, inv_max, fp8_max, min_scale,
-                              BLOCK: tl.constexpr):
-        row = tl.program_id(0).to(tl.int64)
-        cols = tl.arange(0, BLOCK)
-        valid = cols < width
-        x = tl.load(x_ptr + row * x_stride + cols, mask=valid, other=0.0).to(tl.float32)
-        _quantize_store(x, valid, q_ptr + row * q_stride, scale_ptr, row, inv_max, fp8_max, min_scale, BLOCK)
+    def _quantize_rows_kernel(x_ptr, q_ptr, scale_ptr, n_rows, width, x_stride, q_stride, inv_max, fp8_max, min_scale,
+                              BLOCK: tl.constexpr, ROWS: tl.constexpr):
+        """ROWS rows per program, each held whole in registers (BLOCK ≥ width)."""
+        rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
+        cols = tl.arange(0, BLOCK)[None, :]
+        used = rows < n_rows
+        valid = used & (cols < width)
+        x = tl.load(x_ptr + rows * x_stride + cols, mask=valid, other=0.0).to(tl.float32)
+        _quantize_store(x, valid, used, q_ptr, scale_ptr, rows, cols, q_stride, inv_max, fp8_max, min_scale)
 
     @triton.jit
-    def _gelu_gate_quant_kernel(projected_ptr, q_ptr, scale_ptr, pairs_ptr, width, projected_stride, q_stride, inv_max,
-                                fp8_max, min_scale, BLOCK: tl.constexpr, SKIP_PADDING: tl.constexpr):
+    def _gelu_gate_quant_kernel(projected_ptr, q_ptr, scale_ptr, pairs_ptr, n_rows, width, projected_stride, q_stride,
+                                inv_max, fp8_max, min_scale, BLOCK: tl.constexpr, ROWS: tl.constexpr,
+                                SKIP_PADDING: tl.constexpr):
         """The activation of ``petri.engine.fused_experts._gelu_tanh_gate_kernel`` (CONTRACT: the fma
-        nvcc makes), rounded to bf16, then quantized as :func:`_quantize_rows_kernel` does.
-        SKIP_PADDING: rows whose pair (``pairs_ptr``) is -1 are left unwritten."""
-        row = tl.program_id(0).to(tl.int64)
+        nvcc makes), rounded to bf16, then quantized as :func:`_quantize_rows_kernel` does; ROWS rows
+        per program. SKIP_PADDING: rows whose pair (``pairs_ptr``) is -1 are left unwritten (a
+        program whose rows are all padding does nothing)."""
+        rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
+        used = rows < n_rows
         if SKIP_PADDING:
-            used = tl.load(pairs_ptr + row) >= 0
-        else:
-            used = True
-        if used:
-            cols = tl.arange(0, BLOCK)
-            valid = cols < width
-            x = tl.load(projected_ptr + row * projected_stride + cols, mask=valid, other=0.0).to(tl.float32)
-            up = tl.load(projected_ptr + row * projected_stride + width + cols, mask=valid, other=0.0).to(tl.float32)
+            used = used & (tl.load(pairs_ptr + rows, mask=used, other=-1) >= 0)
+        if tl.max(used.to(tl.int32)) > 0:
+            cols = tl.arange(0, BLOCK)[None, :]
+            valid = used & (cols < width)
+            start = projected_ptr + rows * projected_stride + cols
+            x = tl.load(start, mask=valid, other=0.0).to(tl.float32)
+            up = tl.load(start + width, mask=valid, other=0.0).to(tl.float32)
             cube = x * x * x
             inner = 0.7978845834732056 * tl.fma(0.044715, cube, x)
             gelu = (0.5 * x * (1.0 + libdevice.tanh(inner))).to(tl.bfloat16).to(tl.float32)
             activation = (gelu * up).to(tl.bfloat16).to(tl.float32)
-            _quantize_store(activation, valid, q_ptr + row * q_stride, scale_ptr, row, inv_max, fp8_max, min_scale,
-                            BLOCK)
+            _quantize_store(activation, valid, used, q_ptr, scale_ptr, rows, cols, q_stride, inv_max, fp8_max,
+                            min_scale)

@@ -238,17 +238,18 @@ if HAVE_TRITON:
         for start in range(0, VOCAB, BLOCK):
             idx, valid, x = _scaled_tile(raw_ptr, row, raw_stride, start, offsets, inv_cap, cap, inv_t, VOCAB, HAS_CAP)
             x = tl.where(valid, x, float("-inf"))
-            # argmax, first index on ties: a later tile wins only when strictly larger
-            tile_max = tl.max(x, axis=0)
-            tile_idx = tl.argmax(x, axis=0, tie_break_left=True).to(tl.int64) + start
+            # argmax, first index on ties: a later tile wins only when strictly larger (the tile's
+            # max and its first index from one reduction)
+            tile_max, tile_idx = tl.max(x, axis=0, return_indices=True, return_indices_tie_break_left=True)
+            tile_idx = tile_idx.to(tl.int64) + start
             better = tile_max > best
             best_idx = tl.where(better, tile_idx, best_idx)
             best = tl.where(better, tile_max, best)
             if RACE:  # sampling keys (else the second kernel draws by inverse CDF)
                 noise = tl.load(noise_ptr + row * noise_stride + idx, mask=valid, other=0.0)
                 key = tl.where(valid, x - noise, float("-inf"))
-                key_max = tl.max(key, axis=0)
-                key_tile_idx = tl.argmax(key, axis=0, tie_break_left=True).to(tl.int64) + start
+                key_max, key_tile_idx = tl.max(key, axis=0, return_indices=True, return_indices_tie_break_left=True)
+                key_tile_idx = key_tile_idx.to(tl.int64) + start
                 key_better = key_max > key_best
                 key_idx = tl.where(key_better, key_tile_idx, key_idx)
                 key_best = tl.where(key_better, key_max, key_best)
@@ -263,7 +264,8 @@ if HAVE_TRITON:
             m = m_new
             if SC_STATS:
                 xb = tl.where(valid, x.to(tl.bfloat16).to(tl.float32), float("-inf"))
-                sc_m_new = tl.maximum(sc_m, tl.max(xb, axis=0))
+                # rounding to bf16 is monotonic, so the tile's largest bf16(x) is bf16 of its max
+                sc_m_new = tl.maximum(sc_m, tile_max.to(tl.bfloat16).to(tl.float32))
                 sc_z = sc_z * tl.exp(sc_m - sc_m_new) + tl.sum(tl.where(valid, tl.exp(xb - sc_m_new), 0.0), axis=0)
                 sc_m = sc_m_new
             if WRITE_SC:
@@ -335,6 +337,20 @@ if HAVE_TRITON:
             tl.store(sampled_ptr + row, tl.minimum(first, last_positive))
 
 
+def pass_launch(rows: int, device: torch.device) -> tuple[int, int]:
+    """(tile width, warps) of the passes over ``rows`` rows: with at least four rows per
+    multiprocessor, 2,048-wide tiles and 4 warps (more programs resident at once); with fewer,
+    4,096 and 16 (each row's program spread wider). On an H200, ``experiments/kernel_levers.py
+    --parts launch`` measured at 3,072 rows 2.78 ms against 3.26 for the former 2,048 × 8 (FP8
+    probabilities; 3.26 against 3.59 with bf16 ones) and at 256 rows 0.35 against 0.48 (0.38 against
+    0.53): ``experiments/results/kernel_levers_h200_launch.json``. Rows between those two were not
+    measured; the switch at four rows per multiprocessor is where 16-warp programs stop fitting in
+    one wave. Another launch sums the tiles in another order: the entropies move by float32
+    rounding and a draw whose uniform falls within rounding of a boundary may land one token over."""
+    multiprocessors = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+    return (2048, 4) if rows >= 4 * multiprocessors else (4096, 16)
+
+
 def triton_logit_pass(
     raw: torch.Tensor,
     log_noise: torch.Tensor | None,
@@ -345,8 +361,8 @@ def triton_logit_pass(
     keep_rows_per_sample: torch.Tensor | None = None,
     rows_per_sample: int = 1,
     out: LogitPassOutput | None = None,
-    block: int = 2048,
-    num_warps: int = 8,
+    block: int | None = None,
+    num_warps: int | None = None,
     probabilities: bool = False,
     uniforms: torch.Tensor | None = None,
     self_conditioning_scale: torch.Tensor | None = None,
@@ -357,11 +373,14 @@ def triton_logit_pass(
     (row r belongs to sample r // rows_per_sample). ``out`` lets a caller reuse its buffers.
     ``probabilities``: write the decoder's softmax of the bf16 self-conditioning logits instead of
     the logits (a second kernel; see the module docstring). ``uniforms`` (N,) float32: draw by
-    inverse CDF in that second kernel, with ``log_noise`` ``None``."""
+    inverse CDF in that second kernel, with ``log_noise`` ``None``. ``block`` (tile width) and
+    ``num_warps``: :func:`pass_launch`'s unless given."""
     if not HAVE_TRITON:
         raise RuntimeError("Triton is not installed")
     fp8_out = _fp8_self_conditioning(self_conditioning_out, probabilities, self_conditioning_scale)
     rows, vocab = raw.shape
+    default_block, default_warps = pass_launch(rows, raw.device)
+    block, num_warps = block or default_block, num_warps or default_warps
     if (log_noise is None) == (uniforms is None):
         raise ValueError("give exactly one of log_noise and uniforms")
     if raw.stride(1) != 1 or (log_noise is not None and log_noise.stride(1) != 1):
