@@ -95,6 +95,9 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke run (slow; bf16 on the CPU)")
     parser.add_argument("--arms", default="fp8,fp8-fast", help="FP8 arms beside bf16 and the null arm ('': the null arm "
                         "only); a precision, or one with '+sc-fp8' (the opt-in FP8 self-conditioning, compiled tier)")
+    parser.add_argument("--null-arm", action=argparse.BooleanOptionalAction, default=True,
+                        help="draw the null arm too (--no-null-arm: bf16 and the FP8 arms only, when the device "
+                             "time left is short; an earlier run's null arm still tells the test's spread)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--npz", default=None, help="also keep the per-sample arrays (arm_metric: (seeds·batch,))")
     parser.add_argument("--from-npz", default=None, help="recompute a finished run's comparisons from its arrays into --out")
@@ -135,7 +138,7 @@ def main() -> None:
     arms: dict[str, dict[str, list]] = {}
     samplers, seconds = {}, {}
     plan = [("bf16", "bf16", 0)] + [(arm, arm.removesuffix("+sc-fp8"), 0) for arm in args.arms.split(",") if arm] \
-        + [(NULL_ARM, "bf16", 10**6)]
+        + ([(NULL_ARM, "bf16", 10**6)] if args.null_arm else [])
     tier_options = lm.fast_tier.options
     for arm, precision, offset in plan:
         set_precision(lm, precision)
