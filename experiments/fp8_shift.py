@@ -20,6 +20,10 @@ JSON (``--out``).
     python experiments/fp8_shift.py --model full --seeds 25 --batch 12 --steps 8 --compile
     # the tests of a finished run again, from its arrays
     python experiments/fp8_shift.py --from-npz run.npz --batch 12 --out run.json
+    # one more FP8 arm against an earlier run's bf16 arm (its JSON and .npz side by side; the
+    # seeds, batch, steps and tier must match, and the JSON names the run it took the arm from)
+    python experiments/fp8_shift.py --model full --seeds 250 --batch 12 --steps 8 --compile \
+        --arms fp8-fast+sc-fp8 --no-null-arm --reference run.json
 """
 
 from __future__ import annotations
@@ -98,6 +102,8 @@ def main() -> None:
     parser.add_argument("--null-arm", action=argparse.BooleanOptionalAction, default=True,
                         help="draw the null arm too (--no-null-arm: bf16 and the FP8 arms only, when the device "
                              "time left is short; an earlier run's null arm still tells the test's spread)")
+    parser.add_argument("--reference", default=None,
+                        help="an earlier run's JSON (its .npz beside it): take its bf16 arm instead of drawing one")
     parser.add_argument("--out", default=None)
     parser.add_argument("--npz", default=None, help="also keep the per-sample arrays (arm_metric: (seeds·batch,))")
     parser.add_argument("--from-npz", default=None, help="recompute a finished run's comparisons from its arrays into --out")
@@ -137,8 +143,12 @@ def main() -> None:
         compile_for_sampling(lm)
     arms: dict[str, dict[str, list]] = {}
     samplers, seconds = {}, {}
-    plan = [("bf16", "bf16", 0)] + [(arm, arm.removesuffix("+sc-fp8"), 0) for arm in args.arms.split(",") if arm] \
+    if args.reference:
+        arms["bf16"], samplers["bf16"] = reference_arm(args.reference, args, settings)
+    plan = ([] if args.reference else [("bf16", "bf16", 0)]) + [(arm, arm.removesuffix("+sc-fp8"), 0) for arm in args.arms.split(",") if arm] \
         + ([(NULL_ARM, "bf16", 10**6)] if args.null_arm else [])
+    if not plan:
+        raise SystemExit("nothing to draw: name an FP8 arm (--arms) or keep the null arm")
     tier_options = lm.fast_tier.options
     for arm, precision, offset in plan:
         set_precision(lm, precision)
@@ -159,6 +169,22 @@ def main() -> None:
         if args.npz:
             np.savez_compressed(args.npz, **{f"{a}_{name}": v for a, values in arms.items() for name, v in values.items()})
     print(text)
+
+
+def reference_arm(path: str, args, settings) -> tuple[dict[str, np.ndarray], str]:
+    """The bf16 arm of the run ``path`` (its JSON; the arrays from the ``.npz`` beside it) and its
+    sampler name, after checking that it was drawn as this run draws (seeds, batch, steps, tier)."""
+    run = json.loads(Path(path).read_text())
+    drawn = {k: getattr(settings, k) for k in ("max_denoising_steps", "stability_threshold", "confidence_threshold")}
+    wanted = {"seeds": args.seeds, "batch": args.batch, "compiled": args.compile,
+              **{f"settings.{k}": v for k, v in drawn.items()}}
+    found = {"seeds": run.get("seeds"), "batch": run.get("batch"), "compiled": run.get("compiled"),
+             **{f"settings.{k}": run.get("settings", {}).get(k) for k in drawn}}
+    mismatched = {k: (found[k], wanted[k]) for k in wanted if found[k] != wanted[k]}
+    if mismatched:
+        raise SystemExit(f"--reference {path} was drawn otherwise (its value, this run's): {mismatched}")
+    arrays = np.load(Path(path).with_suffix(".npz"))
+    return {name: arrays[f"bf16_{name}"] for name in ("flips", "steps", "entropy")}, run["samplers"]["bf16"]
 
 
 def recompare(npz: str, batch: int, out: str | None) -> None:
@@ -189,8 +215,9 @@ def report(lm, args, settings, arms: dict, samplers: dict, seconds: dict, plan: 
         "seeds": args.seeds, "batch": args.batch, "samples_per_arm": int(len(arms["bf16"]["flips"])),
         "settings": {k: getattr(settings, k) for k in ("max_denoising_steps", "stability_threshold", "confidence_threshold", "entropy_bound")},
         "compiled": args.compile, "samplers": samplers, "arm_seconds": seconds,
+        **({"bf16_arm_from": Path(args.reference).name} if args.reference else {}),
         **{f"{arm}_vs_bf16": compare(arms[arm], arms["bf16"], args.batch, paired=offset == 0)
-           for arm, _, offset in plan[1:] if arm in arms},
+           for arm, _, offset in plan if arm != "bf16" and arm in arms},
         "total_s": round(time.perf_counter() - started, 1),
     }
 

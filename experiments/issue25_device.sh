@@ -17,7 +17,8 @@
 #   fast:   the compiled tier in fp8-fast (fast accumulation) at both shapes;
 #   shiftfull: experiments/fp8_shift.py on the full-size architecture (SHIFTFULL_SEEDS seeds × 12, 8 steps, compiled tier;
 #           the JSON is written after each arm, so a run cut off by the time limit keeps the arms it finished;
-#           SHIFTFULL_ARMS="" runs bf16 and the null arm only; SHIFTFULL_NO_NULL=1 leaves the null arm out).
+#           SHIFTFULL_ARMS="" runs bf16 and the null arm only; SHIFTFULL_NO_NULL=1 leaves the null arm out;
+#           SHIFTFULL_REFERENCE=RUN.json takes that earlier run's bf16 arm instead of drawing one).
 # TESTS (test files) and LEVERS_PARTS (kernel_levers.py's --parts) narrow those two parts.
 # Example:  bash experiments/issue25_device.sh tests check shift quick
 set -o pipefail
@@ -63,6 +64,7 @@ for part in "$@"; do
     shiftfull)
       timeout ${SHIFTFULL_TIMEOUT:-470} python3 experiments/fp8_shift.py --model full --seeds ${SHIFTFULL_SEEDS:-250} --batch 12 \
         --steps 8 --compile --arms "${SHIFTFULL_ARMS-fp8-fast}" ${SHIFTFULL_NO_NULL:+--no-null-arm} \
+        ${SHIFTFULL_REFERENCE:+--reference $SHIFTFULL_REFERENCE} \
         --out $OUT/fp8_shift_full.json --npz $OUT/fp8_shift_full.npz \
         2>&1 | grep -vE "^ |^\{|^\}" | tail -20 >> $LOG ;;
   esac
