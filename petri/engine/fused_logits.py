@@ -347,6 +347,7 @@ def pass_launch(rows: int, device: torch.device) -> tuple[int, int]:
     measured; the switch at four rows per multiprocessor is where 16-warp programs stop fitting in
     one wave. Another launch sums the tiles in another order: the entropies move by float32
     rounding and a draw whose uniform falls within rounding of a boundary may land one token over."""
+    # (off CUDA, i.e. in Triton's CPU interpreter, an H200's 132 multiprocessors)
     multiprocessors = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
     return (2048, 4) if rows >= 4 * multiprocessors else (4096, 16)
 
