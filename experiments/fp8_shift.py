@@ -145,7 +145,8 @@ def main() -> None:
     samplers, seconds = {}, {}
     if args.reference:
         arms["bf16"], samplers["bf16"] = reference_arm(args.reference, args, settings)
-    plan = ([] if args.reference else [("bf16", "bf16", 0)]) + [(arm, arm.removesuffix("+sc-fp8"), 0) for arm in args.arms.split(",") if arm] \
+    plan = ([] if args.reference else [("bf16", "bf16", 0)]) \
+        + [(arm, arm.removesuffix("+sc-fp8"), 0) for arm in args.arms.split(",") if arm] \
         + ([(NULL_ARM, "bf16", 10**6)] if args.null_arm else [])
     if not plan:
         raise SystemExit("nothing to draw: name an FP8 arm (--arms) or keep the null arm")

@@ -141,8 +141,7 @@ def activation_part() -> dict:
         "bf16_used_rows_equal": bool(torch.equal(skip[used], every[used])),
         "fp8_every_row_ms": ms(lambda: activation_quantized(projected, "gelu_pytorch_tanh")),
         "fp8_used_rows_ms": ms(lambda: activation_quantized(projected, "gelu_pytorch_tanh", pairs=rows)),
-        "fp8_used_rows_equal": bool(torch.equal(q_skip[used].view(torch.uint8), q_every[used].view(torch.uint8))
-                                    and torch.equal(s_skip[used], s_every[used])),
+        "fp8_used_rows_equal": _same_bits((q_skip, s_skip), (q_every, s_every), used),
     }
 
 
