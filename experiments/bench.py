@@ -11,7 +11,7 @@ experts), ``petri_fast_compiled_experts`` (compiled layers around the fused expe
 ``petri_fast_compiled_softmax`` (and the decoder's self-conditioning softmax done by the sampler's
 pass) and ``petri_fast_compiled`` (and the inverse-CDF draw); ``petri_fast_fp8`` and ``petri_fast_compiled_fp8``: the exact and the compiled tier with
 the FP8 tier's weights (``petri.engine.fp8``, ``--precision fp8``); ``petri_fast_compiled_fp8fast``: the compiled tier
-in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.batch1_experts`` for calls of few tokens (what ``--compile`` does; ``petri_fast_compiled`` leaves that lever out); ``petri_fast_compiled_small_fp8`` and ``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op). ``petri_fast_compiled_small_eager_encoder``, ``petri_fast_compiled_small_torch_topk``, ``petri_fast_compiled_small_unsplit`` and ``petri_fast_compiled_small_unstacked`` (also ``..._fp8fast_unstacked``): the compiled tier without one of issue 25's later levers (its prompt encoder uncompiled; the routers' ``torch.topk``; the global layers' attention unsplit; the projections unstacked); ``petri_fast_compiled_small_fp8fast_sc_fp8``: fp8-fast with the opt-in FP8 self-conditioning (``FastOptions.fp8_self_conditioning``). (Results from before 2026-12-02 name ``petri_fast_compiled_small_split_attention``: the tier of then, split attention opt-in, with it on.) Each configuration puts the model in its mode first (``MODES``). The petri samplers
+in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.batch1_experts`` for calls of few tokens (what ``--compile`` does; ``petri_fast_compiled`` leaves that lever out); ``petri_fast_compiled_small_fp8`` and ``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op). ``petri_fast_compiled_small_eager_encoder``, ``petri_fast_compiled_small_torch_topk``, ``petri_fast_compiled_small_unsplit`` and ``petri_fast_compiled_small_unstacked`` (also ``..._fp8fast_unstacked``): the compiled tier without one of issue 25's later levers (its prompt encoder uncompiled; the routers' ``torch.topk``; the global layers' attention unsplit; the projections unstacked); ``petri_fast_compiled_small_fp8fast_sc_fp8``: fp8-fast with the opt-in FP8 self-conditioning (``FastOptions.fp8_self_conditioning``). ``petri_fast_compiled_small_unfused_norms`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms``: the default and the fastest configuration without the fused norms (``petri.engine.fused_norms``; Inductor's fusions of the library's norms instead). (Results from before 2026-12-02 name ``petri_fast_compiled_small_split_attention``: the tier of then, split attention opt-in, with it on.) Each configuration puts the model in its mode first (``MODES``). The petri samplers
 pin three anchors and record the full per-step log. Peak GPU memory per configuration. Prints one JSON object (and ``--out`` keeps it).
 
 ``ms_per_step`` counts a prompt encode in every call (the model's kept prompts are cleared before
@@ -151,13 +151,14 @@ CONFIGS = (
     "petri_fast_compiled_small_fp8", "petri_fast_compiled_small_fp8fast", "petri_fast_compiled_small_eager_encoder",
     "petri_fast_compiled_small_torch_topk", "petri_fast_compiled_small_unsplit", "petri_fast_compiled_small_unstacked",
     "petri_fast_compiled_small_fp8fast_unstacked", "petri_fast_compiled_small_fp8fast_sc_fp8",
+    "petri_fast_compiled_small_unfused_norms", "petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms",
 )
 #: configuration → (compiled layers, fused experts op, the self-conditioning softmax in the sampler,
 #: the inverse-CDF draw, precision, the small-batch experts, the prompt encoder compiled too, the
 #: routers' fused top-k, the global layers' split attention, the stacked projections, the FP8
-#: self-conditioning): each lever added one at a time (encoder, router, split and stacking are on
-#: with compiled layers unless a configuration says otherwise, as in the compiled tier; the FP8
-#: self-conditioning is opt-in)
+#: self-conditioning, the fused norms): each lever added one at a time (encoder, router, split,
+#: stacking and the fused norms are on with compiled layers unless a configuration says otherwise,
+#: as in the compiled tier; the FP8 self-conditioning is opt-in)
 MODES = {
     "petri_fast_fused_experts": (False, True, False, False, "bf16"),
     "petri_fast_compiled_plain": (True, False, False, False, "bf16"),
@@ -181,38 +182,44 @@ MODES = {
     "petri_fast_compiled_small_fp8fast_unstacked": (True, True, True, True, "fp8-fast", True, True, True, True, False),
     # issue 25: fp8-fast with the self-conditioning probabilities and their product in e4m3 (opt-in)
     "petri_fast_compiled_small_fp8fast_sc_fp8": (True, True, True, True, "fp8-fast", True, True, True, True, True, True),
+    # issue 25: the compiled tier without the fused norms (Inductor's fusions of the library's norms), bf16 and fastest
+    "petri_fast_compiled_small_unfused_norms": (True, True, True, True, "bf16", True, True, True, True, True, False, False),
+    "petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms": (True, True, True, True, "fp8-fast", True, True, True, True, True,
+                                                               True, False),
 }
-PLAIN = (False, False, False, False, "bf16", False, True, True, True, True, False)
-_current_mode: list = [PLAIN]
+PLAIN = (False, False, False, False, "bf16", False, True, True, True, True, False, True)
+#: what the model's layers were last set up with: (compiled, fused experts, the levers), see set_model_mode
+_current_layers: list = [None]
 
 
 def set_model_mode(lm: LoadedModel, compiled: bool, fused_experts: bool, softmax_sc: bool, inverse_cdf: bool,
                    precision: str = "bf16", small_batch: bool = False, encoder: bool = True,
                    fused_router: bool = True, split_attention: bool = True, stacked_projections: bool = True,
-                   fp8_self_conditioning: bool = False) -> None:
+                   fp8_self_conditioning: bool = False, fused_norms: bool = True) -> None:
     """Put the model in one configuration whatever the previous one was: uncompiled layers and the
     transformers experts, then (``fused_experts``) the fused experts op and (``compiled``) regional
     compilation (lazy: it lands in the next call), then the precision (``petri.engine.fp8``); the
-    layers are only reset and recompiled when those two change."""
+    layers are only reset and recompiled when those two or the compiled tier's levers change."""
     import torch._dynamo
 
     from petri.engine.fp8 import set_precision
     from petri.engine.fused_experts import fuse_experts
 
-    levers = (small_batch, encoder, fused_router, split_attention, stacked_projections)
-    if (_current_mode[0][:2], _current_mode[0][5:10]) != ((compiled, fused_experts), levers):
+    layers = (compiled, fused_experts, small_batch, encoder, fused_router, split_attention, stacked_projections,
+              fused_norms)
+    if _current_layers[0] != layers:
         uncompile_regions(lm)  # the plain layers and experts; drops graphs captured before
         torch._dynamo.reset()
         if compiled:
             compile_for_sampling(lm, fused_experts=fused_experts, small_batch_experts=small_batch, encoder=encoder,
                                  fused_router=fused_router, split_attention=split_attention,
-                                 stacked_projections=stacked_projections)
+                                 stacked_projections=stacked_projections, fused_norms=fused_norms)
         elif fused_experts:
             fuse_experts(lm.model)
     set_precision(lm, precision)
     lm.fast_tier.set_options(FastOptions(softmax_self_conditioning=softmax_sc, inverse_cdf_draw=inverse_cdf,
                                          fp8_self_conditioning=fp8_self_conditioning))
-    _current_mode[0] = (compiled, fused_experts, softmax_sc, inverse_cdf, precision, *levers, fp8_self_conditioning)
+    _current_layers[0] = layers
 
 
 def measure(name: str, lm: LoadedModel, prompt, settings, layouts, repeats: int) -> dict:

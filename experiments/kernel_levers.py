@@ -34,6 +34,13 @@ one GPU, at the full-size architecture's shapes. One JSON object on stdout.
   bf16 ones, each with how many draws and probabilities differ from the launch of before this
   lever's (2,048-wide tiles, 8 warps: ``default_ms``) and the largest entropy difference (the
   passes' running sums are summed per tile, so another launch rounds them otherwise).
+- ``norms``: a decoder layer's norms around its feed-forward blocks (``petri.engine.fused_norms``:
+  the feed-forward inputs, bf16 and with the FP8 tier's quantization of the MLP's and the experts'
+  inputs, and the layer's output) at 256 and 3,072 rows of 2,816, the Triton kernels at 4, 8 and
+  16 warps against the library's ops compiled by Inductor (what the compiled tier ran before:
+  ``feedforward_inputs_reference`` with ``quantize_rows_torch`` of the two inputs,
+  ``layer_output_reference``), with the largest difference from the eager ops (over its row's
+  root mean square, in bf16 steps of it) and the fraction of outputs not equal to theirs.
 
 The baseline kernels come from ``--baseline`` (a folder holding the library files of the commit to
 compare with, e.g. ``git show BASE:petri/engine/fused_logits.py``): each kernel named is taken from
@@ -369,14 +376,61 @@ def launch_part() -> dict:
     return result
 
 
+def norms_part() -> dict:
+    from petri.engine.fp8 import quantize_rows_torch
+    from petri.engine.fused_norms import (feedforward_inputs_reference, feedforward_inputs_triton,
+                                          layer_output_reference, layer_output_triton)
+
+    def inductor_inputs(*args):
+        r, pre, pre_2, router = feedforward_inputs_reference(*args)
+        return r, quantize_rows_torch(pre), quantize_rows_torch(pre_2), router
+
+    compiled = {"inputs_bf16": torch.compile(feedforward_inputs_reference), "inputs_fp8": torch.compile(inductor_inputs),
+                "output": torch.compile(layer_output_reference)}
+    result = {}
+    for rows in (256, 3072):
+        torch.manual_seed(rows)
+        attention = (torch.randn(rows, HIDDEN, device="cuda") * 3).bfloat16()
+        residual = torch.randn(rows, HIDDEN, device="cuda").bfloat16()
+        weights = [(1 + 0.5 * torch.randn(HIDDEN, device="cuda")).bfloat16() for _ in range(6)]
+        scalar = torch.tensor([0.8], device="cuda").bfloat16()
+        inputs = (attention, residual, *weights[:4], HIDDEN ** -0.5, 1e-6)
+        output = (attention * 0.7, residual * -1.3, residual, *weights[3:6], scalar, 1e-6)
+        eager_inputs, eager_output = feedforward_inputs_reference(*inputs), layer_output_reference(*output)
+        at = {}
+        for name, reference in compiled.items():
+            args = output if name == "output" else inputs
+            reference(*args)
+            at[name] = {"inductor_ms": ms(lambda: reference(*args))}
+            for warps in (4, 8, 16):
+                if name == "output":
+                    run = lambda: layer_output_triton(*output, num_warps=warps)  # noqa: E731
+                else:
+                    run = lambda: feedforward_inputs_triton(*inputs, quantize=name == "inputs_fp8", num_warps=warps)  # noqa: E731
+                at[name][f"warps{warps}_ms"] = ms(run)
+            if name == "output":
+                pairs = [(layer_output_triton(*output), eager_output)]
+            else:
+                got = feedforward_inputs_triton(*inputs, quantize=False)
+                pairs = list(zip((got[0], got[1], got[3], got[5]), eager_inputs))
+            # the largest difference over its row's root mean square, in bf16 steps (2^-8) of it
+            at[name]["max_rms_steps"] = max(
+                float(((g.float() - w.float()).abs() / (w.float().pow(2).mean(-1, keepdim=True).sqrt() * 2 ** -8)).max())
+                for g, w in pairs)
+            at[name]["unequal_fraction"] = max(float((g != w).float().mean()) for g, w in pairs)
+        result[f"rows{rows}"] = at
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", type=Path, required=True, help="folder with the compared commit's library files")
-    parser.add_argument("--parts", default="align,activation,passes,router,attention,dense,self_conditioning,launch")
+    parser.add_argument("--parts", default="align,activation,passes,router,attention,dense,self_conditioning,launch,norms")
     args = parser.parse_args()
     parts = {"align": lambda: align_part(args.baseline), "activation": activation_part,
              "passes": lambda: passes_part(args.baseline), "router": router_part, "attention": attention_part,
-             "dense": dense_part, "self_conditioning": self_conditioning_part, "launch": launch_part}
+             "dense": dense_part, "self_conditioning": self_conditioning_part, "launch": launch_part,
+             "norms": norms_part}
     out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     for name in args.parts.split(","):
         try:

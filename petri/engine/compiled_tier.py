@@ -20,6 +20,7 @@ from petri.engine.decoder_hooks import compile_layers, encoder_layers, uncompile
 from petri.engine.fast_tier import FastOptions
 from petri.engine.fp8 import precision_of, set_precision
 from petri.engine.fused_experts import fuse_experts, unfuse_experts
+from petri.engine.fused_norms import fuse_norms_reason, fused_norms_forward
 from petri.engine.fused_router import fuse_routers, unfuse_routers
 from petri.engine.split_attention import drop_split_attention, use_split_attention
 from petri.engine.stacked_projections import stack_projections, unstack_projections
@@ -32,7 +33,8 @@ PETRI_CACHE_DIR = os.path.expanduser("~/.cache/petri/torchinductor")
 
 def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, small_batch_experts: bool = True,
                     encoder: bool = True, fused_router: bool = True, split_attention: bool = True,
-                    stacked_projections: bool = True, fp8_self_conditioning: bool = False) -> None:
+                    stacked_projections: bool = True, fp8_self_conditioning: bool = False,
+                    fused_norms: bool = True) -> None:
     """The compiled tier, in place: the decoder's experts through the fused experts op
     (``fused_experts``; skipped, with the reason logged, where the layers do not fit it), then
     regional compilation of the decoder layers (:func:`petri.engine.decoder_hooks.compile_layers`:
@@ -51,9 +53,12 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     faster over whole seeds at one and twelve samples on an H200): the decoder's global layers attend
     through :mod:`petri.engine.split_attention`. ``stacked_projections`` (on by default; issue 25):
     each decoder layer's q, k, v and its MLP's gate and up as one product each
-    (:mod:`petri.engine.stacked_projections`). ``fp8_self_conditioning`` (opt-in, not yet measured
-    on a GPU; issue 25): in the FP8 tier, the self-conditioning probabilities and their product with
-    the embedding in e4m3 (:class:`FastOptions`). The FP8 tier, when on, is switched off around the
+    (:mod:`petri.engine.stacked_projections`). ``fp8_self_conditioning`` (opt-in; issue 25, measured
+    faster at 12 samples on an H200, its distribution shift in the README): in the FP8 tier, the
+    self-conditioning probabilities and their product with the embedding in e4m3
+    (:class:`FastOptions`). ``fused_norms`` (on by default; issue 25): each decoder layer's norms
+    between its attention and the next layer as two row kernels (:mod:`petri.engine.fused_norms`;
+    needs the fused router, left out with the reason logged where a layer does not fit). The FP8 tier, when on, is switched off around the
     change and on again, so that it quantizes what is installed. :func:`uncompile_regions` undoes it all."""
     use_petri_cache_dir()
     with _fp8_off(lm):
@@ -69,13 +74,29 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
             use_split_attention(decoder_layers)
         if stacked_projections:
             stack_projections(lm, decoder_layers)
-        tier.compiled_layers = compile_layers(decoder_layers, backend)
+        forward = _fused_norms_forward(decoder_layers, fused_norms, fused_router and "router" not in left_out)
+        tier.compiled_layers = compile_layers(decoder_layers, backend, forward=forward)
         prompt_layers = encoder_layers(lm.model) if encoder else None
         if prompt_layers is not None:
             _fuse_ops(lm.model, prompt_layers, fused_experts, small_batch_experts, fused_router)
             tier.compiled_encoder_layers = compile_layers(prompt_layers, backend, call=writing_own_cache_layer)
         tier.set_options(FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True,
                                      fp8_self_conditioning=fp8_self_conditioning))
+
+
+def _fused_norms_forward(layers, fused_norms: bool, fused_router: bool):
+    """What :func:`compile_layers` compiles for ``layers``: the fused norms' forward
+    (:func:`petri.engine.fused_norms.fused_norms_forward`) when asked and every layer fits (it
+    needs the fused router: ``fused_router``, installed), else ``None`` (the layers' own forward),
+    the reason logged."""
+    if not fused_norms:
+        return None
+    reason = None if fused_router else "the fused router is off"
+    reason = reason or next(filter(None, (fuse_norms_reason(layer) for layer in layers)), None)
+    if reason is not None:
+        log.warning("fused norms off: %s", reason)
+        return None
+    return fused_norms_forward
 
 
 @contextlib.contextmanager

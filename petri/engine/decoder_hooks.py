@@ -134,7 +134,7 @@ def writing_own_cache_layer(compiled, index: int, eager):
     return call
 
 
-def compile_layers(layers, backend: str = "inductor", call=reading_own_cache_layer) -> list:
+def compile_layers(layers, backend: str = "inductor", call=reading_own_cache_layer, forward=None) -> list:
     """``torch.compile`` each layer of ``layers`` (a decoder's ``ModuleList``) in place, with the
     cache narrowed to its own layer (module docstring), and return the layers compiled: the
     caller keeps them (:attr:`petri.engine.fast_tier.FastTier.compiled_layers`), which is how it
@@ -146,7 +146,10 @@ def compile_layers(layers, backend: str = "inductor", call=reading_own_cache_lay
     (a static graph, then a dynamic one once another prompt length or batch arrives); the
     recompile limit is raised so that it never falls back to eager for that. ``call`` wraps each
     compiled forward: :func:`reading_own_cache_layer` for decoder layers (the default),
-    :func:`writing_own_cache_layer` for the prompt encoder's."""
+    :func:`writing_own_cache_layer` for the prompt encoder's. ``forward``: what is compiled for a
+    layer, ``forward(layer)`` (a bound method), instead of the layer's own forward (the compiled
+    tier's fused norms, :func:`petri.engine.fused_norms.fused_norms_forward`); :func:`uncompile_layers`
+    gives the layer its class's forward back either way."""
     import torch._dynamo
 
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 16)
@@ -155,7 +158,8 @@ def compile_layers(layers, backend: str = "inductor", call=reading_own_cache_lay
         if "forward" in vars(layer):
             raise ValueError(f"decoder layer {index} already has its own forward (compiled twice?)")
         layer.self_attn.layer_idx = 0
-        layer.forward = call(torch.compile(layer.forward, backend=backend), index, layer.forward)
+        traced = layer.forward if forward is None else forward(layer)
+        layer.forward = call(torch.compile(traced, backend=backend), index, traced)
         compiled.append(layer)
     return compiled
 

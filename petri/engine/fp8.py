@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import types
+from typing import Optional
 
 import torch
 
@@ -41,7 +42,7 @@ from petri.engine.batch1_experts import MAX_PAIRS, align_blocks, grouped_gemm
 from petri.engine.fp8_kernels import MAX_WIDTH, gelu_gate_quantized, quantize_rows_triton, triton_quantizable
 from petri.engine.fused_experts import combine_rows, fusable_reason, gated_activation, route
 from petri.engine.fused_logits import HAVE_TRITON
-from petri.engine.stacked_projections import is_stacked_member, stacked_groups
+from petri.engine.stacked_projections import GROUP, is_stacked_member, stacked_groups
 
 log = logging.getLogger(__name__)
 
@@ -131,28 +132,38 @@ def fp8_linear(x: torch.Tensor, wq: torch.Tensor, w_scale: torch.Tensor, fast_ac
     return scaled_matmul(xq, x_scale, wq, w_scale, x.dtype, fast_accum).view(*x.shape[:-1], wq.shape[0])
 
 
+def _hidden_quantized(hidden: torch.Tensor, hidden_scale: torch.Tensor | None):
+    """The experts' input rows in e4m3 with their scales and the dtype of the block's output: ``hidden``
+    (T, H) quantized here (its own dtype out), or already e4m3 with ``hidden_scale`` (T,) (bf16 out:
+    the tier's activations)."""
+    if hidden_scale is None:
+        return (*quantize_rows(hidden.contiguous()), hidden.dtype)
+    return hidden, hidden_scale, torch.bfloat16
+
+
 def experts_fp8(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation,
-                fast_accum: bool = False):
+                fast_accum: bool = False, hidden_scale=None):
     """The experts block in FP8: hidden (T, H), top_k_index (T, K), top_k_weights (T, K); gate_up_q
     (E, 2·I, H), gate_up_scale (E, 2·I), down_q (E, H, I), down_scale (E, H) → (T, H) in hidden's
     dtype. Transformers' algorithm (:mod:`petri.engine.fused_experts`): rows sorted by expert, the
-    hidden rows quantized once per token and gathered with their scales, the gate/up grouped GEMM,
-    ``act(gate)·up`` in bf16, quantized per row, the down grouped GEMM, the weighted combine in
-    float32 (k in order)."""
+    hidden rows quantized once per token (unless they come quantized: e4m3 ``hidden`` with its
+    ``hidden_scale`` (T,), then the output is bf16) and gathered with their scales, the gate/up
+    grouped GEMM, ``act(gate)·up`` in bf16, quantized per row, the down grouped GEMM, the weighted
+    combine in float32 (k in order)."""
     tokens, top_k = top_k_index.shape
     order, position, offsets = route(top_k_index, gate_up_q.shape[0])
-    hq, h_scale = quantize_rows(hidden)
+    hq, h_scale, dtype = _hidden_quantized(hidden, hidden_scale)
     source = torch.div(order, top_k, rounding_mode="floor")
     rows = hq.view(torch.uint8).index_select(0, source).view(FP8)  # a byte gather: any device
-    projected = scaled_grouped(rows, h_scale.index_select(0, source), gate_up_q, gate_up_scale, offsets, hidden.dtype,
+    projected = scaled_grouped(rows, h_scale.index_select(0, source), gate_up_q, gate_up_scale, offsets, dtype,
                                fast_accum)
     aq, a_scale = activation_quantized(projected, activation)
-    out = scaled_grouped(aq, a_scale, down_q, down_scale, offsets, hidden.dtype, fast_accum)
-    return combine_rows(out, position, top_k_weights, hidden.dtype)
+    out = scaled_grouped(aq, a_scale, down_q, down_scale, offsets, dtype, fast_accum)
+    return combine_rows(out, position, top_k_weights, dtype)
 
 
 def experts_fp8_small_batch(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale,
-                            activation, fast_accum: bool = False, configs=(None, None)):
+                            activation, fast_accum: bool = False, configs=(None, None), hidden_scale=None):
     """:func:`experts_fp8` for few tokens per expert (shapes there): the two grouped GEMMs by
     :func:`petri.engine.batch1_experts.grouped_gemm` (which gathers the quantized hidden rows and
     their scales itself) instead of ``torch._scaled_grouped_mm``; the same quantization, activation
@@ -160,31 +171,35 @@ def experts_fp8_small_batch(hidden, top_k_index, top_k_weights, gate_up_q, gate_
     :func:`petri.engine.batch1_experts.experts_small_batch`."""
     top_k = top_k_index.shape[1]
     rows, block_expert, position = align_blocks(top_k_index, gate_up_q.shape[0])
-    hq, h_scale = quantize_rows(hidden.contiguous())
+    hq, h_scale, dtype = _hidden_quantized(hidden, hidden_scale)
     projected = grouped_gemm(hq, gate_up_q, rows, block_expert, top_k, gather=True, a_scale=h_scale,
                              weight_scale=gate_up_scale, fast_accum=fast_accum, config=configs[0])
     aq, a_scale = activation_quantized(projected, activation, pairs=rows)  # padding rows: never read below
     out = grouped_gemm(aq, down_q, rows, block_expert, top_k, gather=False, a_scale=a_scale, weight_scale=down_scale,
                        fast_accum=fast_accum, config=configs[1])
-    return combine_rows(out, position, top_k_weights, hidden.dtype)
+    return combine_rows(out, position, top_k_weights, dtype)
 
 
 @torch.library.custom_op("petri::moe_experts_fp8", mutates_args=())
 def moe_experts_fp8(
     hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
     gate_up_q: torch.Tensor, gate_up_scale: torch.Tensor, down_q: torch.Tensor, down_scale: torch.Tensor,
-    activation: str, fast_accum: bool = False, small_batch: bool = False,
+    activation: str, fast_accum: bool = False, small_batch: bool = False, hidden_scale: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """:func:`experts_fp8` as one op, opaque to ``torch.compile`` (like ``petri::moe_experts``);
-    ``small_batch``: :func:`experts_fp8_small_batch` instead, on CUDA with Triton."""
-    block = experts_fp8_small_batch if small_batch and hidden.is_cuda and HAVE_TRITON else experts_fp8
-    return block(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation, fast_accum)
+    ``small_batch``: :func:`experts_fp8_small_batch` instead, on CUDA with Triton. ``hidden_scale``:
+    ``hidden`` is already quantized (e4m3, these row scales; the output is bf16)."""
+    if small_batch and hidden.is_cuda and HAVE_TRITON:
+        return experts_fp8_small_batch(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale,
+                                       activation, fast_accum, hidden_scale=hidden_scale)
+    return experts_fp8(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation,
+                       fast_accum, hidden_scale)
 
 
 @moe_experts_fp8.register_fake
 def _(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down_scale, activation, fast_accum=False,
-      small_batch=False):
-    return torch.empty_like(hidden)
+      small_batch=False, hidden_scale=None):
+    return torch.empty_like(hidden, dtype=hidden.dtype if hidden_scale is None else torch.bfloat16)
 
 
 # ---- installing the tier on a model ----------------------------------------------------------------
@@ -193,13 +208,40 @@ def _linear_forward(self, x: torch.Tensor) -> torch.Tensor:
     return fp8_linear(x, self._petri_fp8_weight, self._petri_fp8_scale, self._petri_fp8_fast)
 
 
-def _experts_forward(self, hidden_states, top_k_index, top_k_weights):
+def _gate_up_linears(mlp) -> tuple[list[torch.nn.Linear], list[int] | None]:
+    """The linears that compute ``mlp``'s gate and up products: its stacked group's linear and the
+    widths to split its output by (:mod:`petri.engine.stacked_projections`), or its own two."""
+    entry = getattr(mlp.gate_proj, GROUP, None)
+    if entry is not None and list(entry[0].members) == [mlp.gate_proj, mlp.up_proj]:
+        return [entry[0].stacked], entry[0].widths
+    return [mlp.gate_proj, mlp.up_proj], None
+
+
+def takes_quantized(mlp, experts) -> bool:
+    """Whether the FP8 tier is on for a layer's dense MLP (its gate and up linears) and experts, so
+    that both can take their inputs quantized: :func:`gate_up_quantized`, and the experts' forward's
+    ``hidden_scale``."""
+    linears, _ = _gate_up_linears(mlp)
+    return all(hasattr(m, "_petri_fp8_weight") for m in linears) and hasattr(experts, "_petri_fp8_gate_up")
+
+
+def gate_up_quantized(mlp, xq: torch.Tensor, x_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``mlp``'s gate and up products of rows already quantized: xq (M, H) e4m3, x_scale (M,) →
+    gate, up (M, I) bf16 each, what its FP8 linears compute from the bf16 rows (:func:`takes_quantized`)."""
+    linears, widths = _gate_up_linears(mlp)
+    products = [scaled_matmul(xq, x_scale, m._petri_fp8_weight, m._petri_fp8_scale, torch.bfloat16, m._petri_fp8_fast)
+                for m in linears]
+    return tuple(products[0].split(widths, dim=-1)) if widths is not None else tuple(products)
+
+
+def _experts_forward(self, hidden_states, top_k_index, top_k_weights, hidden_scale=None):
     """The FP8 experts op; calls of at most :data:`petri.engine.batch1_experts.MAX_PAIRS` pairs take
-    the small-batch one where the compiled tier installed the small-batch experts (:func:`_install_fp8_experts`)."""
+    the small-batch one where the compiled tier installed the small-batch experts (:func:`_install_fp8_experts`).
+    ``hidden_scale``: the rows come quantized (:func:`takes_quantized`)."""
     return moe_experts_fp8(
         hidden_states, top_k_index, top_k_weights, self._petri_fp8_gate_up, self._petri_fp8_gate_up_scale,
         self._petri_fp8_down, self._petri_fp8_down_scale, self.config.hidden_activation, self._petri_fp8_fast,
-        self._petri_fp8_small_batch and top_k_index.numel() <= MAX_PAIRS,
+        self._petri_fp8_small_batch and top_k_index.numel() <= MAX_PAIRS, hidden_scale,
     )
 
 

@@ -117,12 +117,17 @@ def _(scores, top_k, per_expert_scale):
             scores.new_empty((tokens, top_k), dtype=torch.int64))
 
 
+def route_scaled(router: torch.nn.Module, scaled: torch.Tensor):
+    """``router``'s projection of its scaled input (its norm times its scale and root, (T, H)), then
+    :func:`router_top_k`: what a router returns (shapes in the module docstring)."""
+    return router_top_k(router.proj(scaled), int(router.config.top_k_experts), router.per_expert_scale)
+
+
 def _fused_router_forward(self, hidden_states: torch.Tensor):
     """transformers' ``DiffusionGemmaTextRouter.forward`` up to the scores (its norm, scale and
     projection, unchanged), then :func:`router_top_k`."""
     hidden_states = self.norm(hidden_states)
-    hidden_states = hidden_states * self.scale * self.scalar_root_size
-    return router_top_k(self.proj(hidden_states), int(self.config.top_k_experts), self.per_expert_scale)
+    return route_scaled(self, hidden_states * self.scale * self.scalar_root_size)
 
 
 def fusable_router_reason(router: torch.nn.Module) -> str | None:
