@@ -41,6 +41,12 @@ one GPU, at the full-size architecture's shapes. One JSON object on stdout.
   ``feedforward_inputs_reference`` with ``quantize_rows_torch`` of the two inputs,
   ``layer_output_reference``), with the largest difference from the eager ops (over its row's
   root mean square, in bf16 steps of it) and the fraction of outputs not equal to theirs.
+- ``quantize``: where the time of a per-row e4m3 quantization goes (3,072 rows of 2,816 bf16, one
+  row a program): the library's kernel (``fp8_kernels._quantize_rows_kernel``: amax, IEEE
+  division ``div_rn``, e4m3) against variants of it, each one change: Triton's ``/``, a multiply by
+  the row's reciprocal scale, a fixed scale (no amax), bf16 out (no e4m3 conversion), and a plain
+  bf16 copy (the bandwidth reference); with how many e4m3 values each variant changes against
+  ``quantize_rows_torch``.
 
 The baseline kernels come from ``--baseline`` (a folder holding the library files of the commit to
 compare with, e.g. ``git show BASE:petri/engine/fused_logits.py``): each kernel named is taken from
@@ -68,6 +74,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 from triton.testing import do_bench_cudagraph  # noqa: E402
 
 import petri.engine.batch1_experts as batch1  # noqa: E402
@@ -422,15 +430,67 @@ def norms_part() -> dict:
     return result
 
 
+@triton.jit
+def _quantize_variant_kernel(x_ptr, q_ptr, scale_ptr, width, inv_max, fp8_max, min_scale, BLOCK: tl.constexpr,
+                             MODE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    valid = cols < width
+    x = tl.load(x_ptr + row * width + cols, mask=valid, other=0.0).to(tl.float32)
+    if MODE == 5:
+        tl.store(q_ptr + row * width + cols, x.to(tl.bfloat16), mask=valid)
+    else:
+        if MODE == 3:
+            scale = min_scale + 0.01
+        else:
+            scale = tl.maximum(tl.max(tl.where(valid, tl.abs(x), 0.0), axis=0) * inv_max, min_scale)
+        if MODE == 1:
+            y = x / scale
+        elif MODE == 2:
+            y = x * tl.math.div_rn(1.0, scale)
+        else:
+            y = tl.math.div_rn(x, scale)
+        y = tl.minimum(tl.maximum(y, -fp8_max), fp8_max)
+        if MODE == 4:
+            tl.store(q_ptr + row * width + cols, y.to(tl.bfloat16), mask=valid)
+        else:
+            tl.store(q_ptr + row * width + cols, y.to(tl.float8e4nv), mask=valid)
+        tl.store(scale_ptr + row, scale)
+
+
+def quantize_part() -> dict:
+    from petri.engine.fp8 import quantize_rows_torch
+
+    rows = 3072
+    torch.manual_seed(0)
+    x = torch.randn(rows, HIDDEN, device="cuda").bfloat16()
+    want_q, _ = quantize_rows_torch(x)
+    result = {"library_ms": ms(lambda: fp8_kernels.quantize_rows_triton(x, INV_FP8_MAX, FP8_MAX, MIN_SCALE))}
+    names = {0: "div_rn", 1: "slash", 2: "reciprocal", 3: "fixed_scale", 4: "bf16_out", 5: "copy"}
+    for mode, name in names.items():
+        out = torch.empty(rows, HIDDEN, device="cuda", dtype=torch.bfloat16 if mode in (4, 5) else torch.float8_e4m3fn)
+        scale = torch.empty(rows, device="cuda")
+        for warps in (4, 8, 16):
+            def run():
+                _quantize_variant_kernel[(rows,)](x, out, scale, HIDDEN, INV_FP8_MAX, FP8_MAX, MIN_SCALE,
+                                                  BLOCK=4096, MODE=mode, num_warps=warps, enable_fp_fusion=False)
+
+            run()
+            result[f"{name}_warps{warps}_ms"] = ms(run)
+        if mode in (0, 1, 2):
+            result[f"{name}_changed_values"] = int((out.view(torch.uint8) != want_q.view(torch.uint8)).sum())
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", type=Path, required=True, help="folder with the compared commit's library files")
-    parser.add_argument("--parts", default="align,activation,passes,router,attention,dense,self_conditioning,launch,norms")
+    parser.add_argument("--parts", default="align,activation,passes,router,attention,dense,self_conditioning,launch,norms,quantize")
     args = parser.parse_args()
     parts = {"align": lambda: align_part(args.baseline), "activation": activation_part,
              "passes": lambda: passes_part(args.baseline), "router": router_part, "attention": attention_part,
              "dense": dense_part, "self_conditioning": self_conditioning_part, "launch": launch_part,
-             "norms": norms_part}
+             "norms": norms_part, "quantize": quantize_part}
     out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     for name in args.parts.split(","):
         try:

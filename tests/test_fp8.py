@@ -305,6 +305,26 @@ def test_triton_quantization_is_bit_equal_to_the_torch_ops_on_gpu(launch):
     assert torch.equal(q_skip[used].view(torch.uint8), q_ref[used].view(torch.uint8))
 
 
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU with FP8 matrix units and Triton")
+def test_triton_quantization_divides_as_torch_does_on_every_bf16_value_on_gpu():
+    """Every finite bf16 value (-0 included) quantized in rows of neighbouring values (each row's
+    quotients spread over e4m3's whole range, rounding boundaries included) and in shuffled rows
+    (most quotients far below e4m3's smallest value), against the torch ops (IEEE division)."""
+    from petri.engine.fp8_kernels import quantize_rows_triton
+
+    bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)
+    values = bits.view(torch.bfloat16)
+    values = values[torch.isfinite(values)]
+    values = values[: values.numel() // 512 * 512].cuda()
+    generator = torch.Generator(device="cuda").manual_seed(3)
+    for x in (values.view(-1, 512), values[torch.randperm(values.numel(), device="cuda", generator=generator)].view(-1, 512),
+              values.view(-1, 512)[:, 1:]):
+        q, scale = quantize_rows_triton(x.contiguous(), INV_FP8_MAX, FP8_MAX, MIN_SCALE)
+        q_ref, scale_ref = quantize_rows_torch(x)
+        assert torch.equal(scale, scale_ref)
+        assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)), int((q.view(torch.uint8) != q_ref.view(torch.uint8)).sum())
+
+
 def test_fp8_fast_path_names_the_tier_on_cpu(bf16_tiny):
     from petri.engine.fast_sampler import run_sampler_fast
 
