@@ -57,10 +57,11 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     faster at 12 samples on an H200, its distribution shift in the README): in the FP8 tier, the
     self-conditioning probabilities and their product with the embedding in e4m3
     (:class:`FastOptions`). ``fused_norms`` (on by default; issue 25, measured faster at 12 samples
-on an H200 in bf16 and fp8-fast, even at one in bf16): each decoder layer's norms
-    between its attention and the next layer as two row kernels (:mod:`petri.engine.fused_norms`;
-    needs the fused router, left out with the reason logged where a layer does not fit). The FP8 tier, when on, is switched off around the
-    change and on again, so that it quantizes what is installed. :func:`uncompile_regions` undoes it all."""
+    on an H200 in bf16 and fp8-fast, even at one in bf16): each decoder layer's norms between its
+    attention and the next layer as two row kernels (:mod:`petri.engine.fused_norms`; needs the
+    fused router, left out with the reason logged where a layer does not fit). The FP8 tier, when
+    on, is switched off around the change and on again, so that it quantizes what is installed.
+    :func:`uncompile_regions` undoes it all."""
     use_petri_cache_dir()
     with _fp8_off(lm):
         uncompile_regions(lm)
