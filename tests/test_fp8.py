@@ -37,6 +37,7 @@ from petri.engine.fused_experts import experts_reference, gated_activation
 from petri.engine.fused_logits import HAVE_TRITON
 from petri.engine.tiny import tiny_random_model
 from petri.trajectory import AnchorSpan, SamplerSettings
+from tiny_support import tiny_logits
 
 CUDA = torch.cuda.is_available() and HAVE_TRITON and torch.cuda.get_device_capability() >= (8, 9)
 
@@ -134,26 +135,19 @@ def bf16_tiny():
     return tiny_random_model(canvas_length=16, dtype=torch.bfloat16)
 
 
-def _logits(lm, seed=0):
-    torch.manual_seed(seed)
-    canvas = torch.randint(4, lm.vocab_size, (2, lm.canvas_length))
-    with torch.no_grad():
-        return lm.model(decoder_input_ids=canvas, input_ids=torch.tensor([[5, 9, 17, 33]] * 2)).logits.float()
-
-
 def test_fp8_tier_changes_the_logits_by_fp8_error_and_switches_back_exactly(bf16_tiny):
-    before = _logits(bf16_tiny)
+    before = tiny_logits(bf16_tiny)
     weights = {name: p.clone() for name, p in bf16_tiny.model.named_parameters()}
     set_precision(bf16_tiny, "fp8")
     assert precision_of(bf16_tiny) == "fp8" and bf16_tiny.device_type == "cpu-fp8"
-    during = _logits(bf16_tiny)
+    during = tiny_logits(bf16_tiny)
     relative = float((during - before).norm() / before.norm())
     assert 0 < relative < 0.35  # two random layers compound each product's few per cent (next test)
     for name, p in bf16_tiny.model.named_parameters():  # the bf16 weights are kept as they were
         assert torch.equal(p, weights[name]), name
     set_precision(bf16_tiny, "bf16")
     assert precision_of(bf16_tiny) == "bf16" and bf16_tiny.device_type == "cpu"
-    assert torch.equal(_logits(bf16_tiny), before)
+    assert torch.equal(tiny_logits(bf16_tiny), before)
 
 
 def test_fp8_quantizes_dense_experts_and_lm_head_but_not_the_router(bf16_tiny):

@@ -30,6 +30,7 @@ from petri.engine.fused_norms import (
     layer_output_triton,
 )
 from petri.engine.tiny import tiny_random_model
+from tiny_support import tiny_logits
 
 CUDA = torch.cuda.is_available()
 
@@ -51,13 +52,6 @@ def _tiny(dtype=torch.float32):
     return _randomise_norms(tiny_random_model(canvas_length=16, num_layers=2, seed=3, dtype=dtype))
 
 
-def _logits(lm, seed=0):
-    torch.manual_seed(seed)
-    canvas = torch.randint(4, lm.vocab_size, (2, lm.canvas_length))
-    with torch.no_grad():
-        return lm.model(decoder_input_ids=canvas, input_ids=torch.tensor([[5, 9, 17, 33]] * 2)).logits.float()
-
-
 def _install(lm):
     for layer in lm.model.model.decoder.layers:
         layer.forward = fused_norms_forward(layer)
@@ -66,9 +60,9 @@ def _install(lm):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_fused_forward_is_the_library_layer_bit_for_bit(dtype):
     lm = _tiny(dtype)
-    want = _logits(lm)
+    want = tiny_logits(lm)
     _install(lm)
-    assert torch.equal(_logits(lm), want)
+    assert torch.equal(tiny_logits(lm), want)
 
 
 def test_the_reference_ops_by_hand():
@@ -97,7 +91,7 @@ def test_the_fp8_tier_feeds_the_op_s_quantized_rows_with_the_library_logits(monk
     lm = _tiny(torch.bfloat16)
     set_precision(lm, "fp8")
     compile_regions(lm, backend="eager", fused_norms=False)
-    want = _logits(lm)
+    want = tiny_logits(lm)
     uncompile_regions(lm)
     seen = []
     experts_fp8 = fp8_module.experts_fp8
@@ -108,7 +102,7 @@ def test_the_fp8_tier_feeds_the_op_s_quantized_rows_with_the_library_logits(monk
 
     monkeypatch.setattr(fp8_module, "experts_fp8", spy)
     compile_regions(lm, backend="eager")
-    got = _logits(lm)
+    got = tiny_logits(lm)
     assert seen and all(scale is not None and scale.dtype == torch.float32 for scale in seen)
     assert torch.equal(got, want)
 
@@ -142,15 +136,15 @@ def test_quantized_inputs_are_the_rows_quantized():
 
 def test_the_compiled_tier_compiles_the_fused_forward_and_undoes_it():
     lm = _tiny()
-    want = _logits(lm)
+    want = tiny_logits(lm)
     compile_regions(lm, backend="eager")
     layers = lm.model.model.decoder.layers
     compiled = [layer.forward for layer in layers]
     assert all(getattr(f, "layer_index", None) == i for i, f in enumerate(compiled))
-    torch.testing.assert_close(_logits(lm), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(tiny_logits(lm), want, rtol=1e-5, atol=1e-5)
     uncompile_regions(lm)
     assert not any("forward" in vars(layer) for layer in layers)
-    assert torch.equal(_logits(lm), want)
+    assert torch.equal(tiny_logits(lm), want)
 
 
 def test_the_compiled_tier_leaves_the_fused_norms_out_and_says_why(caplog, monkeypatch):

@@ -24,6 +24,7 @@ from petri.engine.stacked_projections import (
     stacked_groups,
 )
 from petri.engine.tiny import tiny_random_model
+from tiny_support import tiny_logits
 
 CUDA = torch.cuda.is_available()
 
@@ -83,30 +84,23 @@ def test_the_weights_become_views_of_the_stacked_one_with_their_values():
         start += old.shape[0]
 
 
-def _logits(lm, seed=0):
-    torch.manual_seed(seed)
-    canvas = torch.randint(4, lm.vocab_size, (2, lm.canvas_length))
-    with torch.no_grad():
-        return lm.model(decoder_input_ids=canvas, input_ids=torch.tensor([[5, 9, 17, 33]] * 2)).logits.float()
-
-
 def test_the_compiled_tier_stacks_the_decoder_and_undoes_it():
     lm = tiny_random_model(canvas_length=16, num_layers=2, seed=3)
-    want = _logits(lm)
+    want = tiny_logits(lm)
     layers = lm.model.model.decoder.layers
     # a global layer (q, k), a sliding one (q, k, v), two MLPs, the self-conditioning MLP
     assert [len(g) for g in projection_groups(lm.model, layers)] == [3, 2, 2, 2, 2]
     compile_regions(lm, backend="eager")
     assert len(stacked_groups(lm.model)) == 5
     assert all(is_stacked_member(m) for g in projection_groups(lm.model, layers) for m in g)
-    torch.testing.assert_close(_logits(lm), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(tiny_logits(lm), want, rtol=1e-5, atol=1e-5)
     uncompile_regions(lm)
     assert stacked_groups(lm.model) == []
     assert not any("forward" in vars(m) for g in projection_groups(lm.model, layers) for m in g)
     compile_regions(lm, backend="eager", stacked_projections=False)
     assert stacked_groups(lm.model) == []
     uncompile_regions(lm)
-    torch.testing.assert_close(_logits(lm), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(tiny_logits(lm), want, rtol=1e-5, atol=1e-5)
 
 
 def test_dynamo_traces_a_layer_with_one_product_per_group_and_no_break():
@@ -135,7 +129,7 @@ def bf16_tiny():
 def test_the_fp8_tier_quantizes_the_stacked_layers_with_the_members_logits(bf16_tiny):
     unstacked = replace(bf16_tiny, model=copy.deepcopy(bf16_tiny.model))
     set_precision(unstacked, "fp8")
-    want = _logits(unstacked)
+    want = tiny_logits(unstacked)
     set_precision(bf16_tiny, "fp8")
     compile_regions(bf16_tiny, backend="eager")  # the FP8 tier off around the install, then on again
     assert precision_of(bf16_tiny) == "fp8"
@@ -149,7 +143,7 @@ def test_the_fp8_tier_quantizes_the_stacked_layers_with_the_members_logits(bf16_
         assert not any("_petri_fp8_weight" in vars(m) for m in group.members)
     # per-row scales: the stacked quantization is the members' one; the products equal up to the
     # float32 summation of the CPU reference
-    torch.testing.assert_close(_logits(bf16_tiny), want, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(tiny_logits(bf16_tiny), want, rtol=2e-2, atol=2e-2)
     uncompile_regions(bf16_tiny)
     assert precision_of(bf16_tiny) == "fp8" and stacked_groups(bf16_tiny.model) == []
     assert all("_petri_fp8_weight" in vars(m) for _, m in dense_targets(bf16_tiny.model))

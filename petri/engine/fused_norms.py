@@ -287,7 +287,7 @@ def fuse_norms_reason(layer: torch.nn.Module) -> str | None:
     if eps is None:
         return "the layer has no input_layernorm with an eps"
     for name in (*NORMS, "router.norm"):
-        norm = layer.get_submodule(name) if _has(layer, name) else None
+        norm = _submodule(layer, name)
         if norm is None:
             return f"the layer has no {name}"
         if getattr(norm, "eps", None) != eps:
@@ -300,12 +300,12 @@ def fuse_norms_reason(layer: torch.nn.Module) -> str | None:
     return fusable_router_reason(layer.router)
 
 
-def _has(module: torch.nn.Module, dotted: str) -> bool:
+def _submodule(module: torch.nn.Module, dotted: str) -> torch.nn.Module | None:
+    """``module``'s submodule at the dotted path, or ``None`` where there is none."""
     try:
-        module.get_submodule(dotted)
+        return module.get_submodule(dotted)
     except AttributeError:
-        return False
-    return True
+        return None
 
 
 def fused_norms_forward(layer: torch.nn.Module):
