@@ -11,15 +11,18 @@ experts), ``petri_fast_compiled_experts`` (compiled layers around the fused expe
 ``petri_fast_compiled_softmax`` (and the decoder's self-conditioning softmax done by the sampler's
 pass) and ``petri_fast_compiled`` (and the inverse-CDF draw); ``petri_fast_fp8`` and ``petri_fast_compiled_fp8``: the exact and the compiled tier with
 the FP8 tier's weights (``petri.engine.fp8``, ``--precision fp8``); ``petri_fast_compiled_fp8fast``: the compiled tier
-in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.batch1_experts`` for calls of few tokens (what ``--compile`` does; ``petri_fast_compiled`` leaves that lever out); ``petri_fast_compiled_small_fp8`` and ``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op). ``petri_fast_compiled_small_eager_encoder``, ``petri_fast_compiled_small_torch_topk``, ``petri_fast_compiled_small_unsplit`` and ``petri_fast_compiled_small_unstacked`` (also ``..._fp8fast_unstacked``): the compiled tier without one of issue 25's later levers (its prompt encoder uncompiled; the routers' ``torch.topk``; the global layers' attention unsplit; the projections unstacked); ``petri_fast_compiled_small_fp8fast_sc_fp8``: fp8-fast with the opt-in FP8 self-conditioning (``FastOptions.fp8_self_conditioning``). ``petri_fast_compiled_small_unfused_norms`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms``: the default and the fastest configuration without the fused norms (``petri.engine.fused_norms``; Inductor's fusions of the library's norms instead). (Results from before 2026-12-02 name ``petri_fast_compiled_small_split_attention``: the tier of then, split attention opt-in, with it on.) Each configuration puts the model in its mode first (``MODES``). The petri samplers
+in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.batch1_experts`` for calls of few tokens (what ``--compile`` does; ``petri_fast_compiled`` leaves that lever out); ``petri_fast_compiled_small_fp8`` and ``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op). ``petri_fast_compiled_small_eager_encoder``, ``petri_fast_compiled_small_torch_topk``, ``petri_fast_compiled_small_unsplit`` and ``petri_fast_compiled_small_unstacked`` (also ``..._fp8fast_unstacked``): the compiled tier without one of issue 25's later levers (its prompt encoder uncompiled; the routers' ``torch.topk``; the global layers' attention unsplit; the projections unstacked); ``petri_fast_compiled_small_fp8fast_sc_fp8``: fp8-fast with the opt-in FP8 self-conditioning (``FastOptions.fp8_self_conditioning``). ``petri_fast_compiled_small_unfused_norms`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms``: the default and the fastest configuration without the fused norms (``petri.engine.fused_norms``; Inductor's fusions of the library's norms instead). ``petri_fast_compiled_small_uncaptured_encoder`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder``: the same two with the prompt encoder's pass run uncaptured (no ``petri.engine.encoder_graphs``). (Results from before 2026-12-02 name ``petri_fast_compiled_small_split_attention``: the tier of then, split attention opt-in, with it on.) Each configuration puts the model in its mode first (``MODES``). The petri samplers
 pin three anchors and record the full per-step log. Peak GPU memory per configuration. Prints one JSON object (and ``--out`` keeps it).
 
 ``ms_per_step`` counts a prompt encode in every call (the model's kept prompts are cleared before
-each timed call, as before they existed); ``ms_per_step_prompt_kept`` is the same configuration
+each timed call, as before they existed; the warm-up is two calls, so that where the tier captures
+the encoder's pass, ``petri.engine.encoder_graphs``, the timed calls replay it as every later prompt
+of that length would); ``ms_per_step_prompt_kept`` is the same configuration
 called again with the same prompt, which takes the kept encoder cache
 (``petri.engine.prompt_cache``: what a study's repeated templates get); ``encode_ms`` is one encoder
-pass timed alone, and ``outside_graphs_ms_per_step`` what a step costs beyond its three graphs'
-GPU time.
+pass timed alone as a request runs it (replayed where the tier keeps a graph of the length),
+``encode_uncaptured_ms`` the same pass uncaptured, and ``outside_graphs_ms_per_step`` what a step
+costs beyond its three graphs' GPU time.
 
     # full-size DiffusionGemma architecture (random bf16 weights, no download) on one GPU
     python experiments/bench.py --model full --device cuda --batch 12 --prompt-tokens 200 --steps 24
@@ -57,6 +60,7 @@ sys.path.insert(0, str(REPO))
 from petri.dish import even_slots  # noqa: E402
 from petri.engine.torch_model import LoadedModel, compile_for_sampling, load_model  # noqa: E402
 from petri.engine.compiled_tier import uncompile_regions  # noqa: E402
+from petri.engine.encoder_graphs import DEFAULT_ENCODER_GRAPH_LENGTHS, set_encoder_graph_lengths  # noqa: E402
 from petri.engine.fast_tier import FastOptions  # noqa: E402
 from petri.engine.fast_sampler import run_sampler_fast  # noqa: E402
 from petri.engine.torch_sampler import generate_kwargs, run_sampler  # noqa: E402
@@ -152,13 +156,15 @@ CONFIGS = (
     "petri_fast_compiled_small_torch_topk", "petri_fast_compiled_small_unsplit", "petri_fast_compiled_small_unstacked",
     "petri_fast_compiled_small_fp8fast_unstacked", "petri_fast_compiled_small_fp8fast_sc_fp8",
     "petri_fast_compiled_small_unfused_norms", "petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms",
+    "petri_fast_compiled_small_uncaptured_encoder", "petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder",
 )
 #: configuration → (compiled layers, fused experts op, the self-conditioning softmax in the sampler,
 #: the inverse-CDF draw, precision, the small-batch experts, the prompt encoder compiled too, the
 #: routers' fused top-k, the global layers' split attention, the stacked projections, the FP8
-#: self-conditioning, the fused norms): each lever added one at a time (encoder, router, split,
-#: stacking and the fused norms are on with compiled layers unless a configuration says otherwise,
-#: as in the compiled tier; the FP8 self-conditioning is opt-in)
+#: self-conditioning, the fused norms, the encoder's pass captured): each lever added one at a time
+#: (encoder, router, split, stacking, the fused norms and the captured encoder pass are on with
+#: compiled layers unless a configuration says otherwise, as in the compiled tier; the FP8
+#: self-conditioning is opt-in)
 MODES = {
     "petri_fast_fused_experts": (False, True, False, False, "bf16"),
     "petri_fast_compiled_plain": (True, False, False, False, "bf16"),
@@ -186,8 +192,13 @@ MODES = {
     "petri_fast_compiled_small_unfused_norms": (True, True, True, True, "bf16", True, True, True, True, True, False, False),
     "petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms": (True, True, True, True, "fp8-fast", True, True, True, True, True,
                                                                True, False),
+    # issue 25: the same two with the prompt encoder's pass uncaptured (petri.engine.encoder_graphs)
+    "petri_fast_compiled_small_uncaptured_encoder": (True, True, True, True, "bf16", True, True, True, True, True, False, True,
+                                                     False),
+    "petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder": (True, True, True, True, "fp8-fast", True, True, True, True,
+                                                                    True, True, True, False),
 }
-PLAIN = (False, False, False, False, "bf16", False, True, True, True, True, False, True)
+PLAIN = (False, False, False, False, "bf16", False, True, True, True, True, False, True, True)
 #: what the model's layers were last set up with: (compiled, fused experts, the levers), see set_model_mode
 _current_layers: list = [None]
 
@@ -195,7 +206,7 @@ _current_layers: list = [None]
 def set_model_mode(lm: LoadedModel, compiled: bool, fused_experts: bool, softmax_sc: bool, inverse_cdf: bool,
                    precision: str = "bf16", small_batch: bool = False, encoder: bool = True,
                    fused_router: bool = True, split_attention: bool = True, stacked_projections: bool = True,
-                   fp8_self_conditioning: bool = False, fused_norms: bool = True) -> None:
+                   fp8_self_conditioning: bool = False, fused_norms: bool = True, encoder_graphs: bool = True) -> None:
     """Put the model in one configuration whatever the previous one was: uncompiled layers and the
     transformers experts, then (``fused_experts``) the fused experts op and (``compiled``) regional
     compilation (lazy: it lands in the next call), then the precision (``petri.engine.fp8``); the
@@ -219,6 +230,7 @@ def set_model_mode(lm: LoadedModel, compiled: bool, fused_experts: bool, softmax
     set_precision(lm, precision)
     lm.fast_tier.set_options(FastOptions(softmax_self_conditioning=softmax_sc, inverse_cdf_draw=inverse_cdf,
                                          fp8_self_conditioning=fp8_self_conditioning))
+    set_encoder_graph_lengths(lm, DEFAULT_ENCODER_GRAPH_LENGTHS if encoder_graphs else 0)
     _current_layers[0] = layers
 
 
@@ -260,6 +272,9 @@ def measure(name: str, lm: LoadedModel, prompt, settings, layouts, repeats: int)
     torch.manual_seed(0)
     prompts.clear()  # the warm-up encodes too: a prompt kept from the configuration before would leave
     warm, _ = once()  # this one's encoder to be compiled in its first timed call
+    if petri:  # a length's second pass is captured (petri.engine.encoder_graphs): here, not in a timed call
+        prompts.clear()
+        once()
     times, steps = timed(keep_prompt=False)
     result = {
         "warmup_s": round(warm, 3),
@@ -277,6 +292,7 @@ def measure(name: str, lm: LoadedModel, prompt, settings, layouts, repeats: int)
         result["median_s_prompt_kept"] = round(statistics.median(kept_times), 4)
         result["ms_per_step_prompt_kept"] = ms_per_step(kept_times, kept_steps)
         result["encode_ms"] = time_encode(lm, prompt)
+        result["encode_uncaptured_ms"] = time_encode(lm, prompt, captured=False)
         if "forward_ms_per_step" in result:  # what a step costs beyond its three graphs, prompt encode included
             graphs = sum(result[k + "_per_step"] for k in ("forward_ms", "sampling_ms", "logging_ms"))
             result["outside_graphs_ms_per_step"] = round(result["ms_per_step"] - graphs, 2)
@@ -288,17 +304,22 @@ def measure(name: str, lm: LoadedModel, prompt, settings, layouts, repeats: int)
     return result
 
 
-def time_encode(lm: LoadedModel, prompt: torch.Tensor, repeats: int = 3) -> float:
+def time_encode(lm: LoadedModel, prompt: torch.Tensor, repeats: int = 3, captured: bool = True) -> float:
     """Milliseconds of one encoder pass over ``prompt`` (1, P), synchronised (median of ``repeats``,
-    after one untimed pass), outside any sampler and past the kept prompts."""
+    after one untimed pass), outside any sampler and past the kept prompts: as a request runs it
+    (``captured``: the tier's graph of the length replayed where it keeps one,
+    ``petri.engine.encoder_graphs``), or always uncaptured."""
     from petri.engine.torch_step import _encode_prompt_once
+
+    def encode(prompt):
+        return lm.fast_tier.encoder_graphs.encode(lm, prompt) if captured else _encode_prompt_once(lm, prompt)
 
     times = []
     with torch.no_grad():
         for index in range(repeats + 1):
             sync(lm.device)
             start = time.perf_counter()
-            _encode_prompt_once(lm, prompt)
+            encode(prompt)
             sync(lm.device)
             if index:
                 times.append(1000 * (time.perf_counter() - start))

@@ -21,6 +21,7 @@ from typing import Any
 
 from petri.engine.batch1_experts import small_batch_fits
 from petri.engine.decoder_hooks import self_conditioning_reason
+from petri.engine.encoder_graphs import EncoderGraphs
 from petri.engine.prompt_cache import PromptCache
 
 
@@ -69,6 +70,8 @@ class FastTier:
     (:class:`petri.engine.fast_sampler._Session`: S·L·V buffers and captured graphs), dropped
     whenever what they captured changes. prompts: the encoded prompts kept for reuse by every torch
     sampler on this model, eager ones included (:class:`petri.engine.prompt_cache.PromptCache`).
+    encoder_graphs: the compiled tier's prompt encoder passes captured per prompt length
+    (:class:`petri.engine.encoder_graphs.EncoderGraphs`), dropped with the sessions.
     """
 
     model: Any = field(repr=False)
@@ -80,6 +83,7 @@ class FastTier:
     disabled: str | None = None
     sessions: dict = field(default_factory=dict, repr=False)
     prompts: PromptCache = field(default_factory=PromptCache, repr=False)
+    encoder_graphs: EncoderGraphs = field(default_factory=EncoderGraphs, repr=False)
 
     @property
     def compiled(self) -> bool:
@@ -99,18 +103,21 @@ class FastTier:
         return "" if self.precision == "bf16" else "+" + self.precision
 
     def set_options(self, options: FastOptions | None) -> None:
-        """``options`` from now on (``None``: the exact tier's defaults again); drops the sessions."""
+        """``options`` from now on (``None``: the exact tier's defaults again); drops the sessions
+        and the encoder graphs."""
         self.options = FastOptions() if options is None else options
-        self.sessions.clear()
+        self.drop_sessions()
 
     def drop_sessions(self) -> None:
-        """Forget the sessions (their graphs captured a forward that has changed)."""
+        """Forget the sessions and the encoder graphs (they captured a forward that has changed)."""
         self.sessions.clear()
+        self.encoder_graphs.clear()
 
     def disable(self, reason: str) -> None:
-        """The fast path is off for this model from now on (``reason`` says why); drops the sessions."""
+        """The fast path is off for this model from now on (``reason`` says why); drops the sessions
+        and the encoder graphs."""
         self.disabled = reason
-        self.sessions.clear()
+        self.drop_sessions()
 
     def session(self, key, build) -> tuple[Any, bool]:
         """The session kept for ``key`` or, when there is none, ``build()`` kept instead of every

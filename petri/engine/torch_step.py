@@ -130,10 +130,12 @@ def _output_cache(output):
     return output.cache if getattr(output, "cache", None) is not None else output.past_key_values
 
 
-def _encode_prompt_once(lm, prompt_ids: torch.Tensor) -> DynamicCache:
-    """Run the causal encoder of ``lm`` (a torch :class:`~petri.engine.torch_model.LoadedModel`) on one copy of the prompt (1, P): its KV cache."""
+def encoder_inputs(lm, length: int) -> tuple[DynamicCache, torch.Tensor, dict]:
+    """What one encoder pass over a prompt of ``length`` tokens takes besides the ids: an empty KV
+    cache, the position ids (1, P) int32 and the encoder's attention masks (by layer type). They
+    depend on the length only, so a captured pass (:mod:`petri.engine.encoder_graphs`) makes them
+    before its capture: building the masks may read the device."""
     model = lm.model
-    length = prompt_ids.shape[1]
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
     position_ids = torch.arange(0, length, dtype=torch.int32, device=lm.device).unsqueeze(0)
     attention_mask = torch.ones((1, length), dtype=torch.bool, device=lm.device)
@@ -144,15 +146,27 @@ def _encode_prompt_once(lm, prompt_ids: torch.Tensor) -> DynamicCache:
         position_ids=position_ids,
         **_cache_kwarg(model.model.encoder.create_masks_for_generate, cache),
     )
-    cache = _output_cache(
-        model.model.encoder(
+    return cache, position_ids, mask_mapping
+
+
+def run_encoder(lm, prompt_ids: torch.Tensor, cache: DynamicCache, position_ids: torch.Tensor,
+                mask_mapping) -> DynamicCache:
+    """The causal encoder of ``lm`` over ``prompt_ids`` (1, P) with :func:`encoder_inputs`' inputs of
+    that length: the cache it filled."""
+    encoder = lm.model.model.encoder
+    return _output_cache(
+        encoder(
             input_ids=prompt_ids,
             attention_mask=mask_mapping,
             position_ids=position_ids,
-            **_cache_kwarg(model.model.encoder.forward, cache),
+            **_cache_kwarg(encoder.forward, cache),
         )
     )
-    return cache
+
+
+def _encode_prompt_once(lm, prompt_ids: torch.Tensor) -> DynamicCache:
+    """Run the causal encoder of ``lm`` (a torch :class:`~petri.engine.torch_model.LoadedModel`) on one copy of the prompt (1, P): its KV cache."""
+    return run_encoder(lm, prompt_ids, *encoder_inputs(lm, prompt_ids.shape[1]))
 
 
 def start_batch(
@@ -175,15 +189,15 @@ def start_batch(
 
 def encoded_prompt(lm, prompt_ids: Sequence[int], batch: int) -> DynamicCache:
     """The prompt's KV cache repeated ``batch`` times: from the model's kept prompts
-    (:class:`petri.engine.prompt_cache.PromptCache`) or by one encoder pass
-    (:func:`_encode_prompt_once`). The key is the ids, the tier's precision and encoder form
+    (:class:`petri.engine.prompt_cache.PromptCache`) or by one encoder pass (:func:`_encode_prompt_once`,
+    or its graph replayed where the tier keeps one: :mod:`petri.engine.encoder_graphs`). The key is the ids, the tier's precision and encoder form
     (compiled or eager) and the loaded model's device and dtype (copies of a loaded model over one
     module share its tier)."""
     ids = tuple(int(i) for i in prompt_ids)
 
     @torch.no_grad()
     def encode() -> DynamicCache:
-        return _encode_prompt_once(lm, torch.tensor([list(ids)], dtype=torch.long, device=lm.device))
+        return lm.fast_tier.encoder_graphs.encode(lm, torch.tensor([list(ids)], dtype=torch.long, device=lm.device))
 
     key = (ids, lm.fast_tier.precision, lm.fast_tier.encoder_form, str(lm.device), str(lm.dtype))
     return lm.fast_tier.prompts.encoded(key, encode, batch)

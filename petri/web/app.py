@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from petri.engine.encoder_graphs import set_encoder_graph_lengths
 from petri.engine.prompt_cache import prompt_cache_env_set, set_prompt_cache_bytes
 from petri.service import PetriService
 from petri.web.access import AccessPolicy, ApiTokenMiddleware
@@ -28,9 +29,9 @@ def create_app(
     ``model_source`` (the folder or hub id the model came from) lets the UI show its model card;
     ``busy_wait_s`` is how long an API request waits for a running job before answering 503;
     ``access`` says who may see what (:mod:`petri.web.access`: local, public, API token). A public
-    app keeps no encoded prompts unless ``PETRI_PROMPT_CACHE_MB`` asks for them
-    (:mod:`petri.engine.prompt_cache`: a reused prompt is faster, which would tell a visitor that
-    someone else sent it).
+    app keeps no encoded prompts and no captured encoder passes unless ``PETRI_PROMPT_CACHE_MB`` asks
+    for them (:mod:`petri.engine.prompt_cache`: a reused prompt is faster, which would tell a visitor
+    that someone else sent it; :mod:`petri.engine.encoder_graphs`: the same of a prompt's length).
     """
     app = FastAPI(
         title="Concept Petri Dish",
@@ -40,6 +41,7 @@ def create_app(
     app.state.service = service
     if access.public and not prompt_cache_env_set():
         set_prompt_cache_bytes(service.lm, 0)
+        set_encoder_graph_lengths(service.lm, 0)
     app.state.jobs = JobGate(service, busy_wait_s)
     app.state.access = access
     install_error_handlers(app)
