@@ -47,6 +47,11 @@ one GPU, at the full-size architecture's shapes. One JSON object on stdout.
   the row's reciprocal scale, a fixed scale (no amax), bf16 out (no e4m3 conversion), and a plain
   bf16 copy (the bandwidth reference); with how many e4m3 values each variant changes against
   ``quantize_rows_torch``.
+- ``mlp_activation``: the dense MLP's ``gelu(gate)·up`` and the down product's row quantization in
+  the FP8 tier (``petri::gelu_gate_quantized``, the fused norms' quantized MLP path since
+  2026-12-03), at 256 and 3,072 rows of 2 × 2,112: the Triton kernel (its default launch, and 1
+  row a program at 4, 8 and 16 warps) against the MLP's torch ops compiled by Inductor (what the
+  compiled tier ran before), with how many e4m3 values each differs from the eager ops by.
 
 The baseline kernels come from ``--baseline`` (a folder holding the library files of the commit to
 compare with, e.g. ``git show BASE:petri/engine/fused_logits.py``): each kernel named is taken from
@@ -311,6 +316,35 @@ def self_conditioning_part() -> dict:
     return result
 
 
+def mlp_activation_part() -> dict:
+    from petri.engine.fp8 import quantize_rows_torch
+
+    intermediate = 2112
+
+    def torch_ops(projected):
+        gate, up = projected.split(intermediate, dim=-1)
+        return quantize_rows_torch(torch.nn.functional.gelu(gate, approximate="tanh") * up)
+
+    compiled = torch.compile(torch_ops)
+    result = {}
+    for rows in (256, 3072):
+        torch.manual_seed(rows)
+        projected = (torch.randn(rows, 2 * intermediate, device="cuda") * 2).bfloat16()
+        want = torch_ops(projected)
+
+        def kernel(warps=None):
+            return fp8_kernels.gelu_gate_quantized(projected, INV_FP8_MAX, FP8_MAX, MIN_SCALE, num_warps=warps,
+                                                   rows_per_program=1 if warps else None)
+
+        at = {"inductor_ms": ms(lambda: compiled(projected)), "kernel_default_ms": ms(kernel)}
+        for warps in (4, 8, 16):
+            at[f"kernel_warps{warps}_ms"] = ms(lambda: kernel(warps))
+        for name, got in (("inductor", compiled(projected)), ("kernel", kernel())):
+            at[f"{name}_changed_values"] = int((got[0].view(torch.uint8) != want[0].view(torch.uint8)).sum())
+        result[f"rows{rows}"] = at
+    return result
+
+
 def _same_bits(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor], used=None) -> bool:
     """Whether two (q e4m3, scale) results hold the same bits (on the ``used`` rows only, if given)."""
     pick = (lambda t: t) if used is None else (lambda t: t[used])
@@ -485,12 +519,13 @@ def quantize_part() -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", type=Path, required=True, help="folder with the compared commit's library files")
-    parser.add_argument("--parts", default="align,activation,passes,router,attention,dense,self_conditioning,launch,norms,quantize")
+    parser.add_argument("--parts", default="align,activation,passes,router,attention,dense,self_conditioning,launch,norms,quantize,"
+                                            "mlp_activation")
     args = parser.parse_args()
     parts = {"align": lambda: align_part(args.baseline), "activation": activation_part,
              "passes": lambda: passes_part(args.baseline), "router": router_part, "attention": attention_part,
              "dense": dense_part, "self_conditioning": self_conditioning_part, "launch": launch_part,
-             "norms": norms_part, "quantize": quantize_part}
+             "norms": norms_part, "quantize": quantize_part, "mlp_activation": mlp_activation_part}
     out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     for name in args.parts.split(","):
         try:

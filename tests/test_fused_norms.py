@@ -87,24 +87,51 @@ def test_the_reference_ops_by_hand():
     torch.testing.assert_close(out[0], want)
 
 
-def test_the_fp8_tier_feeds_the_op_s_quantized_rows_with_the_library_logits(monkeypatch):
+@pytest.mark.parametrize("stacked", [True, False], ids=["stacked", "unstacked"])
+def test_the_fp8_tier_feeds_the_op_s_quantized_rows_with_the_library_logits(monkeypatch, stacked):
+    """The experts and the MLP take the op's quantized rows; with the gate and up stacked the MLP's
+    activation and the down product's quantization are the ``petri::gelu_gate_quantized`` op
+    (unstacked: the MLP's own ops). Either way the library layer's logits in that tier, bit for bit."""
     lm = _tiny(torch.bfloat16)
     set_precision(lm, "fp8")
-    compile_regions(lm, backend="eager", fused_norms=False)
+    compile_regions(lm, backend="eager", fused_norms=False, stacked_projections=stacked)
     want = tiny_logits(lm)
     uncompile_regions(lm)
-    seen = []
-    experts_fp8 = fp8_module.experts_fp8
+    seen, activations = [], []
+    experts_fp8, gelu_op = fp8_module.experts_fp8, fp8_module.gelu_gate_quantized_op
 
     def spy(*args, **kwargs):
         seen.append(kwargs.get("hidden_scale", args[9] if len(args) > 9 else None))
         return experts_fp8(*args, **kwargs)
 
+    def gelu_spy(projected):
+        activations.append(projected.shape)
+        return gelu_op(projected)
+
     monkeypatch.setattr(fp8_module, "experts_fp8", spy)
-    compile_regions(lm, backend="eager")
+    monkeypatch.setattr(fp8_module, "gelu_gate_quantized_op", gelu_spy)
+    compile_regions(lm, backend="eager", stacked_projections=stacked)
     got = tiny_logits(lm)
     assert seen and all(scale is not None and scale.dtype == torch.float32 for scale in seen)
+    intermediate = lm.model.config.get_text_config().intermediate_size
+    layers = len(lm.model.model.decoder.layers)
+    if stacked:  # one call per layer of the canvas's rows, gate and up side by side
+        assert len(activations) == layers and all(shape[-1] == 2 * intermediate for shape in activations)
+    else:
+        assert activations == []
     assert torch.equal(got, want)
+
+
+def test_the_gelu_gate_op_is_the_activation_quantized_and_its_fake_matches():
+    torch.manual_seed(2)
+    projected = torch.randn(6, 2 * 40, dtype=torch.bfloat16) * 3
+    q, scale = fp8_module.gelu_gate_quantized_op(projected)
+    gate, up = projected.float().split(40, dim=-1)
+    activation = (torch.nn.functional.gelu(gate.bfloat16(), approximate="tanh") * up.bfloat16())  # the MLP's ops
+    want_q, want_scale = quantize_rows(activation)
+    assert q.shape == (6, 40) and torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
+    assert torch.equal(scale, want_scale)
+    torch.library.opcheck(fp8_module.gelu_gate_quantized_op, (projected,), test_utils=("test_schema", "test_faketensor"))
 
 
 def test_the_ops_fake_forms_match_their_results():

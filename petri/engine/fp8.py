@@ -234,6 +234,45 @@ def gate_up_quantized(mlp, xq: torch.Tensor, x_scale: torch.Tensor) -> tuple[tor
     return tuple(products[0].split(widths, dim=-1)) if widths is not None else tuple(products)
 
 
+@torch.library.custom_op("petri::gelu_gate_quantized", mutates_args=())
+def gelu_gate_quantized_op(projected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`activation_quantized` of the tanh GELU as one op, opaque to ``torch.compile``: projected
+    (R, 2·I) → q (R, I) e4m3, scale (R,) float32. Compiled, the torch ops of the activation and the
+    quantization would be traced and fused by Inductor; through the op they are one launch of
+    :func:`petri.engine.fp8_kernels.gelu_gate_quantized` on CUDA (the eager ops' roundings)."""
+    return activation_quantized(projected, "gelu_pytorch_tanh")
+
+
+@gelu_gate_quantized_op.register_fake
+def _(projected):
+    rows, double_width = projected.shape
+    return (projected.new_empty((rows, double_width // 2), dtype=FP8),
+            projected.new_empty((rows,), dtype=torch.float32))
+
+
+def mlp_quantized(mlp, xq: torch.Tensor, x_scale: torch.Tensor) -> torch.Tensor:
+    """``mlp``'s output of rows already quantized: xq (M, H) e4m3, x_scale (M,) → (M, H) bf16, what
+    its FP8 linears compute from the bf16 rows (:func:`takes_quantized`). With its gate and up as one
+    stacked product of equal halves (:mod:`petri.engine.stacked_projections`), the tanh GELU and an
+    FP8 down linear, the activation and the down product's row quantization are one op
+    (``petri::gelu_gate_quantized``); otherwise :func:`gate_up_quantized`, the MLP's activation and
+    its down linear."""
+    linears, widths = _gate_up_linears(mlp)
+    down = mlp.down_proj
+    fused = (len(linears) == 1 and widths is not None and len(widths) == 2 and widths[0] == widths[1]
+             and getattr(getattr(mlp, "config", None), "hidden_activation", None) == "gelu_pytorch_tanh"
+             and hasattr(down, "_petri_fp8_weight"))
+    if not fused:
+        gate, up = gate_up_quantized(mlp, xq, x_scale)
+        return down(mlp.act_fn(gate) * up)
+    stacked = linears[0]
+    projected = scaled_matmul(xq, x_scale, stacked._petri_fp8_weight, stacked._petri_fp8_scale, torch.bfloat16,
+                              stacked._petri_fp8_fast)
+    aq, a_scale = gelu_gate_quantized_op(projected)
+    return scaled_matmul(aq, a_scale, down._petri_fp8_weight, down._petri_fp8_scale, torch.bfloat16,
+                         down._petri_fp8_fast)
+
+
 def _experts_forward(self, hidden_states, top_k_index, top_k_weights, hidden_scale=None):
     """The FP8 experts op; calls of at most :data:`petri.engine.batch1_experts.MAX_PAIRS` pairs take
     the small-batch one where the compiled tier installed the small-batch experts (:func:`_install_fp8_experts`).

@@ -41,7 +41,7 @@ import types
 
 import torch
 
-from petri.engine.fp8 import FP8, FP8_MAX, INV_FP8_MAX, MIN_SCALE, gate_up_quantized, quantize_rows, takes_quantized
+from petri.engine.fp8 import FP8, FP8_MAX, INV_FP8_MAX, MIN_SCALE, mlp_quantized, quantize_rows, takes_quantized
 from petri.engine.fused_logits import HAVE_TRITON
 from petri.engine.fused_router import fusable_router_reason, route_scaled
 
@@ -250,8 +250,8 @@ def fuse_norms_forward(self, hidden_states: torch.Tensor, position_embeddings=No
     """transformers' ``DiffusionGemmaDecoderTextLayer.forward`` (both its keyword spellings of the
     cache pass through ``kwargs`` to the attention) with the norms between the attention and the
     next layer as :func:`feedforward_inputs` and :func:`layer_output`. In the FP8 tier (the MLP's
-    gate and up FP8 linears) their inputs come quantized from the op: the gate/up product
-    (:func:`petri.engine.fp8.gate_up_quantized`) and the experts take them as they are.
+    gate and up FP8 linears) their inputs come quantized from the op: the MLP
+    (:func:`petri.engine.fp8.mlp_quantized`) and the experts take them as they are.
     hidden_states (S, L, H) → (S, L, H)."""
     shape = hidden_states.shape
     attention, _ = self.self_attn(hidden_states=self.input_layernorm(hidden_states),
@@ -265,8 +265,7 @@ def fuse_norms_forward(self, hidden_states: torch.Tensor, position_embeddings=No
         self.pre_feedforward_layernorm_2.weight, router.scale, float(router.scalar_root_size),
         float(self.input_layernorm.eps), quantize)
     if quantize:
-        gate, up = gate_up_quantized(self.mlp, pre, pre_scale)
-        mlp = self.mlp.down_proj(self.mlp.act_fn(gate) * up)
+        mlp = mlp_quantized(self.mlp, pre, pre_scale)
     else:
         mlp = self.mlp(pre)
     _, top_k_weights, top_k_index = route_scaled(router, router_input)
