@@ -190,3 +190,21 @@ def test_triton_inverse_cdf_draw_matches_the_reference_on_gpu(softcap, dtype):
     drawn = triton_logit_pass(x, None, one, uniforms=torch.rand(40_000, device="cuda")).sampled
     freq = torch.bincount(drawn, minlength=4).double().cpu() / 40_000
     assert (freq - torch.softmax(x[0].double().cpu(), -1)).abs().max() < 0.01
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
+@pytest.mark.parametrize("block", [None, 1024])
+def test_a_target_at_the_total_draws_the_last_token_of_positive_weight_on_gpu(block):
+    """Where u·Σw reaches the total (u = 1 here; rounding does it for u just below 1) no prefix
+    exceeds the target: the draw is the last index whose weight is positive, whichever tile holds
+    it, never a later one whose weight underflowed to 0 (the hand-worked case of the reference)."""
+    vocab = 5_000
+    x = torch.full((4, vocab), -1000.0, device="cuda")
+    for row, last in enumerate((0, 1023, 2999, vocab - 1)):  # first tile, a tile's end, inside one, the row's end
+        x[row, : last + 1] = 0.0
+    one = torch.tensor([1.0], device="cuda")
+    drawn = triton_logit_pass(x, None, one, uniforms=torch.ones(4, device="cuda"), block=block,
+                              num_warps=4 if block else None).sampled
+    assert drawn.tolist() == [0, 1023, 2999, vocab - 1]
+    assert reference_logit_pass(x, None, temperature=1.0, uniforms=torch.ones(4, device="cuda")).sampled.tolist() \
+        == [0, 1023, 2999, vocab - 1]

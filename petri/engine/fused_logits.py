@@ -208,6 +208,11 @@ if HAVE_TRITON:
         return idx, valid, l * inv_t
 
     @triton.jit
+    def _first_index_of(values, value, idx, VOCAB: tl.constexpr):
+        """The first of ``idx`` (int64) where ``values`` equals ``value`` (which it holds)."""
+        return tl.min(tl.where(values == value, idx, VOCAB), axis=0).to(tl.int64)
+
+    @triton.jit
     def _logit_pass_kernel(
         raw_ptr, noise_ptr, sc_ptr, keep_ptr, inv_t_ptr,
         entropy_ptr, argmax_ptr, sampled_ptr, sc_max_ptr, sc_sum_ptr, x_max_ptr, x_sum_ptr,
@@ -238,21 +243,19 @@ if HAVE_TRITON:
         for start in range(0, VOCAB, BLOCK):
             idx, valid, x = _scaled_tile(raw_ptr, row, raw_stride, start, offsets, inv_cap, cap, inv_t, VOCAB, HAS_CAP)
             x = tl.where(valid, x, float("-inf"))
-            # argmax, first index on ties: a later tile wins only when strictly larger (the tile's
-            # max and its first index from one reduction)
-            tile_max, tile_idx = tl.max(x, axis=0, return_indices=True, return_indices_tie_break_left=True)
-            tile_idx = tile_idx.to(tl.int64) + start
-            better = tile_max > best
-            best_idx = tl.where(better, tile_idx, best_idx)
-            best = tl.where(better, tile_max, best)
+            # argmax, first index on ties: a later tile wins only when strictly larger; the tile's
+            # first index of its max is looked for only then (a few tiles of a row)
+            tile_max = tl.max(x, axis=0)
+            if tile_max > best:
+                best_idx = _first_index_of(x, tile_max, idx, VOCAB)
+                best = tile_max
             if RACE:  # sampling keys (else the second kernel draws by inverse CDF)
                 noise = tl.load(noise_ptr + row * noise_stride + idx, mask=valid, other=0.0)
                 key = tl.where(valid, x - noise, float("-inf"))
-                key_max, key_tile_idx = tl.max(key, axis=0, return_indices=True, return_indices_tie_break_left=True)
-                key_tile_idx = key_tile_idx.to(tl.int64) + start
-                key_better = key_max > key_best
-                key_idx = tl.where(key_better, key_tile_idx, key_idx)
-                key_best = tl.where(key_better, key_max, key_best)
+                key_max = tl.max(key, axis=0)
+                if key_max > key_best:
+                    key_idx = _first_index_of(key, key_max, idx, VOCAB)
+                    key_best = key_max
             # online entropy: z = Σ e^(x-m), s = Σ e^(x-m)·(x-m), rescaled when m grows
             m_new = tl.maximum(m, tile_max)
             shift = m - m_new
@@ -308,7 +311,7 @@ if HAVE_TRITON:
             target = tl.load(uniform_ptr + row) * tl.load(x_sum_ptr + row)
             below = tl.zeros((), tl.float32)  # Σ w over the tiles before this one
             first = tl.full((), VOCAB, tl.int64)  # first index whose cumulative weight exceeds the target
-            last_positive = tl.zeros((), tl.int64)
+            last_positive_tile = tl.zeros((), tl.int64)  # the start of the last tile with a positive weight
         offsets = tl.arange(0, BLOCK)
         for start in range(0, VOCAB, BLOCK):
             idx, valid, x = _scaled_tile(raw_ptr, row, raw_stride, start, offsets, inv_cap, cap, inv_t, VOCAB, HAS_CAP)
@@ -331,9 +334,14 @@ if HAVE_TRITON:
                 if (first == VOCAB) & (below + tile_sum * (1.0 + BLOCK * 4.76837158203125e-07) > target):
                     crossed = ((below + tl.cumsum(w, axis=0)) > target) & valid
                     first = tl.minimum(first, tl.min(tl.where(crossed, idx, VOCAB), axis=0).to(tl.int64))
-                last_positive = tl.maximum(last_positive, tl.max(tl.where(w > 0, idx, 0), axis=0).to(tl.int64))
+                # a sum of weights ≥ 0 is positive exactly when one of them is
+                last_positive_tile = tl.where(tile_sum > 0, start, last_positive_tile)
                 below += tile_sum
-        if DRAW:
+        if DRAW:  # the last index of positive weight, from that tile's weights computed again
+            idx, valid, x = _scaled_tile(raw_ptr, row, raw_stride, last_positive_tile, offsets, inv_cap, cap, inv_t,
+                                         VOCAB, HAS_CAP)
+            w = tl.where(valid, tl.exp(x - m), 0.0)
+            last_positive = tl.max(tl.where(w > 0, idx, 0), axis=0).to(tl.int64)
             tl.store(sampled_ptr + row, tl.minimum(first, last_positive))
 
 
