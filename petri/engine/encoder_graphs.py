@@ -67,6 +67,7 @@ class EncoderGraph:
                 run_encoder(lm, self.ids, encoder_inputs(lm, length)[0], self.position_ids, self.mask_mapping)
         torch.cuda.current_stream(device).wait_stream(stream)
         torch.cuda.synchronize(device)
+        _state_on_device(cache, device)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.cache = run_encoder(lm, self.ids, cache, self.position_ids, self.mask_mapping)
@@ -78,6 +79,16 @@ class EncoderGraph:
         self.ids.copy_(prompt_ids)
         self.graph.replay()
         return repeated_copy(self.cache, 1)
+
+
+def _state_on_device(cache, device: torch.device) -> None:
+    """Move the host tensors an empty cache's layers hold to ``device`` now: a layer moves them on
+    its first write (transformers' sliding-window layer its window size), and a copy from pageable
+    host memory cannot be captured. On the device already, that move is a no-op."""
+    for layer in cache.layers:
+        for name, value in vars(layer).items():
+            if isinstance(value, torch.Tensor) and value.device != device:
+                setattr(layer, name, value.to(device))
 
 
 @dataclass(eq=False)
