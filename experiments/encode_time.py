@@ -3,7 +3,9 @@ against the compiled tier's (``compile_regions``: the encoder's layers compiled 
 and router ops), at the bench's two prompt lengths, side by side in one process. One JSON object on
 stdout: per form and length the median of ``--repeats`` synchronised passes (after a first one that
 compiles), and, for each form at the longest length, a torch.profiler table of one pass (CUDA time
-by kernel and the pass's host time), to see where the time goes.
+by kernel and the pass's host time), to see where the time goes; then the compiled pass captured as
+a CUDA graph per length (``petri.engine.encoder_graphs``): capture time, the memory the graph keeps,
+replays, and bit-equality of its cache with the uncaptured compiled pass's.
 
     python experiments/encode_time.py --lengths 200,1600 > experiments/results/encode_time_h200.json
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import build_full_size, sync, time_encode  # noqa: E402
 
 from petri.engine.compiled_tier import compile_regions, uncompile_regions  # noqa: E402
+from petri.engine.encoder_graphs import EncoderGraph  # noqa: E402
 from petri.engine.torch_step import _encode_prompt_once  # noqa: E402
 
 
@@ -67,11 +71,42 @@ def main() -> None:
             _encode_prompt_once(lm, prompt)
             sync(lm.device)
             first[n] = round(time.perf_counter() - start, 2)
-        out[form] = {"first_call_s": first, "ms": {n: time_encode(lm, p, args.repeats) for n, p in prompts.items()},
+        out[form] = {"first_call_s": first,
+                     "ms": {n: time_encode(lm, p, args.repeats, captured=False) for n, p in prompts.items()},
                      "profile": profiled(lm, prompts[max(lengths)])}
         print(json.dumps({form: out[form]["ms"]}), file=sys.stderr, flush=True)
+    out["captured"] = {n: captured(lm, prompt, args.repeats) for n, prompt in prompts.items()}
+    print(json.dumps({"captured": out["captured"]}), file=sys.stderr, flush=True)
     uncompile_regions(lm)
     print(json.dumps(out, indent=1))
+
+
+def captured(lm, prompt, repeats: int) -> dict:
+    """The compiled pass captured (``petri.engine.encoder_graphs.EncoderGraph``): the capture's time
+    (its warm-up pass included), the memory the graph keeps (allocated and reserved by the caching
+    allocator, MiB), the median of ``repeats`` replays with the cache copied out, and whether the
+    copy equals the uncaptured compiled pass's cache bit for bit."""
+    length = prompt.shape[1]
+    sync(lm.device)
+    allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+    start = time.perf_counter()
+    graph = EncoderGraph(lm, length)
+    sync(lm.device)
+    result = {"capture_s": round(time.perf_counter() - start, 2),
+              "held_mib": round((torch.cuda.memory_allocated() - allocated) / 2**20, 1),
+              "reserved_mib": round((torch.cuda.memory_reserved() - reserved) / 2**20, 1)}
+    times = []
+    for _ in range(repeats + 1):
+        sync(lm.device)
+        start = time.perf_counter()
+        cache = graph.encode(prompt)
+        sync(lm.device)
+        times.append(1000 * (time.perf_counter() - start))
+    result["ms"] = round(statistics.median(times[1:]), 3)
+    want = _encode_prompt_once(lm, prompt)
+    result["bit_equal"] = all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+                              for a, b in zip(cache.layers, want.layers))
+    return result
 
 
 if __name__ == "__main__":
