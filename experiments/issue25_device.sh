@@ -10,6 +10,8 @@
 #   densesweep: experiments/moe_sweep.py --dense (the same kernel on the decoder's linears at one canvas, against torch.mm / _scaled_mm);
 #   check:  experiments/fp8_check.py (the FP8 experts block, grouped GEMMs and lm head against bf16);
 #   shift:  experiments/fp8_shift.py on the embedded model (250 seeds × 12 samples per arm: bf16, fp8, fp8-fast, bf16 other seeds);
+#   encode: experiments/encode_time.py (one prompt pass eager, compiled and captured at 200 and 1,600 tokens: time,
+#           the captured graph's capture time and memory, bit-equality);
 #   quick:  1 × 24 with a 1,600-token prompt, exact tier in bf16 and FP8 (no compilation);
 #   bench:  batch 1 (1,600-token prompt) and batch 12 (200) in one run (each petri configuration also with the prompt
 #           kept, the encoder pass timed alone and the time outside the step graphs): generate, the compiled tier in bf16,
@@ -34,7 +36,7 @@ for part in "$@"; do
       timeout ${TESTS_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests/test_fused_logits.py tests/test_fast_sampler.py \
         tests/test_fused_experts.py tests/test_fp8.py tests/test_batch1_experts.py tests/test_fast_tier.py tests/test_prompt_cache.py \
         tests/test_fused_router.py tests/test_compiled_encoder.py tests/test_split_attention.py tests/test_stacked_projections.py tests/test_fp8_self_conditioning.py \
-        tests/test_fused_norms.py tests/test_encoder_graphs.py} > $OUT/pytest.log 2>&1
+        tests/test_fused_norms.py tests/test_encoder_graphs.py tests/test_overlapped_mlp.py} > $OUT/pytest.log 2>&1
       tail -3 $OUT/pytest.log >> $LOG ;;
     sweep)
       timeout ${SWEEP_TIMEOUT:-300} python3 experiments/moe_sweep.py --jobs 8 > $OUT/moe_sweep.json 2>$OUT/sweep.err
@@ -52,6 +54,9 @@ for part in "$@"; do
     shift)
       timeout ${SHIFT_TIMEOUT:-240} python3 experiments/fp8_shift.py --model embedded --seeds ${SHIFT_SEEDS:-250} --batch 12 \
         --out $OUT/fp8_shift_embedded.json --npz $OUT/fp8_shift_embedded.npz 2>&1 | grep -vE "^ |^\{|^\}" | tail -20 >> $LOG ;;
+    encode)
+      timeout ${ENCODE_TIMEOUT:-300} python3 experiments/encode_time.py --lengths 200,1600 > $OUT/encode_time.json 2>$OUT/encode.err
+      tail -c 1500 $OUT/encode.err >> $LOG; tail -c 2500 $OUT/encode_time.json >> $LOG ;;
     quick)
       timeout 150 $B --model full --shapes 1x1600 --steps 24 --repeats 2 --configs petri_fast,petri_fast_fp8 \
         --out $OUT/bench_quick_b1.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;

@@ -178,7 +178,7 @@ def test_the_compiled_tier_leaves_the_fused_norms_out_and_says_why(caplog, monke
     lm = _tiny()
     traced = []
     monkeypatch.setattr("petri.engine.compiled_tier.fused_norms_forward",
-                        lambda layer: traced.append(layer) or fused_norms_forward(layer))
+                        lambda layer, **kwargs: traced.append(layer) or fused_norms_forward(layer, **kwargs))
     with caplog.at_level(logging.WARNING, logger="petri.engine.compiled_tier"):
         compile_regions(lm, backend="eager", fused_router=False)
     assert "fused norms off: the fused router is off" in caplog.text and traced == []

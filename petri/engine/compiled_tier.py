@@ -12,8 +12,11 @@ small-batch experts, the options), which is how the samplers and :func:`uncompil
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
+
+import torch
 
 from petri.engine.batch1_experts import use_small_batch_experts
 from petri.engine.decoder_hooks import compile_layers, encoder_layers, uncompile_layers, writing_own_cache_layer
@@ -22,6 +25,7 @@ from petri.engine.fp8 import precision_of, set_precision
 from petri.engine.fused_experts import fuse_experts, unfuse_experts
 from petri.engine.fused_norms import fuse_norms_reason, fused_norms_forward
 from petri.engine.fused_router import fuse_routers, unfuse_routers
+from petri.engine.overlapped_mlp import MLPBeside, feedforward_mlp
 from petri.engine.split_attention import drop_split_attention, use_split_attention
 from petri.engine.stacked_projections import stack_projections, unstack_projections
 
@@ -34,7 +38,7 @@ PETRI_CACHE_DIR = os.path.expanduser("~/.cache/petri/torchinductor")
 def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, small_batch_experts: bool = True,
                     encoder: bool = True, fused_router: bool = True, split_attention: bool = True,
                     stacked_projections: bool = True, fp8_self_conditioning: bool = False,
-                    fused_norms: bool = True) -> None:
+                    fused_norms: bool = True, overlapped_mlp: bool = False) -> None:
     """The compiled tier, in place: the decoder's experts through the fused experts op
     (``fused_experts``; skipped, with the reason logged, where the layers do not fit it), then
     regional compilation of the decoder layers (:func:`petri.engine.decoder_hooks.compile_layers`:
@@ -59,7 +63,11 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     (:class:`FastOptions`). ``fused_norms`` (on by default; issue 25, measured faster at 12 samples
     on an H200 in bf16 and fp8-fast, even at one in bf16): each decoder layer's norms between its
     attention and the next layer as two row kernels (:mod:`petri.engine.fused_norms`; needs the
-    fused router, left out with the reason logged where a layer does not fit). The FP8 tier, when
+    fused router, left out with the reason logged where a layer does not fit). ``overlapped_mlp``
+    (opt-in; issue 25, measured faster at one sample in fp8-fast, even in bf16 and at twelve; the
+    FP8 tier's tokens for a seed are not those of the default, see the module): with the fused
+    norms, in the FP8 tier, each decoder layer's dense MLP on a side CUDA stream beside its router
+    and experts (:mod:`petri.engine.overlapped_mlp`). The FP8 tier, when
     on, is switched off around the change and on again, so that it quantizes what is installed.
     :func:`uncompile_regions` undoes it all."""
     use_petri_cache_dir()
@@ -76,8 +84,10 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
             use_split_attention(decoder_layers)
         if stacked_projections:
             stack_projections(lm, decoder_layers)
-        forward = _fused_norms_forward(decoder_layers, fused_norms, fused_router and "router" not in left_out)
+        forward = _fused_norms_forward(decoder_layers, fused_norms, fused_router and "router" not in left_out,
+                                       overlapped_mlp, backend)
         tier.compiled_layers = compile_layers(decoder_layers, backend, forward=forward)
+        tier.overlapped_mlp = overlapped_mlp and forward is not None  # needs the fused norms
         prompt_layers = encoder_layers(lm.model) if encoder else None
         if prompt_layers is not None:
             _fuse_ops(lm.model, prompt_layers, fused_experts, small_batch_experts, fused_router)
@@ -86,18 +96,26 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
                                      fp8_self_conditioning=fp8_self_conditioning))
 
 
-def _fused_norms_forward(layers, fused_norms: bool, fused_router: bool):
+def _fused_norms_forward(layers, fused_norms: bool, fused_router: bool, overlapped_mlp: bool = False,
+                         backend: str = "inductor"):
     """What :func:`compile_layers` compiles for ``layers``: the fused norms' forward
     (:func:`petri.engine.fused_norms.fused_norms_forward`) when asked and every layer fits (it
     needs the fused router: ``fused_router``, installed), else ``None`` (the layers' own forward),
-    the reason logged."""
+    the reason logged. ``overlapped_mlp``: that forward with the dense MLP, compiled on its own by
+    ``backend`` (one function for every layer), run beside the experts
+    (:mod:`petri.engine.overlapped_mlp`)."""
     if not fused_norms:
+        if overlapped_mlp:
+            log.warning("overlapped MLP off: the fused norms are off")
         return None
     reason = None if fused_router else "the fused router is off"
     reason = reason or next(filter(None, (fuse_norms_reason(layer) for layer in layers)), None)
     if reason is not None:
         log.warning("fused norms off: %s", reason)
         return None
+    if overlapped_mlp:
+        beside = MLPBeside(torch.compile(feedforward_mlp, backend=backend))
+        return functools.partial(fused_norms_forward, mlp_beside=beside)
     return fused_norms_forward
 
 
@@ -166,4 +184,4 @@ def uncompile_regions(lm) -> None:
         unstack_projections(lm, decoder_layers)
         if (prompt_layers := encoder_layers(lm.model)) is not None:
             _unfuse_ops(lm.model, prompt_layers)
-        tier.small_batch_experts = False
+        tier.small_batch_experts = tier.overlapped_mlp = False

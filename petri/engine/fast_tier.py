@@ -80,6 +80,7 @@ class FastTier:
     compiled_layers: list = field(default_factory=list, repr=False)
     compiled_encoder_layers: list = field(default_factory=list, repr=False)
     small_batch_experts: bool = False
+    overlapped_mlp: bool = False
     disabled: str | None = None
     sessions: dict = field(default_factory=dict, repr=False)
     prompts: PromptCache = field(default_factory=PromptCache, repr=False)
@@ -156,10 +157,12 @@ class FastTier:
     def fast_name(self, batch: int, options: FastOptions | None = None) -> str:
         """The sampler name of a fast-path call of ``batch`` canvases with ``options`` (the tier's
         unless given): ``fast``, then ``+compiled``, ``+sc-softmax``, ``+sc-fp8``, ``+inverse-cdf``,
-        ``+small-batch`` and the precision tag for each lever in use, in that order (the
-        names stored runs carry)."""
+        ``+small-batch``, ``+overlapped-mlp`` (the compiled tier's opt-in overlapped MLP, which only
+        FP8 layers take: :mod:`petri.engine.overlapped_mlp`) and the precision tag for each lever in
+        use, in that order (the names stored runs carry)."""
         options = self.options if options is None else options
         levers = (("+compiled", self.compiled), ("+sc-softmax", self.softmax_self_conditioning(options)),
                   ("+sc-fp8", self.fp8_self_conditioning(options)), ("+inverse-cdf", options.inverse_cdf_draw),
-                  ("+small-batch", self.small_batch_experts_used(batch)))
+                  ("+small-batch", self.small_batch_experts_used(batch)),
+                  ("+overlapped-mlp", self.overlapped_mlp and self.precision != "bf16"))
         return "fast" + "".join(name for name, used in levers if used) + self.precision_tag

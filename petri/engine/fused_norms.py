@@ -37,13 +37,15 @@ top-k (:func:`petri.engine.fused_router.route_scaled`) on the op's scaled input.
 
 from __future__ import annotations
 
+import functools
 import types
 
 import torch
 
-from petri.engine.fp8 import FP8, FP8_MAX, INV_FP8_MAX, MIN_SCALE, mlp_quantized, quantize_rows, takes_quantized
+from petri.engine.fp8 import FP8, FP8_MAX, INV_FP8_MAX, MIN_SCALE, quantize_rows, takes_quantized
 from petri.engine.fused_logits import HAVE_TRITON
-from petri.engine.fused_router import fusable_router_reason, route_scaled
+from petri.engine.fused_router import fusable_router_reason
+from petri.engine.overlapped_mlp import feedforward_blocks, overlapped_feedforward_blocks
 
 if HAVE_TRITON:
     import triton
@@ -246,33 +248,32 @@ def _(mlp, experts, residual, weight_1, weight_2, weight_3, layer_scalar, eps):
 
 
 def fuse_norms_forward(self, hidden_states: torch.Tensor, position_embeddings=None, attention_mask=None,
-                       position_ids=None, **kwargs) -> torch.Tensor:
+                       position_ids=None, *, mlp_beside=None, **kwargs) -> torch.Tensor:
     """transformers' ``DiffusionGemmaDecoderTextLayer.forward`` (both its keyword spellings of the
     cache pass through ``kwargs`` to the attention) with the norms between the attention and the
     next layer as :func:`feedforward_inputs` and :func:`layer_output`. In the FP8 tier (the MLP's
     gate and up FP8 linears) their inputs come quantized from the op: the MLP
-    (:func:`petri.engine.fp8.mlp_quantized`) and the experts take them as they are.
-    hidden_states (S, L, H) → (S, L, H)."""
+    (:func:`petri.engine.fp8.mlp_quantized`) and the experts take them as they are. ``mlp_beside``
+    (the compiled tier's overlapped MLP): in the FP8 tier, a :class:`petri.engine.overlapped_mlp.MLPBeside`
+    whose MLP runs on a side stream beside the router and experts
+    (:func:`petri.engine.overlapped_mlp.overlapped_feedforward_blocks`); ``None``, or bf16
+    layers (measured no faster there, :mod:`petri.engine.overlapped_mlp`): the two blocks in
+    sequence. hidden_states (S, L, H) → (S, L, H)."""
     shape = hidden_states.shape
     attention, _ = self.self_attn(hidden_states=self.input_layernorm(hidden_states),
                                   position_embeddings=position_embeddings, attention_mask=attention_mask,
                                   position_ids=position_ids, **kwargs)
     quantize = takes_quantized(self.mlp, self.experts)
-    router = self.router
     r, pre, pre_scale, pre_2, pre_2_scale, router_input = feedforward_inputs(
         attention.reshape(-1, shape[-1]).contiguous(), hidden_states.reshape(-1, shape[-1]).contiguous(),
         self.post_attention_layernorm.weight, self.pre_feedforward_layernorm.weight,
-        self.pre_feedforward_layernorm_2.weight, router.scale, float(router.scalar_root_size),
+        self.pre_feedforward_layernorm_2.weight, self.router.scale, float(self.router.scalar_root_size),
         float(self.input_layernorm.eps), quantize)
-    if quantize:
-        mlp = mlp_quantized(self.mlp, pre, pre_scale)
+    if mlp_beside is None or not quantize:
+        mlp, experts = feedforward_blocks(self, pre, pre_scale, pre_2, pre_2_scale, router_input, quantize)
     else:
-        mlp = self.mlp(pre)
-    _, top_k_weights, top_k_index = route_scaled(router, router_input)
-    if quantize:
-        experts = self.experts(pre_2, top_k_index, top_k_weights, hidden_scale=pre_2_scale)
-    else:
-        experts = self.experts(pre_2, top_k_index, top_k_weights)
+        mlp, experts = overlapped_feedforward_blocks(mlp_beside, self, pre, pre_scale, pre_2, pre_2_scale,
+                                                     router_input, quantize)
     out = layer_output(mlp.contiguous(), experts.contiguous(), r, self.post_feedforward_layernorm_1.weight,
                        self.post_feedforward_layernorm_2.weight, self.post_feedforward_layernorm.weight,
                        self.layer_scalar, float(self.input_layernorm.eps))
@@ -307,7 +308,10 @@ def _submodule(module: torch.nn.Module, dotted: str) -> torch.nn.Module | None:
         return None
 
 
-def fused_norms_forward(layer: torch.nn.Module):
+def fused_norms_forward(layer: torch.nn.Module, mlp_beside=None):
     """``layer``'s forward with the fused norms (a bound method, not installed): what the compiled
-    tier hands :func:`petri.engine.decoder_hooks.compile_layers` to compile."""
-    return types.MethodType(fuse_norms_forward, layer)
+    tier hands :func:`petri.engine.decoder_hooks.compile_layers` to compile; ``mlp_beside`` as
+    :func:`fuse_norms_forward` takes it."""
+    if mlp_beside is None:
+        return types.MethodType(fuse_norms_forward, layer)
+    return types.MethodType(functools.partial(fuse_norms_forward, mlp_beside=mlp_beside), layer)

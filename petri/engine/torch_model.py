@@ -144,6 +144,7 @@ def compile_for_sampling(
     lm: LoadedModel, backend: str = "inductor", regional: bool = True, fused_experts: bool = True,
     small_batch_experts: bool = True, encoder: bool = True, fused_router: bool = True, split_attention: bool = True,
     stacked_projections: bool = True, fp8_self_conditioning: bool = False, fused_norms: bool = True,
+    overlapped_mlp: bool = False,
 ) -> LoadedModel:
     """Compile what the samplers call, in place. ``regional`` (default): ``torch.compile`` each decoder
     layer (``petri.engine.compiled_tier.compile_regions``: one compiled graph per layer type, reused
@@ -160,8 +161,9 @@ def compile_for_sampling(
     (default) runs each router's softmax and top-k as one op, ``split_attention`` (default) runs
     the global layers' attention folded and split, and ``stacked_projections`` (default) computes
     each layer's q, k, v and its MLP's gate and up as one product each, ``fused_norms`` (default)
-    runs each layer's norms between its attention and the next layer as two row kernels, and
-    ``fp8_self_conditioning`` (opt-in, FP8 tier only) writes and reads the self-conditioning
+    runs each layer's norms between its attention and the next layer as two row kernels,
+    ``overlapped_mlp`` (opt-in) runs each FP8 layer's dense MLP on a side CUDA stream beside its experts,
+    and ``fp8_self_conditioning`` (opt-in, FP8 tier only) writes and reads the self-conditioning
     probabilities in e4m3 (all issue 25).
     ``backend="eager"`` traces without compiling (what the CPU test uses)."""
     if regional:
@@ -170,7 +172,7 @@ def compile_for_sampling(
         compile_regions(lm, backend=backend, fused_experts=fused_experts, small_batch_experts=small_batch_experts,
                         encoder=encoder, fused_router=fused_router, split_attention=split_attention,
                         stacked_projections=stacked_projections, fp8_self_conditioning=fp8_self_conditioning,
-                        fused_norms=fused_norms)
+                        fused_norms=fused_norms, overlapped_mlp=overlapped_mlp)
     else:
         lm.model.forward = torch.compile(lm.model.forward, backend=backend)
     return lm
