@@ -4,8 +4,8 @@ compute, eagerly and under CUDA-graph capture? One decoder layer of the tiny mod
 for each form (sequential eager, overlapped eager with the MLP compiled or not, each captured in a
 CUDA graph and replayed several times) the largest difference from the sequential eager blocks and
 whether replays agree with one another; the blocks compiled by Inductor as one function (as inside
-the sequential tier's layer graph), each output's difference apart. Then seeds sampled through the compiled tier's graphs, with
-and without the overlap, twice each. One JSON object on stdout.
+the sequential tier's layer graph), each output's difference apart. Then seeds sampled through the
+compiled tier's graphs, with and without the overlap, twice each. One JSON object on stdout.
 
     python experiments/overlap_check.py > overlap_check.json
 """
@@ -99,7 +99,8 @@ def blocks(precision: str, rows: int) -> dict:
         }
     # the blocks traced and compiled by Inductor (as inside the sequential tier's layer graph), each output apart
     compiled_blocks = torch.compile(feedforward_blocks)(*args)
-    out["compiled_blocks"] = {name: _difference([got], [w]) for name, got, w in zip(("mlp", "experts"), compiled_blocks, want)}
+    out["compiled_blocks"] = {name: _difference([got], [w])
+                              for name, got, w in zip(("mlp", "experts"), compiled_blocks, want)}
     uncompile_regions(lm)
     return out
 

@@ -1,9 +1,10 @@
 """The overlapped MLP (issue 25, petri.engine.overlapped_mlp): on the CPU the compiled tier with the
 FP8 layers' dense MLP handed to :func:`overlapped_feedforward_blocks` (compiled on its own, called
 once per layer and forward; bf16 layers keep the sequence) gives the logits of the tier without it
-bit for bit, in bf16 and in the FP8 tier, and is left out, saying why, without the fused norms. On a GPU (skipped elsewhere): the MLP runs on the
-side stream and its result is joined before it is read, and its input is written before the side
-stream reads it (each checked against a stream held back by ``torch.cuda._sleep``, which a missing
+bit for bit, in bf16 and in the FP8 tier, and is left out, saying why, without the fused norms;
+sampler names say ``+overlapped-mlp`` where FP8 layers took it. On a GPU (skipped elsewhere): the
+MLP runs on the side stream and its result is joined before it is read, and its input is written
+before the side stream reads it (each checked against a stream held back by ``torch.cuda._sleep``, which a missing
 wait turns into a wrong result); one FP8 layer's blocks overlapped equal them in sequence, eagerly
 and replayed from a CUDA graph; in the Inductor-compiled FP8 tier seeds sampled through captured
 graphs are the same with the MLP on the side stream as on the current one. (Those seeds differ from
