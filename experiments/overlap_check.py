@@ -42,7 +42,7 @@ def _gpu_tiny(precision: str, layers: int = 3):
     return lm
 
 
-def _captured(call, replays: int = 4):
+def captured_replays(call, replays: int = 4) -> list:
     """``call()`` warmed on a side stream, captured, replayed ``replays`` times: the outputs of each."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -91,7 +91,7 @@ def blocks(precision: str, rows: int) -> dict:
     for name, call in forms.items():
         eager = call()
         torch.cuda.synchronize()
-        replays = _captured(call)
+        replays = captured_replays(call)
         out[name] = {
             "eager_max_difference": _difference(eager, want),
             "captured_max_difference": [_difference(r, want) for r in replays],

@@ -12,8 +12,10 @@ the default tier's, which compiles the blocks inside the layer's graph: see the 
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,6 +34,8 @@ from petri.engine.overlapped_mlp import (
 from petri.engine.tiny import tiny_random_model
 from petri.trajectory import AnchorSpan, SamplerSettings
 from tiny_support import tiny_logits
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _tiny(dtype=torch.bfloat16):
@@ -138,6 +142,14 @@ def test_the_side_stream_reads_the_input_only_once_it_is_written(monkeypatch):
     torch.testing.assert_close(mlp, x @ layer.mlp_weight)
 
 
+def _overlap_check():
+    """experiments/overlap_check.py as a module (its graph capture helper)."""
+    spec = importlib.util.spec_from_file_location("overlap_check", REPO / "experiments" / "overlap_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _gpu_fp8_tiny():
     lm = tiny_random_model(canvas_length=16, num_layers=3, seed=3)
     lm.model.to("cuda", torch.bfloat16)
@@ -165,17 +177,7 @@ def test_the_overlapped_fp8_blocks_equal_the_sequential_ones_eager_and_captured(
     beside = MLPBeside(torch.compile(feedforward_mlp))
     overlapped = lambda: overlapped_feedforward_blocks(beside, *args)  # noqa: E731
     eager = overlapped()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        overlapped()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = overlapped()
-    graph.replay()
-    torch.cuda.synchronize()
-    for got in (eager, captured):
+    for got in (eager, *_overlap_check().captured_replays(overlapped, replays=2)):
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     uncompile_regions(lm)
 
