@@ -1,0 +1,100 @@
+"""Issue 25: does the compiled tier's arithmetic depend on what the process compiled before? Dynamo
+compiles a layer for the first shape it meets and, once a second shape arrives, again with dynamic
+shapes; Inductor's kernels for the two can round differently. This script compiles the tiny model's
+compiled tier twice from a reset Dynamo: once meeting only the measured batch (3 canvases), once
+after a forward of another batch (2 canvases) first, and compares the measured batch's logits
+(and, on CUDA, seeds sampled through the fast path's captured graphs) bit for bit. ``--overlapped``
+does the same with the opt-in overlapped MLP (petri.engine.overlapped_mlp). One JSON object on stdout.
+
+    python experiments/compile_history.py --device cuda --precision fp8-fast
+    python experiments/compile_history.py --device cpu --precision bf16      # Inductor's C++ kernels
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from petri.engine.compiled_tier import compile_regions, uncompile_regions  # noqa: E402
+from petri.engine.fp8 import set_precision  # noqa: E402
+from petri.engine.tiny import tiny_random_model  # noqa: E402
+from petri.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
+
+PROMPT = [5, 9, 17, 33]
+
+
+def _tiny(device: str, precision: str):
+    lm = tiny_random_model(canvas_length=16, num_layers=3, seed=3, dtype=torch.bfloat16)
+    if device != "cpu":
+        lm.model.to(device)
+        lm = replace(lm, device=torch.device(device))
+    set_precision(lm, precision)
+    return lm
+
+
+@torch.no_grad()
+def _logits(lm, batch: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(batch)
+    canvas = torch.randint(4, lm.vocab_size, (batch, lm.canvas_length), generator=generator).to(lm.device)
+    prompt = torch.tensor([PROMPT] * batch, device=lm.device)
+    return lm.model(decoder_input_ids=canvas, input_ids=prompt).logits.float()
+
+
+def one_history(lm, overlapped: bool, other_shape_first: bool) -> dict:
+    """From a reset Dynamo: the compiled tier, a batch-2 forward first if asked, then the batch-3
+    logits and (CUDA) two seeds of 3 samples through the fast path."""
+    import torch._dynamo
+
+    uncompile_regions(lm)
+    torch._dynamo.reset()
+    compile_regions(lm, overlapped_mlp=overlapped)
+    lm.fast_tier.prompts.set_max_bytes(0)
+    if other_shape_first:
+        _logits(lm, 2)
+    out = {"logits": _logits(lm, 3).cpu()}
+    if lm.device.type == "cuda":
+        from petri.engine.fast_sampler import run_sampler_fast
+
+        settings = SamplerSettings(max_denoising_steps=6, entropy_bound=2.0)
+        layouts = [[AnchorSpan("a", 3, (40, 41))] for _ in range(3)]
+        out["argmax"] = [run_sampler_fast(lm, PROMPT + [40, 41], layouts, settings, seed=s).argmax for s in (1, 2)]
+    uncompile_regions(lm)
+    return out
+
+
+def compare(fresh: dict, after: dict) -> dict:
+    result = {"logits_equal": bool(torch.equal(fresh["logits"], after["logits"])),
+              "logits_max_difference": float((fresh["logits"] - after["logits"]).abs().max())}
+    if "argmax" in fresh:
+        result["argmax_differing"] = int(sum((a != b).sum() for a, b in zip(fresh["argmax"], after["argmax"])))
+        result["argmax_values"] = int(sum(a.size for a in fresh["argmax"]))
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--precision", default="bf16", choices=["bf16", "fp8", "fp8-fast"])
+    parser.add_argument("--overlapped", action="store_true", help="with the opt-in overlapped MLP")
+    args = parser.parse_args()
+    lm = _tiny(args.device, args.precision)
+    runs = {other: one_history(lm, args.overlapped, other) for other in (False, True)}
+    repeat = one_history(lm, args.overlapped, False)
+    print(json.dumps({
+        "device": args.device, "precision": args.precision, "overlapped": args.overlapped,
+        "torch": torch.__version__,
+        "fresh_against_fresh_again": compare(runs[False], repeat),
+        "fresh_against_another_shape_first": compare(runs[False], runs[True]),
+    }, indent=1, default=lambda x: x.tolist() if isinstance(x, np.ndarray) else str(x)))
+
+
+if __name__ == "__main__":
+    main()
