@@ -12,6 +12,8 @@
 #   shift:  experiments/fp8_shift.py on the embedded model (250 seeds × 12 samples per arm: bf16, fp8, fp8-fast, bf16 other seeds);
 #   encode: experiments/encode_time.py (one prompt pass eager, compiled and captured at 200 and 1,600 tokens: time,
 #           the captured graph's capture time and memory, bit-equality);
+#   history: experiments/compile_history.py (does the compiled tier's arithmetic depend on what was compiled before?)
+#           in bf16 and fp8-fast, the latter also with the overlapped MLP;
 #   quick:  1 × 24 with a 1,600-token prompt, exact tier in bf16 and FP8 (no compilation);
 #   bench:  batch 1 (1,600-token prompt) and batch 12 (200) in one run (each petri configuration also with the prompt
 #           kept, the encoder pass timed alone and the time outside the step graphs): generate, the compiled tier in bf16,
@@ -57,6 +59,12 @@ for part in "$@"; do
     encode)
       timeout ${ENCODE_TIMEOUT:-300} python3 experiments/encode_time.py --lengths 200,1600 > $OUT/encode_time.json 2>$OUT/encode.err
       tail -c 1500 $OUT/encode.err >> $LOG; tail -c 2500 $OUT/encode_time.json >> $LOG ;;
+    history)
+      for args in "--precision bf16" "--precision fp8-fast" "--precision fp8-fast --overlapped"; do
+        timeout 150 python3 experiments/compile_history.py --device cuda $args 2>>$OUT/history.err \
+          | python3 -c "import json, sys; d = json.load(sys.stdin); print(json.dumps(d))" >> $OUT/compile_history.jsonl
+      done
+      cat $OUT/compile_history.jsonl >> $LOG ;;
     quick)
       timeout 150 $B --model full --shapes 1x1600 --steps 24 --repeats 2 --configs petri_fast,petri_fast_fp8 \
         --out $OUT/bench_quick_b1.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
