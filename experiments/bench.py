@@ -318,16 +318,22 @@ def time_encode(lm: LoadedModel, prompt: torch.Tensor, repeats: int = 3, capture
     ``petri.engine.encoder_graphs``), or always uncaptured."""
     from petri.engine.torch_step import _encode_prompt_once
 
-    def encode(prompt):
+    def encode():
         return lm.fast_tier.encoder_graphs.encode(lm, prompt) if captured else _encode_prompt_once(lm, prompt)
 
+    return median_ms(lm.device, encode, repeats)
+
+
+def median_ms(device, call, repeats: int) -> float:
+    """Milliseconds of ``call()``, synchronised on ``device``: the median of ``repeats`` calls after
+    one untimed call, without gradients."""
     times = []
     with torch.no_grad():
         for index in range(repeats + 1):
-            sync(lm.device)
+            sync(device)
             start = time.perf_counter()
-            encode(prompt)
-            sync(lm.device)
+            call()
+            sync(device)
             if index:
                 times.append(1000 * (time.perf_counter() - start))
     return round(statistics.median(times), 3)

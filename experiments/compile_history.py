@@ -38,7 +38,8 @@ from petri.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
 PROMPT = [5, 9, 17, 33]
 
 
-def _tiny(device: str, precision: str):
+def tiny(device: str, precision: str):
+    """The tiny model of these probes (3 layers, canvas 16, bf16) on ``device`` in ``precision``."""
     lm = tiny_random_model(canvas_length=16, num_layers=3, seed=3, dtype=torch.bfloat16)
     if device != "cpu":
         lm.model.to(device)
@@ -55,6 +56,16 @@ def _logits(lm, batch: int) -> torch.Tensor:
     return lm.model(decoder_input_ids=canvas, input_ids=prompt).logits.float()
 
 
+def sample_seeds(lm) -> list:
+    """Seeds 1 and 2 through the GPU fast path (the model's tier as it is): 3 samples each, one anchor,
+    6 steps after the prompt ``PROMPT`` + [40, 41]; their trajectories."""
+    from petri.engine.fast_sampler import run_sampler_fast
+
+    settings = SamplerSettings(max_denoising_steps=6, entropy_bound=2.0)
+    layouts = [[AnchorSpan("a", 3, (40, 41))] for _ in range(3)]
+    return [run_sampler_fast(lm, PROMPT + [40, 41], layouts, settings, seed=seed) for seed in (1, 2)]
+
+
 def one_history(lm, overlapped: bool, other_shape_first: bool) -> dict:
     """From a reset Dynamo: the compiled tier, a batch-2 forward first if asked, then the batch-3
     logits and (CUDA) two seeds of 3 samples through the fast path."""
@@ -68,11 +79,7 @@ def one_history(lm, overlapped: bool, other_shape_first: bool) -> dict:
         _logits(lm, 2)
     out = {"logits": _logits(lm, 3).cpu()}
     if lm.device.type == "cuda":
-        from petri.engine.fast_sampler import run_sampler_fast
-
-        settings = SamplerSettings(max_denoising_steps=6, entropy_bound=2.0)
-        layouts = [[AnchorSpan("a", 3, (40, 41))] for _ in range(3)]
-        out["argmax"] = [run_sampler_fast(lm, PROMPT + [40, 41], layouts, settings, seed=s).argmax for s in (1, 2)]
+        out["argmax"] = [trajectory.argmax for trajectory in sample_seeds(lm)]
     uncompile_regions(lm)
     return out
 
@@ -92,7 +99,7 @@ def main() -> None:
     parser.add_argument("--precision", default="bf16", choices=["bf16", "fp8", "fp8-fast"])
     parser.add_argument("--overlapped", action="store_true", help="with the opt-in overlapped MLP")
     args = parser.parse_args()
-    lm = _tiny(args.device, args.precision)
+    lm = tiny(args.device, args.precision)
     runs = {other: one_history(lm, args.overlapped, other) for other in (False, True)}
     repeat = one_history(lm, args.overlapped, False)
     print(json.dumps({

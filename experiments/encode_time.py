@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import build_full_size, sync, time_encode  # noqa: E402
+from bench import build_full_size, median_ms, sync, time_encode  # noqa: E402
 
 from petri.engine.compiled_tier import compile_regions, uncompile_regions  # noqa: E402
 from petri.engine.encoder_graphs import EncoderGraph  # noqa: E402
@@ -97,14 +96,8 @@ def captured(lm, prompt, repeats: int) -> dict:
     result = {"capture_s": round(time.perf_counter() - start, 2),
               "held_mib": round((torch.cuda.memory_allocated() - allocated) / 2**20, 1),
               "reserved_mib": round((torch.cuda.memory_reserved() - reserved) / 2**20, 1)}
-    times = []
-    for _ in range(repeats + 1):
-        sync(lm.device)
-        start = time.perf_counter()
-        cache = graph.encode(prompt)
-        sync(lm.device)
-        times.append(1000 * (time.perf_counter() - start))
-    result["ms"] = round(statistics.median(times[1:]), 3)
+    result["ms"] = median_ms(lm.device, lambda: graph.encode(prompt), repeats)
+    cache = graph.encode(prompt)
     want = _encode_prompt_once(lm, prompt)
     result["bit_equal"] = all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
                               for a, b in zip(cache.layers, want.layers))

@@ -14,32 +14,24 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from compile_history import sample_seeds, tiny  # noqa: E402
 
 from petri.engine.compiled_tier import compile_regions, uncompile_regions  # noqa: E402
-from petri.engine.fp8 import quantize_rows, set_precision  # noqa: E402
+from petri.engine.fp8 import quantize_rows  # noqa: E402
 from petri.engine.overlapped_mlp import (  # noqa: E402
     MLPBeside,
     feedforward_blocks,
     feedforward_mlp,
     overlapped_feedforward_blocks,
 )
-from petri.engine.tiny import tiny_random_model  # noqa: E402
-from petri.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
-
-
-def _gpu_tiny(precision: str, layers: int = 3):
-    lm = tiny_random_model(canvas_length=16, num_layers=layers, seed=3)
-    lm.model.to("cuda", torch.bfloat16)
-    lm = replace(lm, device=torch.device("cuda"), dtype=torch.bfloat16)
-    set_precision(lm, precision)
-    return lm
 
 
 def captured_replays(call, replays: int = 4) -> list:
@@ -66,7 +58,7 @@ def _difference(got, want) -> float:
 
 @torch.no_grad()
 def blocks(precision: str, rows: int) -> dict:
-    lm = _gpu_tiny(precision)
+    lm = tiny("cuda", precision)
     compile_regions(lm, overlapped_mlp=False)  # the stacked projections and FP8 modules as the tier has them
     layer = lm.model.model.decoder.layers[0]
     width = lm.model.config.get_text_config().hidden_size
@@ -106,11 +98,7 @@ def blocks(precision: str, rows: int) -> dict:
 
 
 def seeds(precision: str) -> dict:
-    from petri.engine.fast_sampler import run_sampler_fast
-
-    lm = _gpu_tiny(precision)
-    settings = SamplerSettings(max_denoising_steps=6, entropy_bound=2.0)
-    layouts = [[AnchorSpan("a", 3, (40, 41))] for _ in range(3)]
+    lm = tiny("cuda", precision)
     runs = {}
     for name, overlapped, same_stream in (("sequential", False, False), ("overlapped", True, False),
                                           ("overlapped_on_the_current_stream", True, True)):
@@ -119,8 +107,7 @@ def seeds(precision: str) -> dict:
             MLPBeside.stream = lambda self, device: torch.cuda.current_stream(device)
         compile_regions(lm, overlapped_mlp=overlapped)
         lm.fast_tier.prompts.set_max_bytes(0)
-        runs[name] = [[run_sampler_fast(lm, [5, 9, 17, 33, 40, 41], layouts, settings, seed=s).argmax
-                       for s in (1, 2)] for _ in range(2)]
+        runs[name] = [[trajectory.argmax for trajectory in sample_seeds(lm)] for _ in range(2)]
         uncompile_regions(lm)
         if same_stream:
             MLPBeside.stream = original

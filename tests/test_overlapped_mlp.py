@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +31,6 @@ from petri.engine.overlapped_mlp import (
     overlapped_feedforward_blocks,
 )
 from petri.engine.tiny import tiny_random_model
-from petri.trajectory import AnchorSpan, SamplerSettings
 from tiny_support import tiny_logits
 
 REPO = Path(__file__).resolve().parent.parent
@@ -143,19 +141,11 @@ def test_the_side_stream_reads_the_input_only_once_it_is_written(monkeypatch):
 
 
 def _overlap_check():
-    """experiments/overlap_check.py as a module (its graph capture helper)."""
+    """experiments/overlap_check.py as a module (its tiny model, seeds and graph capture helper)."""
     spec = importlib.util.spec_from_file_location("overlap_check", REPO / "experiments" / "overlap_check.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _gpu_fp8_tiny():
-    lm = tiny_random_model(canvas_length=16, num_layers=3, seed=3)
-    lm.model.to("cuda", torch.bfloat16)
-    lm = replace(lm, device=torch.device("cuda"), dtype=torch.bfloat16)
-    set_precision(lm, "fp8-fast")
-    return lm
 
 
 @GPU
@@ -165,7 +155,8 @@ def test_the_overlapped_fp8_blocks_equal_the_sequential_ones_eager_and_captured(
     the side stream) bit-equal to the blocks in sequence, run eagerly and replayed from a CUDA graph."""
     from petri.engine.fp8 import quantize_rows
 
-    lm = _gpu_fp8_tiny()
+    check = _overlap_check()
+    lm = check.tiny("cuda", "fp8-fast")
     compile_regions(lm, overlapped_mlp=False)
     layer = lm.model.model.decoder.layers[0]
     generator = torch.Generator(device="cuda").manual_seed(0)
@@ -177,7 +168,7 @@ def test_the_overlapped_fp8_blocks_equal_the_sequential_ones_eager_and_captured(
     beside = MLPBeside(torch.compile(feedforward_mlp))
     overlapped = lambda: overlapped_feedforward_blocks(beside, *args)  # noqa: E731
     eager = overlapped()
-    for got in (eager, *_overlap_check().captured_replays(overlapped, replays=2)):
+    for got in (eager, *check.captured_replays(overlapped, replays=2)):
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     uncompile_regions(lm)
 
@@ -187,16 +178,13 @@ def test_the_side_stream_changes_no_token_of_the_compiled_fp8_tier(monkeypatch):
     """Seeds sampled through the compiled FP8 tier's captured graphs with the MLP on the side stream
     equal those with the same blocks on the current stream (no concurrency): the overlap changes no
     token."""
-    from petri.engine.fast_sampler import run_sampler_fast
-
-    lm = _gpu_fp8_tiny()
-    settings = SamplerSettings(max_denoising_steps=6, entropy_bound=2.0)
-    layouts = [[AnchorSpan("a", 3, (40, 41))] for _ in range(3)]
+    check = _overlap_check()
+    lm = check.tiny("cuda", "fp8-fast")
 
     def run():
         compile_regions(lm, overlapped_mlp=True)
         lm.fast_tier.prompts.set_max_bytes(0)
-        seeds = [run_sampler_fast(lm, [5, 9, 17, 33, 40, 41], layouts, settings, seed=seed) for seed in (1, 2)]
+        seeds = check.sample_seeds(lm)
         uncompile_regions(lm)
         return seeds
 
