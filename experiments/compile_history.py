@@ -6,14 +6,24 @@ after a forward of another batch (2 canvases) first, and compares the measured b
 (and, on CUDA, seeds sampled through the fast path's captured graphs) bit for bit. ``--overlapped``
 does the same with the opt-in overlapped MLP (petri.engine.overlapped_mlp). One JSON object on stdout.
 
-On this project's CPU machine (2026-12-03, torch 2.13 CPU, Inductor's C++ kernels) no dependence:
-bf16, fp8 and fp8 with the overlapped MLP each gave the same logits fresh, fresh again and after
-another batch (and the fp8 tier's logits overlapped equal its logits sequential). On an H200 the
-overlapped FP8 tier's seeds differ from the sequential one's by a count that moved with what the
-process had compiled first (``experiments/overlap_check.py``): the GPU run is still to do
-(``bash experiments/issue25_device.sh history``).
+``--autotuned`` compiles as the tier did before 2026-12-03 (Inductor picking kernel configurations
+by timing them); by default the tier compiles in Inductor's deterministic mode
+(``petri.engine.decoder_hooks.compile_function``). ``--shapes`` sets how Dynamo treats a new shape.
+
+Measured (2026-12-03; ``bash experiments/issue25_device.sh history`` and the variants below,
+``experiments/results/compile_history_h200.json``):
+- CPU (torch 2.13, Inductor's C++ kernels, autotuned): no dependence in bf16, fp8, fp8 overlapped.
+- One H200 (torch 2.11), autotuned: bf16 none; fp8-fast: the batch-3 logits after a batch-2
+  forward differ from those of a reset Dynamo that met only batch 3 (max 0.198; 100 of 576
+  argmax values of the seeds);
+  fp8-fast overlapped: logits equal, 67 of 576 argmax values differ. fp8-fast with ``--shapes
+  static`` (every shape its own static graph), with ``--shapes dynamic``, and in Inductor's
+  deterministic mode (with automatic or dynamic shapes): no dependence. So the kernels that
+  Inductor tuned by timing, compiled anew for the dynamic graph, rounded differently; the tier
+  now compiles in the deterministic mode.
 
     python experiments/compile_history.py --device cuda --precision fp8-fast
+    python experiments/compile_history.py --device cuda --precision fp8-fast --autotuned   # the tier before
     python experiments/compile_history.py --device cpu --precision bf16      # Inductor's C++ kernels
 """
 
@@ -31,6 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from petri.engine.compiled_tier import compile_regions, uncompile_regions  # noqa: E402
+from petri.engine.decoder_hooks import inductor_deterministic_available  # noqa: E402
 from petri.engine.fp8 import set_precision  # noqa: E402
 from petri.engine.tiny import tiny_random_model  # noqa: E402
 from petri.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
@@ -66,14 +77,31 @@ def sample_seeds(lm) -> list:
     return [run_sampler_fast(lm, PROMPT + [40, 41], layouts, settings, seed=seed) for seed in (1, 2)]
 
 
-def one_history(lm, overlapped: bool, other_shape_first: bool) -> dict:
-    """From a reset Dynamo: the compiled tier, a batch-2 forward first if asked, then the batch-3
-    logits and (CUDA) two seeds of 3 samples through the fast path."""
+#: ``--shapes``: Dynamo's treatment of a shape it has not met (what the compiled tier does is "automatic")
+SHAPES = {
+    "automatic": "a static graph for the first shape, a dynamic one once another arrives (torch's default)",
+    "static": "a static graph for every shape (automatic_dynamic_shapes off)",
+    "dynamic": "a dynamic graph from the first shape on (assume_static_by_default off)",
+}
+
+
+def set_shapes(shapes: str) -> None:
+    """Set Dynamo's treatment of new shapes (:data:`SHAPES`)."""
+    import torch._dynamo
+
+    torch._dynamo.config.automatic_dynamic_shapes = shapes != "static"
+    torch._dynamo.config.assume_static_by_default = shapes != "dynamic"
+
+
+def one_history(lm, overlapped: bool, other_shape_first: bool, deterministic: bool = True) -> dict:
+    """From a reset Dynamo: the compiled tier (``deterministic``: its ``deterministic_kernels``), a
+    batch-2 forward first if asked, then the batch-3 logits and (CUDA) two seeds of 3 samples
+    through the fast path."""
     import torch._dynamo
 
     uncompile_regions(lm)
     torch._dynamo.reset()
-    compile_regions(lm, overlapped_mlp=overlapped)
+    compile_regions(lm, overlapped_mlp=overlapped, deterministic_kernels=deterministic)
     lm.fast_tier.prompts.set_max_bytes(0)
     if other_shape_first:
         _logits(lm, 2)
@@ -98,12 +126,19 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--precision", default="bf16", choices=["bf16", "fp8", "fp8-fast"])
     parser.add_argument("--overlapped", action="store_true", help="with the opt-in overlapped MLP")
+    parser.add_argument("--shapes", default="automatic", choices=list(SHAPES),
+                        help="how Dynamo treats a new shape: " + "; ".join(f"{k}: {v}" for k, v in SHAPES.items()))
+    parser.add_argument("--autotuned", action="store_true",
+                        help="compile without Inductor's deterministic mode (the compiled tier before 2026-12-03)")
     args = parser.parse_args()
+    set_shapes(args.shapes)
     lm = tiny(args.device, args.precision)
-    runs = {other: one_history(lm, args.overlapped, other) for other in (False, True)}
-    repeat = one_history(lm, args.overlapped, False)
+    deterministic = not args.autotuned
+    runs = {other: one_history(lm, args.overlapped, other, deterministic) for other in (False, True)}
+    repeat = one_history(lm, args.overlapped, False, deterministic)
     print(json.dumps({
         "device": args.device, "precision": args.precision, "overlapped": args.overlapped,
+        "shapes": args.shapes, "inductor_deterministic": deterministic and inductor_deterministic_available(),
         "torch": torch.__version__,
         "fresh_against_fresh_again": compare(runs[False], repeat),
         "fresh_against_another_shape_first": compare(runs[False], runs[True]),

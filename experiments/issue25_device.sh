@@ -13,7 +13,7 @@
 #   encode: experiments/encode_time.py (one prompt pass eager, compiled and captured at 200 and 1,600 tokens: time,
 #           the captured graph's capture time and memory, bit-equality);
 #   history: experiments/compile_history.py (does the compiled tier's arithmetic depend on what was compiled before?)
-#           in bf16 and fp8-fast, the latter also with the overlapped MLP;
+#           in bf16 and fp8-fast, the latter also with the overlapped MLP and autotuned (the tier before its deterministic mode);
 #   quick:  1 × 24 with a 1,600-token prompt, exact tier in bf16 and FP8 (no compilation);
 #   bench:  batch 1 (1,600-token prompt) and batch 12 (200) in one run (each petri configuration also with the prompt
 #           kept, the encoder pass timed alone and the time outside the step graphs): generate, the compiled tier in bf16,
@@ -60,7 +60,7 @@ for part in "$@"; do
       timeout ${ENCODE_TIMEOUT:-300} python3 experiments/encode_time.py --lengths 200,1600 > $OUT/encode_time.json 2>$OUT/encode.err
       tail -c 1500 $OUT/encode.err >> $LOG; tail -c 2500 $OUT/encode_time.json >> $LOG ;;
     history)
-      for args in "--precision bf16" "--precision fp8-fast" "--precision fp8-fast --overlapped"; do
+      for args in "--precision bf16" "--precision fp8-fast" "--precision fp8-fast --overlapped" "--precision fp8-fast --autotuned"; do
         timeout 150 python3 experiments/compile_history.py --device cuda $args 2>>$OUT/history.err \
           | python3 -c "import json, sys; d = json.load(sys.stdin); print(json.dumps(d))" >> $OUT/compile_history.jsonl
       done

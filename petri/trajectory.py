@@ -110,7 +110,7 @@ class Trajectory:
     ``sampler`` names the code path that drew the tokens (the numbers depend on it): ``eager`` (the
     torch sampler that reproduces ``generate``), ``mlx``, ``fast`` (the GPU fast path's exact tier),
     ``fast`` with ``+compiled``, ``+sc-softmax``, ``+sc-fp8``, ``+inverse-cdf``, ``+small-batch``,
-    ``+overlapped-mlp`` for the compiled tier's levers (``petri.engine.fast_tier.FastTier.fast_name``),
+    ``+overlapped-mlp``, ``+autotuned`` for the compiled tier's levers (``petri.engine.fast_tier.FastTier.fast_name``),
     and ``+fp8`` or ``+fp8-fast`` after any of these in the FP8 tier (``petri.engine.fp8``);
     ``unknown`` for runs stored before it was recorded.
     """

@@ -16,10 +16,15 @@ import functools
 import logging
 import os
 
-import torch
-
 from petri.engine.batch1_experts import use_small_batch_experts
-from petri.engine.decoder_hooks import compile_layers, encoder_layers, uncompile_layers, writing_own_cache_layer
+from petri.engine.decoder_hooks import (
+    compile_function,
+    compile_layers,
+    encoder_layers,
+    inductor_deterministic_available,
+    uncompile_layers,
+    writing_own_cache_layer,
+)
 from petri.engine.fast_tier import FastOptions
 from petri.engine.fp8 import precision_of, set_precision
 from petri.engine.fused_experts import fuse_experts, unfuse_experts
@@ -38,7 +43,7 @@ PETRI_CACHE_DIR = os.path.expanduser("~/.cache/petri/torchinductor")
 def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, small_batch_experts: bool = True,
                     encoder: bool = True, fused_router: bool = True, split_attention: bool = True,
                     stacked_projections: bool = True, fp8_self_conditioning: bool = False,
-                    fused_norms: bool = True, overlapped_mlp: bool = False) -> None:
+                    fused_norms: bool = True, overlapped_mlp: bool = False, deterministic_kernels: bool = True) -> None:
     """The compiled tier, in place: the decoder's experts through the fused experts op
     (``fused_experts``; skipped, with the reason logged, where the layers do not fit it), then
     regional compilation of the decoder layers (:func:`petri.engine.decoder_hooks.compile_layers`:
@@ -67,7 +72,10 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     (opt-in; issue 25, measured faster at one sample in fp8-fast, even in bf16 and at twelve; the
     FP8 tier's tokens for a seed are not those of the default, see the module): with the fused
     norms, in the FP8 tier, each decoder layer's dense MLP on a side CUDA stream beside its router
-    and experts (:mod:`petri.engine.overlapped_mlp`). The FP8 tier, when
+    and experts (:mod:`petri.engine.overlapped_mlp`). ``deterministic_kernels`` (on by default; issue 25):
+    every compile in Inductor's deterministic mode (:func:`petri.engine.decoder_hooks.compile_function`:
+    a seed's tokens then do not depend on what the process compiled or timed before; off, the
+    sampler names say ``+autotuned``). The FP8 tier, when
     on, is switched off around the change and on again, so that it quantizes what is installed.
     :func:`uncompile_regions` undoes it all."""
     use_petri_cache_dir()
@@ -85,25 +93,27 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
         if stacked_projections:
             stack_projections(lm, decoder_layers)
         forward = _fused_norms_forward(decoder_layers, fused_norms, fused_router and "router" not in left_out,
-                                       overlapped_mlp, backend)
-        tier.compiled_layers = compile_layers(decoder_layers, backend, forward=forward)
+                                       overlapped_mlp, backend, deterministic_kernels)
+        tier.compiled_layers = compile_layers(decoder_layers, backend, forward=forward, deterministic=deterministic_kernels)
+        tier.autotuned_kernels = backend == "inductor" and not (deterministic_kernels and inductor_deterministic_available())
         tier.overlapped_mlp = overlapped_mlp and forward is not None  # needs the fused norms
         prompt_layers = encoder_layers(lm.model) if encoder else None
         if prompt_layers is not None:
             _fuse_ops(lm.model, prompt_layers, fused_experts, small_batch_experts, fused_router)
-            tier.compiled_encoder_layers = compile_layers(prompt_layers, backend, call=writing_own_cache_layer)
+            tier.compiled_encoder_layers = compile_layers(prompt_layers, backend, call=writing_own_cache_layer,
+                                                          deterministic=deterministic_kernels)
         tier.set_options(FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True,
                                      fp8_self_conditioning=fp8_self_conditioning))
 
 
 def _fused_norms_forward(layers, fused_norms: bool, fused_router: bool, overlapped_mlp: bool = False,
-                         backend: str = "inductor"):
+                         backend: str = "inductor", deterministic: bool = True):
     """What :func:`compile_layers` compiles for ``layers``: the fused norms' forward
     (:func:`petri.engine.fused_norms.fused_norms_forward`) when asked and every layer fits (it
     needs the fused router: ``fused_router``, installed), else ``None`` (the layers' own forward),
     the reason logged. ``overlapped_mlp``: that forward with the dense MLP, compiled on its own by
-    ``backend`` (one function for every layer), run beside the experts
-    (:mod:`petri.engine.overlapped_mlp`)."""
+    ``backend`` (one function for every layer; ``deterministic``: :func:`compile_function`), run
+    beside the experts (:mod:`petri.engine.overlapped_mlp`)."""
     if not fused_norms:
         if overlapped_mlp:
             log.warning("overlapped MLP off: the fused norms are off")
@@ -114,7 +124,7 @@ def _fused_norms_forward(layers, fused_norms: bool, fused_router: bool, overlapp
         log.warning("fused norms off: %s", reason)
         return None
     if overlapped_mlp:
-        beside = MLPBeside(torch.compile(feedforward_mlp, backend=backend))
+        beside = MLPBeside(compile_function(feedforward_mlp, backend, deterministic))
         return functools.partial(fused_norms_forward, mlp_beside=beside)
     return fused_norms_forward
 
@@ -184,4 +194,4 @@ def uncompile_regions(lm) -> None:
         unstack_projections(lm, decoder_layers)
         if (prompt_layers := encoder_layers(lm.model)) is not None:
             _unfuse_ops(lm.model, prompt_layers)
-        tier.small_batch_experts = tier.overlapped_mlp = False
+        tier.small_batch_experts = tier.overlapped_mlp = tier.autotuned_kernels = False

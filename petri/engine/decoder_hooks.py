@@ -134,7 +134,30 @@ def writing_own_cache_layer(compiled, index: int, eager):
     return call
 
 
-def compile_layers(layers, backend: str = "inductor", call=reading_own_cache_layer, forward=None) -> list:
+def inductor_deterministic_available() -> bool:
+    """Whether this torch's Inductor has its deterministic mode (``torch._inductor.config.deterministic``)."""
+    import torch._inductor.config
+
+    return hasattr(torch._inductor.config, "deterministic")
+
+
+def compile_function(function, backend: str = "inductor", deterministic: bool = True):
+    """``torch.compile(function, backend=backend)``, with Inductor's deterministic mode where
+    ``deterministic``, the backend is Inductor and this torch has it (issue 25): no on-device
+    benchmarking picks a kernel configuration that changes the numbers (the reductions' block sizes
+    and warps, matmul padding), so no kernel's arithmetic depends on how fast its candidates ran
+    when it was first launched. Measured on an H200 (``experiments/compile_history.py``, tiny model,
+    fp8-fast): without it, the batch-3 logits and seeds after a batch-2 forward differed from those
+    of a reset Dynamo that met only batch 3 (100 of 576 argmax values); with it, equal. (bf16 was
+    equal without it in that probe. Inductor's heuristics may still read the first shape's sizes
+    when they compile a dynamic graph; the probe saw no difference from that.)"""
+    if backend == "inductor" and deterministic and inductor_deterministic_available():
+        return torch.compile(function, backend=backend, options={"deterministic": True})
+    return torch.compile(function, backend=backend)
+
+
+def compile_layers(layers, backend: str = "inductor", call=reading_own_cache_layer, forward=None,
+                   deterministic: bool = True) -> list:
     """``torch.compile`` each layer of ``layers`` (a decoder's ``ModuleList``) in place, with the
     cache narrowed to its own layer (module docstring), and return the layers compiled: the
     caller keeps them (:attr:`petri.engine.fast_tier.FastTier.compiled_layers`), which is how it
@@ -149,7 +172,8 @@ def compile_layers(layers, backend: str = "inductor", call=reading_own_cache_lay
     :func:`writing_own_cache_layer` for the prompt encoder's. ``forward``: what is compiled for a
     layer, ``forward(layer)`` (a bound method), instead of the layer's own forward (the compiled
     tier's fused norms, :func:`petri.engine.fused_norms.fused_norms_forward`); :func:`uncompile_layers`
-    gives the layer its class's forward back either way."""
+    gives the layer its class's forward back either way. ``deterministic``: Inductor's deterministic
+    mode (:func:`compile_function`)."""
     import torch._dynamo
 
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 16)
@@ -159,7 +183,7 @@ def compile_layers(layers, backend: str = "inductor", call=reading_own_cache_lay
             raise ValueError(f"decoder layer {index} already has its own forward (compiled twice?)")
         layer.self_attn.layer_idx = 0
         traced = layer.forward if forward is None else forward(layer)
-        layer.forward = call(torch.compile(traced, backend=backend), index, traced)
+        layer.forward = call(compile_function(traced, backend, deterministic), index, traced)
         compiled.append(layer)
     return compiled
 

@@ -65,7 +65,9 @@ class FastTier:
     it compiled (:func:`petri.engine.decoder_hooks.writing_own_cache_layer`; part of the kept
     prompts' key, :attr:`encoder_form`). small_batch_experts: the compiled tier installed
     :mod:`petri.engine.batch1_experts`' forward (the small-batch lever; in FP8 the FP8 tier's
-    small-batch experts op). disabled: why the fast path is off for this model
+    small-batch experts op). autotuned_kernels: the compiled tier's Inductor kernels were compiled
+    without Inductor's deterministic mode (:func:`petri.engine.decoder_hooks.compile_function`), so
+    their configurations were picked by timing them. disabled: why the fast path is off for this model
     (it failed once), else ``None``. sessions: the fast path's sessions by shape key
     (:class:`petri.engine.fast_sampler._Session`: S·L·V buffers and captured graphs), dropped
     whenever what they captured changes. prompts: the encoded prompts kept for reuse by every torch
@@ -81,6 +83,7 @@ class FastTier:
     compiled_encoder_layers: list = field(default_factory=list, repr=False)
     small_batch_experts: bool = False
     overlapped_mlp: bool = False
+    autotuned_kernels: bool = False
     disabled: str | None = None
     sessions: dict = field(default_factory=dict, repr=False)
     prompts: PromptCache = field(default_factory=PromptCache, repr=False)
@@ -93,10 +96,12 @@ class FastTier:
 
     @property
     def encoder_form(self) -> str:
-        """How the prompt encoder runs, ``"compiled"`` or ``"eager"``: part of the kept prompts'
-        key, since the two forms' caches differ by float rounding (the exact tier must never be
-        handed one the compiled encoder made)."""
-        return "compiled" if self.compiled_encoder_layers else "eager"
+        """How the prompt encoder runs, ``"compiled"``, ``"compiled+autotuned"`` (:attr:`autotuned_kernels`)
+        or ``"eager"``: part of the kept prompts' key, since the forms' caches differ by float
+        rounding (the exact tier must never be handed one the compiled encoder made)."""
+        if not self.compiled_encoder_layers:
+            return "eager"
+        return "compiled+autotuned" if self.autotuned_kernels else "compiled"
 
     @property
     def precision_tag(self) -> str:
@@ -158,11 +163,13 @@ class FastTier:
         """The sampler name of a fast-path call of ``batch`` canvases with ``options`` (the tier's
         unless given): ``fast``, then ``+compiled``, ``+sc-softmax``, ``+sc-fp8``, ``+inverse-cdf``,
         ``+small-batch``, ``+overlapped-mlp`` (the compiled tier's opt-in overlapped MLP, which only
-        FP8 layers take: :mod:`petri.engine.overlapped_mlp`) and the precision tag for each lever in
+        FP8 layers take: :mod:`petri.engine.overlapped_mlp`), ``+autotuned`` (its kernels compiled
+        without Inductor's deterministic mode, :attr:`autotuned_kernels`) and the precision tag for each lever in
         use, in that order (the names stored runs carry)."""
         options = self.options if options is None else options
         levers = (("+compiled", self.compiled), ("+sc-softmax", self.softmax_self_conditioning(options)),
                   ("+sc-fp8", self.fp8_self_conditioning(options)), ("+inverse-cdf", options.inverse_cdf_draw),
                   ("+small-batch", self.small_batch_experts_used(batch)),
-                  ("+overlapped-mlp", self.overlapped_mlp and self.precision != "bf16"))
+                  ("+overlapped-mlp", self.overlapped_mlp and self.precision != "bf16"),
+                  ("+autotuned", self.compiled and self.autotuned_kernels))
         return "fast" + "".join(name for name, used in levers if used) + self.precision_tag

@@ -30,8 +30,11 @@ but in the compiled FP8 tier the seeds differ from the default's: of the tiny mo
 values (2 seeds × 3 samples × 6 steps × 16 positions) 100 in that JSON's run and 54 in an earlier
 one whose probes compiled other row counts first, each the same when repeated within its run.
 There the blocks run outside the layer's compiled graph; where the rounding parts is not yet found
-(compiled on their own as one function, the blocks equal the eager ones), and that the count moved
-with what was compiled before hints at Dynamo's recompilation for new shapes. bf16 layers, never
+(compiled on their own as one function, the blocks equal the eager ones). That the count moved
+with what was compiled before is explained since (``experiments/compile_history.py``): Inductor
+tuned kernels compiled again for dynamic shapes by timing them, and the tier now compiles in
+Inductor's deterministic mode (:func:`petri.engine.decoder_hooks.compile_function`); whether the
+overlapped tier's seeds then equal the default's is not yet measured. bf16 layers, never
 overlapped, give the default's tokens.
 
 How: :func:`feedforward_blocks` is the two blocks in sequence (what the fused norms' forward traces

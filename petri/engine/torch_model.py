@@ -144,7 +144,7 @@ def compile_for_sampling(
     lm: LoadedModel, backend: str = "inductor", regional: bool = True, fused_experts: bool = True,
     small_batch_experts: bool = True, encoder: bool = True, fused_router: bool = True, split_attention: bool = True,
     stacked_projections: bool = True, fp8_self_conditioning: bool = False, fused_norms: bool = True,
-    overlapped_mlp: bool = False,
+    overlapped_mlp: bool = False, deterministic_kernels: bool = True,
 ) -> LoadedModel:
     """Compile what the samplers call, in place. ``regional`` (default): ``torch.compile`` each decoder
     layer (``petri.engine.compiled_tier.compile_regions``: one compiled graph per layer type, reused
@@ -163,8 +163,10 @@ def compile_for_sampling(
     each layer's q, k, v and its MLP's gate and up as one product each, ``fused_norms`` (default)
     runs each layer's norms between its attention and the next layer as two row kernels,
     ``overlapped_mlp`` (opt-in) runs each FP8 layer's dense MLP on a side CUDA stream beside its experts,
-    and ``fp8_self_conditioning`` (opt-in, FP8 tier only) writes and reads the self-conditioning
-    probabilities in e4m3 (all issue 25).
+    ``fp8_self_conditioning`` (opt-in, FP8 tier only) writes and reads the self-conditioning
+    probabilities in e4m3, and ``deterministic_kernels`` (default) compiles in Inductor's
+    deterministic mode, so a seed's tokens do not depend on what the process compiled or timed
+    before (all issue 25).
     ``backend="eager"`` traces without compiling (what the CPU test uses)."""
     if regional:
         from petri.engine.compiled_tier import compile_regions
@@ -172,9 +174,12 @@ def compile_for_sampling(
         compile_regions(lm, backend=backend, fused_experts=fused_experts, small_batch_experts=small_batch_experts,
                         encoder=encoder, fused_router=fused_router, split_attention=split_attention,
                         stacked_projections=stacked_projections, fp8_self_conditioning=fp8_self_conditioning,
-                        fused_norms=fused_norms, overlapped_mlp=overlapped_mlp)
+                        fused_norms=fused_norms, overlapped_mlp=overlapped_mlp,
+                        deterministic_kernels=deterministic_kernels)
     else:
-        lm.model.forward = torch.compile(lm.model.forward, backend=backend)
+        from petri.engine.decoder_hooks import compile_function
+
+        lm.model.forward = compile_function(lm.model.forward, backend, deterministic_kernels)
     return lm
 
 
