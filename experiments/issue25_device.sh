@@ -14,6 +14,8 @@
 #           the captured graph's capture time and memory, bit-equality);
 #   history: experiments/compile_history.py (does the compiled tier's arithmetic depend on what was compiled before?)
 #           in bf16 and fp8-fast, the latter also with the overlapped MLP and autotuned (the tier before its deterministic mode);
+#   overlap: experiments/overlap_check.py (the overlapped MLP's blocks against the sequential ones, eager and captured, then
+#           seeds of the compiled tier with and without the overlap: equal since the deterministic kernels?);
 #   quick:  1 × 24 with a 1,600-token prompt, exact tier in bf16 and FP8 (no compilation);
 #   bench:  batch 1 (1,600-token prompt) and batch 12 (200) in one run (each petri configuration also with the prompt
 #           kept, the encoder pass timed alone and the time outside the step graphs): generate, the compiled tier in bf16,
@@ -65,6 +67,9 @@ for part in "$@"; do
           | python3 -c "import json, sys; d = json.load(sys.stdin); print(json.dumps(d))" >> $OUT/compile_history.jsonl
       done
       cat $OUT/compile_history.jsonl >> $LOG ;;
+    overlap)
+      timeout ${OVERLAP_TIMEOUT:-240} python3 experiments/overlap_check.py > $OUT/overlap_check.json 2>$OUT/overlap.err
+      tail -c 2500 $OUT/overlap.err >> $LOG ;;
     quick)
       timeout 150 $B --model full --shapes 1x1600 --steps 24 --repeats 2 --configs petri_fast,petri_fast_fp8 \
         --out $OUT/bench_quick_b1.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
