@@ -106,7 +106,7 @@ def _blocks(layer, monkeypatch):
 
 def _warmed_up(beside, layer, x):
     """``beside`` after one overlapped call on ``-x``, synchronised: the side stream's first product
-    allocates (its cuBLAS workspace, its pool's blocks), and an allocation can make the host wait
+    allocates (its cuBLAS workspace, its pool's blocks), and an allocation may make the host wait
     for the held-back stream, which would hide a missing wait. The warm-up's input is ``-x``: the
     block the measured call's result reuses then holds another product, never the expected one."""
     overlapped_feedforward_blocks(beside, layer, -x, None, -x, None, -x, False)
