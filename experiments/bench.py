@@ -163,10 +163,11 @@ CONFIGS = (
 #: configuration → (compiled layers, fused experts op, the self-conditioning softmax in the sampler,
 #: the inverse-CDF draw, precision, the small-batch experts, the prompt encoder compiled too, the
 #: routers' fused top-k, the global layers' split attention, the stacked projections, the FP8
-#: self-conditioning, the fused norms, the encoder's pass captured, the FP8 layers' overlapped MLP):
-#: each lever added one at a time (encoder, router, split, stacking, the fused norms and the captured
-#: encoder pass are on with compiled layers unless a configuration says otherwise, as in the compiled
-#: tier; the FP8 self-conditioning and the overlapped MLP are opt-in)
+#: self-conditioning, the fused norms, the encoder's pass captured, the FP8 layers' overlapped MLP,
+#: Inductor's deterministic mode): each lever added one at a time (encoder, router, split, stacking,
+#: the fused norms, the captured encoder pass and the deterministic mode are on with compiled layers
+#: unless a configuration says otherwise, as in the compiled tier; the FP8 self-conditioning and the
+#: overlapped MLP are opt-in)
 MODES = {
     "petri_fast_fused_experts": (False, True, False, False, "bf16"),
     "petri_fast_compiled_plain": (True, False, False, False, "bf16"),

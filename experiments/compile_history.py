@@ -41,7 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from petri.engine.compiled_tier import compile_regions, uncompile_regions  # noqa: E402
-from petri.engine.decoder_hooks import inductor_deterministic_available  # noqa: E402
+from petri.engine.decoder_hooks import deterministic_mode_used  # noqa: E402
 from petri.engine.fp8 import set_precision  # noqa: E402
 from petri.engine.tiny import tiny_random_model  # noqa: E402
 from petri.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
@@ -138,7 +138,7 @@ def main() -> None:
     repeat = one_history(lm, args.overlapped, False, deterministic)
     print(json.dumps({
         "device": args.device, "precision": args.precision, "overlapped": args.overlapped,
-        "shapes": args.shapes, "inductor_deterministic": deterministic and inductor_deterministic_available(),
+        "shapes": args.shapes, "inductor_deterministic": deterministic_mode_used("inductor", deterministic),
         "torch": torch.__version__,
         "fresh_against_fresh_again": compare(runs[False], repeat),
         "fresh_against_another_shape_first": compare(runs[False], runs[True]),

@@ -14,9 +14,6 @@ elsewhere): the fp8-fast tier's logits and seeds are the same fresh as after ano
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -26,8 +23,8 @@ from petri.engine.decoder_hooks import compile_function, inductor_deterministic_
 from petri.engine.fused_logits import HAVE_TRITON
 from petri.engine.tiny import tiny_random_model
 from petri.engine.torch_model import compile_for_sampling
+from experiment_support import experiment_script
 
-REPO = Path(__file__).resolve().parent.parent
 HAVE_MODE = inductor_deterministic_available()
 
 
@@ -97,10 +94,7 @@ def test_the_eager_backend_is_not_autotuned(compiles):
 
 def _compile_history():
     """experiments/compile_history.py as a module (its tiny model and histories)."""
-    spec = importlib.util.spec_from_file_location("compile_history", REPO / "experiments" / "compile_history.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return experiment_script("compile_history")
 
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and HAVE_TRITON and HAVE_MODE),

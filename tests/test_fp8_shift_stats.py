@@ -4,22 +4,17 @@ comparisons from its saved arrays."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from experiment_support import experiment_script
 
 
 @pytest.fixture(scope="module")
 def shift():
-    spec = importlib.util.spec_from_file_location("fp8_shift", REPO / "experiments" / "fp8_shift.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return experiment_script("fp8_shift")
 
 
 def test_seed_level_tests_hand_worked(shift):

@@ -12,9 +12,7 @@ the default tier's, which compiles the blocks inside the layer's graph: see the 
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,9 +29,8 @@ from petri.engine.overlapped_mlp import (
     overlapped_feedforward_blocks,
 )
 from petri.engine.tiny import tiny_random_model
+from experiment_support import experiment_script
 from tiny_support import tiny_logits
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _tiny(dtype=torch.bfloat16):
@@ -157,10 +154,7 @@ def test_the_side_stream_reads_the_input_only_once_it_is_written(monkeypatch):
 
 def _overlap_check():
     """experiments/overlap_check.py as a module (its tiny model, seeds and graph capture helper)."""
-    spec = importlib.util.spec_from_file_location("overlap_check", REPO / "experiments" / "overlap_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return experiment_script("overlap_check")
 
 
 @GPU

@@ -7,13 +7,14 @@ decoder call that ``generate`` makes, so what the model is trained on is what it
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 from pathlib import Path
 
 import pytest
 import torch
+
+from experiment_support import experiment_script
 
 REPO = Path(__file__).resolve().parent.parent
 TOKENIZER = REPO / "assets" / "petri-tiny"
@@ -24,10 +25,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def _load_train_tiny():
-    spec = importlib.util.spec_from_file_location("train_tiny", REPO / "experiments" / "train_tiny.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return experiment_script("train_tiny")
 
 
 def _write_corpus(folder: Path, n_train: int = 600, n_heldout: int = 60) -> Path:

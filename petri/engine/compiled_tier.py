@@ -20,8 +20,8 @@ from petri.engine.batch1_experts import use_small_batch_experts
 from petri.engine.decoder_hooks import (
     compile_function,
     compile_layers,
+    deterministic_mode_used,
     encoder_layers,
-    inductor_deterministic_available,
     uncompile_layers,
     writing_own_cache_layer,
 )
@@ -95,7 +95,7 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
         forward = _fused_norms_forward(decoder_layers, fused_norms, fused_router and "router" not in left_out,
                                        overlapped_mlp, backend, deterministic_kernels)
         tier.compiled_layers = compile_layers(decoder_layers, backend, forward=forward, deterministic=deterministic_kernels)
-        tier.autotuned_kernels = backend == "inductor" and not (deterministic_kernels and inductor_deterministic_available())
+        tier.autotuned_kernels = backend == "inductor" and not deterministic_mode_used(backend, deterministic_kernels)
         tier.overlapped_mlp = overlapped_mlp and forward is not None  # needs the fused norms
         prompt_layers = encoder_layers(lm.model) if encoder else None
         if prompt_layers is not None:

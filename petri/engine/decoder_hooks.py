@@ -141,17 +141,23 @@ def inductor_deterministic_available() -> bool:
     return hasattr(torch._inductor.config, "deterministic")
 
 
+def deterministic_mode_used(backend: str, deterministic: bool) -> bool:
+    """Whether :func:`compile_function` compiles in Inductor's deterministic mode: asked
+    (``deterministic``), the backend is Inductor and this torch has the mode."""
+    return backend == "inductor" and deterministic and inductor_deterministic_available()
+
+
 def compile_function(function, backend: str = "inductor", deterministic: bool = True):
     """``torch.compile(function, backend=backend)``, with Inductor's deterministic mode where
-    ``deterministic``, the backend is Inductor and this torch has it (issue 25): no on-device
-    benchmarking picks a kernel configuration that changes the numbers (the reductions' block sizes
-    and warps, matmul padding), so no kernel's arithmetic depends on how fast its candidates ran
-    when it was first launched. Measured on an H200 (``experiments/compile_history.py``, tiny model,
+    ``deterministic``, the backend is Inductor and this torch has it (:func:`deterministic_mode_used`;
+    issue 25): no on-device benchmarking picks a kernel configuration that changes the numbers (the
+    reductions' block sizes and warps, matmul padding), so no kernel's arithmetic depends on how
+    fast its candidates ran when it was first launched. Measured on an H200 (``experiments/compile_history.py``, tiny model,
     fp8-fast): without it, the batch-3 logits and seeds after a batch-2 forward differed from those
     of a reset Dynamo that met only batch 3 (100 of 576 argmax values); with it, equal. (bf16 was
     equal without it in that probe. Inductor's heuristics may still read the first shape's sizes
     when they compile a dynamic graph; the probe saw no difference from that.)"""
-    if backend == "inductor" and deterministic and inductor_deterministic_available():
+    if deterministic_mode_used(backend, deterministic):
         return torch.compile(function, backend=backend, options={"deterministic": True})
     return torch.compile(function, backend=backend)
 
