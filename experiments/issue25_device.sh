@@ -2,9 +2,10 @@
 # Issue 25's device runs (one H200). Writes its files under $OUT (at most 8 come back); short summaries last.
 #   tests:  the GPU tests of the exact, compiled and FP8 tiers (fast sampler, fused logits/experts/router, fp8, the tier
 #           object, the kept prompts through a graphed session, the compiled prompt encoder and its captured pass, the split
-#           attention, the fused norms);
+#           attention, the fused norms, the fused attention inputs);
 #   levers: experiments/kernel_levers.py (alignment, activation over used rows, the logits passes, the router's top-k,
-#           the global layers' split attention, the fused norms, the quantization, the dense MLP's activation, each against
+#           the global layers' split attention, the fused norms, the quantization, the dense MLP's activation, the attention's
+#           inputs (norms, rotary embedding, appending to the prompt's keys), each against
 #           what it replaces: the baseline kernels come from .baseline/, see that script);
 #   sweep:  experiments/moe_sweep.py (the small-batch grouped GEMM's launch configurations, bf16 and FP8, batch-1 shapes);
 #   densesweep: experiments/moe_sweep.py --dense (the same kernel on the decoder's linears at one canvas, against torch.mm / _scaled_mm);
@@ -40,7 +41,7 @@ for part in "$@"; do
       timeout ${TESTS_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests/test_fused_logits.py tests/test_fast_sampler.py \
         tests/test_fused_experts.py tests/test_fp8.py tests/test_batch1_experts.py tests/test_fast_tier.py tests/test_prompt_cache.py \
         tests/test_fused_router.py tests/test_compiled_encoder.py tests/test_split_attention.py tests/test_stacked_projections.py tests/test_fp8_self_conditioning.py \
-        tests/test_fused_norms.py tests/test_encoder_graphs.py tests/test_overlapped_mlp.py} > $OUT/pytest.log 2>&1
+        tests/test_fused_norms.py tests/test_encoder_graphs.py tests/test_overlapped_mlp.py tests/test_attention_inputs.py} > $OUT/pytest.log 2>&1
       tail -3 $OUT/pytest.log >> $LOG ;;
     sweep)
       timeout ${SWEEP_TIMEOUT:-300} python3 experiments/moe_sweep.py --jobs 8 > $OUT/moe_sweep.json 2>$OUT/sweep.err

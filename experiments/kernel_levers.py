@@ -52,6 +52,14 @@ one GPU, at the full-size architecture's shapes. One JSON object on stdout.
   2026-12-03), at 256 and 3,072 rows of 2 × 2,112: the Triton kernel (its default launch, and 1
   row a program at 4, 8 and 16 warps) against the MLP's torch ops compiled by Inductor (what the
   compiled tier ran before), with how many e4m3 values each differs from the eager ops by.
+- ``attention_inputs``: the decoder attention's q, k, v norms, rotary embedding and appending to the
+  prompt's keys and values (``petri.engine.attention_inputs``, the compiled tier's fused attention
+  inputs) for a sliding layer (8 key/value heads of 256) and a global one (2 of 512, values from the
+  keys), 16 query heads, 256 canvas positions, at one sample (the prompt's 1,023 and 1,600 positions
+  a layer holds after a 1,600-token prompt) and at twelve (200): the Triton kernel (its default
+  launch, and 1 to 8 warps) against the library's ops compiled by Inductor (what the compiled tier
+  ran before), with the per-step totals over the 25 sliding and 5 global layers and the
+  differences from the eager ops.
 
 The baseline kernels come from ``--baseline`` (a folder holding the library files of the commit to
 compare with, e.g. ``git show BASE:petri/engine/fused_logits.py``): each kernel named is taken from
@@ -455,12 +463,49 @@ def norms_part() -> dict:
             else:
                 got = feedforward_inputs_triton(*inputs, quantize=False)
                 pairs = list(zip((got[0], got[1], got[3], got[5]), eager_inputs))
-            # the largest difference over its row's root mean square, in bf16 steps (2^-8) of it
-            at[name]["max_rms_steps"] = max(
-                float(((g.float() - w.float()).abs() / (w.float().pow(2).mean(-1, keepdim=True).sqrt() * 2 ** -8)).max())
-                for g, w in pairs)
-            at[name]["unequal_fraction"] = max(float((g != w).float().mean()) for g, w in pairs)
+            at[name].update(_differences(pairs))
         result[f"rows{rows}"] = at
+    return result
+
+
+def _differences(pairs) -> dict:
+    """Of (got, eager) pairs: the largest difference over its row's root mean square, in bf16 steps
+    (2^-8) of it, and the largest fraction of outputs not equal."""
+    return {"max_rms_steps": max(float(((g.float() - w.float()).abs()
+                                        / (w.float().pow(2).mean(-1, keepdim=True).sqrt() * 2 ** -8)).max())
+                                 for g, w in pairs),
+            "unequal_fraction": max(float((g != w).float().mean()) for g, w in pairs)}
+
+
+def attention_inputs_part() -> dict:
+    from petri.engine.attention_inputs import attention_inputs_reference, attention_inputs_triton
+
+    compiled = torch.compile(attention_inputs_reference)
+    # kind → (key/value heads, head dim, values are the keys, layers of the kind); the prompt's positions a layer
+    # holds at one sample (1,600-token prompt: the sliding layers keep their window's 1,023) and at twelve (200)
+    kinds = {"sliding": (8, 256, False, 25), "global": (2, 512, True, 5)}
+    prompts = {1: {"sliding": 1023, "global": 1600}, 12: {"sliding": 200, "global": 200}}
+    result = {}
+    for batch, held in prompts.items():
+        totals = {"inductor_ms_per_step": 0.0, "triton_ms_per_step": 0.0}
+        for kind, (kv_heads, dim, keys_as_values, count) in kinds.items():
+            torch.manual_seed(batch * dim)
+            widths = [16 * dim, kv_heads * dim] + ([] if keys_as_values else [kv_heads * dim])
+            parts = (torch.randn(batch, 256, sum(widths), device="cuda") * 3).bfloat16().split(widths, dim=-1)
+            angles = torch.rand(1, 256, dim, device="cuda") * 6.3
+            norm_weights = (1 + 0.5 * torch.randn(2, dim, device="cuda")).bfloat16()
+            prompt = torch.randn(2, batch, kv_heads, held[kind], dim, device="cuda").bfloat16()
+            args = (parts[0], parts[1], None if keys_as_values else parts[2], angles.cos().bfloat16(),
+                    angles.sin().bfloat16(), norm_weights[0], norm_weights[1], prompt[0], prompt[1], dim, 1e-6)
+            compiled(*args)
+            at = {"inductor_ms": ms(lambda: compiled(*args)), "default_ms": ms(lambda: attention_inputs_triton(*args))}
+            for warps in (1, 2, 4, 8):
+                at[f"warps{warps}_ms"] = ms(lambda: attention_inputs_triton(*args, num_warps=warps))
+            at.update(_differences(list(zip(attention_inputs_triton(*args), attention_inputs_reference(*args)))))
+            totals["inductor_ms_per_step"] += count * at["inductor_ms"]
+            totals["triton_ms_per_step"] += count * at["default_ms"]
+            result[f"batch{batch}_{kind}"] = at
+        result[f"batch{batch}"] = {k: round(v, 4) for k, v in totals.items()}
     return result
 
 
@@ -520,12 +565,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", type=Path, required=True, help="folder with the compared commit's library files")
     parser.add_argument("--parts", default="align,activation,passes,router,attention,dense,self_conditioning,launch,norms,quantize,"
-                                            "mlp_activation")
+                                            "mlp_activation,attention_inputs")
     args = parser.parse_args()
     parts = {"align": lambda: align_part(args.baseline), "activation": activation_part,
              "passes": lambda: passes_part(args.baseline), "router": router_part, "attention": attention_part,
              "dense": dense_part, "self_conditioning": self_conditioning_part, "launch": launch_part,
-             "norms": norms_part, "quantize": quantize_part, "mlp_activation": mlp_activation_part}
+             "norms": norms_part, "quantize": quantize_part, "mlp_activation": mlp_activation_part,
+             "attention_inputs": attention_inputs_part}
     out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     for name in args.parts.split(","):
         try:

@@ -30,6 +30,7 @@ from petri.engine.fused_norms import (
     layer_output_triton,
 )
 from petri.engine.tiny import tiny_random_model
+from rounding_support import assert_close_bf16
 from tiny_support import tiny_logits
 
 CUDA = torch.cuda.is_available()
@@ -218,17 +219,6 @@ def _gpu_rows(rows, width, seed):
     return draw(rows, width, scale=3.0), draw(rows, width), weights
 
 
-def _close_bf16(got, want):
-    """Nearly all equal to the reference; the rest within a bf16 step or two of the value or of its
-    row's root mean square (sums in another order round a term one step otherwise, and an add of
-    two terms keeps that step of the terms even where the sum is small: on an H200, 9 of 844,800
-    outputs differed, the largest by 2^-6)."""
-    g, w = got.float(), want.float()
-    bound = 2 ** -6 * (w.abs() + w.pow(2).mean(-1, keepdim=True).sqrt())
-    assert bool(((g - w).abs() <= bound).all()), float(((g - w).abs() / bound).max())
-    assert float((got != want).float().mean()) < 1e-3
-
-
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 @pytest.mark.parametrize("width", [64, 2816])
 def test_the_kernels_compute_the_reference_on_gpu(width):
@@ -237,7 +227,7 @@ def test_the_kernels_compute_the_reference_on_gpu(width):
     want = feedforward_inputs_reference(*args)
     got = feedforward_inputs_triton(*args, quantize=False)
     for g, w in zip((got[0], got[1], got[3], got[5]), want):
-        _close_bf16(g, w)
+        assert_close_bf16(g, w)
     assert got[2].numel() == got[4].numel() == 0
     quantized = feedforward_inputs_triton(*args, quantize=True)
     for q, scale, bf16 in ((quantized[1], quantized[2], want[1]), (quantized[3], quantized[4], want[2])):
@@ -247,7 +237,7 @@ def test_the_kernels_compute_the_reference_on_gpu(width):
     mlp, experts = attention * 0.7, residual * -1.3
     scalar = torch.tensor([0.8], device="cuda", dtype=torch.bfloat16)
     out_args = (mlp, experts, residual, *weights[3:6], scalar, 1e-6)
-    _close_bf16(layer_output_triton(*out_args), layer_output_reference(*out_args))
+    assert_close_bf16(layer_output_triton(*out_args), layer_output_reference(*out_args))
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")

@@ -2,7 +2,8 @@
 through the fused experts op (:mod:`petri.engine.fused_experts`), its routers' top-k as one op
 (:mod:`petri.engine.fused_router`), its projections that read one input as one product
 (:mod:`petri.engine.stacked_projections`), its global layers' split attention
-(:mod:`petri.engine.split_attention`), regional compilation of the decoder layers and of the prompt
+(:mod:`petri.engine.split_attention`), its attention's norms, rotary embedding and appending to the
+prompt's keys as one op (:mod:`petri.engine.attention_inputs`), regional compilation of the decoder layers and of the prompt
 encoder's with one graph per layer type (:mod:`petri.engine.decoder_hooks`), and the fast path's
 options that are not bit-exact either (:class:`petri.engine.fast_tier.FastOptions`: the
 self-conditioning softmax in the logits pass, the inverse-CDF draw). What it switched on is written
@@ -16,6 +17,7 @@ import functools
 import logging
 import os
 
+from petri.engine.attention_inputs import drop_fused_attention_inputs, use_fused_attention_inputs
 from petri.engine.batch1_experts import use_small_batch_experts
 from petri.engine.decoder_hooks import (
     compile_function,
@@ -43,7 +45,8 @@ PETRI_CACHE_DIR = os.path.expanduser("~/.cache/petri/torchinductor")
 def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, small_batch_experts: bool = True,
                     encoder: bool = True, fused_router: bool = True, split_attention: bool = True,
                     stacked_projections: bool = True, fp8_self_conditioning: bool = False,
-                    fused_norms: bool = True, overlapped_mlp: bool = False, deterministic_kernels: bool = True) -> None:
+                    fused_norms: bool = True, overlapped_mlp: bool = False, deterministic_kernels: bool = True,
+                    fused_attention_inputs: bool = True) -> None:
     """The compiled tier, in place: the decoder's experts through the fused experts op
     (``fused_experts``; skipped, with the reason logged, where the layers do not fit it), then
     regional compilation of the decoder layers (:func:`petri.engine.decoder_hooks.compile_layers`:
@@ -75,7 +78,9 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     and experts (:mod:`petri.engine.overlapped_mlp`). ``deterministic_kernels`` (on by default; issue 25):
     every compile in Inductor's deterministic mode (:func:`petri.engine.decoder_hooks.compile_function`:
     a seed's tokens then do not depend on what the process compiled or timed before; off, the
-    sampler names say ``+autotuned``). The FP8 tier, when
+    sampler names say ``+autotuned``). ``fused_attention_inputs`` (on by default; issue 25): each
+    decoder attention's q, k, v norms, rotary embedding, transposes and appending to the prompt's
+    keys and values as one op (:mod:`petri.engine.attention_inputs`). The FP8 tier, when
     on, is switched off around the change and on again, so that it quantizes what is installed.
     :func:`uncompile_regions` undoes it all."""
     use_petri_cache_dir()
@@ -92,6 +97,8 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
             use_split_attention(decoder_layers)
         if stacked_projections:
             stack_projections(lm, decoder_layers)
+        if fused_attention_inputs:
+            use_fused_attention_inputs(decoder_layers)
         forward = _fused_norms_forward(decoder_layers, fused_norms, fused_router and "router" not in left_out,
                                        overlapped_mlp, backend, deterministic_kernels)
         tier.compiled_layers = compile_layers(decoder_layers, backend, forward=forward, deterministic=deterministic_kernels)
@@ -191,6 +198,7 @@ def uncompile_regions(lm) -> None:
         decoder_layers = lm.model.model.decoder.layers
         _unfuse_ops(lm.model, decoder_layers)
         drop_split_attention(decoder_layers)
+        drop_fused_attention_inputs(decoder_layers)
         unstack_projections(lm, decoder_layers)
         if (prompt_layers := encoder_layers(lm.model)) is not None:
             _unfuse_ops(lm.model, prompt_layers)

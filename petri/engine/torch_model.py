@@ -144,7 +144,7 @@ def compile_for_sampling(
     lm: LoadedModel, backend: str = "inductor", regional: bool = True, fused_experts: bool = True,
     small_batch_experts: bool = True, encoder: bool = True, fused_router: bool = True, split_attention: bool = True,
     stacked_projections: bool = True, fp8_self_conditioning: bool = False, fused_norms: bool = True,
-    overlapped_mlp: bool = False, deterministic_kernels: bool = True,
+    overlapped_mlp: bool = False, deterministic_kernels: bool = True, fused_attention_inputs: bool = True,
 ) -> LoadedModel:
     """Compile what the samplers call, in place. ``regional`` (default): ``torch.compile`` each decoder
     layer (``petri.engine.compiled_tier.compile_regions``: one compiled graph per layer type, reused
@@ -166,7 +166,8 @@ def compile_for_sampling(
     ``fp8_self_conditioning`` (opt-in, FP8 tier only) writes and reads the self-conditioning
     probabilities in e4m3, and ``deterministic_kernels`` (default) compiles in Inductor's
     deterministic mode, so a seed's tokens do not depend on what the process compiled or timed
-    before (all issue 25).
+    before, and ``fused_attention_inputs`` (default) computes each decoder attention's q, k, v
+    norms, rotary embedding and appending to the prompt's keys and values as one op (all issue 25).
     ``backend="eager"`` traces without compiling (what the CPU test uses)."""
     if regional:
         from petri.engine.compiled_tier import compile_regions
@@ -175,7 +176,7 @@ def compile_for_sampling(
                         encoder=encoder, fused_router=fused_router, split_attention=split_attention,
                         stacked_projections=stacked_projections, fp8_self_conditioning=fp8_self_conditioning,
                         fused_norms=fused_norms, overlapped_mlp=overlapped_mlp,
-                        deterministic_kernels=deterministic_kernels)
+                        deterministic_kernels=deterministic_kernels, fused_attention_inputs=fused_attention_inputs)
     else:
         from petri.engine.decoder_hooks import compile_function
 
