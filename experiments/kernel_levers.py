@@ -57,7 +57,8 @@ one GPU, at the full-size architecture's shapes. One JSON object on stdout.
   inputs) for a sliding layer (8 key/value heads of 256) and a global one (2 of 512, values from the
   keys), 16 query heads, 256 canvas positions, at one sample (the prompt's 1,023 and 1,600 positions
   a layer holds after a 1,600-token prompt) and at twelve (200): the Triton kernel (its default
-  launch, and 1 to 8 warps) against the library's ops compiled by Inductor (what the compiled tier
+  launch, and 1, 2, 4 or 8 heads a program at 1, 2 or 4 warps, each with how many outputs differ
+  from the default launch's) against the library's ops compiled by Inductor (what the compiled tier
   ran before), with the per-step totals over the 25 sliding and 5 global layers and the
   differences from the eager ops.
 
@@ -499,9 +500,14 @@ def attention_inputs_part() -> dict:
                     angles.sin().bfloat16(), norm_weights[0], norm_weights[1], prompt[0], prompt[1], dim, 1e-6)
             compiled(*args)
             at = {"inductor_ms": ms(lambda: compiled(*args)), "default_ms": ms(lambda: attention_inputs_triton(*args))}
-            for warps in (1, 2, 4, 8):
-                at[f"warps{warps}_ms"] = ms(lambda: attention_inputs_triton(*args, num_warps=warps))
-            at.update(_differences(list(zip(attention_inputs_triton(*args), attention_inputs_reference(*args)))))
+            default = attention_inputs_triton(*args)
+            for heads in (1, 2, 4, 8):
+                for warps in (1, 2, 4):
+                    launch = {"num_warps": warps, "heads_per_program": heads}
+                    at[f"heads{heads}_warps{warps}_ms"] = ms(lambda: attention_inputs_triton(*args, **launch))
+                    at[f"heads{heads}_warps{warps}_unequal"] = sum(
+                        int((g != d).sum()) for g, d in zip(attention_inputs_triton(*args, **launch), default))
+            at.update(_differences(list(zip(default, attention_inputs_reference(*args)))))
             totals["inductor_ms_per_step"] += count * at["inductor_ms"]
             totals["triton_ms_per_step"] += count * at["default_ms"]
             result[f"batch{batch}_{kind}"] = at

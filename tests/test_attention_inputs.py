@@ -171,6 +171,8 @@ def test_the_kernel_computes_the_reference_on_gpu(shape):
     for g, w in ((got[0], want[0]), (got[1][:, :, prompt:], want[1][:, :, prompt:]),
                  (got[2][:, :, prompt:], want[2][:, :, prompt:])):
         assert_close_bf16(g, w)
+    for heads in (2, 8):  # more heads (and prompt rows) a program: the same results
+        assert all(torch.equal(a, b) for a, b in zip(attention_inputs_triton(*args, heads_per_program=heads), got))
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")

@@ -83,17 +83,39 @@ def _kernel_takes(query, key, value, cos, sin, prompt_keys, prompt_values, head_
             and head_dim % 2 == 0 and half > 0 and half & (half - 1) == 0)
 
 
+#: heads one program computes (and prompt rows it copies), by default: 1 (the first form's; see
+#: ``experiments/kernel_levers.py --parts attention_inputs``, which times 1 to 8)
+HEADS_PER_PROGRAM = 1
+
+
+def _group(heads: int, wanted: int) -> int:
+    """Heads a program takes of a role with ``heads`` heads: the largest power of two up to
+    ``wanted`` that divides ``heads``."""
+    group = 1
+    while group * 2 <= wanted and heads % (group * 2) == 0:
+        group *= 2
+    return group
+
+
 def attention_inputs_triton(query, key, value, cos, sin, q_weight, k_weight, prompt_keys, prompt_values,
-                            head_dim: int, eps: float, num_warps: int | None = None):
-    """:func:`attention_inputs` in one launch (CUDA; :func:`_kernel_takes`)."""
+                            head_dim: int, eps: float, num_warps: int | None = None,
+                            heads_per_program: int | None = None):
+    """:func:`attention_inputs` in one launch (CUDA; :func:`_kernel_takes`). Each program computes
+    up to ``heads_per_program`` (default :data:`HEADS_PER_PROGRAM`) q heads, or k heads with their
+    v, of one token, or copies as many rows of the prompt's keys and values; the results are the
+    same whatever the launch (each head is computed alone)."""
     batch, length = query.shape[:2]
     heads, kv_heads = query.shape[-1] // head_dim, key.shape[-1] // head_dim
     prompt = prompt_keys.shape[2]
     q_out = query.new_empty(batch, heads, length, head_dim)
     keys = key.new_empty(batch, kv_heads, prompt + length, head_dim)
     values = key.new_empty(batch, kv_heads, prompt + length, head_dim)
-    computed = batch * length * (heads + kv_heads)
-    copied = batch * kv_heads * prompt
+    wanted = heads_per_program or HEADS_PER_PROGRAM
+    q_group, kv_group = _group(heads, wanted), _group(kv_heads, wanted)
+    per_token = heads // q_group + kv_heads // kv_group
+    computed = batch * length * per_token
+    rows = 1 << (wanted.bit_length() - 1)  # prompt rows a copying program takes (masked past its head's P)
+    copied = batch * kv_heads * triton.cdiv(prompt, rows)
     cos, sin = cos.expand(batch, length, head_dim), sin.expand(batch, length, head_dim)
     v = key if value is None else value
     if computed + copied:
@@ -101,7 +123,8 @@ def attention_inputs_triton(query, key, value, cos, sin, q_weight, k_weight, pro
             query, key, v, query.stride(0), query.stride(1), key.stride(0), key.stride(1), v.stride(0), v.stride(1),
             cos, sin, cos.stride(0), cos.stride(1), q_weight, k_weight, prompt_keys, prompt_values,
             q_out, keys, values, length, prompt, heads, kv_heads, computed, eps,
-            D=head_dim, HALF=head_dim // 2, num_warps=num_warps or max(1, head_dim // 256),
+            D=head_dim, HALF=head_dim // 2, Q_GROUP=q_group, KV_GROUP=kv_group, ROWS=rows,
+            num_warps=num_warps or max(1, head_dim // 256),
             enable_fp_fusion=False,  # the library's roundings: no fma
         )
     return q_out, keys, values
@@ -110,14 +133,17 @@ def attention_inputs_triton(query, key, value, cos, sin, q_weight, k_weight, pro
 if HAVE_TRITON:
 
     @triton.jit
-    def _store_normed(x_ptr, w_ptr, cos_1, cos_2, sin_1, sin_2, out_ptr, eps, D: tl.constexpr, HALF: tl.constexpr,
-                      SCALED: tl.constexpr, ROTATED: tl.constexpr):
-        """One head (D values at ``x_ptr``, its halves as (1, HALF) tiles) normed (times the weight if
-        SCALED), rounded to bf16, rotated if ROTATED (the halves' products and their sum each
-        rounded), stored at ``out_ptr``."""
+    def _store_normed(x_ptr, x_head_stride, w_ptr, cos_1, cos_2, sin_1, sin_2, out_ptr, out_head_stride, eps,
+                      D: tl.constexpr, HALF: tl.constexpr, G: tl.constexpr, SCALED: tl.constexpr,
+                      ROTATED: tl.constexpr):
+        """G heads (D values each at ``x_ptr`` + g·x_head_stride, their halves as (G, HALF) tiles)
+        normed (times the weight if SCALED), rounded to bf16, rotated if ROTATED (the halves'
+        products and their sum each rounded), stored at ``out_ptr`` + g·out_head_stride."""
         half = tl.arange(0, HALF)[None, :]
-        x_1 = tl.load(x_ptr + half).to(tl.float32)
-        x_2 = tl.load(x_ptr + HALF + half).to(tl.float32)
+        head = tl.arange(0, G)[:, None].to(tl.int64)
+        at = x_ptr + head * x_head_stride + half
+        x_1 = tl.load(at).to(tl.float32)
+        x_2 = tl.load(at + HALF).to(tl.float32)
         inv = libdevice.rsqrt((tl.sum(x_1 * x_1, axis=1) + tl.sum(x_2 * x_2, axis=1)) / D + eps)[:, None]
         n_1 = x_1 * inv
         n_2 = x_2 * inv
@@ -130,22 +156,27 @@ if HAVE_TRITON:
             r_1 = (n_1 * cos_1).to(tl.bfloat16).to(tl.float32) + (-n_2 * sin_1).to(tl.bfloat16).to(tl.float32)
             r_2 = (n_2 * cos_2).to(tl.bfloat16).to(tl.float32) + (n_1 * sin_2).to(tl.bfloat16).to(tl.float32)
             n_1, n_2 = r_1, r_2
-        tl.store(out_ptr + half, n_1.to(tl.bfloat16))
-        tl.store(out_ptr + HALF + half, n_2.to(tl.bfloat16))
+        at = out_ptr + head * out_head_stride + half
+        tl.store(at, n_1.to(tl.bfloat16))
+        tl.store(at + HALF, n_2.to(tl.bfloat16))
 
     @triton.jit
     def _attention_inputs_kernel(q_ptr, k_ptr, v_ptr, q_sb, q_sl, k_sb, k_sl, v_sb, v_sl,
                                  cos_ptr, sin_ptr, cs_sb, cs_sl, q_w, k_w, prompt_k_ptr, prompt_v_ptr,
                                  q_out_ptr, k_out_ptr, v_out_ptr, L, P, H, HKV, computed, eps,
-                                 D: tl.constexpr, HALF: tl.constexpr):
-        """Programs below ``computed``: token t = b·L + l and head j of H + HKV; j < H: q head j to
-        q_out[b, j, l]; else k head g = j − H and its v to keys and values [b, g, P + l]. The rest:
-        prompt row u of the (B, HKV, P) rows, copied to keys and values [b, g, p]."""
+                                 D: tl.constexpr, HALF: tl.constexpr, Q_GROUP: tl.constexpr,
+                                 KV_GROUP: tl.constexpr, ROWS: tl.constexpr):
+        """Programs below ``computed``: token t = b·L + l and its group j of H / Q_GROUP + HKV / KV_GROUP;
+        a q group: q heads j·Q_GROUP … to q_out[b, head, l]; a k group: k heads g … and their v to
+        keys and values [b, g, P + l]. The rest: ROWS prompt rows of one (b, g), copied to keys
+        and values [b, g, p]."""
         pid = tl.program_id(0).to(tl.int64)
         half = tl.arange(0, HALF)[None, :]
         if pid < computed:
-            token = pid // (H + HKV)
-            j = pid % (H + HKV)
+            q_groups = H // Q_GROUP
+            per_token = q_groups + HKV // KV_GROUP
+            token = pid // per_token
+            j = pid % per_token
             b = token // L
             l = token % L
             at = cos_ptr + b * cs_sb + l * cs_sl
@@ -154,23 +185,28 @@ if HAVE_TRITON:
             at = sin_ptr + b * cs_sb + l * cs_sl
             sin_1 = tl.load(at + half).to(tl.float32)
             sin_2 = tl.load(at + HALF + half).to(tl.float32)
-            if j < H:
-                _store_normed(q_ptr + b * q_sb + l * q_sl + j * D, q_w, cos_1, cos_2, sin_1, sin_2,
-                              q_out_ptr + ((b * H + j) * L + l) * D, eps, D, HALF, True, True)
+            if j < q_groups:
+                first = j * Q_GROUP
+                _store_normed(q_ptr + b * q_sb + l * q_sl + first * D, D, q_w, cos_1, cos_2, sin_1, sin_2,
+                              q_out_ptr + ((b * H + first) * L + l) * D, L * D, eps, D, HALF, Q_GROUP, True, True)
             else:
-                g = j - H
+                g = (j - q_groups) * KV_GROUP
                 row = ((b * HKV + g) * (P + L) + P + l) * D
-                _store_normed(k_ptr + b * k_sb + l * k_sl + g * D, k_w, cos_1, cos_2, sin_1, sin_2,
-                              k_out_ptr + row, eps, D, HALF, True, True)
-                _store_normed(v_ptr + b * v_sb + l * v_sl + g * D, k_w, cos_1, cos_2, sin_1, sin_2,
-                              v_out_ptr + row, eps, D, HALF, False, False)
+                _store_normed(k_ptr + b * k_sb + l * k_sl + g * D, D, k_w, cos_1, cos_2, sin_1, sin_2,
+                              k_out_ptr + row, (P + L) * D, eps, D, HALF, KV_GROUP, True, True)
+                _store_normed(v_ptr + b * v_sb + l * v_sl + g * D, D, k_w, cos_1, cos_2, sin_1, sin_2,
+                              v_out_ptr + row, (P + L) * D, eps, D, HALF, KV_GROUP, False, False)
         else:
-            u = pid - computed  # (b, g, p) flattened: the prompt tensors' own row index
-            bg = u // P
-            row = (bg * (P + L) + u % P) * D
+            blocks = tl.cdiv(P, ROWS)
+            u = pid - computed
+            bg = u // blocks  # b · HKV + g: the prompt's (b, g) whose rows these are
+            p = (u % blocks) * ROWS + tl.arange(0, ROWS)[:, None]
             full = tl.arange(0, 2 * HALF)[None, :]
-            tl.store(k_out_ptr + row + full, tl.load(prompt_k_ptr + u * D + full))
-            tl.store(v_out_ptr + row + full, tl.load(prompt_v_ptr + u * D + full))
+            mask = (p < P) & (full >= 0)
+            source = (bg * P + p) * D + full
+            target = (bg * (P + L) + p) * D + full
+            tl.store(k_out_ptr + target, tl.load(prompt_k_ptr + source, mask=mask), mask=mask)
+            tl.store(v_out_ptr + target, tl.load(prompt_v_ptr + source, mask=mask), mask=mask)
 
 
 @torch.library.custom_op("petri::attention_inputs", mutates_args=())
