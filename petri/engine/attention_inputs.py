@@ -83,9 +83,13 @@ def _kernel_takes(query, key, value, cos, sin, prompt_keys, prompt_values, head_
             and head_dim % 2 == 0 and half > 0 and half & (half - 1) == 0)
 
 
-#: heads one program computes (and prompt rows it copies), by default: 1 (the first form's; see
-#: ``experiments/kernel_levers.py --parts attention_inputs``, which times 1 to 8)
-HEADS_PER_PROGRAM = 1
+#: heads one program computes (and prompt rows it copies) and its warps, by default: 4 heads at one
+#: warp were the fastest or within 3 % of it of 1, 2, 4, 8 heads × 1, 2, 4 warps at the full-size
+#: shapes on an H200 (``experiments/kernel_levers.py --parts attention_inputs``,
+#: ``experiments/results/kernel_levers_h200_attention_inputs_launch.json``): a sliding layer at 12
+#: samples 58.2 µs at one head a program → 36.8, a global layer 45.6 → 37.0, at one sample 10.5 → 5.0
+#: and 6.9 → 4.8
+HEADS_PER_PROGRAM, WARPS = 4, 1
 
 
 def _group(heads: int, wanted: int) -> int:
@@ -124,7 +128,7 @@ def attention_inputs_triton(query, key, value, cos, sin, q_weight, k_weight, pro
             cos, sin, cos.stride(0), cos.stride(1), q_weight, k_weight, prompt_keys, prompt_values,
             q_out, keys, values, length, prompt, heads, kv_heads, computed, eps,
             D=head_dim, HALF=head_dim // 2, Q_GROUP=q_group, KV_GROUP=kv_group, ROWS=rows,
-            num_warps=num_warps or max(1, head_dim // 256),
+            num_warps=num_warps or WARPS,
             enable_fp_fusion=False,  # the library's roundings: no fma
         )
     return q_out, keys, values
