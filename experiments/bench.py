@@ -11,7 +11,7 @@ experts), ``petri_fast_compiled_experts`` (compiled layers around the fused expe
 ``petri_fast_compiled_softmax`` (and the decoder's self-conditioning softmax done by the sampler's
 pass) and ``petri_fast_compiled`` (and the inverse-CDF draw); ``petri_fast_fp8`` and ``petri_fast_compiled_fp8``: the exact and the compiled tier with
 the FP8 tier's weights (``petri.engine.fp8``, ``--precision fp8``); ``petri_fast_compiled_fp8fast``: the compiled tier
-in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.batch1_experts`` for calls of few tokens (what ``--compile`` does; ``petri_fast_compiled`` leaves that lever out); ``petri_fast_compiled_small_fp8`` and ``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op). ``petri_fast_compiled_small_eager_encoder``, ``petri_fast_compiled_small_torch_topk``, ``petri_fast_compiled_small_unsplit`` and ``petri_fast_compiled_small_unstacked`` (also ``..._fp8fast_unstacked``): the compiled tier without one of issue 25's later levers (its prompt encoder uncompiled; the routers' ``torch.topk``; the global layers' attention unsplit; the projections unstacked); ``petri_fast_compiled_small_fp8fast_sc_fp8``: fp8-fast with the opt-in FP8 self-conditioning (``FastOptions.fp8_self_conditioning``). ``petri_fast_compiled_small_unfused_norms`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms``: the default and the fastest configuration without the fused norms (``petri.engine.fused_norms``; Inductor's fusions of the library's norms instead). ``petri_fast_compiled_small_uncaptured_encoder`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder``: the same two with the prompt encoder's pass run uncaptured (no ``petri.engine.encoder_graphs``). ``petri_fast_compiled_small_fp8fast_sc_fp8_overlapped_mlp``: the fastest configuration with each FP8 decoder layer's dense MLP on a side CUDA stream beside its experts (opt-in, ``petri.engine.overlapped_mlp``; ``bench_h200_shapes_b1_b12_overlapped_mlp.json`` also has ``petri_fast_compiled_small_overlapped_mlp``, from when bf16 layers were overlapped too). ``petri_fast_compiled_small_autotuned`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_autotuned``: the default and the fastest configuration compiled without Inductor's deterministic mode (their kernels' configurations picked by timing, as every run before 2026-12-03 was; ``petri.engine.decoder_hooks.compile_function``). ``petri_fast_compiled_small_unfused_attention_inputs`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_attention_inputs``: the default and the fastest configuration without the fused attention inputs (``petri.engine.attention_inputs``; Inductor's fusions of the library's q, k, v norms, rotary embedding and ``torch.cat`` instead; ``MODE_CHANGES``). (Results from before 2026-12-02 name ``petri_fast_compiled_small_split_attention``: the tier of then, split attention opt-in, with it on.) Each configuration puts the model in its mode first (``MODES``). The petri samplers
+in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.batch1_experts`` for calls of few tokens (what ``--compile`` does; ``petri_fast_compiled`` leaves that lever out); ``petri_fast_compiled_small_fp8`` and ``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op). ``petri_fast_compiled_small_eager_encoder``, ``petri_fast_compiled_small_torch_topk``, ``petri_fast_compiled_small_unsplit`` and ``petri_fast_compiled_small_unstacked`` (also ``..._fp8fast_unstacked``): the compiled tier without one of issue 25's later levers (its prompt encoder uncompiled; the routers' ``torch.topk``; the global layers' attention unsplit; the projections unstacked); ``petri_fast_compiled_small_fp8fast_sc_fp8``: fp8-fast with the opt-in FP8 self-conditioning (``FastOptions.fp8_self_conditioning``). ``petri_fast_compiled_small_unfused_norms`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms``: the default and the fastest configuration without the fused norms (``petri.engine.fused_norms``; Inductor's fusions of the library's norms instead). ``petri_fast_compiled_small_uncaptured_encoder`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder``: the same two with the prompt encoder's pass run uncaptured (no ``petri.engine.encoder_graphs``). ``petri_fast_compiled_small_fp8fast_sc_fp8_overlapped_mlp``: the fastest configuration with each FP8 decoder layer's dense MLP on a side CUDA stream beside its experts (``petri.engine.overlapped_mlp``, opt-in until 2026-12-03 and on by default since, so now the same as ``petri_fast_compiled_small_fp8fast_sc_fp8``, whose sequential form is ``petri_fast_compiled_small_fp8fast_sc_fp8_sequential_mlp``; ``bench_h200_shapes_b1_b12_overlapped_mlp.json`` also has ``petri_fast_compiled_small_overlapped_mlp``, from when bf16 layers were overlapped too). ``petri_fast_compiled_small_autotuned`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_autotuned``: the default and the fastest configuration compiled without Inductor's deterministic mode (their kernels' configurations picked by timing, as every run before 2026-12-03 was; ``petri.engine.decoder_hooks.compile_function``). ``petri_fast_compiled_small_unfused_attention_inputs`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_attention_inputs``: the default and the fastest configuration without the fused attention inputs (``petri.engine.attention_inputs``; Inductor's fusions of the library's q, k, v norms, rotary embedding and ``torch.cat`` instead; ``MODE_CHANGES``). (Results from before 2026-12-02 name ``petri_fast_compiled_small_split_attention``: the tier of then, split attention opt-in, with it on.) Each configuration puts the model in its mode first (``MODES``). The petri samplers
 pin three anchors and record the full per-step log. Peak GPU memory per configuration. Prints one JSON object (and ``--out`` keeps it).
 
 ``ms_per_step`` counts a prompt encode in every call (the model's kept prompts are cleared before
@@ -160,6 +160,7 @@ CONFIGS = (
     "petri_fast_compiled_small_fp8fast_sc_fp8_overlapped_mlp",
     "petri_fast_compiled_small_autotuned", "petri_fast_compiled_small_fp8fast_sc_fp8_autotuned",
     "petri_fast_compiled_small_unfused_attention_inputs", "petri_fast_compiled_small_fp8fast_sc_fp8_unfused_attention_inputs",
+    "petri_fast_compiled_small_fp8fast_sc_fp8_sequential_mlp",
 )
 #: configuration → (compiled layers, fused experts op, the self-conditioning softmax in the sampler,
 #: the inverse-CDF draw, precision, the small-batch experts, the prompt encoder compiled too, the
@@ -167,8 +168,9 @@ CONFIGS = (
 #: self-conditioning, the fused norms, the encoder's pass captured, the FP8 layers' overlapped MLP,
 #: Inductor's deterministic mode): each lever added one at a time (encoder, router, split, stacking,
 #: the fused norms, the captured encoder pass and the deterministic mode are on with compiled layers
-#: unless a configuration says otherwise, as in the compiled tier; the FP8 self-conditioning and the
-#: overlapped MLP are opt-in)
+#: unless a configuration says otherwise, as in the compiled tier; the FP8 self-conditioning is opt-in;
+#: the overlapped MLP is on since 2026-12-03, so configurations of fewer fields take it, and the autotuned
+#: ones, which name the field, leave it off as the tier of then did)
 MODES = {
     "petri_fast_fused_experts": (False, True, False, False, "bf16"),
     "petri_fast_compiled_plain": (True, False, False, False, "bf16"),
@@ -201,8 +203,9 @@ MODES = {
                                                      False),
     "petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder": (True, True, True, True, "fp8-fast", True, True, True, True,
                                                                     True, True, True, False),
-    # issue 25: the fastest configuration with each layer's dense MLP on a side stream beside its experts (opt-in,
-    # petri.engine.overlapped_mlp; FP8 layers only, so bf16 has no such row)
+    # issue 25: the fastest configuration with each layer's dense MLP on a side stream beside its experts
+    # (petri.engine.overlapped_mlp; FP8 layers only, so bf16 has no such row; opt-in until 2026-12-03, since then the
+    # same as petri_fast_compiled_small_fp8fast_sc_fp8, whose sequential form is ..._sequential_mlp)
     "petri_fast_compiled_small_fp8fast_sc_fp8_overlapped_mlp": (True, True, True, True, "fp8-fast", True, True, True, True,
                                                                 True, True, True, True, True),
     # issue 25: the default and the fastest configuration compiled without Inductor's deterministic mode (what the tier
@@ -219,6 +222,10 @@ MODE_CHANGES = {
     "petri_fast_compiled_small_unfused_attention_inputs": ("petri_fast_compiled_small", {"fused_attention_inputs": False}),
     "petri_fast_compiled_small_fp8fast_sc_fp8_unfused_attention_inputs": ("petri_fast_compiled_small_fp8fast_sc_fp8",
                                                                           {"fused_attention_inputs": False}),
+    # issue 25: the fastest configuration with each FP8 layer's dense MLP and experts in sequence (the overlapped MLP,
+    # petri.engine.overlapped_mlp, on by default since 2026-12-03, off)
+    "petri_fast_compiled_small_fp8fast_sc_fp8_sequential_mlp": ("petri_fast_compiled_small_fp8fast_sc_fp8",
+                                                                {"overlapped_mlp": False}),
 }
 PLAIN = (False, False, False, False, "bf16", False, True, True, True, True, False, True, True, False)
 #: what the model's layers were last set up with: (compiled, fused experts, the levers), see set_model_mode
@@ -229,7 +236,7 @@ def set_model_mode(lm: LoadedModel, compiled: bool, fused_experts: bool, softmax
                    precision: str = "bf16", small_batch: bool = False, encoder: bool = True,
                    fused_router: bool = True, split_attention: bool = True, stacked_projections: bool = True,
                    fp8_self_conditioning: bool = False, fused_norms: bool = True, encoder_graphs: bool = True,
-                   overlapped_mlp: bool = False, deterministic_kernels: bool = True,
+                   overlapped_mlp: bool = True, deterministic_kernels: bool = True,
                    fused_attention_inputs: bool = True) -> None:
     """Put the model in one configuration whatever the previous one was: uncompiled layers and the
     transformers experts, then (``fused_experts``) the fused experts op and (``compiled``) regional

@@ -160,19 +160,22 @@ def _gpu_inputs(batch, length, heads, kv_heads, dim, prompt, values_are_keys, se
     (2, 5, 4, 1, 64, 0, False),  # no prompt
 ])
 def test_the_kernel_computes_the_reference_on_gpu(shape):
+    """The default launch and others (heads a program, warps): another launch may sum a head's
+    squares in another order, so each is held to the reference, not to the default's bits (on an
+    H200 up to 104 of 35 M outputs moved between launches, ``kernel_levers_h200_attention_inputs_launch.json``);
+    the prompt's rows are copies whatever the launch."""
     args = _gpu_inputs(*shape, seed=sum(shape[:6]))
     want = attention_inputs_reference(*args)
-    got = attention_inputs_triton(*args)
     prompt = shape[5]
-    for g, w in zip(got, want):
-        assert g.shape == w.shape and g.is_contiguous()
-    assert torch.equal(got[1][:, :, :prompt], want[1][:, :, :prompt])
-    assert torch.equal(got[2][:, :, :prompt], want[2][:, :, :prompt])
-    for g, w in ((got[0], want[0]), (got[1][:, :, prompt:], want[1][:, :, prompt:]),
-                 (got[2][:, :, prompt:], want[2][:, :, prompt:])):
-        assert_close_bf16(g, w)
-    for heads in (2, 8):  # more heads (and prompt rows) a program: the same results
-        assert all(torch.equal(a, b) for a, b in zip(attention_inputs_triton(*args, heads_per_program=heads), got))
+    for launch in ({}, {"heads_per_program": 1, "num_warps": 2}, {"heads_per_program": 8, "num_warps": 2}):
+        got = attention_inputs_triton(*args, **launch)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.is_contiguous()
+        assert torch.equal(got[1][:, :, :prompt], want[1][:, :, :prompt])
+        assert torch.equal(got[2][:, :, :prompt], want[2][:, :, :prompt])
+        for g, w in ((got[0], want[0]), (got[1][:, :, prompt:], want[1][:, :, prompt:]),
+                     (got[2][:, :, prompt:], want[2][:, :, prompt:])):
+            assert_close_bf16(g, w)
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")

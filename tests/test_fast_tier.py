@@ -130,10 +130,11 @@ def test_the_tier_names_what_the_trajectory_records(bf16_tiny):
         assert names(1) == ("fast+compiled+sc-softmax+inverse-cdf+small-batch", "eager")
         assert experts.forward.__func__ is _small_batch_forward  # the name says what runs
         set_precision(lm, "fp8")  # its experts, with their own small-batch op
-        assert names(1) == ("fast+compiled+sc-softmax+inverse-cdf+small-batch+fp8", "eager+fp8")
+        # FP8 layers take the overlapped MLP by default (since 2026-12-03)
+        assert names(1) == ("fast+compiled+sc-softmax+inverse-cdf+small-batch+overlapped-mlp+fp8", "eager+fp8")
         assert experts.forward.__func__ is _fp8_experts_forward and experts._petri_fp8_small_batch
         set_precision(lm, "fp8-fast")
-        assert names(2) == ("fast+compiled+sc-softmax+inverse-cdf+small-batch+fp8-fast", "eager+fp8-fast")
+        assert names(2) == ("fast+compiled+sc-softmax+inverse-cdf+small-batch+overlapped-mlp+fp8-fast", "eager+fp8-fast")
         assert lm.device_type == "cpu-compiled-fp8-fast"
     finally:
         set_precision(lm, "bf16")

@@ -7,8 +7,9 @@ MLP runs on the side stream, and its input is written before the side stream rea
 against a stream held back by ``torch.cuda._sleep``: a missing wait turned it into a wrong result on an H200;
 a missing join did not, see the join test); one FP8 layer's blocks overlapped equal them in sequence, eagerly
 and replayed from a CUDA graph; in the Inductor-compiled FP8 tier seeds sampled through captured
-graphs are the same with the MLP on the side stream as on the current one. (Those seeds differ from
-the default tier's, which compiles the blocks inside the layer's graph: see the module docstring.)"""
+graphs are the same with the MLP on the side stream as on the current one. The compiled tier
+overlaps FP8 layers by default (since 2026-12-03: with its deterministic kernels the seeds are the
+sequential tier's, ``experiments/overlap_check.py``; see the module docstring)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,23 @@ def _reference_logits(precision):
     lm = _tiny()
     set_precision(lm, precision)
     return tiny_logits(lm)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_the_compiled_tier_overlaps_fp8_layers_by_default(monkeypatch, precision):
+    lm = _tiny()
+    set_precision(lm, precision)
+    calls = []
+    monkeypatch.setattr(compiled_tier, "feedforward_mlp", lambda *args: calls.append(args[0]) or feedforward_mlp(*args))
+    compile_regions(lm, backend="eager")
+    tiny_logits(lm)
+    assert lm.fast_tier.overlapped_mlp
+    assert calls == (list(lm.model.model.decoder.layers) if precision == "fp8" else [])
+    assert ("+overlapped-mlp" in lm.fast_tier.fast_name(3)) == (precision == "fp8")
+    uncompile_regions(lm)
+    compile_regions(lm, backend="eager", overlapped_mlp=False)
+    assert not lm.fast_tier.overlapped_mlp and "+overlapped-mlp" not in lm.fast_tier.fast_name(3)
+    uncompile_regions(lm)
 
 
 def test_the_overlapped_mlp_needs_the_fused_norms(caplog):

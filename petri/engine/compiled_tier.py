@@ -45,7 +45,7 @@ PETRI_CACHE_DIR = os.path.expanduser("~/.cache/petri/torchinductor")
 def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, small_batch_experts: bool = True,
                     encoder: bool = True, fused_router: bool = True, split_attention: bool = True,
                     stacked_projections: bool = True, fp8_self_conditioning: bool = False,
-                    fused_norms: bool = True, overlapped_mlp: bool = False, deterministic_kernels: bool = True,
+                    fused_norms: bool = True, overlapped_mlp: bool = True, deterministic_kernels: bool = True,
                     fused_attention_inputs: bool = True) -> None:
     """The compiled tier, in place: the decoder's experts through the fused experts op
     (``fused_experts``; skipped, with the reason logged, where the layers do not fit it), then
@@ -72,8 +72,9 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     on an H200 in bf16 and fp8-fast, even at one in bf16): each decoder layer's norms between its
     attention and the next layer as two row kernels (:mod:`petri.engine.fused_norms`; needs the
     fused router, left out with the reason logged where a layer does not fit). ``overlapped_mlp``
-    (opt-in; issue 25, measured faster at one sample in fp8-fast, even in bf16 and at twelve; the
-    FP8 tier's tokens for a seed are not those of the default, see the module): with the fused
+    (on by default since 2026-12-03; issue 25, measured faster at one sample in fp8-fast, even in bf16
+    and at twelve; seeds give the sequential blocks' tokens since the deterministic kernels, see the
+    module; off, FP8 layers run the two blocks in sequence): with the fused
     norms, in the FP8 tier, each decoder layer's dense MLP on a side CUDA stream beside its router
     and experts (:mod:`petri.engine.overlapped_mlp`). ``deterministic_kernels`` (on by default; issue 25):
     every compile in Inductor's deterministic mode (:func:`petri.engine.decoder_hooks.compile_function`:

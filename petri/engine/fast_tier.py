@@ -162,7 +162,7 @@ class FastTier:
     def fast_name(self, batch: int, options: FastOptions | None = None) -> str:
         """The sampler name of a fast-path call of ``batch`` canvases with ``options`` (the tier's
         unless given): ``fast``, then ``+compiled``, ``+sc-softmax``, ``+sc-fp8``, ``+inverse-cdf``,
-        ``+small-batch``, ``+overlapped-mlp`` (the compiled tier's opt-in overlapped MLP, which only
+        ``+small-batch``, ``+overlapped-mlp`` (the compiled tier's overlapped MLP, which only
         FP8 layers take: :mod:`petri.engine.overlapped_mlp`), ``+autotuned`` (its kernels compiled
         without Inductor's deterministic mode, :attr:`autotuned_kernels`) and the precision tag for each lever in
         use, in that order (the names stored runs carry)."""

@@ -19,23 +19,22 @@ the prompt kept; ``experiments/results/bench_h200_shapes_b1_b12_overlapped_mlp.j
 ``..._overlapped_mlp_2.json``); in bf16 no gain (17.97 against 18.06 ms: the experts read at the
 memory's ceiling and the MLP's reads only add to theirs); at 12 samples even (1.687 / 1.684 s bf16,
 1.209 / 1.207 and 1.164 / 1.159 s fp8-fast). So the fused norms' forward overlaps FP8 layers only
-(:func:`petri.engine.fused_norms.fuse_norms_forward`), and only when asked: the compiled tier's
-``overlapped_mlp`` is opt-in.
+(:func:`petri.engine.fused_norms.fuse_norms_forward`); the compiled tier's ``overlapped_mlp`` is on
+by default since 2026-12-03 (opt-in before), ``overlapped_mlp=False`` runs the blocks in sequence.
 
-Why opt-in: the blocks it computes are the sequential blocks' bit for bit (one FP8 layer at 48 and
-256 rows, eagerly and replayed from a CUDA graph, with the MLP compiled or not:
-``experiments/overlap_check.py``, ``experiments/results/overlap_check_h200.json``), and the side
-stream changes no token (the same seeds with the MLP on the current stream give the same tokens);
-but in the compiled FP8 tier the seeds differ from the default's: of the tiny model's 576 argmax
-values (2 seeds × 3 samples × 6 steps × 16 positions) 100 in that JSON's run and 54 in an earlier
-one whose probes compiled other row counts first, each the same when repeated within its run.
-There the blocks run outside the layer's compiled graph; where the rounding parts is not yet found
-(compiled on their own as one function, the blocks equal the eager ones). That the count moved
-with what was compiled before is explained since (``experiments/compile_history.py``): Inductor
-tuned kernels compiled again for dynamic shapes by timing them, and the tier now compiles in
-Inductor's deterministic mode (:func:`petri.engine.decoder_hooks.compile_function`); whether the
-overlapped tier's seeds then equal the default's is not yet measured. bf16 layers, never
-overlapped, give the default's tokens.
+Why on by default now, and why opt-in before: the blocks it computes are the sequential blocks' bit
+for bit (one FP8 layer at 48 and 256 rows, eagerly and replayed from a CUDA graph, with the MLP
+compiled or not: ``experiments/overlap_check.py``, ``experiments/results/overlap_check_h200.json``),
+and the side stream changes no token (the same seeds with the MLP on the current stream give the
+same tokens); but with the tier's kernels tuned by timing, seeds of the compiled FP8 tier differed
+from the sequential tier's: of the tiny model's 576 argmax values (2 seeds × 3 samples × 6 steps ×
+16 positions) 100 in one run and 54 in another, the count moving with what the process had
+compiled before. ``experiments/compile_history.py`` explained it: Inductor tuned kernels compiled
+again for dynamic shapes by timing them. Since the tier compiles in Inductor's deterministic mode
+(:func:`petri.engine.decoder_hooks.compile_function`) the overlapped tier's seeds are the
+sequential tier's: all 576 argmax values equal, in fp8-fast and in bf16, with the MLP on the side
+stream or on the current one (``overlap_check_h200_deterministic.json``, 2026-12-03). bf16 layers,
+never overlapped, give the sequential tokens anyway.
 
 How: :func:`feedforward_blocks` is the two blocks in sequence (what the fused norms' forward traces
 by default). :func:`overlapped_feedforward_blocks` is opaque to ``torch.compile``

@@ -144,7 +144,7 @@ def compile_for_sampling(
     lm: LoadedModel, backend: str = "inductor", regional: bool = True, fused_experts: bool = True,
     small_batch_experts: bool = True, encoder: bool = True, fused_router: bool = True, split_attention: bool = True,
     stacked_projections: bool = True, fp8_self_conditioning: bool = False, fused_norms: bool = True,
-    overlapped_mlp: bool = False, deterministic_kernels: bool = True, fused_attention_inputs: bool = True,
+    overlapped_mlp: bool = True, deterministic_kernels: bool = True, fused_attention_inputs: bool = True,
 ) -> LoadedModel:
     """Compile what the samplers call, in place. ``regional`` (default): ``torch.compile`` each decoder
     layer (``petri.engine.compiled_tier.compile_regions``: one compiled graph per layer type, reused
@@ -162,7 +162,7 @@ def compile_for_sampling(
     the global layers' attention folded and split, and ``stacked_projections`` (default) computes
     each layer's q, k, v and its MLP's gate and up as one product each, ``fused_norms`` (default)
     runs each layer's norms between its attention and the next layer as two row kernels,
-    ``overlapped_mlp`` (opt-in) runs each FP8 layer's dense MLP on a side CUDA stream beside its experts,
+    ``overlapped_mlp`` (default) runs each FP8 layer's dense MLP on a side CUDA stream beside its experts,
     ``fp8_self_conditioning`` (opt-in, FP8 tier only) writes and reads the self-conditioning
     probabilities in e4m3, and ``deterministic_kernels`` (default) compiles in Inductor's
     deterministic mode, so a seed's tokens do not depend on what the process compiled or timed
