@@ -4,7 +4,8 @@ shapes; Inductor's kernels for the two can round differently. This script compil
 compiled tier twice from a reset Dynamo: once meeting only the measured batch (3 canvases), once
 after a forward of another batch (2 canvases) first, and compares the measured batch's logits
 (and, on CUDA, seeds sampled through the fast path's captured graphs) bit for bit. ``--overlapped``
-does the same with the opt-in overlapped MLP (petri.engine.overlapped_mlp). One JSON object on stdout.
+does the same with the overlapped MLP (petri.engine.overlapped_mlp; the FP8 tier's default since 2026-12-03:
+without the flag this script runs the blocks in sequence). One JSON object on stdout.
 
 ``--autotuned`` compiles as the tier did before 2026-12-03 (Inductor picking kernel configurations
 by timing them); by default the tier compiles in Inductor's deterministic mode
@@ -125,7 +126,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--precision", default="bf16", choices=["bf16", "fp8", "fp8-fast"])
-    parser.add_argument("--overlapped", action="store_true", help="with the opt-in overlapped MLP")
+    parser.add_argument("--overlapped", action="store_true", help="with the overlapped MLP (without: the blocks in sequence)")
     parser.add_argument("--shapes", default="automatic", choices=list(SHAPES),
                         help="how Dynamo treats a new shape: " + "; ".join(f"{k}: {v}" for k, v in SHAPES.items()))
     parser.add_argument("--autotuned", action="store_true",
