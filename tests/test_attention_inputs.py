@@ -2,7 +2,9 @@
 q, k, v norms, rotary embedding and appending to the prompt's keys as one op gives the library's logits
 bit for bit through the reference (float32 and bf16; the tiny model's sliding layer has a v projection,
 its global layer takes its values from the keys, and the q and k norms' weights are drawn at random so
-that a swapped weight shows), and the op is what runs; a hand-worked head; the op's fake form matches;
+that a swapped weight shows), and the op is what runs; ``generate`` gives the library's tokens with its
+dynamic cache (the op in every layer) and its static one (the library's forward); a hand-worked head;
+the op's fake form matches;
 the compiled tier installs it by default, leaves it out when asked and undoes it; what an attention
 must have; on a GPU (skipped elsewhere) the Triton kernel against the reference at the full-size
 shapes (sliding and global layers, one and twelve samples) and through the tiny model."""
@@ -71,6 +73,30 @@ def test_the_fused_forward_is_the_library_attention_bit_for_bit(dtype, monkeypat
     assert not any("forward" in vars(layer.self_attn) for layer in layers)
     calls.clear()
     assert torch.equal(tiny_logits(lm), want) and calls == []
+
+
+@pytest.mark.parametrize("cache", [None, "static"])
+def test_generate_gives_the_library_s_tokens_with_either_cache(cache, monkeypatch):
+    """transformers' ``generate`` through the fused forward: with its dynamic cache the op runs in
+    every layer of every step; its static cache (compileable: its appending pads) goes through the
+    library's forward. The tokens are the library's either way."""
+    from petri.engine.torch_sampler import generate_kwargs
+    from petri.trajectory import SamplerSettings
+
+    lm = _tiny()
+    settings = SamplerSettings(max_denoising_steps=4)
+
+    def tokens():
+        torch.manual_seed(0)
+        out = lm.model.generate(torch.tensor([[5, 9, 17, 33]]), max_new_tokens=lm.canvas_length, eos_token_id=None,
+                                **generate_kwargs(settings), **({"cache_implementation": cache} if cache else {}))
+        return getattr(out, "sequences", out)
+
+    want = tokens()
+    calls = _counting(monkeypatch)
+    use_fused_attention_inputs(lm.model.model.decoder.layers)
+    assert torch.equal(tokens(), want)
+    assert len(calls) == (0 if cache else 2 * settings.max_denoising_steps)
 
 
 def test_the_reference_by_hand():
