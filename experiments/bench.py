@@ -169,8 +169,8 @@ CONFIGS = (
 #: Inductor's deterministic mode): each lever added one at a time (encoder, router, split, stacking,
 #: the fused norms, the captured encoder pass and the deterministic mode are on with compiled layers
 #: unless a configuration says otherwise, as in the compiled tier; the FP8 self-conditioning is opt-in;
-#: the overlapped MLP is on since 2026-12-03, so configurations of fewer fields take it, and the autotuned
-#: ones, which name the field, leave it off as the tier of then did)
+#: the overlapped MLP is on since 2026-12-03). Configurations that differ from another in a few of the
+#: later levers are that one's keyword changes (MODE_CHANGES)
 MODES = {
     "petri_fast_fused_experts": (False, True, False, False, "bf16"),
     "petri_fast_compiled_plain": (True, False, False, False, "bf16"),
@@ -203,20 +203,21 @@ MODES = {
                                                      False),
     "petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder": (True, True, True, True, "fp8-fast", True, True, True, True,
                                                                     True, True, True, False),
-    # issue 25: the fastest configuration with each layer's dense MLP on a side stream beside its experts
-    # (petri.engine.overlapped_mlp; FP8 layers only, so bf16 has no such row; opt-in until 2026-12-03, since then the
-    # same as petri_fast_compiled_small_fp8fast_sc_fp8, whose sequential form is ..._sequential_mlp)
-    "petri_fast_compiled_small_fp8fast_sc_fp8_overlapped_mlp": (True, True, True, True, "fp8-fast", True, True, True, True,
-                                                                True, True, True, True, True),
-    # issue 25: the default and the fastest configuration compiled without Inductor's deterministic mode (what the tier
-    # was before 2026-12-03: kernel configurations picked by timing, petri.engine.decoder_hooks.compile_function)
-    "petri_fast_compiled_small_autotuned": (True, True, True, True, "bf16", True, True, True, True, True, False, True, True,
-                                            False, False),
-    "petri_fast_compiled_small_fp8fast_sc_fp8_autotuned": (True, True, True, True, "fp8-fast", True, True, True, True, True,
-                                                           True, True, True, False, False),
 }
 #: configurations that are another's mode with some of set_model_mode's keyword arguments changed
 MODE_CHANGES = {
+    # issue 25: the fastest configuration with each layer's dense MLP on a side stream beside its experts
+    # (petri.engine.overlapped_mlp; FP8 layers only, so bf16 has no such row; opt-in until 2026-12-03, since then the
+    # same as petri_fast_compiled_small_fp8fast_sc_fp8, whose sequential form is ..._sequential_mlp)
+    "petri_fast_compiled_small_fp8fast_sc_fp8_overlapped_mlp": ("petri_fast_compiled_small_fp8fast_sc_fp8",
+                                                                {"overlapped_mlp": True}),
+    # issue 25: the default and the fastest configuration compiled without Inductor's deterministic mode, the MLP in
+    # sequence (what the tier was before 2026-12-03: kernel configurations picked by timing,
+    # petri.engine.decoder_hooks.compile_function)
+    "petri_fast_compiled_small_autotuned": ("petri_fast_compiled_small",
+                                            {"overlapped_mlp": False, "deterministic_kernels": False}),
+    "petri_fast_compiled_small_fp8fast_sc_fp8_autotuned": ("petri_fast_compiled_small_fp8fast_sc_fp8",
+                                                           {"overlapped_mlp": False, "deterministic_kernels": False}),
     # issue 25: the default and the fastest configuration without the fused attention inputs (Inductor's fusions of
     # the library's q, k, v norms, rotary embedding and torch.cat instead; petri.engine.attention_inputs)
     "petri_fast_compiled_small_unfused_attention_inputs": ("petri_fast_compiled_small", {"fused_attention_inputs": False}),

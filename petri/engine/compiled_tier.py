@@ -3,10 +3,10 @@ through the fused experts op (:mod:`petri.engine.fused_experts`), its routers' t
 (:mod:`petri.engine.fused_router`), its projections that read one input as one product
 (:mod:`petri.engine.stacked_projections`), its global layers' split attention
 (:mod:`petri.engine.split_attention`), its attention's norms, rotary embedding and appending to the
-prompt's keys as one op (:mod:`petri.engine.attention_inputs`), regional compilation of the decoder layers and of the prompt
-encoder's with one graph per layer type (:mod:`petri.engine.decoder_hooks`), and the fast path's
-options that are not bit-exact either (:class:`petri.engine.fast_tier.FastOptions`: the
-self-conditioning softmax in the logits pass, the inverse-CDF draw). What it switched on is written
+prompt's keys as one op (:mod:`petri.engine.attention_inputs`), regional compilation of the decoder
+layers and of the prompt encoder's with one graph per layer type (:mod:`petri.engine.decoder_hooks`),
+and the fast path's options that are not bit-exact either (:class:`petri.engine.fast_tier.FastOptions`:
+the self-conditioning softmax in the logits pass, the inverse-CDF draw). What it switched on is written
 down in the model's tier (:class:`petri.engine.fast_tier.FastTier`: the compiled layers, the
 small-batch experts, the options), which is how the samplers and :func:`uncompile_regions` know."""
 
