@@ -14,12 +14,13 @@ sequential tier's, ``experiments/overlap_check.py``; see the module docstring)."
 from __future__ import annotations
 
 import logging
+import types
 
 import numpy as np
 import pytest
 import torch
 
-from petri.engine import compiled_tier
+from petri.engine import compiled_tier, fused_norms
 from petri.engine.compiled_tier import compile_regions, uncompile_regions
 from petri.engine.fp8 import set_precision
 from petri.engine.fused_logits import HAVE_TRITON
@@ -91,6 +92,21 @@ def test_the_overlapped_mlp_needs_the_fused_norms(caplog):
         compile_regions(lm, backend="eager", fused_norms=False, overlapped_mlp=True)
     assert "overlapped MLP off: the fused norms are off" in caplog.text
     uncompile_regions(lm)
+
+
+def test_the_forward_traced_with_the_mlp_beside_is_a_python_function(monkeypatch):
+    """Dynamo in torch 2.11 (the device's) breaks the graph at a bound ``functools.partial`` ("can't
+    handle functions not implemented in python"; 2.13 traces it, so the CPU tests here did not see
+    it): the forward the compiled tier traces with the overlapped MLP is a Python function bound to
+    the layer that hands the stream holder on."""
+    layer = _tiny().model.model.decoder.layers[0]
+    beside = MLPBeside(feedforward_mlp)
+    seen = []
+    monkeypatch.setattr(fused_norms, "fuse_norms_forward", lambda self, *args, **kwargs: seen.append((self, args, kwargs)))
+    forward = fused_norms.fused_norms_forward(layer, beside)
+    assert isinstance(forward, types.MethodType) and isinstance(forward.__func__, types.FunctionType)
+    forward("hidden", "positions", attention_mask="mask")
+    assert seen == [(layer, ("hidden", "positions"), {"attention_mask": "mask", "mlp_beside": beside})]
 
 
 # ---- on a GPU ------------------------------------------------------------------------------------

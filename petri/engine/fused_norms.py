@@ -37,7 +37,6 @@ top-k (:func:`petri.engine.fused_router.route_scaled`) on the op's scaled input.
 
 from __future__ import annotations
 
-import functools
 import types
 
 import torch
@@ -314,4 +313,9 @@ def fused_norms_forward(layer: torch.nn.Module, mlp_beside=None):
     :func:`fuse_norms_forward` takes it."""
     if mlp_beside is None:
         return types.MethodType(fuse_norms_forward, layer)
-    return types.MethodType(functools.partial(fuse_norms_forward, mlp_beside=mlp_beside), layer)
+
+    # a Python function, not functools.partial: Dynamo in torch 2.11 (the device's) breaks the graph on a partial
+    def forward_beside(self, *args, **kwargs):
+        return fuse_norms_forward(self, *args, mlp_beside=mlp_beside, **kwargs)
+
+    return types.MethodType(forward_beside, layer)
