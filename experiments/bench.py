@@ -11,7 +11,7 @@ experts), ``petri_fast_compiled_experts`` (compiled layers around the fused expe
 ``petri_fast_compiled_softmax`` (and the decoder's self-conditioning softmax done by the sampler's
 pass) and ``petri_fast_compiled`` (and the inverse-CDF draw); ``petri_fast_fp8`` and ``petri_fast_compiled_fp8``: the exact and the compiled tier with
 the FP8 tier's weights (``petri.engine.fp8``, ``--precision fp8``); ``petri_fast_compiled_fp8fast``: the compiled tier
-in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.batch1_experts`` for calls of few tokens (what ``--compile`` does; ``petri_fast_compiled`` leaves that lever out); ``petri_fast_compiled_small_fp8`` and ``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op). ``petri_fast_compiled_small_eager_encoder``, ``petri_fast_compiled_small_torch_topk``, ``petri_fast_compiled_small_unsplit`` and ``petri_fast_compiled_small_unstacked`` (also ``..._fp8fast_unstacked``): the compiled tier without one of issue 25's later levers (its prompt encoder uncompiled; the routers' ``torch.topk``; the global layers' attention unsplit; the projections unstacked); ``petri_fast_compiled_small_fp8fast_sc_fp8``: fp8-fast with the opt-in FP8 self-conditioning (``FastOptions.fp8_self_conditioning``). ``petri_fast_compiled_small_unfused_norms`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms``: the default and the fastest configuration without the fused norms (``petri.engine.fused_norms``; Inductor's fusions of the library's norms instead). ``petri_fast_compiled_small_uncaptured_encoder`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder``: the same two with the prompt encoder's pass run uncaptured (no ``petri.engine.encoder_graphs``). ``petri_fast_compiled_small_fp8fast_sc_fp8_overlapped_mlp``: the fastest configuration with each FP8 decoder layer's dense MLP on a side CUDA stream beside its experts (``petri.engine.overlapped_mlp``, opt-in until 2026-12-03 and on by default since, so now the same as ``petri_fast_compiled_small_fp8fast_sc_fp8``, whose sequential form is ``petri_fast_compiled_small_fp8fast_sc_fp8_sequential_mlp``; ``bench_h200_shapes_b1_b12_overlapped_mlp.json`` also has ``petri_fast_compiled_small_overlapped_mlp``, from when bf16 layers were overlapped too). ``petri_fast_compiled_small_autotuned`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_autotuned``: the default and the fastest configuration compiled without Inductor's deterministic mode (their kernels' configurations picked by timing, as every run before 2026-12-03 was; ``petri.engine.decoder_hooks.compile_function``). ``petri_fast_compiled_small_unfused_attention_inputs`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_attention_inputs``: the default and the fastest configuration without the fused attention inputs (``petri.engine.attention_inputs``; Inductor's fusions of the library's q, k, v norms, rotary embedding and ``torch.cat`` instead; ``MODE_CHANGES``). (Results from before 2026-12-02 name ``petri_fast_compiled_small_split_attention``: the tier of then, split attention opt-in, with it on.) Each configuration puts the model in its mode first (``MODES``). The petri samplers
+in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.batch1_experts`` for calls of few tokens (what ``--compile`` does; ``petri_fast_compiled`` leaves that lever out); ``petri_fast_compiled_small_fp8`` and ``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op). ``petri_fast_compiled_small_eager_encoder``, ``petri_fast_compiled_small_torch_topk``, ``petri_fast_compiled_small_unsplit`` and ``petri_fast_compiled_small_unstacked`` (also ``..._fp8fast_unstacked``): the compiled tier without one of issue 25's later levers (its prompt encoder uncompiled; the routers' ``torch.topk``; the global layers' attention unsplit; the projections unstacked); ``petri_fast_compiled_small_fp8fast_sc_fp8``: fp8-fast with the opt-in FP8 self-conditioning (``FastOptions.fp8_self_conditioning``). ``petri_fast_compiled_small_unfused_norms`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms``: the default and the fastest configuration without the fused norms (``petri.engine.fused_norms``; Inductor's fusions of the library's norms instead). ``petri_fast_compiled_small_uncaptured_encoder`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder``: the same two with the prompt encoder's pass run uncaptured (no ``petri.engine.encoder_graphs``). ``petri_fast_compiled_small_fp8fast_sc_fp8_overlapped_mlp``: the fastest configuration with each FP8 decoder layer's dense MLP on a side CUDA stream beside its experts (``petri.engine.overlapped_mlp``, opt-in until 2026-12-03 and on by default since, so now the same as ``petri_fast_compiled_small_fp8fast_sc_fp8``, whose sequential form is ``petri_fast_compiled_small_fp8fast_sc_fp8_sequential_mlp``; ``bench_h200_shapes_b1_b12_overlapped_mlp.json`` also has ``petri_fast_compiled_small_overlapped_mlp``, from when bf16 layers were overlapped too). ``petri_fast_compiled_small_autotuned`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_autotuned``: the default and the fastest configuration compiled without Inductor's deterministic mode (their kernels' configurations picked by timing, as every run before 2026-12-03 was; ``petri.engine.decoder_hooks.compile_function``). ``petri_fast_compiled_small_unfused_attention_inputs`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_attention_inputs``: the default and the fastest configuration without the fused attention inputs (``petri.engine.attention_inputs``; Inductor's fusions of the library's q, k, v norms, rotary embedding and ``torch.cat`` instead). (Results from before 2026-12-02 name ``petri_fast_compiled_small_split_attention``: the tier of then, split attention opt-in, with it on.) Each configuration puts the model in its mode first (``MODES``: its keyword arguments of ``set_model_mode``). The petri samplers
 pin three anchors and record the full per-step log. Peak GPU memory per configuration. Prints one JSON object (and ``--out`` keeps it).
 
 ``ms_per_step`` counts a prompt encode in every call (the model's kept prompts are cleared before
@@ -162,79 +162,75 @@ CONFIGS = (
     "petri_fast_compiled_small_unfused_attention_inputs", "petri_fast_compiled_small_fp8fast_sc_fp8_unfused_attention_inputs",
     "petri_fast_compiled_small_fp8fast_sc_fp8_sequential_mlp",
 )
-#: configuration → (compiled layers, fused experts op, the self-conditioning softmax in the sampler,
-#: the inverse-CDF draw, precision, the small-batch experts, the prompt encoder compiled too, the
-#: routers' fused top-k, the global layers' split attention, the stacked projections, the FP8
-#: self-conditioning, the fused norms, the encoder's pass captured, the FP8 layers' overlapped MLP,
-#: Inductor's deterministic mode): each lever added one at a time (encoder, router, split, stacking,
-#: the fused norms, the captured encoder pass and the deterministic mode are on with compiled layers
-#: unless a configuration says otherwise, as in the compiled tier; the FP8 self-conditioning is opt-in;
-#: the overlapped MLP is on since 2026-12-03). Configurations that differ from another in a few of the
-#: later levers are that one's keyword changes (MODE_CHANGES)
+#: configuration → its mode: the keyword arguments of :func:`set_model_mode` where they differ from
+#: its defaults (the levers of the compiled tier as it is today: the prompt encoder compiled with its
+#: pass captured, the routers' fused top-k, the split attention, the stacked projections, the fused
+#: norms and attention inputs, Inductor's deterministic mode, the overlapped MLP in FP8 layers; off
+#: without compiled layers). Each of issue 14's levers was added one at a time (compiled layers, the
+#: fused experts op, the self-conditioning softmax, the inverse-CDF draw); issue 25's rows are what
+#: --compile does, or the fastest configuration, with one or two levers changed.
+COMPILED = {"compiled": True, "fused_experts": True, "softmax_sc": True, "inverse_cdf": True}
+#: what --compile does (the default on CUDA): the compiled tier with the small-batch experts
+COMPILED_SMALL = {**COMPILED, "small_batch": True}
+#: issue 25's fastest configuration: fp8-fast with the FP8 self-conditioning (opt-in)
+FASTEST = {**COMPILED_SMALL, "precision": "fp8-fast", "fp8_self_conditioning": True}
 MODES = {
-    "petri_fast_fused_experts": (False, True, False, False, "bf16"),
-    "petri_fast_compiled_plain": (True, False, False, False, "bf16"),
-    "petri_fast_compiled_experts": (True, True, False, False, "bf16"),
-    "petri_fast_compiled_softmax": (True, True, True, False, "bf16"),
-    "petri_fast_compiled": (True, True, True, True, "bf16"),  # --compile without the small-batch experts
-    "petri_fast_fp8": (False, False, False, False, "fp8"),  # the exact tier's sampler, FP8 weights (issue 25)
-    "petri_fast_compiled_fp8": (True, True, True, True, "fp8"),  # --compile --precision fp8
-    "petri_fast_compiled_small": (True, True, True, True, "bf16", True),  # what --compile does (the default on CUDA)
-    "petri_fast_compiled_fp8fast": (True, True, True, True, "fp8-fast"),  # --compile --precision fp8-fast
-    "petri_fast_compiled_small_fp8": (True, True, True, True, "fp8", True),  # the FP8 tier's small-batch experts
-    "petri_fast_compiled_small_fp8fast": (True, True, True, True, "fp8-fast", True),
+    "petri_fast_fused_experts": {"fused_experts": True},
+    "petri_fast_compiled_plain": {"compiled": True},
+    "petri_fast_compiled_experts": {"compiled": True, "fused_experts": True},
+    "petri_fast_compiled_softmax": {"compiled": True, "fused_experts": True, "softmax_sc": True},
+    "petri_fast_compiled": COMPILED,  # --compile without the small-batch experts
+    "petri_fast_fp8": {"precision": "fp8"},  # the exact tier's sampler, FP8 weights
+    "petri_fast_compiled_fp8": {**COMPILED, "precision": "fp8"},  # --compile --precision fp8
+    "petri_fast_compiled_small": COMPILED_SMALL,
+    "petri_fast_compiled_fp8fast": {**COMPILED, "precision": "fp8-fast"},  # --compile --precision fp8-fast
+    "petri_fast_compiled_small_fp8": {**COMPILED_SMALL, "precision": "fp8"},  # the FP8 tier's small-batch experts
+    "petri_fast_compiled_small_fp8fast": {**COMPILED_SMALL, "precision": "fp8-fast"},
     # issue 25: the compiled tier as it was before its prompt encoder was compiled too
-    "petri_fast_compiled_small_eager_encoder": (True, True, True, True, "bf16", True, False),
+    "petri_fast_compiled_small_eager_encoder": {**COMPILED_SMALL, "encoder": False},
     # issue 25: the compiled tier with the library's torch.topk in every router
-    "petri_fast_compiled_small_torch_topk": (True, True, True, True, "bf16", True, True, False),
+    "petri_fast_compiled_small_torch_topk": {**COMPILED_SMALL, "fused_router": False},
     # issue 25: the compiled tier without the global layers' split attention
-    "petri_fast_compiled_small_unsplit": (True, True, True, True, "bf16", True, True, True, False),
+    "petri_fast_compiled_small_unsplit": {**COMPILED_SMALL, "split_attention": False},
     # issue 25: the compiled tier without the stacked projections, in bf16 and fp8-fast
-    "petri_fast_compiled_small_unstacked": (True, True, True, True, "bf16", True, True, True, True, False),
-    "petri_fast_compiled_small_fp8fast_unstacked": (True, True, True, True, "fp8-fast", True, True, True, True, False),
-    # issue 25: fp8-fast with the self-conditioning probabilities and their product in e4m3 (opt-in)
-    "petri_fast_compiled_small_fp8fast_sc_fp8": (True, True, True, True, "fp8-fast", True, True, True, True, True, True),
-    # issue 25: the compiled tier without the fused norms (Inductor's fusions of the library's norms), bf16 and fastest
-    "petri_fast_compiled_small_unfused_norms": (True, True, True, True, "bf16", True, True, True, True, True, False, False),
-    "petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms": (True, True, True, True, "fp8-fast", True, True, True, True, True,
-                                                               True, False),
+    "petri_fast_compiled_small_unstacked": {**COMPILED_SMALL, "stacked_projections": False},
+    "petri_fast_compiled_small_fp8fast_unstacked": {**COMPILED_SMALL, "precision": "fp8-fast",
+                                                    "stacked_projections": False},
+    "petri_fast_compiled_small_fp8fast_sc_fp8": FASTEST,
+    # issue 25: the default and the fastest configuration without the fused norms (Inductor's fusions of the library's
+    # norms)
+    "petri_fast_compiled_small_unfused_norms": {**COMPILED_SMALL, "fused_norms": False},
+    "petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms": {**FASTEST, "fused_norms": False},
     # issue 25: the same two with the prompt encoder's pass uncaptured (petri.engine.encoder_graphs)
-    "petri_fast_compiled_small_uncaptured_encoder": (True, True, True, True, "bf16", True, True, True, True, True, False, True,
-                                                     False),
-    "petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder": (True, True, True, True, "fp8-fast", True, True, True, True,
-                                                                    True, True, True, False),
-}
-#: configurations that are another's mode with some of set_model_mode's keyword arguments changed
-MODE_CHANGES = {
+    "petri_fast_compiled_small_uncaptured_encoder": {**COMPILED_SMALL, "encoder_graphs": False},
+    "petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder": {**FASTEST, "encoder_graphs": False},
     # issue 25: the fastest configuration with each layer's dense MLP on a side stream beside its experts
     # (petri.engine.overlapped_mlp; FP8 layers only, so bf16 has no such row; opt-in until 2026-12-03, since then the
     # same as petri_fast_compiled_small_fp8fast_sc_fp8, whose sequential form is ..._sequential_mlp)
-    "petri_fast_compiled_small_fp8fast_sc_fp8_overlapped_mlp": ("petri_fast_compiled_small_fp8fast_sc_fp8",
-                                                                {"overlapped_mlp": True}),
+    "petri_fast_compiled_small_fp8fast_sc_fp8_overlapped_mlp": FASTEST,
     # issue 25: the default and the fastest configuration compiled without Inductor's deterministic mode, the MLP in
     # sequence (what the tier was before 2026-12-03: kernel configurations picked by timing,
     # petri.engine.decoder_hooks.compile_function)
-    "petri_fast_compiled_small_autotuned": ("petri_fast_compiled_small",
-                                            {"overlapped_mlp": False, "deterministic_kernels": False}),
-    "petri_fast_compiled_small_fp8fast_sc_fp8_autotuned": ("petri_fast_compiled_small_fp8fast_sc_fp8",
-                                                           {"overlapped_mlp": False, "deterministic_kernels": False}),
+    "petri_fast_compiled_small_autotuned": {**COMPILED_SMALL, "overlapped_mlp": False, "deterministic_kernels": False},
+    "petri_fast_compiled_small_fp8fast_sc_fp8_autotuned": {**FASTEST, "overlapped_mlp": False,
+                                                           "deterministic_kernels": False},
     # issue 25: the default and the fastest configuration without the fused attention inputs (Inductor's fusions of
     # the library's q, k, v norms, rotary embedding and torch.cat instead; petri.engine.attention_inputs)
-    "petri_fast_compiled_small_unfused_attention_inputs": ("petri_fast_compiled_small", {"fused_attention_inputs": False}),
-    "petri_fast_compiled_small_fp8fast_sc_fp8_unfused_attention_inputs": ("petri_fast_compiled_small_fp8fast_sc_fp8",
-                                                                          {"fused_attention_inputs": False}),
+    "petri_fast_compiled_small_unfused_attention_inputs": {**COMPILED_SMALL, "fused_attention_inputs": False},
+    "petri_fast_compiled_small_fp8fast_sc_fp8_unfused_attention_inputs": {**FASTEST, "fused_attention_inputs": False},
     # issue 25: the fastest configuration with each FP8 layer's dense MLP and experts in sequence (the overlapped MLP,
     # petri.engine.overlapped_mlp, on by default since 2026-12-03, off)
-    "petri_fast_compiled_small_fp8fast_sc_fp8_sequential_mlp": ("petri_fast_compiled_small_fp8fast_sc_fp8",
-                                                                {"overlapped_mlp": False}),
+    "petri_fast_compiled_small_fp8fast_sc_fp8_sequential_mlp": {**FASTEST, "overlapped_mlp": False},
 }
-PLAIN = (False, False, False, False, "bf16", False, True, True, True, True, False, True, True, False)
+#: every other configuration (generate's, petri_eager, petri_fast): uncompiled layers, the library's experts
+#: (the overlapped MLP off only tells this mode's layers apart from the others': no lever applies uncompiled)
+PLAIN = {"overlapped_mlp": False}
 #: what the model's layers were last set up with: (compiled, fused experts, the levers), see set_model_mode
 _current_layers: list = [None]
 
 
-def set_model_mode(lm: LoadedModel, compiled: bool, fused_experts: bool, softmax_sc: bool, inverse_cdf: bool,
-                   precision: str = "bf16", small_batch: bool = False, encoder: bool = True,
+def set_model_mode(lm: LoadedModel, compiled: bool = False, fused_experts: bool = False, softmax_sc: bool = False,
+                   inverse_cdf: bool = False, precision: str = "bf16", small_batch: bool = False, encoder: bool = True,
                    fused_router: bool = True, split_attention: bool = True, stacked_projections: bool = True,
                    fp8_self_conditioning: bool = False, fused_norms: bool = True, encoder_graphs: bool = True,
                    overlapped_mlp: bool = True, deterministic_kernels: bool = True,
@@ -274,8 +270,7 @@ def measure(name: str, lm: LoadedModel, prompt, settings, layouts, repeats: int)
     batch_prompt = prompt.expand(len(layouts), -1).contiguous()
     phases: dict = {}
     began = time.perf_counter()
-    base, changes = MODE_CHANGES.get(name, (name, {}))
-    set_model_mode(lm, *MODES.get(base, PLAIN), **changes)
+    set_model_mode(lm, **MODES.get(name, PLAIN))
     if device.type == "cuda":  # after the mode: the previous configuration's FP8 weights are dropped by then
         torch.cuda.reset_peak_memory_stats()
     if name.startswith("petri_fast_compiled"):
