@@ -92,18 +92,13 @@ def test_the_eager_backend_is_not_autotuned(compiles):
 
 # ---- on a GPU ------------------------------------------------------------------------------------
 
-def _compile_history():
-    """experiments/compile_history.py as a module (its tiny model and histories)."""
-    return experiment_script("compile_history")
-
-
 @pytest.mark.skipif(not (torch.cuda.is_available() and HAVE_TRITON and HAVE_MODE),
                     reason="needs CUDA, Triton and Inductor's deterministic mode")
 def test_the_fp8_fast_tier_s_tokens_do_not_depend_on_what_was_compiled_before():
     """The probe's two histories (a reset Dynamo meeting only batch 3; one meeting batch 2 first),
     the tier as it compiles by default: the batch-3 logits and the seeds' argmax bit-equal. (With
     ``deterministic_kernels=False`` an H200 gave 100 of 576 argmax values apart.)"""
-    history = _compile_history()
+    history = experiment_script("compile_history")  # its tiny model and histories
     lm = history.tiny("cuda", "fp8-fast")
     fresh = history.one_history(lm, False, False)
     after = history.one_history(lm, False, True)

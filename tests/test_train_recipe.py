@@ -24,10 +24,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _load_train_tiny():
-    return experiment_script("train_tiny")
-
-
 def _write_corpus(folder: Path, n_train: int = 600, n_heldout: int = 60) -> Path:
     rng = random.Random(0)
     people = ["the clerk", "a customer", "the manager", "a person", "the supplier", "our buyer"]
@@ -50,7 +46,7 @@ def _write_corpus(folder: Path, n_train: int = 600, n_heldout: int = 60) -> Path
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    train_tiny = _load_train_tiny()
+    train_tiny = experiment_script("train_tiny")
     tmp = tmp_path_factory.mktemp("recipe")
     data = _write_corpus(tmp / "data")
     out = tmp / "ckpt"
@@ -95,7 +91,7 @@ def test_smoke_metrics(smoke_run):
 
 def test_training_forward_is_generate_decoder_call():
     """canvas_logits (the training forward) == the first decoder call inside generate, with and without SC."""
-    train_tiny = _load_train_tiny()
+    train_tiny = experiment_script("train_tiny")
     args = train_tiny.parse_args(["--smoke", "--out", "unused", "--layers", "2"])
     special = {"pad": 0, "eos": 1, "bos": 2, "unk": 3}
     torch.manual_seed(0)
