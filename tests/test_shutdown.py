@@ -111,7 +111,10 @@ def test_ctrl_c_stops_the_study_command_and_prints_how_to_resume(tmp_path):
     lm = tiny_random_model(canvas_length=16, seed=2)
     lm.model.save_pretrained(tmp_path / "ckpt")
     lm.tokenizer.save_pretrained(tmp_path / "ckpt")
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Ctrl-C as a terminal delivers it: a shell that starts the suite in the background (no job control)
+    # hands its children SIGINT ignored, and Python then never raises KeyboardInterrupt
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     db = store_dir / "petri.sqlite"
 
     def one_batch_stored() -> bool:
