@@ -430,6 +430,7 @@ def main() -> None:
         "canvas_length": lm.canvas_length,
         "build_s": round(build_s, 3),
         "inductor_cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+        "cublaslt_workspace_kib": os.environ.get("CUBLASLT_WORKSPACE_SIZE"),  # None: PyTorch's default (1 MiB)
     }
 
     def write() -> None:

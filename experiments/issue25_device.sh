@@ -18,6 +18,9 @@
 #   overlap: experiments/overlap_check.py (the overlapped MLP's blocks against the sequential ones, eager and captured, then
 #           seeds of the compiled tier with and without the overlap: equal since the deterministic kernels?);
 #   quick:  1 × 24 with a 1,600-token prompt, exact tier in bf16 and FP8 (no compilation);
+#   blas:   experiments/blas_workspace.py (the FP8 tier's dense products with cuBLASLt's workspace at PyTorch's default
+#           1 MiB and larger, BLAS_SIZES in KiB: time, kernels, bits);
+#   splitk: experiments/split_k_check.py (the FP8 self-conditioning product whole and with its reduction in 2 to 8 slices);
 #   bench:  batch 1 (1,600-token prompt) and batch 12 (200) in one run (each petri configuration also with the prompt
 #           kept, the encoder pass timed alone and the time outside the step graphs): generate, the compiled tier in bf16,
 #           FP8 and fp8-fast, each also with the small-batch experts, the exact tier; profiles of the small-batch compiled
@@ -27,6 +30,8 @@
 #           the JSON is written after each arm, so a run cut off by the time limit keeps the arms it finished;
 #           SHIFTFULL_ARMS="" runs bf16 and the null arm only; SHIFTFULL_NO_NULL=1 leaves the null arm out;
 #           SHIFTFULL_REFERENCE=RUN.json takes that earlier run's bf16 arm instead of drawing one).
+# BENCH_NAME names bench's JSON (bench_full_shapes unless set), so that two bench parts of one call keep both, e.g.
+#   CUBLASLT_WORKSPACE_SIZE=32768 BENCH_NAME=bench_ws32m bash experiments/issue25_device.sh bench
 # TESTS (test files) and LEVERS_PARTS (kernel_levers.py's --parts) narrow those two parts. The whole GPU suite took
 # 315 s on an H200 (2026-12-03), so `tests` is a device call of its own (TESTS_TIMEOUT, 480 s unless set).
 # Example:  bash experiments/issue25_device.sh tests check shift quick
@@ -83,7 +88,15 @@ for part in "$@"; do
       timeout ${BENCH_TIMEOUT:-420} $B --model full --shapes 1x1600,12x200 --steps 24 --repeats 3 \
         --configs ${BENCH_CONFIGS:-generate,petri_fast_compiled,petri_fast_compiled_small,petri_fast_compiled_small_fp8,petri_fast_compiled_small_fp8fast,petri_fast_compiled_fp8fast,petri_fast_compiled_fp8,petri_fast} \
         --profile-configs ${BENCH_PROFILE:-petri_fast_compiled_small,petri_fast_compiled_small_fp8fast} \
-        --out $OUT/bench_full_shapes.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
+        --out $OUT/${BENCH_NAME:-bench_full_shapes}.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
+    blas)
+      timeout ${BLAS_TIMEOUT:-300} python3 experiments/blas_workspace.py --sizes ${BLAS_SIZES:-default,8192,32768} \
+        > $OUT/blas_workspace.json 2>$OUT/blas.err
+      tail -c 1500 $OUT/blas.err >> $LOG
+      python3 -c "import json; d = json.load(open('$OUT/blas_workspace.json')); [print(json.dumps(r)) for r in d['against_default'] if r['kind'] == 'fp8_fast']" >> $LOG 2>&1 ;;
+    splitk)
+      timeout ${SPLITK_TIMEOUT:-120} python3 experiments/split_k_check.py > $OUT/split_k_check.json 2>$OUT/splitk.err
+      tail -c 2500 $OUT/splitk.err >> $LOG ;;
     shiftfull)
       timeout ${SHIFTFULL_TIMEOUT:-470} python3 experiments/fp8_shift.py --model full --seeds ${SHIFTFULL_SEEDS:-250} --batch 12 \
         --steps 8 --compile --arms "${SHIFTFULL_ARMS-fp8-fast}" ${SHIFTFULL_NO_NULL:+--no-null-arm} \
