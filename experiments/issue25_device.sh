@@ -21,6 +21,7 @@
 #   blas:   experiments/blas_workspace.py (the FP8 tier's dense products with cuBLASLt's workspace at PyTorch's default
 #           1 MiB and larger, BLAS_SIZES in KiB: time, kernels, bits);
 #   splitk: experiments/split_k_check.py (the FP8 self-conditioning product whole and with its reduction in 2 to 8 slices);
+#   attn:   experiments/attention_check.py (the decoder's attention at both shapes through each of PyTorch's kernels);
 #   bench:  batch 1 (1,600-token prompt) and batch 12 (200) in one run (each petri configuration also with the prompt
 #           kept, the encoder pass timed alone and the time outside the step graphs): generate, the compiled tier in bf16,
 #           FP8 and fp8-fast, each also with the small-batch experts, the exact tier; profiles of the small-batch compiled
@@ -97,6 +98,9 @@ for part in "$@"; do
     splitk)
       timeout ${SPLITK_TIMEOUT:-120} python3 experiments/split_k_check.py > $OUT/split_k_check.json 2>$OUT/splitk.err
       tail -c 2500 $OUT/splitk.err >> $LOG ;;
+    attn)
+      timeout ${ATTN_TIMEOUT:-150} python3 experiments/attention_check.py > $OUT/attention_check.json 2>$OUT/attn.err
+      tail -c 4000 $OUT/attn.err >> $LOG ;;
     shiftfull)
       timeout ${SHIFTFULL_TIMEOUT:-470} python3 experiments/fp8_shift.py --model full --seeds ${SHIFTFULL_SEEDS:-250} --batch 12 \
         --steps 8 --compile --arms "${SHIFTFULL_ARMS-fp8-fast}" ${SHIFTFULL_NO_NULL:+--no-null-arm} \

@@ -40,6 +40,7 @@ SUFFIXES = {
     "_sequential_mlp": {"overlapped_mlp": False},
     "_overlapped_mlp": {"overlapped_mlp": True},  # the default since 2026-12-03
     "_autotuned": {"overlapped_mlp": False, "deterministic_kernels": False},
+    "_chunked_global_attention": {"global_attention": "chunks"},
 }
 
 

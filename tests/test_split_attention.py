@@ -1,8 +1,9 @@
-"""The global layers' split attention (petri.engine.split_attention): the folded and split
-computation against plain softmax attention with the key/value heads repeated (the reference,
-transformers' ``repeat_kv`` order), hand-worked chunk choices, the install and undo on a model
-(where it does not apply, the library's SDPA runs: the same logits), and on a GPU (skipped
-elsewhere) the memory-efficient kernel's path against PyTorch's SDPA at the full-size shapes."""
+"""The global layers' attention (petri.engine.split_attention), both methods: the folded and split
+computation and the two products against plain softmax attention with the key/value heads repeated
+(the reference, transformers' ``repeat_kv`` order), a hand-worked product, hand-worked chunk
+choices and score budget, the install and undo on a model by method (where it does not apply, the
+library's SDPA runs: the same logits), and on a GPU (skipped elsewhere) each method against
+PyTorch's SDPA at the full-size shapes and inside the compiled tier."""
 
 from __future__ import annotations
 
@@ -10,11 +11,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import petri.engine.split_attention as split_module
 from petri.engine.split_attention import (
     NAME,
+    NAMES,
+    PRODUCTS_NAME,
     attend_reference,
     chunks_for,
     drop_split_attention,
+    method_for,
+    petri_products_attention,
+    petri_split_sdpa,
+    products_attention,
     split_attention,
     use_split_attention,
 )
@@ -59,6 +67,38 @@ def test_chunks_must_divide_the_keys():
         split_attention(q, k, k, 1.0, 3, attend=attend_reference)
 
 
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
+@pytest.mark.parametrize("heads, kv_heads", [(1, 1), (4, 2), (16, 2)])
+def test_products_are_softmax_attention(heads, kv_heads, dtype, tolerance):
+    torch.manual_seed(heads)
+    query = torch.randn(2, heads, 5, 8, dtype=dtype)
+    key, value = torch.randn(2, kv_heads, 7, 8, dtype=dtype), torch.randn(2, kv_heads, 7, 8, dtype=dtype)
+    got = products_attention(query, key, value, 0.7)
+    assert got.shape == query.shape and got.dtype == query.dtype
+    torch.testing.assert_close(got.double(), plain_attention(query, key, value, 0.7), rtol=tolerance, atol=tolerance / 10)
+
+
+def test_products_hand_worked():
+    # one query (1, 0) against keys (1, 0) and (0, 1): logits 1 and 0, weights e/(e+1) and 1/(e+1)
+    q = torch.tensor([[[[1.0, 0.0]]]])
+    k = torch.tensor([[[[1.0, 0.0], [0.0, 1.0]]]])
+    v = torch.tensor([[[[2.0, 0.0], [0.0, 4.0]]]])
+    e = torch.tensor(1.0).exp()
+    torch.testing.assert_close(products_attention(q, k, v, 1.0), torch.tensor([[[[2 * e / (e + 1), 4 / (e + 1)]]]]))
+    # bf16 inputs: bf16 weights times bf16 values, bf16 out (2e/(e+1) = 1.4621 → 1.4609, 4/(e+1) = 1.0758 → 1.0781)
+    got = products_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), 1.0)
+    assert got.dtype == torch.bfloat16 and got.flatten().tolist() == [1.4609375, 1.078125]
+
+
+def test_a_call_past_the_score_budget_takes_the_chunks(monkeypatch):
+    query, key = torch.zeros(1, 16, 256, 512), torch.zeros(1, 2, 1856, 512)
+    # 16 · 256 · 1,856 float32 scores: 30.4 MB, within the 1 GiB budget
+    assert method_for("products", query, key) == "products"
+    monkeypatch.setattr(split_module, "MAX_SCORES_BYTES", 16 * 256 * 1856 * 4 - 1)
+    assert method_for("products", query, key) == "chunks"
+    assert method_for("chunks", query, key) == "chunks"
+
+
 def test_attend_reference_returns_the_log_sum_exp():
     q = torch.tensor([[[[1.0, 0.0]]]])
     k = torch.tensor([[[[1.0, 0.0], [0.0, 1.0]]]])  # logits 1 and 0
@@ -69,7 +109,8 @@ def test_attend_reference_returns_the_log_sum_exp():
     torch.testing.assert_close(out, torch.tensor([[[[2 * e / (e + 1), 4 / (e + 1)]]]]))
 
 
-def test_installed_on_a_model_it_leaves_its_outputs_and_undoes_cleanly():
+@pytest.mark.parametrize("method", ["products", "chunks"])
+def test_installed_on_a_model_it_leaves_its_outputs_and_undoes_cleanly(method):
     """On the CPU the function hands every call to the library's SDPA: the logits are the
     library's, bit for bit; the global layers (and only they) get the shared config copy."""
     lm = tiny_random_model(canvas_length=16, num_layers=6, seed=2)
@@ -79,24 +120,25 @@ def test_installed_on_a_model_it_leaves_its_outputs_and_undoes_cleanly():
     canvas = torch.randint(3, lm.vocab_size, (1, 16))
     with torch.no_grad():
         want = model(input_ids=ids, decoder_input_ids=canvas).logits
-        assert use_split_attention(layers, widest_fast_head=0) == 6
+        assert use_split_attention(layers, widest_fast_head=0, method=method) == 6
         configs = {id(layer.self_attn.config) for layer in layers}
-        assert len(configs) == 1 and layers[0].self_attn.config._attn_implementation == NAME
+        assert len(configs) == 1 and layers[0].self_attn.config._attn_implementation == NAMES[method]
         assert model.config.get_text_config()._attn_implementation == "sdpa"  # the masks' config is untouched
         got = model(input_ids=ids, decoder_input_ids=canvas).logits
         drop_split_attention(layers)
     assert torch.equal(got, want)
     assert all(layer.self_attn.config._attn_implementation == "sdpa" for layer in layers)
     assert use_split_attention(layers) == 0  # the tiny model's heads (32) are within the fast kernels' range
+    with pytest.raises(ValueError, match="global attention method must be one of products, chunks, got 'flash'"):
+        use_split_attention(layers, method="flash")
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 @pytest.mark.parametrize("batch", [1, 12])
-def test_the_efficient_kernel_path_equals_sdpa_at_the_full_size_global_shape_on_gpu(batch):
+@pytest.mark.parametrize("function", [petri_products_attention, petri_split_sdpa])
+def test_each_method_equals_sdpa_at_the_full_size_global_shape_on_gpu(batch, function):
     """Global layer of the full-size architecture: 16 query heads, 2 key/value heads, head dim 512,
     256 canvas queries, 1,856 keys, scale 1 (transformers' DiffusionGemma attention), bf16."""
-    from petri.engine.split_attention import petri_split_sdpa
-
     torch.manual_seed(batch)
     query = (torch.randn(batch, 256, 16, 512, device="cuda") * 0.1).bfloat16().transpose(1, 2)
     key = (torch.randn(batch, 2, 1856, 512, device="cuda") * 0.1).bfloat16()
@@ -105,7 +147,7 @@ def test_the_efficient_kernel_path_equals_sdpa_at_the_full_size_global_shape_on_
     class Attention(torch.nn.Module):
         num_key_value_groups, is_causal = 8, False
 
-    got, _ = petri_split_sdpa(Attention(), query, key, value, None, scaling=1.0)
+    got, _ = function(Attention(), query, key, value, None, scaling=1.0)
     want = F.scaled_dot_product_attention(query, key, value, scale=1.0, enable_gqa=True).transpose(1, 2)
     assert got.shape == want.shape == (batch, 256, 16, 512)
     error = (got.float() - want.float()).norm() / want.float().norm()
@@ -120,15 +162,21 @@ def test_the_compiled_tier_installs_it_unless_told_not_to_and_undoes_it():
     attention.head_dim = 512  # as the full-size model's global layers (only the install reads it here)
     compile_regions(lm, backend="eager", split_attention=False)
     assert attention.config._attn_implementation == "sdpa"
-    compile_regions(lm, backend="eager")  # on by default
-    assert attention.config._attn_implementation == NAME
+    compile_regions(lm, backend="eager")  # on by default, the products method
+    assert attention.config._attn_implementation == PRODUCTS_NAME
     assert lm.model.model.decoder.layers[0].self_attn.config._attn_implementation == "sdpa"
+    compile_regions(lm, backend="eager", global_attention="chunks")
+    assert attention.config._attn_implementation == NAME
+    with pytest.raises(ValueError, match="got 'flash'"):  # named before anything changes, the split on or off
+        compile_regions(lm, backend="eager", split_attention=False, global_attention="flash")
+    assert attention.config._attn_implementation == NAME
     uncompile_regions(lm)
     assert attention.config._attn_implementation == "sdpa" and "_petri_config" not in vars(attention)
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
-def test_compiled_layers_with_the_split_give_the_librarys_logits_on_gpu():
+@pytest.mark.parametrize("method", ["products", "chunks"])
+def test_compiled_layers_with_the_split_give_the_librarys_logits_on_gpu(method):
     """A tiny bf16 model whose global layer has head dim 512 (so the split applies), the compiled
     tier with ``split_attention=True`` (Inductor, the aten kernel inside the compiled layer) against
     the uncompiled library model: logits within bf16 rounding."""
@@ -150,9 +198,9 @@ def test_compiled_layers_with_the_split_give_the_librarys_logits_on_gpu():
     canvas = torch.randint(3, lm.vocab_size, (1, 16), device="cuda")
     with torch.no_grad():
         want = model(input_ids=ids, decoder_input_ids=canvas).logits.float()
-        compile_regions(lm, split_attention=True)
+        compile_regions(lm, split_attention=True, global_attention=method)
         try:
-            assert model.model.decoder.layers[-1].self_attn.config._attn_implementation == NAME
+            assert model.model.decoder.layers[-1].self_attn.config._attn_implementation == NAMES[method]
             got = model(input_ids=ids, decoder_input_ids=canvas).logits.float()
         finally:
             uncompile_regions(lm)

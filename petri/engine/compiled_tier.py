@@ -33,7 +33,7 @@ from petri.engine.fused_experts import fuse_experts, unfuse_experts
 from petri.engine.fused_norms import fuse_norms_reason, fused_norms_forward
 from petri.engine.fused_router import fuse_routers, unfuse_routers
 from petri.engine.overlapped_mlp import MLPBeside, feedforward_mlp
-from petri.engine.split_attention import drop_split_attention, use_split_attention
+from petri.engine.split_attention import check_method, drop_split_attention, use_split_attention
 from petri.engine.stacked_projections import stack_projections, unstack_projections
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
                     encoder: bool = True, fused_router: bool = True, split_attention: bool = True,
                     stacked_projections: bool = True, fp8_self_conditioning: bool = False,
                     fused_norms: bool = True, overlapped_mlp: bool = True, deterministic_kernels: bool = True,
-                    fused_attention_inputs: bool = True) -> None:
+                    fused_attention_inputs: bool = True, global_attention: str = "products") -> None:
     """The compiled tier, in place: the decoder's experts through the fused experts op
     (``fused_experts``; skipped, with the reason logged, where the layers do not fit it), then
     regional compilation of the decoder layers (:func:`petri.engine.decoder_hooks.compile_layers`:
@@ -63,7 +63,9 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     compiled layer's router takes its softmax, top-k and scaling as one op
     (:mod:`petri.engine.fused_router`). ``split_attention`` (on by default; issue 25, measured
     faster over whole seeds at one and twelve samples on an H200): the decoder's global layers attend
-    through :mod:`petri.engine.split_attention`. ``stacked_projections`` (on by default; issue 25):
+    through :mod:`petri.engine.split_attention`, by ``global_attention``'s method: ``"products"``
+    (the default since 2026-12-03: two batched products around a float32 softmax) or ``"chunks"``
+    (the memory-efficient kernel over chunks of the keys, the method before). ``stacked_projections`` (on by default; issue 25):
     each decoder layer's q, k, v and its MLP's gate and up as one product each
     (:mod:`petri.engine.stacked_projections`). ``fp8_self_conditioning`` (opt-in; issue 25, measured
     faster at 12 samples on an H200, its distribution shift in the README): in the FP8 tier, the
@@ -83,7 +85,9 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     decoder attention's q, k, v norms, rotary embedding, transposes and appending to the prompt's
     keys and values as one op (:mod:`petri.engine.attention_inputs`). The FP8 tier, when
     on, is switched off around the change and on again, so that it quantizes what is installed.
-    :func:`uncompile_regions` undoes it all."""
+    :func:`uncompile_regions` undoes it all; an unknown ``global_attention`` is a ``ValueError``
+    before anything changes."""
+    check_method(global_attention)
     use_petri_cache_dir()
     with _fp8_off(lm):
         uncompile_regions(lm)
@@ -95,7 +99,7 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
         # issue 25: petri.engine.batch1_experts
         tier.small_batch_experts = fused_experts and small_batch_experts and "experts" not in left_out
         if split_attention:
-            use_split_attention(decoder_layers)
+            use_split_attention(decoder_layers, method=global_attention)
         if stacked_projections:
             stack_projections(lm, decoder_layers)
         if fused_attention_inputs:

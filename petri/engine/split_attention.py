@@ -1,7 +1,18 @@
-"""Attention of the decoder's global layers at few samples (issue 25; on by default in the compiled
-tier): each key/value head's group of query heads folded into one query sequence, and the keys
-split into chunks attended as separate batch entries, then combined by their log-sum-exp
-(flash-decoding's split).
+"""Attention of the decoder's global layers (issue 25; on by default in the compiled tier): each
+key/value head's group of query heads folded into one query sequence, then attended by one of two
+methods (:data:`METHODS`):
+
+- ``"products"`` (the default since 2026-12-03): two batched products around a float32 softmax,
+  scores = q kᵀ in float32 (``torch.bmm``'s ``out_dtype`` on CUDA), weights = softmax(s·scores) cast
+  to the inputs' dtype, out = weights v (:func:`products_attention`). The scores are materialised
+  (B·Hkv × G·Lq × Lk float32: 30 MB at one sample with a 1,600-token prompt, 90 MB at twelve with
+  200), which at these shapes costs less than any fused kernel PyTorch has for head dim 512:
+  ``experiments/attention_check.py`` on an H200, compiled, 50 µs a layer at one sample against 116
+  for the chunks, 134 against 378 at twelve (``experiments/results/attention_check_h200.json``).
+  Calls whose scores would pass :data:`MAX_SCORES_BYTES` take the chunks instead.
+- ``"chunks"``: the keys split into chunks attended as separate batch entries by PyTorch's
+  memory-efficient kernel, then combined by their log-sum-exp (flash-decoding's split;
+  :func:`split_attention`).
 
 Why: the full-size model's five global layers have head dim 512, which neither PyTorch 2.11's flash
 nor its cuDNN kernel takes, so SDPA runs the sm80 memory-efficient kernel. At one sample (256 canvas
@@ -17,12 +28,16 @@ lse_c = log Σ exp(s·q k_cᵀ) (PyTorch's memory-efficient kernel with its log-
 in float32, cast to the inputs' dtype. Exact in real arithmetic; the chunk outputs are rounded to
 the inputs' dtype before the combine, one rounding more than the unsplit kernel.
 
+The products' arithmetic: each score is a float32 sum of bf16 products (cuBLAS's order), the
+softmax float32, the weights rounded to bf16 before the second product (a flash kernel rounds its
+unnormalised weights the same way); within bf16 rounding of the kernels' results (GPU test).
+
 Where it applies: no mask, not causal, no dropout, CUDA, head dim over 256 (the layers SDPA sends to
-that kernel); every other call goes to transformers' own ``sdpa_attention_forward``. It is
-installed by giving the global layers' attention modules one copy of the text config that names
-:data:`NAME` (registered with transformers' ``AttentionInterface``, its documented way to add an
-attention function), so the masks and the other layers stay as they were
-(:func:`use_split_attention`, undone by :func:`drop_split_attention`).
+the memory-efficient kernel); every other call goes to transformers' own ``sdpa_attention_forward``.
+It is installed by giving the global layers' attention modules one copy of the text config that
+names the method's attention function (:data:`NAMES`, registered with transformers'
+``AttentionInterface``, its documented way to add an attention function), so the masks and the
+other layers stay as they were (:func:`use_split_attention`, undone by :func:`drop_split_attention`).
 
 Shapes: query (B, H, Lq, D), key and value (B, Hkv, Lk, D) with H = Hkv·G; transformers' attention
 functions return (B, Lq, H, D).
@@ -36,10 +51,17 @@ import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_utils import AttentionInterface
 
-#: the attention implementation's name in transformers' ``AttentionInterface``
+#: the chunks' attention implementation's name in transformers' ``AttentionInterface``
 NAME = "petri_split_sdpa"
+#: the products' name there
+PRODUCTS_NAME = "petri_products_attention"
+#: method → its attention function's name
+NAMES = {"products": PRODUCTS_NAME, "chunks": NAME}
+METHODS = tuple(NAMES)
 #: head dims above this go to the memory-efficient kernel (flash and cuDNN take up to 256)
 WIDEST_FAST_HEAD = 256
+#: the largest float32 score tensor the products method makes (1 GiB); a larger call takes the chunks
+MAX_SCORES_BYTES = 2**30
 
 
 def chunks_for(batch: int, keys: int) -> int:
@@ -92,25 +114,82 @@ def split_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     return combined.to(query.dtype).reshape(batch, heads, length, dim)
 
 
-def petri_split_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
-                     is_causal: bool | None = None, **kwargs):
-    """transformers' attention-function signature: :func:`split_attention` where it applies (module
-    docstring), else ``sdpa_attention_forward`` with the same arguments."""
+def products_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
+    """The products method (module docstring): (B, H, Lq, D), (B, Hkv, Lk, D) twice → (B, H, Lq, D),
+    query head h using key/value head h // G. Scores in float32: from bf16 or fp16 CUDA inputs by
+    ``torch.bmm(..., out_dtype=torch.float32)``, otherwise from the inputs cast to float32 (float64 stays
+    float64)."""
+    batch, heads, length, dim = query.shape
+    kv_heads, keys = key.shape[1], key.shape[2]
+    folded = query.reshape(batch * kv_heads, heads // kv_heads * length, dim)
+    keys_t = key.reshape(batch * kv_heads, keys, dim).transpose(1, 2)
+    if query.is_cuda and query.dtype in (torch.bfloat16, torch.float16):
+        scores = torch.bmm(folded, keys_t, out_dtype=torch.float32)
+    else:
+        wide = torch.promote_types(query.dtype, torch.float32)
+        scores = torch.bmm(folded.to(wide), keys_t.to(wide))
+    weights = torch.softmax(scores * scale, dim=-1).to(value.dtype)
+    return torch.bmm(weights, value.reshape(batch * kv_heads, keys, dim)).reshape(batch, heads, length, dim)
+
+
+def scores_bytes(query: torch.Tensor, key: torch.Tensor) -> int:
+    """The bytes of the products method's float32 scores for these inputs: B·H·Lq·Lk·4."""
+    return query.shape[0] * query.shape[1] * query.shape[2] * key.shape[2] * 4
+
+
+def method_for(method: str, query: torch.Tensor, key: torch.Tensor) -> str:
+    """The method a call runs: ``method``, except ``"chunks"`` for a products call whose scores would
+    pass :data:`MAX_SCORES_BYTES` (the chunks' kernel makes no score tensor)."""
+    return "chunks" if method == "products" and scores_bytes(query, key) > MAX_SCORES_BYTES else method
+
+
+def _global_attention(method: str, module, query, key, value, attention_mask, dropout: float, scaling, is_causal,
+                      **kwargs):
+    """``method``'s attention where it applies (module docstring), else ``sdpa_attention_forward``."""
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal = bool(causal) and query.shape[2] > 1
     if (attention_mask is None and not causal and not dropout and query.is_cuda and query.shape[-1] > WIDEST_FAST_HEAD
             and query.shape[1] % key.shape[1] == 0 and not kwargs.get("output_attentions")):
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-        out = split_attention(query, key, value, scale, chunks_for(query.shape[0], key.shape[2]))
+        if method_for(method, query, key) == "products":
+            out = products_attention(query, key, value, scale)
+        else:
+            out = split_attention(query, key, value, scale, chunks_for(query.shape[0], key.shape[2]))
         return out.transpose(1, 2).contiguous(), None
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                   is_causal=is_causal, **kwargs)
 
 
-def use_split_attention(layers, widest_fast_head: int = WIDEST_FAST_HEAD) -> int:
+def petri_split_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
+                     is_causal: bool | None = None, **kwargs):
+    """transformers' attention-function signature: the chunks method (:func:`split_attention`) where
+    it applies (module docstring), else ``sdpa_attention_forward`` with the same arguments."""
+    return _global_attention("chunks", module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
+
+
+def petri_products_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
+                             scaling: float | None = None, is_causal: bool | None = None, **kwargs):
+    """As :func:`petri_split_sdpa` with the products method (:func:`products_attention`)."""
+    return _global_attention("products", module, query, key, value, attention_mask, dropout, scaling, is_causal,
+                             **kwargs)
+
+
+FUNCTIONS = {NAME: petri_split_sdpa, PRODUCTS_NAME: petri_products_attention}
+
+
+def check_method(method: str) -> str:
+    """``method`` if it is one of :data:`METHODS`; else ``ValueError`` naming it and the methods."""
+    if method not in NAMES:
+        raise ValueError(f"global attention method must be one of {', '.join(METHODS)}, got {method!r}")
+    return method
+
+
+def use_split_attention(layers, widest_fast_head: int = WIDEST_FAST_HEAD, method: str = "products") -> int:
     """Give the attention of every layer of ``layers`` whose head dim is over ``widest_fast_head``
-    and that runs SDPA one shared copy of its config naming :data:`NAME`; returns how many."""
-    AttentionInterface.register(NAME, petri_split_sdpa)
+    and that runs SDPA one shared copy of its config naming ``method``'s function (:data:`NAMES`);
+    returns how many. ``ValueError`` names an unknown method."""
+    name = NAMES[check_method(method)]
+    AttentionInterface.register(name, FUNCTIONS[name])
     shared = None
     changed = 0
     for layer in layers:
@@ -122,7 +201,7 @@ def use_split_attention(layers, widest_fast_head: int = WIDEST_FAST_HEAD) -> int
             continue
         if shared is None:
             shared = copy.copy(config)
-            shared._attn_implementation = NAME
+            shared._attn_implementation = name
         attention._petri_config, attention.config = config, shared
         changed += 1
     return changed

@@ -145,6 +145,7 @@ def compile_for_sampling(
     small_batch_experts: bool = True, encoder: bool = True, fused_router: bool = True, split_attention: bool = True,
     stacked_projections: bool = True, fp8_self_conditioning: bool = False, fused_norms: bool = True,
     overlapped_mlp: bool = True, deterministic_kernels: bool = True, fused_attention_inputs: bool = True,
+    global_attention: str = "products",
 ) -> LoadedModel:
     """Compile what the samplers call, in place. ``regional`` (default): ``torch.compile`` each decoder
     layer (``petri.engine.compiled_tier.compile_regions``: one compiled graph per layer type, reused
@@ -159,7 +160,9 @@ def compile_for_sampling(
     :mod:`petri.engine.batch1_experts`' kernels (issue 25: faster at one sample, measured on an H200),
     ``encoder`` (default) compiles the prompt encoder's layers the same way, and ``fused_router``
     (default) runs each router's softmax and top-k as one op, ``split_attention`` (default) runs
-    the global layers' attention folded and split, and ``stacked_projections`` (default) computes
+    the global layers' attention by petri's own method (``global_attention``: ``"products"``, two
+    batched products around a float32 softmax, or ``"chunks"``, the memory-efficient kernel over
+    chunks of the keys), and ``stacked_projections`` (default) computes
     each layer's q, k, v and its MLP's gate and up as one product each, ``fused_norms`` (default)
     runs each layer's norms between its attention and the next layer as two row kernels,
     ``overlapped_mlp`` (default) runs each FP8 layer's dense MLP on a side CUDA stream beside its experts,
@@ -176,7 +179,8 @@ def compile_for_sampling(
                         encoder=encoder, fused_router=fused_router, split_attention=split_attention,
                         stacked_projections=stacked_projections, fp8_self_conditioning=fp8_self_conditioning,
                         fused_norms=fused_norms, overlapped_mlp=overlapped_mlp,
-                        deterministic_kernels=deterministic_kernels, fused_attention_inputs=fused_attention_inputs)
+                        deterministic_kernels=deterministic_kernels, fused_attention_inputs=fused_attention_inputs,
+                        global_attention=global_attention)
     else:
         from petri.engine.decoder_hooks import compile_function
 
