@@ -9,9 +9,12 @@ the keys when the programs are few; the query heads of a key/value head can also
 one longer query sequence. Each variant is timed as one call's median in a CUDA graph, with its
 kernels and its largest difference from float32 attention. Among them are
 ``petri.engine.split_attention``'s two methods for the global layers, each also compiled: the chunks
-(``petri_split``) and the two products around a float32 softmax (``petri_products``).
+(``petri_split``) and the two products around a float32 softmax (``petri_products``), and for the
+sliding layers ``petri.engine.sliding_attention``'s folded flash call (``petri_flash_sliding``), at
+one to four samples to find where cuDNN's kernel overtakes it.
 
-Shapes (query; key and value): sliding one canvas (1, 16, 256, 256; 1, 8, 1279, 256), twelve
+Shapes (query; key and value): sliding one canvas (1, 16, 256, 256; 1, 8, 1279, 256), two to four
+likewise, twelve
 (12, 16, 256, 256; 12, 8, 456, 256); global one canvas (1, 16, 256, 512; 1, 2, 1856, 512), twelve
 (12, 16, 256, 512; 12, 2, 456, 512): the prompt's 1,600 or 200 tokens (the sliding layers keep the
 last 1,023) and the 256 canvas positions.
@@ -33,11 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from blas_workspace import graphed_ms, kernels_of  # noqa: E402
+from petri.engine.sliding_attention import attend_flash  # noqa: E402
 from petri.engine.split_attention import chunks_for, products_attention, split_attention  # noqa: E402
 
 #: name → (batch, query heads, key/value heads, keys, head dim); 256 queries each
 SHAPES = {
-    "sliding_1": (1, 16, 8, 1279, 256), "sliding_12": (12, 16, 8, 456, 256),
+    "sliding_1": (1, 16, 8, 1279, 256), "sliding_2": (2, 16, 8, 1279, 256), "sliding_3": (3, 16, 8, 1279, 256),
+    "sliding_4": (4, 16, 8, 1279, 256), "sliding_12": (12, 16, 8, 456, 256),
     "global_1": (1, 16, 2, 1856, 512), "global_12": (12, 16, 2, 456, 512),
 }
 QUERIES = 256
@@ -79,18 +84,28 @@ def variants(q, k, v) -> dict:
         found[f"{name}_gqa"] = sdpa(backend)
         found[f"{name}_folded"] = sdpa(backend, fold=True)
     chunks = chunks_for(batch, k.shape[2])
+    compiled_split = torch.compile(split_attention, dynamic=False)
     found["petri_split"] = lambda: split_attention(q, k, v, dim ** -0.5, chunks)
+    if dim <= 256:
+        found["petri_flash_sliding"] = lambda: split_attention(q, k, v, dim ** -0.5, 1, attend=attend_flash)
+        found["petri_flash_sliding_compiled"] = lambda: compiled_split(q, k, v, dim ** -0.5, 1, attend_flash)
     found["petri_products"] = lambda: products_attention(q, k, v, dim ** -0.5)
     found["petri_products_compiled"] = lambda: compiled_products_attention(q, k, v, dim ** -0.5)
-    compiled_split = torch.compile(split_attention, dynamic=False)
     found["petri_split_compiled"] = lambda: compiled_split(q, k, v, dim ** -0.5, chunks)
     found["efficient_folded_unsplit_compiled"] = lambda: compiled_split(q, k, v, dim ** -0.5, 1)
     return found
 
 
+#: Dynamo compiles a function once per shape and argument set; past its limit (8) it runs the function
+#: eagerly, which would time the uncompiled call under a compiled variant's name
+RECOMPILE_LIMIT = 64
+
+
 def main() -> None:
     torch.manual_seed(0)
-    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cases": []}
+    torch._dynamo.config.recompile_limit = RECOMPILE_LIMIT
+    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "recompile_limit": RECOMPILE_LIMIT,
+              "cases": []}
     for shape, (batch, heads, kv_heads, keys, dim) in SHAPES.items():
         q = torch.randn(batch, heads, QUERIES, dim, device="cuda").bfloat16()
         k = torch.randn(batch, kv_heads, keys, dim, device="cuda").bfloat16()

@@ -11,7 +11,7 @@ experts), ``petri_fast_compiled_experts`` (compiled layers around the fused expe
 ``petri_fast_compiled_softmax`` (and the decoder's self-conditioning softmax done by the sampler's
 pass) and ``petri_fast_compiled`` (and the inverse-CDF draw); ``petri_fast_fp8`` and ``petri_fast_compiled_fp8``: the exact and the compiled tier with
 the FP8 tier's weights (``petri.engine.fp8``, ``--precision fp8``); ``petri_fast_compiled_fp8fast``: the compiled tier
-in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.batch1_experts`` for calls of few tokens (what ``--compile`` does; ``petri_fast_compiled`` leaves that lever out); ``petri_fast_compiled_small_fp8`` and ``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op). ``petri_fast_compiled_small_eager_encoder``, ``petri_fast_compiled_small_torch_topk``, ``petri_fast_compiled_small_unsplit`` and ``petri_fast_compiled_small_unstacked`` (also ``..._fp8fast_unstacked``): the compiled tier without one of issue 25's later levers (its prompt encoder uncompiled; the routers' ``torch.topk``; the global layers' attention unsplit; the projections unstacked); ``petri_fast_compiled_small_fp8fast_sc_fp8``: fp8-fast with the opt-in FP8 self-conditioning (``FastOptions.fp8_self_conditioning``). ``petri_fast_compiled_small_unfused_norms`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms``: the default and the fastest configuration without the fused norms (``petri.engine.fused_norms``; Inductor's fusions of the library's norms instead). ``petri_fast_compiled_small_uncaptured_encoder`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder``: the same two with the prompt encoder's pass run uncaptured (no ``petri.engine.encoder_graphs``). ``petri_fast_compiled_small_fp8fast_sc_fp8_overlapped_mlp``: the fastest configuration with each FP8 decoder layer's dense MLP on a side CUDA stream beside its experts (``petri.engine.overlapped_mlp``, opt-in until 2026-12-03 and on by default since, so now the same as ``petri_fast_compiled_small_fp8fast_sc_fp8``, whose sequential form is ``petri_fast_compiled_small_fp8fast_sc_fp8_sequential_mlp``; ``bench_h200_shapes_b1_b12_overlapped_mlp.json`` also has ``petri_fast_compiled_small_overlapped_mlp``, from when bf16 layers were overlapped too). ``petri_fast_compiled_small_autotuned`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_autotuned``: the default and the fastest configuration compiled without Inductor's deterministic mode (their kernels' configurations picked by timing, as every run before 2026-12-03 was; ``petri.engine.decoder_hooks.compile_function``). ``petri_fast_compiled_small_unfused_attention_inputs`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_attention_inputs``: the default and the fastest configuration without the fused attention inputs (``petri.engine.attention_inputs``; Inductor's fusions of the library's q, k, v norms, rotary embedding and ``torch.cat`` instead). ``petri_fast_compiled_small_chunked_global_attention`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_chunked_global_attention``: the default and the fastest configuration with the global layers' attention by the memory-efficient kernel over chunks of the keys (``petri.engine.split_attention``'s ``"chunks"`` method, the default before 2026-12-03; today's is ``"products"``). (Results from before 2026-12-02 name ``petri_fast_compiled_small_split_attention``: the tier of then, split attention opt-in, with it on.) Each configuration puts the model in its mode first (``MODES``: its keyword arguments of ``set_model_mode``). The petri samplers
+in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.batch1_experts`` for calls of few tokens (what ``--compile`` does; ``petri_fast_compiled`` leaves that lever out); ``petri_fast_compiled_small_fp8`` and ``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op). ``petri_fast_compiled_small_eager_encoder``, ``petri_fast_compiled_small_torch_topk``, ``petri_fast_compiled_small_unsplit`` and ``petri_fast_compiled_small_unstacked`` (also ``..._fp8fast_unstacked``): the compiled tier without one of issue 25's later levers (its prompt encoder uncompiled; the routers' ``torch.topk``; the global layers' attention unsplit; the projections unstacked); ``petri_fast_compiled_small_fp8fast_sc_fp8``: fp8-fast with the opt-in FP8 self-conditioning (``FastOptions.fp8_self_conditioning``). ``petri_fast_compiled_small_unfused_norms`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms``: the default and the fastest configuration without the fused norms (``petri.engine.fused_norms``; Inductor's fusions of the library's norms instead). ``petri_fast_compiled_small_uncaptured_encoder`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder``: the same two with the prompt encoder's pass run uncaptured (no ``petri.engine.encoder_graphs``). ``petri_fast_compiled_small_fp8fast_sc_fp8_overlapped_mlp``: the fastest configuration with each FP8 decoder layer's dense MLP on a side CUDA stream beside its experts (``petri.engine.overlapped_mlp``, opt-in until 2026-12-03 and on by default since, so now the same as ``petri_fast_compiled_small_fp8fast_sc_fp8``, whose sequential form is ``petri_fast_compiled_small_fp8fast_sc_fp8_sequential_mlp``; ``bench_h200_shapes_b1_b12_overlapped_mlp.json`` also has ``petri_fast_compiled_small_overlapped_mlp``, from when bf16 layers were overlapped too). ``petri_fast_compiled_small_autotuned`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_autotuned``: the default and the fastest configuration compiled without Inductor's deterministic mode (their kernels' configurations picked by timing, as every run before 2026-12-03 was; ``petri.engine.decoder_hooks.compile_function``). ``petri_fast_compiled_small_unfused_attention_inputs`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_attention_inputs``: the default and the fastest configuration without the fused attention inputs (``petri.engine.attention_inputs``; Inductor's fusions of the library's q, k, v norms, rotary embedding and ``torch.cat`` instead). ``petri_fast_compiled_small_chunked_global_attention`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_chunked_global_attention``: the default and the fastest configuration with the global layers' attention by the memory-efficient kernel over chunks of the keys (``petri.engine.split_attention``'s ``"chunks"`` method, the default before 2026-12-03; today's is ``"products"``). ``petri_fast_compiled_small_sdpa_sliding`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_sdpa_sliding``: the same two with the sliding layers' attention by SDPA's choice at every batch (``petri.engine.sliding_attention``'s flash kernel at one sample off, the tier before 2026-12-04). (Results from before 2026-12-02 name ``petri_fast_compiled_small_split_attention``: the tier of then, split attention opt-in, with it on.) Each configuration puts the model in its mode first (``MODES``: its keyword arguments of ``set_model_mode``). The petri samplers
 pin three anchors and record the full per-step log. Peak GPU memory per configuration. Prints one JSON object (and ``--out`` keeps it).
 
 ``ms_per_step`` counts a prompt encode in every call (the model's kept prompts are cleared before
@@ -161,7 +161,8 @@ CONFIGS = (
     "petri_fast_compiled_small_autotuned", "petri_fast_compiled_small_fp8fast_sc_fp8_autotuned",
     "petri_fast_compiled_small_unfused_attention_inputs", "petri_fast_compiled_small_fp8fast_sc_fp8_unfused_attention_inputs",
     "petri_fast_compiled_small_fp8fast_sc_fp8_sequential_mlp", "petri_fast_compiled_small_chunked_global_attention",
-    "petri_fast_compiled_small_fp8fast_sc_fp8_chunked_global_attention",
+    "petri_fast_compiled_small_fp8fast_sc_fp8_chunked_global_attention", "petri_fast_compiled_small_sdpa_sliding",
+    "petri_fast_compiled_small_fp8fast_sc_fp8_sdpa_sliding",
 )
 #: configuration → its mode: the keyword arguments of :func:`set_model_mode` where they differ from
 #: its defaults (the levers of the compiled tier as it is today: the prompt encoder compiled with its
@@ -225,6 +226,9 @@ MODES = {
     # the global layers' attention by the memory-efficient kernel over key chunks (the method before 2026-12-03)
     "petri_fast_compiled_small_chunked_global_attention": {**COMPILED_SMALL, "global_attention": "chunks"},
     "petri_fast_compiled_small_fp8fast_sc_fp8_chunked_global_attention": {**FASTEST, "global_attention": "chunks"},
+    # the sliding layers' attention by SDPA's choice at every batch (the flash kernel at one sample off)
+    "petri_fast_compiled_small_sdpa_sliding": {**COMPILED_SMALL, "flash_sliding": False},
+    "petri_fast_compiled_small_fp8fast_sc_fp8_sdpa_sliding": {**FASTEST, "flash_sliding": False},
 }
 #: every other configuration (generate's, petri_eager, petri_fast): uncompiled layers, the library's experts
 #: (the overlapped MLP off only tells this mode's layers apart from the others': no lever applies uncompiled)
@@ -238,7 +242,8 @@ def set_model_mode(lm: LoadedModel, compiled: bool = False, fused_experts: bool 
                    fused_router: bool = True, split_attention: bool = True, stacked_projections: bool = True,
                    fp8_self_conditioning: bool = False, fused_norms: bool = True, encoder_graphs: bool = True,
                    overlapped_mlp: bool = True, deterministic_kernels: bool = True,
-                   fused_attention_inputs: bool = True, global_attention: str = "products") -> None:
+                   fused_attention_inputs: bool = True, global_attention: str = "products",
+                   flash_sliding: bool = True) -> None:
     """Put the model in one configuration whatever the previous one was: uncompiled layers and the
     transformers experts, then (``fused_experts``) the fused experts op and (``compiled``) regional
     compilation (lazy: it lands in the next call), then the precision (``petri.engine.fp8``); the
@@ -249,7 +254,8 @@ def set_model_mode(lm: LoadedModel, compiled: bool = False, fused_experts: bool 
     from petri.engine.fused_experts import fuse_experts
 
     layers = (compiled, fused_experts, small_batch, encoder, fused_router, split_attention, stacked_projections,
-              fused_norms, overlapped_mlp, deterministic_kernels, fused_attention_inputs, global_attention)
+              fused_norms, overlapped_mlp, deterministic_kernels, fused_attention_inputs, global_attention,
+              flash_sliding)
     if _current_layers[0] != layers:
         uncompile_regions(lm)  # the plain layers and experts; drops graphs captured before
         torch._dynamo.reset()
@@ -258,7 +264,8 @@ def set_model_mode(lm: LoadedModel, compiled: bool = False, fused_experts: bool 
                                  fused_router=fused_router, split_attention=split_attention,
                                  stacked_projections=stacked_projections, fused_norms=fused_norms,
                                  overlapped_mlp=overlapped_mlp, deterministic_kernels=deterministic_kernels,
-                                 fused_attention_inputs=fused_attention_inputs, global_attention=global_attention)
+                                 fused_attention_inputs=fused_attention_inputs, global_attention=global_attention,
+                                 flash_sliding=flash_sliding)
         elif fused_experts:
             fuse_experts(lm.model)
     set_precision(lm, precision)

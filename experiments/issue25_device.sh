@@ -21,7 +21,7 @@
 #   blas:   experiments/blas_workspace.py (the FP8 tier's dense products with cuBLASLt's workspace at PyTorch's default
 #           1 MiB and larger, BLAS_SIZES in KiB: time, kernels, bits);
 #   splitk: experiments/split_k_check.py (the FP8 self-conditioning product whole and with its reduction in 2 to 8 slices);
-#   attn:   experiments/attention_check.py (the decoder's attention at both shapes through each of PyTorch's kernels);
+#   attn:   experiments/attention_check.py (the decoder's attention at both shapes through each of PyTorch's kernels and petri's);
 #   bench:  batch 1 (1,600-token prompt) and batch 12 (200) in one run (each petri configuration also with the prompt
 #           kept, the encoder pass timed alone and the time outside the step graphs): generate, the compiled tier in bf16,
 #           FP8 and fp8-fast, each also with the small-batch experts, the exact tier; profiles of the small-batch compiled
@@ -49,7 +49,7 @@ for part in "$@"; do
         tests/test_fused_experts.py tests/test_fp8.py tests/test_batch1_experts.py tests/test_fast_tier.py tests/test_prompt_cache.py \
         tests/test_fused_router.py tests/test_compiled_encoder.py tests/test_split_attention.py tests/test_stacked_projections.py tests/test_fp8_self_conditioning.py \
         tests/test_fused_norms.py tests/test_encoder_graphs.py tests/test_overlapped_mlp.py tests/test_attention_inputs.py \
-        tests/test_deterministic_kernels.py} > $OUT/pytest.log 2>&1
+        tests/test_deterministic_kernels.py tests/test_sliding_attention.py} > $OUT/pytest.log 2>&1
       tail -3 $OUT/pytest.log >> $LOG ;;
     sweep)
       timeout ${SWEEP_TIMEOUT:-300} python3 experiments/moe_sweep.py --jobs 8 > $OUT/moe_sweep.json 2>$OUT/sweep.err

@@ -41,6 +41,7 @@ SUFFIXES = {
     "_overlapped_mlp": {"overlapped_mlp": True},  # the default since 2026-12-03
     "_autotuned": {"overlapped_mlp": False, "deterministic_kernels": False},
     "_chunked_global_attention": {"global_attention": "chunks"},
+    "_sdpa_sliding": {"flash_sliding": False},
 }
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import petri.engine.split_attention as split_module
+from petri.engine.sliding_attention import NAME as FLASH_NAME
 from petri.engine.split_attention import (
     NAME,
     NAMES,
@@ -27,6 +27,8 @@ from petri.engine.split_attention import (
     use_split_attention,
 )
 from petri.engine.tiny import tiny_random_model
+
+from attention_support import check_against_sdpa, tiny_decoder
 
 CUDA = torch.cuda.is_available()
 
@@ -113,11 +115,7 @@ def test_attend_reference_returns_the_log_sum_exp():
 def test_installed_on_a_model_it_leaves_its_outputs_and_undoes_cleanly(method):
     """On the CPU the function hands every call to the library's SDPA: the logits are the
     library's, bit for bit; the global layers (and only they) get the shared config copy."""
-    lm = tiny_random_model(canvas_length=16, num_layers=6, seed=2)
-    model = lm.model
-    layers = model.model.decoder.layers
-    ids = torch.randint(3, lm.vocab_size, (1, 9))
-    canvas = torch.randint(3, lm.vocab_size, (1, 16))
+    model, layers, ids, canvas = tiny_decoder(num_layers=6, seed=2, prompt_length=9)
     with torch.no_grad():
         want = model(input_ids=ids, decoder_input_ids=canvas).logits
         assert use_split_attention(layers, widest_fast_head=0, method=method) == 6
@@ -137,21 +135,8 @@ def test_installed_on_a_model_it_leaves_its_outputs_and_undoes_cleanly(method):
 @pytest.mark.parametrize("batch", [1, 12])
 @pytest.mark.parametrize("function", [petri_products_attention, petri_split_sdpa])
 def test_each_method_equals_sdpa_at_the_full_size_global_shape_on_gpu(batch, function):
-    """Global layer of the full-size architecture: 16 query heads, 2 key/value heads, head dim 512,
-    256 canvas queries, 1,856 keys, scale 1 (transformers' DiffusionGemma attention), bf16."""
-    torch.manual_seed(batch)
-    query = (torch.randn(batch, 256, 16, 512, device="cuda") * 0.1).bfloat16().transpose(1, 2)
-    key = (torch.randn(batch, 2, 1856, 512, device="cuda") * 0.1).bfloat16()
-    value = torch.randn(batch, 2, 1856, 512, device="cuda").bfloat16()
-
-    class Attention(torch.nn.Module):
-        num_key_value_groups, is_causal = 8, False
-
-    got, _ = function(Attention(), query, key, value, None, scaling=1.0)
-    want = F.scaled_dot_product_attention(query, key, value, scale=1.0, enable_gqa=True).transpose(1, 2)
-    assert got.shape == want.shape == (batch, 256, 16, 512)
-    error = (got.float() - want.float()).norm() / want.float().norm()
-    assert float(error) < 1e-2, float(error)
+    """Global layer of the full-size architecture: 2 key/value heads, head dim 512, 1,856 keys."""
+    check_against_sdpa(function, batch, kv_heads=2, keys=1856, dim=512)
 
 
 def test_the_compiled_tier_installs_it_unless_told_not_to_and_undoes_it():
@@ -164,8 +149,9 @@ def test_the_compiled_tier_installs_it_unless_told_not_to_and_undoes_it():
     assert attention.config._attn_implementation == "sdpa"
     compile_regions(lm, backend="eager")  # on by default, the products method
     assert attention.config._attn_implementation == PRODUCTS_NAME
+    assert lm.model.model.decoder.layers[0].self_attn.config._attn_implementation == FLASH_NAME  # the other layer
+    compile_regions(lm, backend="eager", global_attention="chunks", flash_sliding=False)
     assert lm.model.model.decoder.layers[0].self_attn.config._attn_implementation == "sdpa"
-    compile_regions(lm, backend="eager", global_attention="chunks")
     assert attention.config._attn_implementation == NAME
     with pytest.raises(ValueError, match="got 'flash'"):  # named before anything changes, the split on or off
         compile_regions(lm, backend="eager", split_attention=False, global_attention="flash")
@@ -175,11 +161,12 @@ def test_the_compiled_tier_installs_it_unless_told_not_to_and_undoes_it():
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
-@pytest.mark.parametrize("method", ["products", "chunks"])
-def test_compiled_layers_with_the_split_give_the_librarys_logits_on_gpu(method):
+@pytest.mark.parametrize("method, flash_sliding", [("products", True), ("chunks", True), ("products", False)])
+def test_compiled_layers_with_the_split_give_the_librarys_logits_on_gpu(method, flash_sliding):
     """A tiny bf16 model whose global layer has head dim 512 (so the split applies), the compiled
-    tier with ``split_attention=True`` (Inductor, the aten kernel inside the compiled layer) against
-    the uncompiled library model: logits within bf16 rounding."""
+    tier with ``split_attention=True`` (Inductor, the aten kernel inside the compiled layer) and its
+    sliding layer through the flash kernel or SDPA (``petri.engine.sliding_attention``) against the
+    uncompiled library model: logits within bf16 rounding."""
     from dataclasses import replace
 
     from petri.engine.compiled_tier import compile_regions, uncompile_regions
@@ -198,9 +185,11 @@ def test_compiled_layers_with_the_split_give_the_librarys_logits_on_gpu(method):
     canvas = torch.randint(3, lm.vocab_size, (1, 16), device="cuda")
     with torch.no_grad():
         want = model(input_ids=ids, decoder_input_ids=canvas).logits.float()
-        compile_regions(lm, split_attention=True, global_attention=method)
+        compile_regions(lm, split_attention=True, global_attention=method, flash_sliding=flash_sliding)
         try:
             assert model.model.decoder.layers[-1].self_attn.config._attn_implementation == NAMES[method]
+            sliding = model.model.decoder.layers[0].self_attn.config._attn_implementation
+            assert sliding == (FLASH_NAME if flash_sliding else "sdpa")
             got = model(input_ids=ids, decoder_input_ids=canvas).logits.float()
         finally:
             uncompile_regions(lm)

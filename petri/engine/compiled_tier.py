@@ -1,8 +1,9 @@
 """The compiled tier of the GPU fast path, switched on and off in place: the decoder's experts
 through the fused experts op (:mod:`petri.engine.fused_experts`), its routers' top-k as one op
 (:mod:`petri.engine.fused_router`), its projections that read one input as one product
-(:mod:`petri.engine.stacked_projections`), its global layers' split attention
-(:mod:`petri.engine.split_attention`), its attention's norms, rotary embedding and appending to the
+(:mod:`petri.engine.stacked_projections`), its global layers' attention
+(:mod:`petri.engine.split_attention`) and its other layers' at one sample
+(:mod:`petri.engine.sliding_attention`), its attention's norms, rotary embedding and appending to the
 prompt's keys as one op (:mod:`petri.engine.attention_inputs`), regional compilation of the decoder
 layers and of the prompt encoder's with one graph per layer type (:mod:`petri.engine.decoder_hooks`),
 and the fast path's options that are not bit-exact either (:class:`petri.engine.fast_tier.FastOptions`:
@@ -33,6 +34,7 @@ from petri.engine.fused_experts import fuse_experts, unfuse_experts
 from petri.engine.fused_norms import fuse_norms_reason, fused_norms_forward
 from petri.engine.fused_router import fuse_routers, unfuse_routers
 from petri.engine.overlapped_mlp import MLPBeside, feedforward_mlp
+from petri.engine.sliding_attention import use_flash_sliding
 from petri.engine.split_attention import check_method, drop_split_attention, use_split_attention
 from petri.engine.stacked_projections import stack_projections, unstack_projections
 
@@ -46,7 +48,8 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
                     encoder: bool = True, fused_router: bool = True, split_attention: bool = True,
                     stacked_projections: bool = True, fp8_self_conditioning: bool = False,
                     fused_norms: bool = True, overlapped_mlp: bool = True, deterministic_kernels: bool = True,
-                    fused_attention_inputs: bool = True, global_attention: str = "products") -> None:
+                    fused_attention_inputs: bool = True, global_attention: str = "products",
+                    flash_sliding: bool = True) -> None:
     """The compiled tier, in place: the decoder's experts through the fused experts op
     (``fused_experts``; skipped, with the reason logged, where the layers do not fit it), then
     regional compilation of the decoder layers (:func:`petri.engine.decoder_hooks.compile_layers`:
@@ -65,7 +68,10 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     faster over whole seeds at one and twelve samples on an H200): the decoder's global layers attend
     through :mod:`petri.engine.split_attention`, by ``global_attention``'s method: ``"products"``
     (the default since 2026-12-03: two batched products around a float32 softmax) or ``"chunks"``
-    (the memory-efficient kernel over chunks of the keys, the method before). ``stacked_projections`` (on by default; issue 25):
+    (the memory-efficient kernel over chunks of the keys, the method before). ``flash_sliding`` (on by
+    default since 2026-12-04; issue 25): at one sample the other layers (head dim up to
+    256) attend through the flash kernel (:mod:`petri.engine.sliding_attention`) instead of SDPA's
+    choice. ``stacked_projections`` (on by default; issue 25):
     each decoder layer's q, k, v and its MLP's gate and up as one product each
     (:mod:`petri.engine.stacked_projections`). ``fp8_self_conditioning`` (opt-in; issue 25, measured
     faster at 12 samples on an H200, its distribution shift in the README): in the FP8 tier, the
@@ -100,6 +106,8 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
         tier.small_batch_experts = fused_experts and small_batch_experts and "experts" not in left_out
         if split_attention:
             use_split_attention(decoder_layers, method=global_attention)
+        if flash_sliding:
+            use_flash_sliding(decoder_layers)
         if stacked_projections:
             stack_projections(lm, decoder_layers)
         if fused_attention_inputs:

@@ -7,8 +7,8 @@ methods (:data:`METHODS`):
   to the inputs' dtype, out = weights v (:func:`products_attention`). The scores are materialised
   (B·Hkv × G·Lq × Lk float32: 30 MB at one sample with a 1,600-token prompt, 90 MB at twelve with
   200), which at these shapes costs less than any fused kernel PyTorch has for head dim 512:
-  ``experiments/attention_check.py`` on an H200, compiled, 50 µs a layer at one sample against 116
-  for the chunks, 134 against 378 at twelve (``experiments/results/attention_check_h200.json``).
+  ``experiments/attention_check.py`` on an H200, compiled, 52 µs a layer at one sample against 116
+  for the chunks, 133 against 378 at twelve (``experiments/results/attention_check_h200.json``).
   Calls whose scores would pass :data:`MAX_SCORES_BYTES` take the chunks instead.
 - ``"chunks"``: the keys split into chunks attended as separate batch entries by PyTorch's
   memory-efficient kernel, then combined by their log-sum-exp (flash-decoding's split;
@@ -143,13 +143,22 @@ def method_for(method: str, query: torch.Tensor, key: torch.Tensor) -> str:
     return "chunks" if method == "products" and scores_bytes(query, key) > MAX_SCORES_BYTES else method
 
 
+def plain_call(module, query: torch.Tensor, key: torch.Tensor, attention_mask, dropout: float, is_causal,
+               kwargs: dict) -> bool:
+    """Whether an attention call is one petri's functions compute: on CUDA, no mask, not causal (its
+    ``is_causal``, else the module's), no dropout, no weights asked for, query heads a multiple of
+    the key/value heads."""
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    causal = bool(causal) and query.shape[2] > 1
+    return (attention_mask is None and not causal and not dropout and query.is_cuda
+            and query.shape[1] % key.shape[1] == 0 and not kwargs.get("output_attentions"))
+
+
 def _global_attention(method: str, module, query, key, value, attention_mask, dropout: float, scaling, is_causal,
                       **kwargs):
     """``method``'s attention where it applies (module docstring), else ``sdpa_attention_forward``."""
-    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    causal = bool(causal) and query.shape[2] > 1
-    if (attention_mask is None and not causal and not dropout and query.is_cuda and query.shape[-1] > WIDEST_FAST_HEAD
-            and query.shape[1] % key.shape[1] == 0 and not kwargs.get("output_attentions")):
+    plain = plain_call(module, query, key, attention_mask, dropout, is_causal, kwargs)
+    if plain and query.shape[-1] > WIDEST_FAST_HEAD:
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         if method_for(method, query, key) == "products":
             out = products_attention(query, key, value, scale)
@@ -189,13 +198,22 @@ def use_split_attention(layers, widest_fast_head: int = WIDEST_FAST_HEAD, method
     and that runs SDPA one shared copy of its config naming ``method``'s function (:data:`NAMES`);
     returns how many. ``ValueError`` names an unknown method."""
     name = NAMES[check_method(method)]
-    AttentionInterface.register(name, FUNCTIONS[name])
+    return give_attention_function(layers, name, FUNCTIONS[name],
+                                   lambda attention: getattr(attention, "head_dim", 0) > widest_fast_head)
+
+
+def give_attention_function(layers, name: str, function, takes) -> int:
+    """Register ``function`` as ``name`` with transformers' ``AttentionInterface`` and give every
+    layer's attention that runs SDPA, has no petri function yet and for which ``takes(attention)``
+    holds one shared copy of its config naming it; returns how many (undone by
+    :func:`drop_split_attention`)."""
+    AttentionInterface.register(name, function)
     shared = None
     changed = 0
     for layer in layers:
         attention = getattr(layer, "self_attn", None)
         config = getattr(attention, "config", None)
-        if attention is None or getattr(attention, "head_dim", 0) <= widest_fast_head:
+        if attention is None or not takes(attention):
             continue
         if getattr(config, "_attn_implementation", None) != "sdpa" or "_petri_config" in vars(attention):
             continue
@@ -208,7 +226,8 @@ def use_split_attention(layers, widest_fast_head: int = WIDEST_FAST_HEAD, method
 
 
 def drop_split_attention(layers) -> None:
-    """Undo :func:`use_split_attention`: each attention's own config again."""
+    """Undo :func:`give_attention_function` (:func:`use_split_attention`,
+    :func:`petri.engine.sliding_attention.use_flash_sliding`): each attention's own config again."""
     for layer in layers:
         attention = getattr(layer, "self_attn", None)
         if attention is not None and "_petri_config" in vars(attention):
