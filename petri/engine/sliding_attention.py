@@ -16,7 +16,7 @@ samples or more keep SDPA: the lever is for one sample.
 The arithmetic is the flash kernel's: float32 scores and running softmax, bf16 weights into the
 second product; within bf16 rounding of SDPA's result (GPU test).
 
-Where it applies: what :func:`petri.engine.split_attention.plain_call` accepts (CUDA, no mask, not
+Where it applies: what :func:`petri.engine.split_attention.attend_or_sdpa` computes (CUDA, no mask, not
 causal, no dropout), bf16 or fp16, a head dim of at most 256 divisible by 8, fewer than
 :data:`FLASH_BELOW_SAMPLES` samples; every other call goes to transformers' own
 ``sdpa_attention_forward``. Installed on the layers whose head dim is at most 256 by a shared config
@@ -30,9 +30,7 @@ functions return (B, Lq, H, D).
 from __future__ import annotations
 
 import torch
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-from petri.engine.split_attention import WIDEST_FAST_HEAD, give_attention_function, plain_call, split_attention
+from petri.engine.split_attention import WIDEST_FAST_HEAD, attend_or_sdpa, give_attention_function, split_attention
 
 #: the function's name in transformers' ``AttentionInterface``
 NAME = "petri_flash_sliding"
@@ -55,16 +53,17 @@ def flash_takes(query: torch.Tensor) -> bool:
             and query.shape[0] < FLASH_BELOW_SAMPLES)
 
 
+def _folded_flash(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
+    """(B, H, Lq, D), (B, Hkv, Lk, D) twice → (B, H, Lq, D): the query heads folded, one flash call."""
+    return split_attention(query, key, value, scale, 1, attend=attend_flash)
+
+
 def petri_flash_sliding(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
                         is_causal: bool | None = None, **kwargs):
     """transformers' attention-function signature: the folded flash attention where it applies
     (module docstring), else ``sdpa_attention_forward`` with the same arguments."""
-    if plain_call(module, query, key, attention_mask, dropout, is_causal, kwargs) and flash_takes(query):
-        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-        out = split_attention(query, key, value, scale, 1, attend=attend_flash)
-        return out.transpose(1, 2).contiguous(), None
-    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                  is_causal=is_causal, **kwargs)
+    return attend_or_sdpa(_folded_flash, flash_takes, module, query, key, value, attention_mask, dropout, scaling,
+                          is_causal, kwargs)
 
 
 def use_flash_sliding(layers, widest_head: int = WIDEST_FAST_HEAD) -> int:
