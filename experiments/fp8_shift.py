@@ -98,7 +98,8 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="both arms in the compiled tier (default: the exact tier)")
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke run (slow; bf16 on the CPU)")
     parser.add_argument("--arms", default="fp8,fp8-fast", help="FP8 arms beside bf16 and the null arm ('': the null arm "
-                        "only); a precision, or one with '+sc-fp8' (the opt-in FP8 self-conditioning, compiled tier)")
+                        "only); a precision, then optionally '+sc-fp8' (the opt-in FP8 self-conditioning, compiled tier) and "
+                        "'+enc-fp8' (the opt-in FP8 prompt encoder), e.g. fp8-fast+sc-fp8+enc-fp8")
     parser.add_argument("--null-arm", action=argparse.BooleanOptionalAction, default=True,
                         help="draw the null arm too (--no-null-arm: bf16 and the FP8 arms only, when the device "
                              "time left is short; an earlier run's null arm still tells the test's spread)")
@@ -111,6 +112,9 @@ def main() -> None:
     if args.from_npz:
         recompare(args.from_npz, args.batch, args.out)
         return
+    unknown = {lever for arm in args.arms.split(",") for lever in arm.split("+")[1:]} - {"sc-fp8", "enc-fp8"}
+    if unknown:  # before the model is built
+        raise SystemExit(f"--arms: unknown lever(s) {', '.join(sorted(unknown))} (known: sc-fp8, enc-fp8)")
     started = time.perf_counter()
     if args.model == "full":
         from bench import build_full_size, three_anchor_layouts
@@ -146,14 +150,15 @@ def main() -> None:
     if args.reference:
         arms["bf16"], samplers["bf16"] = reference_arm(args.reference, args, settings)
     plan = ([] if args.reference else [("bf16", "bf16", 0)]) \
-        + [(arm, arm.removesuffix("+sc-fp8"), 0) for arm in args.arms.split(",") if arm] \
+        + [(arm, arm.split("+")[0], 0) for arm in args.arms.split(",") if arm] \
         + ([(NULL_ARM, "bf16", 10**6)] if args.null_arm else [])
     if not plan:
         raise SystemExit("nothing to draw: name an FP8 arm (--arms) or keep the null arm")
     tier_options = lm.fast_tier.options
     for arm, precision, offset in plan:
-        set_precision(lm, precision)
-        lm.fast_tier.set_options(replace(tier_options, fp8_self_conditioning=arm.endswith("+sc-fp8")))
+        levers = arm.split("+")[1:]
+        set_precision(lm, precision, fp8_encoder="enc-fp8" in levers)
+        lm.fast_tier.set_options(replace(tier_options, fp8_self_conditioning="sc-fp8" in levers))
         began = time.perf_counter()
         values: dict[str, list] = {"flips": [], "steps": [], "entropy": []}
         for seed in range(args.seeds):

@@ -10,7 +10,8 @@
 #   sweep:  experiments/moe_sweep.py (the small-batch grouped GEMM's launch configurations, bf16 and FP8, batch-1 shapes);
 #   densesweep: experiments/moe_sweep.py --dense (the same kernel on the decoder's linears at one canvas, against torch.mm / _scaled_mm);
 #   check:  experiments/fp8_check.py (the FP8 experts block, grouped GEMMs and lm head against bf16);
-#   shift:  experiments/fp8_shift.py on the embedded model (250 seeds × 12 samples per arm: bf16, fp8, fp8-fast, bf16 other seeds);
+#   shift:  experiments/fp8_shift.py on the embedded model (250 seeds × 12 samples per arm: bf16, fp8, fp8-fast, bf16 other seeds;
+#           SHIFT_ARMS names other FP8 arms, e.g. fp8-fast,fp8-fast+enc-fp8; SHIFT_NO_NULL=1 leaves the null arm out);
 #   encode: experiments/encode_time.py (one prompt pass eager, compiled and captured at 200 and 1,600 tokens: time,
 #           the captured graph's capture time and memory, bit-equality);
 #   history: experiments/compile_history.py (does the compiled tier's arithmetic depend on what was compiled before?)
@@ -22,6 +23,8 @@
 #           1 MiB and larger, BLAS_SIZES in KiB: time, kernels, bits);
 #   splitk: experiments/split_k_check.py (the FP8 self-conditioning product whole and with its reduction in 2 to 8 slices);
 #   attn:   experiments/attention_check.py (the decoder's attention at both shapes through each of PyTorch's kernels and petri's);
+#   enclevers: experiments/encoder_levers.py (the prompt encoder's attention, experts and dense products alone, each with the
+#           lever that would replace it: the flash kernel told the window, FP8);
 #   bench:  batch 1 (1,600-token prompt) and batch 12 (200) in one run (each petri configuration also with the prompt
 #           kept, the encoder pass timed alone and the time outside the step graphs): generate, the compiled tier in bf16,
 #           FP8 and fp8-fast, each also with the small-batch experts, the exact tier; profiles of the small-batch compiled
@@ -49,7 +52,7 @@ for part in "$@"; do
         tests/test_fused_experts.py tests/test_fp8.py tests/test_batch1_experts.py tests/test_fast_tier.py tests/test_prompt_cache.py \
         tests/test_fused_router.py tests/test_compiled_encoder.py tests/test_split_attention.py tests/test_stacked_projections.py tests/test_fp8_self_conditioning.py \
         tests/test_fused_norms.py tests/test_encoder_graphs.py tests/test_overlapped_mlp.py tests/test_attention_inputs.py \
-        tests/test_deterministic_kernels.py tests/test_sliding_attention.py} > $OUT/pytest.log 2>&1
+        tests/test_deterministic_kernels.py tests/test_sliding_attention.py tests/test_encoder_attention.py tests/test_fp8_encoder.py} > $OUT/pytest.log 2>&1
       tail -3 $OUT/pytest.log >> $LOG ;;
     sweep)
       timeout ${SWEEP_TIMEOUT:-300} python3 experiments/moe_sweep.py --jobs 8 > $OUT/moe_sweep.json 2>$OUT/sweep.err
@@ -66,6 +69,7 @@ for part in "$@"; do
       timeout 120 python3 experiments/fp8_check.py > $OUT/fp8_check.json 2>/tmp/check.err; tail -c 1500 /tmp/check.err >> $LOG ;;
     shift)
       timeout ${SHIFT_TIMEOUT:-240} python3 experiments/fp8_shift.py --model embedded --seeds ${SHIFT_SEEDS:-250} --batch 12 \
+        --arms "${SHIFT_ARMS-fp8,fp8-fast}" ${SHIFT_NO_NULL:+--no-null-arm} \
         --out $OUT/fp8_shift_embedded.json --npz $OUT/fp8_shift_embedded.npz 2>&1 | grep -vE "^ |^\{|^\}" | tail -20 >> $LOG ;;
     encode)
       timeout ${ENCODE_TIMEOUT:-300} python3 experiments/encode_time.py --lengths 200,1600 > $OUT/encode_time.json 2>$OUT/encode.err
@@ -101,6 +105,9 @@ for part in "$@"; do
     attn)
       timeout ${ATTN_TIMEOUT:-150} python3 experiments/attention_check.py > $OUT/attention_check.json 2>$OUT/attn.err
       tail -c 4000 $OUT/attn.err >> $LOG ;;
+    enclevers)
+      timeout ${ENCLEVERS_TIMEOUT:-150} python3 experiments/encoder_levers.py > $OUT/encoder_levers.json 2>$OUT/enclevers.err
+      tail -c 4000 $OUT/enclevers.err >> $LOG ;;
     shiftfull)
       timeout ${SHIFTFULL_TIMEOUT:-470} python3 experiments/fp8_shift.py --model full --seeds ${SHIFTFULL_SEEDS:-250} --batch 12 \
         --steps 8 --compile --arms "${SHIFTFULL_ARMS-fp8-fast}" ${SHIFTFULL_NO_NULL:+--no-null-arm} \

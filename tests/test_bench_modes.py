@@ -42,6 +42,8 @@ SUFFIXES = {
     "_autotuned": {"overlapped_mlp": False, "deterministic_kernels": False},
     "_chunked_global_attention": {"global_attention": "chunks"},
     "_sdpa_sliding": {"flash_sliding": False},
+    "_masked_encoder": {"encoder_window": False},
+    "_fp8_encoder": {"fp8_encoder": True},
 }
 
 

@@ -34,6 +34,7 @@ from petri.engine.fused_experts import fuse_experts, unfuse_experts
 from petri.engine.fused_norms import fuse_norms_reason, fused_norms_forward
 from petri.engine.fused_router import fuse_routers, unfuse_routers
 from petri.engine.overlapped_mlp import MLPBeside, feedforward_mlp
+from petri.engine.encoder_attention import use_encoder_window
 from petri.engine.sliding_attention import use_flash_sliding
 from petri.engine.split_attention import check_method, drop_split_attention, use_split_attention
 from petri.engine.stacked_projections import stack_projections, unstack_projections
@@ -49,7 +50,7 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
                     stacked_projections: bool = True, fp8_self_conditioning: bool = False,
                     fused_norms: bool = True, overlapped_mlp: bool = True, deterministic_kernels: bool = True,
                     fused_attention_inputs: bool = True, global_attention: str = "products",
-                    flash_sliding: bool = True) -> None:
+                    flash_sliding: bool = True, encoder_window: bool = True) -> None:
     """The compiled tier, in place: the decoder's experts through the fused experts op
     (``fused_experts``; skipped, with the reason logged, where the layers do not fit it), then
     regional compilation of the decoder layers (:func:`petri.engine.decoder_hooks.compile_layers`:
@@ -61,7 +62,8 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     used): calls of few tokens take :mod:`petri.engine.batch1_experts`' grouped GEMM instead (in FP8
     its scaled form, :func:`petri.engine.fp8.experts_fp8_small_batch`). ``encoder`` (on by default;
     issue 25): the prompt encoder's layers too, the same way (their experts through the same ops, in
-    bf16 whatever the precision; :func:`petri.engine.decoder_hooks.writing_own_cache_layer`), so a
+    bf16 unless the FP8 tier's opt-in ``fp8_encoder`` asks for FP8, :func:`petri.engine.fp8.set_precision`;
+    :func:`petri.engine.decoder_hooks.writing_own_cache_layer`), so a
     request's prompt pass is compiled as well. ``fused_router`` (on by default; issue 25): every
     compiled layer's router takes its softmax, top-k and scaling as one op
     (:mod:`petri.engine.fused_router`). ``split_attention`` (on by default; issue 25, measured
@@ -71,7 +73,9 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     (the memory-efficient kernel over chunks of the keys, the method before). ``flash_sliding`` (on by
     default since 2026-12-04; issue 25): at one sample the other layers (head dim up to
     256) attend through the flash kernel (:mod:`petri.engine.sliding_attention`) instead of SDPA's
-    choice. ``stacked_projections`` (on by default; issue 25):
+    choice. ``encoder_window`` (on by default since 2026-12-04; issue 25): with ``encoder``, the prompt
+    encoder's sliding layers attend through the flash kernel told their window instead of SDPA with
+    the band mask (:mod:`petri.engine.encoder_attention`). ``stacked_projections`` (on by default; issue 25):
     each decoder layer's q, k, v and its MLP's gate and up as one product each
     (:mod:`petri.engine.stacked_projections`). ``fp8_self_conditioning`` (opt-in; issue 25, measured
     faster at 12 samples on an H200, its distribution shift in the README): in the FP8 tier, the
@@ -120,6 +124,8 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
         prompt_layers = encoder_layers(lm.model) if encoder else None
         if prompt_layers is not None:
             _fuse_ops(lm.model, prompt_layers, fused_experts, small_batch_experts, fused_router)
+            if encoder_window:
+                use_encoder_window(prompt_layers)
             tier.compiled_encoder_layers = compile_layers(prompt_layers, backend, call=writing_own_cache_layer,
                                                           deterministic=deterministic_kernels)
         tier.set_options(FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True,
@@ -215,4 +221,5 @@ def uncompile_regions(lm) -> None:
         unstack_projections(lm, decoder_layers)
         if (prompt_layers := encoder_layers(lm.model)) is not None:
             _unfuse_ops(lm.model, prompt_layers)
+            drop_split_attention(prompt_layers)
         tier.small_batch_experts = tier.overlapped_mlp = tier.autotuned_kernels = False

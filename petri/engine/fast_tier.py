@@ -60,6 +60,8 @@ class FastTier:
     its own (:meth:`petri.engine.torch_model.LoadedModel.__post_init__`). options: what the fast
     path runs with unless a call says otherwise (the exact tier's :class:`FastOptions` by default).
     precision: ``"bf16"``, ``"fp8"`` or ``"fp8-fast"`` (:func:`petri.engine.fp8.set_precision`).
+    fp8_encoder (opt-in): the FP8 tier, when on, runs the prompt encoder in FP8 too
+    (:func:`petri.engine.fp8.set_precision`'s ``fp8_encoder``; :attr:`fp8_encoder_used`).
     compiled_layers: the decoder layers :func:`petri.engine.decoder_hooks.compile_layers` compiled
     for the compiled tier (empty: not compiled); compiled_encoder_layers: the prompt encoder's layers
     it compiled (:func:`petri.engine.decoder_hooks.writing_own_cache_layer`; part of the kept
@@ -79,6 +81,7 @@ class FastTier:
     model: Any = field(repr=False)
     options: FastOptions = FastOptions()
     precision: str = "bf16"
+    fp8_encoder: bool = False
     compiled_layers: list = field(default_factory=list, repr=False)
     compiled_encoder_layers: list = field(default_factory=list, repr=False)
     small_batch_experts: bool = False
@@ -95,18 +98,27 @@ class FastTier:
         return bool(self.compiled_layers)
 
     @property
+    def fp8_encoder_used(self) -> bool:
+        """Whether the prompt encoder runs in FP8: asked for (:attr:`fp8_encoder`) and the FP8 tier on."""
+        return self.fp8_encoder and self.precision != "bf16"
+
+    @property
     def encoder_form(self) -> str:
         """How the prompt encoder runs, ``"compiled"``, ``"compiled+autotuned"`` (:attr:`autotuned_kernels`)
-        or ``"eager"``: part of the kept prompts' key, since the forms' caches differ by float
-        rounding (the exact tier must never be handed one the compiled encoder made)."""
-        if not self.compiled_encoder_layers:
-            return "eager"
-        return "compiled+autotuned" if self.autotuned_kernels else "compiled"
+        or ``"eager"``, then ``"+fp8"`` where it runs in FP8 (:attr:`fp8_encoder_used`): part of the
+        kept prompts' key, since the forms' caches differ (the exact tier must never be handed one
+        the compiled encoder made, nor a bf16 encoder's tier one the FP8 encoder made)."""
+        form = "eager" if not self.compiled_encoder_layers else \
+            "compiled+autotuned" if self.autotuned_kernels else "compiled"
+        return form + ("+fp8" if self.fp8_encoder_used else "")
 
     @property
     def precision_tag(self) -> str:
-        """What sampler names append for the precision: ``""``, ``"+fp8"`` or ``"+fp8-fast"``."""
-        return "" if self.precision == "bf16" else "+" + self.precision
+        """What sampler names append for the precision: ``""``, ``"+fp8"`` or ``"+fp8-fast"``, after
+        ``"+enc-fp8"`` where the prompt encoder runs in FP8 (:attr:`fp8_encoder_used`)."""
+        if self.precision == "bf16":
+            return ""
+        return ("+enc-fp8" if self.fp8_encoder_used else "") + "+" + self.precision
 
     def set_options(self, options: FastOptions | None) -> None:
         """``options`` from now on (``None``: the exact tier's defaults again); drops the sessions

@@ -13,10 +13,16 @@ computed by ``torch._scaled_mm`` (dense, lm head) and ``torch._scaled_grouped_mm
 2-D rows × 3-D weights form, one group per expert; calls of few tokens where the compiled tier's
 small-batch lever is on: :func:`experts_fp8_small_batch`) on CUDA (Hopper), and by a dequantize-then-
 float32 reference (:func:`scaled_matmul_reference`, :func:`scaled_grouped_reference`) elsewhere.
-The router, norms, attention, embedding (also the soft embeddings of the self-conditioning) and
-the prompt encoder stay bf16: the encoder runs once per request, and keeping its bf16 weights
-(shared with the decoder) makes the tier reversible (:func:`use_bf16`) at the price of the FP8
-copies' memory (about half the decoder's weights again).
+The router, norms, attention, embedding (also the soft embeddings of the self-conditioning) and,
+unless asked, the prompt encoder stay bf16: the encoder runs once per request, and keeping the bf16
+weights (shared with the decoder) makes the tier reversible (:func:`use_bf16`) at the price of the
+FP8 copies' memory (about half the decoder's weights again). The FP8 encoder (opt-in, issue 25:
+``set_precision(lm, "fp8-fast", fp8_encoder=True)``, the tier's ``fp8_encoder``; sampler names say
+``+enc-fp8``) runs the encoder layers' linears (not the routers) and experts the same way, on the
+decoder's FP8 copies: the encoder's matrices are the decoder's (tied parameters), and where the
+compiled tier stacked the decoder's projections each encoder linear takes its rows of the stacked
+copy, which per-row scales make the same quantization as its own (:func:`use_fp8`), so it costs no
+memory.
 
 The quantized forward is installed per module (the instance's ``forward``), so the exact tier and
 the compiled tier (:mod:`petri.engine.compiled_tier`, which installs its own experts op with this
@@ -39,6 +45,7 @@ from typing import Optional
 import torch
 
 from petri.engine.batch1_experts import MAX_PAIRS, align_blocks, grouped_gemm
+from petri.engine.decoder_hooks import encoder_layers
 from petri.engine.fp8_kernels import MAX_WIDTH, gelu_gate_quantized, quantize_rows_triton, triton_quantizable
 from petri.engine.fused_experts import combine_rows, fusable_reason, gated_activation, route
 from petri.engine.fused_logits import HAVE_TRITON
@@ -284,14 +291,19 @@ def _experts_forward(self, hidden_states, top_k_index, top_k_weights, hidden_sca
     )
 
 
+def _layer_linears(layers, prefix: str) -> list[tuple[str, torch.nn.Linear]]:
+    """(name, module) of the linears of ``layers`` but the routers'."""
+    return [(f"{prefix}.{name}", module) for name, module in layers.named_modules()
+            if isinstance(module, torch.nn.Linear) and ".router." not in f".{name}."]
+
+
 def dense_targets(model) -> list[tuple[str, torch.nn.Linear]]:
     """(name, module) of the linears the tier quantizes: the decoder layers' (not the router's),
     the decoder's self-conditioning MLP's and the lm head; where the compiled tier stacked
     projections (:mod:`petri.engine.stacked_projections`), each group's stacked linear (named after
     its members, joined by ``+``) instead of its members."""
     decoder = model.model.decoder
-    found = [(f"model.decoder.layers.{name}", module) for name, module in decoder.layers.named_modules()
-             if isinstance(module, torch.nn.Linear) and ".router." not in f".{name}."]
+    found = _layer_linears(decoder.layers, "model.decoder.layers")
     sc = getattr(decoder, "self_conditioning", None)
     if sc is not None:
         found += [(f"model.decoder.self_conditioning.{name}", m) for name, m in sc.named_modules() if isinstance(m, torch.nn.Linear)]
@@ -300,8 +312,15 @@ def dense_targets(model) -> list[tuple[str, torch.nn.Linear]]:
     return [(name, m) for name, m in found if not is_stacked_member(m)] + stacked + [("lm_head", model.lm_head)]
 
 
+def encoder_targets(model) -> list[tuple[str, torch.nn.Linear]]:
+    """(name, module) of the prompt encoder layers' linears but the routers' (the FP8 encoder's)."""
+    layers = encoder_layers(model)
+    return [] if layers is None else _layer_linears(layers, "model.encoder.layers")
+
+
 def fp8_reason(lm) -> str | None:
-    """``None`` when :func:`use_fp8` can run on ``lm``, else why not (naming the field)."""
+    """``None`` when :func:`use_fp8` can run on ``lm``, else why not (naming the field); with the
+    tier's ``fp8_encoder`` the encoder's linears and experts are checked too."""
     model = lm.model
     if getattr(lm, "backend", "torch") != "torch":
         return "precision fp8 applies to the torch backend only"
@@ -309,38 +328,65 @@ def fp8_reason(lm) -> str | None:
         return f"precision fp8 needs a bf16 model (dtype is {str(lm.dtype).removeprefix('torch.')})"
     if lm.device.type == "cuda" and torch.cuda.get_device_capability(lm.device) < (8, 9):
         return "precision fp8 needs a GPU with FP8 matrix units (compute capability 8.9 or newer)"
-    for name, module in dense_targets(model):
+    encoder = lm.fast_tier.fp8_encoder
+    for name, module in dense_targets(model) + (encoder_targets(model) if encoder else []):
         if module.bias is not None:
             return f"{name} has a bias"
         if module.in_features % 16 or module.out_features % 16:
             return f"{name} is {module.out_features} × {module.in_features}; FP8 matmuls need multiples of 16"
-    for index, layer in enumerate(model.model.decoder.layers):
-        experts = getattr(layer, "experts", None)
-        if experts is not None and (reason := fusable_reason(experts)) is not None:
-            return f"model.decoder.layers.{index}.experts: {reason}"
+    for name, experts in _experts_of(model, encoder):
+        if (reason := fusable_reason(experts)) is not None:
+            return f"{name}: {reason}"
     return None
 
 
-def _experts_of(model):
-    return [layer.experts for layer in model.model.decoder.layers if getattr(layer, "experts", None) is not None]
+def _experts_of(model, encoder: bool = False) -> list[tuple[str, torch.nn.Module]]:
+    """(name, module) of the decoder layers' experts and, with ``encoder``, the prompt encoder's."""
+    found = [(f"model.decoder.layers.{i}.experts", layer.experts) for i, layer in enumerate(model.model.decoder.layers)
+             if getattr(layer, "experts", None) is not None]
+    if encoder and (layers := encoder_layers(model)) is not None:
+        found += [(f"model.encoder.layers.{i}.experts", layer.experts) for i, layer in enumerate(layers)
+                  if getattr(layer, "experts", None) is not None]
+    return found
+
+
+def _quantized_once(quantized: dict, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``quantize_rows(weight)``, kept in ``quantized`` by the parameter's identity, so that a matrix
+    the encoder shares with the decoder (tied parameters) is quantized once."""
+    if id(weight) not in quantized:
+        quantized[id(weight)] = quantize_rows(weight)
+    return quantized[id(weight)]
+
+
+def _install_linear(module, weight_scale: tuple[torch.Tensor, torch.Tensor], fast_accum: bool) -> None:
+    module._petri_fp8_weight, module._petri_fp8_scale = weight_scale
+    module._petri_fp8_fast = fast_accum
+    module.forward = types.MethodType(_linear_forward, module)
 
 
 @torch.no_grad()
 def use_fp8(lm, fast_accum: bool = False) -> None:
     """Switch ``lm`` to the FP8 tier, in place (module docstring); raises ``ValueError`` naming why
     when it cannot. Drops the fast path's captured sessions. ``fast_accum``: the scaled matmuls with
-    ``use_fast_accum`` (precision ``fp8-fast``: faster, with less exact accumulation)."""
+    ``use_fast_accum`` (precision ``fp8-fast``: faster, with less exact accumulation). With the
+    tier's ``fp8_encoder`` the encoder's linears and experts too, on the decoder's copies (each
+    stacked member's rows of its group's copy)."""
     reason = fp8_reason(lm)
     if reason is not None:
         raise ValueError(reason)
     model = lm.model
+    encoder = lm.fast_tier.fp8_encoder
+    quantized: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     for _, module in dense_targets(model):
-        module._petri_fp8_weight, module._petri_fp8_scale = quantize_rows(module.weight)
-        module._petri_fp8_fast = fast_accum
-        module.forward = types.MethodType(_linear_forward, module)
-    for experts in _experts_of(model):
-        experts._petri_fp8_gate_up, experts._petri_fp8_gate_up_scale = quantize_rows(experts.gate_up_proj)
-        experts._petri_fp8_down, experts._petri_fp8_down_scale = quantize_rows(experts.down_proj)
+        _install_linear(module, _quantized_once(quantized, module.weight), fast_accum)
+    for group in stacked_groups(model):  # rows are quantized one by one: a member's rows are its own quantization
+        rows = zip(group.stacked._petri_fp8_weight.split(group.widths), group.stacked._petri_fp8_scale.split(group.widths))
+        quantized.update((id(member.weight), part) for member, part in zip(group.members, rows))
+    for _, module in encoder_targets(model) if encoder else []:
+        _install_linear(module, _quantized_once(quantized, module.weight), fast_accum)
+    for _, experts in _experts_of(model, encoder):
+        experts._petri_fp8_gate_up, experts._petri_fp8_gate_up_scale = _quantized_once(quantized, experts.gate_up_proj)
+        experts._petri_fp8_down, experts._petri_fp8_down_scale = _quantized_once(quantized, experts.down_proj)
         experts._petri_fp8_fast = fast_accum
     lm.fast_tier.precision = "fp8-fast" if fast_accum else "fp8"
     _install_fp8_experts(lm)
@@ -364,7 +410,7 @@ def _install_fp8_experts(lm) -> None:
     tier's small-batch lever is on (:attr:`petri.engine.fast_tier.FastTier.small_batch_experts`).
     :mod:`petri.engine.compiled_tier` changes the experts with the FP8 tier off and switches it on
     again after, which is how its ops end up under this forward."""
-    for experts in _experts_of(lm.model):
+    for _, experts in _experts_of(lm.model, lm.fast_tier.fp8_encoder):
         current = vars(experts).get("forward")
         if getattr(current, "__func__", None) is not _experts_forward:
             experts._petri_bf16_forward = current  # None: the class's own
@@ -393,10 +439,14 @@ def use_bf16(lm) -> None:
     model = lm.model
     if not is_fp8(lm):
         return
-    for _, module in dense_targets(model):
+    for _, module in dense_targets(model) + encoder_targets(model):
+        if "_petri_fp8_weight" not in vars(module):  # an encoder linear the tier left in bf16
+            continue
         for name in ("forward", "_petri_fp8_weight", "_petri_fp8_scale", "_petri_fp8_fast"):
             vars(module).pop(name, None)
-    for experts in _experts_of(model):
+    for _, experts in _experts_of(model, encoder=True):
+        if "_petri_fp8_gate_up" not in vars(experts):  # the encoder's in bf16: its forward is not the tier's
+            continue
         previous = vars(experts).pop("_petri_bf16_forward", None)
         for name in ("forward", "_petri_fp8_gate_up", "_petri_fp8_gate_up_scale", "_petri_fp8_down", "_petri_fp8_down_scale",
                      "_petri_fp8_fast", "_petri_fp8_small_batch"):
@@ -408,14 +458,18 @@ def use_bf16(lm) -> None:
     _forget_compiled_code(lm)
 
 
-def set_precision(lm, precision: str) -> None:
+def set_precision(lm, precision: str, fp8_encoder: bool | None = None) -> None:
     """``"bf16"`` (the model's own weights), ``"fp8"`` or ``"fp8-fast"`` (:func:`use_fp8`);
-    ``ValueError`` names the field for anything else."""
+    ``ValueError`` names the field for anything else. ``fp8_encoder`` (opt-in; ``None`` keeps the
+    tier's): whether the FP8 tier, when on, runs the prompt encoder in FP8 too (module docstring)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if precision == precision_of(lm):
+    tier = lm.fast_tier
+    encoder = tier.fp8_encoder if fp8_encoder is None else bool(fp8_encoder)
+    if precision == precision_of(lm) and encoder == tier.fp8_encoder:
         return
     use_bf16(lm)
+    tier.fp8_encoder = encoder
     if precision != "bf16":
         use_fp8(lm, fast_accum=precision == "fp8-fast")
 

@@ -145,7 +145,7 @@ def compile_for_sampling(
     small_batch_experts: bool = True, encoder: bool = True, fused_router: bool = True, split_attention: bool = True,
     stacked_projections: bool = True, fp8_self_conditioning: bool = False, fused_norms: bool = True,
     overlapped_mlp: bool = True, deterministic_kernels: bool = True, fused_attention_inputs: bool = True,
-    global_attention: str = "products", flash_sliding: bool = True,
+    global_attention: str = "products", flash_sliding: bool = True, encoder_window: bool = True,
 ) -> LoadedModel:
     """Compile what the samplers call, in place. ``regional`` (default): ``torch.compile`` each decoder
     layer (``petri.engine.compiled_tier.compile_regions``: one compiled graph per layer type, reused
@@ -163,7 +163,8 @@ def compile_for_sampling(
     the global layers' attention by petri's own method (``global_attention``: ``"products"``, two
     batched products around a float32 softmax, or ``"chunks"``, the memory-efficient kernel over
     chunks of the keys), ``flash_sliding`` (default) runs the other layers' attention at one
-    sample through the flash kernel, and ``stacked_projections`` (default) computes
+    sample through the flash kernel, ``encoder_window`` (default) runs the prompt encoder's sliding
+    layers' attention through the flash kernel told their window, and ``stacked_projections`` (default) computes
     each layer's q, k, v and its MLP's gate and up as one product each, ``fused_norms`` (default)
     runs each layer's norms between its attention and the next layer as two row kernels,
     ``overlapped_mlp`` (default) runs each FP8 layer's dense MLP on a side CUDA stream beside its experts,
@@ -181,7 +182,8 @@ def compile_for_sampling(
                         stacked_projections=stacked_projections, fp8_self_conditioning=fp8_self_conditioning,
                         fused_norms=fused_norms, overlapped_mlp=overlapped_mlp,
                         deterministic_kernels=deterministic_kernels, fused_attention_inputs=fused_attention_inputs,
-                        global_attention=global_attention, flash_sliding=flash_sliding)
+                        global_attention=global_attention, flash_sliding=flash_sliding,
+                        encoder_window=encoder_window)
     else:
         from petri.engine.decoder_hooks import compile_function
 
