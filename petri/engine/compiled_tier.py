@@ -28,13 +28,13 @@ from petri.engine.decoder_hooks import (
     uncompile_layers,
     writing_own_cache_layer,
 )
+from petri.engine.encoder_attention import use_encoder_window
 from petri.engine.fast_tier import FastOptions
 from petri.engine.fp8 import precision_of, set_precision
 from petri.engine.fused_experts import fuse_experts, unfuse_experts
 from petri.engine.fused_norms import fuse_norms_reason, fused_norms_forward
 from petri.engine.fused_router import fuse_routers, unfuse_routers
 from petri.engine.overlapped_mlp import MLPBeside, feedforward_mlp
-from petri.engine.encoder_attention import use_encoder_window
 from petri.engine.sliding_attention import use_flash_sliding
 from petri.engine.split_attention import check_method, drop_split_attention, use_split_attention
 from petri.engine.stacked_projections import stack_projections, unstack_projections
