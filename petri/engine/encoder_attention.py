@@ -32,9 +32,8 @@ attention functions return (1, P, H, D).
 from __future__ import annotations
 
 import torch
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from petri.engine.split_attention import WIDEST_FAST_HEAD, give_attention_function
+from petri.engine.split_attention import WIDEST_FAST_HEAD, attend_or_sdpa, give_attention_function
 
 #: the function's name in transformers' ``AttentionInterface``
 NAME = "petri_encoder_window"
@@ -43,11 +42,12 @@ NAME = "petri_encoder_window"
 def window_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float,
                      window: int) -> torch.Tensor:
     """Causal attention of each query over itself and the ``window − 1`` keys before it, by
-    PyTorch's flash kernel (CUDA): query (B, H, P, D), key and value (B, Hkv, P, D) → (B, P, H, D)."""
+    PyTorch's flash kernel (CUDA): query (B, H, P, D), key and value (B, Hkv, P, D) → (B, H, P, D)
+    (a view of the kernel's contiguous (B, P, H, D) output)."""
     length = query.shape[2]
     return torch.ops.aten._flash_attention_forward(
         query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), None, None, length, length, 0.0, True,
-        False, scale=scale, window_size_left=window - 1, window_size_right=0)[0]
+        False, scale=scale, window_size_left=window - 1, window_size_right=0)[0].transpose(1, 2)
 
 
 def window_call_fits(query: torch.Tensor, key: torch.Tensor, causal: bool, window, dropout: float) -> bool:
@@ -60,19 +60,22 @@ def window_call_fits(query: torch.Tensor, key: torch.Tensor, causal: bool, windo
             and dim % 8 == 0 and query.shape[1] % key.shape[1] == 0)
 
 
+def _window_fits(query, key, attention_mask, causal, dropout, kwargs) -> bool:
+    """:func:`window_call_fits` as :func:`petri.engine.split_attention.attend_or_sdpa`'s ``fits``: the
+    window is the layer's ``sliding_window``, the mask is not read (module docstring)."""
+    return window_call_fits(query, key, causal, kwargs.get("sliding_window"), dropout)
+
+
 def petri_encoder_window(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
                          is_causal: bool | None = None, **kwargs):
     """transformers' attention-function signature: :func:`window_attention` over the layer's
     ``sliding_window`` where the call fits (:func:`window_call_fits`, on CUDA, no weights asked for),
-    else ``sdpa_attention_forward`` with the same arguments."""
-    causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
-    window = kwargs.get("sliding_window")
-    if (window_call_fits(query, key, causal, window, dropout) and query.is_cuda
-            and not kwargs.get("output_attentions")):
-        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-        return window_attention(query, key, value, scale, int(window)), None
-    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                  is_causal=is_causal, **kwargs)
+    else ``sdpa_attention_forward`` with the same arguments (:func:`petri.engine.split_attention.attend_or_sdpa`)."""
+    def compute(query, key, value, scale):
+        return window_attention(query, key, value, scale, int(kwargs["sliding_window"]))
+
+    return attend_or_sdpa(compute, _window_fits, module, query, key, value, attention_mask, dropout, scaling,
+                          is_causal, kwargs)
 
 
 def use_encoder_window(layers) -> int:

@@ -16,9 +16,10 @@ samples or more keep SDPA: the lever is for one sample.
 The arithmetic is the flash kernel's: float32 scores and running softmax, bf16 weights into the
 second product; within bf16 rounding of SDPA's result (GPU test).
 
-Where it applies: what :func:`petri.engine.split_attention.attend_or_sdpa` computes (CUDA, no mask, not
-causal, no dropout), bf16 or fp16, a head dim of at most 256 divisible by 8, fewer than
-:data:`FLASH_BELOW_SAMPLES` samples; every other call goes to transformers' own
+Where it applies: what :func:`petri.engine.split_attention.attend_or_sdpa` computes with
+:func:`petri.engine.split_attention.unmasked` (CUDA, no mask, not causal, no dropout), bf16 or
+fp16, a head dim of at most 256 divisible by 8, fewer than :data:`FLASH_BELOW_SAMPLES` samples;
+every other call goes to transformers' own
 ``sdpa_attention_forward``. Installed on the layers whose head dim is at most 256 by a shared config
 copy naming :data:`NAME` (:func:`use_flash_sliding`), undone by
 :func:`petri.engine.split_attention.drop_split_attention`.
@@ -30,7 +31,13 @@ functions return (B, Lq, H, D).
 from __future__ import annotations
 
 import torch
-from petri.engine.split_attention import WIDEST_FAST_HEAD, attend_or_sdpa, give_attention_function, split_attention
+from petri.engine.split_attention import (
+    WIDEST_FAST_HEAD,
+    attend_or_sdpa,
+    give_attention_function,
+    split_attention,
+    unmasked,
+)
 
 #: the function's name in transformers' ``AttentionInterface``
 NAME = "petri_flash_sliding"
@@ -62,8 +69,8 @@ def petri_flash_sliding(module, query, key, value, attention_mask, dropout: floa
                         is_causal: bool | None = None, **kwargs):
     """transformers' attention-function signature: the folded flash attention where it applies
     (module docstring), else ``sdpa_attention_forward`` with the same arguments."""
-    return attend_or_sdpa(_folded_flash, flash_takes, module, query, key, value, attention_mask, dropout, scaling,
-                          is_causal, kwargs)
+    return attend_or_sdpa(_folded_flash, unmasked(flash_takes), module, query, key, value, attention_mask, dropout,
+                          scaling, is_causal, kwargs)
 
 
 def use_flash_sliding(layers, widest_head: int = WIDEST_FAST_HEAD) -> int:

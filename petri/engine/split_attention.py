@@ -143,22 +143,29 @@ def method_for(method: str, query: torch.Tensor, key: torch.Tensor) -> str:
     return "chunks" if method == "products" and scores_bytes(query, key) > MAX_SCORES_BYTES else method
 
 
-def attend_or_sdpa(compute, takes, module, query, key, value, attention_mask, dropout: float, scaling, is_causal,
+def attend_or_sdpa(compute, fits, module, query, key, value, attention_mask, dropout: float, scaling, is_causal,
                    kwargs: dict):
-    """The body of petri's attention functions (transformers' signature): where the call is one they
-    compute (on CUDA, no mask, not causal (its ``is_causal``, else the module's), no dropout, no
-    weights asked for, query heads a multiple of the key/value heads) and ``takes(query)`` holds,
-    ``compute(query, key, value, scale)`` → (B, H, Lq, D), returned as (B, Lq, H, D) contiguous with
-    no weights; every other call goes to transformers' ``sdpa_attention_forward`` with the same
-    arguments."""
-    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    causal = bool(causal) and query.shape[2] > 1
-    if (attention_mask is None and not causal and not dropout and query.is_cuda and query.shape[1] % key.shape[1] == 0
-            and not kwargs.get("output_attentions") and takes(query)):
+    """The body of petri's attention functions (transformers' signature): where the call is on CUDA,
+    asks for no weights and ``fits(query, key, attention_mask, causal, dropout, kwargs)`` holds
+    (``causal``: its ``is_causal``, else the module's), ``compute(query, key, value, scale)`` →
+    (B, H, Lq, D), returned as (B, Lq, H, D) contiguous with no weights; every other call goes to
+    transformers' ``sdpa_attention_forward`` with the same arguments."""
+    causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
+    if fits(query, key, attention_mask, causal, dropout, kwargs) and query.is_cuda and not kwargs.get("output_attentions"):
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         return compute(query, key, value, scale).transpose(1, 2).contiguous(), None
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                   is_causal=is_causal, **kwargs)
+
+
+def unmasked(takes):
+    """The ``fits`` of :func:`attend_or_sdpa` for the decoder's functions: no mask, not causal (a
+    causal call of one query is not), no dropout, query heads a multiple of the key/value heads, and
+    ``takes(query)``."""
+    def fits(query, key, attention_mask, causal, dropout, kwargs) -> bool:
+        return (attention_mask is None and not (causal and query.shape[2] > 1) and not dropout
+                and query.shape[1] % key.shape[1] == 0 and takes(query))
+    return fits
 
 
 def _global_attention(method: str, module, query, key, value, attention_mask, dropout: float, scaling, is_causal,
@@ -169,8 +176,8 @@ def _global_attention(method: str, module, query, key, value, attention_mask, dr
             return products_attention(query, key, value, scale)
         return split_attention(query, key, value, scale, chunks_for(query.shape[0], key.shape[2]))
 
-    return attend_or_sdpa(compute, lambda query: query.shape[-1] > WIDEST_FAST_HEAD, module, query, key, value,
-                          attention_mask, dropout, scaling, is_causal, kwargs)
+    return attend_or_sdpa(compute, unmasked(lambda query: query.shape[-1] > WIDEST_FAST_HEAD), module, query, key,
+                          value, attention_mask, dropout, scaling, is_causal, kwargs)
 
 
 def petri_split_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
