@@ -43,6 +43,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "experiments"))
 
 from petri.engine.fp8 import set_precision  # noqa: E402
+from petri.engine.precision_choice import PrecisionChoice, parse_precision  # noqa: E402
 from petri.engine.torch_model import compile_for_sampling, load_model  # noqa: E402
 from petri.tables import samples_table  # noqa: E402
 
@@ -112,9 +113,12 @@ def main() -> None:
     if args.from_npz:
         recompare(args.from_npz, args.batch, args.out)
         return
-    unknown = {lever for arm in args.arms.split(",") for lever in arm.split("+")[1:]} - {"sc-fp8", "enc-fp8"}
-    if unknown:  # before the model is built
-        raise SystemExit(f"--arms: unknown lever(s) {', '.join(sorted(unknown))} (known: sc-fp8, enc-fp8)")
+    try:  # before the model is built
+        choices = {arm: parse_precision(arm) for arm in args.arms.split(",") if arm}
+    except ValueError as error:
+        raise SystemExit(f"--arms: {error}") from None
+    if not args.compile and any(choice.fp8_self_conditioning for choice in choices.values()):
+        raise SystemExit("--arms: +sc-fp8 runs in the compiled tier only: add --compile")
     started = time.perf_counter()
     if args.model == "full":
         from bench import build_full_size, three_anchor_layouts
@@ -149,16 +153,14 @@ def main() -> None:
     samplers, seconds = {}, {}
     if args.reference:
         arms["bf16"], samplers["bf16"] = reference_arm(args.reference, args, settings)
-    plan = ([] if args.reference else [("bf16", "bf16", 0)]) \
-        + [(arm, arm.split("+")[0], 0) for arm in args.arms.split(",") if arm] \
-        + ([(NULL_ARM, "bf16", 10**6)] if args.null_arm else [])
+    plan = ([] if args.reference else [("bf16", PrecisionChoice(), 0)]) \
+        + [(arm, choice, 0) for arm, choice in choices.items()] \
+        + ([(NULL_ARM, PrecisionChoice(), 10**6)] if args.null_arm else [])
     if not plan:
         raise SystemExit("nothing to draw: name an FP8 arm (--arms) or keep the null arm")
-    tier_options = lm.fast_tier.options
-    for arm, precision, offset in plan:
-        levers = arm.split("+")[1:]
-        set_precision(lm, precision, fp8_encoder="enc-fp8" in levers)
-        lm.fast_tier.set_options(replace(tier_options, fp8_self_conditioning="sc-fp8" in levers))
+    for arm, choice, offset in plan:
+        set_precision(lm, choice.precision, fp8_encoder=choice.fp8_encoder,
+                      fp8_self_conditioning=choice.fp8_self_conditioning)
         began = time.perf_counter()
         values: dict[str, list] = {"flips": [], "steps": [], "entropy": []}
         for seed in range(args.seeds):

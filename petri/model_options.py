@@ -8,6 +8,7 @@ import os
 from dataclasses import replace
 
 from petri.engine.base import ALLOW_DOWNLOAD_ENV, SamplingModel
+from petri.engine.precision_choice import parse_precision
 from petri.study.executors import ModelSpec
 from petri.trajectory import SamplerSettings
 
@@ -35,11 +36,14 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "the compilation (tens of seconds, cached on disk for the next start)",
     )
     parser.add_argument(  # issue 25
-        "--precision", default="bf16", choices=("bf16", "fp8", "fp8-fast"),
+        "--precision", default=os.environ.get("PETRI_PRECISION") or "bf16", type=precision_text,
+        metavar="PRECISION[+LEVER...]",
         help="fp8: the opt-in FP8 tier (CUDA, FP8 GPUs): the decoder's matrices, experts and lm head in e4m3 with "
-        "per-row scales; fp8-fast: the same with the matrix units' fast accumulation. Their samples differ in "
-        "distribution from bf16 by the shift the README reports, and every output names the tier (sampler '+fp8', "
-        "'+fp8-fast'). Default bf16",
+        "per-row scales; fp8-fast: the same with the matrix units' fast accumulation. Opt-in levers after it: "
+        "+sc-fp8 (the self-conditioning product in FP8, compiled tier) and +enc-fp8 (the prompt encoder in FP8); "
+        "fp8-fast+sc-fp8 is the benchmark's fastest configuration. Their samples differ in distribution from bf16 "
+        "by the shift the README reports, and every output names the tier (sampler '+fp8', '+fp8-fast', "
+        "'+sc-fp8', '+enc-fp8'). Default bf16 (env PETRI_PRECISION)",
     )
     parser.add_argument(
         "--trust-remote-code", action="store_true",
@@ -48,6 +52,15 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend", default="auto", help="auto (MLX on Apple silicon without a torch GPU, else torch), torch or mlx"
     )
+
+
+def precision_text(text: str) -> str:
+    """``--precision``'s value checked (:func:`petri.engine.precision_choice.parse_precision`) and
+    written out in its canonical order; argparse reports the error under the option's name."""
+    try:
+        return parse_precision(text).text
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("precision: ")) from None
 
 
 def env_flag(name: str) -> bool:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import types
+from dataclasses import replace
 from typing import Optional
 
 import torch
@@ -49,6 +50,7 @@ from petri.engine.decoder_hooks import encoder_layers
 from petri.engine.fp8_kernels import MAX_WIDTH, gelu_gate_quantized, quantize_rows_triton, triton_quantizable
 from petri.engine.fused_experts import combine_rows, fusable_reason, gated_activation, route
 from petri.engine.fused_logits import HAVE_TRITON
+from petri.engine.precision_choice import PRECISIONS
 from petri.engine.stacked_projections import GROUP, is_stacked_member, stacked_groups
 
 log = logging.getLogger(__name__)
@@ -58,7 +60,6 @@ FP8_MAX = 448.0  # the largest finite e4m3 value
 INV_FP8_MAX = 1.0 / FP8_MAX  # multiplied (in float32), not divided: the kernels do the same
 #: smallest scale, so that an all-zero row quantizes to zeros instead of NaN
 MIN_SCALE = 1e-12
-PRECISIONS = ("bf16", "fp8", "fp8-fast")  # fp8-fast: the matrix units' fast accumulation too
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -458,20 +459,29 @@ def use_bf16(lm) -> None:
     _forget_compiled_code(lm)
 
 
-def set_precision(lm, precision: str, fp8_encoder: bool | None = None) -> None:
+def set_precision(lm, precision: str, fp8_encoder: bool | None = None,
+                  fp8_self_conditioning: bool | None = None) -> None:
     """``"bf16"`` (the model's own weights), ``"fp8"`` or ``"fp8-fast"`` (:func:`use_fp8`);
-    ``ValueError`` names the field for anything else. ``fp8_encoder`` (opt-in; ``None`` keeps the
-    tier's): whether the FP8 tier, when on, runs the prompt encoder in FP8 too (module docstring)."""
+    ``ValueError`` names the field for anything else. Opt-in levers, ``None`` keeps the tier's:
+    ``fp8_encoder``, whether the FP8 tier, when on, runs the prompt encoder in FP8 too (module
+    docstring); ``fp8_self_conditioning``, the tier's :class:`petri.engine.fast_tier.FastOptions`
+    flag (refused, before anything changes, where the tier does not compute the self-conditioning
+    softmax in its logits pass: outside the compiled tier). ``--precision`` writes all three as one
+    text (:mod:`petri.engine.precision_choice`)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     tier = lm.fast_tier
+    if fp8_self_conditioning and not tier.softmax_self_conditioning(tier.options):
+        raise ValueError("precision: +sc-fp8 (the FP8 self-conditioning) runs in the compiled tier only (--compile), "
+                         "where the logits pass computes the self-conditioning softmax")
     encoder = tier.fp8_encoder if fp8_encoder is None else bool(fp8_encoder)
-    if precision == precision_of(lm) and encoder == tier.fp8_encoder:
-        return
-    use_bf16(lm)
-    tier.fp8_encoder = encoder
-    if precision != "bf16":
-        use_fp8(lm, fast_accum=precision == "fp8-fast")
+    if precision != precision_of(lm) or encoder != tier.fp8_encoder:
+        use_bf16(lm)
+        tier.fp8_encoder = encoder
+        if precision != "bf16":
+            use_fp8(lm, fast_accum=precision == "fp8-fast")
+    if fp8_self_conditioning is not None and tier.options.fp8_self_conditioning != fp8_self_conditioning:
+        tier.set_options(replace(tier.options, fp8_self_conditioning=bool(fp8_self_conditioning)))
 
 
 def precision_of(lm) -> str:

@@ -118,12 +118,17 @@ def load_backend_model(
     tier (:func:`petri.engine.torch_model.compile_for_sampling`): ``True`` on, ``False`` off,
     ``None`` where it is the default (CUDA with Triton); the tier is chosen here, at load.
     ``trust_remote_code``: a masked-diffusion checkpoint's own code may run (LLaDA, Dream).
-    ``precision``: ``"fp8"`` / ``"fp8-fast"`` is the opt-in FP8 tier (:func:`petri.engine.fp8.set_precision`,
-    refused where it cannot run)."""
+    ``precision``: ``"fp8"`` / ``"fp8-fast"`` is the opt-in FP8 tier, with its opt-in levers after it
+    (``"fp8-fast+sc-fp8"``, :mod:`petri.engine.precision_choice`; refused, naming why, where it cannot run)."""
+    from petri.engine.precision_choice import PrecisionChoice, parse_precision
+
+    choice = parse_precision(precision)  # before anything loads: a typo costs no model load
     chosen = select_backend(backend)
     if compile and chosen != "torch":
         raise ValueError("--compile applies to the torch backend only")
-    if precision != "bf16" and chosen != "torch":
+    if choice.fp8_self_conditioning and compile is False:
+        raise ValueError(f"precision {choice.text!r}: +sc-fp8 runs in the compiled tier only, and compile is off")
+    if choice.precision != "bf16" and chosen != "torch":
         raise ValueError(f"precision={precision!r}: the FP8 tier applies to the torch backend only")
     if chosen == "mlx" and is_masked_checkpoint(name_or_path):
         if requested_backend(backend) == "mlx":
@@ -139,13 +144,14 @@ def load_backend_model(
     lm = load_model(name_or_path, device=device, dtype=dtype, allow_download=allow_download,
                     trust_remote_code=trust_remote_code)
     if lm.family != "uniform-diffusion":
-        if compile or precision != "bf16":
+        if compile or choice != PrecisionChoice():
             raise ValueError(f"--compile and --precision apply to DiffusionGemma only; {lm.model_id!r} is {lm.family}")
         return lm
     if compile or (compile is None and compiles_by_default(lm)):
         compile_for_sampling(lm)
-    if precision != "bf16":
+    if choice != PrecisionChoice():
         from petri.engine.fp8 import set_precision
 
-        set_precision(lm, precision)
+        set_precision(lm, choice.precision, fp8_encoder=choice.fp8_encoder,
+                      fp8_self_conditioning=choice.fp8_self_conditioning)
     return lm

@@ -137,7 +137,7 @@ class ModelSpec:
     compile: bool | None = None  # None: on where it is the default (torch on CUDA with Triton)
     threads: int | None = None
     allow_download: bool = False
-    precision: str = "bf16"  # issue 25: "fp8" is the opt-in FP8 tier (petri.engine.fp8)
+    precision: str = "bf16"  # issue 25: "fp8", "fp8-fast+sc-fp8", …: the opt-in FP8 tier (petri.engine.precision_choice)
     trust_remote_code: bool = False
 
     def load(self) -> SamplingModel:
