@@ -25,6 +25,8 @@
 #   attn:   experiments/attention_check.py (the decoder's attention at both shapes through each of PyTorch's kernels and petri's);
 #   enclevers: experiments/encoder_levers.py (the prompt encoder's attention, experts and dense products alone, each with the
 #           lever that would replace it: the flash kernel told the window, FP8);
+#   pdl:    experiments/dependent_launch.py (programmatic dependent launch on chains of small kernels, before a kernel that
+#           streams a weight, and Inductor's enable_pdl: µs per kernel with and without);
 #   bench:  batch 1 (1,600-token prompt) and batch 12 (200) in one run (each petri configuration also with the prompt
 #           kept, the encoder pass timed alone and the time outside the step graphs): generate, the compiled tier in bf16,
 #           FP8 and fp8-fast, each also with the small-batch experts, the exact tier; profiles of the small-batch compiled
@@ -105,6 +107,9 @@ for part in "$@"; do
     attn)
       timeout ${ATTN_TIMEOUT:-150} python3 experiments/attention_check.py > $OUT/attention_check.json 2>$OUT/attn.err
       tail -c 4000 $OUT/attn.err >> $LOG ;;
+    pdl)
+      timeout ${PDL_TIMEOUT:-150} python3 experiments/dependent_launch.py > $OUT/dependent_launch.json 2>$OUT/pdl.err
+      tail -c 3000 $OUT/pdl.err >> $LOG; cat $OUT/dependent_launch.json >> $LOG ;;
     enclevers)
       timeout ${ENCLEVERS_TIMEOUT:-150} python3 experiments/encoder_levers.py > $OUT/encoder_levers.json 2>$OUT/enclevers.err
       tail -c 4000 $OUT/enclevers.err >> $LOG ;;

@@ -44,6 +44,7 @@ SUFFIXES = {
     "_sdpa_sliding": {"flash_sliding": False},
     "_masked_encoder": {"encoder_window": False},
     "_fp8_encoder": {"fp8_encoder": True},
+    "_inductor_pdl": {"inductor_pdl": True},
 }
 
 
