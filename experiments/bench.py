@@ -165,6 +165,8 @@ CONFIGS = (
     "petri_fast_compiled_small_fp8fast_sc_fp8_sdpa_sliding", "petri_fast_compiled_small_masked_encoder",
     "petri_fast_compiled_small_fp8fast_sc_fp8_masked_encoder", "petri_fast_compiled_small_fp8fast_sc_fp8_fp8_encoder",
     "petri_fast_compiled_small_inductor_pdl", "petri_fast_compiled_small_fp8fast_sc_fp8_inductor_pdl",
+    "petri_fast_compiled_small_pdl", "petri_fast_compiled_small_fp8fast_sc_fp8_pdl",
+    "petri_fast_compiled_small_pdl_inductor_pdl", "petri_fast_compiled_small_fp8fast_sc_fp8_pdl_inductor_pdl",
 )
 #: configuration → its mode: the keyword arguments of :func:`set_model_mode` where they differ from
 #: its defaults (the levers of the compiled tier as it is today: the prompt encoder compiled with its
@@ -239,6 +241,12 @@ MODES = {
     # Inductor's kernels launched with programmatic dependent launch (its triton.enable_pdl; Hopper on)
     "petri_fast_compiled_small_inductor_pdl": {**COMPILED_SMALL, "inductor_pdl": True},
     "petri_fast_compiled_small_fp8fast_sc_fp8_inductor_pdl": {**FASTEST, "inductor_pdl": True},
+    # petri's Triton kernels launched dependent (compile_for_sampling's dependent_launch, opt-in), alone and with Inductor's
+    "petri_fast_compiled_small_pdl": {**COMPILED_SMALL, "dependent_launch": True},
+    "petri_fast_compiled_small_fp8fast_sc_fp8_pdl": {**FASTEST, "dependent_launch": True},
+    "petri_fast_compiled_small_pdl_inductor_pdl": {**COMPILED_SMALL, "dependent_launch": True, "inductor_pdl": True},
+    "petri_fast_compiled_small_fp8fast_sc_fp8_pdl_inductor_pdl": {**FASTEST, "dependent_launch": True,
+                                                                  "inductor_pdl": True},
 }
 #: every other configuration (generate's, petri_eager, petri_fast): uncompiled layers, the library's experts
 #: (the overlapped MLP off only tells this mode's layers apart from the others': no lever applies uncompiled)
@@ -254,7 +262,7 @@ def set_model_mode(lm: LoadedModel, compiled: bool = False, fused_experts: bool 
                    overlapped_mlp: bool = True, deterministic_kernels: bool = True,
                    fused_attention_inputs: bool = True, global_attention: str = "products",
                    flash_sliding: bool = True, encoder_window: bool = True, fp8_encoder: bool = False,
-                   inductor_pdl: bool = False) -> None:
+                   inductor_pdl: bool = False, dependent_launch: bool = False) -> None:
     """Put the model in one configuration whatever the previous one was: uncompiled layers and the
     transformers experts, then (``fused_experts``) the fused experts op and (``compiled``) regional
     compilation (lazy: it lands in the next call), then the precision (``petri.engine.fp8``); the
@@ -269,7 +277,7 @@ def set_model_mode(lm: LoadedModel, compiled: bool = False, fused_experts: bool 
 
     layers = (compiled, fused_experts, small_batch, encoder, fused_router, split_attention, stacked_projections,
               fused_norms, overlapped_mlp, deterministic_kernels, fused_attention_inputs, global_attention,
-              flash_sliding, encoder_window, inductor_pdl)
+              flash_sliding, encoder_window, inductor_pdl, dependent_launch)
     if _current_layers[0] != layers:
         uncompile_regions(lm)  # the plain layers and experts; drops graphs captured before
         torch._dynamo.reset()
@@ -281,7 +289,8 @@ def set_model_mode(lm: LoadedModel, compiled: bool = False, fused_experts: bool 
                                  stacked_projections=stacked_projections, fused_norms=fused_norms,
                                  overlapped_mlp=overlapped_mlp, deterministic_kernels=deterministic_kernels,
                                  fused_attention_inputs=fused_attention_inputs, global_attention=global_attention,
-                                 flash_sliding=flash_sliding, encoder_window=encoder_window)
+                                 flash_sliding=flash_sliding, encoder_window=encoder_window,
+                                 dependent_launch=dependent_launch)
         elif fused_experts:
             fuse_experts(lm.model)
     set_precision(lm, precision, fp8_encoder=fp8_encoder)

@@ -45,6 +45,7 @@ SUFFIXES = {
     "_masked_encoder": {"encoder_window": False},
     "_fp8_encoder": {"fp8_encoder": True},
     "_inductor_pdl": {"inductor_pdl": True},
+    "_pdl": {"dependent_launch": True},
 }
 
 

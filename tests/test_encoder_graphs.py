@@ -39,7 +39,8 @@ class _Graph:
 
 
 def _stand_in_lm(device="cuda", compiled=True, graph=True):
-    tier = SimpleNamespace(compiled_encoder_layers=["layer"] if compiled else [], options=FastOptions(graph=graph))
+    tier = SimpleNamespace(compiled_encoder_layers=["layer"] if compiled else [], options=FastOptions(graph=graph),
+                           dependent_launch=False)
     return SimpleNamespace(device=torch.device(device), fast_tier=tier)
 
 

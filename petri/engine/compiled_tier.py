@@ -28,6 +28,7 @@ from petri.engine.decoder_hooks import (
     uncompile_layers,
     writing_own_cache_layer,
 )
+from petri.engine.dependent_launch import dependent_launch_reason
 from petri.engine.encoder_attention import use_encoder_window
 from petri.engine.fast_tier import FastOptions
 from petri.engine.fp8 import precision_of, set_precision
@@ -50,7 +51,7 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
                     stacked_projections: bool = True, fp8_self_conditioning: bool = False,
                     fused_norms: bool = True, overlapped_mlp: bool = True, deterministic_kernels: bool = True,
                     fused_attention_inputs: bool = True, global_attention: str = "products",
-                    flash_sliding: bool = True, encoder_window: bool = True) -> None:
+                    flash_sliding: bool = True, encoder_window: bool = True, dependent_launch: bool = False) -> None:
     """The compiled tier, in place: the decoder's experts through the fused experts op
     (``fused_experts``; skipped, with the reason logged, where the layers do not fit it), then
     regional compilation of the decoder layers (:func:`petri.engine.decoder_hooks.compile_layers`:
@@ -93,11 +94,16 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     a seed's tokens then do not depend on what the process compiled or timed before; off, the
     sampler names say ``+autotuned``). ``fused_attention_inputs`` (on by default; issue 25): each
     decoder attention's q, k, v norms, rotary embedding, transposes and appending to the prompt's
-    keys and values as one op (:mod:`petri.engine.attention_inputs`). The FP8 tier, when
-    on, is switched off around the change and on again, so that it quantizes what is installed.
-    :func:`uncompile_regions` undoes it all; an unknown ``global_attention`` is a ``ValueError``
-    before anything changes."""
+    keys and values as one op (:mod:`petri.engine.attention_inputs`). ``dependent_launch`` (opt-in;
+    issue 25, not yet measured): the fast sampler launches petri's Triton kernels with programmatic
+    dependent launch (:mod:`petri.engine.dependent_launch`; Hopper and a Triton with grid dependency
+    control). The FP8 tier, when on, is switched off around the change and on again, so that it
+    quantizes what is installed.
+    :func:`uncompile_regions` undoes it all; an unknown ``global_attention``, or ``dependent_launch``
+    where it cannot run, is a ``ValueError`` before anything changes."""
     check_method(global_attention)
+    if dependent_launch and (reason := dependent_launch_reason(lm.device)) is not None:
+        raise ValueError(reason)
     use_petri_cache_dir()
     with _fp8_off(lm):
         uncompile_regions(lm)
@@ -130,6 +136,7 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
                                                           deterministic=deterministic_kernels)
         tier.set_options(FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True,
                                      fp8_self_conditioning=fp8_self_conditioning))
+        tier.dependent_launch = dependent_launch
 
 
 def _fused_norms_forward(layers, fused_norms: bool, fused_router: bool, overlapped_mlp: bool = False,
@@ -222,4 +229,4 @@ def uncompile_regions(lm) -> None:
         if (prompt_layers := encoder_layers(lm.model)) is not None:
             _unfuse_ops(lm.model, prompt_layers)
             drop_split_attention(prompt_layers)
-        tier.small_batch_experts = tier.overlapped_mlp = tier.autotuned_kernels = False
+        tier.small_batch_experts = tier.overlapped_mlp = tier.autotuned_kernels = tier.dependent_launch = False

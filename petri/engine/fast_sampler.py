@@ -49,6 +49,7 @@ from petri.cancel import CancelToken
 from petri.engine.base import SampleRequest, StepCallback
 from petri.engine.compiled_tier import uncompile_regions
 from petri.engine.decoder_hooks import self_conditioning_reason, soft_embeddings_fed
+from petri.engine.dependent_launch import as_the_tier_says
 from petri.engine.fast_tier import FastOptions
 from petri.engine.fp8 import embedding_columns, scaled_matmul
 from petri.engine.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
@@ -361,6 +362,7 @@ def run_sampler_fast(lm, prompt_ids: Sequence[int], layouts: Sequence[Sequence[A
 
 
 @torch.no_grad()
+@as_the_tier_says
 def sample_fast(
     lm,
     request: SampleRequest,

@@ -69,7 +69,9 @@ class FastTier:
     :mod:`petri.engine.batch1_experts`' forward (the small-batch lever; in FP8 the FP8 tier's
     small-batch experts op). autotuned_kernels: the compiled tier's Inductor kernels were compiled
     without Inductor's deterministic mode (:func:`petri.engine.decoder_hooks.compile_function`), so
-    their configurations were picked by timing them. disabled: why the fast path is off for this model
+    their configurations were picked by timing them. dependent_launch (opt-in): the compiled tier
+    launches petri's Triton kernels with programmatic dependent launch in the fast sampler's calls
+    (:mod:`petri.engine.dependent_launch`). disabled: why the fast path is off for this model
     (it failed once), else ``None``. sessions: the fast path's sessions by shape key
     (:class:`petri.engine.fast_sampler._Session`: S·L·V buffers and captured graphs), dropped
     whenever what they captured changes. prompts: the encoded prompts kept for reuse by every torch
@@ -87,6 +89,7 @@ class FastTier:
     small_batch_experts: bool = False
     overlapped_mlp: bool = False
     autotuned_kernels: bool = False
+    dependent_launch: bool = False
     disabled: str | None = None
     sessions: dict = field(default_factory=dict, repr=False)
     prompts: PromptCache = field(default_factory=PromptCache, repr=False)
@@ -176,12 +179,13 @@ class FastTier:
         unless given): ``fast``, then ``+compiled``, ``+sc-softmax``, ``+sc-fp8``, ``+inverse-cdf``,
         ``+small-batch``, ``+overlapped-mlp`` (the compiled tier's overlapped MLP, which only
         FP8 layers take: :mod:`petri.engine.overlapped_mlp`), ``+autotuned`` (its kernels compiled
-        without Inductor's deterministic mode, :attr:`autotuned_kernels`) and the precision tag for each lever in
+        without Inductor's deterministic mode, :attr:`autotuned_kernels`), ``+pdl`` (petri's kernels
+        launched dependent, :attr:`dependent_launch`) and the precision tag for each lever in
         use, in that order (the names stored runs carry)."""
         options = self.options if options is None else options
         levers = (("+compiled", self.compiled), ("+sc-softmax", self.softmax_self_conditioning(options)),
                   ("+sc-fp8", self.fp8_self_conditioning(options)), ("+inverse-cdf", options.inverse_cdf_draw),
                   ("+small-batch", self.small_batch_experts_used(batch)),
                   ("+overlapped-mlp", self.overlapped_mlp and self.precision != "bf16"),
-                  ("+autotuned", self.compiled and self.autotuned_kernels))
+                  ("+autotuned", self.compiled and self.autotuned_kernels), ("+pdl", self.dependent_launch))
         return "fast" + "".join(name for name, used in levers if used) + self.precision_tag

@@ -15,7 +15,7 @@ Each chain without PDL, with PDL (every kernel waits for the one before first th
 dependents launch), and the stream chain with the prefetch; µs per kernel (median of the graph's
 replays). Also the versions and whether this torch's Inductor has the option.
 
-    python experiments/dependent_launch.py > experiments/results/dependent_launch_h200.json
+    python experiments/dependent_launch_chains.py > experiments/results/dependent_launch_chains_h200.json
     bash experiments/issue25_device.sh pdl      # the same on the device machine
 """
 
