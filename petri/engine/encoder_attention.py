@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import torch
 
+from petri.engine.sliding_attention import flash_kernel_takes
 from petri.engine.split_attention import WIDEST_FAST_HEAD, attend_or_sdpa, give_attention_function
 
 #: the function's name in transformers' ``AttentionInterface``
@@ -54,10 +55,8 @@ def window_call_fits(query: torch.Tensor, key: torch.Tensor, causal: bool, windo
     """Whether :func:`window_attention` computes this call (module docstring), the device aside: one
     sequence, keys as many as queries, causal, a window, no dropout, bf16 or fp16, a head dim of at
     most 256 divisible by 8 and query heads a multiple of the key/value heads."""
-    dim = query.shape[-1]
     return (query.shape[0] == 1 and key.shape[2] == query.shape[2] and causal and window is not None and window > 0
-            and not dropout and query.dtype in (torch.bfloat16, torch.float16) and dim <= WIDEST_FAST_HEAD
-            and dim % 8 == 0 and query.shape[1] % key.shape[1] == 0)
+            and not dropout and flash_kernel_takes(query) and query.shape[1] % key.shape[1] == 0)
 
 
 def _window_fits(query, key, attention_mask, causal, dropout, kwargs) -> bool:

@@ -52,12 +52,17 @@ def attend_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
     return out, lse
 
 
-def flash_takes(query: torch.Tensor) -> bool:
-    """Whether the flash kernel takes this call's query (B, H, Lq, D): bf16 or fp16, D ≤ 256 and
-    divisible by 8, B below :data:`FLASH_BELOW_SAMPLES`."""
+def flash_kernel_takes(query: torch.Tensor) -> bool:
+    """Whether PyTorch's flash kernel takes queries like ``query`` (B, H, Lq, D): bf16 or fp16, D ≤ 256
+    and divisible by 8."""
     dim = query.shape[-1]
-    return (query.dtype in (torch.bfloat16, torch.float16) and dim <= WIDEST_FAST_HEAD and dim % 8 == 0
-            and query.shape[0] < FLASH_BELOW_SAMPLES)
+    return query.dtype in (torch.bfloat16, torch.float16) and dim <= WIDEST_FAST_HEAD and dim % 8 == 0
+
+
+def flash_takes(query: torch.Tensor) -> bool:
+    """Whether this lever sends the call's query (B, H, Lq, D) to the flash kernel: the kernel takes it
+    (:func:`flash_kernel_takes`) and B is below :data:`FLASH_BELOW_SAMPLES`."""
+    return flash_kernel_takes(query) and query.shape[0] < FLASH_BELOW_SAMPLES
 
 
 def _folded_flash(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
