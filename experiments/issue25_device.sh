@@ -25,6 +25,8 @@
 #   attn:   experiments/attention_check.py (the decoder's attention at both shapes through each of PyTorch's kernels and petri's);
 #   enclevers: experiments/encoder_levers.py (the prompt encoder's attention, experts and dense products alone, each with the
 #           lever that would replace it: the flash kernel told the window, FP8);
+#   splitproducts: experiments/split_products.py (the decoder's dense products at one canvas with their reduction split
+#           over programs, petri's kernel at several splits and tiles against cuBLAS/cuBLASLt: time, bits, error);
 #   pdl:    experiments/dependent_launch_chains.py (programmatic dependent launch on chains of small kernels, before a kernel that
 #           streams a weight, and Inductor's enable_pdl: µs per kernel with and without);
 #   bench:  batch 1 (1,600-token prompt) and batch 12 (200) in one run (each petri configuration also with the prompt
@@ -54,7 +56,7 @@ for part in "$@"; do
         tests/test_fused_experts.py tests/test_fp8.py tests/test_batch1_experts.py tests/test_fast_tier.py tests/test_prompt_cache.py \
         tests/test_fused_router.py tests/test_compiled_encoder.py tests/test_split_attention.py tests/test_stacked_projections.py tests/test_fp8_self_conditioning.py \
         tests/test_fused_norms.py tests/test_encoder_graphs.py tests/test_overlapped_mlp.py tests/test_attention_inputs.py \
-        tests/test_deterministic_kernels.py tests/test_sliding_attention.py tests/test_encoder_attention.py tests/test_fp8_encoder.py tests/test_dependent_launch.py} > $OUT/pytest.log 2>&1
+        tests/test_deterministic_kernels.py tests/test_sliding_attention.py tests/test_encoder_attention.py tests/test_fp8_encoder.py tests/test_dependent_launch.py tests/test_split_products.py} > $OUT/pytest.log 2>&1
       tail -3 $OUT/pytest.log >> $LOG ;;
     sweep)
       timeout ${SWEEP_TIMEOUT:-300} python3 experiments/moe_sweep.py --jobs 8 > $OUT/moe_sweep.json 2>$OUT/sweep.err
@@ -107,6 +109,10 @@ for part in "$@"; do
     attn)
       timeout ${ATTN_TIMEOUT:-150} python3 experiments/attention_check.py > $OUT/attention_check.json 2>$OUT/attn.err
       tail -c 4000 $OUT/attn.err >> $LOG ;;
+    splitproducts)
+      timeout ${SPLITPRODUCTS_TIMEOUT:-300} python3 experiments/split_products.py > $OUT/split_products.json 2>$OUT/split_products.err
+      tail -c 3000 $OUT/split_products.err >> $LOG
+      python3 -c "import json; print(json.dumps(json.load(open('$OUT/split_products.json'))['ms_per_step']))" >> $LOG 2>&1 ;;
     pdl)
       timeout ${PDL_TIMEOUT:-150} python3 experiments/dependent_launch_chains.py > $OUT/dependent_launch.json 2>$OUT/pdl.err
       tail -c 3000 $OUT/pdl.err >> $LOG; cat $OUT/dependent_launch.json >> $LOG ;;

@@ -46,6 +46,7 @@ SUFFIXES = {
     "_fp8_encoder": {"fp8_encoder": True},
     "_inductor_pdl": {"inductor_pdl": True},
     "_pdl": {"dependent_launch": True},
+    "_split_products": {"split_products": True},
 }
 
 

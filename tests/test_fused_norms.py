@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from petri.engine import fp8 as fp8_module
+from petri.engine import fp8_mlp
 from petri.engine.compiled_tier import compile_regions, uncompile_regions
 from petri.engine.fp8 import dequantize, quantize_rows, set_precision
 from petri.engine.fused_norms import (
@@ -99,7 +100,7 @@ def test_the_fp8_tier_feeds_the_op_s_quantized_rows_with_the_library_logits(monk
     want = tiny_logits(lm)
     uncompile_regions(lm)
     seen, activations = [], []
-    experts_fp8, gelu_op = fp8_module.experts_fp8, fp8_module.gelu_gate_quantized_op
+    experts_fp8, gelu_op = fp8_module.experts_fp8, fp8_mlp.gelu_gate_quantized_op
 
     def spy(*args, **kwargs):
         seen.append(kwargs.get("hidden_scale", args[9] if len(args) > 9 else None))
@@ -110,7 +111,7 @@ def test_the_fp8_tier_feeds_the_op_s_quantized_rows_with_the_library_logits(monk
         return gelu_op(projected)
 
     monkeypatch.setattr(fp8_module, "experts_fp8", spy)
-    monkeypatch.setattr(fp8_module, "gelu_gate_quantized_op", gelu_spy)
+    monkeypatch.setattr(fp8_mlp, "gelu_gate_quantized_op", gelu_spy)
     compile_regions(lm, backend="eager", stacked_projections=stacked)
     got = tiny_logits(lm)
     assert seen and all(scale is not None and scale.dtype == torch.float32 for scale in seen)
@@ -126,13 +127,13 @@ def test_the_fp8_tier_feeds_the_op_s_quantized_rows_with_the_library_logits(monk
 def test_the_gelu_gate_op_is_the_activation_quantized_and_its_fake_matches():
     torch.manual_seed(2)
     projected = torch.randn(6, 2 * 40, dtype=torch.bfloat16) * 3
-    q, scale = fp8_module.gelu_gate_quantized_op(projected)
+    q, scale = fp8_mlp.gelu_gate_quantized_op(projected)
     gate, up = projected.float().split(40, dim=-1)
     activation = (torch.nn.functional.gelu(gate.bfloat16(), approximate="tanh") * up.bfloat16())  # the MLP's ops
     want_q, want_scale = quantize_rows(activation)
     assert q.shape == (6, 40) and torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
     assert torch.equal(scale, want_scale)
-    torch.library.opcheck(fp8_module.gelu_gate_quantized_op, (projected,), test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(fp8_mlp.gelu_gate_quantized_op, (projected,), test_utils=("test_schema", "test_faketensor"))
 
 
 def test_the_ops_fake_forms_match_their_results():

@@ -71,7 +71,9 @@ class FastTier:
     without Inductor's deterministic mode (:func:`petri.engine.decoder_hooks.compile_function`), so
     their configurations were picked by timing them. dependent_launch (opt-in): the compiled tier
     launches petri's Triton kernels with programmatic dependent launch in the fast sampler's calls
-    (:mod:`petri.engine.dependent_launch`). disabled: why the fast path is off for this model
+    (:mod:`petri.engine.dependent_launch`). split_products (opt-in): the compiled tier gave the FP8
+    tier's decoder linears counters, so that their products of few rows run through petri's
+    split-reduction kernel (:mod:`petri.engine.split_products`). disabled: why the fast path is off for this model
     (it failed once), else ``None``. sessions: the fast path's sessions by shape key
     (:class:`petri.engine.fast_sampler._Session`: S·L·V buffers and captured graphs), dropped
     whenever what they captured changes. prompts: the encoded prompts kept for reuse by every torch
@@ -90,6 +92,7 @@ class FastTier:
     overlapped_mlp: bool = False
     autotuned_kernels: bool = False
     dependent_launch: bool = False
+    split_products: bool = False
     disabled: str | None = None
     sessions: dict = field(default_factory=dict, repr=False)
     prompts: PromptCache = field(default_factory=PromptCache, repr=False)
@@ -180,12 +183,14 @@ class FastTier:
         ``+small-batch``, ``+overlapped-mlp`` (the compiled tier's overlapped MLP, which only
         FP8 layers take: :mod:`petri.engine.overlapped_mlp`), ``+autotuned`` (its kernels compiled
         without Inductor's deterministic mode, :attr:`autotuned_kernels`), ``+pdl`` (petri's kernels
-        launched dependent, :attr:`dependent_launch`) and the precision tag for each lever in
+        launched dependent, :attr:`dependent_launch`), ``+split-products`` (the FP8 linears' products
+        of few rows through the split-reduction kernel, :attr:`split_products`) and the precision tag for each lever in
         use, in that order (the names stored runs carry)."""
         options = self.options if options is None else options
         levers = (("+compiled", self.compiled), ("+sc-softmax", self.softmax_self_conditioning(options)),
                   ("+sc-fp8", self.fp8_self_conditioning(options)), ("+inverse-cdf", options.inverse_cdf_draw),
                   ("+small-batch", self.small_batch_experts_used(batch)),
                   ("+overlapped-mlp", self.overlapped_mlp and self.precision != "bf16"),
-                  ("+autotuned", self.compiled and self.autotuned_kernels), ("+pdl", self.dependent_launch))
+                  ("+autotuned", self.compiled and self.autotuned_kernels), ("+pdl", self.dependent_launch),
+                  ("+split-products", self.split_products and self.precision != "bf16"))
         return "fast" + "".join(name for name, used in levers if used) + self.precision_tag

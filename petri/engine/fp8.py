@@ -51,7 +51,8 @@ from petri.engine.fp8_kernels import MAX_WIDTH, gelu_gate_quantized, quantize_ro
 from petri.engine.fused_experts import combine_rows, fusable_reason, gated_activation, route
 from petri.engine.fused_logits import HAVE_TRITON
 from petri.engine.precision_choice import PRECISIONS
-from petri.engine.stacked_projections import GROUP, is_stacked_member, stacked_groups
+from petri.engine.split_products import split_scaled_product, splits, tier_counters
+from petri.engine.stacked_projections import is_stacked_member, stacked_groups
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +101,16 @@ def scaled_matmul_reference(xq, x_scale, wq, w_scale, dtype=torch.bfloat16) -> t
     return (dequantize(xq, x_scale) @ dequantize(wq, w_scale).T).to(dtype)
 
 
-def scaled_matmul(xq, x_scale, wq, w_scale, dtype=torch.bfloat16, fast_accum: bool = False) -> torch.Tensor:
+def scaled_matmul(xq, x_scale, wq, w_scale, dtype=torch.bfloat16, fast_accum: bool = False,
+                  counters: torch.Tensor | None = None) -> torch.Tensor:
     """As :func:`scaled_matmul_reference`; on CUDA ``torch._scaled_mm`` with row-wise scales
     (scale_a (M, 1), scale_b (1, N); the weight as a column-major (K, N) view). ``fast_accum``:
     the matrix units' reduced-precision accumulation (off in the tier; ``experiments/fp8_check.py``
-    times it)."""
+    times it). ``counters`` (a linear's under the compiled tier's opt-in split products): where the
+    product has too few output tiles to fill the GPU (:func:`petri.engine.split_products.splits`),
+    petri's split-reduction kernel instead (``petri::split_scaled_product``, bf16 out)."""
+    if counters is not None and dtype == torch.bfloat16 and splits(xq.shape[0], wq.shape[0], xq.shape[1], counters):
+        return split_scaled_product(xq, x_scale, wq, w_scale, counters, fast_accum)
     if xq.is_cuda:
         return torch._scaled_mm(xq, wq.T, scale_a=x_scale.unsqueeze(1), scale_b=w_scale.unsqueeze(0), out_dtype=dtype,
                                 use_fast_accum=fast_accum)
@@ -131,13 +137,14 @@ def scaled_grouped(xq, x_scale, wq, w_scale, offsets, dtype=torch.bfloat16, fast
     return scaled_grouped_reference(xq, x_scale, wq, w_scale, offsets, dtype)
 
 
-def fp8_linear(x: torch.Tensor, wq: torch.Tensor, w_scale: torch.Tensor, fast_accum: bool = False) -> torch.Tensor:
-    """``x @ W.T`` with W in FP8: x (..., K) bf16 → (..., N) in x's dtype (per-token activation scales).
-    (A Triton kernel for few rows, the small-batch GEMM's dense form, measured about 0.6 ms per
-    batch-1 step slower than ``torch._scaled_mm`` on an H200 and was taken out: issue 25's notes.)"""
-    rows = x.reshape(-1, x.shape[-1])
-    xq, x_scale = quantize_rows(rows)
-    return scaled_matmul(xq, x_scale, wq, w_scale, x.dtype, fast_accum).view(*x.shape[:-1], wq.shape[0])
+def linear_product(module, xq: torch.Tensor, x_scale: torch.Tensor, dtype=torch.bfloat16) -> torch.Tensor:
+    """The FP8 linear ``module``'s product (installed by :func:`use_fp8`) of rows already quantized:
+    xq (M, K) e4m3, x_scale (M,) → (M, N) in ``dtype``, with its split-reduction counters where the
+    compiled tier gave it some (:func:`scaled_matmul`). (A Triton kernel for few rows, the
+    small-batch GEMM's dense form, measured about 0.6 ms per batch-1 step slower than
+    ``torch._scaled_mm`` on an H200 and was taken out: issue 25's notes.)"""
+    return scaled_matmul(xq, x_scale, module._petri_fp8_weight, module._petri_fp8_scale, dtype, module._petri_fp8_fast,
+                         module._petri_split_counters)
 
 
 def _hidden_quantized(hidden: torch.Tensor, hidden_scale: torch.Tensor | None):
@@ -213,72 +220,9 @@ def _(hidden, top_k_index, top_k_weights, gate_up_q, gate_up_scale, down_q, down
 # ---- installing the tier on a model ----------------------------------------------------------------
 
 def _linear_forward(self, x: torch.Tensor) -> torch.Tensor:
-    return fp8_linear(x, self._petri_fp8_weight, self._petri_fp8_scale, self._petri_fp8_fast)
-
-
-def _gate_up_linears(mlp) -> tuple[list[torch.nn.Linear], list[int] | None]:
-    """The linears that compute ``mlp``'s gate and up products: its stacked group's linear and the
-    widths to split its output by (:mod:`petri.engine.stacked_projections`), or its own two."""
-    entry = getattr(mlp.gate_proj, GROUP, None)
-    if entry is not None and list(entry[0].members) == [mlp.gate_proj, mlp.up_proj]:
-        return [entry[0].stacked], entry[0].widths
-    return [mlp.gate_proj, mlp.up_proj], None
-
-
-def takes_quantized(mlp, experts) -> bool:
-    """Whether the FP8 tier is on for a layer's dense MLP (its gate and up linears) and experts, so
-    that both can take their inputs quantized: :func:`gate_up_quantized`, and the experts' forward's
-    ``hidden_scale``."""
-    linears, _ = _gate_up_linears(mlp)
-    return all(hasattr(m, "_petri_fp8_weight") for m in linears) and hasattr(experts, "_petri_fp8_gate_up")
-
-
-def gate_up_quantized(mlp, xq: torch.Tensor, x_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``mlp``'s gate and up products of rows already quantized: xq (M, H) e4m3, x_scale (M,) →
-    gate, up (M, I) bf16 each, what its FP8 linears compute from the bf16 rows (:func:`takes_quantized`)."""
-    linears, widths = _gate_up_linears(mlp)
-    products = [scaled_matmul(xq, x_scale, m._petri_fp8_weight, m._petri_fp8_scale, torch.bfloat16, m._petri_fp8_fast)
-                for m in linears]
-    return tuple(products[0].split(widths, dim=-1)) if widths is not None else tuple(products)
-
-
-@torch.library.custom_op("petri::gelu_gate_quantized", mutates_args=())
-def gelu_gate_quantized_op(projected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`activation_quantized` of the tanh GELU as one op, opaque to ``torch.compile``: projected
-    (R, 2·I) → q (R, I) e4m3, scale (R,) float32. Compiled, the torch ops of the activation and the
-    quantization would be traced and fused by Inductor; through the op they are one launch of
-    :func:`petri.engine.fp8_kernels.gelu_gate_quantized` on CUDA (the eager ops' roundings)."""
-    return activation_quantized(projected, "gelu_pytorch_tanh")
-
-
-@gelu_gate_quantized_op.register_fake
-def _(projected):
-    rows, double_width = projected.shape
-    return (projected.new_empty((rows, double_width // 2), dtype=FP8),
-            projected.new_empty((rows,), dtype=torch.float32))
-
-
-def mlp_quantized(mlp, xq: torch.Tensor, x_scale: torch.Tensor) -> torch.Tensor:
-    """``mlp``'s output of rows already quantized: xq (M, H) e4m3, x_scale (M,) → (M, H) bf16, what
-    its FP8 linears compute from the bf16 rows (:func:`takes_quantized`). With its gate and up as one
-    stacked product of equal halves (:mod:`petri.engine.stacked_projections`), the tanh GELU and an
-    FP8 down linear, the activation and the down product's row quantization are one op
-    (``petri::gelu_gate_quantized``); otherwise :func:`gate_up_quantized`, the MLP's activation and
-    its down linear."""
-    linears, widths = _gate_up_linears(mlp)
-    down = mlp.down_proj
-    fused = (len(linears) == 1 and widths is not None and len(widths) == 2 and widths[0] == widths[1]
-             and getattr(getattr(mlp, "config", None), "hidden_activation", None) == "gelu_pytorch_tanh"
-             and hasattr(down, "_petri_fp8_weight"))
-    if not fused:
-        gate, up = gate_up_quantized(mlp, xq, x_scale)
-        return down(mlp.act_fn(gate) * up)
-    stacked = linears[0]
-    projected = scaled_matmul(xq, x_scale, stacked._petri_fp8_weight, stacked._petri_fp8_scale, torch.bfloat16,
-                              stacked._petri_fp8_fast)
-    aq, a_scale = gelu_gate_quantized_op(projected)
-    return scaled_matmul(aq, a_scale, down._petri_fp8_weight, down._petri_fp8_scale, torch.bfloat16,
-                         down._petri_fp8_fast)
+    """``x @ W.T`` with W in FP8: x (..., K) bf16 → (..., N) in x's dtype (per-token activation scales)."""
+    rows = x.reshape(-1, x.shape[-1])
+    return linear_product(self, *quantize_rows(rows), x.dtype).view(*x.shape[:-1], self._petri_fp8_weight.shape[0])
 
 
 def _experts_forward(self, hidden_states, top_k_index, top_k_weights, hidden_scale=None):
@@ -359,9 +303,11 @@ def _quantized_once(quantized: dict, weight: torch.Tensor) -> tuple[torch.Tensor
     return quantized[id(weight)]
 
 
-def _install_linear(module, weight_scale: tuple[torch.Tensor, torch.Tensor], fast_accum: bool) -> None:
+def _install_linear(module, weight_scale: tuple[torch.Tensor, torch.Tensor], fast_accum: bool,
+                    split: bool = False) -> None:
     module._petri_fp8_weight, module._petri_fp8_scale = weight_scale
     module._petri_fp8_fast = fast_accum
+    module._petri_split_counters = tier_counters(module.weight.device) if split else None
     module.forward = types.MethodType(_linear_forward, module)
 
 
@@ -379,7 +325,7 @@ def use_fp8(lm, fast_accum: bool = False) -> None:
     encoder = lm.fast_tier.fp8_encoder
     quantized: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     for _, module in dense_targets(model):
-        _install_linear(module, _quantized_once(quantized, module.weight), fast_accum)
+        _install_linear(module, _quantized_once(quantized, module.weight), fast_accum, lm.fast_tier.split_products)
     for group in stacked_groups(model):  # rows are quantized one by one: a member's rows are its own quantization
         rows = zip(group.stacked._petri_fp8_weight.split(group.widths), group.stacked._petri_fp8_scale.split(group.widths))
         quantized.update((id(member.weight), part) for member, part in zip(group.members, rows))
@@ -443,7 +389,7 @@ def use_bf16(lm) -> None:
     for _, module in dense_targets(model) + encoder_targets(model):
         if "_petri_fp8_weight" not in vars(module):  # an encoder linear the tier left in bf16
             continue
-        for name in ("forward", "_petri_fp8_weight", "_petri_fp8_scale", "_petri_fp8_fast"):
+        for name in ("forward", "_petri_fp8_weight", "_petri_fp8_scale", "_petri_fp8_fast", "_petri_split_counters"):
             vars(module).pop(name, None)
     for _, experts in _experts_of(model, encoder=True):
         if "_petri_fp8_gate_up" not in vars(experts):  # the encoder's in bf16: its forward is not the tier's

@@ -41,7 +41,8 @@ import types
 
 import torch
 
-from petri.engine.fp8 import FP8, FP8_MAX, INV_FP8_MAX, MIN_SCALE, quantize_rows, takes_quantized
+from petri.engine.fp8 import FP8, FP8_MAX, INV_FP8_MAX, MIN_SCALE, quantize_rows
+from petri.engine.fp8_mlp import takes_quantized
 from petri.engine.dependent_launch import launch_options
 from petri.engine.fused_logits import HAVE_TRITON
 from petri.engine.fused_router import fusable_router_reason
@@ -258,7 +259,7 @@ def fuse_norms_forward(self, hidden_states: torch.Tensor, position_embeddings=No
     cache pass through ``kwargs`` to the attention) with the norms between the attention and the
     next layer as :func:`feedforward_inputs` and :func:`layer_output`. In the FP8 tier (the MLP's
     gate and up FP8 linears) their inputs come quantized from the op: the MLP
-    (:func:`petri.engine.fp8.mlp_quantized`) and the experts take them as they are. ``mlp_beside``
+    (:func:`petri.engine.fp8_mlp.mlp_quantized`) and the experts take them as they are. ``mlp_beside``
     (the compiled tier's overlapped MLP): in the FP8 tier, a :class:`petri.engine.overlapped_mlp.MLPBeside`
     whose MLP runs on a side stream beside the router and experts
     (:func:`petri.engine.overlapped_mlp.overlapped_feedforward_blocks`); ``None``, or bf16

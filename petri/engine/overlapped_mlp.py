@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import torch
 
-from petri.engine.fp8 import mlp_quantized
+from petri.engine.fp8_mlp import mlp_quantized
 from petri.engine.fused_router import route_scaled
 
 
@@ -78,7 +78,7 @@ class MLPBeside:
 
 def feedforward_mlp(layer: torch.nn.Module, pre: torch.Tensor, pre_scale: torch.Tensor | None,
                     quantize: bool) -> torch.Tensor:
-    """``layer``'s dense MLP of its input: quantized rows through :func:`petri.engine.fp8.mlp_quantized`
+    """``layer``'s dense MLP of its input: quantized rows through :func:`petri.engine.fp8_mlp.mlp_quantized`
     in the FP8 tier, else the module. (T, H) → (T, H)."""
     return mlp_quantized(layer.mlp, pre, pre_scale) if quantize else layer.mlp(pre)
 

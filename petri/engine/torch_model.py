@@ -146,7 +146,7 @@ def compile_for_sampling(
     stacked_projections: bool = True, fp8_self_conditioning: bool = False, fused_norms: bool = True,
     overlapped_mlp: bool = True, deterministic_kernels: bool = True, fused_attention_inputs: bool = True,
     global_attention: str = "products", flash_sliding: bool = True, encoder_window: bool = True,
-    dependent_launch: bool = False,
+    dependent_launch: bool = False, split_products: bool = False,
 ) -> LoadedModel:
     """Compile what the samplers call, in place. ``regional`` (default): ``torch.compile`` each decoder
     layer (``petri.engine.compiled_tier.compile_regions``: one compiled graph per layer type, reused
@@ -175,7 +175,9 @@ def compile_for_sampling(
     before, and ``fused_attention_inputs`` (default) computes each decoder attention's q, k, v
     norms, rotary embedding and appending to the prompt's keys and values as one op, and
     ``dependent_launch`` (opt-in, Hopper; not yet measured) launches petri's Triton kernels with
-    programmatic dependent launch (:mod:`petri.engine.dependent_launch`) (all issue 25).
+    programmatic dependent launch (:mod:`petri.engine.dependent_launch`), and ``split_products``
+    (opt-in, CUDA; not yet measured) computes the FP8 tier's decoder products of few rows through
+    petri's split-reduction kernel (:mod:`petri.engine.split_products`) (all issue 25).
     ``backend="eager"`` traces without compiling (what the CPU test uses)."""
     if regional:
         from petri.engine.compiled_tier import compile_regions
@@ -186,7 +188,8 @@ def compile_for_sampling(
                         fused_norms=fused_norms, overlapped_mlp=overlapped_mlp,
                         deterministic_kernels=deterministic_kernels, fused_attention_inputs=fused_attention_inputs,
                         global_attention=global_attention, flash_sliding=flash_sliding,
-                        encoder_window=encoder_window, dependent_launch=dependent_launch)
+                        encoder_window=encoder_window, dependent_launch=dependent_launch,
+                        split_products=split_products)
     else:
         from petri.engine.decoder_hooks import compile_function
 
