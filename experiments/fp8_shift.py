@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "experiments"))
 
-from petri.engine.fp8 import set_precision  # noqa: E402
+from petri.engine.fp8 import set_precision_choice  # noqa: E402
 from petri.engine.precision_choice import PrecisionChoice, parse_precision  # noqa: E402
 from petri.engine.torch_model import compile_for_sampling, load_model  # noqa: E402
 from petri.tables import samples_table  # noqa: E402
@@ -159,8 +159,7 @@ def main() -> None:
     if not plan:
         raise SystemExit("nothing to draw: name an FP8 arm (--arms) or keep the null arm")
     for arm, choice, offset in plan:
-        set_precision(lm, choice.precision, fp8_encoder=choice.fp8_encoder,
-                      fp8_self_conditioning=choice.fp8_self_conditioning)
+        set_precision_choice(lm, choice)
         began = time.perf_counter()
         values: dict[str, list] = {"flips": [], "steps": [], "entropy": []}
         for seed in range(args.seeds):

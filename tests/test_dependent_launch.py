@@ -2,7 +2,7 @@
 opt-in, Hopper).
 
 On the CPU: the launch options off unless a block says otherwise, and the block's setting undone
-after it; refused, changing nothing, where it cannot run; every Triton kernel in petri begins with
+after it (refused, changing nothing, off CUDA: tests/test_fast_tier.py); every Triton kernel in petri begins with
 the wait (before any load or store: the contract that makes the launch safe) and every launch
 passes the options (read from the source, so no kernel is missed); the compiled tier records it,
 names it ``+pdl``, forgets it when uncompiled, and the fast sampler and the encoder's passes launch
@@ -78,13 +78,6 @@ def test_the_options_are_the_launch_as_before_outside_a_dependent_block():
     with pytest.raises(RuntimeError), launched_dependent(True):
         raise RuntimeError  # an error inside the block undoes it too
     assert not dependent_launch_used()
-
-
-def test_refused_where_it_cannot_run_and_nothing_changes():
-    lm = tiny_random_model(canvas_length=16, num_layers=2, seed=1, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="needs CUDA and Triton"):
-        compile_for_sampling(lm, backend="eager", dependent_launch=True)
-    assert not lm.fast_tier.compiled and not lm.fast_tier.dependent_launch
 
 
 def test_the_compiled_tier_records_names_and_forgets_it(monkeypatch):

@@ -15,7 +15,7 @@ import torch
 
 from petri.engine.base import SampleRequest
 from petri.engine.compiled_tier import uncompile_regions
-from petri.engine.fp8 import precision_of, set_precision
+from petri.engine.fp8 import precision_of, set_precision_choice
 from petri.engine.precision_choice import PrecisionChoice, parse_precision
 from petri.engine.select import load_backend_model
 from petri.engine.tiny import tiny_random_model
@@ -102,10 +102,6 @@ def test_the_fp8_encoder_chosen_at_load_is_what_samples():
     assert traj.sampler.endswith("+enc-fp8+fp8")
 
 
-def apply_precision(lm, choice: PrecisionChoice) -> None:
-    set_precision(lm, choice.precision, fp8_encoder=choice.fp8_encoder, fp8_self_conditioning=choice.fp8_self_conditioning)
-
-
 @pytest.fixture()
 def tiny():
     lm = tiny_random_model(canvas_length=16, num_layers=2, seed=1, dtype=torch.bfloat16)
@@ -115,18 +111,18 @@ def tiny():
 
 def test_fp8_self_conditioning_outside_the_compiled_tier_is_refused_and_changes_nothing(tiny):
     with pytest.raises(ValueError, match=r"\+sc-fp8 .*runs in the compiled tier only \(--compile\)"):
-        apply_precision(tiny, parse_precision("fp8-fast+sc-fp8+enc-fp8"))
+        set_precision_choice(tiny, parse_precision("fp8-fast+sc-fp8+enc-fp8"))
     assert precision_of(tiny) == "bf16" and not tiny.fast_tier.fp8_encoder
     assert not tiny.fast_tier.options.fp8_self_conditioning
 
 
 def test_fp8_self_conditioning_in_the_compiled_tier_and_back(tiny):
     compile_for_sampling(tiny, backend="eager")
-    apply_precision(tiny, parse_precision("fp8-fast+sc-fp8"))
+    set_precision_choice(tiny, parse_precision("fp8-fast+sc-fp8"))
     tier = tiny.fast_tier
     assert precision_of(tiny) == "fp8-fast" and tier.fp8_self_conditioning(tier.options)
     assert "+sc-fp8" in tier.fast_name(1) and tier.fast_name(1).endswith("+fp8-fast")
     assert tier.options.softmax_self_conditioning and tier.options.inverse_cdf_draw  # the compiled tier's kept
-    apply_precision(tiny, PrecisionChoice())
+    set_precision_choice(tiny, PrecisionChoice())
     assert precision_of(tiny) == "bf16" and not tier.options.fp8_self_conditioning and not tier.fp8_encoder
     assert "+sc-fp8" not in tier.fast_name(1)

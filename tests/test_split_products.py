@@ -1,8 +1,8 @@
 """The split-reduction products (petri.engine.split_products, issue 25; opt-in): the configuration
 choice and the reference against hand-worked cases and the errors on the CPU; the kernel's logic
 (slices, the last arrival adding them in order, the counters left at zero) in Triton's interpreter
-where Triton is installed; the compiled tier's wiring (refused off CUDA; the FP8 decoder linears
-get counters, the encoder's do not, the name says it, bf16 and uncompiling take them back;
+where Triton is installed; the compiled tier's wiring (refused off CUDA: tests/test_fast_tier.py;
+the FP8 decoder linears get counters, the encoder's do not, the name says it, bf16 and uncompiling take them back;
 :func:`petri.engine.fp8.scaled_matmul` sends exactly the products :func:`splits` names to the op).
 On a GPU (skipped elsewhere): the kernel at the full-size architecture's one-canvas shapes against
 the float32 product and the library's, bit-equal over repeated and captured calls; and a model's
@@ -119,13 +119,6 @@ def test_the_kernels_logic_in_tritons_interpreter():
     done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["ok", "5"]
-
-
-def test_refused_off_cuda_and_nothing_changes():
-    lm = tiny_random_model(canvas_length=16, num_layers=2, seed=1, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="^split products need CUDA and Triton"):
-        compile_for_sampling(lm, backend="eager", split_products=True)
-    assert not lm.fast_tier.compiled and not lm.fast_tier.split_products
 
 
 def _counters(module):

@@ -287,12 +287,11 @@ def fp8_reason(lm) -> str | None:
 
 def _experts_of(model, encoder: bool = False) -> list[tuple[str, torch.nn.Module]]:
     """(name, module) of the decoder layers' experts and, with ``encoder``, the prompt encoder's."""
-    found = [(f"model.decoder.layers.{i}.experts", layer.experts) for i, layer in enumerate(model.model.decoder.layers)
-             if getattr(layer, "experts", None) is not None]
+    stacks = [("model.decoder.layers", model.model.decoder.layers)]
     if encoder and (layers := encoder_layers(model)) is not None:
-        found += [(f"model.encoder.layers.{i}.experts", layer.experts) for i, layer in enumerate(layers)
-                  if getattr(layer, "experts", None) is not None]
-    return found
+        stacks.append(("model.encoder.layers", layers))
+    return [(f"{prefix}.{i}.experts", layer.experts) for prefix, layers in stacks for i, layer in enumerate(layers)
+            if getattr(layer, "experts", None) is not None]
 
 
 def _quantized_once(quantized: dict, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -428,6 +427,12 @@ def set_precision(lm, precision: str, fp8_encoder: bool | None = None,
             use_fp8(lm, fast_accum=precision == "fp8-fast")
     if fp8_self_conditioning is not None and tier.options.fp8_self_conditioning != fp8_self_conditioning:
         tier.set_options(replace(tier.options, fp8_self_conditioning=bool(fp8_self_conditioning)))
+
+
+def set_precision_choice(lm, choice) -> None:
+    """:func:`set_precision` as a :class:`petri.engine.precision_choice.PrecisionChoice` (``--precision``'s
+    text, read) says: its precision and both levers."""
+    set_precision(lm, choice.precision, fp8_encoder=choice.fp8_encoder, fp8_self_conditioning=choice.fp8_self_conditioning)
 
 
 def precision_of(lm) -> str:

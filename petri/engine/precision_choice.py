@@ -10,9 +10,8 @@ each after a ``+`` (issue 25). What ``--precision`` takes (the ``petri`` command
 
 So ``fp8-fast+sc-fp8`` is the benchmark's fastest configuration (``experiments/bench.py``'s
 ``petri_fast_compiled_small_fp8fast_sc_fp8``) and ``fp8-fast+sc-fp8+enc-fp8`` the same with the
-FP8 encoder. The levers need an FP8 precision. :func:`petri.engine.fp8.set_precision` puts a model
-in a choice ``c``: ``set_precision(lm, c.precision, fp8_encoder=c.fp8_encoder,
-fp8_self_conditioning=c.fp8_self_conditioning)``. Sampler names say what ran: ``+sc-fp8``,
+FP8 encoder. The levers need an FP8 precision. :func:`petri.engine.fp8.set_precision_choice` puts
+a model in a choice. Sampler names say what ran: ``+sc-fp8``,
 ``+enc-fp8``, ``+fp8-fast``. Nothing here imports torch (the command line checks the text before a
 model loads).
 """

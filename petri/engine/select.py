@@ -150,8 +150,7 @@ def load_backend_model(
     if compile or (compile is None and compiles_by_default(lm)):
         compile_for_sampling(lm)
     if choice != PrecisionChoice():
-        from petri.engine.fp8 import set_precision
+        from petri.engine.fp8 import set_precision_choice
 
-        set_precision(lm, choice.precision, fp8_encoder=choice.fp8_encoder,
-                      fp8_self_conditioning=choice.fp8_self_conditioning)
+        set_precision_choice(lm, choice)
     return lm
