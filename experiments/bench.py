@@ -168,6 +168,8 @@ CONFIGS = (
     "petri_fast_compiled_small_pdl", "petri_fast_compiled_small_fp8fast_sc_fp8_pdl",
     "petri_fast_compiled_small_pdl_inductor_pdl", "petri_fast_compiled_small_fp8fast_sc_fp8_pdl_inductor_pdl",
     "petri_fast_compiled_small_fp8fast_sc_fp8_split_products", "petri_fast_compiled_small_fp8fast_sc_fp8_pdl_split_products",
+    "petri_fast_compiled_small_split_keys", "petri_fast_compiled_small_fp8fast_sc_fp8_split_keys",
+    "petri_fast_compiled_small_fp8fast_sc_fp8_split_products_split_keys",
 )
 #: configuration → its mode: the keyword arguments of :func:`set_model_mode` where they differ from
 #: its defaults (the levers of the compiled tier as it is today: the prompt encoder compiled with its
@@ -253,6 +255,12 @@ MODES = {
     "petri_fast_compiled_small_fp8fast_sc_fp8_split_products": {**FASTEST, "split_products": True},
     "petri_fast_compiled_small_fp8fast_sc_fp8_pdl_split_products": {**FASTEST, "dependent_launch": True,
                                                                     "split_products": True},
+    # the sliding layers' attention at one sample through petri's split-key kernel (compile_for_sampling's
+    # split_key_attention, opt-in) instead of the flash kernel, and with the split products
+    "petri_fast_compiled_small_split_keys": {**COMPILED_SMALL, "split_key_attention": True},
+    "petri_fast_compiled_small_fp8fast_sc_fp8_split_keys": {**FASTEST, "split_key_attention": True},
+    "petri_fast_compiled_small_fp8fast_sc_fp8_split_products_split_keys": {**FASTEST, "split_products": True,
+                                                                           "split_key_attention": True},
 }
 #: every other configuration (generate's, petri_eager, petri_fast): uncompiled layers, the library's experts
 #: (the overlapped MLP off only tells this mode's layers apart from the others': no lever applies uncompiled)
@@ -268,7 +276,8 @@ def set_model_mode(lm: LoadedModel, compiled: bool = False, fused_experts: bool 
                    overlapped_mlp: bool = True, deterministic_kernels: bool = True,
                    fused_attention_inputs: bool = True, global_attention: str = "products",
                    flash_sliding: bool = True, encoder_window: bool = True, fp8_encoder: bool = False,
-                   inductor_pdl: bool = False, dependent_launch: bool = False, split_products: bool = False) -> None:
+                   inductor_pdl: bool = False, dependent_launch: bool = False, split_products: bool = False,
+                   split_key_attention: bool = False) -> None:
     """Put the model in one configuration whatever the previous one was: uncompiled layers and the
     transformers experts, then (``fused_experts``) the fused experts op and (``compiled``) regional
     compilation (lazy: it lands in the next call), then the precision (``petri.engine.fp8``); the
@@ -283,7 +292,7 @@ def set_model_mode(lm: LoadedModel, compiled: bool = False, fused_experts: bool 
 
     layers = (compiled, fused_experts, small_batch, encoder, fused_router, split_attention, stacked_projections,
               fused_norms, overlapped_mlp, deterministic_kernels, fused_attention_inputs, global_attention,
-              flash_sliding, encoder_window, inductor_pdl, dependent_launch, split_products)
+              flash_sliding, encoder_window, inductor_pdl, dependent_launch, split_products, split_key_attention)
     if _current_layers[0] != layers:
         uncompile_regions(lm)  # the plain layers and experts; drops graphs captured before
         torch._dynamo.reset()
@@ -296,7 +305,8 @@ def set_model_mode(lm: LoadedModel, compiled: bool = False, fused_experts: bool 
                                  overlapped_mlp=overlapped_mlp, deterministic_kernels=deterministic_kernels,
                                  fused_attention_inputs=fused_attention_inputs, global_attention=global_attention,
                                  flash_sliding=flash_sliding, encoder_window=encoder_window,
-                                 dependent_launch=dependent_launch, split_products=split_products)
+                                 dependent_launch=dependent_launch, split_products=split_products,
+                                 split_key_attention=split_key_attention)
         elif fused_experts:
             fuse_experts(lm.model)
     set_precision(lm, precision, fp8_encoder=fp8_encoder)

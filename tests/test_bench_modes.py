@@ -47,6 +47,7 @@ SUFFIXES = {
     "_inductor_pdl": {"inductor_pdl": True},
     "_pdl": {"dependent_launch": True},
     "_split_products": {"split_products": True},
+    "_split_keys": {"split_key_attention": True},
 }
 
 

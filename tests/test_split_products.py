@@ -10,11 +10,6 @@ logits with the lever as close to without it as FP8 rounding allows."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -34,8 +29,8 @@ from petri.engine.split_products import (
 )
 from petri.engine.tiny import tiny_random_model
 from petri.engine.torch_model import compile_for_sampling
+from kernel_support import assert_repeats_bit_for_bit, compiled_logits, distance, on_cuda, run_interpreted
 
-ROOT = Path(__file__).resolve().parent.parent
 CUDA = torch.cuda.is_available() and HAVE_TRITON
 HOPPER = CUDA and torch.cuda.get_device_capability() >= (9, 0)
 
@@ -115,10 +110,7 @@ print("ok", len(results))
 
 @pytest.mark.skipif(not HAVE_TRITON, reason="needs Triton (its interpreter runs on the CPU)")
 def test_the_kernels_logic_in_tritons_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["ok", "5"]
+    assert run_interpreted(INTERPRETED).split() == ["ok", "5"]
 
 
 def _counters(module):
@@ -196,16 +188,8 @@ def test_fp8_products_match_the_float32_product_and_repeat_bit_for_bit(columns, 
     assert relative < (4e-3 if fast_accum else 3e-3)  # bf16 output rounding is about 2e-3 of each element
     assert relative < 1.5 * float((library.float() - exact).norm() / exact.norm()) + 1e-4
     assert int(counters.count_nonzero()) == 0
-    again = [split_product(xq, wq, counters, x_scale, w_scale, fast_accum=fast_accum) for _ in range(20)]
-    assert all(torch.equal(out, a) for a in again)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = split_product(xq, wq, counters, x_scale, w_scale, fast_accum=fast_accum)
-    for _ in range(20):
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(captured, out)
-    assert int(counters.count_nonzero()) == 0
+    assert_repeats_bit_for_bit(lambda: split_product(xq, wq, counters, x_scale, w_scale, fast_accum=fast_accum), out,
+                               counters)
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
@@ -226,38 +210,19 @@ def test_a_models_logits_with_split_products_stay_within_fp8_rounding_on_gpu(mon
     """A two-layer model wide enough that every decoder product at one canvas is split (hidden,
     heads × head dim, MLP 1,024: 8 steps of 128, 16 to 20 tiles), compiled tier in fp8-fast: the
     logits with the lever differ from those without by far less than FP8 differs from bf16."""
-    from dataclasses import replace
-
     from petri.engine import split_products
 
-    lm = tiny_random_model(canvas_length=256, seed=3, dtype=torch.bfloat16, hidden_size=1024, num_heads=8,
-                           num_kv_heads=1, head_dim=128, intermediate_size=1024, expert_size=64)
-    lm.model.to("cuda")
-    lm = replace(lm, device=torch.device("cuda"))
+    lm = on_cuda(tiny_random_model(canvas_length=256, seed=3, dtype=torch.bfloat16, hidden_size=1024, num_heads=8,
+                                   num_kv_heads=1, head_dim=128, intermediate_size=1024, expert_size=64))
     generator = torch.Generator(device="cuda").manual_seed(0)
     canvas = torch.randint(4, lm.vocab_size, (1, 256), device="cuda", generator=generator)
     prompt = torch.tensor([[5, 9, 17, 33]], device="cuda")
     calls = []
     kernel = split_products.split_product
     monkeypatch.setattr(split_products, "split_product", lambda *a, **k: calls.append(a[0].shape) or kernel(*a, **k))
-
-    def logits(levers: bool, precision: str) -> torch.Tensor:
-        torch._dynamo.reset()
-        compile_for_sampling(lm, backend="eager", split_products=levers)
-        fp8.set_precision(lm, precision)
-        try:
-            with torch.no_grad():
-                return lm.model(decoder_input_ids=canvas, input_ids=prompt).logits.float()
-        finally:
-            fp8.set_precision(lm, "bf16")
-            uncompile_regions(lm)
-
-    bf16, plain = logits(False, "bf16"), logits(False, "fp8-fast")
+    bf16 = compiled_logits(lm, canvas, prompt)
+    plain = compiled_logits(lm, canvas, prompt, "fp8-fast")
     assert calls == []
-    split = logits(True, "fp8-fast")
+    split = compiled_logits(lm, canvas, prompt, "fp8-fast", split_products=True)
     assert len(calls) >= 4 * 2  # q/k/v, o, gate/up, down in each of the two layers (and the heads' products)
-
-    def distance(a, b):
-        return float((a - b).norm() / b.norm())
-
     assert distance(split, plain) < 0.25 * distance(plain, bf16)

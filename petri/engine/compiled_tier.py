@@ -38,6 +38,7 @@ from petri.engine.fused_router import fuse_routers, unfuse_routers
 from petri.engine.overlapped_mlp import MLPBeside, feedforward_mlp
 from petri.engine.sliding_attention import use_flash_sliding
 from petri.engine.split_attention import check_method, drop_split_attention, use_split_attention
+from petri.engine.split_key_attention import use_split_key_attention
 from petri.engine.split_products import split_reason
 from petri.engine.stacked_projections import stack_projections, unstack_projections
 
@@ -53,7 +54,7 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
                     fused_norms: bool = True, overlapped_mlp: bool = True, deterministic_kernels: bool = True,
                     fused_attention_inputs: bool = True, global_attention: str = "products",
                     flash_sliding: bool = True, encoder_window: bool = True, dependent_launch: bool = False,
-                    split_products: bool = False) -> None:
+                    split_products: bool = False, split_key_attention: bool = False) -> None:
     """The compiled tier, in place: the decoder's experts through the fused experts op
     (``fused_experts``; skipped, with the reason logged, where the layers do not fit it), then
     regional compilation of the decoder layers (:func:`petri.engine.decoder_hooks.compile_layers`:
@@ -101,14 +102,19 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     dependent launch (:mod:`petri.engine.dependent_launch`; Hopper and a Triton with grid dependency
     control). ``split_products`` (opt-in; issue 25, not yet measured): the FP8 tier's decoder linears
     compute their products of few rows through petri's split-reduction kernel
-    (:mod:`petri.engine.split_products`; CUDA and Triton). The FP8 tier, when on, is switched off
-    around the change and on again, so that it quantizes what is installed.
-    :func:`uncompile_regions` undoes it all; an unknown ``global_attention``, or ``dependent_launch``
-    or ``split_products`` where it cannot run, is a ``ValueError`` before anything changes."""
+    (:mod:`petri.engine.split_products`; CUDA and Triton). ``split_key_attention`` (opt-in; issue 25,
+    not yet measured): at one sample the sliding layers attend through petri's kernel with the keys
+    split over programs instead of the flash kernel (:mod:`petri.engine.split_key_attention`; CUDA
+    and Triton). The FP8 tier, when on, is switched off around the change and on again, so that it
+    quantizes what is installed. :func:`uncompile_regions` undoes it all; an unknown
+    ``global_attention``, or a CUDA lever (``dependent_launch``, ``split_products``,
+    ``split_key_attention``) where it cannot run, is a ``ValueError`` before anything changes."""
     check_method(global_attention)
-    for asked, reason_for in ((dependent_launch, dependent_launch_reason), (split_products, split_reason)):
-        if asked and (reason := reason_for(lm.device)) is not None:
-            raise ValueError(reason)
+    for asked, reason in ((dependent_launch, lambda: dependent_launch_reason(lm.device)),
+                          (split_products, lambda: split_reason(lm.device)),
+                          (split_key_attention, lambda: split_reason(lm.device, "split-key attention kernels"))):
+        if asked and (why := reason()) is not None:
+            raise ValueError(why)
     use_petri_cache_dir()
     with _fp8_off(lm):
         uncompile_regions(lm)
@@ -121,6 +127,8 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
         tier.small_batch_experts = fused_experts and small_batch_experts and "experts" not in left_out
         if split_attention:
             use_split_attention(decoder_layers, method=global_attention)
+        if split_key_attention:  # before the flash kernel's, which then leaves these layers alone
+            use_split_key_attention(decoder_layers, lm.device)
         if flash_sliding:
             use_flash_sliding(decoder_layers)
         if stacked_projections:
@@ -143,6 +151,7 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
                                      fp8_self_conditioning=fp8_self_conditioning))
         tier.dependent_launch = dependent_launch
         tier.split_products = split_products  # the FP8 tier, switched on again on leaving, gives the counters
+        tier.split_key_attention = split_key_attention
 
 
 def _fused_norms_forward(layers, fused_norms: bool, fused_router: bool, overlapped_mlp: bool = False,
@@ -236,4 +245,4 @@ def uncompile_regions(lm) -> None:
             _unfuse_ops(lm.model, prompt_layers)
             drop_split_attention(prompt_layers)
         tier.small_batch_experts = tier.overlapped_mlp = tier.autotuned_kernels = tier.dependent_launch = False
-        tier.split_products = False
+        tier.split_products = tier.split_key_attention = False

@@ -29,8 +29,8 @@ the steps added in float32, or everything in the units' accumulator with ``fast_
 ``fp8-fast``), as :func:`petri.engine.batch1_experts.grouped_gemm` does.
 
 Shapes: x (M, K) e4m3 or bf16, weight (N, K) of the same dtype (K contiguous: the linear's own
-layout), x_scale (M,) and weight_scale (N,) float32 when e4m3; counters (≥ tiles,) int32; the
-result (M, N) bf16.
+layout), x_scale (M,) and weight_scale (N,) float32 when e4m3; counters (≥ tiles,) int32 where it
+splits; the result (M, N) bf16.
 """
 
 from __future__ import annotations
@@ -109,10 +109,11 @@ def tier_counters(device) -> torch.Tensor:
     return torch.zeros(count, dtype=torch.int32, device=device)
 
 
-def split_reason(device) -> str | None:
-    """``None`` when ``device`` (a ``torch.device``) runs the split products, else why not."""
+def split_reason(device, lever: str = "split products") -> str | None:
+    """``None`` when ``device`` (a ``torch.device``) runs petri's split kernels (these products, the
+    split-key attention), else why not, naming the ``lever``."""
     if device.type != "cuda" or not HAVE_TRITON:
-        return "split products need CUDA and Triton"
+        return f"{lever} need CUDA and Triton"
     return None
 
 
@@ -143,7 +144,7 @@ def split_product(x, weight, counters, x_scale=None, weight_scale=None, *, fast_
     if config is None:
         config = choose_config(rows, columns, depth, scaled, _multiprocessors(x.device))
     tiles = config.tiles(rows, columns)
-    if counters.dtype != torch.int32 or counters.numel() < tiles:
+    if config.split > 1 and (counters.dtype != torch.int32 or counters.numel() < tiles):
         raise ValueError(f"counters: {counters.numel()} {counters.dtype} for {tiles} tiles (int32 needed)")
     out = torch.empty((rows, columns), dtype=torch.bfloat16, device=x.device)
     tile = config.block_m * config.block_n
