@@ -169,6 +169,7 @@ CONFIGS = (
     "petri_fast_compiled_small_pdl_inductor_pdl", "petri_fast_compiled_small_fp8fast_sc_fp8_pdl_inductor_pdl",
     "petri_fast_compiled_small_fp8fast_sc_fp8_split_products", "petri_fast_compiled_small_fp8fast_sc_fp8_pdl_split_products",
     "petri_fast_compiled_small_split_keys", "petri_fast_compiled_small_fp8fast_sc_fp8_split_keys",
+    "petri_fast_compiled_small_split_products", "petri_fast_compiled_small_split_products_split_keys",
     "petri_fast_compiled_small_fp8fast_sc_fp8_split_products_split_keys",
 )
 #: configuration → its mode: the keyword arguments of :func:`set_model_mode` where they differ from
@@ -250,8 +251,9 @@ MODES = {
     "petri_fast_compiled_small_pdl_inductor_pdl": {**COMPILED_SMALL, "dependent_launch": True, "inductor_pdl": True},
     "petri_fast_compiled_small_fp8fast_sc_fp8_pdl_inductor_pdl": {**FASTEST, "dependent_launch": True,
                                                                   "inductor_pdl": True},
-    # the FP8 decoder products of few rows through petri's split-reduction kernel (compile_for_sampling's
-    # split_products, opt-in), alone and with petri's kernels launched dependent
+    # the decoder's dense products of few rows through petri's split-reduction kernel (compile_for_sampling's
+    # split_products, opt-in), in bf16 and FP8, alone and with petri's kernels launched dependent
+    "petri_fast_compiled_small_split_products": {**COMPILED_SMALL, "split_products": True},
     "petri_fast_compiled_small_fp8fast_sc_fp8_split_products": {**FASTEST, "split_products": True},
     "petri_fast_compiled_small_fp8fast_sc_fp8_pdl_split_products": {**FASTEST, "dependent_launch": True,
                                                                     "split_products": True},
@@ -261,6 +263,8 @@ MODES = {
     "petri_fast_compiled_small_fp8fast_sc_fp8_split_keys": {**FASTEST, "split_key_attention": True},
     "petri_fast_compiled_small_fp8fast_sc_fp8_split_products_split_keys": {**FASTEST, "split_products": True,
                                                                            "split_key_attention": True},
+    "petri_fast_compiled_small_split_products_split_keys": {**COMPILED_SMALL, "split_products": True,
+                                                            "split_key_attention": True},
 }
 #: every other configuration (generate's, petri_eager, petri_fast): uncompiled layers, the library's experts
 #: (the overlapped MLP off only tells this mode's layers apart from the others': no lever applies uncompiled)

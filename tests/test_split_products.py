@@ -2,18 +2,22 @@
 choice and the reference against hand-worked cases and the errors on the CPU; the kernel's logic
 (slices, the last arrival adding them in order, the counters left at zero) in Triton's interpreter
 where Triton is installed; the compiled tier's wiring (refused off CUDA: tests/test_fast_tier.py;
-the FP8 decoder linears get counters, the encoder's do not, the name says it, bf16 and uncompiling take them back;
-:func:`petri.engine.fp8.scaled_matmul` sends exactly the products :func:`splits` names to the op).
-On a GPU (skipped elsewhere): the kernel at the full-size architecture's one-canvas shapes against
-the float32 product and the library's, bit-equal over repeated and captured calls; and a model's
-logits with the lever as close to without it as FP8 rounding allows."""
+the decoder's dense linears get counters and the lever's bf16 forward, keep the counters under the
+FP8 tier's forward and get theirs back after it, the encoder's never, the name says it, uncompiling
+takes it all back; a bf16 linear and :func:`petri.engine.fp8.scaled_matmul` send exactly the products
+:func:`splits` names to the ops). On a GPU (skipped elsewhere): the kernel at the full-size
+architecture's one-canvas shapes against the float32 product and the library's, bit-equal over
+repeated and captured calls; and a model's logits with the lever, in bf16 and fp8-fast, as close to
+without it as rounding allows."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from petri.engine import fp8
+from petri.engine import fp8, split_products
 from petri.engine.compiled_tier import uncompile_regions
 from petri.engine.fp8 import dense_targets, encoder_targets, quantize_rows, scaled_matmul, scaled_matmul_reference
 from petri.engine.fused_logits import HAVE_TRITON
@@ -29,6 +33,7 @@ from petri.engine.split_products import (
 )
 from petri.engine.tiny import tiny_random_model
 from petri.engine.torch_model import compile_for_sampling
+from tiny_support import tiny_logits
 from kernel_support import assert_repeats_bit_for_bit, compiled_logits, distance, on_cuda, run_interpreted
 
 CUDA = torch.cuda.is_available() and HAVE_TRITON
@@ -117,28 +122,58 @@ def _counters(module):
     return vars(module).get("_petri_split_counters")
 
 
-def test_the_fp8_decoder_linears_get_counters_and_give_them_back(monkeypatch):
+def _split_forward(module) -> bool:
+    return getattr(vars(module).get("forward"), "__func__", None) is split_products._split_linear_forward
+
+
+def test_the_decoder_linears_get_counters_in_both_precisions_and_give_them_back(monkeypatch):
     """As on CUDA (the refusal stood in: on the CPU the counters are empty, so nothing splits)."""
     monkeypatch.setattr("petri.engine.compiled_tier.split_reason", lambda device: None)
     lm = tiny_random_model(canvas_length=16, num_layers=2, seed=1, dtype=torch.bfloat16)
+    want = tiny_logits(lm)
     try:
         compile_for_sampling(lm, backend="eager", split_products=True)
-        assert lm.fast_tier.split_products and "+split-products" not in lm.fast_tier.fast_name(1)  # bf16: no product split
+        decoder = [m for _, m in dense_targets(lm.model)]
+        assert all(_split_forward(m) and _counters(m).numel() == 0 for m in decoder)  # bf16: the lever's forward
+        assert lm.fast_tier.split_products and "+split-products" in lm.fast_tier.fast_name(1)
+        assert torch.equal(tiny_logits(lm), want)  # nothing splits on the CPU: F.linear, as uncompiled
         fp8.set_precision(lm, "fp8-fast", fp8_encoder=True)
-        decoder, encoder = dense_targets(lm.model), encoder_targets(lm.model)
-        assert decoder and encoder
-        assert all(isinstance(_counters(m), torch.Tensor) and _counters(m).numel() == 0 for _, m in decoder)
-        assert all("_petri_fp8_weight" in vars(m) and _counters(m) is None for _, m in encoder)  # FP8, never split
+        encoder = [m for _, m in encoder_targets(lm.model)]
+        assert encoder and all("_petri_fp8_weight" in vars(m) and _counters(m) is None for m in encoder)  # never split
+        assert all(not _split_forward(m) and _counters(m) is not None for m in decoder)  # the FP8 forward, same counters
         assert lm.fast_tier.fast_name(1).endswith("+split-products+enc-fp8+fp8-fast")
         fp8.set_precision(lm, "bf16")
-        assert all(_counters(m) is None for _, m in decoder) and "+split-products" not in lm.fast_tier.fast_name(1)
+        assert all(_split_forward(m) and _counters(m) is not None for m in decoder)  # given back
         fp8.set_precision(lm, "fp8")
-        assert all(_counters(m) is not None for _, m in dense_targets(lm.model))
         uncompile_regions(lm)  # the FP8 tier stays, without the lever
         assert not lm.fast_tier.split_products and fp8.precision_of(lm) == "fp8"
-        assert all(_counters(m) is None for _, m in dense_targets(lm.model))
+        assert "+split-products" not in lm.fast_tier.fast_name(1)
+        assert all(_counters(m) is None and "_petri_fp8_weight" in vars(m) for _, m in dense_targets(lm.model))
+        fp8.set_precision(lm, "bf16")
+        assert all("forward" not in vars(m) for _, m in dense_targets(lm.model))  # the class's own again
     finally:
         uncompile_regions(lm)
+
+
+def test_a_bf16_linear_sends_the_products_splits_names_to_the_op(monkeypatch):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(1024, 1024, bias=False).bfloat16()
+    split_products.use_split_products([linear])
+    linear._petri_split_counters = torch.zeros(132, dtype=torch.int32)  # as an H200's: 16 tiles, 16 steps of 64
+    calls = []
+    op = split_products.split_bf16_product
+    monkeypatch.setattr(split_products, "split_bf16_product", lambda *a: calls.append(a[0].shape) or op(*a))
+    x = torch.randn(2, 128, 1024).bfloat16()
+    out = linear(x)
+    assert calls == [(256, 1024)]
+    assert torch.equal(out, split_product_reference(x.reshape(256, 1024), linear.weight).view(2, 128, 1024))
+    linear(torch.randn(3072, 1024).bfloat16())  # twelve canvases: 24 × 8 tiles fill the chip
+    linear(torch.randn(256, 2048).bfloat16()[:, ::2])  # a strided reduction axis: F.linear
+    assert len(calls) == 1
+    split_products.drop_split_products([linear])
+    assert "forward" not in vars(linear) and "_petri_split_counters" not in vars(linear)
+    torch.library.opcheck(op, (x.reshape(256, 1024), linear.weight.detach(), torch.zeros(132, dtype=torch.int32)),
+                          test_utils=("test_schema", "test_faketensor"))
 
 
 def test_scaled_matmul_sends_the_products_splits_names_to_the_op(monkeypatch):
@@ -162,6 +197,11 @@ def test_scaled_matmul_sends_the_products_splits_names_to_the_op(monkeypatch):
     scaled_matmul(xq[:, :256], x_scale, wq[:, :256], w_scale, counters=chip)  # 2 steps: not split
     scaled_matmul(xq, x_scale, wq, w_scale, torch.float32, counters=chip)  # the op writes bf16 only
     assert calls == [132]
+    linear = SimpleNamespace(_petri_fp8_weight=wq, _petri_fp8_scale=w_scale, _petri_fp8_fast=False)
+    fp8.linear_product(linear, xq, x_scale)  # an FP8 linear without the lever
+    linear._petri_split_counters = chip
+    assert torch.equal(fp8.linear_product(linear, xq, x_scale), out)  # with it: its counters reach the op
+    assert calls == [132, 132]
     # (opcheck's schema test multiplies its inputs, which torch's CPU kernels cannot in e4m3)
     torch.library.opcheck(split_scaled_product, (xq, x_scale, wq, w_scale, chip, False), test_utils=("test_faketensor",))
 
@@ -206,10 +246,10 @@ def test_bf16_products_match_the_float32_product_at_every_split():
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs a GPU of compute capability 9.0 (e4m3 matrix units) and Triton")
-def test_a_models_logits_with_split_products_stay_within_fp8_rounding_on_gpu(monkeypatch):
+def test_a_models_logits_with_split_products_stay_within_rounding_on_gpu(monkeypatch):
     """A two-layer model wide enough that every decoder product at one canvas is split (hidden,
-    heads × head dim, MLP 1,024: 8 steps of 128, 16 to 20 tiles), compiled tier in fp8-fast: the
-    logits with the lever differ from those without by far less than FP8 differs from bf16."""
+    heads × head dim, MLP 1,024: 8 steps of 128, 16 to 20 tiles), compiled tier in fp8-fast and in
+    bf16: the logits with the lever differ from those without by far less than FP8 differs from bf16."""
     from petri.engine import split_products
 
     lm = on_cuda(tiny_random_model(canvas_length=256, seed=3, dtype=torch.bfloat16, hidden_size=1024, num_heads=8,
@@ -226,3 +266,7 @@ def test_a_models_logits_with_split_products_stay_within_fp8_rounding_on_gpu(mon
     split = compiled_logits(lm, canvas, prompt, "fp8-fast", split_products=True)
     assert len(calls) >= 4 * 2  # q/k/v, o, gate/up, down in each of the two layers (and the heads' products)
     assert distance(split, plain) < 0.25 * distance(plain, bf16)
+    calls.clear()
+    split_bf16 = compiled_logits(lm, canvas, prompt, split_products=True)
+    assert len(calls) >= 4 * 2
+    assert distance(split_bf16, bf16) < 0.25 * distance(plain, bf16)

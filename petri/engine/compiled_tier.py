@@ -31,7 +31,7 @@ from petri.engine.decoder_hooks import (
 from petri.engine.dependent_launch import dependent_launch_reason
 from petri.engine.encoder_attention import use_encoder_window
 from petri.engine.fast_tier import FastOptions
-from petri.engine.fp8 import precision_of, set_precision
+from petri.engine.fp8 import dense_targets, precision_of, set_precision
 from petri.engine.fused_experts import fuse_experts, unfuse_experts
 from petri.engine.fused_norms import fuse_norms_reason, fused_norms_forward
 from petri.engine.fused_router import fuse_routers, unfuse_routers
@@ -39,7 +39,7 @@ from petri.engine.overlapped_mlp import MLPBeside, feedforward_mlp
 from petri.engine.sliding_attention import use_flash_sliding
 from petri.engine.split_attention import check_method, drop_split_attention, use_split_attention
 from petri.engine.split_key_attention import use_split_key_attention
-from petri.engine.split_products import split_reason
+from petri.engine.split_products import drop_split_products, split_reason, use_split_products
 from petri.engine.stacked_projections import stack_projections, unstack_projections
 
 log = logging.getLogger(__name__)
@@ -100,9 +100,9 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     keys and values as one op (:mod:`petri.engine.attention_inputs`). ``dependent_launch`` (opt-in;
     issue 25, not yet measured): the fast sampler launches petri's Triton kernels with programmatic
     dependent launch (:mod:`petri.engine.dependent_launch`; Hopper and a Triton with grid dependency
-    control). ``split_products`` (opt-in; issue 25, not yet measured): the FP8 tier's decoder linears
-    compute their products of few rows through petri's split-reduction kernel
-    (:mod:`petri.engine.split_products`; CUDA and Triton). ``split_key_attention`` (opt-in; issue 25,
+    control). ``split_products`` (opt-in; issue 25, not yet measured): the decoder's dense linears
+    compute their products of few rows through petri's split-reduction kernel, in bf16 and in the FP8
+    tier (:mod:`petri.engine.split_products`; CUDA and Triton). ``split_key_attention`` (opt-in; issue 25,
     not yet measured): at one sample the sliding layers attend through petri's kernel with the keys
     split over programs instead of the flash kernel (:mod:`petri.engine.split_key_attention`; CUDA
     and Triton). The FP8 tier, when on, is switched off around the change and on again, so that it
@@ -133,6 +133,8 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
             use_flash_sliding(decoder_layers)
         if stacked_projections:
             stack_projections(lm, decoder_layers)
+        if split_products:  # after the stacking, so that the stacked linears get the counters
+            use_split_products([module for _, module in dense_targets(lm.model)])
         if fused_attention_inputs:
             use_fused_attention_inputs(decoder_layers)
         forward = _fused_norms_forward(decoder_layers, fused_norms, fused_router and "router" not in left_out,
@@ -150,7 +152,7 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
         tier.set_options(FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True,
                                      fp8_self_conditioning=fp8_self_conditioning))
         tier.dependent_launch = dependent_launch
-        tier.split_products = split_products  # the FP8 tier, switched on again on leaving, gives the counters
+        tier.split_products = split_products
         tier.split_key_attention = split_key_attention
 
 
@@ -240,6 +242,7 @@ def uncompile_regions(lm) -> None:
         _unfuse_ops(lm.model, decoder_layers)
         drop_split_attention(decoder_layers)
         drop_fused_attention_inputs(decoder_layers)
+        drop_split_products([module for _, module in dense_targets(lm.model)])
         unstack_projections(lm, decoder_layers)
         if (prompt_layers := encoder_layers(lm.model)) is not None:
             _unfuse_ops(lm.model, prompt_layers)

@@ -72,9 +72,9 @@ class FastTier:
     without Inductor's deterministic mode (:func:`petri.engine.decoder_hooks.compile_function`), so
     their configurations were picked by timing them. dependent_launch (opt-in): the compiled tier
     launches petri's Triton kernels with programmatic dependent launch in the fast sampler's calls
-    (:mod:`petri.engine.dependent_launch`). split_products (opt-in): the compiled tier gave the FP8
-    tier's decoder linears counters, so that their products of few rows run through petri's
-    split-reduction kernel (:mod:`petri.engine.split_products`). split_key_attention (opt-in): the
+    (:mod:`petri.engine.dependent_launch`). split_products (opt-in): the compiled tier gave the
+    decoder's dense linears counters, so that their products of few rows run through petri's
+    split-reduction kernel, in bf16 and FP8 (:mod:`petri.engine.split_products`). split_key_attention (opt-in): the
     compiled tier's sliding layers attend at one sample through petri's split-key kernel
     (:mod:`petri.engine.split_key_attention`). disabled: why the fast path is off for this model
     (it failed once), else ``None``. sessions: the fast path's sessions by shape key
@@ -187,8 +187,8 @@ class FastTier:
         ``+small-batch``, ``+overlapped-mlp`` (the compiled tier's overlapped MLP, which only
         FP8 layers take: :mod:`petri.engine.overlapped_mlp`), ``+autotuned`` (its kernels compiled
         without Inductor's deterministic mode, :attr:`autotuned_kernels`), ``+pdl`` (petri's kernels
-        launched dependent, :attr:`dependent_launch`), ``+split-products`` (the FP8 linears' products
-        of few rows through the split-reduction kernel, :attr:`split_products`), ``+split-keys`` (the
+        launched dependent, :attr:`dependent_launch`), ``+split-products`` (the decoder linears'
+        products of few rows through the split-reduction kernel, :attr:`split_products`), ``+split-keys`` (the
         sliding layers' attention at one sample through the split-key kernel, :attr:`split_key_attention`)
         and the precision tag for each lever in
         use, in that order (the names stored runs carry)."""
@@ -198,6 +198,6 @@ class FastTier:
                   ("+small-batch", self.small_batch_experts_used(batch)),
                   ("+overlapped-mlp", self.overlapped_mlp and self.precision != "bf16"),
                   ("+autotuned", self.compiled and self.autotuned_kernels), ("+pdl", self.dependent_launch),
-                  ("+split-products", self.split_products and self.precision != "bf16"),
+                  ("+split-products", self.split_products),
                   ("+split-keys", self.split_key_attention and batch < SPLIT_KEYS_BELOW))
         return "fast" + "".join(name for name, used in levers if used) + self.precision_tag

@@ -51,7 +51,7 @@ from petri.engine.fp8_kernels import MAX_WIDTH, gelu_gate_quantized, quantize_ro
 from petri.engine.fused_experts import combine_rows, fusable_reason, gated_activation, route
 from petri.engine.fused_logits import HAVE_TRITON
 from petri.engine.precision_choice import PRECISIONS
-from petri.engine.split_products import split_scaled_product, splits, tier_counters
+from petri.engine.split_products import split_scaled_product, splits
 from petri.engine.stacked_projections import is_stacked_member, stacked_groups
 
 log = logging.getLogger(__name__)
@@ -140,11 +140,11 @@ def scaled_grouped(xq, x_scale, wq, w_scale, offsets, dtype=torch.bfloat16, fast
 def linear_product(module, xq: torch.Tensor, x_scale: torch.Tensor, dtype=torch.bfloat16) -> torch.Tensor:
     """The FP8 linear ``module``'s product (installed by :func:`use_fp8`) of rows already quantized:
     xq (M, K) e4m3, x_scale (M,) → (M, N) in ``dtype``, with its split-reduction counters where the
-    compiled tier gave it some (:func:`scaled_matmul`). (A Triton kernel for few rows, the
+    compiled tier gave it some (:func:`scaled_matmul`, :func:`petri.engine.split_products.use_split_products`). (A Triton kernel for few rows, the
     small-batch GEMM's dense form, measured about 0.6 ms per batch-1 step slower than
     ``torch._scaled_mm`` on an H200 and was taken out: issue 25's notes.)"""
     return scaled_matmul(xq, x_scale, module._petri_fp8_weight, module._petri_fp8_scale, dtype, module._petri_fp8_fast,
-                         module._petri_split_counters)
+                         getattr(module, "_petri_split_counters", None))
 
 
 def _hidden_quantized(hidden: torch.Tensor, hidden_scale: torch.Tensor | None):
@@ -302,11 +302,14 @@ def _quantized_once(quantized: dict, weight: torch.Tensor) -> tuple[torch.Tensor
     return quantized[id(weight)]
 
 
-def _install_linear(module, weight_scale: tuple[torch.Tensor, torch.Tensor], fast_accum: bool,
-                    split: bool = False) -> None:
+def _install_linear(module, weight_scale: tuple[torch.Tensor, torch.Tensor], fast_accum: bool) -> None:
+    """The FP8 forward over ``module``'s, whose own (the split products', where installed) is kept
+    for :func:`use_bf16` to give back."""
+    current = vars(module).get("forward")
+    if getattr(current, "__func__", None) is not _linear_forward:
+        module._petri_bf16_forward = current  # None: the class's own
     module._petri_fp8_weight, module._petri_fp8_scale = weight_scale
     module._petri_fp8_fast = fast_accum
-    module._petri_split_counters = tier_counters(module.weight.device) if split else None
     module.forward = types.MethodType(_linear_forward, module)
 
 
@@ -324,7 +327,7 @@ def use_fp8(lm, fast_accum: bool = False) -> None:
     encoder = lm.fast_tier.fp8_encoder
     quantized: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     for _, module in dense_targets(model):
-        _install_linear(module, _quantized_once(quantized, module.weight), fast_accum, lm.fast_tier.split_products)
+        _install_linear(module, _quantized_once(quantized, module.weight), fast_accum)
     for group in stacked_groups(model):  # rows are quantized one by one: a member's rows are its own quantization
         rows = zip(group.stacked._petri_fp8_weight.split(group.widths), group.stacked._petri_fp8_scale.split(group.widths))
         quantized.update((id(member.weight), part) for member, part in zip(group.members, rows))
@@ -388,8 +391,11 @@ def use_bf16(lm) -> None:
     for _, module in dense_targets(model) + encoder_targets(model):
         if "_petri_fp8_weight" not in vars(module):  # an encoder linear the tier left in bf16
             continue
-        for name in ("forward", "_petri_fp8_weight", "_petri_fp8_scale", "_petri_fp8_fast", "_petri_split_counters"):
+        previous = vars(module).pop("_petri_bf16_forward", None)
+        for name in ("forward", "_petri_fp8_weight", "_petri_fp8_scale", "_petri_fp8_fast"):
             vars(module).pop(name, None)
+        if previous is not None:
+            module.forward = previous
     for _, experts in _experts_of(model, encoder=True):
         if "_petri_fp8_gate_up" not in vars(experts):  # the encoder's in bf16: its forward is not the tier's
             continue

@@ -1,7 +1,8 @@
 """Dense products of few rows with their reduction split over programs (issue 25's split-reduction
-lever, opt-in and not yet measured: ``compile_for_sampling(lm, split_products=True)`` gives the FP8
-tier's decoder linears counters, and :func:`petri.engine.fp8.scaled_matmul` sends the products that
-:func:`splits` names here; ``experiments/split_products.py`` measures the kernel alone).
+lever, opt-in and not yet measured: ``compile_for_sampling(lm, split_products=True)`` gives the
+decoder's dense linears counters (:func:`use_split_products`): in bf16 their forward, in the FP8 tier
+:func:`petri.engine.fp8.scaled_matmul`, sends the products :func:`splits` names here;
+``experiments/split_products.py`` measures the kernel alone).
 
 Why: at one canvas (256 rows) most of the decoder's dense products have fewer output tiles than
 the GPU has multiprocessors. An o projection (N 2,816, K 4,096) is 2 × 22 tiles of 128 × 128 on an
@@ -36,6 +37,7 @@ splits; the result (M, N) bf16.
 from __future__ import annotations
 
 import math
+import types
 from dataclasses import dataclass
 
 import torch
@@ -94,10 +96,10 @@ def counters_for(rows: int, columns: int, device, config: SplitConfig | None = N
     return torch.zeros(config.tiles(rows, columns), dtype=torch.int32, device=device)
 
 
-def splits(rows: int, columns: int, depth: int, counters: torch.Tensor) -> bool:
-    """Whether an FP8 product of (rows, depth) · (columns, depth)ᵀ is split for ``counters`` of one per
-    multiprocessor (:func:`tier_counters`): :func:`choose_config` cuts its reduction."""
-    return choose_config(rows, columns, depth, True, counters.numel()).split > 1
+def splits(rows: int, columns: int, depth: int, counters: torch.Tensor, fp8: bool = True) -> bool:
+    """Whether a product of (rows, depth) · (columns, depth)ᵀ (e4m3 operands, else bf16) is split for
+    ``counters`` of one per multiprocessor (:func:`tier_counters`): :func:`choose_config` cuts its reduction."""
+    return choose_config(rows, columns, depth, fp8, counters.numel()).split > 1
 
 
 def tier_counters(device) -> torch.Tensor:
@@ -175,6 +177,50 @@ def split_scaled_product(xq: torch.Tensor, x_scale: torch.Tensor, wq: torch.Tens
 @split_scaled_product.register_fake
 def _(xq, x_scale, wq, w_scale, counters, fast_accum):
     return xq.new_empty((xq.shape[0], wq.shape[0]), dtype=torch.bfloat16)
+
+
+@torch.library.custom_op("petri::split_bf16_product", mutates_args=())
+def split_bf16_product(x: torch.Tensor, weight: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """:func:`split_product` of bf16 operands at :func:`choose_config`'s configuration (CUDA with
+    Triton; else :func:`split_product_reference`), as one op opaque to ``torch.compile``; the counters
+    as in :func:`split_scaled_product`."""
+    if not (x.is_cuda and HAVE_TRITON):
+        return split_product_reference(x, weight)
+    config = choose_config(x.shape[0], weight.shape[0], x.shape[1], False, counters.numel())
+    return split_product(x, weight, counters, config=config)
+
+
+@split_bf16_product.register_fake
+def _(x, weight, counters):
+    return x.new_empty((x.shape[0], weight.shape[0]), dtype=torch.bfloat16)
+
+
+def _split_linear_forward(self, x: torch.Tensor) -> torch.Tensor:
+    """A bf16 linear's forward under the lever (:func:`use_split_products`): its product through
+    :func:`split_bf16_product` where :func:`splits` cuts it, else ``F.linear``. x (..., K) → (..., N)."""
+    rows = x.reshape(-1, x.shape[-1])
+    if (x.dtype == torch.bfloat16 and self.bias is None and rows.stride(-1) == 1
+            and splits(rows.shape[0], self.out_features, self.in_features, self._petri_split_counters, fp8=False)):
+        return split_bf16_product(rows, self.weight, self._petri_split_counters).view(*x.shape[:-1], self.out_features)
+    return torch.nn.functional.linear(x, self.weight, self.bias)
+
+
+def use_split_products(linears) -> None:
+    """Give each of ``linears`` (the decoder's dense ones, :func:`petri.engine.fp8.dense_targets`) its
+    counters (:func:`tier_counters`) and :func:`_split_linear_forward`; the FP8 tier's forward, when on,
+    takes the counters too (:func:`petri.engine.fp8.linear_product`) and gives this forward back when
+    switched off. Undone by :func:`drop_split_products`."""
+    for module in linears:
+        module._petri_split_counters = tier_counters(module.weight.device)
+        module.forward = types.MethodType(_split_linear_forward, module)
+
+
+def drop_split_products(linears) -> None:
+    """Undo :func:`use_split_products` for ``linears`` (with the FP8 tier off): the class's forward again."""
+    for module in linears:
+        if getattr(vars(module).get("forward"), "__func__", None) is _split_linear_forward:
+            del module.forward
+        vars(module).pop("_petri_split_counters", None)
 
 
 def _multiprocessors(device) -> int:

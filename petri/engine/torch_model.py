@@ -176,8 +176,8 @@ def compile_for_sampling(
     norms, rotary embedding and appending to the prompt's keys and values as one op, and
     ``dependent_launch`` (opt-in, Hopper; not yet measured) launches petri's Triton kernels with
     programmatic dependent launch (:mod:`petri.engine.dependent_launch`), and ``split_products``
-    (opt-in, CUDA; not yet measured) computes the FP8 tier's decoder products of few rows through
-    petri's split-reduction kernel (:mod:`petri.engine.split_products`), and ``split_key_attention``
+    (opt-in, CUDA; not yet measured) computes the decoder's dense products of few rows (bf16 and
+    FP8) through petri's split-reduction kernel (:mod:`petri.engine.split_products`), and ``split_key_attention``
     (opt-in, CUDA; not yet measured) runs the sliding layers' attention at one sample through petri's
     split-key kernel (:mod:`petri.engine.split_key_attention`) (all issue 25).
     ``backend="eager"`` traces without compiling (what the CPU test uses)."""
