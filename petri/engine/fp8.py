@@ -140,9 +140,9 @@ def scaled_grouped(xq, x_scale, wq, w_scale, offsets, dtype=torch.bfloat16, fast
 def linear_product(module, xq: torch.Tensor, x_scale: torch.Tensor, dtype=torch.bfloat16) -> torch.Tensor:
     """The FP8 linear ``module``'s product (installed by :func:`use_fp8`) of rows already quantized:
     xq (M, K) e4m3, x_scale (M,) → (M, N) in ``dtype``, with its split-reduction counters where the
-    compiled tier gave it some (:func:`scaled_matmul`, :func:`petri.engine.split_products.use_split_products`). (A Triton kernel for few rows, the
-    small-batch GEMM's dense form, measured about 0.6 ms per batch-1 step slower than
-    ``torch._scaled_mm`` on an H200 and was taken out: issue 25's notes.)"""
+    compiled tier gave it some (:func:`scaled_matmul`; :func:`petri.engine.split_products.use_split_products`).
+    (A Triton kernel for few rows, the small-batch GEMM's dense form, measured about 0.6 ms per
+    batch-1 step slower than ``torch._scaled_mm`` on an H200 and was taken out: issue 25's notes.)"""
     return scaled_matmul(xq, x_scale, module._petri_fp8_weight, module._petri_fp8_scale, dtype, module._petri_fp8_fast,
                          getattr(module, "_petri_split_counters", None))
 
