@@ -111,7 +111,7 @@ for part in "$@"; do
       timeout ${ATTN_TIMEOUT:-240} python3 experiments/attention_check.py > $OUT/attention_check.json 2>$OUT/attn.err
       tail -c 4000 $OUT/attn.err >> $LOG ;;
     splitproducts)
-      timeout ${SPLITPRODUCTS_TIMEOUT:-300} python3 experiments/split_products.py > $OUT/split_products.json 2>$OUT/split_products.err
+      timeout ${SPLITPRODUCTS_TIMEOUT:-540} python3 experiments/split_products.py > $OUT/split_products.json 2>$OUT/split_products.err
       tail -c 3000 $OUT/split_products.err >> $LOG
       python3 -c "import json; print(json.dumps(json.load(open('$OUT/split_products.json'))['ms_per_step']))" >> $LOG 2>&1 ;;
     pdl)

@@ -92,7 +92,7 @@ from petri.engine.split_key_attention import KeySplit, attend_split_keys
 torch.manual_seed(0)
 samples, heads, queries, keys, dim = 2, 2, 40, 150, 16     # query tiles of 16: 3 per head, the last partial
 q, k, v = (torch.randn(samples, heads, n, dim) for n in (queries, keys, keys))
-k = k[:, :, :, :].transpose(1, 2).contiguous().transpose(1, 2)  # keys laid out (N, K, Hkv, D): other strides
+k = k.transpose(1, 2).contiguous().transpose(1, 2)  # keys laid out (N, K, Hkv, D): other strides
 scores = (q.double() @ k.double().transpose(-1, -2)) * 0.25
 want_out, want_lse = torch.softmax(scores, -1) @ v.double(), torch.logsumexp(scores, -1)
 for split in (1, 2, 3, 7):                                  # 10 blocks of 16 keys; 7: slices of 2, the last two empty
