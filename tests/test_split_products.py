@@ -135,6 +135,8 @@ def test_the_decoder_linears_get_counters_in_both_precisions_and_give_them_back(
         compile_for_sampling(lm, backend="eager", split_products=True)
         decoder = [m for _, m in dense_targets(lm.model)]
         assert all(_split_forward(m) and _counters(m).numel() == 0 for m in decoder)  # bf16: the lever's forward
+        embedding = lm.model.model.decoder.embed_tokens
+        assert _counters(embedding) is not None and not _split_forward(embedding)  # the self-conditioning product's
         assert lm.fast_tier.split_products and "+split-products" in lm.fast_tier.fast_name(1)
         assert torch.equal(tiny_logits(lm), want)  # nothing splits on the CPU: F.linear, as uncompiled
         fp8.set_precision(lm, "fp8-fast", fp8_encoder=True)
@@ -149,16 +151,36 @@ def test_the_decoder_linears_get_counters_in_both_precisions_and_give_them_back(
         assert not lm.fast_tier.split_products and fp8.precision_of(lm) == "fp8"
         assert "+split-products" not in lm.fast_tier.fast_name(1)
         assert all(_counters(m) is None and "_petri_fp8_weight" in vars(m) for _, m in dense_targets(lm.model))
+        assert _counters(embedding) is None
         fp8.set_precision(lm, "bf16")
         assert all("forward" not in vars(m) for _, m in dense_targets(lm.model))  # the class's own again
     finally:
         uncompile_regions(lm)
 
 
+def test_the_fp8_self_conditioning_product_takes_the_embeddings_counters(monkeypatch):
+    from petri.engine import fast_sampler
+    from petri.engine.fast_sampler import FastOptions, run_sampler_fast
+    from petri.trajectory import AnchorSpan, SamplerSettings
+
+    lm = tiny_random_model(canvas_length=16, num_layers=2, seed=1, dtype=torch.bfloat16)
+    embedding = lm.model.model.decoder.embed_tokens
+    seen = []
+    product = fast_sampler.scaled_matmul
+    monkeypatch.setattr(fast_sampler, "scaled_matmul", lambda *a: seen.append(a[6]) or product(*a))
+    fp8.set_precision(lm, "fp8")
+    embedding._petri_split_counters = torch.zeros(0, dtype=torch.int32)  # what the lever gives it on the CPU
+    options = FastOptions(graph=False, fused=False, softmax_self_conditioning=True, fp8_self_conditioning=True)
+    settings = SamplerSettings(max_denoising_steps=3, stability_threshold=None, confidence_threshold=None)
+    run_sampler_fast(lm, [5, 9, 17, 33], [[AnchorSpan("a", 2, (11,))]], settings, seed=3, options=options)
+    assert len(seen) == 3 and all(counters is embedding._petri_split_counters for counters in seen)
+
+
 def test_a_bf16_linear_sends_the_products_splits_names_to_the_op(monkeypatch):
     torch.manual_seed(0)
-    linear = torch.nn.Linear(1024, 1024, bias=False).bfloat16()
-    split_products.use_split_products([linear])
+    linear, embedding = torch.nn.Linear(1024, 1024, bias=False).bfloat16(), torch.nn.Embedding(8, 4)
+    split_products.use_split_products([linear], embedding)
+    assert "forward" not in vars(embedding) and vars(embedding)["_petri_split_counters"].dtype == torch.int32
     linear._petri_split_counters = torch.zeros(132, dtype=torch.int32)  # as an H200's: 16 tiles, 16 steps of 64
     calls = []
     op = split_products.split_bf16_product
@@ -170,8 +192,8 @@ def test_a_bf16_linear_sends_the_products_splits_names_to_the_op(monkeypatch):
     linear(torch.randn(3072, 1024).bfloat16())  # twelve canvases: 24 × 8 tiles fill the chip
     linear(torch.randn(256, 2048).bfloat16()[:, ::2])  # a strided reduction axis: F.linear
     assert len(calls) == 1
-    split_products.drop_split_products([linear])
-    assert "forward" not in vars(linear) and "_petri_split_counters" not in vars(linear)
+    split_products.drop_split_products([linear], embedding)
+    assert not any(name in vars(m) for m in (linear, embedding) for name in ("forward", "_petri_split_counters"))
     torch.library.opcheck(op, (x.reshape(256, 1024), linear.weight.detach(), torch.zeros(132, dtype=torch.int32)),
                           test_utils=("test_schema", "test_faketensor"))
 

@@ -134,7 +134,7 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
         if stacked_projections:
             stack_projections(lm, decoder_layers)
         if split_products:  # after the stacking, so that the stacked linears get the counters
-            use_split_products([module for _, module in dense_targets(lm.model)])
+            use_split_products([module for _, module in dense_targets(lm.model)], lm.model.model.decoder.embed_tokens)
         if fused_attention_inputs:
             use_fused_attention_inputs(decoder_layers)
         forward = _fused_norms_forward(decoder_layers, fused_norms, fused_router and "router" not in left_out,
@@ -242,7 +242,7 @@ def uncompile_regions(lm) -> None:
         _unfuse_ops(lm.model, decoder_layers)
         drop_split_attention(decoder_layers)
         drop_fused_attention_inputs(decoder_layers)
-        drop_split_products([module for _, module in dense_targets(lm.model)])
+        drop_split_products([module for _, module in dense_targets(lm.model)], lm.model.model.decoder.embed_tokens)
         unstack_projections(lm, decoder_layers)
         if (prompt_layers := encoder_layers(lm.model)) is not None:
             _unfuse_ops(lm.model, prompt_layers)

@@ -207,7 +207,8 @@ class _Session:
                 columns, column_scale = self.embedding_columns
                 rows = self.self_conditioning.view(self.batch * self.length, self.vocab)
                 soft = scaled_matmul(rows, self.sc_scale, columns, column_scale, embed.weight.dtype,
-                                     self.fast_accumulation).view(self.batch, self.length, -1)
+                                     self.fast_accumulation, getattr(embed, "_petri_split_counters", None),
+                                     ).view(self.batch, self.length, -1)
             else:
                 soft = torch.matmul(self.self_conditioning, embed.weight)
             soft = soft * embed.embed_scale.to(embed.weight.dtype)

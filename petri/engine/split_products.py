@@ -205,19 +205,22 @@ def _split_linear_forward(self, x: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.linear(x, self.weight, self.bias)
 
 
-def use_split_products(linears) -> None:
+def use_split_products(linears, embedding) -> None:
     """Give each of ``linears`` (the decoder's dense ones, :func:`petri.engine.fp8.dense_targets`) its
     counters (:func:`tier_counters`) and :func:`_split_linear_forward`; the FP8 tier's forward, when on,
     takes the counters too (:func:`petri.engine.fp8.linear_product`) and gives this forward back when
-    switched off. Undone by :func:`drop_split_products`."""
+    switched off. The decoder's ``embedding`` gets counters only, for the FP8 self-conditioning product
+    of the fast sampler (probabilities × its columns, 44 tiles over 262,144 at one canvas). Undone by
+    :func:`drop_split_products`."""
     for module in linears:
         module._petri_split_counters = tier_counters(module.weight.device)
         module.forward = types.MethodType(_split_linear_forward, module)
+    embedding._petri_split_counters = tier_counters(embedding.weight.device)
 
 
-def drop_split_products(linears) -> None:
-    """Undo :func:`use_split_products` for ``linears`` (with the FP8 tier off): the class's forward again."""
-    for module in linears:
+def drop_split_products(linears, embedding) -> None:
+    """Undo :func:`use_split_products` (with the FP8 tier off): the linears' class forward again."""
+    for module in [*linears, embedding]:
         if getattr(vars(module).get("forward"), "__func__", None) is _split_linear_forward:
             del module.forward
         vars(module).pop("_petri_split_counters", None)
