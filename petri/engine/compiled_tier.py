@@ -110,10 +110,9 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     ``global_attention``, or a CUDA lever (``dependent_launch``, ``split_products``,
     ``split_key_attention``) where it cannot run, is a ``ValueError`` before anything changes."""
     check_method(global_attention)
-    for asked, reason in ((dependent_launch, lambda: dependent_launch_reason(lm.device)),
-                          (split_products, lambda: split_reason(lm.device)),
-                          (split_key_attention, lambda: split_reason(lm.device, "split-key attention kernels"))):
-        if asked and (why := reason()) is not None:
+    for why in (dependent_launch and dependent_launch_reason(lm.device), split_products and split_reason(lm.device),
+                split_key_attention and split_reason(lm.device, "split-key attention kernels")):
+        if why:
             raise ValueError(why)
     use_petri_cache_dir()
     with _fp8_off(lm):
@@ -134,7 +133,7 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
         if stacked_projections:
             stack_projections(lm, decoder_layers)
         if split_products:  # after the stacking, so that the stacked linears get the counters
-            use_split_products([module for _, module in dense_targets(lm.model)], lm.model.model.decoder.embed_tokens)
+            use_split_products(*_split_product_targets(lm.model))
         if fused_attention_inputs:
             use_fused_attention_inputs(decoder_layers)
         forward = _fused_norms_forward(decoder_layers, fused_norms, fused_router and "router" not in left_out,
@@ -177,6 +176,12 @@ def _fused_norms_forward(layers, fused_norms: bool, fused_router: bool, overlapp
         beside = MLPBeside(compile_function(feedforward_mlp, backend, deterministic))
         return functools.partial(fused_norms_forward, mlp_beside=beside)
     return fused_norms_forward
+
+
+def _split_product_targets(model) -> tuple:
+    """What the split products give counters: the decoder's dense linears
+    (:func:`petri.engine.fp8.dense_targets`, its stacked ones where stacked) and its embedding."""
+    return [module for _, module in dense_targets(model)], model.model.decoder.embed_tokens
 
 
 @contextlib.contextmanager
@@ -242,7 +247,7 @@ def uncompile_regions(lm) -> None:
         _unfuse_ops(lm.model, decoder_layers)
         drop_split_attention(decoder_layers)
         drop_fused_attention_inputs(decoder_layers)
-        drop_split_products([module for _, module in dense_targets(lm.model)], lm.model.model.decoder.embed_tokens)
+        drop_split_products(*_split_product_targets(lm.model))
         unstack_projections(lm, decoder_layers)
         if (prompt_layers := encoder_layers(lm.model)) is not None:
             _unfuse_ops(lm.model, prompt_layers)

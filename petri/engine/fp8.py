@@ -302,15 +302,29 @@ def _quantized_once(quantized: dict, weight: torch.Tensor) -> tuple[torch.Tensor
     return quantized[id(weight)]
 
 
-def _install_linear(module, weight_scale: tuple[torch.Tensor, torch.Tensor], fast_accum: bool) -> None:
-    """The FP8 forward over ``module``'s, whose own (the split products', where installed) is kept
-    for :func:`use_bf16` to give back."""
+def _put_forward(module, forward) -> None:
+    """``forward`` (an FP8 forward function) as ``module``'s forward, the one it replaces (an instance
+    forward another tier installed, or ``None``: the class's own) kept for :func:`_give_forward_back`."""
     current = vars(module).get("forward")
-    if getattr(current, "__func__", None) is not _linear_forward:
-        module._petri_bf16_forward = current  # None: the class's own
+    if getattr(current, "__func__", None) is not forward:
+        module._petri_bf16_forward = current
+    module.forward = types.MethodType(forward, module)
+
+
+def _give_forward_back(module, attributes: tuple[str, ...]) -> None:
+    """Undo :func:`_put_forward`: drop the FP8 forward and ``attributes``, give back the forward kept."""
+    previous = vars(module).pop("_petri_bf16_forward", None)
+    for name in ("forward", *attributes):
+        vars(module).pop(name, None)
+    if previous is not None:
+        module.forward = previous
+
+
+def _install_linear(module, weight_scale: tuple[torch.Tensor, torch.Tensor], fast_accum: bool) -> None:
+    """The FP8 forward over ``module``'s (the split products', where installed, is kept for :func:`use_bf16`)."""
     module._petri_fp8_weight, module._petri_fp8_scale = weight_scale
     module._petri_fp8_fast = fast_accum
-    module.forward = types.MethodType(_linear_forward, module)
+    _put_forward(module, _linear_forward)
 
 
 @torch.no_grad()
@@ -360,10 +374,7 @@ def _install_fp8_experts(lm) -> None:
     :mod:`petri.engine.compiled_tier` changes the experts with the FP8 tier off and switches it on
     again after, which is how its ops end up under this forward."""
     for _, experts in _experts_of(lm.model, lm.fast_tier.fp8_encoder):
-        current = vars(experts).get("forward")
-        if getattr(current, "__func__", None) is not _experts_forward:
-            experts._petri_bf16_forward = current  # None: the class's own
-        experts.forward = types.MethodType(_experts_forward, experts)
+        _put_forward(experts, _experts_forward)
         experts._petri_fp8_small_batch = lm.fast_tier.small_batch_experts
 
 
@@ -391,20 +402,12 @@ def use_bf16(lm) -> None:
     for _, module in dense_targets(model) + encoder_targets(model):
         if "_petri_fp8_weight" not in vars(module):  # an encoder linear the tier left in bf16
             continue
-        previous = vars(module).pop("_petri_bf16_forward", None)
-        for name in ("forward", "_petri_fp8_weight", "_petri_fp8_scale", "_petri_fp8_fast"):
-            vars(module).pop(name, None)
-        if previous is not None:
-            module.forward = previous
+        _give_forward_back(module, ("_petri_fp8_weight", "_petri_fp8_scale", "_petri_fp8_fast"))
     for _, experts in _experts_of(model, encoder=True):
         if "_petri_fp8_gate_up" not in vars(experts):  # the encoder's in bf16: its forward is not the tier's
             continue
-        previous = vars(experts).pop("_petri_bf16_forward", None)
-        for name in ("forward", "_petri_fp8_gate_up", "_petri_fp8_gate_up_scale", "_petri_fp8_down", "_petri_fp8_down_scale",
-                     "_petri_fp8_fast", "_petri_fp8_small_batch"):
-            vars(experts).pop(name, None)
-        if previous is not None:
-            experts.forward = previous
+        _give_forward_back(experts, ("_petri_fp8_gate_up", "_petri_fp8_gate_up_scale", "_petri_fp8_down",
+                                     "_petri_fp8_down_scale", "_petri_fp8_fast", "_petri_fp8_small_batch"))
     vars(model.model.decoder.embed_tokens).pop("_petri_fp8_columns", None)
     lm.fast_tier.precision = "bf16"
     _forget_compiled_code(lm)
