@@ -39,6 +39,7 @@
 #           the JSON is written after each arm, so a run cut off by the time limit keeps the arms it finished;
 #           SHIFTFULL_ARMS="" runs bf16 and the null arm only; SHIFTFULL_NO_NULL=1 leaves the null arm out;
 #           SHIFTFULL_REFERENCE=RUN.json takes that earlier run's bf16 arm instead of drawing one).
+# BENCH_SHAPES narrows the shapes of bench and fast (1x1600,12x200 unless set; e.g. 1x1600 for the batch-1 levers alone).
 # BENCH_NAME names bench's JSON (bench_full_shapes unless set), so that two bench parts of one call keep both, e.g.
 #   CUBLASLT_WORKSPACE_SIZE=32768 BENCH_NAME=bench_ws32m bash experiments/issue25_device.sh bench
 # TESTS (test files) and LEVERS_PARTS (kernel_levers.py's --parts) narrow those two parts. The whole GPU suite took
@@ -92,10 +93,10 @@ for part in "$@"; do
       timeout 150 $B --model full --shapes 1x1600 --steps 24 --repeats 2 --configs petri_fast,petri_fast_fp8 \
         --out $OUT/bench_quick_b1.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
     fast)
-      timeout ${FAST_TIMEOUT:-150} $B --model full --shapes 1x1600,12x200 --steps 24 --repeats 3 \
+      timeout ${FAST_TIMEOUT:-150} $B --model full --shapes ${BENCH_SHAPES:-1x1600,12x200} --steps 24 --repeats 3 \
         --configs petri_fast_compiled_fp8fast --out $OUT/bench_full_fp8fast.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
     bench)
-      timeout ${BENCH_TIMEOUT:-420} $B --model full --shapes 1x1600,12x200 --steps 24 --repeats 3 \
+      timeout ${BENCH_TIMEOUT:-420} $B --model full --shapes ${BENCH_SHAPES:-1x1600,12x200} --steps 24 --repeats 3 \
         --configs ${BENCH_CONFIGS:-generate,petri_fast_compiled,petri_fast_compiled_small,petri_fast_compiled_small_fp8,petri_fast_compiled_small_fp8fast,petri_fast_compiled_fp8fast,petri_fast_compiled_fp8,petri_fast} \
         --profile-configs ${BENCH_PROFILE:-petri_fast_compiled_small,petri_fast_compiled_small_fp8fast} \
         --out $OUT/${BENCH_NAME:-bench_full_shapes}.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
