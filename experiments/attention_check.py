@@ -11,9 +11,7 @@ kernels and its largest difference from float32 attention. Among them are
 ``petri.engine.split_attention``'s two methods for the global layers, each also compiled: the chunks
 (``petri_split``) and the two products around a float32 softmax (``petri_products``), and for the
 sliding layers ``petri.engine.sliding_attention``'s folded flash call (``petri_flash_sliding``), at
-one to four samples to find where cuDNN's kernel overtakes it, and ``petri.engine.split_key_attention``'s
-kernel (``petri_split_keys``: the configuration the lever runs; ``petri_split_keys_s…_m…_w…``: other
-splits, query blocks and warps).
+one to four samples to find where cuDNN's kernel overtakes it.
 
 Shapes (query; key and value): sliding one canvas (1, 16, 256, 256; 1, 8, 1279, 256), two to four
 likewise, twelve
@@ -26,10 +24,8 @@ last 1,023) and the 256 canvas positions.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -41,8 +37,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from blas_workspace import graphed_ms, kernels_of  # noqa: E402
 from petri.engine.sliding_attention import attend_flash  # noqa: E402
-from petri.engine.split_key_attention import attend_split_keys, choose_split  # noqa: E402
-from petri.engine.split_products import tier_counters  # noqa: E402
 from petri.engine.split_attention import chunks_for, products_attention, split_attention  # noqa: E402
 
 #: name → (batch, query heads, key/value heads, keys, head dim); 256 queries each
@@ -65,11 +59,6 @@ def reference(q, k, v) -> torch.Tensor:
 
 
 compiled_products_attention = torch.compile(products_attention, dynamic=False)
-
-
-def _split_keys(q, k, v, scale, counters, config):
-    """``attend_split_keys`` at one configuration (the attend function of ``split_attention``)."""
-    return attend_split_keys(q, k, v, scale, counters, config)
 
 
 def variants(q, k, v) -> dict:
@@ -100,17 +89,6 @@ def variants(q, k, v) -> dict:
     if dim <= 256:
         found["petri_flash_sliding"] = lambda: split_attention(q, k, v, dim ** -0.5, 1, attend=attend_flash)
         found["petri_flash_sliding_compiled"] = lambda: compiled_split(q, k, v, dim ** -0.5, 1, attend_flash)
-        sms = tier_counters(q.device).numel()  # one per multiprocessor, as the lever's
-        chosen = choose_split(batch, kv_heads, group * length, k.shape[2], sms)
-        counters = torch.zeros(replace(chosen, block_m=64).tiles(batch, kv_heads, group * length) + sms,
-                               dtype=torch.int32, device=q.device)  # enough for every configuration below
-        for split in sorted({chosen.split, 1, 2, 3, 4}):
-            for block_m, warps in ((64, 8), (64, 4), (128, 8)):
-                config = replace(chosen, split=split, block_m=block_m, num_warps=warps)
-                attend = functools.partial(_split_keys, counters=counters, config=config)
-                found[f"petri_split_keys_s{split}_m{block_m}_w{warps}"] = \
-                    lambda attend=attend: split_attention(q, k, v, dim ** -0.5, 1, attend=attend)
-        found["petri_split_keys"] = found[f"petri_split_keys_s{chosen.split}_m64_w8"]  # what the lever runs
     found["petri_products"] = lambda: products_attention(q, k, v, dim ** -0.5)
     found["petri_products_compiled"] = lambda: compiled_products_attention(q, k, v, dim ** -0.5)
     found["petri_split_compiled"] = lambda: compiled_split(q, k, v, dim ** -0.5, chunks)

@@ -164,13 +164,6 @@ CONFIGS = (
     "petri_fast_compiled_small_fp8fast_sc_fp8_chunked_global_attention", "petri_fast_compiled_small_sdpa_sliding",
     "petri_fast_compiled_small_fp8fast_sc_fp8_sdpa_sliding", "petri_fast_compiled_small_masked_encoder",
     "petri_fast_compiled_small_fp8fast_sc_fp8_masked_encoder", "petri_fast_compiled_small_fp8fast_sc_fp8_fp8_encoder",
-    "petri_fast_compiled_small_inductor_pdl", "petri_fast_compiled_small_fp8fast_sc_fp8_inductor_pdl",
-    "petri_fast_compiled_small_pdl", "petri_fast_compiled_small_fp8fast_sc_fp8_pdl",
-    "petri_fast_compiled_small_pdl_inductor_pdl", "petri_fast_compiled_small_fp8fast_sc_fp8_pdl_inductor_pdl",
-    "petri_fast_compiled_small_fp8fast_sc_fp8_split_products", "petri_fast_compiled_small_fp8fast_sc_fp8_pdl_split_products",
-    "petri_fast_compiled_small_split_keys", "petri_fast_compiled_small_fp8fast_sc_fp8_split_keys",
-    "petri_fast_compiled_small_split_products", "petri_fast_compiled_small_split_products_split_keys",
-    "petri_fast_compiled_small_fp8fast_sc_fp8_split_products_split_keys",
 )
 #: configuration → its mode: the keyword arguments of :func:`set_model_mode` where they differ from
 #: its defaults (the levers of the compiled tier as it is today: the prompt encoder compiled with its
@@ -242,29 +235,6 @@ MODES = {
     "petri_fast_compiled_small_fp8fast_sc_fp8_masked_encoder": {**FASTEST, "encoder_window": False},
     # the fastest configuration with the prompt encoder in FP8 too (opt-in: petri.engine.fp8's fp8_encoder)
     "petri_fast_compiled_small_fp8fast_sc_fp8_fp8_encoder": {**FASTEST, "fp8_encoder": True},
-    # Inductor's kernels launched with programmatic dependent launch (its triton.enable_pdl; Hopper on)
-    "petri_fast_compiled_small_inductor_pdl": {**COMPILED_SMALL, "inductor_pdl": True},
-    "petri_fast_compiled_small_fp8fast_sc_fp8_inductor_pdl": {**FASTEST, "inductor_pdl": True},
-    # petri's Triton kernels launched dependent (compile_for_sampling's dependent_launch, opt-in), alone and with Inductor's
-    "petri_fast_compiled_small_pdl": {**COMPILED_SMALL, "dependent_launch": True},
-    "petri_fast_compiled_small_fp8fast_sc_fp8_pdl": {**FASTEST, "dependent_launch": True},
-    "petri_fast_compiled_small_pdl_inductor_pdl": {**COMPILED_SMALL, "dependent_launch": True, "inductor_pdl": True},
-    "petri_fast_compiled_small_fp8fast_sc_fp8_pdl_inductor_pdl": {**FASTEST, "dependent_launch": True,
-                                                                  "inductor_pdl": True},
-    # the decoder's dense products of few rows through petri's split-reduction kernel (compile_for_sampling's
-    # split_products, opt-in), in bf16 and FP8, alone and with petri's kernels launched dependent
-    "petri_fast_compiled_small_split_products": {**COMPILED_SMALL, "split_products": True},
-    "petri_fast_compiled_small_fp8fast_sc_fp8_split_products": {**FASTEST, "split_products": True},
-    "petri_fast_compiled_small_fp8fast_sc_fp8_pdl_split_products": {**FASTEST, "dependent_launch": True,
-                                                                    "split_products": True},
-    # the sliding layers' attention at one sample through petri's split-key kernel (compile_for_sampling's
-    # split_key_attention, opt-in) instead of the flash kernel, and with the split products
-    "petri_fast_compiled_small_split_keys": {**COMPILED_SMALL, "split_key_attention": True},
-    "petri_fast_compiled_small_fp8fast_sc_fp8_split_keys": {**FASTEST, "split_key_attention": True},
-    "petri_fast_compiled_small_fp8fast_sc_fp8_split_products_split_keys": {**FASTEST, "split_products": True,
-                                                                           "split_key_attention": True},
-    "petri_fast_compiled_small_split_products_split_keys": {**COMPILED_SMALL, "split_products": True,
-                                                            "split_key_attention": True},
 }
 #: every other configuration (generate's, petri_eager, petri_fast): uncompiled layers, the library's experts
 #: (the overlapped MLP off only tells this mode's layers apart from the others': no lever applies uncompiled)
@@ -279,38 +249,29 @@ def set_model_mode(lm: LoadedModel, compiled: bool = False, fused_experts: bool 
                    fp8_self_conditioning: bool = False, fused_norms: bool = True, encoder_graphs: bool = True,
                    overlapped_mlp: bool = True, deterministic_kernels: bool = True,
                    fused_attention_inputs: bool = True, global_attention: str = "products",
-                   flash_sliding: bool = True, encoder_window: bool = True, fp8_encoder: bool = False,
-                   inductor_pdl: bool = False, dependent_launch: bool = False, split_products: bool = False,
-                   split_key_attention: bool = False) -> None:
+                   flash_sliding: bool = True, encoder_window: bool = True, fp8_encoder: bool = False) -> None:
     """Put the model in one configuration whatever the previous one was: uncompiled layers and the
     transformers experts, then (``fused_experts``) the fused experts op and (``compiled``) regional
     compilation (lazy: it lands in the next call), then the precision (``petri.engine.fp8``); the
-    layers are only reset and recompiled when those two or the compiled tier's levers change.
-    ``inductor_pdl``: Inductor's ``triton.enable_pdl`` for what this mode compiles (the option stays
-    set until the next mode; a torch without it raises)."""
+    layers are only reset and recompiled when those two or the compiled tier's levers change."""
     import torch._dynamo
-    import torch._inductor.config
 
     from petri.engine.fp8 import set_precision
     from petri.engine.fused_experts import fuse_experts
 
     layers = (compiled, fused_experts, small_batch, encoder, fused_router, split_attention, stacked_projections,
               fused_norms, overlapped_mlp, deterministic_kernels, fused_attention_inputs, global_attention,
-              flash_sliding, encoder_window, inductor_pdl, dependent_launch, split_products, split_key_attention)
+              flash_sliding, encoder_window)
     if _current_layers[0] != layers:
         uncompile_regions(lm)  # the plain layers and experts; drops graphs captured before
         torch._dynamo.reset()
-        if inductor_pdl or hasattr(torch._inductor.config.triton, "enable_pdl"):
-            torch._inductor.config.triton.enable_pdl = inductor_pdl
         if compiled:
             compile_for_sampling(lm, fused_experts=fused_experts, small_batch_experts=small_batch, encoder=encoder,
                                  fused_router=fused_router, split_attention=split_attention,
                                  stacked_projections=stacked_projections, fused_norms=fused_norms,
                                  overlapped_mlp=overlapped_mlp, deterministic_kernels=deterministic_kernels,
                                  fused_attention_inputs=fused_attention_inputs, global_attention=global_attention,
-                                 flash_sliding=flash_sliding, encoder_window=encoder_window,
-                                 dependent_launch=dependent_launch, split_products=split_products,
-                                 split_key_attention=split_key_attention)
+                                 flash_sliding=flash_sliding, encoder_window=encoder_window)
         elif fused_experts:
             fuse_experts(lm.model)
     set_precision(lm, precision, fp8_encoder=fp8_encoder)

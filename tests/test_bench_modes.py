@@ -44,10 +44,6 @@ SUFFIXES = {
     "_sdpa_sliding": {"flash_sliding": False},
     "_masked_encoder": {"encoder_window": False},
     "_fp8_encoder": {"fp8_encoder": True},
-    "_inductor_pdl": {"inductor_pdl": True},
-    "_pdl": {"dependent_launch": True},
-    "_split_products": {"split_products": True},
-    "_split_keys": {"split_key_attention": True},
 }
 
 

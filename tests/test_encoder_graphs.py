@@ -39,8 +39,7 @@ class _Graph:
 
 
 def _stand_in_lm(device="cuda", compiled=True, graph=True):
-    tier = SimpleNamespace(compiled_encoder_layers=["layer"] if compiled else [], options=FastOptions(graph=graph),
-                           dependent_launch=False)
+    tier = SimpleNamespace(compiled_encoder_layers=["layer"] if compiled else [], options=FastOptions(graph=graph))
     return SimpleNamespace(device=torch.device(device), fast_tier=tier)
 
 

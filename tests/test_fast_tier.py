@@ -300,15 +300,3 @@ def test_nothing_in_petri_keeps_fast_path_state_in_the_old_places():
                  for path in sorted((ENGINE.parent).rglob("*.py"))
                  for number, line in enumerate(path.read_text().splitlines(), 1) if old.search(line)]
     assert not offenders, "\n".join(offenders)
-
-
-@pytest.mark.parametrize("lever, message", [("dependent_launch", "dependent launch needs CUDA and Triton"),
-                                            ("split_products", "split products need CUDA and Triton")])
-def test_a_cuda_only_lever_is_refused_off_cuda_and_nothing_changes(lever, message):
-    from petri.engine.tiny import tiny_random_model
-    from petri.engine.torch_model import compile_for_sampling
-
-    lm = tiny_random_model(canvas_length=16, num_layers=2, seed=1, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match=f"^{message}"):
-        compile_for_sampling(lm, backend="eager", **{lever: True})
-    assert not lm.fast_tier.compiled and not getattr(lm.fast_tier, lever)

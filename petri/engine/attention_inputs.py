@@ -42,15 +42,12 @@ import torch
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.diffusion_gemma import modeling_diffusion_gemma as library
 
-from petri.engine.dependent_launch import launch_options
 from petri.engine.fused_logits import HAVE_TRITON
 from petri.engine.fused_norms import rms_norm
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
-
-    from petri.engine.dependent_launch import wait_then_release
 
     from petri.engine.fused_logits import libdevice
 
@@ -137,7 +134,7 @@ def attention_inputs_triton(query, key, value, cos, sin, q_weight, k_weight, pro
             q_out, keys, values, length, prompt, heads, kv_heads, computed, eps,
             D=head_dim, HALF=head_dim // 2, Q_GROUP=q_group, KV_GROUP=kv_group, ROWS=rows,
             num_warps=num_warps or WARPS,
-            enable_fp_fusion=False, **launch_options(),  # the library's roundings: no fma
+            enable_fp_fusion=False,  # the library's roundings: no fma
         )
     return q_out, keys, values
 
@@ -177,12 +174,11 @@ if HAVE_TRITON:
                                  cos_ptr, sin_ptr, cs_sb, cs_sl, q_w, k_w, prompt_k_ptr, prompt_v_ptr,
                                  q_out_ptr, k_out_ptr, v_out_ptr, L, P, H, HKV, computed, eps,
                                  D: tl.constexpr, HALF: tl.constexpr, Q_GROUP: tl.constexpr,
-                                 KV_GROUP: tl.constexpr, ROWS: tl.constexpr, PDL: tl.constexpr):
+                                 KV_GROUP: tl.constexpr, ROWS: tl.constexpr):
         """Programs below ``computed``: token t = b·L + l and its group j of H / Q_GROUP + HKV / KV_GROUP;
         a q group: q heads j·Q_GROUP … to q_out[b, head, l]; a k group: k heads g … and their v to
         keys and values [b, g, P + l]. The rest: ROWS prompt rows of one (b, g), copied to keys
         and values [b, g, p]."""
-        wait_then_release(PDL)
         pid = tl.program_id(0).to(tl.int64)
         half = tl.arange(0, HALF)[None, :]
         if pid < computed:

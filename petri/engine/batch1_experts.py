@@ -35,14 +35,11 @@ from dataclasses import dataclass
 import torch
 
 from petri.engine.fused_experts import _fused_forward, combine_rows, experts_reference, gated_activation
-from petri.engine.dependent_launch import launch_options
 from petri.engine.fused_logits import HAVE_TRITON
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
-
-    from petri.engine.dependent_launch import wait_then_release
 
 #: the most (token, k) pairs a call sends here (more: the grouped GEMMs fill the chip better)
 MAX_PAIRS = 4096
@@ -108,7 +105,7 @@ def align_blocks_triton(top_k_index: torch.Tensor, num_experts: int, block_m: in
         top_k_index.reshape(-1), scratch[0], scratch[1], rows, block_expert, position, pairs, total, total // block_m,
         num_experts, E=triton.next_power_of_2(num_experts), P=triton.next_power_of_2(pairs),
         R=triton.next_power_of_2(total), NB=triton.next_power_of_2(total // block_m), BLOCK_M=block_m,
-        num_warps=num_warps, **launch_options(),
+        num_warps=num_warps,
     )
     return rows, block_expert, position
 
@@ -172,7 +169,6 @@ def grouped_gemm(a, weight, rows, block_expert, top_k: int, gather: bool, block_
         a.stride(0), weight.stride(0), weight.stride(1), out.stride(0), weight_scale.stride(0) if scaled else 0,
         TOP_K=top_k, GATHER=gather, SCALED=scaled, FAST_ACCUM=fast_accum, SWAP=config.swap, BLOCK_M=block_m,
         BLOCK_N=config.block_n, BLOCK_K=config.block_k, num_warps=config.num_warps, num_stages=config.num_stages,
-        **launch_options(),
     )
     return out
 
@@ -200,13 +196,12 @@ if HAVE_TRITON:
     @triton.jit
     def _align_kernel(index_ptr, counter_ptr, start_ptr, rows_ptr, block_expert_ptr, position_ptr, PAIRS, TOTAL,
                       NUM_BLOCKS, NUM_EXPERTS, E: tl.constexpr, P: tl.constexpr, R: tl.constexpr, NB: tl.constexpr,
-                      BLOCK_M: tl.constexpr, PDL: tl.constexpr):
+                      BLOCK_M: tl.constexpr):
         """:func:`align_blocks_triton`'s one program: zero the counters, fill the rows and the blocks'
         experts with -1; rank each pair within its expert by an atomic add; pad the counts, their
         running sum gives each expert's first row; place the pairs; each expert that has pairs marks
         its first block with its number, and a running maximum over the blocks carries the mark to the
         expert's other blocks (-1 past the last used block): no (blocks × experts) table is formed."""
-        wait_then_release(PDL)
         experts = tl.arange(0, E)
         real = experts < NUM_EXPERTS
         tl.store(counter_ptr + experts, tl.zeros([E], dtype=tl.int32), mask=real)
@@ -240,11 +235,9 @@ if HAVE_TRITON:
     def _grouped_gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, rows_ptr, block_expert_ptr, N, K,
                              stride_am, stride_be, stride_bn, stride_cm, stride_se, TOP_K: tl.constexpr,
                              GATHER: tl.constexpr, SCALED: tl.constexpr, FAST_ACCUM: tl.constexpr,
-                             SWAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                             PDL: tl.constexpr):
+                             SWAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
         """c[r, n] = Σ_k a[row(r), k] · b[e, n, k] (· a_scale[row(r)] · b_scale[e, n] when SCALED) for
         the block's expert e; b's K axis contiguous. SWAP accumulates the transpose, (n, r)."""
-        wait_then_release(PDL)
         pid_m = tl.program_id(0)
         pid_n = tl.program_id(1)
         expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)

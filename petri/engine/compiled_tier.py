@@ -28,18 +28,15 @@ from petri.engine.decoder_hooks import (
     uncompile_layers,
     writing_own_cache_layer,
 )
-from petri.engine.dependent_launch import dependent_launch_reason
 from petri.engine.encoder_attention import use_encoder_window
 from petri.engine.fast_tier import FastOptions
-from petri.engine.fp8 import dense_targets, precision_of, set_precision
+from petri.engine.fp8 import precision_of, set_precision
 from petri.engine.fused_experts import fuse_experts, unfuse_experts
 from petri.engine.fused_norms import fuse_norms_reason, fused_norms_forward
 from petri.engine.fused_router import fuse_routers, unfuse_routers
 from petri.engine.overlapped_mlp import MLPBeside, feedforward_mlp
 from petri.engine.sliding_attention import use_flash_sliding
 from petri.engine.split_attention import check_method, drop_split_attention, use_split_attention
-from petri.engine.split_key_attention import use_split_key_attention
-from petri.engine.split_products import drop_split_products, split_reason, use_split_products
 from petri.engine.stacked_projections import stack_projections, unstack_projections
 
 log = logging.getLogger(__name__)
@@ -53,8 +50,7 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
                     stacked_projections: bool = True, fp8_self_conditioning: bool = False,
                     fused_norms: bool = True, overlapped_mlp: bool = True, deterministic_kernels: bool = True,
                     fused_attention_inputs: bool = True, global_attention: str = "products",
-                    flash_sliding: bool = True, encoder_window: bool = True, dependent_launch: bool = False,
-                    split_products: bool = False, split_key_attention: bool = False) -> None:
+                    flash_sliding: bool = True, encoder_window: bool = True) -> None:
     """The compiled tier, in place: the decoder's experts through the fused experts op
     (``fused_experts``; skipped, with the reason logged, where the layers do not fit it), then
     regional compilation of the decoder layers (:func:`petri.engine.decoder_hooks.compile_layers`:
@@ -97,23 +93,11 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     a seed's tokens then do not depend on what the process compiled or timed before; off, the
     sampler names say ``+autotuned``). ``fused_attention_inputs`` (on by default; issue 25): each
     decoder attention's q, k, v norms, rotary embedding, transposes and appending to the prompt's
-    keys and values as one op (:mod:`petri.engine.attention_inputs`). ``dependent_launch`` (opt-in;
-    issue 25, not yet measured): the fast sampler launches petri's Triton kernels with programmatic
-    dependent launch (:mod:`petri.engine.dependent_launch`; Hopper and a Triton with grid dependency
-    control). ``split_products`` (opt-in; issue 25, not yet measured): the decoder's dense linears
-    compute their products of few rows through petri's split-reduction kernel, in bf16 and in the FP8
-    tier (:mod:`petri.engine.split_products`; CUDA and Triton). ``split_key_attention`` (opt-in; issue 25,
-    not yet measured): at one sample the sliding layers attend through petri's kernel with the keys
-    split over programs instead of the flash kernel (:mod:`petri.engine.split_key_attention`; CUDA
-    and Triton). The FP8 tier, when on, is switched off around the change and on again, so that it
-    quantizes what is installed. :func:`uncompile_regions` undoes it all; an unknown
-    ``global_attention``, or a CUDA lever (``dependent_launch``, ``split_products``,
-    ``split_key_attention``) where it cannot run, is a ``ValueError`` before anything changes."""
+    keys and values as one op (:mod:`petri.engine.attention_inputs`). The FP8 tier, when
+    on, is switched off around the change and on again, so that it quantizes what is installed.
+    :func:`uncompile_regions` undoes it all; an unknown ``global_attention`` is a ``ValueError``
+    before anything changes."""
     check_method(global_attention)
-    for why in (dependent_launch and dependent_launch_reason(lm.device), split_products and split_reason(lm.device),
-                split_key_attention and split_reason(lm.device, "split-key attention kernels")):
-        if why:
-            raise ValueError(why)
     use_petri_cache_dir()
     with _fp8_off(lm):
         uncompile_regions(lm)
@@ -126,14 +110,10 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
         tier.small_batch_experts = fused_experts and small_batch_experts and "experts" not in left_out
         if split_attention:
             use_split_attention(decoder_layers, method=global_attention)
-        if split_key_attention:  # before the flash kernel's, which then leaves these layers alone
-            use_split_key_attention(decoder_layers, lm.device)
         if flash_sliding:
             use_flash_sliding(decoder_layers)
         if stacked_projections:
             stack_projections(lm, decoder_layers)
-        if split_products:  # after the stacking, so that the stacked linears get the counters
-            use_split_products(*_split_product_targets(lm.model))
         if fused_attention_inputs:
             use_fused_attention_inputs(decoder_layers)
         forward = _fused_norms_forward(decoder_layers, fused_norms, fused_router and "router" not in left_out,
@@ -150,9 +130,6 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
                                                           deterministic=deterministic_kernels)
         tier.set_options(FastOptions(softmax_self_conditioning=True, inverse_cdf_draw=True,
                                      fp8_self_conditioning=fp8_self_conditioning))
-        tier.dependent_launch = dependent_launch
-        tier.split_products = split_products
-        tier.split_key_attention = split_key_attention
 
 
 def _fused_norms_forward(layers, fused_norms: bool, fused_router: bool, overlapped_mlp: bool = False,
@@ -176,12 +153,6 @@ def _fused_norms_forward(layers, fused_norms: bool, fused_router: bool, overlapp
         beside = MLPBeside(compile_function(feedforward_mlp, backend, deterministic))
         return functools.partial(fused_norms_forward, mlp_beside=beside)
     return fused_norms_forward
-
-
-def _split_product_targets(model) -> tuple:
-    """What the split products give counters: the decoder's dense linears
-    (:func:`petri.engine.fp8.dense_targets`, its stacked ones where stacked) and its embedding."""
-    return [module for _, module in dense_targets(model)], model.model.decoder.embed_tokens
 
 
 @contextlib.contextmanager
@@ -247,10 +218,8 @@ def uncompile_regions(lm) -> None:
         _unfuse_ops(lm.model, decoder_layers)
         drop_split_attention(decoder_layers)
         drop_fused_attention_inputs(decoder_layers)
-        drop_split_products(*_split_product_targets(lm.model))
         unstack_projections(lm, decoder_layers)
         if (prompt_layers := encoder_layers(lm.model)) is not None:
             _unfuse_ops(lm.model, prompt_layers)
             drop_split_attention(prompt_layers)
-        tier.small_batch_experts = tier.overlapped_mlp = tier.autotuned_kernels = tier.dependent_launch = False
-        tier.split_products = tier.split_key_attention = False
+        tier.small_batch_experts = tier.overlapped_mlp = tier.autotuned_kernels = False

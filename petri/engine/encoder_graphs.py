@@ -39,7 +39,6 @@ from typing import Any
 
 import torch
 
-from petri.engine.dependent_launch import launched_dependent
 from petri.engine.prompt_cache import repeated_copy
 from petri.engine.torch_step import _encode_prompt_once, encoder_inputs, run_encoder
 
@@ -120,12 +119,7 @@ class EncoderGraphs:
 
     def encode(self, lm, prompt_ids: torch.Tensor):
         """The KV cache of ``prompt_ids`` (1, P): the kept graph of length P replayed, one captured
-        now (at the length's :data:`CAPTURE_AT_PASS`-th pass), or the uncaptured pass; petri's
-        kernels launched as the tier says (:mod:`petri.engine.dependent_launch`)."""
-        with launched_dependent(lm.fast_tier.dependent_launch):
-            return self._encode(lm, prompt_ids)
-
-    def _encode(self, lm, prompt_ids: torch.Tensor):
+        now (at the length's :data:`CAPTURE_AT_PASS`-th pass), or the uncaptured pass."""
         length = prompt_ids.shape[1]
         if not self.usable(lm):
             return _encode_prompt_once(lm, prompt_ids)

@@ -49,7 +49,6 @@ from petri.cancel import CancelToken
 from petri.engine.base import SampleRequest, StepCallback
 from petri.engine.compiled_tier import uncompile_regions
 from petri.engine.decoder_hooks import self_conditioning_reason, soft_embeddings_fed
-from petri.engine.dependent_launch import as_the_tier_says
 from petri.engine.fast_tier import FastOptions
 from petri.engine.fp8 import embedding_columns, scaled_matmul
 from petri.engine.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
@@ -207,8 +206,7 @@ class _Session:
                 columns, column_scale = self.embedding_columns
                 rows = self.self_conditioning.view(self.batch * self.length, self.vocab)
                 soft = scaled_matmul(rows, self.sc_scale, columns, column_scale, embed.weight.dtype,
-                                     self.fast_accumulation, getattr(embed, "_petri_split_counters", None),
-                                     ).view(self.batch, self.length, -1)
+                                     self.fast_accumulation).view(self.batch, self.length, -1)
             else:
                 soft = torch.matmul(self.self_conditioning, embed.weight)
             soft = soft * embed.embed_scale.to(embed.weight.dtype)
@@ -363,7 +361,6 @@ def run_sampler_fast(lm, prompt_ids: Sequence[int], layouts: Sequence[Sequence[A
 
 
 @torch.no_grad()
-@as_the_tier_says
 def sample_fast(
     lm,
     request: SampleRequest,

@@ -23,7 +23,6 @@ from petri.engine.batch1_experts import small_batch_fits
 from petri.engine.decoder_hooks import self_conditioning_reason
 from petri.engine.encoder_graphs import EncoderGraphs
 from petri.engine.prompt_cache import PromptCache
-from petri.engine.split_key_attention import BELOW_SAMPLES as SPLIT_KEYS_BELOW
 
 
 @dataclass(frozen=True)
@@ -70,13 +69,7 @@ class FastTier:
     :mod:`petri.engine.batch1_experts`' forward (the small-batch lever; in FP8 the FP8 tier's
     small-batch experts op). autotuned_kernels: the compiled tier's Inductor kernels were compiled
     without Inductor's deterministic mode (:func:`petri.engine.decoder_hooks.compile_function`), so
-    their configurations were picked by timing them. dependent_launch (opt-in): the compiled tier
-    launches petri's Triton kernels with programmatic dependent launch in the fast sampler's calls
-    (:mod:`petri.engine.dependent_launch`). split_products (opt-in): the compiled tier gave the
-    decoder's dense linears counters, so that their products of few rows run through petri's
-    split-reduction kernel, in bf16 and FP8 (:mod:`petri.engine.split_products`). split_key_attention (opt-in): the
-    compiled tier's sliding layers attend at one sample through petri's split-key kernel
-    (:mod:`petri.engine.split_key_attention`). disabled: why the fast path is off for this model
+    their configurations were picked by timing them. disabled: why the fast path is off for this model
     (it failed once), else ``None``. sessions: the fast path's sessions by shape key
     (:class:`petri.engine.fast_sampler._Session`: S·L·V buffers and captured graphs), dropped
     whenever what they captured changes. prompts: the encoded prompts kept for reuse by every torch
@@ -94,9 +87,6 @@ class FastTier:
     small_batch_experts: bool = False
     overlapped_mlp: bool = False
     autotuned_kernels: bool = False
-    dependent_launch: bool = False
-    split_products: bool = False
-    split_key_attention: bool = False
     disabled: str | None = None
     sessions: dict = field(default_factory=dict, repr=False)
     prompts: PromptCache = field(default_factory=PromptCache, repr=False)
@@ -186,18 +176,12 @@ class FastTier:
         unless given): ``fast``, then ``+compiled``, ``+sc-softmax``, ``+sc-fp8``, ``+inverse-cdf``,
         ``+small-batch``, ``+overlapped-mlp`` (the compiled tier's overlapped MLP, which only
         FP8 layers take: :mod:`petri.engine.overlapped_mlp`), ``+autotuned`` (its kernels compiled
-        without Inductor's deterministic mode, :attr:`autotuned_kernels`), ``+pdl`` (petri's kernels
-        launched dependent, :attr:`dependent_launch`), ``+split-products`` (the decoder linears'
-        products of few rows through the split-reduction kernel, :attr:`split_products`), ``+split-keys`` (the
-        sliding layers' attention at one sample through the split-key kernel, :attr:`split_key_attention`)
-        and the precision tag for each lever in
+        without Inductor's deterministic mode, :attr:`autotuned_kernels`) and the precision tag for each lever in
         use, in that order (the names stored runs carry)."""
         options = self.options if options is None else options
         levers = (("+compiled", self.compiled), ("+sc-softmax", self.softmax_self_conditioning(options)),
                   ("+sc-fp8", self.fp8_self_conditioning(options)), ("+inverse-cdf", options.inverse_cdf_draw),
                   ("+small-batch", self.small_batch_experts_used(batch)),
                   ("+overlapped-mlp", self.overlapped_mlp and self.precision != "bf16"),
-                  ("+autotuned", self.compiled and self.autotuned_kernels), ("+pdl", self.dependent_launch),
-                  ("+split-products", self.split_products),
-                  ("+split-keys", self.split_key_attention and batch < SPLIT_KEYS_BELOW))
+                  ("+autotuned", self.compiled and self.autotuned_kernels))
         return "fast" + "".join(name for name, used in levers if used) + self.precision_tag

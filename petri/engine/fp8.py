@@ -51,7 +51,6 @@ from petri.engine.fp8_kernels import MAX_WIDTH, gelu_gate_quantized, quantize_ro
 from petri.engine.fused_experts import combine_rows, fusable_reason, gated_activation, route
 from petri.engine.fused_logits import HAVE_TRITON
 from petri.engine.precision_choice import PRECISIONS
-from petri.engine.split_products import split_scaled_product, splits
 from petri.engine.stacked_projections import is_stacked_member, stacked_groups
 
 log = logging.getLogger(__name__)
@@ -101,16 +100,11 @@ def scaled_matmul_reference(xq, x_scale, wq, w_scale, dtype=torch.bfloat16) -> t
     return (dequantize(xq, x_scale) @ dequantize(wq, w_scale).T).to(dtype)
 
 
-def scaled_matmul(xq, x_scale, wq, w_scale, dtype=torch.bfloat16, fast_accum: bool = False,
-                  counters: torch.Tensor | None = None) -> torch.Tensor:
+def scaled_matmul(xq, x_scale, wq, w_scale, dtype=torch.bfloat16, fast_accum: bool = False) -> torch.Tensor:
     """As :func:`scaled_matmul_reference`; on CUDA ``torch._scaled_mm`` with row-wise scales
     (scale_a (M, 1), scale_b (1, N); the weight as a column-major (K, N) view). ``fast_accum``:
     the matrix units' reduced-precision accumulation (off in the tier; ``experiments/fp8_check.py``
-    times it). ``counters`` (a linear's under the compiled tier's opt-in split products): where the
-    product has too few output tiles to fill the GPU (:func:`petri.engine.split_products.splits`),
-    petri's split-reduction kernel instead (``petri::split_scaled_product``, bf16 out)."""
-    if counters is not None and dtype == torch.bfloat16 and splits(xq.shape[0], wq.shape[0], xq.shape[1], counters):
-        return split_scaled_product(xq, x_scale, wq, w_scale, counters, fast_accum)
+    times it)."""
     if xq.is_cuda:
         return torch._scaled_mm(xq, wq.T, scale_a=x_scale.unsqueeze(1), scale_b=w_scale.unsqueeze(0), out_dtype=dtype,
                                 use_fast_accum=fast_accum)
@@ -139,12 +133,10 @@ def scaled_grouped(xq, x_scale, wq, w_scale, offsets, dtype=torch.bfloat16, fast
 
 def linear_product(module, xq: torch.Tensor, x_scale: torch.Tensor, dtype=torch.bfloat16) -> torch.Tensor:
     """The FP8 linear ``module``'s product (installed by :func:`use_fp8`) of rows already quantized:
-    xq (M, K) e4m3, x_scale (M,) → (M, N) in ``dtype``, with its split-reduction counters where the
-    compiled tier gave it some (:func:`scaled_matmul`; :func:`petri.engine.split_products.use_split_products`).
+    xq (M, K) e4m3, x_scale (M,) → (M, N) in ``dtype`` (:func:`scaled_matmul`).
     (A Triton kernel for few rows, the small-batch GEMM's dense form, measured about 0.6 ms per
     batch-1 step slower than ``torch._scaled_mm`` on an H200 and was taken out: issue 25's notes.)"""
-    return scaled_matmul(xq, x_scale, module._petri_fp8_weight, module._petri_fp8_scale, dtype, module._petri_fp8_fast,
-                         getattr(module, "_petri_split_counters", None))
+    return scaled_matmul(xq, x_scale, module._petri_fp8_weight, module._petri_fp8_scale, dtype, module._petri_fp8_fast)
 
 
 def _hidden_quantized(hidden: torch.Tensor, hidden_scale: torch.Tensor | None):
@@ -321,7 +313,7 @@ def _give_forward_back(module, attributes: tuple[str, ...]) -> None:
 
 
 def _install_linear(module, weight_scale: tuple[torch.Tensor, torch.Tensor], fast_accum: bool) -> None:
-    """The FP8 forward over ``module``'s (the split products', where installed, is kept for :func:`use_bf16`)."""
+    """The FP8 forward over ``module``'s (an instance forward it had is kept for :func:`use_bf16`)."""
     module._petri_fp8_weight, module._petri_fp8_scale = weight_scale
     module._petri_fp8_fast = fast_accum
     _put_forward(module, _linear_forward)

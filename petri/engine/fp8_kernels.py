@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import torch
 
-from petri.engine.dependent_launch import launch_options
 from petri.engine.fused_logits import HAVE_TRITON
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
-
-    from petri.engine.dependent_launch import wait_then_release
 
     from petri.engine.fused_logits import libdevice
 
@@ -63,7 +60,7 @@ def quantize_rows_triton(x: torch.Tensor, inv_max: float, fp8_max: float, min_sc
         block, per_program, warps = _launch_shape(width, rows_per_program, num_warps)
         _quantize_rows_kernel[(triton.cdiv(rows, per_program),)](
             x, q, scale, rows, width, x.stride(0), q.stride(0), inv_max, fp8_max, min_scale,
-            BLOCK=block, ROWS=per_program, num_warps=warps, enable_fp_fusion=False, **launch_options(),
+            BLOCK=block, ROWS=per_program, num_warps=warps, enable_fp_fusion=False,
         )
     return q, scale
 
@@ -85,7 +82,7 @@ def gelu_gate_quantized(projected: torch.Tensor, inv_max: float, fp8_max: float,
         _gelu_gate_quant_kernel[(triton.cdiv(rows, per_program),)](
             projected, q, scale, pairs if pairs is not None else projected, rows, width, projected.stride(0),
             q.stride(0), inv_max, fp8_max, min_scale, BLOCK=block, ROWS=per_program, SKIP_PADDING=pairs is not None,
-            num_warps=warps, enable_fp_fusion=False, **launch_options(),  # the unfused kernel's roundings
+            num_warps=warps, enable_fp_fusion=False,  # the unfused kernel's roundings
         )
     return q, scale
 
@@ -123,9 +120,8 @@ if HAVE_TRITON:
 
     @triton.jit
     def _quantize_rows_kernel(x_ptr, q_ptr, scale_ptr, n_rows, width, x_stride, q_stride, inv_max, fp8_max, min_scale,
-                              BLOCK: tl.constexpr, ROWS: tl.constexpr, PDL: tl.constexpr):
+                              BLOCK: tl.constexpr, ROWS: tl.constexpr):
         """ROWS rows per program, each held whole in registers (BLOCK ≥ width)."""
-        wait_then_release(PDL)
         rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
         cols = tl.arange(0, BLOCK)[None, :]
         used = rows < n_rows
@@ -136,12 +132,11 @@ if HAVE_TRITON:
     @triton.jit
     def _gelu_gate_quant_kernel(projected_ptr, q_ptr, scale_ptr, pairs_ptr, n_rows, width, projected_stride, q_stride,
                                 inv_max, fp8_max, min_scale, BLOCK: tl.constexpr, ROWS: tl.constexpr,
-                                SKIP_PADDING: tl.constexpr, PDL: tl.constexpr):
+                                SKIP_PADDING: tl.constexpr):
         """The activation of ``petri.engine.fused_experts._gelu_tanh_gate_kernel`` (CONTRACT: the fma
         nvcc makes), rounded to bf16, then quantized as :func:`_quantize_rows_kernel` does; ROWS rows
         per program. SKIP_PADDING: rows whose pair (``pairs_ptr``) is -1 are left unwritten (a
         program whose rows are all padding does nothing)."""
-        wait_then_release(PDL)
         rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
         used = rows < n_rows
         if SKIP_PADDING:

@@ -39,14 +39,11 @@ import types
 import torch
 import torch.nn.functional as F
 
-from petri.engine.dependent_launch import launch_options
 from petri.engine.fused_logits import HAVE_TRITON
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
-
-    from petri.engine.dependent_launch import wait_then_release
 
     from petri.engine.fused_logits import libdevice
 
@@ -93,7 +90,7 @@ def gated_activation(projected: torch.Tensor, activation: str, contract: bool = 
         block = 1024
         _gelu_tanh_gate_kernel[(rows, triton.cdiv(width, block))](
             projected, out, pairs if pairs is not None else projected, width, projected.stride(0), out.stride(0),
-            BLOCK=block, CONTRACT=contract, SKIP_PADDING=pairs is not None, enable_fp_fusion=False, **launch_options(),
+            BLOCK=block, CONTRACT=contract, SKIP_PADDING=pairs is not None, enable_fp_fusion=False,
         )
         return out
     gate, up = projected.chunk(2, dim=-1)
@@ -130,7 +127,6 @@ def combine_rows(out: torch.Tensor, position: torch.Tensor, top_k_weights: torch
         _combine_kernel[(tokens, triton.cdiv(width, block))](
             out, position, top_k_weights.contiguous().float(), combined, width, out.stride(0), combined.stride(0),
             TOP_K=top_k, BLOCK=block, enable_fp_fusion=False,  # multiply, then add: the eager rounding
-            **launch_options(),
         )
         return combined
     weighted = out.index_select(0, position).float() * top_k_weights.reshape(-1, 1).float()
@@ -143,10 +139,8 @@ def combine_rows(out: torch.Tensor, position: torch.Tensor, top_k_weights: torch
 if HAVE_TRITON:
 
     @triton.jit
-    def _gather_kernel(src_ptr, order_ptr, out_ptr, width, src_stride, out_stride, TOP_K: tl.constexpr, BLOCK: tl.constexpr,
-                       PDL: tl.constexpr):
+    def _gather_kernel(src_ptr, order_ptr, out_ptr, width, src_stride, out_stride, TOP_K: tl.constexpr, BLOCK: tl.constexpr):
         """Row j of out = row order[j] // TOP_K of src."""
-        wait_then_release(PDL)
         j = tl.program_id(0).to(tl.int64)
         token = tl.load(order_ptr + j) // TOP_K
         for start in range(0, width, BLOCK):
@@ -156,14 +150,12 @@ if HAVE_TRITON:
 
     @triton.jit
     def _gelu_tanh_gate_kernel(projected_ptr, out_ptr, pairs_ptr, width, projected_stride, out_stride,
-                               BLOCK: tl.constexpr, CONTRACT: tl.constexpr, SKIP_PADDING: tl.constexpr,
-                               PDL: tl.constexpr):
+                               BLOCK: tl.constexpr, CONTRACT: tl.constexpr, SKIP_PADDING: tl.constexpr):
         """out[r, c] = bf16(bf16(gelu_tanh(gate)) · up) with gate = projected[r, c], up = projected[r, I + c],
         gelu_tanh as PyTorch's CUDA kernel evaluates it in float32:
         0.5·x·(1 + tanh(β·fma(κ, x³, x))), β = float32(√2·(2/√π)·0.5), κ = 0.044715, tanhf (the fma is
         nvcc's contraction of ``x + κ·x³``; ``CONTRACT=False`` rounds the product first). SKIP_PADDING:
         rows whose pair (``pairs_ptr``) is -1 are left unwritten."""
-        wait_then_release(PDL)
         row = tl.program_id(0).to(tl.int64)
         if SKIP_PADDING:
             used = tl.load(pairs_ptr + row) >= 0
@@ -184,9 +176,8 @@ if HAVE_TRITON:
 
     @triton.jit
     def _combine_kernel(rows_ptr, position_ptr, weight_ptr, out_ptr, width, rows_stride, out_stride,
-                        TOP_K: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+                        TOP_K: tl.constexpr, BLOCK: tl.constexpr):
         """out[t] = Σ_k float(rows[position[t·K + k]]) · weight[t, k], k in order, cast to out's dtype."""
-        wait_then_release(PDL)
         token = tl.program_id(0).to(tl.int64)
         cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         valid = cols < width
@@ -209,8 +200,7 @@ def experts_triton(
     hidden = hidden.contiguous()
     order, position, offsets = route(top_k_index, gate_up.shape[0])
     rows = torch.empty((tokens * top_k, width), dtype=hidden.dtype, device=hidden.device)
-    _gather_kernel[(tokens * top_k,)](hidden, order, rows, width, hidden.stride(0), rows.stride(0), TOP_K=top_k, BLOCK=1024,
-                                      **launch_options())
+    _gather_kernel[(tokens * top_k,)](hidden, order, rows, width, hidden.stride(0), rows.stride(0), TOP_K=top_k, BLOCK=1024)
     out = expert_mlp(rows, gate_up, down, offsets, activation)
     return combine_rows(out, position, top_k_weights, hidden.dtype)
 

@@ -60,8 +60,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from petri.engine.dependent_launch import launch_options
-
 try:  # Triton is optional: present with CUDA builds of PyTorch, absent on CPU-only machines
     import triton
     import triton.language as tl
@@ -73,9 +71,6 @@ try:  # Triton is optional: present with CUDA builds of PyTorch, absent on CPU-o
     HAVE_TRITON = True
 except ImportError:  # pragma: no cover - depends on the installation
     HAVE_TRITON = False
-
-if HAVE_TRITON:
-    from petri.engine.dependent_launch import wait_then_release
 
 
 def scalar_reciprocal(value: float) -> float:
@@ -224,12 +219,11 @@ if HAVE_TRITON:
         rows_per_keep, raw_stride, noise_stride, sc_stride,
         inv_cap, cap,
         VOCAB: tl.constexpr, HAS_CAP: tl.constexpr, WRITE_SC: tl.constexpr, HAS_KEEP: tl.constexpr,
-        SC_STATS: tl.constexpr, RACE: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr,
+        SC_STATS: tl.constexpr, RACE: tl.constexpr, BLOCK: tl.constexpr,
     ):
         """One program per row: stream the row once in BLOCK-wide tiles, keeping running
         (max, Σe, Σe·(x-max)) for the entropy and running (best value, first index) for the two
         argmaxes."""
-        wait_then_release(PDL)
         row = tl.program_id(0).to(tl.int64)
         inv_t = tl.load(inv_t_ptr)
         if HAS_KEEP:  # finished samples keep their previous self-conditioning input
@@ -295,12 +289,11 @@ if HAVE_TRITON:
         raw_ptr, sc_ptr, sc_scale_ptr, keep_ptr, inv_t_ptr, sc_max_ptr, sc_sum_ptr, uniform_ptr, x_max_ptr, x_sum_ptr,
         sampled_ptr, rows_per_keep, raw_stride, sc_stride, inv_cap, cap,
         VOCAB: tl.constexpr, HAS_CAP: tl.constexpr, HAS_KEEP: tl.constexpr, WRITE_SC: tl.constexpr,
-        SC_FP8: tl.constexpr, DRAW: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr,
+        SC_FP8: tl.constexpr, DRAW: tl.constexpr, BLOCK: tl.constexpr,
     ):
         """Second pass, one program per row, x as in the first: WRITE_SC: sc = bf16(exp(bf16(x) - M) / Z),
         or with SC_FP8 sc = e4m3(448·exp(bf16(x) - M)) and the row's scale 1/(448·Z);
         DRAW: the inverse-CDF draw with the row's uniform u, max m and Σ exp(x - m) from the first."""
-        wait_then_release(PDL)
         row = tl.program_id(0).to(tl.int64)
         if HAS_KEEP:  # finished samples keep their previous self-conditioning input
             writable = tl.load(keep_ptr + row // rows_per_keep) == 0
@@ -432,7 +425,7 @@ def triton_logit_pass(
         RACE=not draw,
         BLOCK=block,
         num_warps=num_warps,
-        enable_fp_fusion=False, **launch_options(),  # no FMA contraction: x - noise rounds like the eager ops
+        enable_fp_fusion=False,  # no FMA contraction: x - noise rounds like the eager ops
     )
     if stats or draw:
         _second_pass_kernel[(rows,)](
@@ -441,6 +434,5 @@ def triton_logit_pass(
             rows_per_sample, raw.stride(0), sc.stride(0), inv_cap, cap,
             VOCAB=vocab, HAS_CAP=softcap is not None, HAS_KEEP=keep_rows_per_sample is not None,
             WRITE_SC=stats, SC_FP8=fp8_out, DRAW=draw, BLOCK=block, num_warps=num_warps, enable_fp_fusion=False,
-            **launch_options(),
         )
     return out

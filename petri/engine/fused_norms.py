@@ -43,7 +43,6 @@ import torch
 
 from petri.engine.fp8 import FP8, FP8_MAX, INV_FP8_MAX, MIN_SCALE, quantize_rows
 from petri.engine.fp8_mlp import takes_quantized
-from petri.engine.dependent_launch import launch_options
 from petri.engine.fused_logits import HAVE_TRITON
 from petri.engine.fused_router import fusable_router_reason
 from petri.engine.overlapped_mlp import feedforward_blocks, overlapped_feedforward_blocks
@@ -51,8 +50,6 @@ from petri.engine.overlapped_mlp import feedforward_blocks, overlapped_feedforwa
 if HAVE_TRITON:
     import triton
     import triton.language as tl
-
-    from petri.engine.dependent_launch import wait_then_release
 
     from petri.engine.fp8_kernels import _quantize_store
     from petri.engine.fused_logits import libdevice
@@ -115,7 +112,6 @@ def feedforward_inputs_triton(attention, residual, post_attention_weight, pre_we
             r, inputs[0], scales[0], inputs[1], scales[1], router_input,
             width, router_root, eps, INV_FP8_MAX, FP8_MAX, MIN_SCALE,
             BLOCK=block, QUANTIZE=quantize, num_warps=warps, enable_fp_fusion=False,  # torch's roundings: no fma
-            **launch_options(),
         )
     return r, inputs[0], scales[0], inputs[1], scales[1], router_input
 
@@ -129,7 +125,7 @@ def layer_output_triton(mlp, experts, residual, weight_1, weight_2, weight_3, la
         block, warps = _row_launch(width, num_warps)
         _layer_output_kernel[(rows,)](
             mlp, experts, residual, weight_1, weight_2, weight_3, layer_scalar, out, width, eps,
-            BLOCK=block, num_warps=warps, enable_fp_fusion=False, **launch_options(),
+            BLOCK=block, num_warps=warps, enable_fp_fusion=False,
         )
     return out
 
@@ -151,13 +147,12 @@ if HAVE_TRITON:
     def _feedforward_inputs_kernel(attention_ptr, residual_ptr, post_attention_w, pre_w, pre_2_w, router_scale_ptr,
                                    r_ptr, pre_ptr, pre_scale_ptr, pre_2_ptr, pre_2_scale_ptr, router_ptr,
                                    width, router_root, eps, inv_max, fp8_max, min_scale,
-                                   BLOCK: tl.constexpr, QUANTIZE: tl.constexpr, PDL: tl.constexpr):
+                                   BLOCK: tl.constexpr, QUANTIZE: tl.constexpr):
         """One row as a (1, BLOCK) tile: ``r`` = bf16(residual + bf16(norm(attention) · w)); then
         norm(r) times each feed-forward norm's weight (bf16, or quantized as
         ``_quantize_rows_kernel`` quantizes the bf16 value), and the router's input
         bf16(bf16(bf16(norm(r)) · scale) · root), each computed from ``r`` and stored in turn so
         that one output at a time is held (fewer registers: more rows in flight)."""
-        wait_then_release(PDL)
         row = tl.program_id(0).to(tl.int64) + tl.zeros((1, 1), dtype=tl.int64)
         cols = tl.arange(0, BLOCK)[None, :]
         valid = cols < width
@@ -184,10 +179,9 @@ if HAVE_TRITON:
 
     @triton.jit
     def _layer_output_kernel(mlp_ptr, experts_ptr, residual_ptr, w_1, w_2, w_3, layer_scalar_ptr, out_ptr, width, eps,
-                             BLOCK: tl.constexpr, PDL: tl.constexpr):
+                             BLOCK: tl.constexpr):
         """One row as a (1, BLOCK) tile: bf16(bf16(residual + bf16(norm(bf16(bf16(norm(mlp) · w₁) +
         bf16(norm(experts) · w₂))) · w₃)) · layer_scalar)."""
-        wait_then_release(PDL)
         row = tl.program_id(0).to(tl.int64) + tl.zeros((1, 1), dtype=tl.int64)
         cols = tl.arange(0, BLOCK)[None, :]
         valid = cols < width

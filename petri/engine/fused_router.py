@@ -28,14 +28,11 @@ import types
 
 import torch
 
-from petri.engine.dependent_launch import launch_options
 from petri.engine.fused_logits import HAVE_TRITON
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
-
-    from petri.engine.dependent_launch import wait_then_release
 
     from petri.engine.fused_logits import libdevice
 
@@ -62,7 +59,7 @@ def route_top_k_triton(scores: torch.Tensor, top_k: int, per_expert_scale: torch
         _router_top_k_kernel[(triton.cdiv(tokens, BLOCK_T),)](
             scores, per_expert_scale, probabilities, weights, index, tokens, experts,
             TOP_K=top_k, E=triton.next_power_of_2(experts), K=triton.next_power_of_2(top_k), BLOCK_T=BLOCK_T,
-            enable_fp_fusion=False, **launch_options(),
+            enable_fp_fusion=False,
         )
     return probabilities, weights, index
 
@@ -71,12 +68,10 @@ if HAVE_TRITON:
 
     @triton.jit
     def _router_top_k_kernel(scores_ptr, scale_ptr, probabilities_ptr, weights_ptr, index_ptr, TOKENS, EXPERTS,
-                             TOP_K: tl.constexpr, E: tl.constexpr, K: tl.constexpr, BLOCK_T: tl.constexpr,
-                             PDL: tl.constexpr):
+                             TOP_K: tl.constexpr, E: tl.constexpr, K: tl.constexpr, BLOCK_T: tl.constexpr):
         """BLOCK_T tokens: softmax over the experts, then TOP_K rounds of (largest, its first index),
         each chosen expert masked out for the next round; then the chosen weights over their sum
         (added in order) times their experts' scales."""
-        wait_then_release(PDL)
         rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
         live = rows < TOKENS
         cols = tl.arange(0, E)

@@ -239,10 +239,8 @@ def give_attention_function(layers, name: str, function, takes) -> int:
 def drop_split_attention(layers) -> None:
     """Undo :func:`give_attention_function` (:func:`use_split_attention`,
     :func:`petri.engine.sliding_attention.use_flash_sliding`,
-    :func:`petri.engine.split_key_attention.use_split_key_attention`,
     :func:`petri.engine.encoder_attention.use_encoder_window`): each attention's own config again."""
     for layer in layers:
         attention = getattr(layer, "self_attn", None)
         if attention is not None and "_petri_config" in vars(attention):
             attention.config = vars(attention).pop("_petri_config")
-            vars(attention).pop("_petri_attention_counters", None)  # the split-key attention's

@@ -146,7 +146,6 @@ def compile_for_sampling(
     stacked_projections: bool = True, fp8_self_conditioning: bool = False, fused_norms: bool = True,
     overlapped_mlp: bool = True, deterministic_kernels: bool = True, fused_attention_inputs: bool = True,
     global_attention: str = "products", flash_sliding: bool = True, encoder_window: bool = True,
-    dependent_launch: bool = False, split_products: bool = False, split_key_attention: bool = False,
 ) -> LoadedModel:
     """Compile what the samplers call, in place. ``regional`` (default): ``torch.compile`` each decoder
     layer (``petri.engine.compiled_tier.compile_regions``: one compiled graph per layer type, reused
@@ -173,13 +172,7 @@ def compile_for_sampling(
     probabilities in e4m3, and ``deterministic_kernels`` (default) compiles in Inductor's
     deterministic mode, so a seed's tokens do not depend on what the process compiled or timed
     before, and ``fused_attention_inputs`` (default) computes each decoder attention's q, k, v
-    norms, rotary embedding and appending to the prompt's keys and values as one op, and
-    ``dependent_launch`` (opt-in, Hopper; not yet measured) launches petri's Triton kernels with
-    programmatic dependent launch (:mod:`petri.engine.dependent_launch`), and ``split_products``
-    (opt-in, CUDA; not yet measured) computes the decoder's dense products of few rows (bf16 and
-    FP8) through petri's split-reduction kernel (:mod:`petri.engine.split_products`), and ``split_key_attention``
-    (opt-in, CUDA; not yet measured) runs the sliding layers' attention at one sample through petri's
-    split-key kernel (:mod:`petri.engine.split_key_attention`) (all issue 25).
+    norms, rotary embedding and appending to the prompt's keys and values as one op (all issue 25).
     ``backend="eager"`` traces without compiling (what the CPU test uses)."""
     if regional:
         from petri.engine.compiled_tier import compile_regions
@@ -190,8 +183,7 @@ def compile_for_sampling(
                         fused_norms=fused_norms, overlapped_mlp=overlapped_mlp,
                         deterministic_kernels=deterministic_kernels, fused_attention_inputs=fused_attention_inputs,
                         global_attention=global_attention, flash_sliding=flash_sliding,
-                        encoder_window=encoder_window, dependent_launch=dependent_launch,
-                        split_products=split_products, split_key_attention=split_key_attention)
+                        encoder_window=encoder_window)
     else:
         from petri.engine.decoder_hooks import compile_function
 
