@@ -35,6 +35,7 @@
 #           SHIFTFULL_ARMS="" runs bf16 and the null arm only; SHIFTFULL_NO_NULL=1 leaves the null arm out;
 #           SHIFTFULL_REFERENCE=RUN.json takes that earlier run's bf16 arm instead of drawing one).
 # BENCH_SHAPES narrows the shapes of bench and fast (1x1600,12x200 unless set; e.g. 1x1600 for the batch-1 levers alone).
+# BENCH_STEPS sets bench's denoising steps (24 unless set; e.g. 16 with BENCH_SHAPES=1x4096, vLLM's published benchmark).
 # BENCH_NAME names bench's JSON (bench_full_shapes unless set), so that two bench parts of one call keep both, e.g.
 #   CUBLASLT_WORKSPACE_SIZE=32768 BENCH_NAME=bench_ws32m bash experiments/issue25_device.sh bench
 # TESTS (test files) and LEVERS_PARTS (kernel_levers.py's --parts) narrow those two parts. The whole GPU suite took
@@ -91,7 +92,7 @@ for part in "$@"; do
       timeout ${FAST_TIMEOUT:-150} $B --model full --shapes ${BENCH_SHAPES:-1x1600,12x200} --steps 24 --repeats 3 \
         --configs petri_fast_compiled_fp8fast --out $OUT/bench_full_fp8fast.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
     bench)
-      timeout ${BENCH_TIMEOUT:-420} $B --model full --shapes ${BENCH_SHAPES:-1x1600,12x200} --steps 24 --repeats 3 \
+      timeout ${BENCH_TIMEOUT:-420} $B --model full --shapes ${BENCH_SHAPES:-1x1600,12x200} --steps ${BENCH_STEPS:-24} --repeats 3 \
         --configs ${BENCH_CONFIGS:-generate,petri_fast_compiled,petri_fast_compiled_small,petri_fast_compiled_small_fp8,petri_fast_compiled_small_fp8fast,petri_fast_compiled_fp8fast,petri_fast_compiled_fp8,petri_fast} \
         --profile-configs ${BENCH_PROFILE:-petri_fast_compiled_small,petri_fast_compiled_small_fp8fast} \
         --out $OUT/${BENCH_NAME:-bench_full_shapes}.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
