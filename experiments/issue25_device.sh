@@ -22,6 +22,8 @@
 #   blas:   experiments/blas_workspace.py (the FP8 tier's dense products with cuBLASLt's workspace at PyTorch's default
 #           1 MiB and larger, BLAS_SIZES in KiB: time, kernels, bits);
 #   splitk: experiments/split_k_check.py (the FP8 self-conditioning product whole and with its reduction in 2 to 8 slices);
+#   streamsplitk: experiments/stream_split_k.py (the FP8 dense products at one canvas whole, and with their reduction in
+#           2 to 4 slices run one after another or side by side on CUDA streams);
 #   attn:   experiments/attention_check.py (the decoder's attention at both shapes through each of PyTorch's kernels and petri's);
 #   enclevers: experiments/encoder_levers.py (the prompt encoder's attention, experts and dense products alone, each with the
 #           lever that would replace it: the flash kernel told the window, FP8);
@@ -104,6 +106,10 @@ for part in "$@"; do
     splitk)
       timeout ${SPLITK_TIMEOUT:-120} python3 experiments/split_k_check.py > $OUT/split_k_check.json 2>$OUT/splitk.err
       tail -c 2500 $OUT/splitk.err >> $LOG ;;
+    streamsplitk)
+      timeout ${STREAMSPLITK_TIMEOUT:-200} python3 experiments/stream_split_k.py > $OUT/stream_split_k.json 2>$OUT/streamsplitk.err
+      tail -c 4000 $OUT/streamsplitk.err >> $LOG
+      python3 -c "import json; print(json.dumps(json.load(open('$OUT/stream_split_k.json'))['ms_per_step']))" >> $LOG 2>&1 ;;
     attn)
       timeout ${ATTN_TIMEOUT:-150} python3 experiments/attention_check.py > $OUT/attention_check.json 2>$OUT/attn.err
       tail -c 4000 $OUT/attn.err >> $LOG ;;
