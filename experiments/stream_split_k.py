@@ -119,18 +119,19 @@ def measure(name: str, n: int, k: int, rows: int, parts: tuple[int, ...], calls:
 
 
 def step_totals(cases: list[dict], parts: tuple[int, ...]) -> dict:
-    """ms a step for each way: every product's time times how many a step runs; the best split per product too."""
+    """ms a step for each way: every product's time times how many a step runs (``streams_G`` only where
+    every product was measured with G slices side by side), and ``best``: each product whole or split,
+    whichever was faster."""
     totals = {"whole": 0.0, "best": 0.0}
     for case in cases:
         count = case["per_step"]
         totals["whole"] += count * case["whole_ms"]
-        best = case["whole_ms"]
-        for g in parts:
-            entry = case.get(f"split_{g}", {})
-            if "streams_ms" in entry:
-                totals[f"streams_{g}"] = totals.get(f"streams_{g}", 0.0) + count * entry["streams_ms"]
-                best = min(best, entry["streams_ms"])
-        totals["best"] += count * best
+        split = [case.get(f"split_{g}", {}).get("streams_ms") for g in parts]
+        totals["best"] += count * min([case["whole_ms"]] + [ms for ms in split if ms is not None])
+    for g in parts:
+        split = [case.get(f"split_{g}", {}).get("streams_ms") for case in cases]
+        if None not in split:
+            totals[f"streams_{g}"] = sum(case["per_step"] * ms for case, ms in zip(cases, split))
     return {key: round(value, 4) for key, value in totals.items()}
 
 
