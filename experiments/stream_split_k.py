@@ -29,7 +29,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from experiments.blas_workspace import COLD_BYTES, SHAPES, graphed_ms  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from blas_workspace import COLD_BYTES, SHAPES, graphed_ms  # noqa: E402
 
 #: the products of a step at one canvas (blas_workspace's shapes) and how many a step runs
 PER_STEP = {"qkv_sliding": 25, "qk_global": 5, "o_sliding": 25, "o_global": 5, "mlp_gate_up": 30, "mlp_down": 30}
