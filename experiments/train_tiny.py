@@ -47,6 +47,11 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from subject_data import build_windows, is_subject_data, read_records  # noqa: E402
 
 NOISE_LEVELS = (0.25, 0.5, 0.75, 1.0)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -79,6 +84,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--doc-start-frac", type=float, default=0.75, help="share of windows that start a document")
     ap.add_argument("--self-cond-every", type=int, default=2, help="self-condition every Nth batch (0: never)")
     ap.add_argument("--max-docs", type=int, default=None, help="use only the first N documents of each file")
+    ap.add_argument("--prose-share", type=float, default=0.2,
+                    help="with a subject corpus (train.jsonl): share of batches drawn from the prose, not the pairs")
     # optimisation
     ap.add_argument("--batch-size", type=int, default=None, help="default 512 on CUDA, 32 on CPU")
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -232,8 +239,30 @@ def canvas_logits(model, prefix, noisy, self_conditioning_logits=None):
 
 
 @torch.no_grad()
+def canvas_cross_entropy(model, groups, args, vocab_size: int, device, autocast, seed: int) -> dict:
+    """Held-out canvas cross-entropy (nats/token) at each noise level, with fixed noise. ``groups``:
+    [(P, windows (n, P + canvas) int64 tensor), ...], each window a prefix of P tokens and a canvas."""
+    gen = torch.Generator().manual_seed(seed)  # CPU noise: same on every device
+    per_t = {}
+    for level in NOISE_LEVELS:
+        total, count = 0.0, 0
+        for p, windows in groups:
+            for i in range(0, len(windows), args.eval_batch_size):
+                w = windows[i : i + args.eval_batch_size]
+                noisy = corrupt(w[:, p:], torch.full((len(w),), level), vocab_size, gen)
+                w, noisy = w.to(device), noisy.to(device)
+                with autocast():
+                    logits = canvas_logits(model, w[:, :p], noisy)
+                loss = F.cross_entropy(logits.float().reshape(-1, vocab_size), w[:, p:].reshape(-1), reduction="sum")
+                total += float(loss)
+                count += w[:, p:].numel()
+        per_t[str(level)] = total / count
+    return per_t
+
+
+@torch.no_grad()
 def evaluate(model, stream: np.ndarray, doc_starts: np.ndarray, args, vocab_size: int, device, autocast):
-    """Held-out canvas cross-entropy (nats/token) per prefix length and noise level, with fixed noise."""
+    """Held-out canvas cross-entropy per prefix length and noise level, on windows of the packed corpus."""
     model.eval()
     prefixes = [int(x) for x in str(args.eval_prefixes).split(",")]
     results = {}
@@ -242,24 +271,21 @@ def evaluate(model, stream: np.ndarray, doc_starts: np.ndarray, args, vocab_size
         rng = np.random.default_rng(args.seed + 1000 + p)
         starts = sample_starts(rng, args.eval_windows, window, len(stream), doc_starts, 1.0)
         windows = torch.from_numpy(stream[starts[:, None] + np.arange(window)])
-        gen = torch.Generator().manual_seed(args.seed + 2000 + p)  # CPU noise: same on every device
-        per_t = {}
-        for level in NOISE_LEVELS:
-            total, count = 0.0, 0
-            for i in range(0, len(windows), args.eval_batch_size):
-                w = windows[i : i + args.eval_batch_size]
-                t = torch.full((len(w),), level)
-                noisy = corrupt(w[:, p:], t, vocab_size, gen)
-                w, noisy = w.to(device), noisy.to(device)
-                with autocast():
-                    logits = canvas_logits(model, w[:, :p], noisy)
-                loss = F.cross_entropy(logits.float().reshape(-1, vocab_size), w[:, p:].reshape(-1), reduction="sum")
-                total += float(loss)
-                count += w[:, p:].numel()
-            per_t[str(level)] = total / count
-        results[str(p)] = per_t
+        results[str(p)] = canvas_cross_entropy(model, [(p, windows)], args, vocab_size, device, autocast,
+                                               args.seed + 2000 + p)
     model.train()
     return results, prefixes[0]
+
+
+@torch.no_grad()
+def evaluate_pairs(model, held, args, vocab_size: int, device, autocast):
+    """Held-out canvas cross-entropy on (prompt, answer) pairs: each canvas after its own prompt."""
+    model.eval()
+    groups = [(p, torch.from_numpy(held.stream[starts[:, None] + np.arange(p + args.canvas)]))
+              for p, starts in held.heldout_batches(args.eval_windows, args.seed + 1000)]
+    result = canvas_cross_entropy(model, groups, args, vocab_size, device, autocast, args.seed + 2000)
+    model.train()
+    return {"pairs": result}, "pairs"
 
 
 # ---------------------------------------------------------------------------------------- saving
@@ -328,14 +354,22 @@ def train(args: argparse.Namespace) -> dict:
     # data
     tok, special = load_tokenizer(args.tokenizer)
     vocab_size = tok.get_vocab_size()
-    train_stream, train_docs = pack(tok, read_lines(args.data / "corpus.txt", args.max_docs), special["eos"])
-    held_stream, held_docs = pack(tok, read_lines(args.data / "heldout.txt", args.max_docs), special["eos"])
-    max_window = args.max_prefix + args.canvas
-    if len(train_stream) <= max_window or len(held_stream) <= max(
-        int(x) for x in str(args.eval_prefixes).split(",")) + args.canvas:
-        raise ValueError("corpus too small for the window length")
-    print(f"data: {len(train_docs):,} train docs, {len(train_stream):,} tokens; "
-          f"{len(held_docs):,} held-out docs, {len(held_stream):,} tokens; vocab {vocab_size}", flush=True)
+    subject = is_subject_data(args.data)
+    if subject:  # (prompt, answer) pairs and prose: experiments/subject_data.py
+        windows = build_windows(tok, read_records(args.data / "train.jsonl", args.max_docs), special, args.canvas)
+        held = build_windows(tok, read_records(args.data / "heldout.jsonl", args.max_docs), special, args.canvas)
+        train_stream, held_stream, train_docs = windows.stream, held.stream, windows.prose_starts
+        print(f"data: {windows.pairs:,} pairs and {len(windows.prose_starts):,} prose documents, "
+              f"{len(train_stream):,} tokens; {held.pairs:,} held-out pairs; vocab {vocab_size}", flush=True)
+    else:
+        train_stream, train_docs = pack(tok, read_lines(args.data / "corpus.txt", args.max_docs), special["eos"])
+        held_stream, held_docs = pack(tok, read_lines(args.data / "heldout.txt", args.max_docs), special["eos"])
+        max_window = args.max_prefix + args.canvas
+        if len(train_stream) <= max_window or len(held_stream) <= max(
+            int(x) for x in str(args.eval_prefixes).split(",")) + args.canvas:
+            raise ValueError("corpus too small for the window length")
+        print(f"data: {len(train_docs):,} train docs, {len(train_stream):,} tokens; "
+              f"{len(held_docs):,} held-out docs, {len(held_stream):,} tokens; vocab {vocab_size}", flush=True)
     stream_dev = torch.from_numpy(train_stream).to(device)
 
     # model
@@ -392,9 +426,14 @@ def train(args: argparse.Namespace) -> dict:
         for group in optimizer.param_groups:
             group["lr"] = lr
 
-        p = int(np_rng.integers(args.min_prefix, args.max_prefix + 1))
+        if subject:
+            p, starts = windows.draw(np_rng, args.batch_size, prose_share=args.prose_share, min_prefix=args.min_prefix,
+                                     max_prefix=args.max_prefix, doc_start_frac=args.doc_start_frac)
+        else:
+            p = int(np_rng.integers(args.min_prefix, args.max_prefix + 1))
+            starts = sample_starts(np_rng, args.batch_size, p + args.canvas, len(train_stream), train_docs,
+                                   args.doc_start_frac)
         window = p + args.canvas
-        starts = sample_starts(np_rng, args.batch_size, window, len(train_stream), train_docs, args.doc_start_frac)
         idx = torch.from_numpy(starts).to(device)[:, None] + torch.arange(window, device=device)
         batch = stream_dev[idx]
         prefix, clean = batch[:, :p], batch[:, p:]
@@ -427,7 +466,10 @@ def train(args: argparse.Namespace) -> dict:
     print(f"trained {step} steps in {train_seconds:.1f}s ({stop_reason})", flush=True)
 
     # evaluation
-    eval_ce, headline_prefix = evaluate(model, held_stream, held_docs, args, vocab_size, device, autocast)
+    if subject:
+        eval_ce, headline_prefix = evaluate_pairs(model, held, args, vocab_size, device, autocast)
+    else:
+        eval_ce, headline_prefix = evaluate(model, held_stream, held_docs, args, vocab_size, device, autocast)
     unigram = unigram_stats(train_stream, held_stream, vocab_size)
     k = max(1, min(3, len(losses) // 2))
     metrics = {
@@ -448,7 +490,7 @@ def train(args: argparse.Namespace) -> dict:
         "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
         "loss_log": log,
     }
-    print("held-out canvas CE (prefix %d): %s; unigram entropy %.3f nats" % (
+    print("held-out canvas CE (prefix %s): %s; unigram entropy %.3f nats" % (
         headline_prefix, ", ".join(f"t={k_}: {v:.3f}" for k_, v in metrics["heldout_canvas_ce"].items()),
         unigram["unigram_entropy_nats"]), flush=True)
 

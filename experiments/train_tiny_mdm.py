@@ -85,6 +85,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from subject_data import build_windows, is_subject_data, read_records  # noqa: E402
 from train_tiny import REPO, load_tokenizer, pack, read_lines, sample_starts, unigram_stats  # noqa: E402
 
 NOISE_LEVELS = (0.25, 0.5, 0.75, 1.0)
@@ -115,6 +116,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--max-prefix", type=int, default=96)
     ap.add_argument("--doc-start-frac", type=float, default=0.75)
     ap.add_argument("--max-docs", type=int, default=None)
+    ap.add_argument("--prose-share", type=float, default=0.2,
+                    help="with a subject corpus (train.jsonl): share of batches drawn from the prose, not the pairs")
     ap.add_argument("--batch-size", type=int, default=None, help="default 512 on CUDA, 16 on CPU")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.1)
@@ -189,28 +192,42 @@ def canvas_logits(model, prefix: torch.Tensor, noisy: torch.Tensor) -> torch.Ten
 
 
 @torch.no_grad()
-def evaluate(model, stream, doc_starts, args, mask_id, device, autocast) -> dict:
-    """Held-out cross-entropy per masked token (nats) at fixed mask rates, fixed windows and masks."""
+def masked_cross_entropy(model, groups, args, mask_id, device, autocast) -> dict:
+    """Held-out cross-entropy per masked token (nats) at fixed mask rates and masks. ``groups``:
+    [(P, windows (n, P + canvas) int64 tensor), ...]."""
     model.eval()
-    window = args.eval_prefix + args.canvas
-    rng = np.random.default_rng(args.seed + 1000)
-    starts = sample_starts(rng, args.eval_windows, window, len(stream), doc_starts, 1.0)
-    windows = torch.from_numpy(stream[starts[:, None] + np.arange(window)])
     results = {}
     for level in NOISE_LEVELS:
         gen = torch.Generator().manual_seed(args.seed + int(level * 100))
         total, count = 0.0, 0
-        for i in range(0, len(windows), args.eval_batch_size):
-            w = windows[i: i + args.eval_batch_size]
-            prefix, clean = w[:, : args.eval_prefix], w[:, args.eval_prefix:]
-            noisy, masked = mask_canvas(clean, torch.full((len(w),), level), mask_id, gen)
-            with autocast():
-                logits = canvas_logits(model, prefix.to(device), noisy.to(device)).float()
-            ce = F.cross_entropy(logits[masked.to(device)], clean.to(device)[masked.to(device)], reduction="sum")
-            total, count = total + float(ce), count + int(masked.sum())
+        for p, windows in groups:
+            for i in range(0, len(windows), args.eval_batch_size):
+                w = windows[i: i + args.eval_batch_size]
+                prefix, clean = w[:, :p], w[:, p:]
+                noisy, masked = mask_canvas(clean, torch.full((len(w),), level), mask_id, gen)
+                with autocast():
+                    logits = canvas_logits(model, prefix.to(device), noisy.to(device)).float()
+                ce = F.cross_entropy(logits[masked.to(device)], clean.to(device)[masked.to(device)], reduction="sum")
+                total, count = total + float(ce), count + int(masked.sum())
         results[str(level)] = total / count
     model.train()
     return results
+
+
+def evaluate(model, stream, doc_starts, args, mask_id, device, autocast) -> dict:
+    """On windows of the packed corpus with a prefix of ``--eval-prefix`` tokens."""
+    window = args.eval_prefix + args.canvas
+    rng = np.random.default_rng(args.seed + 1000)
+    starts = sample_starts(rng, args.eval_windows, window, len(stream), doc_starts, 1.0)
+    windows = torch.from_numpy(stream[starts[:, None] + np.arange(window)])
+    return masked_cross_entropy(model, [(args.eval_prefix, windows)], args, mask_id, device, autocast)
+
+
+def evaluate_pairs(model, held, args, mask_id, device, autocast) -> dict:
+    """On held-out (prompt, answer) pairs: each canvas after its own prompt."""
+    groups = [(p, torch.from_numpy(held.stream[starts[:, None] + np.arange(p + args.canvas)]))
+              for p, starts in held.heldout_batches(args.eval_windows, args.seed + 1000)]
+    return masked_cross_entropy(model, groups, args, mask_id, device, autocast)
 
 
 def save(model, tokenizer_dir: Path, out: Path) -> int:
@@ -233,8 +250,14 @@ def train(args) -> dict:
     tok, special = load_tokenizer(args.tokenizer)
     mask_id = tok.get_vocab_size()  # <mask> is added after the trained vocabulary
     vocab_size = mask_id + 1
-    train_stream, train_docs = pack(tok, read_lines(args.data / "corpus.txt", args.max_docs), special["eos"])
-    held_stream, held_docs = pack(tok, read_lines(args.data / "heldout.txt", args.max_docs), special["eos"])
+    subject = is_subject_data(args.data)
+    if subject:  # (prompt, answer) pairs and prose: experiments/subject_data.py
+        windows = build_windows(tok, read_records(args.data / "train.jsonl", args.max_docs), special, args.canvas)
+        held = build_windows(tok, read_records(args.data / "heldout.jsonl", args.max_docs), special, args.canvas)
+        train_stream, held_stream, train_docs = windows.stream, held.stream, windows.prose_starts
+    else:
+        train_stream, train_docs = pack(tok, read_lines(args.data / "corpus.txt", args.max_docs), special["eos"])
+        held_stream, held_docs = pack(tok, read_lines(args.data / "heldout.txt", args.max_docs), special["eos"])
     batch_size = args.batch_size or (512 if device.type == "cuda" else 16)
     use_bf16 = device.type == "cuda"
 
@@ -272,8 +295,13 @@ def train(args) -> dict:
             print(f"estimated {total} steps from {per_step * 1000:.1f} ms/step", flush=True)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
-        p = int(np_rng.integers(args.min_prefix, args.max_prefix + 1))
-        starts = sample_starts(np_rng, batch_size, p + args.canvas, len(train_stream), train_docs, args.doc_start_frac)
+        if subject:
+            p, starts = windows.draw(np_rng, batch_size, prose_share=args.prose_share, min_prefix=args.min_prefix,
+                                     max_prefix=args.max_prefix, doc_start_frac=args.doc_start_frac)
+        else:
+            p = int(np_rng.integers(args.min_prefix, args.max_prefix + 1))
+            starts = sample_starts(np_rng, batch_size, p + args.canvas, len(train_stream), train_docs,
+                                   args.doc_start_frac)
         idx = torch.from_numpy(starts).to(device)[:, None] + torch.arange(p + args.canvas, device=device)
         batch = stream_dev[idx]
         prefix, clean = batch[:, :p], batch[:, p:]
@@ -293,7 +321,8 @@ def train(args) -> dict:
             print(f"step {step} loss {loss.item():.3f} ({time.time() - started:.0f} s)", flush=True)
         step += 1
     train_seconds = time.time() - started
-    metrics = {"heldout_masked_ce": evaluate(model, held_stream, held_docs, args, mask_id, device, autocast)}
+    metrics = {"heldout_masked_ce": evaluate_pairs(model, held, args, mask_id, device, autocast) if subject
+               else evaluate(model, held_stream, held_docs, args, mask_id, device, autocast)}
     metrics.update(unigram_stats(train_stream, held_stream, vocab_size))
     metrics.update(steps=step, schedule_steps=total, stop_reason=stop_reason, train_seconds=round(train_seconds, 1), parameters=n_params,
                    loss_curve=losses, device=str(device) + (f" ({torch.cuda.get_device_name()})" if use_bf16 else ""),
