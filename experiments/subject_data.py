@@ -73,15 +73,18 @@ def read_records(path: Path, max_docs: int | None = None) -> list[dict]:
     return records[:max_docs] if max_docs else records
 
 
-def build_windows(tok, records: list[dict], special: dict, canvas: int) -> SubjectWindows:
+def build_windows(tok, records: list[dict], special: dict, canvas: int, max_prompt: int | None = None) -> SubjectWindows:
     """Pack ``records`` (see the module docstring) with a ``tokenizers.Tokenizer``; ``special``
-    holds the ids of pad, eos and bos."""
+    holds the ids of pad, eos and bos. A pair whose prompt (with ``<bos>``) is longer than
+    ``max_prompt`` tokens is left out (the trainers' longest prefix)."""
     pairs = [r for r in records if r["kind"] == "pair"]
     prose = [r for r in records if r["kind"] == "prose"]
     chunks, pair_starts, pos = [], {}, 0
     prompts = tok.encode_batch([r["prompt"] for r in pairs], add_special_tokens=False)
     answers = tok.encode_batch([r["text"] for r in pairs], add_special_tokens=False)
     for prompt, answer in zip(prompts, answers):
+        if max_prompt is not None and len(prompt.ids) + 1 > max_prompt:
+            continue
         body = answer.ids[:canvas]
         if len(body) < canvas:
             body = body + [special["eos"]] + [special["pad"]] * (canvas - len(body) - 1)

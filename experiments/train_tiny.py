@@ -64,6 +64,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--tokenizer", type=Path, default=REPO / "assets" / "petri-tiny")
     ap.add_argument("--out", type=Path, default=None, help="checkpoint folder (a temp dir with --smoke)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--init", type=Path, default=None, help="start from this checkpoint's weights (fine-tuning)")
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     ap.add_argument("--smoke", action="store_true", help="tiny model, ~20 CPU steps on a slice of the data")
     # model
@@ -356,8 +357,10 @@ def train(args: argparse.Namespace) -> dict:
     vocab_size = tok.get_vocab_size()
     subject = is_subject_data(args.data)
     if subject:  # (prompt, answer) pairs and prose: experiments/subject_data.py
-        windows = build_windows(tok, read_records(args.data / "train.jsonl", args.max_docs), special, args.canvas)
-        held = build_windows(tok, read_records(args.data / "heldout.jsonl", args.max_docs), special, args.canvas)
+        windows = build_windows(tok, read_records(args.data / "train.jsonl", args.max_docs), special, args.canvas,
+                                max_prompt=args.max_prefix)
+        held = build_windows(tok, read_records(args.data / "heldout.jsonl", args.max_docs), special, args.canvas,
+                             max_prompt=args.max_prefix)
         train_stream, held_stream, train_docs = windows.stream, held.stream, windows.prose_starts
         print(f"data: {windows.pairs:,} pairs and {len(windows.prose_starts):,} prose documents, "
               f"{len(train_stream):,} tokens; {held.pairs:,} held-out pairs; vocab {vocab_size}", flush=True)
@@ -373,7 +376,15 @@ def train(args: argparse.Namespace) -> dict:
     stream_dev = torch.from_numpy(train_stream).to(device)
 
     # model
-    model = build_model(args, vocab_size, special).to(device)
+    if args.init:  # fine-tune a checkpoint (its own architecture; the size options are ignored)
+        from transformers import DiffusionGemmaForBlockDiffusion
+
+        model = DiffusionGemmaForBlockDiffusion.from_pretrained(str(args.init), dtype=torch.float32).to(device)
+        if model.config.get_text_config().vocab_size != vocab_size:
+            raise ValueError(f"--init {args.init}: vocabulary {model.config.get_text_config().vocab_size} "
+                             f"is not the tokenizer's {vocab_size}")
+    else:
+        model = build_model(args, vocab_size, special).to(device)
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params:,} parameters; device {device}; bf16 autocast {use_bf16}; "

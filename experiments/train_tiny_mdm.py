@@ -252,8 +252,10 @@ def train(args) -> dict:
     vocab_size = mask_id + 1
     subject = is_subject_data(args.data)
     if subject:  # (prompt, answer) pairs and prose: experiments/subject_data.py
-        windows = build_windows(tok, read_records(args.data / "train.jsonl", args.max_docs), special, args.canvas)
-        held = build_windows(tok, read_records(args.data / "heldout.jsonl", args.max_docs), special, args.canvas)
+        windows = build_windows(tok, read_records(args.data / "train.jsonl", args.max_docs), special, args.canvas,
+                                max_prompt=args.max_prefix)
+        held = build_windows(tok, read_records(args.data / "heldout.jsonl", args.max_docs), special, args.canvas,
+                             max_prompt=args.max_prefix)
         train_stream, held_stream, train_docs = windows.stream, held.stream, windows.prose_starts
     else:
         train_stream, train_docs = pack(tok, read_lines(args.data / "corpus.txt", args.max_docs), special["eos"])

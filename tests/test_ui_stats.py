@@ -65,6 +65,23 @@ def test_power_panel_simulates_from_the_study_on_screen():
         run_power(None, "6", "", None, 100, 0)
 
 
+def test_power_panel_empty_effect_means_the_pilots():
+    """Issue 49: the Effect box pre-filled 0 and the answer read "for effect +0 (given)". Empty now
+    means the pilot's own effect; a typed number is used as given; anything else names the field."""
+    _, text = run_power(str(SHIPPED), "6", "1", "", 100, 0)
+    assert "(the pilot's)" in text and "(given)" not in text
+    _, text_none = run_power(str(SHIPPED), "6", "1", None, 100, 0)
+    assert text_none == text
+    _, given = run_power(str(SHIPPED), "6", "1", "0", 100, 0)
+    assert "for effect +0 (given)" in given
+    _, unicode_minus = run_power(str(SHIPPED), "6", "1", "\u22120.5", 100, 0)
+    assert "for effect -0.5 (given)" in unicode_minus
+    with pytest.raises(gr.Error, match="effect"):
+        run_power(str(SHIPPED), "6", "1", "big", 100, 0)
+    with pytest.raises(gr.Error, match="finite"):
+        run_power(str(SHIPPED), "6", "1", "nan", 100, 0)
+
+
 def test_shipped_pairs_table():
     df = pairs_view(SHIPPED)
     assert list(df["pair"]) == ["inventory|order", "inventory|person", "order|person"]

@@ -8,6 +8,8 @@ kept in a ``gr.State`` that the Study tab's final view updates (:func:`stats_vie
 
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 
 import gradio as gr
@@ -47,8 +49,22 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
     return values
 
 
+def _effect(text) -> float | None:
+    """The Effect box: empty (or None) means the pilot's own effect; otherwise a finite number."""
+    if text is None or not str(text).strip():
+        return None
+    try:
+        value = float(str(text).strip().replace("\u2212", "-"))
+    except ValueError:
+        raise gr.Error(f"effect: a number such as 0.1 or -0.05, or empty for the pilot's effect; got {text!r}") from None
+    if not math.isfinite(value):
+        raise gr.Error(f"effect: a finite number, or empty for the pilot's effect; got {text!r}")
+    return value
+
+
 def run_power(folder: str | None, events: str, templates: str, effect, sims, seed) -> tuple[pd.DataFrame, str]:
-    """The power table and its summary + method for the study in ``folder`` as the pilot."""
+    """The power table and its summary + method for the study in ``folder`` as the pilot. ``effect``:
+    the Effect box's text (empty: the pilot's own effect)."""
     if not folder:
         raise gr.Error("Power: no study results on screen yet; run or reopen a study first")
     try:
@@ -56,7 +72,7 @@ def run_power(folder: str | None, events: str, templates: str, effect, sims, see
         result = power_from_cells(
             cell_values(segments), groups, events=_ints(events, "events per group") or (6, 12, 24, 48),
             templates=_ints(templates, "templates") or None,
-            effect=None if effect in (None, "") else float(effect), n_sims=min(int(sims or 500), MAX_SIMS),
+            effect=_effect(effect), n_sims=min(int(sims or 500), MAX_SIMS),
             seed=int(seed or 0))
     except ValueError as err:
         raise gr.Error(f"Power: {err}") from None
@@ -79,7 +95,10 @@ def build_stats_panel(folder: str | Path | None) -> dict:
         with gr.Row():
             events = gr.Textbox("6, 12, 24, 48", label="Events per group")
             templates = gr.Textbox("", label="Templates (empty: 1, the pilot's, twice)")
-            effect = gr.Number(None, label="Effect (b − a, instability units)")
+            effect = gr.Textbox("", label="Effect (empty: the pilot's)", elem_id="petri-study-power-effect",
+                                placeholder="the pilot's effect",
+                                info="Difference of the groups' mean event-level instability (mean flips per "
+                                     "free position between two adjacent anchors), second group minus first")
             sims = gr.Slider(100, MAX_SIMS, value=500, step=100, label="Simulated studies per design")
             seed = gr.Number(0, precision=0, label="Seed")
         power_btn = gr.Button("Estimate power", size="sm", elem_id="petri-study-power-run")
