@@ -69,6 +69,18 @@ def text_problem(text: str, min_words: int) -> str | None:
     return None
 
 
+def keep(raw: str, min_words: int, seen: set[str], counts: Counter) -> str | None:
+    """``raw`` cleaned, or None when a filter drops it (counted under its reason in ``counts``,
+    kept texts under "kept"); a kept text joins ``seen``, so a later copy is a "duplicate"."""
+    text = clean_text(raw)
+    problem = text_problem(text, min_words) or ("duplicate" if text in seen else None)
+    counts[problem or "kept"] += 1
+    if problem:
+        return None
+    seen.add(text)
+    return text
+
+
 def is_heldout(key: str, frac: float) -> bool:
     h = int.from_bytes(hashlib.sha1(key.encode("utf-8")).digest()[:8], "big")
     return h / 2**64 < frac
@@ -99,12 +111,9 @@ def build(teacher_dirs: list[Path], out: Path, *, heldout_frac: float, min_answe
         if event_key is None:
             counts["answers"]["no event"] += 1
             continue
-        text = clean_text(a["answer"])
-        problem = text_problem(text, min_answer_words) or ("duplicate" if text in seen else None)
-        counts["answers"][problem or "kept"] += 1
-        if problem:
+        text = keep(a["answer"], min_answer_words, seen, counts["answers"])
+        if text is None:
             continue
-        seen.add(text)
         event = events[event_key]
         record = {"kind": "pair", "prompt": a["prompt"], "text": text, "event_id": event_key,
                   "group": event["group"], "domain": event["domain"], "template_id": a["template_id"],
@@ -116,12 +125,9 @@ def build(teacher_dirs: list[Path], out: Path, *, heldout_frac: float, min_answe
         else:
             train.append(record)
     for p in prose:
-        text = clean_text(p["text"])
-        problem = text_problem(text, min_prose_words) or ("duplicate" if text in seen else None)
-        counts["prose"][problem or "kept"] += 1
-        if problem:
+        text = keep(p["text"], min_prose_words, seen, counts["prose"])
+        if text is None:
             continue
-        seen.add(text)
         (heldout if is_heldout(text, heldout_frac) else train).append({"kind": "prose", "text": text})
     rng = random.Random(seed)
     rng.shuffle(train)

@@ -103,6 +103,13 @@ def build_windows(tok, records: list[dict], special: dict, canvas: int, max_prom
                           (first, pos), np.array(prose_starts, dtype=np.int64), canvas)
 
 
+def load_subject(folder: Path, tok, special: dict, canvas: int, max_prompt: int,
+                 max_docs: int | None = None) -> tuple[SubjectWindows, SubjectWindows]:
+    """The training and held-out windows of the subject corpus in ``folder`` (what both trainers read)."""
+    return tuple(build_windows(tok, read_records(folder / name, max_docs), special, canvas, max_prompt=max_prompt)
+                 for name in ("train.jsonl", "heldout.jsonl"))
+
+
 def is_subject_data(folder: Path) -> bool:
     """Whether ``folder`` holds a subject corpus (``train.jsonl``) rather than ``corpus.txt``."""
     return (folder / "train.jsonl").exists()

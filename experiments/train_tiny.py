@@ -51,7 +51,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from subject_data import build_windows, is_subject_data, read_records  # noqa: E402
+from subject_data import is_subject_data, load_subject  # noqa: E402
 
 NOISE_LEVELS = (0.25, 0.5, 0.75, 1.0)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -357,10 +357,7 @@ def train(args: argparse.Namespace) -> dict:
     vocab_size = tok.get_vocab_size()
     subject = is_subject_data(args.data)
     if subject:  # (prompt, answer) pairs and prose: experiments/subject_data.py
-        windows = build_windows(tok, read_records(args.data / "train.jsonl", args.max_docs), special, args.canvas,
-                                max_prompt=args.max_prefix)
-        held = build_windows(tok, read_records(args.data / "heldout.jsonl", args.max_docs), special, args.canvas,
-                             max_prompt=args.max_prefix)
+        windows, held = load_subject(args.data, tok, special, args.canvas, args.max_prefix, args.max_docs)
         train_stream, held_stream, train_docs = windows.stream, held.stream, windows.prose_starts
         print(f"data: {windows.pairs:,} pairs and {len(windows.prose_starts):,} prose documents, "
               f"{len(train_stream):,} tokens; {held.pairs:,} held-out pairs; vocab {vocab_size}", flush=True)

@@ -85,7 +85,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from subject_data import build_windows, is_subject_data, read_records  # noqa: E402
+from subject_data import is_subject_data, load_subject  # noqa: E402
 from train_tiny import REPO, load_tokenizer, pack, read_lines, sample_starts, unigram_stats  # noqa: E402
 
 NOISE_LEVELS = (0.25, 0.5, 0.75, 1.0)
@@ -252,10 +252,7 @@ def train(args) -> dict:
     vocab_size = mask_id + 1
     subject = is_subject_data(args.data)
     if subject:  # (prompt, answer) pairs and prose: experiments/subject_data.py
-        windows = build_windows(tok, read_records(args.data / "train.jsonl", args.max_docs), special, args.canvas,
-                                max_prompt=args.max_prefix)
-        held = build_windows(tok, read_records(args.data / "heldout.jsonl", args.max_docs), special, args.canvas,
-                             max_prompt=args.max_prefix)
+        windows, held = load_subject(args.data, tok, special, args.canvas, args.max_prefix, args.max_docs)
         train_stream, held_stream, train_docs = windows.stream, held.stream, windows.prose_starts
     else:
         train_stream, train_docs = pack(tok, read_lines(args.data / "corpus.txt", args.max_docs), special["eos"])
