@@ -166,7 +166,8 @@ def devil_documents(dict_path: Path = DEVIL_DICT, index_path: Path = DEVIL_INDEX
 
 
 # ------------------------------------------------------------------------------------- the corpus
-def _is_heldout(line: str, frac: float) -> bool:
+def is_heldout(line: str, frac: float) -> bool:
+    """Whether ``line`` falls in the held-out share ``frac``, by a hash of its text (order-independent)."""
     h = int.from_bytes(hashlib.sha1(line.encode("utf-8")).digest()[:8], "big")
     return h / 2**64 < frac
 
@@ -199,7 +200,7 @@ def build_corpus(out_dir: Path, seed: int = 0, heldout_frac: float = 0.02, group
                 continue
             seen.add(doc)
             kept += 1
-            (heldout if _is_heldout(doc, heldout_frac) else train).append(doc)
+            (heldout if is_heldout(doc, heldout_frac) else train).append(doc)
         per_source[name] = {"documents": kept, "words": sum(len(d.split()) for d in docs)}
     rng = random.Random(seed)
     train.sort()

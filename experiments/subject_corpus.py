@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from build_corpus import check_tokenizer, train_tokenizer  # noqa: E402
+from build_corpus import check_tokenizer, is_heldout, train_tokenizer  # noqa: E402
 from teacher_corpus import read_records, stage_parts  # noqa: E402
 
 SOURCES = {
@@ -79,11 +79,6 @@ def keep(raw: str, min_words: int, seen: set[str], counts: Counter) -> str | Non
         return None
     seen.add(text)
     return text
-
-
-def is_heldout(key: str, frac: float) -> bool:
-    h = int.from_bytes(hashlib.sha1(key.encode("utf-8")).digest()[:8], "big")
-    return h / 2**64 < frac
 
 
 def build(teacher_dirs: list[Path], out: Path, *, heldout_frac: float, min_answer_words: int,

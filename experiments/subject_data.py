@@ -22,6 +22,17 @@ from pathlib import Path
 import numpy as np
 
 
+def sample_starts(rng: np.random.Generator, n: int, window: int, stream_len: int, doc_starts: np.ndarray,
+                  doc_start_frac: float) -> np.ndarray:
+    """Window start indices in a packed stream of ``stream_len`` tokens: a document start (one of
+    ``doc_starts``) with probability ``doc_start_frac``, else anywhere a window of ``window`` fits."""
+    last = stream_len - window
+    valid_docs = doc_starts[doc_starts <= last]
+    anywhere = rng.integers(0, last + 1, size=n)
+    at_doc = valid_docs[rng.integers(0, len(valid_docs), size=n)]
+    return np.where(rng.random(n) < doc_start_frac, at_doc, anywhere)
+
+
 @dataclass(frozen=True)
 class SubjectWindows:
     """``stream`` (N,) int64: the pair documents, then the prose documents. ``pair_starts`` maps a
@@ -50,11 +61,8 @@ class SubjectWindows:
             p = int(rng.choice(lengths, p=sizes / sizes.sum()))
             return p, rng.choice(self.pair_starts[p], size=batch_size)
         p = int(rng.integers(min_prefix, max_prefix + 1))
-        last = end - (p + self.canvas)
-        docs = self.prose_starts[self.prose_starts <= last]
-        anywhere = rng.integers(first, last + 1, size=batch_size)
-        at_doc = docs[rng.integers(0, len(docs), size=batch_size)]
-        return p, np.where(rng.random(batch_size) < doc_start_frac, at_doc, anywhere)
+        return p, first + sample_starts(rng, batch_size, p + self.canvas, end - first, self.prose_starts - first,
+                                        doc_start_frac)
 
     def heldout_batches(self, n: int, seed: int) -> list[tuple[int, np.ndarray]]:
         """Up to ``n`` pair windows chosen with ``seed``, grouped by prompt length: [(P, starts), ...]."""

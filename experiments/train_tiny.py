@@ -51,7 +51,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from subject_data import is_subject_data, load_subject  # noqa: E402
+from subject_data import is_subject_data, load_subject, sample_starts  # noqa: E402
 
 NOISE_LEVELS = (0.25, 0.5, 0.75, 1.0)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -170,16 +170,6 @@ def pack(tok, lines: list[str], eos_id: int) -> tuple[np.ndarray, np.ndarray]:
         pos += n + 1
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     return stream, starts
-
-
-def sample_starts(rng: np.random.Generator, n: int, window: int, stream_len: int, doc_starts: np.ndarray,
-                  doc_start_frac: float) -> np.ndarray:
-    """Window start indices: a document start with probability ``doc_start_frac``, else anywhere."""
-    last = stream_len - window
-    valid_docs = doc_starts[doc_starts <= last]
-    anywhere = rng.integers(0, last + 1, size=n)
-    at_doc = valid_docs[rng.integers(0, len(valid_docs), size=n)]
-    return np.where(rng.random(n) < doc_start_frac, at_doc, anywhere)
 
 
 def unigram_stats(stream: np.ndarray, heldout: np.ndarray, vocab_size: int) -> dict:
@@ -358,7 +348,7 @@ def train(args: argparse.Namespace) -> dict:
     subject = is_subject_data(args.data)
     if subject:  # (prompt, answer) pairs and prose: experiments/subject_data.py
         windows, held = load_subject(args.data, tok, special, args.canvas, args.max_prefix, args.max_docs)
-        train_stream, held_stream, train_docs = windows.stream, held.stream, windows.prose_starts
+        train_stream, held_stream = windows.stream, held.stream
         print(f"data: {windows.pairs:,} pairs and {len(windows.prose_starts):,} prose documents, "
               f"{len(train_stream):,} tokens; {held.pairs:,} held-out pairs; vocab {vocab_size}", flush=True)
     else:

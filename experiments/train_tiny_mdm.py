@@ -253,7 +253,7 @@ def train(args) -> dict:
     subject = is_subject_data(args.data)
     if subject:  # (prompt, answer) pairs and prose: experiments/subject_data.py
         windows, held = load_subject(args.data, tok, special, args.canvas, args.max_prefix, args.max_docs)
-        train_stream, held_stream, train_docs = windows.stream, held.stream, windows.prose_starts
+        train_stream, held_stream = windows.stream, held.stream
     else:
         train_stream, train_docs = pack(tok, read_lines(args.data / "corpus.txt", args.max_docs), special["eos"])
         held_stream, held_docs = pack(tok, read_lines(args.data / "heldout.txt", args.max_docs), special["eos"])
