@@ -137,8 +137,9 @@ def run_model(name: str, dishes: list[Dish], repeats: int) -> dict:
     texts, intact, flips, steps, concepts_total = [], 0, [], [], 0
     for i, dish in enumerate(dishes):
         traj = seed_dish(lm, dish, 1, settings, seed=i)
-        texts.append(traj.final_texts[0])
-        intact += sum(anchor_intact_in_text(traj.final_texts[0], c) for c in dish.concepts)
+        text = before_end(traj.final_texts[0], lm.tokenizer)
+        texts.append(text)
+        intact += sum(anchor_intact_in_text(text, c) for c in dish.concepts)
         concepts_total += len(dish.concepts)
         counts = flip_counts(traj.argmax, traj.steps, traj.anchor_mask)
         flips.append(float(counts[0][~traj.anchor_mask[0]].mean()))
@@ -158,6 +159,15 @@ def run_model(name: str, dishes: list[Dish], repeats: int) -> dict:
         "seed12_cpu_seconds": statistics.median(seconds), "seed12_cpu_seconds_all": seconds,
         "asset_bytes": folder_bytes(folder) if folder.is_dir() else None,
     }
+
+
+def before_end(text: str, tokenizer) -> str:
+    """The text before the first end-of-sequence or padding token's string (a canvas that ends early
+    decodes as ``...<eos><pad><pad>``; the teacher must not score those marks as words)."""
+    for mark in (tokenizer.eos_token, tokenizer.pad_token):
+        if mark and mark in text:
+            text = text[: text.index(mark)]
+    return text.rstrip()
 
 
 def cut_words(text: str, n: int) -> str:

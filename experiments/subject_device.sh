@@ -12,10 +12,16 @@
 #            side by side on the GPU for TRAIN_MINUTES (default 4.5) each. Everything comes back as
 #            $OUT/subject.tar.gz.N (15 MB parts: cat subject.tar.gz.* | tar xz) and $OUT/log.txt.
 #
+#   continue petri-small trained further from a checkpoint (no teacher needed): carry .device-carry/init
+#            (the checkpoint folder, tokenizer included) and .device-carry/data (the corpus that
+#            subject_corpus.py built with that tokenizer; train.jsonl may come gzipped). STEPS (default
+#            1700) steps, warm-up then cosine from LR (default 1e-3), hard stop after TRAIN_MINUTES
+#            (default 7.8). Comes back as $OUT/subject.tar.gz.N like `all`.
+#
 # The split, done once on the CPU machine:
 #   split -b 49283072 -d -a 1 SmolLM2-135M-Instruct.Q4_1.gguf .device-carry/gguf.part
 set -euo pipefail
-stage=${1:?usage: subject_device.sh upload|all}
+stage=${1:?usage: subject_device.sh upload|all|continue}
 OUT=${OUT:-/tmp/out}
 W=/tmp/subject
 GGUF=/tmp/teacher/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -63,6 +69,19 @@ all)
     wait $mdm || status=$?
     tail -n 4 "$W/petri-small.log" "$W/petri-small-mdm.log"
     exit $status
+    ;;
+continue)
+    nvidia-smi -L || true
+    mkdir -p "$W"
+    trap pack EXIT
+    cp -r .device-carry/data "$W/data"
+    if [ -f "$W/data/train.jsonl.gz" ]; then gunzip "$W/data/train.jsonl.gz"; fi
+    python3 experiments/train_tiny.py --data "$W/data" --tokenizer .device-carry/init --init .device-carry/init \
+        --out "$W/petri-small" --device "${DEVICE:-cuda}" --max-steps "${STEPS:-1700}" --minutes "${TRAIN_MINUTES:-7.8}" \
+        --lr "${LR:-1e-3}" --warmup-steps 100 --seed 1 --hidden 256 --layers 6 --heads 4 --kv-heads 2 --head-dim 64 \
+        --intermediate 768 --experts 4 --top-k 2 --expert-size 256 --sliding-window 128 --min-prefix 4 \
+        --max-prefix 64 --log-every 100 2>&1 | tee "$W/petri-small.log"
+    rm -f "$W/data/train.jsonl"
     ;;
 *)
     echo "unknown stage $stage" >&2; exit 2;;

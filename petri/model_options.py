@@ -16,9 +16,9 @@ from petri.trajectory import SamplerSettings
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=os.environ.get("PETRI_MODEL") or None,
         help="hub id (local cache only, unless --allow-download) or checkpoint folder (env PETRI_MODEL); default: the "
-        "real DiffusionGemma when cached on a GPU machine, else the embedded assets/petri-tiny (also by the name "
-        "petri-tiny); petri-tiny-mdm: the embedded masked-diffusion model; a masked LM folder (BERT, ModernBERT) runs "
-        "as masked diffusion")
+        "real DiffusionGemma when cached on a GPU machine, else the embedded assets/petri-small (also by the name "
+        "petri-small); petri-small-mdm: the embedded masked-diffusion model; petri-tiny and petri-tiny-mdm: the smaller, "
+        "faster pair that writes invented words; a masked LM folder (BERT, ModernBERT) runs as masked diffusion")
     parser.add_argument(
         "--allow-download", action="store_true", default=env_flag(ALLOW_DOWNLOAD_ENV),
         help=f"fetch a hub model that is not in the local cache at start, with a progress bar (env {ALLOW_DOWNLOAD_ENV}=1, "

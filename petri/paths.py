@@ -27,15 +27,21 @@ def assets_dir() -> Path:
     return _CHECKOUT_ASSETS
 
 
+#: the embedded model a run loads when it names none (and no real DiffusionGemma is cached on a GPU)
+DEFAULT_EMBEDDED = "petri-small"
+
+
 def embedded_model_path() -> Path:
-    """The embedded model's checkpoint folder (``assets/petri-tiny``)."""
-    return assets_dir() / "petri-tiny"
+    """The default embedded model's checkpoint folder (``assets/petri-small``)."""
+    return assets_dir() / DEFAULT_EMBEDDED
 
 
-#: the embedded models, by the name ``--model`` accepts for each: ``petri-tiny`` (DiffusionGemma's
-#: architecture, uniform diffusion; the default) and ``petri-tiny-mdm`` (a masked-diffusion
-#: ModernBERT on the same corpus and tokenizer, experiments/train_tiny_mdm.py)
-EMBEDDED_MODELS = ("petri-tiny", "petri-tiny-mdm")
+#: the embedded models, by the name ``--model`` accepts for each (model cards in ``assets/NAME/README.md``):
+#: ``petri-small`` (DiffusionGemma's architecture, uniform diffusion, distilled from SmolLM2-135M-Instruct's
+#: English; the default) and ``petri-small-mdm`` (a masked-diffusion ModernBERT on the same corpus and
+#: tokenizer); ``petri-tiny`` and ``petri-tiny-mdm``, the first pair, smaller and faster, trained on
+#: dictionary glosses (they write invented words; the tests use them where speed matters)
+EMBEDDED_MODELS = ("petri-small", "petri-small-mdm", "petri-tiny", "petri-tiny-mdm")
 
 
 def embedded_model_named(name: str) -> Path | None:

@@ -34,7 +34,7 @@ def mdm():
 
 
 def test_registered_and_loaded_by_name(mdm):
-    assert EMBEDDED_MODELS == ("petri-tiny", "petri-tiny-mdm")
+    assert EMBEDDED_MODELS == ("petri-small", "petri-small-mdm", "petri-tiny", "petri-tiny-mdm")
     assert isinstance(mdm, MaskedLoadedModel) and mdm.model_id == "petri-tiny-mdm"
     assert mdm.canvas_length == 64
     uniform = load_tokenizer("petri-tiny")

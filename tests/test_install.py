@@ -79,8 +79,8 @@ def test_the_installed_package_is_the_wheel_not_the_checkout(installed, tmp_path
     assert Path(masked_path) == installed / "share" / "concept-petri-dish" / "assets" / "petri-tiny-mdm"
     assert sorted(p.name for p in Path(masked_path).iterdir()) == sorted(p.name for p in (REPO / "assets" / "petri-tiny-mdm").iterdir())
     assert Path(package_file).is_relative_to(installed), package_file
-    assert Path(model_path) == installed / "share" / "concept-petri-dish" / "assets" / "petri-tiny"
-    assert (Path(model_path) / "model.safetensors").stat().st_size == (REPO / "assets" / "petri-tiny" / "model.safetensors").stat().st_size
+    assert Path(model_path) == installed / "share" / "concept-petri-dish" / "assets" / "petri-small"
+    assert (Path(model_path) / "model.safetensors").stat().st_size == (REPO / "assets" / "petri-small" / "model.safetensors").stat().st_size
 
 
 def test_the_petri_command_seeds_the_embedded_model_from_anywhere(installed, tmp_path):
@@ -92,5 +92,5 @@ def test_the_petri_command_seeds_the_embedded_model_from_anywhere(installed, tmp
         "--samples", "2", "--steps", "3", "--device", "cpu", "--out", str(tmp_path / "out"), cwd=tmp_path,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "model: petri-tiny" in done.stdout
+    assert "model: petri-small" in done.stdout
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["pairs.csv", "positions.csv", "run.json", "samples.csv", "segments.csv"]

@@ -237,6 +237,17 @@ def test_dictionary_share_by_hand():
     assert (found, total) == (4, 6)
 
 
+def test_a_canvas_that_ended_early_is_scored_without_its_end_marks():
+    bench = experiment_script("subject_bench")
+
+    class Marks:
+        eos_token, pad_token = "<eos>", "<pad>"
+
+    assert bench.before_end("The order shipped.<eos><pad><pad>", Marks) == "The order shipped."
+    assert bench.before_end("The order <pad><pad>", Marks) == "The order"
+    assert bench.before_end("No end here", Marks) == "No end here"
+
+
 def test_teacher_nll_matches_a_row_by_row_reference(tiny_teacher):
     bench = experiment_script("subject_bench")
     model, tok = teacher_corpus.load_teacher(tiny_teacher, torch.device("cpu"))

@@ -1,5 +1,5 @@
 """Loading DiffusionGemma models: the real one from the local Hugging Face cache, a local
-checkpoint folder (the embedded model in ``assets/petri-tiny`` by default), or a tiny random one.
+checkpoint folder (the embedded model in ``assets/petri-small`` by default), or a tiny random one.
 
 Nothing is downloaded at run time unless asked (``allow_download=True``: ``--allow-download`` /
 ``PETRI_ALLOW_DOWNLOAD=1``, what a Hugging Face Space sets): hub ids are resolved from the local cache
@@ -259,7 +259,7 @@ def load_model(
 
 def load_tokenizer(name_or_path: str | Path):
     """Only the tokenizer of a checkpoint folder or a cached hub id (never downloads); an embedded
-    model's for its name (``"petri-tiny"``, ``"petri-tiny-mdm"``: its model id). Raises
+    model's for its name (``"petri-small"``, ``"petri-tiny-mdm"``, ...: its model id). Raises
     :class:`ModelNotFoundError` naming it."""
     name = checkpoint_source(str(name_or_path))
     try:
