@@ -5,21 +5,21 @@ Configurations (``--configs``) run one after another in one process, each a warm
 (adaptive stopping off: random weights never settle): ``generate`` (eager), ``generate_static``
 (transformers' compiled static-cache step), ``petri_eager``, ``petri_fast`` (graphs + fused pass,
 with per-step forward / sampling / logging GPU time and host synchronisations),
-``petri_fast_fused_experts`` (the same with the experts op of ``petri.engine.fused_experts``),
+``petri_fast_fused_experts`` (the same with the experts op of ``petri.engine.cuda.fused_experts``),
 ``petri_fast_compiled_plain`` (graphs + fused pass + regionally compiled layers, transformers'
 experts), ``petri_fast_compiled_experts`` (compiled layers around the fused experts op),
 ``petri_fast_compiled_softmax`` (and the decoder's self-conditioning softmax done by the sampler's
 pass) and ``petri_fast_compiled`` (and the inverse-CDF draw); ``petri_fast_fp8`` and ``petri_fast_compiled_fp8``: the exact and the compiled tier with
-the FP8 tier's weights (``petri.engine.fp8``, ``--precision fp8``); ``petri_fast_compiled_fp8fast``: the compiled tier
-in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.batch1_experts`` for calls of few tokens (what ``--compile`` does; ``petri_fast_compiled`` leaves that lever out); ``petri_fast_compiled_small_fp8`` and ``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op). ``petri_fast_compiled_small_eager_encoder``, ``petri_fast_compiled_small_torch_topk``, ``petri_fast_compiled_small_unsplit`` and ``petri_fast_compiled_small_unstacked`` (also ``..._fp8fast_unstacked``): the compiled tier without one of issue 25's later levers (its prompt encoder uncompiled; the routers' ``torch.topk``; the global layers' attention unsplit; the projections unstacked); ``petri_fast_compiled_small_fp8fast_sc_fp8``: fp8-fast with the opt-in FP8 self-conditioning (``FastOptions.fp8_self_conditioning``). ``petri_fast_compiled_small_unfused_norms`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms``: the default and the fastest configuration without the fused norms (``petri.engine.fused_norms``; Inductor's fusions of the library's norms instead). ``petri_fast_compiled_small_uncaptured_encoder`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder``: the same two with the prompt encoder's pass run uncaptured (no ``petri.engine.encoder_graphs``). ``petri_fast_compiled_small_fp8fast_sc_fp8_overlapped_mlp``: the fastest configuration with each FP8 decoder layer's dense MLP on a side CUDA stream beside its experts (``petri.engine.overlapped_mlp``, opt-in until 2026-12-03 and on by default since, so now the same as ``petri_fast_compiled_small_fp8fast_sc_fp8``, whose sequential form is ``petri_fast_compiled_small_fp8fast_sc_fp8_sequential_mlp``; ``bench_h200_shapes_b1_b12_overlapped_mlp.json`` also has ``petri_fast_compiled_small_overlapped_mlp``, from when bf16 layers were overlapped too). ``petri_fast_compiled_small_autotuned`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_autotuned``: the default and the fastest configuration compiled without Inductor's deterministic mode (their kernels' configurations picked by timing, as every run before 2026-12-03 was; ``petri.engine.decoder_hooks.compile_function``). ``petri_fast_compiled_small_unfused_attention_inputs`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_attention_inputs``: the default and the fastest configuration without the fused attention inputs (``petri.engine.attention_inputs``; Inductor's fusions of the library's q, k, v norms, rotary embedding and ``torch.cat`` instead). ``petri_fast_compiled_small_chunked_global_attention`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_chunked_global_attention``: the default and the fastest configuration with the global layers' attention by the memory-efficient kernel over chunks of the keys (``petri.engine.split_attention``'s ``"chunks"`` method, the default before 2026-12-03; today's is ``"products"``). ``petri_fast_compiled_small_sdpa_sliding`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_sdpa_sliding``: the same two with the sliding layers' attention by SDPA's choice at every batch (``petri.engine.sliding_attention``'s flash kernel at one sample off, the tier before 2026-12-04). ``petri_fast_compiled_small_masked_encoder`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_masked_encoder``: the same two with the prompt encoder's sliding layers by SDPA with the band mask (``petri.engine.encoder_attention`` off, the tier before 2026-12-04). ``petri_fast_compiled_small_fp8fast_sc_fp8_fp8_encoder``: the fastest configuration with the prompt encoder in FP8 too (opt-in: ``petri.engine.fp8.set_precision``'s ``fp8_encoder``). (Results from before 2026-12-02 name ``petri_fast_compiled_small_split_attention``: the tier of then, split attention opt-in, with it on.) Each configuration puts the model in its mode first (``MODES``: its keyword arguments of ``set_model_mode``). The petri samplers
+the FP8 tier's weights (``petri.engine.cuda.fp8``, ``--precision fp8``); ``petri_fast_compiled_fp8fast``: the compiled tier
+in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.cuda.batch1_experts`` for calls of few tokens (what ``--compile`` does; ``petri_fast_compiled`` leaves that lever out); ``petri_fast_compiled_small_fp8`` and ``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op). ``petri_fast_compiled_small_eager_encoder``, ``petri_fast_compiled_small_torch_topk``, ``petri_fast_compiled_small_unsplit`` and ``petri_fast_compiled_small_unstacked`` (also ``..._fp8fast_unstacked``): the compiled tier without one of issue 25's later levers (its prompt encoder uncompiled; the routers' ``torch.topk``; the global layers' attention unsplit; the projections unstacked); ``petri_fast_compiled_small_fp8fast_sc_fp8``: fp8-fast with the opt-in FP8 self-conditioning (``FastOptions.fp8_self_conditioning``). ``petri_fast_compiled_small_unfused_norms`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms``: the default and the fastest configuration without the fused norms (``petri.engine.cuda.fused_norms``; Inductor's fusions of the library's norms instead). ``petri_fast_compiled_small_uncaptured_encoder`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder``: the same two with the prompt encoder's pass run uncaptured (no ``petri.engine.cuda.encoder_graphs``). ``petri_fast_compiled_small_fp8fast_sc_fp8_overlapped_mlp``: the fastest configuration with each FP8 decoder layer's dense MLP on a side CUDA stream beside its experts (``petri.engine.cuda.overlapped_mlp``, opt-in until 2026-12-03 and on by default since, so now the same as ``petri_fast_compiled_small_fp8fast_sc_fp8``, whose sequential form is ``petri_fast_compiled_small_fp8fast_sc_fp8_sequential_mlp``; ``bench_h200_shapes_b1_b12_overlapped_mlp.json`` also has ``petri_fast_compiled_small_overlapped_mlp``, from when bf16 layers were overlapped too). ``petri_fast_compiled_small_autotuned`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_autotuned``: the default and the fastest configuration compiled without Inductor's deterministic mode (their kernels' configurations picked by timing, as every run before 2026-12-03 was; ``petri.engine.torch.decoder_hooks.compile_function``). ``petri_fast_compiled_small_unfused_attention_inputs`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_attention_inputs``: the default and the fastest configuration without the fused attention inputs (``petri.engine.cuda.attention_inputs``; Inductor's fusions of the library's q, k, v norms, rotary embedding and ``torch.cat`` instead). ``petri_fast_compiled_small_chunked_global_attention`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_chunked_global_attention``: the default and the fastest configuration with the global layers' attention by the memory-efficient kernel over chunks of the keys (``petri.engine.cuda.split_attention``'s ``"chunks"`` method, the default before 2026-12-03; today's is ``"products"``). ``petri_fast_compiled_small_sdpa_sliding`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_sdpa_sliding``: the same two with the sliding layers' attention by SDPA's choice at every batch (``petri.engine.cuda.sliding_attention``'s flash kernel at one sample off, the tier before 2026-12-04). ``petri_fast_compiled_small_masked_encoder`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_masked_encoder``: the same two with the prompt encoder's sliding layers by SDPA with the band mask (``petri.engine.cuda.encoder_attention`` off, the tier before 2026-12-04). ``petri_fast_compiled_small_fp8fast_sc_fp8_fp8_encoder``: the fastest configuration with the prompt encoder in FP8 too (opt-in: ``petri.engine.cuda.fp8.set_precision``'s ``fp8_encoder``). (Results from before 2026-12-02 name ``petri_fast_compiled_small_split_attention``: the tier of then, split attention opt-in, with it on.) Each configuration puts the model in its mode first (``MODES``: its keyword arguments of ``set_model_mode``). The petri samplers
 pin three anchors and record the full per-step log. Peak GPU memory per configuration. Prints one JSON object (and ``--out`` keeps it).
 
 ``ms_per_step`` counts a prompt encode in every call (the model's kept prompts are cleared before
 each timed call, as before they existed; the warm-up is two calls, so that where the tier captures
-the encoder's pass, ``petri.engine.encoder_graphs``, the timed calls replay it as every later prompt
+the encoder's pass, ``petri.engine.cuda.encoder_graphs``, the timed calls replay it as every later prompt
 of that length would); ``ms_per_step_prompt_kept`` is the same configuration
 called again with the same prompt, which takes the kept encoder cache
-(``petri.engine.prompt_cache``: what a study's repeated templates get); ``encode_ms`` is one encoder
+(``petri.engine.torch.prompt_cache``: what a study's repeated templates get); ``encode_ms`` is one encoder
 pass timed alone as a request runs it (replayed where the tier keeps a graph of the length),
 ``encode_uncaptured_ms`` the same pass uncaptured, and ``outside_graphs_ms_per_step`` what a step
 costs beyond its three graphs' GPU time.
@@ -57,14 +57,14 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from petri.dish import even_slots  # noqa: E402
-from petri.engine.torch_model import LoadedModel, compile_for_sampling, load_model  # noqa: E402
-from petri.engine.compiled_tier import uncompile_regions  # noqa: E402
-from petri.engine.encoder_graphs import DEFAULT_ENCODER_GRAPH_LENGTHS, set_encoder_graph_lengths  # noqa: E402
-from petri.engine.fast_tier import FastOptions  # noqa: E402
-from petri.engine.fast_sampler import run_sampler_fast  # noqa: E402
-from petri.engine.torch_sampler import generate_kwargs, run_sampler  # noqa: E402
-from petri.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
+from petri.core.dish import even_slots  # noqa: E402
+from petri.engine.torch.model import LoadedModel, compile_for_sampling, load_model  # noqa: E402
+from petri.engine.cuda.compiled_tier import uncompile_regions  # noqa: E402
+from petri.engine.cuda.encoder_graphs import DEFAULT_ENCODER_GRAPH_LENGTHS, set_encoder_graph_lengths  # noqa: E402
+from petri.engine.torch.fast_tier import FastOptions  # noqa: E402
+from petri.engine.cuda.fast_sampler import run_sampler_fast  # noqa: E402
+from petri.engine.torch.sampler import generate_kwargs, run_sampler  # noqa: E402
+from petri.core.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
 
 
 def full_size_config():
@@ -89,7 +89,7 @@ def full_size_config():
         "enable_moe_block": True,
         "attention_k_eq_v": True,
     }
-    from petri.engine.configs import MINIMAL_VISION_CONFIG
+    from petri.engine.torch.configs import MINIMAL_VISION_CONFIG
 
     return DiffusionGemmaConfig(text_config=text, vision_config=dict(MINIMAL_VISION_CONFIG), canvas_length=256)
 
@@ -204,25 +204,25 @@ MODES = {
     # norms)
     "petri_fast_compiled_small_unfused_norms": {**COMPILED_SMALL, "fused_norms": False},
     "petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms": {**FASTEST, "fused_norms": False},
-    # issue 25: the same two with the prompt encoder's pass uncaptured (petri.engine.encoder_graphs)
+    # issue 25: the same two with the prompt encoder's pass uncaptured (petri.engine.cuda.encoder_graphs)
     "petri_fast_compiled_small_uncaptured_encoder": {**COMPILED_SMALL, "encoder_graphs": False},
     "petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder": {**FASTEST, "encoder_graphs": False},
     # issue 25: the fastest configuration with each layer's dense MLP on a side stream beside its experts
-    # (petri.engine.overlapped_mlp; FP8 layers only, so bf16 has no such row; opt-in until 2026-12-03, since then the
+    # (petri.engine.cuda.overlapped_mlp; FP8 layers only, so bf16 has no such row; opt-in until 2026-12-03, since then the
     # same as petri_fast_compiled_small_fp8fast_sc_fp8, whose sequential form is ..._sequential_mlp)
     "petri_fast_compiled_small_fp8fast_sc_fp8_overlapped_mlp": FASTEST,
     # issue 25: the default and the fastest configuration compiled without Inductor's deterministic mode, the MLP in
     # sequence (what the tier was before 2026-12-03: kernel configurations picked by timing,
-    # petri.engine.decoder_hooks.compile_function)
+    # petri.engine.torch.decoder_hooks.compile_function)
     "petri_fast_compiled_small_autotuned": {**COMPILED_SMALL, "overlapped_mlp": False, "deterministic_kernels": False},
     "petri_fast_compiled_small_fp8fast_sc_fp8_autotuned": {**FASTEST, "overlapped_mlp": False,
                                                            "deterministic_kernels": False},
     # issue 25: the default and the fastest configuration without the fused attention inputs (Inductor's fusions of
-    # the library's q, k, v norms, rotary embedding and torch.cat instead; petri.engine.attention_inputs)
+    # the library's q, k, v norms, rotary embedding and torch.cat instead; petri.engine.cuda.attention_inputs)
     "petri_fast_compiled_small_unfused_attention_inputs": {**COMPILED_SMALL, "fused_attention_inputs": False},
     "petri_fast_compiled_small_fp8fast_sc_fp8_unfused_attention_inputs": {**FASTEST, "fused_attention_inputs": False},
     # issue 25: the fastest configuration with each FP8 layer's dense MLP and experts in sequence (the overlapped MLP,
-    # petri.engine.overlapped_mlp, on by default since 2026-12-03, off)
+    # petri.engine.cuda.overlapped_mlp, on by default since 2026-12-03, off)
     "petri_fast_compiled_small_fp8fast_sc_fp8_sequential_mlp": {**FASTEST, "overlapped_mlp": False},
     # the global layers' attention by the memory-efficient kernel over key chunks (the method before 2026-12-03)
     "petri_fast_compiled_small_chunked_global_attention": {**COMPILED_SMALL, "global_attention": "chunks"},
@@ -230,10 +230,10 @@ MODES = {
     # the sliding layers' attention by SDPA's choice at every batch (the flash kernel at one sample off)
     "petri_fast_compiled_small_sdpa_sliding": {**COMPILED_SMALL, "flash_sliding": False},
     "petri_fast_compiled_small_fp8fast_sc_fp8_sdpa_sliding": {**FASTEST, "flash_sliding": False},
-    # the prompt encoder's sliding layers by SDPA with the band mask (petri.engine.encoder_attention off)
+    # the prompt encoder's sliding layers by SDPA with the band mask (petri.engine.cuda.encoder_attention off)
     "petri_fast_compiled_small_masked_encoder": {**COMPILED_SMALL, "encoder_window": False},
     "petri_fast_compiled_small_fp8fast_sc_fp8_masked_encoder": {**FASTEST, "encoder_window": False},
-    # the fastest configuration with the prompt encoder in FP8 too (opt-in: petri.engine.fp8's fp8_encoder)
+    # the fastest configuration with the prompt encoder in FP8 too (opt-in: petri.engine.cuda.fp8's fp8_encoder)
     "petri_fast_compiled_small_fp8fast_sc_fp8_fp8_encoder": {**FASTEST, "fp8_encoder": True},
 }
 #: every other configuration (generate's, petri_eager, petri_fast): uncompiled layers, the library's experts
@@ -252,12 +252,12 @@ def set_model_mode(lm: LoadedModel, compiled: bool = False, fused_experts: bool 
                    flash_sliding: bool = True, encoder_window: bool = True, fp8_encoder: bool = False) -> None:
     """Put the model in one configuration whatever the previous one was: uncompiled layers and the
     transformers experts, then (``fused_experts``) the fused experts op and (``compiled``) regional
-    compilation (lazy: it lands in the next call), then the precision (``petri.engine.fp8``); the
+    compilation (lazy: it lands in the next call), then the precision (``petri.engine.cuda.fp8``); the
     layers are only reset and recompiled when those two or the compiled tier's levers change."""
     import torch._dynamo
 
-    from petri.engine.fp8 import set_precision
-    from petri.engine.fused_experts import fuse_experts
+    from petri.engine.cuda.fp8 import set_precision
+    from petri.engine.cuda.fused_experts import fuse_experts
 
     layers = (compiled, fused_experts, small_batch, encoder, fused_router, split_attention, stacked_projections,
               fused_norms, overlapped_mlp, deterministic_kernels, fused_attention_inputs, global_attention,
@@ -319,7 +319,7 @@ def measure(name: str, lm: LoadedModel, prompt, settings, layouts, repeats: int)
     torch.manual_seed(0)
     prompts.clear()  # the warm-up encodes too: a prompt kept from the configuration before would leave
     warm, _ = once()  # this one's encoder to be compiled in its first timed call
-    if petri:  # a length's second pass is captured (petri.engine.encoder_graphs): here, not in a timed call
+    if petri:  # a length's second pass is captured (petri.engine.cuda.encoder_graphs): here, not in a timed call
         prompts.clear()
         once()
     times, steps = timed(keep_prompt=False)
@@ -334,7 +334,7 @@ def measure(name: str, lm: LoadedModel, prompt, settings, layouts, repeats: int)
         for key in ("forward_ms", "sampling_ms", "logging_ms"):
             result[key + "_per_step"] = round(statistics.median(phases[key]), 3)
         result["host_syncs_per_step"] = phases["host_syncs_per_step"]
-    if petri:  # issue 25: the same prompt again takes the kept encoder cache (petri.engine.prompt_cache)
+    if petri:  # issue 25: the same prompt again takes the kept encoder cache (petri.engine.torch.prompt_cache)
         kept_times, kept_steps = timed(keep_prompt=True)
         result["median_s_prompt_kept"] = round(statistics.median(kept_times), 4)
         result["ms_per_step_prompt_kept"] = ms_per_step(kept_times, kept_steps)
@@ -355,8 +355,8 @@ def time_encode(lm: LoadedModel, prompt: torch.Tensor, repeats: int = 3, capture
     """Milliseconds of one encoder pass over ``prompt`` (1, P), synchronised (median of ``repeats``,
     after one untimed pass), outside any sampler and past the kept prompts: as a request runs it
     (``captured``: the tier's graph of the length replayed where it keeps one,
-    ``petri.engine.encoder_graphs``), or always uncaptured."""
-    from petri.engine.torch_step import _encode_prompt_once
+    ``petri.engine.cuda.encoder_graphs``), or always uncaptured."""
+    from petri.engine.torch.step import _encode_prompt_once
 
     def encode():
         return lm.fast_tier.encoder_graphs.encode(lm, prompt) if captured else _encode_prompt_once(lm, prompt)
@@ -420,7 +420,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="also write the JSON here (after each configuration)")
     args = parser.parse_args()
 
-    from petri.engine.device import resolve_device
+    from petri.engine.torch.device import resolve_device
 
     device = resolve_device(args.device)
     built = time.perf_counter()

@@ -4,12 +4,12 @@ shapes; Inductor's kernels for the two can round differently. This script compil
 compiled tier twice from a reset Dynamo: once meeting only the measured batch (3 canvases), once
 after a forward of another batch (2 canvases) first, and compares the measured batch's logits
 (and, on CUDA, seeds sampled through the fast path's captured graphs) bit for bit. ``--overlapped``
-does the same with the overlapped MLP (petri.engine.overlapped_mlp; the FP8 tier's default since 2026-12-03:
+does the same with the overlapped MLP (petri.engine.cuda.overlapped_mlp; the FP8 tier's default since 2026-12-03:
 without the flag this script runs the blocks in sequence). One JSON object on stdout.
 
 ``--autotuned`` compiles as the tier did before 2026-12-03 (Inductor picking kernel configurations
 by timing them); by default the tier compiles in Inductor's deterministic mode
-(``petri.engine.decoder_hooks.compile_function``). ``--shapes`` sets how Dynamo treats a new shape.
+(``petri.engine.torch.decoder_hooks.compile_function``). ``--shapes`` sets how Dynamo treats a new shape.
 
 Measured (2026-12-03; ``bash experiments/issue25_device.sh history`` and the variants below,
 ``experiments/results/compile_history_h200.json``):
@@ -41,11 +41,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from petri.engine.compiled_tier import compile_regions, uncompile_regions  # noqa: E402
-from petri.engine.decoder_hooks import deterministic_mode_used  # noqa: E402
-from petri.engine.fp8 import set_precision  # noqa: E402
-from petri.engine.tiny import tiny_random_model  # noqa: E402
-from petri.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
+from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions  # noqa: E402
+from petri.engine.torch.decoder_hooks import deterministic_mode_used  # noqa: E402
+from petri.engine.cuda.fp8 import set_precision  # noqa: E402
+from petri.engine.torch.tiny import tiny_random_model  # noqa: E402
+from petri.core.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
 
 PROMPT = [5, 9, 17, 33]
 
@@ -71,7 +71,7 @@ def _logits(lm, batch: int) -> torch.Tensor:
 def sample_seeds(lm) -> list:
     """Seeds 1 and 2 through the GPU fast path (the model's tier as it is): 3 samples each, one anchor,
     6 steps after the prompt ``PROMPT`` + [40, 41]; their trajectories."""
-    from petri.engine.fast_sampler import run_sampler_fast
+    from petri.engine.cuda.fast_sampler import run_sampler_fast
 
     settings = SamplerSettings(max_denoising_steps=6, entropy_bound=2.0)
     layouts = [[AnchorSpan("a", 3, (40, 41))] for _ in range(3)]

@@ -4,7 +4,7 @@ and router ops), at the bench's two prompt lengths, side by side in one process.
 stdout: per form and length the median of ``--repeats`` synchronised passes (after a first one that
 compiles), and, for each form at the longest length, a torch.profiler table of one pass (CUDA time
 by kernel and the pass's host time), to see where the time goes; then the compiled pass captured as
-a CUDA graph per length (``petri.engine.encoder_graphs``): capture time, the memory the graph keeps,
+a CUDA graph per length (``petri.engine.cuda.encoder_graphs``): capture time, the memory the graph keeps,
 replays, and bit-equality of its cache with the uncaptured compiled pass's.
 
     python experiments/encode_time.py --lengths 200,1600 > experiments/results/encode_time_h200.json
@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench import build_full_size, median_ms, sync, time_encode  # noqa: E402
 
-from petri.engine.compiled_tier import compile_regions, uncompile_regions  # noqa: E402
-from petri.engine.encoder_graphs import EncoderGraph  # noqa: E402
-from petri.engine.torch_step import _encode_prompt_once  # noqa: E402
+from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions  # noqa: E402
+from petri.engine.cuda.encoder_graphs import EncoderGraph  # noqa: E402
+from petri.engine.torch.step import _encode_prompt_once  # noqa: E402
 
 
 def profiled(lm, prompt, top: int = 15) -> dict:
@@ -81,7 +81,7 @@ def main() -> None:
 
 
 def captured(lm, prompt, repeats: int) -> dict:
-    """The compiled pass captured (``petri.engine.encoder_graphs.EncoderGraph``): the capture's time
+    """The compiled pass captured (``petri.engine.cuda.encoder_graphs.EncoderGraph``): the capture's time
     (its warm-up pass included), the memory the graph keeps (allocated and reserved by the caching
     allocator, MiB), the median of ``repeats`` replays with the cache copied out, and whether the
     copy equals the uncaptured compiled pass's cache bit for bit."""

@@ -1,5 +1,5 @@
 """What the FP8 tier does to the science (issue 25): the distributions of per-sample flips, steps
-and entropy drawn in bf16 and in FP8 (``petri.engine.fp8``: ``fp8`` and ``fp8-fast``), same sampler
+and entropy drawn in bf16 and in FP8 (``petri.engine.cuda.fp8``: ``fp8`` and ``fp8-fast``), same sampler
 tier, same seeds, plus a null arm (bf16 with other seeds) that shows how far two bf16 runs differ by
 chance. Per sample: mean flips per free position, steps run, mean entropy over free positions and
 steps run. For each metric and arm against bf16: the relative shift of the mean,
@@ -42,10 +42,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "experiments"))
 
-from petri.engine.fp8 import set_precision_choice  # noqa: E402
+from petri.engine.cuda.fp8 import set_precision_choice  # noqa: E402
 from petri.engine.precision_choice import PrecisionChoice, parse_precision  # noqa: E402
-from petri.engine.torch_model import compile_for_sampling, load_model  # noqa: E402
-from petri.tables import samples_table  # noqa: E402
+from petri.engine.torch.model import compile_for_sampling, load_model  # noqa: E402
+from petri.measure.tables import samples_table  # noqa: E402
 
 #: the arm drawn in bf16 with other seeds: how far two bf16 runs differ by chance (never paired)
 NULL_ARM = "bf16_other_seeds"
@@ -127,7 +127,7 @@ def main() -> None:
         prompt = torch.randint(3, lm.vocab_size, (200,), generator=torch.Generator().manual_seed(0)).tolist()
         layouts = three_anchor_layouts(args.batch, lm.canvas_length, lm.vocab_size)
         from petri.engine.base import SampleRequest
-        from petri.trajectory import SamplerSettings
+        from petri.core.trajectory import SamplerSettings
 
         settings = SamplerSettings()
 
@@ -135,7 +135,7 @@ def main() -> None:
             return lm.sample(SampleRequest(prompt, layouts, settings, seed=seed))
         dishes = (0,)
     else:
-        from petri.dish import Dish
+        from petri.core.dish import Dish
         from petri.engine.seeding import seed_dish
 
         lm = load_model(None if args.model == "embedded" else args.model, device=args.device, dtype="bf16")

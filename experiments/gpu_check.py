@@ -6,7 +6,7 @@
    the noise draw (``triton.testing.do_bench``, median ms);
 2. the tiny model in the compiled tier (compiled layers, fused experts, the sampler's softmax of the
    self-conditioning) inside the graphs: agreement with the eager loop over the same compiled layers;
-3. the fused experts op (``petri.engine.fused_experts``) at full size (T = 3,072 tokens, 128 experts
+3. the fused experts op (``petri.engine.cuda.fused_experts``) at full size (T = 3,072 tokens, 128 experts
    top-8 of width 704, hidden 2,816): against transformers' ``grouped_mm`` experts on the same
    inputs (elements that differ, largest difference in bf16 ulps) and both timed, with the
    RMSNorm before them, eager and under ``torch.compile`` (what a compiled layer runs).
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from petri.engine.fused_logits import scalar_reciprocal, triton_logit_pass  # noqa: E402
+from petri.engine.cuda.fused_logits import scalar_reciprocal, triton_logit_pass  # noqa: E402
 
 
 def decoder_softmax_out(sc_logits: torch.Tensor) -> torch.Tensor:
@@ -60,7 +60,7 @@ def kernel_check(rows: int = 3072, vocab: int = 262_144, trials: int = 3) -> dic
 
     logits = torch.tanh(raw.float() / cap) * cap
 
-    def eager_sampler_ops():  # what petri.engine.torch_sampler.run_sampler does per step after the model forward
+    def eager_sampler_ops():  # what petri.engine.torch.sampler.run_sampler does per step after the model forward
         x = logits / temperature
         probs = torch.softmax(x, dim=-1, dtype=torch.float32)
         torch.multinomial(probs, 1)
@@ -88,7 +88,7 @@ def kernel_check(rows: int = 3072, vocab: int = 262_144, trials: int = 3) -> dic
     }
     uniforms = torch.rand(rows, device="cuda")
     drawn = triton_logit_pass(raw, None, temp, softcap=cap, uniforms=uniforms).sampled
-    from petri.engine.fused_logits import reference_logit_pass
+    from petri.engine.cuda.fused_logits import reference_logit_pass
 
     expected_draw = reference_logit_pass(raw, None, inv_temperature=temp, softcap=cap, uniforms=uniforms).sampled
     report["inverse_cdf_draw_vs_reference"] = {"rows_differing": int((drawn != expected_draw).sum()), "of": rows}
@@ -115,7 +115,7 @@ def kernel_check(rows: int = 3072, vocab: int = 262_144, trials: int = 3) -> dic
 
 def tiny_cuda_model():
     """The tests' tiny random model (canvas 16) in bf16 on the GPU."""
-    from petri.engine.tiny import tiny_random_model
+    from petri.engine.torch.tiny import tiny_random_model
 
     lm = tiny_random_model(canvas_length=16)
     lm.model.to("cuda", torch.bfloat16)
@@ -133,9 +133,9 @@ def agreement(got, reference) -> dict:
 
 
 def compiled_tiny_check() -> dict:
-    from petri.engine.fast_sampler import run_sampler_fast
-    from petri.engine.torch_model import compile_for_sampling
-    from petri.trajectory import AnchorSpan, SamplerSettings
+    from petri.engine.cuda.fast_sampler import run_sampler_fast
+    from petri.engine.torch.model import compile_for_sampling
+    from petri.core.trajectory import AnchorSpan, SamplerSettings
     from test_fast_sampler import eager_race_loop
 
     lm = tiny_cuda_model()
@@ -175,8 +175,8 @@ def x_exactness(rows: int = 512, vocab: int = 262_144) -> dict:
 
 def tiny_options_check() -> dict:
     """Tiny bf16 model, 10 steps: which fast-path piece (graph, Triton pass) departs from the loop."""
-    from petri.engine.fast_sampler import FastOptions, run_sampler_fast
-    from petri.trajectory import SamplerSettings
+    from petri.engine.cuda.fast_sampler import FastOptions, run_sampler_fast
+    from petri.core.trajectory import SamplerSettings
     from test_fast_sampler import PROMPT, eager_race_loop, three_anchors
 
     lm = tiny_cuda_model()
@@ -209,8 +209,8 @@ def experts_check(tokens: int = 3072, hidden: int = 2816, experts: int = 128, to
     from transformers import DiffusionGemmaConfig
     from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaTextExperts
 
-    from petri.engine.configs import MINIMAL_VISION_CONFIG
-    from petri.engine.fused_experts import moe_experts
+    from petri.engine.torch.configs import MINIMAL_VISION_CONFIG
+    from petri.engine.cuda.fused_experts import moe_experts
 
     config = DiffusionGemmaConfig(
         text_config={"hidden_size": hidden, "num_experts": experts, "top_k_experts": top_k,
@@ -240,7 +240,7 @@ def experts_check(tokens: int = 3072, hidden: int = 2816, experts: int = 128, to
             "max_ulp": int(ulp.max()), "max_abs": float((theirs.float() - ours.float()).abs().max()),
         })
 
-    from petri.engine.fused_experts import gated_activation
+    from petri.engine.cuda.fused_experts import gated_activation
 
     values = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
     gate = values[~torch.isnan(values)].view(-1, 1).cuda()

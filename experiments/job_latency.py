@@ -30,7 +30,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from reliability_support import AppProcess  # noqa: E402
 
-from petri.store import RunStore  # noqa: E402
+from petri.runs.store import RunStore  # noqa: E402
 
 STUDY = {
     "id": "latency", "title": "Latency", "language": "en", "concepts": ["order", "inventory", "person"],

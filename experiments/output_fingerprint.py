@@ -31,6 +31,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # the checkout's petri, as the command-line runs (cwd=REPO) import it
+    sys.path.insert(0, str(REPO))
 MODELS = ("petri-tiny", "petri-tiny-mdm")
 EVENT = "Only 90 units are in stock, but the customer ordered 120."
 CONCEPTS = "order,inventory,person"
@@ -100,7 +102,7 @@ def folder_digests(folder: Path, prefix: str, run_ids: set[str]) -> dict[str, st
 
 
 def store_run_ids(store: Path) -> set[str]:
-    from petri.store import RunStore
+    from petri.runs.store import RunStore
 
     runs = RunStore(store)
     try:
@@ -133,8 +135,8 @@ def http_api(work: Path, model: str) -> dict[str, str]:
     from fastapi.testclient import TestClient
 
     from petri.engine.select import load_backend_model
-    from petri.service import PetriService
-    from petri.store import RunStore
+    from petri.app.service import PetriService
+    from petri.runs.store import RunStore
     from petri.web.app import create_app
 
     torch.set_num_threads(1)

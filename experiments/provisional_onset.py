@@ -49,8 +49,8 @@ def main() -> None:
                           "first_comparison_after_batch": n, "share": round(n / len(jobs), 3), "sampled": False}))
         return
 
-    from petri.engine.torch_model import EMBEDDED_MODEL_PATH, load_model
-    from petri.store import RunStore
+    from petri.engine.torch.model import EMBEDDED_MODEL_PATH, load_model
+    from petri.runs.store import RunStore
     from petri.study.provisional import BatchReader, provisional_statistics
     from petri.study.runner import run_study
 

@@ -1,6 +1,6 @@
 """What one live redraw of the Study tab costs as a study grows: run a study file (the shipped one
 by default, its first template) on the embedded model, and after every ``--every`` stored batches
-time the Study tab's live views (:meth:`petri.web.ui_study.StudyController.live_views`) two ways:
+time the Study tab's live views (:meth:`petri.web.ui.study.StudyController.live_views`) two ways:
 reading every stored batch again (what the tab did before it followed the run with a reader) and
 with one :class:`~petri.study.provisional.BatchReader` that decodes each batch once. Prints JSON.
 
@@ -22,13 +22,13 @@ sys.path.insert(0, str(REPO))
 
 
 def main() -> None:
-    from petri.engine.torch_model import EMBEDDED_MODEL_PATH, load_model
-    from petri.service import PetriService
-    from petri.store import RunStore
+    from petri.engine.torch.model import EMBEDDED_MODEL_PATH, load_model
+    from petri.app.service import PetriService
+    from petri.runs.store import RunStore
     from petri.study.provisional import BatchReader
     from petri.study.runner import run_study
     from petri.study.schema import load_study
-    from petri.web.ui_study import StudyController
+    from petri.web.ui.study import StudyController
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--study", type=Path, default=REPO / "assets/studies/inventory_order.json")

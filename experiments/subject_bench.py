@@ -13,7 +13,7 @@ from i), at the model's default settings:
   found in an English word list (Debian ``wamerican``: ``/usr/share/dict/words``); a word with a
   possessive ``'s`` counts by its stem;
 - **anchors intact**: the share of pinned concepts found as whole words in the final text
-  (``petri.metrics.anchor_intact_in_text``);
+  (``petri.measure.metrics.anchor_intact_in_text``);
 - **flips per free position** and **steps to stop** (mean over samples);
 - **CPU seconds for a 12-sample seed** (the study's dish, median of ``--repeats`` after one warm-up);
 - **asset size** (the checkpoint folder's bytes).
@@ -47,8 +47,8 @@ for path in (HERE, HERE.parent):
 import teacher_prompts as P  # noqa: E402
 from teacher_corpus import chat_ids, load_teacher, sample  # noqa: E402
 
-from petri.dish import Dish  # noqa: E402
-from petri.metrics import anchor_intact_in_text, flip_counts  # noqa: E402
+from petri.core.dish import Dish  # noqa: E402
+from petri.measure.metrics import anchor_intact_in_text, flip_counts  # noqa: E402
 
 WORD_LIST = Path("/usr/share/dict/words")
 STUDY_EVENT = "Only 90 units are in stock, but the customer ordered 120."
@@ -129,8 +129,8 @@ def folder_bytes(path: Path) -> int:
 def run_model(name: str, dishes: list[Dish], repeats: int) -> dict:
     """Sample every dish once (1 sample, seed i, the model's default settings) and time the 12-sample seed."""
     from petri.engine.seeding import seed_dish
-    from petri.engine.torch_model import load_model
-    from petri.paths import checkpoint_source
+    from petri.engine.torch.model import load_model
+    from petri.core.paths import checkpoint_source
 
     lm = load_model(name, device="cpu")
     settings = lm.default_settings()

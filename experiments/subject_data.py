@@ -2,7 +2,7 @@
 them, beside windows of plain prose.
 
 A pair is one document of the packed stream: ``<bos>`` + the prompt's tokens (what
-``petri.dish.encode_prompt`` gives a tokenizer without a chat template), then the answer's first
+``petri.core.dish.encode_prompt`` gives a tokenizer without a chat template), then the answer's first
 ``canvas`` tokens; an answer shorter than the canvas is followed by ``<eos>`` and ``<pad>`` up to
 the canvas. A batch of pairs takes one prompt length (its prefix), so nothing inside a batch is
 padded: the trainers' model call is the one they make for windows of the packed corpus. Prose

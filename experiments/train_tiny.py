@@ -186,7 +186,7 @@ def unigram_stats(stream: np.ndarray, heldout: np.ndarray, vocab_size: int) -> d
 def build_model(args, vocab_size: int, special: dict):
     from transformers import DiffusionGemmaForBlockDiffusion
 
-    from petri.engine.configs import small_diffusion_gemma_config
+    from petri.engine.torch.configs import small_diffusion_gemma_config
 
     config = small_diffusion_gemma_config(
         vocab_size=vocab_size,

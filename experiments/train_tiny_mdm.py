@@ -9,7 +9,7 @@ with probability t (at least one), the model reads prefix + canvas as one bidire
 and the loss is the cross-entropy at the masked positions weighted by 1/t with t the realised mask
 rate (that is, per example the mean over its masked positions; weighting by the drawn t instead let
 the rare examples with t near 0 and one forced mask dominate). The petri sampler
-(``petri.engine.masked_diffusion``) reads a prompt + canvas the same way.
+(``petri.engine.families.masked``) reads a prompt + canvas the same way.
 
     python experiments/build_corpus.py --out data --no-tokenizer
     python experiments/train_tiny_mdm.py --data data --out runs/petri-tiny-mdm --device cuda --max-steps 1500 --minutes 3

@@ -1,5 +1,5 @@
 import sys
 
-from petri.cli import main
+from petri.cli.main import main
 
 sys.exit(main())

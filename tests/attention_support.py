@@ -1,5 +1,5 @@
 """A full-size attention call for the GPU tests of petri's attention functions
-(``petri.engine.split_attention``, ``petri.engine.sliding_attention``)."""
+(``petri.engine.cuda.split_attention``, ``petri.engine.cuda.sliding_attention``)."""
 
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ def check_against_sdpa(function, batch: int, kv_heads: int, keys: int, dim: int)
 
 
 def tiny_decoder(num_layers: int, seed: int, prompt_length: int):
-    """A tiny random model (``petri.engine.tiny``, CPU, 16 canvas positions), its decoder layers and
+    """A tiny random model (``petri.engine.torch.tiny``, CPU, 16 canvas positions), its decoder layers and
     random prompt ids (1, prompt_length) and canvas ids (1, 16)."""
-    from petri.engine.tiny import tiny_random_model
+    from petri.engine.torch.tiny import tiny_random_model
 
     lm = tiny_random_model(canvas_length=16, num_layers=num_layers, seed=seed)
     ids = torch.randint(3, lm.vocab_size, (1, prompt_length))

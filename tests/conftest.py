@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from petri.engine.tiny import tiny_random_model
+from petri.engine.torch.tiny import tiny_random_model
 
 
 @pytest.fixture(scope="session")

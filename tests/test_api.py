@@ -17,8 +17,8 @@ from contextlib import contextmanager
 
 from petri.web.app import create_app
 from petri.web.limits import MAX_QUEUED, MAX_SAMPLES
-from petri.service import PetriService
-from petri.store import RunStore
+from petri.app.service import PetriService
+from petri.runs.store import RunStore
 from conftest import model_held
 
 EVENT = "Only 90 units are in stock, but a customer ordered 120."

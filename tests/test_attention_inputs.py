@@ -1,4 +1,4 @@
-"""The fused attention inputs (petri.engine.attention_inputs): the decoder attention's forward with its
+"""The fused attention inputs (petri.engine.cuda.attention_inputs): the decoder attention's forward with its
 q, k, v norms, rotary embedding and appending to the prompt's keys as one op gives the library's logits
 bit for bit through the reference (float32 and bf16; the tiny model's sliding layer has a v projection,
 its global layer takes its values from the keys, and the q and k norms' weights are drawn at random so
@@ -16,8 +16,8 @@ import math
 import pytest
 import torch
 
-from petri.engine import attention_inputs as module
-from petri.engine.attention_inputs import (
+from petri.engine.cuda import attention_inputs as module
+from petri.engine.cuda.attention_inputs import (
     attention_inputs,
     attention_inputs_reference,
     attention_inputs_triton,
@@ -25,9 +25,9 @@ from petri.engine.attention_inputs import (
     fused_attention_reason,
     use_fused_attention_inputs,
 )
-from petri.engine.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.decoder_hooks import encoder_layers
-from petri.engine.tiny import tiny_random_model
+from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
+from petri.engine.torch.decoder_hooks import encoder_layers
+from petri.engine.torch.tiny import tiny_random_model
 from rounding_support import assert_close_bf16
 from tiny_support import tiny_logits
 
@@ -80,8 +80,8 @@ def test_generate_gives_the_library_s_tokens_with_either_cache(cache, monkeypatc
     """transformers' ``generate`` through the fused forward: with its dynamic cache the op runs in
     every layer of every step; its static cache (compileable: its appending pads) goes through the
     library's forward. The tokens are the library's either way."""
-    from petri.engine.torch_sampler import generate_kwargs
-    from petri.trajectory import SamplerSettings
+    from petri.engine.torch.sampler import generate_kwargs
+    from petri.core.trajectory import SamplerSettings
 
     lm = _tiny()
     settings = SamplerSettings(max_denoising_steps=4)

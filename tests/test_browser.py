@@ -42,10 +42,10 @@ pytestmark = pytest.mark.skipif(
 def served(tmp_path_factory, live_server):
     """(url, service, gate): the app on a live server; a study run waits at ``gate`` after its
     third batch until the test sets it."""
-    from petri.engine.tiny import tiny_random_model
-    from petri.engine.torch_model import EMBEDDED_MODEL_PATH, load_model
-    from petri.service import PetriService
-    from petri.store import RunStore
+    from petri.engine.torch.tiny import tiny_random_model
+    from petri.engine.torch.model import EMBEDDED_MODEL_PATH, load_model
+    from petri.app.service import PetriService
+    from petri.runs.store import RunStore
     from petri.web.app import create_app
 
     if (EMBEDDED_MODEL_PATH / "config.json").exists():
@@ -258,7 +258,7 @@ def test_a_quick_second_move_is_not_drawn_over_by_the_first_moves_echo(page, mon
     arrives after the second move, is dropped (it carries an older move number), so the chip never
     goes back to the first move's position once it showed the second's, and it ends there, with
     the slot table."""
-    from petri.web.ui_dish import DishController
+    from petri.web.ui.dish import DishController
 
     tab(page, "Dish")
     page.fill("#petri-concepts textarea, #petri-concepts input", "order, inventory, person")
@@ -326,7 +326,7 @@ def small_study_file(folder: Path) -> Path:
     """A 6-event, 1-template study file (benign / contradictory), for a study that runs in seconds."""
     import pandas as pd
 
-    from petri.web.ui_study import fields_to_dict
+    from petri.web.ui.study import fields_to_dict
 
     texts = {"benign": ["The order was packed.", "The stock was counted.", "A customer paid for the order."],
              "contradictory": ["Ninety units in stock, none in stock.", "The order arrived before it was placed.",
@@ -431,8 +431,8 @@ def test_reopened_dish_and_study_restore_their_controls(page, served):
     3 (run through the service), reopened from the Runs tab: every control reads the run's values."""
     from dataclasses import replace
 
-    from petri.dish import Dish
-    from petri.service import SeedEvent
+    from petri.core.dish import Dish
+    from petri.app.service import SeedEvent
     from petri.study.schema import load_study
 
     _, service, gate = served
@@ -616,8 +616,8 @@ def test_a_stored_run_reopens(page, served):
     reopens from the Runs tab with its heatmap, text and downloads."""
     from dataclasses import replace
 
-    from petri.dish import Dish
-    from petri.service import SeedEvent
+    from petri.core.dish import Dish
+    from petri.app.service import SeedEvent
 
     _, service, _ = served
     settings = replace(service.lm.default_settings(), max_denoising_steps=4)
@@ -640,8 +640,8 @@ def test_a_canvas_starting_with_eos_shows_its_text(page, served):
     end-of-turn marker, drawn in a colour far from the page's background."""
     from dataclasses import replace
 
-    from petri.dish import Dish
-    from petri.service import SeedEvent
+    from petri.core.dish import Dish
+    from petri.app.service import SeedEvent
 
     _, service, _ = served
     settings = replace(service.lm.default_settings(), max_denoising_steps=3)
@@ -680,8 +680,8 @@ def test_the_sample_selector_follows_arrows_and_typing(page, served):
     that sample's text and flips chart, and the slider reads the same sample."""
     from dataclasses import replace
 
-    from petri.dish import Dish
-    from petri.service import SeedEvent
+    from petri.core.dish import Dish
+    from petri.app.service import SeedEvent
 
     _, service, _ = served
     settings = replace(service.lm.default_settings(), max_denoising_steps=3)
@@ -853,8 +853,8 @@ def test_at_420_px_the_dish_and_compare_tabs_fit(page, served):
     side (their labels stack)."""
     from dataclasses import replace
 
-    from petri.dish import Dish
-    from petri.service import SeedEvent
+    from petri.core.dish import Dish
+    from petri.app.service import SeedEvent
 
     _, service, _ = served
     page.set_viewport_size({"width": 420, "height": 900})

@@ -15,9 +15,9 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium
 
 @pytest.fixture(scope="module")
 def public(tmp_path_factory, live_server):
-    from petri.engine.tiny import tiny_random_model
-    from petri.service import PetriService
-    from petri.store import RunStore
+    from petri.engine.torch.tiny import tiny_random_model
+    from petri.app.service import PetriService
+    from petri.runs.store import RunStore
     from petri.web.access import AccessPolicy
     from petri.web.app import create_app
 

@@ -27,10 +27,10 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium
 def served(tmp_path_factory, live_server):
     """(url, service, gate): the app on the embedded model; a Dish run's steps pause after step
     HOLD_AT until the test sets ``gate`` (the first run only)."""
-    from petri.engine.torch_model import EMBEDDED_MODEL_PATH, load_model
-    from petri.engine.tiny import tiny_random_model
-    from petri.service import PetriService
-    from petri.store import RunStore
+    from petri.engine.torch.model import EMBEDDED_MODEL_PATH, load_model
+    from petri.engine.torch.tiny import tiny_random_model
+    from petri.app.service import PetriService
+    from petri.runs.store import RunStore
     from petri.web.app import create_app
 
     lm = load_model(EMBEDDED_MODEL_PATH, device="cpu") if (EMBEDDED_MODEL_PATH / "config.json").exists() \
@@ -221,7 +221,7 @@ def test_each_tabs_download_figures_button_yields_the_figures_of_its_run(page, s
     links = figure_links(page, "Compare", "#petri-cmp-figures")
     assert {f"{compare_id}-{n}.html" for n in ("heatmap-a", "heatmap-b", "difference")} <= set(links), links
     assert "benign: flips per step" in httpx.get(links[f"{compare_id}-heatmap-a.html"], timeout=60).text
-    from petri.web.ui_shipped import load_shipped
+    from petri.web.ui.shipped import load_shipped
 
     shipped = load_shipped()  # the Study tab shows the shipped study's figures until a run replaces them
     if shipped is not None:

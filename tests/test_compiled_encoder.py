@@ -1,4 +1,4 @@
-"""The compiled tier's prompt encoder (issue 25, petri.engine.decoder_hooks.writing_own_cache_layer):
+"""The compiled tier's prompt encoder (issue 25, petri.engine.torch.decoder_hooks.writing_own_cache_layer):
 with the eager backend and the library's experts every compiled layer computes the uncompiled ops,
 so the cache it writes must equal, bit for bit, the one the library's own encoder writes (the
 reference: the same model before compilation); with the fused experts op it differs by that op's
@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from petri.engine.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.decoder_hooks import encoder_layers
-from petri.engine.fused_logits import HAVE_TRITON
-from petri.engine.tiny import tiny_random_model
-from petri.engine.torch_step import _cache_kwarg, _encode_prompt_once, encoded_prompt
+from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
+from petri.engine.torch.decoder_hooks import encoder_layers
+from petri.engine.cuda.fused_logits import HAVE_TRITON
+from petri.engine.torch.tiny import tiny_random_model
+from petri.engine.torch.step import _cache_kwarg, _encode_prompt_once, encoded_prompt
 
 #: longer than the tiny model's sliding window (8 below), so the sliding layers keep only its tail
 PROMPT = list(range(20, 45))

@@ -18,10 +18,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from petri.web.app import create_app
-from petri.cli import main as cli_main
-from petri.service import PetriService
-from petri.store import RunStore
-from petri.engine.tiny import tiny_random_model
+from petri.cli.main import main as cli_main
+from petri.app.service import PetriService
+from petri.runs.store import RunStore
+from petri.engine.torch.tiny import tiny_random_model
 
 REPO = Path(__file__).resolve().parent.parent
 

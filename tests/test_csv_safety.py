@@ -2,8 +2,8 @@
 (concepts, events, templates, group labels) that begins with ``=``, ``+``, ``-``, ``@``, a tab or
 a carriage return is written with a leading ``'`` (OWASP's advice against CSV injection), and the
 raw value stays in the JSON sidecar. Checked on the files the real writers wrote: the API's CSV
-route, the UI's and the CLI's seed downloads (:func:`petri.web.responses.write_run_files`, the
-same :func:`petri.export.write_tables` as ``petri seed --out``) and a study's folder
+route, the UI's and the CLI's seed downloads (:func:`petri.web.api.responses.write_run_files`, the
+same :func:`petri.runs.export.write_tables` as ``petri seed --out``) and a study's folder
 (:func:`petri.study.report.write_study`)."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from petri.service import PetriService
-from petri.store import RunStore
+from petri.app.service import PetriService
+from petri.runs.store import RunStore
 from petri.study.report import write_study
 from petri.study.schema import study_from_dict
-from petri.trajectory import SamplerSettings
+from petri.core.trajectory import SamplerSettings
 from petri.web.app import create_app
-from petri.web.responses import write_run_files
+from petri.web.api.responses import write_run_files
 
 CONCEPTS = ['=HYPERLINK("http://example.invalid","x")', "+SUM(1,1)", "-2+3", "@SUM(A1)"]
 EVENT = "=1+1 and the order shipped"
@@ -43,7 +43,7 @@ def test_the_pattern_finds_a_raw_formula_and_passes_a_neutralised_one():
 @pytest.fixture(scope="module")
 def wide_lm():
     """A tiny random model with room on its canvas for long concepts."""
-    from petri.engine.tiny import tiny_random_model
+    from petri.engine.torch.tiny import tiny_random_model
 
     return tiny_random_model(canvas_length=128)
 
@@ -117,7 +117,7 @@ def test_a_study_folder_neutralises_every_csv_and_keeps_the_raw_values(wide_lm, 
 
 def test_a_streamed_table_is_the_whole_table_one_event_at_a_time(hostile_run, wide_lm):
     """The API streams each CSV one event at a time; joined, the chunks are the table written whole."""
-    from petri.export import TABLES, iter_csv, run_table, token_decoder, write_csv
+    from petri.runs.export import TABLES, iter_csv, run_table, token_decoder, write_csv
 
     service, run_id, served = hostile_run
     stored = service.store.load_events(run_id)

@@ -1,4 +1,4 @@
-"""The compiled tier in Inductor's deterministic mode (issue 25, petri.engine.decoder_hooks.compile_function).
+"""The compiled tier in Inductor's deterministic mode (issue 25, petri.engine.torch.decoder_hooks.compile_function).
 
 Why: on an H200 the fp8-fast tier's tokens for a seed depended on what the process had compiled
 before (a batch-2 forward before the batch-3 one changed 100 of 576 argmax values,
@@ -17,12 +17,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from petri.engine import decoder_hooks
-from petri.engine.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.decoder_hooks import compile_function, inductor_deterministic_available
-from petri.engine.fused_logits import HAVE_TRITON
-from petri.engine.tiny import tiny_random_model
-from petri.engine.torch_model import compile_for_sampling
+from petri.engine.torch import decoder_hooks
+from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
+from petri.engine.torch.decoder_hooks import compile_function, inductor_deterministic_available
+from petri.engine.cuda.fused_logits import HAVE_TRITON
+from petri.engine.torch.tiny import tiny_random_model
+from petri.engine.torch.model import compile_for_sampling
 from experiment_support import experiment_script
 
 HAVE_MODE = inductor_deterministic_available()

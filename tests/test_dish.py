@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from petri.dish import Dish, LayoutError, concept_token_ids, encode_prompt, even_slots, layout_samples
+from petri.core.dish import Dish, LayoutError, concept_token_ids, encode_prompt, even_slots, layout_samples
 
 
 def ids_for(tokenizer, dish):

@@ -14,12 +14,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from petri.dish import Dish
-from petri.engine.masked_diffusion import MaskedLoadedModel
+from petri.core.dish import Dish
+from petri.engine.families.masked import MaskedLoadedModel
 from petri.engine.seeding import seed_dish
-from petri.engine.torch_model import load_model, load_tokenizer
-from petri.paths import EMBEDDED_MODELS, embedded_model_named
-from petri.trajectory import MaskedSettings
+from petri.engine.torch.model import load_model, load_tokenizer
+from petri.core.paths import EMBEDDED_MODELS, embedded_model_named
+from petri.core.trajectory import MaskedSettings
 
 FOLDER = embedded_model_named("petri-tiny-mdm")
 # Written for this test in the corpus's style (WordNet glosses as sentences); not from the corpus.
@@ -139,9 +139,9 @@ def test_where_auto_would_pick_mlx_it_runs_on_torch(monkeypatch):
 
 def test_the_ui_dish_tab_runs_it(mdm, tmp_path):
     """The Dish tab's handler (what the browser calls) on the embedded masked model."""
-    from petri.service import PetriService
-    from petri.store import RunStore
-    from petri.web.ui_dish import DishController
+    from petri.app.service import PetriService
+    from petri.runs.store import RunStore
+    from petri.web.ui.dish import DishController
     from test_ui import dish_inputs
 
     service = PetriService(mdm, RunStore(tmp_path / "store"))

@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from petri.dish import Dish
-from petri.engine.torch_model import EMBEDDED_MODEL_PATH, default_model_name, load_model
+from petri.core.dish import Dish
+from petri.engine.torch.model import EMBEDDED_MODEL_PATH, default_model_name, load_model
 from petri.engine.seeding import seed_dish
 
 

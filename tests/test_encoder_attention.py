@@ -1,5 +1,5 @@
 """The prompt encoder's sliding layers through the flash kernel told their window
-(petri.engine.encoder_attention): which calls it computes (hand-worked), that petri's encoder calls
+(petri.engine.cuda.encoder_attention): which calls it computes (hand-worked), that petri's encoder calls
 it with what it needs (one prompt, causal, the layer's window, an empty cache) and with the
 library's SDPA on the CPU leaves the cache bit for bit, the compiled tier's install and undo; on a
 GPU (skipped elsewhere) a hand-worked case at the window's edge, and the function against the
@@ -12,13 +12,13 @@ from dataclasses import replace
 import pytest
 import torch
 
-import petri.engine.encoder_attention as encoder_attention
-from petri.engine.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.decoder_hooks import encoder_layers
-from petri.engine.encoder_attention import NAME, petri_encoder_window, use_encoder_window, window_call_fits
-from petri.engine.split_attention import drop_split_attention
-from petri.engine.tiny import tiny_random_model
-from petri.engine.torch_step import _encode_prompt_once, encoder_inputs
+import petri.engine.cuda.encoder_attention as encoder_attention
+from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
+from petri.engine.torch.decoder_hooks import encoder_layers
+from petri.engine.cuda.encoder_attention import NAME, petri_encoder_window, use_encoder_window, window_call_fits
+from petri.engine.cuda.split_attention import drop_split_attention
+from petri.engine.torch.tiny import tiny_random_model
+from petri.engine.torch.step import _encode_prompt_once, encoder_inputs
 
 CUDA = torch.cuda.is_available()
 WINDOW = 8

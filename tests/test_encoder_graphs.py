@@ -1,4 +1,4 @@
-"""The prompt encoder's pass captured per prompt length (petri.engine.encoder_graphs).
+"""The prompt encoder's pass captured per prompt length (petri.engine.cuda.encoder_graphs).
 
 Everywhere: when a pass is captured (the compiled tier on CUDA, from a length's second pass, at most
 ``max_lengths`` lengths, least recently used out), what a failed capture does (uncaptured from then
@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 import torch
 
-from petri.engine import encoder_graphs as module
-from petri.engine.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.encoder_graphs import EncoderGraphs, set_encoder_graph_lengths
-from petri.engine.fast_tier import FastOptions
-from petri.engine.fused_logits import HAVE_TRITON
-from petri.engine.tiny import tiny_random_model
-from petri.engine.torch_step import _encode_prompt_once
-from petri.trajectory import AnchorSpan, SamplerSettings
+from petri.engine.cuda import encoder_graphs as module
+from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
+from petri.engine.cuda.encoder_graphs import EncoderGraphs, set_encoder_graph_lengths
+from petri.engine.torch.fast_tier import FastOptions
+from petri.engine.cuda.fused_logits import HAVE_TRITON
+from petri.engine.torch.tiny import tiny_random_model
+from petri.engine.torch.step import _encode_prompt_once
+from petri.core.trajectory import AnchorSpan, SamplerSettings
 
 
 class _Graph:
@@ -120,9 +120,9 @@ def test_the_tier_drops_its_encoder_graphs_with_its_sessions():
 
 def test_a_public_server_keeps_no_encoder_graphs_unless_asked(monkeypatch, tmp_path):
     pytest.importorskip("fastapi")  # the GPU machine's image has no web stack
-    from petri.engine.prompt_cache import PROMPT_CACHE_ENV
-    from petri.service import PetriService
-    from petri.store import RunStore
+    from petri.engine.torch.prompt_cache import PROMPT_CACHE_ENV
+    from petri.app.service import PetriService
+    from petri.runs.store import RunStore
     from petri.web.access import AccessPolicy
     from petri.web.app import create_app
 
@@ -183,7 +183,7 @@ def test_the_replayed_pass_gives_the_uncaptured_cache_bit_for_bit(compiled_gpu_l
 
 @GPU
 def test_seeds_sampled_with_encoder_graphs_equal_seeds_sampled_without(compiled_gpu_lm):
-    from petri.engine.fast_sampler import run_sampler_fast
+    from petri.engine.cuda.fast_sampler import run_sampler_fast
 
     lm = compiled_gpu_lm
     lm.fast_tier.prompts.set_max_bytes(0)  # every request encodes its prompt

@@ -1,4 +1,4 @@
-"""The fast sampler (petri.engine.fast_sampler) against an independent eager loop written here.
+"""The fast sampler (petri.engine.cuda.fast_sampler) against an independent eager loop written here.
 
 The loop below is run_sampler's step with the token drawn by exponential race from
 ``torch.empty(S·L, V).exponential_()`` (then the renoise ``randint``), the model's own forward and
@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 import torch
 
-from petri.dish import pinned_arrays
-from petri.engine.fast_sampler import FastOptions, fast_path_reason, run_sampler_fast
-from petri.engine.fused_logits import HAVE_TRITON
-from petri.engine.torch_step import StabilityTracker, _cache_kwarg, _encode_prompt_once, accept_mask
-from petri.trajectory import AnchorSpan, SamplerSettings
+from petri.core.dish import pinned_arrays
+from petri.engine.cuda.fast_sampler import FastOptions, fast_path_reason, run_sampler_fast
+from petri.engine.cuda.fused_logits import HAVE_TRITON
+from petri.engine.torch.step import StabilityTracker, _cache_kwarg, _encode_prompt_once, accept_mask
+from petri.core.trajectory import AnchorSpan, SamplerSettings
 
 CUDA = torch.cuda.is_available() and HAVE_TRITON
 
@@ -149,10 +149,10 @@ def test_compiled_tier_on_cpu_equals_eager_race_loop():
     import torch._dynamo
     from torch._dynamo.utils import counters
 
-    from petri.engine.compiled_tier import uncompile_regions
-    from petri.engine.fused_experts import unfuse_experts
-    from petri.engine.tiny import tiny_random_model
-    from petri.engine.torch_model import compile_for_sampling
+    from petri.engine.cuda.compiled_tier import uncompile_regions
+    from petri.engine.cuda.fused_experts import unfuse_experts
+    from petri.engine.torch.tiny import tiny_random_model
+    from petri.engine.torch.model import compile_for_sampling
 
     lm = tiny_random_model(canvas_length=16, num_layers=6, seed=5)
     settings = SamplerSettings(max_denoising_steps=5, stability_threshold=None, confidence_threshold=None)
@@ -187,7 +187,7 @@ def test_compiled_tier_on_cpu_equals_eager_race_loop():
 def test_compiled_tier_keeps_inductor_caches_under_petri_unless_told_otherwise(monkeypatch):
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-    from petri.engine.compiled_tier import PETRI_CACHE_DIR, use_petri_cache_dir
+    from petri.engine.cuda.compiled_tier import PETRI_CACHE_DIR, use_petri_cache_dir
 
     for before, after in ((None, PETRI_CACHE_DIR), (default_cache_dir(), PETRI_CACHE_DIR), ("/data/mine", "/data/mine")):
         if before is None:
@@ -204,8 +204,8 @@ def test_fast_path_reason_on_cpu(tiny_lm):
 
 @pytest.fixture(scope="module")
 def gpu_models():
-    from petri.engine.torch_model import EMBEDDED_MODEL_PATH, load_model
-    from petri.engine.tiny import tiny_random_model
+    from petri.engine.torch.model import EMBEDDED_MODEL_PATH, load_model
+    from petri.engine.torch.tiny import tiny_random_model
 
     tiny = tiny_random_model(canvas_length=16)
     tiny.model.to("cuda", torch.bfloat16)

@@ -1,5 +1,5 @@
 """The fast path as one object (issue 22, item 2): each loaded model owns its tier
-(:class:`petri.engine.fast_tier.FastTier`: options, sessions, compiled layers, precision, the
+(:class:`petri.engine.torch.fast_tier.FastTier`: options, sessions, compiled layers, precision, the
 reason it is off), the tier names the trajectories, and the engine keeps no state of its own in
 module globals, ``id()`` keys, attributes set on the framework module or torch's private
 attributes.
@@ -23,12 +23,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from petri.engine import fast_sampler
+from petri.engine.cuda import fast_sampler
 from petri.engine.base import SampleRequest
-from petri.engine.fast_sampler import FastOptions, fast_path_reason, run_sampler_auto, run_sampler_fast
-from petri.engine.fused_logits import HAVE_TRITON
-from petri.engine.torch_model import LoadedModel
-from petri.trajectory import AnchorSpan, SamplerSettings
+from petri.engine.cuda.fast_sampler import FastOptions, fast_path_reason, run_sampler_auto, run_sampler_fast
+from petri.engine.cuda.fused_logits import HAVE_TRITON
+from petri.engine.torch.model import LoadedModel
+from petri.core.trajectory import AnchorSpan, SamplerSettings
 
 ENGINE = Path(__file__).resolve().parent.parent / "petri" / "engine"
 SETTINGS = SamplerSettings(max_denoising_steps=2, stability_threshold=None, confidence_threshold=None)
@@ -107,11 +107,11 @@ def bf16_tiny(tiny_lm):
 
 def test_the_tier_names_what_the_trajectory_records(bf16_tiny):
     """Every lever the tier holds, spelled as stored runs spell it (the names are part of run ids)."""
-    from petri.engine.batch1_experts import _small_batch_forward
-    from petri.engine.compiled_tier import uncompile_regions
-    from petri.engine.fp8 import _experts_forward as _fp8_experts_forward
-    from petri.engine.fp8 import set_precision
-    from petri.engine.torch_model import compile_for_sampling
+    from petri.engine.cuda.batch1_experts import _small_batch_forward
+    from petri.engine.cuda.compiled_tier import uncompile_regions
+    from petri.engine.cuda.fp8 import _experts_forward as _fp8_experts_forward
+    from petri.engine.cuda.fp8 import set_precision
+    from petri.engine.torch.model import compile_for_sampling
 
     lm, tier = bf16_tiny, bf16_tiny.fast_tier
     experts = lm.model.model.decoder.layers[0].experts
@@ -148,7 +148,7 @@ def test_the_tier_names_what_the_trajectory_records(bf16_tiny):
 
 
 def test_the_tier_keeps_the_layers_it_compiled_and_undoes_exactly_those(tiny_lm):
-    from petri.engine.compiled_tier import compile_regions, uncompile_regions
+    from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
 
     lm, other = own_copy(tiny_lm), own_copy(tiny_lm)
     layers = list(lm.model.model.decoder.layers)
@@ -193,10 +193,10 @@ def test_the_compiled_tier_runs_in_graphs_and_is_undone_on_gpu():
     import torch._dynamo
     from torch._dynamo.utils import counters
 
-    from petri.engine.compiled_tier import uncompile_regions
-    from petri.engine.decoder_hooks import encoder_layers
-    from petri.engine.tiny import tiny_random_model
-    from petri.engine.torch_model import compile_for_sampling
+    from petri.engine.cuda.compiled_tier import uncompile_regions
+    from petri.engine.torch.decoder_hooks import encoder_layers
+    from petri.engine.torch.tiny import tiny_random_model
+    from petri.engine.torch.model import compile_for_sampling
 
     lm = tiny_random_model(canvas_length=16, num_layers=6, seed=5)
     lm.model.to("cuda", torch.bfloat16)
@@ -288,7 +288,10 @@ def test_the_registry_scan_sees_the_old_registries():
 
 
 def test_no_engine_module_keeps_a_module_level_registry():
-    assert registries({path.stem: path.read_text() for path in sorted(ENGINE.glob("*.py"))}) == []
+    sources = {path.relative_to(ENGINE).with_suffix("").as_posix().replace("/", "."): path.read_text()
+               for path in sorted(ENGINE.rglob("*.py"))}
+    assert len(sources) > 30 and "cuda.fast_sampler" in sources
+    assert registries(sources) == []
 
 
 def test_nothing_in_petri_keeps_fast_path_state_in_the_old_places():

@@ -10,13 +10,13 @@ import httpx
 import plotly.graph_objects as go
 import pytest
 
-from petri.dish import Dish
-from petri.service import PetriService, SeedEvent
-from petri.store import RunStore
+from petri.core.dish import Dish
+from petri.app.service import PetriService, SeedEvent
+from petri.runs.store import RunStore
 from petri.web.access import AccessPolicy, Caller, CALLER_COOKIE
 from petri.web.app import create_app
-from petri.web.ui_access import export_dir
-from petri.web.ui_figure_files import figure_files, write_figure_files
+from petri.web.ui.access import export_dir
+from petri.web.ui.figure_files import figure_files, write_figure_files
 from test_public_access import ui_compare_run
 
 EVENT = "Only 90 units are in stock, but a customer ordered 120."
@@ -35,7 +35,7 @@ def test_the_writer_names_each_file_by_run_and_figure_and_the_html_holds_its_dat
 
 
 def test_the_dish_figures_are_the_stored_runs_and_answer_only_to_its_owner(tiny_lm, tmp_path):
-    from petri.web.ui_dish import DishController
+    from petri.web.ui.dish import DishController
 
     svc = PetriService(tiny_lm, RunStore(tmp_path))
     a, b = Caller(public=True, token="a" * 43), Caller(public=True, token="b" * 43)
@@ -95,7 +95,7 @@ def test_the_study_tabs_figures_on_screen_are_written_under_the_run_id_they_carr
     """The Study tab writes the plots' own values; the run id comes from ``layout.meta`` (tag_run) and
     only a hex id is used in a file name (a hostile one becomes "figures")."""
     from petri.study.plots import tag_run
-    from petri.web.ui_figure_files import shown_figures
+    from petri.web.ui.figure_files import shown_figures
 
     run = "0123456789abcdef0123456789abcdef"
     shown = {"instability": gr.Plot().postprocess(tag_run(go.Figure(go.Bar(y=[271828.5])), run)),

@@ -1,4 +1,4 @@
-"""The fused experts op (``petri.engine.fused_experts``) against a per-token loop written here, against
+"""The fused experts op (``petri.engine.cuda.fused_experts``) against a per-token loop written here, against
 transformers' own experts module, and (on a GPU) the Triton kernels against the plain-torch path."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DiffusionGemmaForBlockDiffusion
 
-from petri.engine.configs import small_diffusion_gemma_config
-from petri.engine.fused_experts import (
+from petri.engine.torch.configs import small_diffusion_gemma_config
+from petri.engine.cuda.fused_experts import (
     experts_reference,
     experts_triton,
     fuse_experts,
@@ -19,7 +19,7 @@ from petri.engine.fused_experts import (
     route,
     unfuse_experts,
 )
-from petri.engine.fused_logits import HAVE_TRITON
+from petri.engine.cuda.fused_logits import HAVE_TRITON
 
 EXPERTS, TOP_K = 8, 3
 
@@ -111,7 +111,7 @@ def test_fuse_routes_the_layers_through_the_op_and_unfuse_restores(model, monkey
         calls.append(args[0].shape)
         return reference(*args)
 
-    monkeypatch.setattr("petri.engine.fused_experts.experts_reference", counting)
+    monkeypatch.setattr("petri.engine.cuda.fused_experts.experts_reference", counting)
     layer = fused.model.decoder.layers[0].experts
     hidden = torch.randn(5, layer.hidden_dim)
     index, weights = random_routing(5)
@@ -128,9 +128,9 @@ def test_fuse_routes_the_layers_through_the_op_and_unfuse_restores(model, monkey
 
 
 def test_fused_model_samples_like_the_plain_one(tmp_path):
-    from petri.engine.tiny import tiny_random_model
-    from petri.engine.torch_sampler import run_sampler
-    from petri.trajectory import AnchorSpan, SamplerSettings
+    from petri.engine.torch.tiny import tiny_random_model
+    from petri.engine.torch.sampler import run_sampler
+    from petri.core.trajectory import AnchorSpan, SamplerSettings
 
     lm = tiny_random_model(seed=3)
     layouts = [[AnchorSpan(concept="x", start=2, token_ids=(7,))], []]
@@ -195,7 +195,7 @@ def every_bfloat16(device: str) -> torch.Tensor:
 
 def test_gated_activation_torch_path_is_transformers_gate():
     gate, up = torch.randn(7, 16).to(torch.bfloat16), torch.randn(7, 16).to(torch.bfloat16)
-    from petri.engine.fused_experts import gated_activation
+    from petri.engine.cuda.fused_experts import gated_activation
 
     got = gated_activation(torch.cat([gate, up], dim=1), "gelu_pytorch_tanh")
     assert torch.equal(got, F.gelu(gate, approximate="tanh") * up)
@@ -203,7 +203,7 @@ def test_gated_activation_torch_path_is_transformers_gate():
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and HAVE_TRITON), reason="the Triton kernels need CUDA")
 def test_gelu_gate_kernel_equals_torch_on_every_bfloat16_input():
-    from petri.engine.fused_experts import gated_activation
+    from petri.engine.cuda.fused_experts import gated_activation
 
     gate = every_bfloat16("cuda")
     ones = torch.ones_like(gate)
@@ -219,7 +219,7 @@ def test_gelu_gate_kernel_equals_torch_on_every_bfloat16_input():
 def test_gelu_gate_kernel_skipping_padding_rows_writes_the_same_used_rows():
     """``pairs`` (the small-batch layout's pair of each row, -1 for padding): the used rows equal the
     kernel's output without it, bit for bit; padding rows are whatever the buffer held."""
-    from petri.engine.fused_experts import gated_activation
+    from petri.engine.cuda.fused_experts import gated_activation
 
     torch.manual_seed(3)
     projected = torch.randn(96, 2 * 704, device="cuda").bfloat16() * 3

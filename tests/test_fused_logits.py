@@ -1,4 +1,4 @@
-"""The fused logits pass (petri.engine.fused_logits).
+"""The fused logits pass (petri.engine.cuda.fused_logits).
 
 CPU (CI): the chunked torch reference against naive full-tensor ops written here, on random logits.
 GPU (skipped without CUDA + Triton): the Triton kernel against the same naive ops and float64.
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from petri.engine.fused_logits import (
+from petri.engine.cuda.fused_logits import (
     HAVE_TRITON,
     inverse_cdf_draw,
     reference_logit_pass,

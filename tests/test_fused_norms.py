@@ -1,4 +1,4 @@
-"""The fused norms (petri.engine.fused_norms): the decoder layer's forward with its norms as two ops
+"""The fused norms (petri.engine.cuda.fused_norms): the decoder layer's forward with its norms as two ops
 gives the library's logits bit for bit through the reference ops (float32 and bf16, norm weights,
 router scale and layer scalar drawn at random so that a swapped weight shows); in the FP8 tier the
 MLP and the experts take the op's quantized rows, with the logits of the library's layer in that
@@ -14,11 +14,11 @@ import logging
 import pytest
 import torch
 
-from petri.engine import fp8 as fp8_module
-from petri.engine import fp8_mlp
-from petri.engine.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.fp8 import dequantize, quantize_rows, set_precision
-from petri.engine.fused_norms import (
+from petri.engine.cuda import fp8 as fp8_module
+from petri.engine.cuda import fp8_mlp
+from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
+from petri.engine.cuda.fp8 import dequantize, quantize_rows, set_precision
+from petri.engine.cuda.fused_norms import (
     NORMS,
     feedforward_inputs,
     feedforward_inputs_reference,
@@ -30,7 +30,7 @@ from petri.engine.fused_norms import (
     layer_output_reference,
     layer_output_triton,
 )
-from petri.engine.tiny import tiny_random_model
+from petri.engine.torch.tiny import tiny_random_model
 from rounding_support import assert_close_bf16
 from tiny_support import tiny_logits
 
@@ -179,9 +179,9 @@ def test_the_compiled_tier_compiles_the_fused_forward_and_undoes_it():
 def test_the_compiled_tier_leaves_the_fused_norms_out_and_says_why(caplog, monkeypatch):
     lm = _tiny()
     traced = []
-    monkeypatch.setattr("petri.engine.compiled_tier.fused_norms_forward",
+    monkeypatch.setattr("petri.engine.cuda.compiled_tier.fused_norms_forward",
                         lambda layer, **kwargs: traced.append(layer) or fused_norms_forward(layer, **kwargs))
-    with caplog.at_level(logging.WARNING, logger="petri.engine.compiled_tier"):
+    with caplog.at_level(logging.WARNING, logger="petri.engine.cuda.compiled_tier"):
         compile_regions(lm, backend="eager", fused_router=False)
     assert "fused norms off: the fused router is off" in caplog.text and traced == []
     uncompile_regions(lm)
@@ -190,7 +190,7 @@ def test_the_compiled_tier_leaves_the_fused_norms_out_and_says_why(caplog, monke
     uncompile_regions(lm)
     lm.model.model.decoder.layers[1].post_feedforward_layernorm_2.eps = 1e-3
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="petri.engine.compiled_tier"):
+    with caplog.at_level(logging.WARNING, logger="petri.engine.cuda.compiled_tier"):
         compile_regions(lm, backend="eager")
     assert "fused norms off: post_feedforward_layernorm_2's eps differs from input_layernorm's" in caplog.text
 

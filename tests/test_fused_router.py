@@ -1,4 +1,4 @@
-"""The routers' fused top-k (petri.engine.fused_router): on the CPU the op is transformers' router
+"""The routers' fused top-k (petri.engine.cuda.fused_router): on the CPU the op is transformers' router
 after its scores, bit for bit (the reference is the library's own router module); the compiled tier
 installs it in the decoder's and the encoder's layers and undoes it; on a GPU (skipped elsewhere)
 the Triton kernel chooses the reference's experts, in its order, with its weights up to rounding."""
@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from petri.engine.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.decoder_hooks import encoder_layers
-from petri.engine.fused_logits import HAVE_TRITON
-from petri.engine.fused_router import fuse_routers, route_top_k_reference, route_top_k_triton, unfuse_routers
-from petri.engine.tiny import tiny_random_model
+from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
+from petri.engine.torch.decoder_hooks import encoder_layers
+from petri.engine.cuda.fused_logits import HAVE_TRITON
+from petri.engine.cuda.fused_router import fuse_routers, route_top_k_reference, route_top_k_triton, unfuse_routers
+from petri.engine.torch.tiny import tiny_random_model
 
 CUDA = torch.cuda.is_available() and HAVE_TRITON
 

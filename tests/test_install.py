@@ -38,6 +38,24 @@ def see_running_packages(env_dir: Path) -> Path:
     return pth
 
 
+#: the checkout's own working folders, ignored where they sit only (``petri/runs`` is a package,
+#: ``assets/studies/results`` holds the shipped run the wheel installs)
+IGNORED_IN = {REPO: {".git", "build", "runs", "out", ".device-carry", ".whl", "data"}, REPO / "experiments": {"results"}}
+ANYWHERE = shutil.ignore_patterns("*.egg-info", "__pycache__")
+
+
+def not_in_a_wheel(folder: str, names: list[str]) -> set[str]:
+    """``shutil.copytree``'s ignore: what a clean copy of the tree leaves out."""
+    return {n for n in names if n in IGNORED_IN.get(Path(folder), ())} | set(ANYWHERE(folder, names))
+
+
+def test_the_copy_keeps_nested_folders_named_like_the_top_level_ones():
+    assert not_in_a_wheel(str(REPO), ["runs", "petri", "build", "results"]) == {"runs", "build"}
+    assert not_in_a_wheel(str(REPO / "petri"), ["runs", "core", "__pycache__"]) == {"__pycache__"}
+    assert not_in_a_wheel(str(REPO / "experiments"), ["results", "x.py"]) == {"results"}
+    assert not_in_a_wheel(str(REPO / "assets" / "studies"), ["results"]) == set()
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
     """The virtual environment's folder, with the project installed from a wheel."""
@@ -49,8 +67,7 @@ def installed(tmp_path_factory) -> Path:
     # setuptools (no download), then installed into the fresh environment by its own pip.
     # (from a clean copy of the tree: an in-tree build/ folder can carry stale modules into a wheel)
     source = root / "source"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-        ".git", "build", "runs", "out", "results", "*.egg-info", "__pycache__", ".device-carry", ".whl"))
+    shutil.copytree(REPO, source, ignore=not_in_a_wheel)
     wheels = root / "wheels"
     build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)]
     done = subprocess.run(build, capture_output=True, text=True, timeout=600, cwd=root)
@@ -70,12 +87,19 @@ def run_outside(env_dir: Path, *args: str, cwd: Path) -> subprocess.CompletedPro
 def test_the_installed_package_is_the_wheel_not_the_checkout(installed, tmp_path):
     done = run_outside(
         installed, str(installed / "bin" / "python"), "-c",
-        "import json, petri, petri.paths; print(json.dumps([petri.__file__, str(petri.paths.embedded_model_path()), "
-        "str(petri.paths.embedded_model_named('petri-tiny-mdm'))]))",
+        "import json, petri, petri.core.paths; from petri.web.ui.shipped import load_shipped, shipped_study_dir; "
+        "print(json.dumps([petri.__file__, str(petri.core.paths.embedded_model_path()), "
+        "str(petri.core.paths.embedded_model_named('petri-tiny-mdm')), str(shipped_study_dir()), "
+        "len(load_shipped(shipped_study_dir()).events)]))",
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
-    package_file, model_path, masked_path = json.loads(done.stdout)
+    package_file, model_path, masked_path, shipped, shipped_events = json.loads(done.stdout)
+    # the Study tab's committed run comes with the wheel (it used to be read from experiments/)
+    assert Path(shipped) == installed / "share" / "concept-petri-dish" / "assets" / "studies" / "results" / "inventory_order-en-petri-tiny"
+    import pandas as pd
+
+    assert shipped_events == len(pd.read_csv(REPO / "assets" / "studies" / "results" / "inventory_order-en-petri-tiny" / "events.csv"))
     assert Path(masked_path) == installed / "share" / "concept-petri-dish" / "assets" / "petri-tiny-mdm"
     assert sorted(p.name for p in Path(masked_path).iterdir()) == sorted(p.name for p in (REPO / "assets" / "petri-tiny-mdm").iterdir())
     assert Path(package_file).is_relative_to(installed), package_file

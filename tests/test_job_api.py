@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from conftest import model_held
-from petri.service import PetriService
-from petri.store import RunStore
+from petri.app.service import PetriService
+from petri.runs.store import RunStore
 from petri.web import limits
 from petri.web.access import AccessPolicy
 from petri.web.app import create_app

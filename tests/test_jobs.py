@@ -9,13 +9,13 @@ import time
 import numpy as np
 import pytest
 
-from petri.cancel import Cancelled, CancelToken
-from petri.dish import Dish
-from petri.jobs import JobQueue, QueueFull
-from petri.service import PetriService, SeedEvent
-from petri.store import RunStore
+from petri.core.cancel import Cancelled, CancelToken
+from petri.core.dish import Dish
+from petri.app.jobs import JobQueue, QueueFull
+from petri.app.service import PetriService, SeedEvent
+from petri.runs.store import RunStore
 from petri.study.schema import study_from_dict
-from petri.trajectory import SamplerSettings
+from petri.core.trajectory import SamplerSettings
 
 DEADLINE_S = 30
 
@@ -176,7 +176,7 @@ def counted_forwards(lm) -> list[int]:
 
 def test_the_torch_sampler_stops_within_one_step_of_a_cancel(tmp_path):
     from petri.engine.seeding import seed_dish
-    from petri.engine.tiny import tiny_random_model
+    from petri.engine.torch.tiny import tiny_random_model
 
     lm = tiny_random_model(canvas_length=16)
     calls = counted_forwards(lm)
@@ -261,7 +261,7 @@ def test_a_seed_job_counts_steps_and_equals_the_synchronous_seed(tiny_lm, tmp_pa
 
 
 def test_acquire_or_cancel_waits_times_out_and_sees_a_cancel_while_waiting():
-    from petri.cancel import acquire_or_cancel
+    from petri.core.cancel import acquire_or_cancel
 
     lock = threading.Lock()
     assert acquire_or_cancel(lock, None, timeout=0)  # free: taken at once, even with no time to wait

@@ -1,16 +1,16 @@
-"""The house's layers, written down once, and checked by reading every module's imports (ast).
+"""The house's layers, one folder each, written down once and checked by reading every module's imports (ast).
 
-    layer 1  numpy/pandas only      petri.paths, cancel, trajectory, dish, metrics, tables, stats, nouns,
-                                    mixed, multiple, paired, power (scipy / statsmodels too), replay
-    layer 2  engines                petri.engine.*  (the only place torch, mlx or transformers is imported;
+    layer 1  numpy/pandas only      petri/core, petri/measure, petri/stats (scipy / statsmodels too)
+    layer 2  engines                petri/engine  (the only place torch, mlx or transformers is imported;
                                     elsewhere only as type hints under TYPE_CHECKING)
-    layer 3  study, store, export   petri.study.*, petri.store, petri.export
-    layer 4  service and its jobs   petri.service, petri.jobs
-    layer 5  edges                  petri.web.*, petri.cli, petri.model_options, petri.__main__
+    layer 3  study and runs         petri/study, petri/runs
+    layer 4  the application        petri/app (service and its jobs)
+    layer 5  edges                  petri/web, petri/cli, petri/__main__.py
 
-A module may import from its own layer or below, never above; the module graph has no circle
-(lazy imports inside functions count, and so do imports under ``if TYPE_CHECKING:``: a type-only
-circle is still two modules that each need the other). Library files stay under 500 lines.
+A folder is a layer: no module lies loose in ``petri/`` but ``__main__``. A module may import from its
+own layer or below, never above; the module graph has no circle (lazy imports inside functions count,
+and so do imports under ``if TYPE_CHECKING:``: a type-only circle is still two modules that each need
+the other). Library files stay under 500 lines.
 """
 
 from __future__ import annotations
@@ -25,28 +25,15 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "petri"
 
 LAYERS: dict[str, int] = {
-    "petri.paths": 1,
-    "petri.cancel": 1,
-    "petri.trajectory": 1,
-    "petri.dish": 1,
-    "petri.metrics": 1,
-    "petri.tables": 1,
+    "petri.core": 1,
+    "petri.measure": 1,
     "petri.stats": 1,
-    "petri.nouns": 1,
-    "petri.mixed": 1,
-    "petri.multiple": 1,
-    "petri.paired": 1,
-    "petri.power": 1,
-    "petri.replay": 1,
     "petri.engine": 2,
     "petri.study": 3,
-    "petri.store": 3,
-    "petri.export": 3,
-    "petri.service": 4,
-    "petri.jobs": 4,
+    "petri.runs": 3,
+    "petri.app": 4,
     "petri.web": 5,
     "petri.cli": 5,
-    "petri.model_options": 5,
     "petri.__main__": 5,
 }
 HEAVY = ("torch", "mlx", "transformers")
@@ -111,6 +98,15 @@ def all_modules() -> dict[str, Path]:
 def test_every_module_has_a_layer():
     unplaced = [m for m in all_modules() if m != "petri" and layer_of(m) is None]
     assert not unplaced, f"modules with no layer in LAYERS: {unplaced}"
+
+
+def test_a_layer_is_a_folder():
+    """Every entry of LAYERS but ``__main__`` is a package, and nothing lies loose beside them."""
+    loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert not loose, f"modules loose in petri/: {loose}"
+    not_folders = [name for name in LAYERS if name != "petri.__main__"
+                   and not (PACKAGE.parent / Path(*name.split(".")) / "__init__.py").exists()]
+    assert not not_folders, f"layers that are not folders: {not_folders}"
 
 
 def test_no_import_reaches_up_a_layer():
@@ -203,8 +199,8 @@ def test_library_files_stay_short():
 @pytest.mark.parametrize(
     "modules",
     [
-        "petri.trajectory, petri.dish, petri.metrics, petri.tables, petri.stats, petri.nouns",
-        "petri.study.runner, petri.study.analysis, petri.store, petri.export, petri.service",
+        "petri.core.trajectory, petri.core.dish, petri.measure.metrics, petri.measure.tables, petri.stats.groups, petri.measure.nouns",
+        "petri.study.runner, petri.study.analysis, petri.runs.store, petri.runs.export, petri.app.service",
     ],
 )
 def test_numpy_layers_import_without_torch(modules):

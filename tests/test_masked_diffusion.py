@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 import torch
 
-from petri.dish import Dish, concept_token_ids, layout_samples, pinned_arrays
+from petri.core.dish import Dish, concept_token_ids, layout_samples, pinned_arrays
 from petri.engine.base import SampleRequest
-from petri.engine.masked_diffusion import MaskedLoadedModel, MaskedSettings
-from petri.engine.tiny import tiny_masked_model
+from petri.engine.families.masked import MaskedLoadedModel, MaskedSettings
+from petri.engine.torch.tiny import tiny_masked_model
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -158,7 +158,7 @@ def save_tiny_bert(folder: Path, with_mask: bool = True) -> Path:
     lm.model.save_pretrained(folder)
     tokenizer = lm.tokenizer
     if not with_mask:
-        from petri.engine.tiny import build_tiny_tokenizer
+        from petri.engine.torch.tiny import build_tiny_tokenizer
 
         tokenizer = build_tiny_tokenizer()
     tokenizer.save_pretrained(folder)
@@ -166,7 +166,7 @@ def save_tiny_bert(folder: Path, with_mask: bool = True) -> Path:
 
 
 def test_load_model_picks_the_masked_family_from_the_folder(tmp_path):
-    from petri.engine.torch_model import load_model
+    from petri.engine.torch.model import load_model
 
     lm = load_model(save_tiny_bert(tmp_path / "bert"), device="cpu")
     assert isinstance(lm, MaskedLoadedModel) and lm.family == "masked-diffusion"
@@ -175,7 +175,7 @@ def test_load_model_picks_the_masked_family_from_the_folder(tmp_path):
 
 
 def test_a_masked_model_without_a_mask_token_is_refused_by_name(tmp_path):
-    from petri.engine.torch_model import load_model
+    from petri.engine.torch.model import load_model
 
     with pytest.raises(ValueError, match="mask_token_id"):
         load_model(save_tiny_bert(tmp_path / "bert", with_mask=False), device="cpu")

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from petri.metrics import (
+from petri.measure.metrics import (
     Segment,
     anchor_agreement,
     anchor_concepts,
@@ -19,7 +19,7 @@ from petri.metrics import (
     settled_share,
     step_sum,
 )
-from petri.trajectory import NO_TOKEN, AnchorSpan
+from petri.core.trajectory import NO_TOKEN, AnchorSpan
 
 P = NO_TOKEN  # padding
 

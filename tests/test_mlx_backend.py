@@ -7,7 +7,7 @@
     (:class:`~petri.engine.fixed_noise.FixedNoise`); anchors pinned. The raw argmax at every step,
     the accept masks, the steps run and the final canvas must be equal; entropies within 1e-4.
 
-The torch sampler (``petri/engine/torch_sampler.py``) has no noise-free mode of its own, so the test drives it,
+The torch sampler (``petri/engine/torch/sampler.py``) has no noise-free mode of its own, so the test drives it,
 unchanged, by standing in for ``torch.randint`` (first call: the start canvas; later calls: the
 renoise stream) and ``torch.multinomial`` (argmax) while it runs.
 
@@ -33,12 +33,12 @@ import torch
 
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.select import BackendUnavailableError, mlx_available, select_backend
-from petri.dish import Dish, concept_token_ids, layout_samples
-from petri.engine.torch_model import EMBEDDED_MODEL_PATH, LoadedModel, load_model
-from petri.engine.torch_sampler import run_sampler
-from petri.engine.torch_step import _encode_prompt_once
-from petri.engine.tiny import build_tiny_tokenizer, tiny_random_model
-from petri.trajectory import SamplerSettings
+from petri.core.dish import Dish, concept_token_ids, layout_samples
+from petri.engine.torch.model import EMBEDDED_MODEL_PATH, LoadedModel, load_model
+from petri.engine.torch.sampler import run_sampler
+from petri.engine.torch.step import _encode_prompt_once
+from petri.engine.torch.tiny import build_tiny_tokenizer, tiny_random_model
+from petri.core.trajectory import SamplerSettings
 
 LOGITS_ATOL = 1e-4
 ENTROPY_ATOL = 1e-4
@@ -61,7 +61,7 @@ def variant_model() -> LoadedModel:
     sliding window, 6 experts top-3, and perturbed norms, router scales and layer scalars."""
     from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 
-    from petri.engine.configs import MINIMAL_VISION_CONFIG
+    from petri.engine.torch.configs import MINIMAL_VISION_CONFIG
 
     tokenizer = build_tiny_tokenizer()
     vocab = len(tokenizer)
@@ -109,7 +109,7 @@ def pairs(tmp_path_factory):
     """Per case: the torch model and the MLX model loaded from its saved checkpoint folder."""
     if not mlx_available():
         pytest.skip('mlx is not importable (pip install "mlx[cpu]")')
-    from petri.engine.mlx_sampler import load_mlx_model
+    from petri.engine.mlx.sampler import load_mlx_model
 
     built = {}
     for name, make in MODELS.items():
@@ -123,7 +123,7 @@ def pairs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def embedded_pair():
-    from petri.engine.mlx_sampler import load_mlx_model
+    from petri.engine.mlx.sampler import load_mlx_model
 
     return load_model(CHECKPOINT, device="cpu", dtype="float32"), load_mlx_model(CHECKPOINT, dtype="float32")
 
@@ -187,7 +187,7 @@ def test_same_logits_embedded(embedded_pair):
 # ------------------------------------------------------------------- (b) noise-free trajectory
 @contextmanager
 def torch_driven_by(fixed: FixedNoise, vocab: int):
-    """Make petri.engine.torch_sampler's random draws fixed: ``torch.randint`` hands out the start canvas, then
+    """Make petri.engine.torch.sampler's random draws fixed: ``torch.randint`` hands out the start canvas, then
     the renoise stream step by step; ``torch.multinomial`` becomes an argmax."""
     real_randint, real_multinomial = torch.randint, torch.multinomial
     calls = {"n": 0}
@@ -218,7 +218,7 @@ def anchored_layouts(lm, samples, seed=3, first_free=0):
 
 
 def check_trajectories(lm, mlm, prompt, layouts, settings, canvas_prefix=(), seed=5):
-    from petri.engine.mlx_sampler import run_mlx_sampler
+    from petri.engine.mlx.sampler import run_mlx_sampler
 
     fixed = FixedNoise.from_seed(seed, len(layouts), lm.canvas_length, lm.vocab_size, settings.max_denoising_steps)
     with torch_driven_by(fixed, lm.vocab_size):
@@ -276,7 +276,7 @@ def test_same_noise_free_trajectory_embedded(embedded_pair):
 # ------------------------------------------------------------------------- MLX sampler itself
 @needs_mlx
 def test_mlx_sampler_samples_with_anchors(pairs):
-    from petri.engine.mlx_sampler import run_mlx_sampler
+    from petri.engine.mlx.sampler import run_mlx_sampler
 
     lm, mlm = pairs["tiny-short-window"]
     layouts = anchored_layouts(lm, 4)
@@ -299,8 +299,8 @@ def test_mlx_sampler_samples_with_anchors(pairs):
 
 @needs_mlx
 def test_load_mlx_model_reads_the_folder(pairs, tmp_path):
-    from petri.engine.mlx_sampler import load_mlx_model
-    from petri.engine.torch_model import ModelNotFoundError
+    from petri.engine.mlx.sampler import load_mlx_model
+    from petri.engine.torch.model import ModelNotFoundError
 
     lm, mlm = pairs["tiny"]
     assert mlm.canvas_length == lm.canvas_length and mlm.vocab_size == lm.vocab_size
@@ -350,7 +350,7 @@ def test_petri_imports_without_mlx():
 def test_cli_seed_runs_on_the_mlx_backend(tmp_path):
     """``python -m petri seed --backend mlx`` samples with the MLX port end to end."""
     pytest.importorskip("mlx.core")
-    from petri.engine.tiny import tiny_random_model
+    from petri.engine.torch.tiny import tiny_random_model
 
     lm = tiny_random_model(canvas_length=16)
     folder = tmp_path / "tiny-mlx"

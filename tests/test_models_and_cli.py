@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 import torch
 
-from petri.engine.device import resolve_device, resolve_dtype
-from petri.engine.torch_model import ModelNotFoundError, load_model, settings_from_generation_config
-from petri.engine.tiny import tiny_random_model
+from petri.engine.torch.device import resolve_device, resolve_dtype
+from petri.engine.torch.model import ModelNotFoundError, load_model, settings_from_generation_config
+from petri.engine.torch.tiny import tiny_random_model
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -116,8 +116,8 @@ def test_compile_option_is_a_tri_state_and_auto_compiles_only_cuda(tiny_checkpoi
     CPU) reach ModelSpec, and ModelSpec.load compiles exactly when it should."""
     import argparse
 
-    from petri import model_options
-    from petri.engine import torch_model
+    from petri.cli import options as model_options
+    from petri.engine.torch import model as torch_model
     from petri.study.executors import ModelSpec
 
     folder, _ = tiny_checkpoint
@@ -150,9 +150,9 @@ def test_a_failing_compiled_tier_falls_back_to_the_plain_fast_path(tiny_lm, monk
     import copy
     from dataclasses import replace
 
-    from petri.engine import fast_sampler
-    from petri.engine.torch_model import compile_for_sampling
-    from petri.trajectory import SamplerSettings
+    from petri.engine.cuda import fast_sampler
+    from petri.engine.torch.model import compile_for_sampling
+    from petri.core.trajectory import SamplerSettings
     from petri.engine.base import SampleRequest
 
     lm = compile_for_sampling(replace(tiny_lm, model=copy.deepcopy(tiny_lm.model)), backend="eager")

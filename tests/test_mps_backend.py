@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from petri.engine.device import mps_available
-from petri.dish import Dish
-from petri.engine.torch_model import load_model
+from petri.engine.torch.device import mps_available
+from petri.core.dish import Dish
+from petri.engine.torch.model import load_model
 from petri.engine.seeding import seed_dish
 
 pytestmark = pytest.mark.skipif(not mps_available(), reason="no Apple MPS device on this machine")

@@ -1,4 +1,4 @@
-"""Tests that kill mutants of petri/dish.py which survived tests/test_dish.py and
+"""Tests that kill mutants of petri/core/dish.py which survived tests/test_dish.py and
 tests/test_chat_path.py (experiments/mutation/REPORT.md lists them). Layouts and messages are
 worked out by hand in the comments."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from tokenizers import processors
 
-from petri.dish import (
+from petri.core.dish import (
     THOUGHT_CHANNEL,
     Dish,
     LayoutError,
@@ -15,8 +15,8 @@ from petri.dish import (
     encode_prompt,
     layout_samples,
 )
-from petri.engine.tiny import build_tiny_tokenizer
-from petri.trajectory import AnchorSpan
+from petri.engine.torch.tiny import build_tiny_tokenizer
+from petri.core.trajectory import AnchorSpan
 
 
 def test_anchors_may_touch_each_other_and_both_canvas_ends():

@@ -1,4 +1,4 @@
-"""Tests that kill mutants of petri/metrics.py which survived tests/test_metrics.py and
+"""Tests that kill mutants of petri/measure/metrics.py which survived tests/test_metrics.py and
 tests/test_tables.py (experiments/mutation/REPORT.md lists them). Expected values are worked out
 by hand in the comments."""
 
@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from petri.metrics import (
+from petri.measure.metrics import (
     Segment,
     anchor_concepts,
     flip_counts,
@@ -18,7 +18,7 @@ from petri.metrics import (
     settled_share,
     step_sum,
 )
-from petri.trajectory import AnchorSpan
+from petri.core.trajectory import AnchorSpan
 
 
 def test_a_single_step_run_is_valid_and_has_no_flips():

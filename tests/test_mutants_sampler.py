@@ -1,4 +1,4 @@
-"""Tests that kill mutants of petri/engine/torch_sampler.py which survived tests/test_sampler.py,
+"""Tests that kill mutants of petri/engine/torch/sampler.py which survived tests/test_sampler.py,
 tests/test_sampler_parity.py and tests/test_sampler_promises.py (experiments/mutation/REPORT.md
 lists them). Small cases are worked out by hand in the comments; the long-prompt case compares
 with transformers' own ``generate``."""
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from petri.engine.torch_sampler import generate_kwargs, run_sampler
-from petri.engine.torch_step import StabilityTracker, _cache_kwarg, _output_cache, accept_mask
-from petri.engine.tiny import tiny_random_model
-from petri.trajectory import SamplerSettings
+from petri.engine.torch.sampler import generate_kwargs, run_sampler
+from petri.engine.torch.step import StabilityTracker, _cache_kwarg, _output_cache, accept_mask
+from petri.engine.torch.tiny import tiny_random_model
+from petri.core.trajectory import SamplerSettings
 from test_sampler_parity import DraftRecorder
 
 
@@ -143,7 +143,7 @@ def test_a_sample_that_stops_at_the_first_step_keeps_its_canvas_while_others_run
     step-0 canvas: its final tokens are the step-0 argmax, and it ran one step. (Kills the
     off-by-one that froze finished samples only from step 2 on.)"""
     from test_sampler_promises import PREFIX, anchored_layouts, one_hot_logits, prompt_of, scripted_logits
-    from petri.dish import pinned_arrays
+    from petri.core.dish import pinned_arrays
 
     lm = tiny_lm
     vocab, length = lm.vocab_size, lm.canvas_length

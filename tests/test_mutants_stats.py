@@ -1,4 +1,4 @@
-"""Tests that kill mutants of petri/stats.py which survived tests/test_stats.py
+"""Tests that kill mutants of petri/stats/groups.py which survived tests/test_stats.py
 (experiments/mutation/REPORT.md lists them). Expected values are worked out by hand in the
 comments, or come from scipy's bootstrap driven by a brute-force Cliff's delta written here."""
 
@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-import petri.stats as stats_module
-from petri.stats import (
+import petri.stats.groups as stats_module
+from petri.stats.groups import (
     _delta_along_last_axis,
     _fmt_p,
     cliffs_delta,

@@ -1,4 +1,4 @@
-"""Tests for petri.nouns: the taggers (English, Korean, Japanese), top-N with deterministic ties, Jaccard, off-diagonal mean."""
+"""Tests for petri.measure.nouns: the taggers (English, Korean, Japanese), top-N with deterministic ties, Jaccard, off-diagonal mean."""
 
 import math
 import subprocess
@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from petri import nouns
-from petri.nouns import (
+from petri.measure import nouns
+from petri.measure.nouns import (
     FALLBACK,
     FUGASHI,
     KIWI,
@@ -293,7 +293,7 @@ def test_an_english_study_never_imports_the_korean_or_japanese_analysers():
     code = textwrap.dedent(
         """
         import sys
-        from petri.nouns import analyser_for, template_jaccard
+        from petri.measure.nouns import analyser_for, template_jaccard
         from petri.study.schema import load_study
         import petri.study.analysis, petri.study.report
         study = load_study("assets/studies/inventory_order.json")

@@ -14,14 +14,14 @@ import pytest
 import torch
 
 from petri.engine.base import SampleRequest
-from petri.engine.compiled_tier import uncompile_regions
-from petri.engine.fp8 import precision_of, set_precision_choice
+from petri.engine.cuda.compiled_tier import uncompile_regions
+from petri.engine.cuda.fp8 import precision_of, set_precision_choice
 from petri.engine.precision_choice import PrecisionChoice, parse_precision
 from petri.engine.select import load_backend_model
-from petri.engine.tiny import tiny_random_model
-from petri.engine.torch_model import compile_for_sampling
-from petri.model_options import add_model_arguments
-from petri.trajectory import AnchorSpan, SamplerSettings
+from petri.engine.torch.tiny import tiny_random_model
+from petri.engine.torch.model import compile_for_sampling
+from petri.cli.options import add_model_arguments
+from petri.core.trajectory import AnchorSpan, SamplerSettings
 
 
 @pytest.mark.parametrize("text, want", [
@@ -87,7 +87,7 @@ def test_a_typo_fails_before_any_model_loads(monkeypatch):
     def load_model(*args, **kwargs):
         raise AssertionError("loaded a model for a precision that cannot be read")
 
-    monkeypatch.setattr("petri.engine.torch_model.load_model", load_model)
+    monkeypatch.setattr("petri.engine.torch.model.load_model", load_model)
     with pytest.raises(ValueError, match="unknown lever"):
         load_backend_model(None, backend="torch", device="cpu", dtype="bf16", precision="fp8+enc")
     with pytest.raises(ValueError, match="compile is off"):

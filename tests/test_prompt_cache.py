@@ -1,4 +1,4 @@
-"""Encoded prompts kept for reuse (petri.engine.prompt_cache): a repeated prompt skips the encoder
+"""Encoded prompts kept for reuse (petri.engine.torch.prompt_cache): a repeated prompt skips the encoder
 and samples exactly what a request that encodes it samples; what is handed out never changes what
 is kept; the byte limit, the key and the public server's rule.
 
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from petri.engine.prompt_cache import PROMPT_CACHE_ENV, PromptCache, cache_bytes, prompt_cache_bytes_from_env
-from petri.engine.tiny import tiny_random_model
-from petri.engine.torch_sampler import run_sampler
-from petri.engine.torch_step import encoded_prompt
-from petri.trajectory import AnchorSpan, SamplerSettings
+from petri.engine.torch.prompt_cache import PROMPT_CACHE_ENV, PromptCache, cache_bytes, prompt_cache_bytes_from_env
+from petri.engine.torch.tiny import tiny_random_model
+from petri.engine.torch.sampler import run_sampler
+from petri.engine.torch.step import encoded_prompt
+from petri.core.trajectory import AnchorSpan, SamplerSettings
 
 PROMPT_A = [11, 12, 13, 14, 15, 16, 17]
 PROMPT_B = [21, 22, 23, 24, 25, 26, 27]
@@ -163,8 +163,8 @@ def test_the_limit_comes_from_the_environment_and_a_bad_value_is_named(monkeypat
 
 def test_a_public_server_keeps_no_prompts_unless_asked(monkeypatch, tmp_path):
     pytest.importorskip("fastapi")  # the GPU machine's image has no web stack
-    from petri.service import PetriService
-    from petri.store import RunStore
+    from petri.app.service import PetriService
+    from petri.runs.store import RunStore
     from petri.web.access import AccessPolicy
     from petri.web.app import create_app
 
@@ -185,8 +185,8 @@ def test_a_public_server_keeps_no_prompts_unless_asked(monkeypatch, tmp_path):
 def test_the_fast_paths_session_takes_kept_prompts_and_samples_what_encoding_them_samples(device):
     """A, B, A through one fast-path session: the session holds the first request's cache as its
     static buffer and copies each later prompt into it; the kept copies must survive that."""
-    from petri.engine.fast_sampler import FastOptions, run_sampler_fast
-    from petri.engine.fused_logits import HAVE_TRITON
+    from petri.engine.cuda.fast_sampler import FastOptions, run_sampler_fast
+    from petri.engine.cuda.fused_logits import HAVE_TRITON
 
     lm = tiny_random_model(canvas_length=16)
     if device == "cuda":
@@ -218,7 +218,7 @@ def test_the_mlx_backend_keeps_prompts_and_samples_what_encoding_them_samples(tm
 
     if not mlx_available():
         pytest.skip('mlx is not importable (pip install "mlx[cpu]")')
-    from petri.engine.mlx_sampler import load_mlx_model, run_mlx_sampler
+    from petri.engine.mlx.sampler import load_mlx_model, run_mlx_sampler
 
     lm = tiny_random_model(canvas_length=16)
     lm.model.save_pretrained(tmp_path)
@@ -243,9 +243,9 @@ def test_the_mlx_backend_keeps_prompts_and_samples_what_encoding_them_samples(tm
 
 
 def test_the_model_tab_says_what_is_kept(monkeypatch, tmp_path):
-    from petri.service import PetriService
-    from petri.store import RunStore
-    from petri.web.ui_model import model_markdown
+    from petri.app.service import PetriService
+    from petri.runs.store import RunStore
+    from petri.web.ui.model import model_markdown
 
     monkeypatch.setenv(PROMPT_CACHE_ENV, "16")
     lm = tiny_random_model(canvas_length=16)

@@ -12,8 +12,8 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from petri.service import PetriService
-from petri.store import RunStore
+from petri.app.service import PetriService
+from petri.runs.store import RunStore
 from petri.web.access import CALLER_COOKIE, Caller, owner_of
 from petri.web.app import create_app
 from petri.web.access import AccessPolicy
@@ -136,7 +136,7 @@ def test_the_trajectory_downloads_lie_in_the_callers_folder_and_answer_only_to_i
     the replay files; they are written in V1's own download folder (not a shared temp folder that
     Gradio serves to anyone with the URL), V2 and a client with no token get 404 for each, and V2's
     own session has nothing to export."""
-    from petri.web.ui_access import export_dir
+    from petri.web.ui.access import export_dir
 
     live, service = public_ui
     with visitor(live.url) as v1, visitor(live.url) as v2, \
@@ -167,10 +167,10 @@ def test_the_trajectory_view_opens_no_other_callers_run(tiny_lm, tmp_path):
     naming another caller's run (however it got into a session) reads as no stored run."""
     import gradio as gr
 
-    from petri.dish import Dish
-    from petri.service import SeedEvent
+    from petri.core.dish import Dish
+    from petri.app.service import SeedEvent
     from petri.web.tokens import TokenText
-    from petri.web.ui_trajectory import TrajectoryView
+    from petri.web.ui.trajectory import TrajectoryView
 
     svc = PetriService(tiny_lm, RunStore(tmp_path))
     a, b = Caller(public=True, token="a" * 43), Caller(public=True, token="b" * 43)
@@ -203,8 +203,8 @@ def test_a_public_page_lists_no_run_before_a_visitor_asks(tiny_lm, tmp_path, liv
 def ui_compare_run(svc: PetriService, caller: Caller, labels: tuple[str, str] = ("A", "B")):
     """A 2-sample, 3-step Compare run from the UI's controller (EVENT as A, "The order shipped." as
     B) made by ``caller``: ``(controller, run id)``."""
-    from petri.web.ui_compare import CompareController
-    from petri.web.ui_dish import DishController
+    from petri.web.ui.compare import CompareController
+    from petri.web.ui.dish import DishController
 
     ctl = CompareController(svc, DishController(svc))
     updates = list(ctl.run("order, inventory, person", labels[0], EVENT, labels[1], "The order shipped.", None, 2, 0, 3,
@@ -336,7 +336,7 @@ def test_a_body_in_utf16_or_with_a_duplicate_key_is_refused_saying_so(api, body,
 def test_only_the_integer_1_is_a_schema_version(version):
     from petri.study.schema import StudyError, study_from_dict
 
-    study = json.loads((__import__("petri.paths", fromlist=["x"]).studies_dir() / "inventory_order.json").read_text())
+    study = json.loads((__import__("petri.core.paths", fromlist=["x"]).studies_dir() / "inventory_order.json").read_text())
     study_from_dict({**study, "schema": 1})
     with pytest.raises(StudyError, match="schema"):
         study_from_dict({**study, "schema": version})
@@ -345,8 +345,8 @@ def test_only_the_integer_1_is_a_schema_version(version):
 def test_deleting_a_shared_run_removes_only_the_callers_claim_until_the_last(tiny_lm, tmp_path):
     """Two callers who posted the same study share its run: the first delete drops only that
     caller's claim; the last drops the run, its events and its claims."""
-    from petri.dish import Dish
-    from petri.service import SeedEvent
+    from petri.core.dish import Dish
+    from petri.app.service import SeedEvent
 
     svc = PetriService(tiny_lm, RunStore(tmp_path))
     a, b = owner_of("a" * 43), owner_of("b" * 43)

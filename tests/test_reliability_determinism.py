@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from petri.web.app import create_app
-from petri.engine.torch_model import load_model
-from petri.service import PetriService
-from petri.store import RunStore
+from petri.engine.torch.model import load_model
+from petri.app.service import PetriService
+from petri.runs.store import RunStore
 from reliability_support import EMBEDDED
 
 EVENT = "Only 90 units are in stock, but a customer ordered 120."

@@ -29,8 +29,8 @@ import pytest
 
 import petri.web.server as app_module
 from petri.web.app import create_app
-from petri.service import PetriService
-from petri.store import RunStore
+from petri.app.service import PetriService
+from petri.runs.store import RunStore
 from reliability_support import EMBEDDED, HEAVY, REPO, AppProcess, integrity, remount, stored_rows, tmpfs
 
 EVENTS = 8
@@ -229,8 +229,8 @@ def torch_threads():
 
 
 def test_cli_study_reports_a_full_disk_and_resumes_once_there_is_space(tmp_path, capsys, torch_threads):
-    from petri.cli import main as cli_main
-    from petri.engine.tiny import tiny_random_model
+    from petri.cli.main import main as cli_main
+    from petri.engine.torch.tiny import tiny_random_model
 
     checkpoint = tmp_path / "tiny-ckpt"
     lm = tiny_random_model(canvas_length=16, seed=3)

@@ -34,8 +34,8 @@ from schemathesis.checks import negative_data_rejection, not_a_server_error, res
 import petri.web.server as app_module
 from petri.web.app import create_app
 from petri.web.limits import MAX_BODY_BYTES, MAX_SEED
-from petri.service import PetriService
-from petri.store import RunStore
+from petri.app.service import PetriService
+from petri.runs.store import RunStore
 from conftest import model_held
 from reliability_support import HEAVY
 
@@ -302,7 +302,7 @@ def test_unusual_but_valid_unicode_is_served(client, changes):
 @pytest.fixture(scope="module")
 def wide_server(tmp_path_factory, live_server):
     """The API on a tiny random model with a 64-token canvas: room for concepts of many byte tokens."""
-    from petri.engine.tiny import tiny_random_model
+    from petri.engine.torch.tiny import tiny_random_model
 
     service = PetriService(tiny_random_model(canvas_length=64), RunStore(tmp_path_factory.mktemp("wide-store")))
     recorder = StatusRecorder(create_app(service, ui=False))
@@ -447,7 +447,7 @@ sys.addaudithook(_audit_hook)  # audit hooks cannot be removed: it records only 
 
 def test_requests_naming_files_or_models_never_open_or_load_them(client, server, monkeypatch, tmp_path):
     import petri.engine.select as select
-    import petri.engine.torch_model as models
+    import petri.engine.torch.model as models
     from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
     secret_dir = tmp_path / "secret-target"

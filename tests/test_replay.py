@@ -1,4 +1,4 @@
-"""The step-by-step record (petri.replay) on a hand-worked two-sample trajectory: the tidy steps table,
+"""The step-by-step record (petri.measure.replay) on a hand-worked two-sample trajectory: the tidy steps table,
 one sample's record for the viewer, one frame and the per-step curves, every expected value by hand."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from petri.replay import STEP_COLUMNS, confidence, frame, live_record, sample_record, step_curves, steps_table, visible_text
-from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
+from petri.measure.replay import STEP_COLUMNS, confidence, frame, live_record, sample_record, step_curves, steps_table, visible_text
+from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory
 
 # sample 0 runs 3 steps, sample 1 stops after 2 (its step 2 is padding)
 ARGMAX = np.array([

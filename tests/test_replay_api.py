@@ -13,9 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from petri.engine.tiny import tiny_random_model
-from petri.service import PetriService
-from petri.store import RunStore
+from petri.engine.torch.tiny import tiny_random_model
+from petri.app.service import PetriService
+from petri.runs.store import RunStore
 from petri.web.app import create_app
 
 EVENTS = [{"event": "Only 90 units are in stock, but a customer ordered 120.", "group": "contradictory"},
@@ -89,16 +89,16 @@ def test_trajectory_figure_as_html_and_refusals(served):
 
 
 def test_cli_replay_writes_a_gif_a_table_and_the_figure(tmp_path):
-    from petri.cli import main as cli_main
+    from petri.cli.main import main as cli_main
 
     lm = tiny_random_model(canvas_length=16, seed=4)
     folder = tmp_path / "tiny-ckpt"
     lm.tokenizer.save_pretrained(folder)  # the CLI only needs the tokenizer
     store = RunStore(tmp_path / "store")
     service = PetriService(lm, store)
-    from petri.dish import Dish
-    from petri.service import SeedEvent
-    from petri.trajectory import SamplerSettings
+    from petri.core.dish import Dish
+    from petri.app.service import SeedEvent
+    from petri.core.trajectory import SamplerSettings
 
     result = service.seed([SeedEvent(Dish(concepts=("order", "inventory"), event="The order shipped."))], 3,
                           SamplerSettings(max_denoising_steps=5, stability_threshold=None, confidence_threshold=None), seed=1)

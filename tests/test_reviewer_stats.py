@@ -16,12 +16,12 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from petri.mixed import cell_values, crossed_mixed_model, two_way_cluster_bootstrap
-from petri.multiple import benjamini_hochberg, holm, pair_comparisons
-from petri.paired import mcnemar_exact, wilcoxon_paired
-from petri.power import power_from_cells
+from petri.stats.mixed import cell_values, crossed_mixed_model, two_way_cluster_bootstrap
+from petri.stats.multiple import benjamini_hochberg, holm, pair_comparisons
+from petri.stats.paired import mcnemar_exact, wilcoxon_paired
+from petri.stats.power import power_from_cells
 
-SHIPPED = Path(__file__).resolve().parent.parent / "experiments" / "results" / "inventory_order-en-petri-tiny"
+SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "studies" / "results" / "inventory_order-en-petri-tiny"
 
 
 def crossed_cells(rng, n_per_group, n_templates, *, effect, s_event, s_template, s_resid):
@@ -226,7 +226,7 @@ def test_provisional_statistics_warn_about_peeking_until_final():
 
 
 def test_report_row_of_a_small_group_is_marked_uninformative():
-    from petri.stats import compare_groups
+    from petri.stats.groups import compare_groups
     from petri.study.report import _comparison_row
 
     row = _comparison_row(compare_groups([1.0, 2.0], [3.0, 4.0], unit="event"))
@@ -293,7 +293,7 @@ def test_shipped_study_statistics_are_the_codes():
 
 
 def test_cli_power_prints_the_table_and_method(tmp_path, capsys):
-    from petri.cli import main
+    from petri.cli.main import main
 
     assert main(["power", str(SHIPPED), "--sims", "50", "--events", "6,12", "--templates", "1",
                  "--json", str(tmp_path / "p.json")]) == 0
@@ -305,7 +305,7 @@ def test_cli_power_prints_the_table_and_method(tmp_path, capsys):
 
 
 def test_cli_paired_on_two_result_folders(tmp_path, capsys):
-    from petri.cli import main
+    from petri.cli.main import main
 
     rng = np.random.default_rng(4)
     inst = rng.normal(7, 0.3, 10)

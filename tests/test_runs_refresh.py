@@ -10,9 +10,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from petri.dish import Dish
-from petri.service import PetriService, SeedEvent
-from petri.store import RunStore
+from petri.core.dish import Dish
+from petri.app.service import PetriService, SeedEvent
+from petri.runs.store import RunStore
 from petri.web.app import create_app
 from test_public_access import gradio_call
 

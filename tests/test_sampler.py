@@ -6,9 +6,9 @@ import copy
 
 import numpy as np
 
-from petri.dish import Dish, concept_token_ids, layout_samples
-from petri.engine.torch_sampler import accept_mask, run_sampler
-from petri.trajectory import SamplerSettings
+from petri.core.dish import Dish, concept_token_ids, layout_samples
+from petri.engine.torch.sampler import accept_mask, run_sampler
+from petri.core.trajectory import SamplerSettings
 
 import torch
 
@@ -84,7 +84,7 @@ def test_compiled_forward_samples_the_same_tokens(tiny_lm):
     self-conditioning inputs); with the eager backend the numerics are unchanged, so the tokens are too."""
     from dataclasses import replace as copy_with
 
-    from petri.engine.torch_model import compile_for_sampling
+    from petri.engine.torch.model import compile_for_sampling
 
     settings = SamplerSettings(max_denoising_steps=4)
     eager, _ = pinned_run(tiny_lm, settings)

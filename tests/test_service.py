@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from petri.dish import Dish
-from petri.service import BusyError, PetriService, SeedEvent
-from petri.store import RunStore
-from petri.trajectory import SamplerSettings
+from petri.core.dish import Dish
+from petri.app.service import BusyError, PetriService, SeedEvent
+from petri.runs.store import RunStore
+from petri.core.trajectory import SamplerSettings
 from conftest import model_held
 
 

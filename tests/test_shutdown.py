@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-from petri.engine.tiny import tiny_random_model
-from petri.service import PetriService
-from petri.store import RunStore
+from petri.engine.torch.tiny import tiny_random_model
+from petri.app.service import PetriService
+from petri.runs.store import RunStore
 from petri.study.schema import study_from_dict
-from petri.trajectory import SamplerSettings
+from petri.core.trajectory import SamplerSettings
 from reliability_support import REPO, AppProcess
 from test_jobs import wait_until
 

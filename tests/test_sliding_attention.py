@@ -1,4 +1,4 @@
-"""The sliding layers' flash attention at one sample (petri.engine.sliding_attention): which calls
+"""The sliding layers' flash attention at one sample (petri.engine.cuda.sliding_attention): which calls
 the flash kernel takes (hand-worked), the install on a model (on the CPU every call goes to the
 library's SDPA: the same logits) and its undo, and on a GPU (skipped elsewhere) the function against
 PyTorch's SDPA at the full-size sliding shape: the flash kernel's folded result at one sample,
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from petri.engine.sliding_attention import (
+from petri.engine.cuda.sliding_attention import (
     FLASH_BELOW_SAMPLES,
     NAME,
     attend_flash,
@@ -17,7 +17,7 @@ from petri.engine.sliding_attention import (
     petri_flash_sliding,
     use_flash_sliding,
 )
-from petri.engine.split_attention import drop_split_attention, split_attention, use_split_attention
+from petri.engine.cuda.split_attention import drop_split_attention, split_attention, use_split_attention
 
 from attention_support import check_against_sdpa, tiny_decoder
 

@@ -1,4 +1,4 @@
-"""The global layers' attention (petri.engine.split_attention), both methods: the folded and split
+"""The global layers' attention (petri.engine.cuda.split_attention), both methods: the folded and split
 computation and the two products against plain softmax attention with the key/value heads repeated
 (the reference, transformers' ``repeat_kv`` order), a hand-worked product, hand-worked chunk
 choices and score budget, the install and undo on a model by method (where it does not apply, the
@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import petri.engine.split_attention as split_module
-from petri.engine.sliding_attention import NAME as FLASH_NAME
-from petri.engine.split_attention import (
+import petri.engine.cuda.split_attention as split_module
+from petri.engine.cuda.sliding_attention import NAME as FLASH_NAME
+from petri.engine.cuda.split_attention import (
     NAME,
     NAMES,
     PRODUCTS_NAME,
@@ -26,7 +26,7 @@ from petri.engine.split_attention import (
     split_attention,
     use_split_attention,
 )
-from petri.engine.tiny import tiny_random_model
+from petri.engine.torch.tiny import tiny_random_model
 
 from attention_support import check_against_sdpa, tiny_decoder
 
@@ -140,7 +140,7 @@ def test_each_method_equals_sdpa_at_the_full_size_global_shape_on_gpu(batch, fun
 
 
 def test_the_compiled_tier_installs_it_unless_told_not_to_and_undoes_it():
-    from petri.engine.compiled_tier import compile_regions, uncompile_regions
+    from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
 
     lm = tiny_random_model(canvas_length=16, num_layers=2, seed=2)
     attention = lm.model.model.decoder.layers[-1].self_attn
@@ -165,13 +165,13 @@ def test_the_compiled_tier_installs_it_unless_told_not_to_and_undoes_it():
 def test_compiled_layers_with_the_split_give_the_librarys_logits_on_gpu(method, flash_sliding):
     """A tiny bf16 model whose global layer has head dim 512 (so the split applies), the compiled
     tier with ``split_attention=True`` (Inductor, the aten kernel inside the compiled layer) and its
-    sliding layer through the flash kernel or SDPA (``petri.engine.sliding_attention``) against the
+    sliding layer through the flash kernel or SDPA (``petri.engine.cuda.sliding_attention``) against the
     uncompiled library model: logits within bf16 rounding."""
     from dataclasses import replace
 
-    from petri.engine.compiled_tier import compile_regions, uncompile_regions
-    from petri.engine.configs import small_diffusion_gemma_config
-    from petri.engine.tiny import build_tiny_tokenizer
+    from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
+    from petri.engine.torch.configs import small_diffusion_gemma_config
+    from petri.engine.torch.tiny import build_tiny_tokenizer
     from transformers import DiffusionGemmaForBlockDiffusion
 
     tokenizer = build_tiny_tokenizer()

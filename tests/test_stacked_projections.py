@@ -1,4 +1,4 @@
-"""The stacked projections (petri.engine.stacked_projections): a group's members give their own
+"""The stacked projections (petri.engine.cuda.stacked_projections): a group's members give their own
 products (against their unstacked linears, in float64), from one product of the stacked weight
 when called as the library calls them and from their own call of it otherwise; the weights become
 views without a copy; the compiled tier installs and undoes the groups, Dynamo traces them as one
@@ -14,16 +14,16 @@ from dataclasses import replace
 import pytest
 import torch
 
-from petri.engine.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.fp8 import dense_targets, precision_of, set_precision
-from petri.engine.stacked_projections import (
+from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
+from petri.engine.cuda.fp8 import dense_targets, precision_of, set_precision
+from petri.engine.cuda.stacked_projections import (
     StackedProjections,
     is_stacked_member,
     projection_groups,
     stack_projections,
     stacked_groups,
 )
-from petri.engine.tiny import tiny_random_model
+from petri.engine.torch.tiny import tiny_random_model
 from tiny_support import tiny_logits
 
 CUDA = torch.cuda.is_available()

@@ -1,4 +1,4 @@
-"""Tests for petri.stats: effect size vs brute force, p-values vs scipy, CI, determinism, checks."""
+"""Tests for petri.stats.groups: effect size vs brute force, p-values vs scipy, CI, determinism, checks."""
 
 import itertools
 import json
@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from petri import stats
-from petri.stats import (
+from petri.stats import groups as stats
+from petri.stats.groups import (
     GroupComparison,
     cliffs_delta,
     compare_groups,

@@ -7,10 +7,10 @@ import os
 import numpy as np
 import pytest
 
-from petri.dish import Dish
+from petri.core.dish import Dish
 from petri.engine.seeding import seed_dish
-from petri.store import RunStore, StoreError, check_run_id
-from petri.trajectory import SamplerSettings
+from petri.runs.store import RunStore, StoreError, check_run_id
+from petri.core.trajectory import SamplerSettings
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_the_sampler_is_stored_and_old_runs_read_as_unknown(traj):
     import json
     from dataclasses import replace
 
-    from petri.store import trajectory_from_blobs, trajectory_to_blobs
+    from petri.runs.store import trajectory_from_blobs, trajectory_to_blobs
 
     header, arrays = trajectory_to_blobs(replace(traj, sampler="fast+compiled+sc-softmax+inverse-cdf"))
     assert trajectory_from_blobs(header, arrays).sampler == "fast+compiled+sc-softmax+inverse-cdf"

@@ -18,12 +18,12 @@ import pytest
 from petri.engine.base import SamplingModel
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.select import mlx_available
-from petri.engine.torch_sampler import run_sampler
-from petri.store import RunStore
+from petri.engine.torch.sampler import run_sampler
+from petri.runs.store import RunStore
 from petri.study.runner import run_study
 from petri.study.schema import study_from_dict
-from petri.tables import pairs_table
-from petri.trajectory import SamplerSettings
+from petri.measure.tables import pairs_table
+from petri.core.trajectory import SamplerSettings
 from test_mlx_backend import ENTROPY_ATOL, anchored_layouts, confident, torch_driven_by
 
 SETTINGS = SamplerSettings(max_denoising_steps=6, entropy_bound=50.0, stability_threshold=1, confidence_threshold=4.0)
@@ -90,8 +90,8 @@ def test_both_engines_implement_the_protocol(tiny_lm):
 
 @pytest.mark.skipif(not mlx_available(), reason='mlx is not importable (pip install "mlx[cpu]")')
 def test_a_study_on_mlx_equals_the_study_on_torch(tmp_path):
-    from petri.engine.mlx_sampler import load_mlx_model
-    from petri.engine.tiny import tiny_random_model
+    from petri.engine.mlx.sampler import load_mlx_model
+    from petri.engine.torch.tiny import tiny_random_model
 
     torch_lm = confident(tiny_random_model(canvas_length=16))
     folder = tmp_path / "checkpoint"

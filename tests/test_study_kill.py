@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 import torch
 
-from petri.cli import main
-from petri.engine.tiny import tiny_random_model
+from petri.cli.main import main
+from petri.engine.torch.tiny import tiny_random_model
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = 2

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from petri.cli import main as cli_main
-from petri.engine.tiny import tiny_random_model
-from petri.nouns import FUGASHI, KIWI, tagger_name
+from petri.cli.main import main as cli_main
+from petri.engine.torch.tiny import tiny_random_model
+from petri.measure.nouns import FUGASHI, KIWI, tagger_name
 
 STUDIES = Path(__file__).resolve().parent.parent / "assets" / "studies"
 

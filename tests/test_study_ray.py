@@ -17,11 +17,11 @@ import pytest
 import ray
 import torch
 
-from petri.cli import main
-from petri.engine.torch_model import load_tokenizer
-from petri.export import token_decoder
-from petri.paths import embedded_model_path
-from petri.store import RunStore
+from petri.cli.main import main
+from petri.engine.torch.model import load_tokenizer
+from petri.runs.export import token_decoder
+from petri.core.paths import embedded_model_path
+from petri.runs.store import RunStore
 from petri.study.executors import ModelSpec
 from petri.study.ray_executor import RayExecutor
 from petri.study.report import write_study
@@ -172,7 +172,7 @@ def test_an_aborted_driver_resumes_on_ray_with_the_same_numbers(local_ray, study
 
 
 def test_a_cancel_token_stops_a_study_on_ray_and_keeps_what_landed(local_ray, study_file, reference, tmp_path):
-    from petri.cancel import Cancelled, CancelToken
+    from petri.core.cancel import Cancelled, CancelToken
 
     executor = RayExecutor(SPEC, workers=2)
     study, settings = load_study(study_file), settings_of(reference)
@@ -194,7 +194,7 @@ def test_a_cancel_token_stops_a_study_on_ray_and_keeps_what_landed(local_ray, st
 
 
 def settings_of(out: Path):
-    from petri.trajectory import SamplerSettings
+    from petri.core.trajectory import SamplerSettings
 
     return SamplerSettings(**json.loads((out / "run.json").read_text())["settings"])
 
@@ -255,7 +255,7 @@ def test_without_ray_installed_the_option_says_how_to_install_it(study_file, tmp
 
 
 def test_petri_imports_without_ray():
-    code = ("import sys, petri.cli, petri.study.ray_executor, petri.study.runner; "
+    code = ("import sys, petri.cli.main, petri.study.ray_executor, petri.study.runner; "
             "assert 'ray' not in sys.modules, 'ray imported at import time'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

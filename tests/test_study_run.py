@@ -17,14 +17,14 @@ import torch
 import petri.study.executors as executors
 import petri.study.runner as runner
 from petri.study.analysis import analyze, clean_text, cluster_bootstrap_mean, study_tables
-from petri.dish import LayoutError
-from petri.nouns import FALLBACK, FUGASHI, KIWI, tagger_name, top_nouns_by_template
+from petri.core.dish import LayoutError
+from petri.measure.nouns import FALLBACK, FUGASHI, KIWI, tagger_name, top_nouns_by_template
 from petri.study.plots import flips_bar, save_figures, sample_flip_heatmap as flip_heatmap
 from petri.study.report import render_report, sidecar, write_study
-from petri.service import BusyError, PetriService
-from petri.store import RunStore
+from petri.app.service import BusyError, PetriService
+from petri.runs.store import RunStore
 from petri.study.schema import study_from_dict
-from petri.trajectory import SamplerSettings
+from petri.core.trajectory import SamplerSettings
 from conftest import model_held
 
 SETTINGS = SamplerSettings(max_denoising_steps=4)

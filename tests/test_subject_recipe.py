@@ -28,7 +28,7 @@ def tiny_teacher(tmp_path_factory):
     """A tiny random llama with petri's in-process tokenizer and a chat template, saved as a folder."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from petri.engine.tiny import build_tiny_tokenizer
+    from petri.engine.torch.tiny import build_tiny_tokenizer
 
     tok = build_tiny_tokenizer()
     tok.chat_template = CHAT
@@ -179,7 +179,7 @@ def test_text_problem():
 
 # ------------------------------------------------------------------------------ training windows
 def test_pair_windows_lay_out_bos_prompt_then_canvas():
-    from petri.engine.tiny import build_tiny_tokenizer
+    from petri.engine.torch.tiny import build_tiny_tokenizer
 
     tok = build_tiny_tokenizer()._tokenizer  # a tokenizers.Tokenizer, as the trainers use
     special = {"pad": 0, "eos": 1, "bos": 2}

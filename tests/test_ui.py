@@ -8,12 +8,12 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from petri.service import PetriService
-from petri.store import RunStore
+from petri.app.service import PetriService
+from petri.runs.store import RunStore
 from petri.study.schema import StudyError
-from petri.web.ui_dish import DishController
-from petri.web.ui_views import highlighted_text, parse_concepts
-from petri.web.ui_study import StudyController, builtin_studies, fields_to_study, study_to_fields
+from petri.web.ui.dish import DishController
+from petri.web.ui.views import highlighted_text, parse_concepts
+from petri.web.ui.study import StudyController, builtin_studies, fields_to_study, study_to_fields
 
 
 @pytest.fixture()

@@ -12,13 +12,13 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from petri.service import PetriService
-from petri.store import RunStore
+from petri.app.service import PetriService
+from petri.runs.store import RunStore
 from petri.study.analysis import analyze
 from petri.study.provisional import provisional_statistics, stored_batches
-from petri.tables import segments_table
-from petri.web import ui_study
-from petri.web.ui_study import StudyController, fields_to_study
+from petri.measure.tables import segments_table
+from petri.web.ui import study as ui_study
+from petri.web.ui.study import StudyController, fields_to_study
 
 N_BOOT = 200
 
@@ -148,7 +148,7 @@ def test_the_dish_tab_runs_a_job_and_its_cancel_stops_it(service):
     """Cancel while the Dish tab samples: the job stops within a step, the run reads cancelled."""
     import threading
 
-    from petri.web.ui_dish import DishController
+    from petri.web.ui.dish import DishController
 
     ctl = DishController(service)
     cancel = threading.Event()
@@ -193,7 +193,7 @@ def test_every_study_view_holds_the_run_on_screen(service):
     (the shipped study's downloads and Jaccard figure stayed on screen before)."""
     import threading
 
-    from petri.web.ui_runs import RunsController
+    from petri.web.ui.runs import RunsController
 
     meta, concepts, events, templates = small_study()
     ctl = StudyController(service)
@@ -229,7 +229,7 @@ def test_a_redraw_waits_four_times_its_own_cost_and_the_reader_decodes_each_batc
     """The live study views cost at most a fixed share of the run: with the 2 s floor and a 20 %
     share, a redraw that took 1 s is next due 4 s after it started; and following a run reads each
     stored batch from the store once (the whole store was read again at every redraw before)."""
-    from petri import store as store_module
+    from petri.runs import store as store_module
     from petri.study.provisional import BatchReader
 
     assert ui_study.redraw_due(10.0, None, 0.0)
@@ -250,7 +250,7 @@ def test_cancel_says_whether_a_run_was_going_on():
     whether the session had a run; an ended run is forgotten, a newer one is not."""
     import threading
 
-    from petri.web.ui_live import CancelButtons
+    from petri.web.ui.live import CancelButtons
 
     buttons = CancelButtons()
     assert buttons.cancel("s1") is False
@@ -269,10 +269,10 @@ def test_the_compare_tab_draws_each_events_flip_map_while_it_samples(service, mo
     then B's as B's do (each titled with its label, the status naming the event sampling); the last
     live map of each event counts what its stored trajectory counts (flip_grid summed over samples),
     so no step of B was counted into A's map or dropped."""
-    from petri.metrics import flip_grid
-    from petri.web import ui_dish_live
-    from petri.web.ui_compare import CompareController
-    from petri.web.ui_dish import DishController
+    from petri.measure.metrics import flip_grid
+    from petri.web.ui import dish_live as ui_dish_live
+    from petri.web.ui.compare import CompareController
+    from petri.web.ui.dish import DishController
 
     monkeypatch.setattr(ui_dish_live, "LIVE_REDRAW_S", 0.0)  # draw every step
     ctl = CompareController(service, DishController(service))
@@ -301,9 +301,9 @@ def test_the_compare_tab_draws_each_events_flip_map_while_it_samples(service, mo
 def test_a_queued_seed_names_each_event_before_its_steps(service):
     """``submit_seed``'s ``on_event(index)`` comes on the job's thread before event ``index``'s first
     step, so a caller can tell the events' steps apart without guessing from the step index."""
-    from petri.dish import Dish
-    from petri.service import SeedEvent
-    from petri.trajectory import SamplerSettings
+    from petri.core.dish import Dish
+    from petri.app.service import SeedEvent
+    from petri.core.trajectory import SamplerSettings
 
     order: list = []
     events = [SeedEvent(Dish(("order", "inventory"), text), group) for text, group in
@@ -322,10 +322,10 @@ def test_a_queued_seed_names_each_event_before_its_steps(service):
 def test_the_compare_tab_keeps_the_events_apart_when_steps_do_not_restart_at_zero(service, monkeypatch):
     """Which event a live step belongs to comes from the service (``on_event``), not from the step
     index falling back to 0: with a sampler whose stream skips step 0, B's steps still draw B's map."""
-    import petri.service as service_module
-    from petri.web import ui_dish_live
-    from petri.web.ui_compare import CompareController
-    from petri.web.ui_dish import DishController
+    import petri.app.service as service_module
+    from petri.web.ui import dish_live as ui_dish_live
+    from petri.web.ui.compare import CompareController
+    from petri.web.ui.dish import DishController
 
     real = service_module.seed_dish
 
@@ -352,7 +352,7 @@ def test_a_run_click_while_the_model_is_held_says_queued(service):
     holds the model, and no update (the run's own first line follows at once) while it is free."""
     import gradio as gr
 
-    from petri.web.ui_live import QUEUED_LINE, queued_status
+    from petri.web.ui.live import QUEUED_LINE, queued_status
 
     assert queued_status(service.busy) == gr.update()
     with service.exclusive():
@@ -387,9 +387,9 @@ def test_a_refused_run_is_never_queued_and_never_says_queued(service):
     concepts error, and the status line names the refusal instead; valid inputs still say queued."""
     import gradio as gr
 
-    from petri.web.ui import build_ui
-    from petri.web.ui_dish import DishController
-    from petri.web.ui_live import QUEUED_LINE, REFUSED_LINE
+    from petri.web.ui.build import build_ui
+    from petri.web.ui.dish import DishController
+    from petri.web.ui.live import QUEUED_LINE, REFUSED_LINE
 
     demo = build_ui(service)
     spread = DishController(service).spread
@@ -402,7 +402,7 @@ def test_a_refused_run_is_never_queued_and_never_says_queued(service):
     # validator step refuses a loaded study's template choice (the study browser tests)
     tabs = [("petri-run", dish, 0), ("petri-cmp-run", compare, 0), ("petri-study-run", study, 1)]
     queued_anyway = {"petri-study-run"}
-    from petri.web.ui_study import StudyController
+    from petri.web.ui.study import StudyController
 
     study_validate = StudyController(service).validate
     bad_word = "order, inv\u0007entory"  # a control character: the concept check refuses it
@@ -436,8 +436,8 @@ def test_the_compare_and_study_validators_mark_the_field_that_holds_the_error(se
     """Issue 21 item 1: the Compare and Study tabs' new validators mark the input holding the bad field
     (the second label when both labels are the same, event B when it is empty, the template choice
     when none is chosen, the events table for an event without text), with the message naming it."""
-    from petri.web.ui_compare import CompareController
-    from petri.web.ui_dish import DishController
+    from petri.web.ui.compare import CompareController
+    from petri.web.ui.dish import DishController
 
     dish = DishController(service)
     compare = CompareController(service, dish)
@@ -473,7 +473,7 @@ def test_no_event_of_the_dish_inputs_writes_the_status_line_that_holds_a_refusal
     Run click's unqueued event, registered before the queued run, and no event that the dish's
     inputs fire (a concept edit, the slot table, the canvas, Spread / Shuffle, the thought pin)
     writes the status line, so none of them, however late it ends, can take the refusal off."""
-    from petri.web.ui import build_ui
+    from petri.web.ui.build import build_ui
 
     demo = build_ui(service)
     by_id = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}

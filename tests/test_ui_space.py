@@ -66,7 +66,7 @@ def test_the_hub_check_catches_a_big_plain_file(tmp_path):
 def test_the_shipped_study_positions_table_reads_compressed():
     import pandas as pd
 
-    folder = REPO / "experiments" / "results" / "inventory_order-en-petri-tiny"
+    folder = REPO / "assets" / "studies" / "results" / "inventory_order-en-petri-tiny"
     assert not (folder / "positions.csv").exists()
     head = pd.read_csv(folder / "positions.csv.gz", nrows=5)
     assert {"event_id", "template_id", "sample", "position"} <= set(head.columns)
@@ -101,7 +101,7 @@ class HubRecorder:
 def hub(monkeypatch):
     import huggingface_hub
 
-    from petri.paths import embedded_model_path
+    from petri.core.paths import embedded_model_path
 
     recorder = HubRecorder(embedded_model_path())
     monkeypatch.setattr(huggingface_hub, "snapshot_download", recorder)
@@ -111,7 +111,7 @@ def hub(monkeypatch):
 
 def test_torch_loader_downloads_only_when_allowed(hub):
     from petri.engine.base import ModelNotFoundError
-    from petri.engine.torch_model import load_model
+    from petri.engine.torch.model import load_model
 
     with pytest.raises(ModelNotFoundError) as err:
         load_model("someone/some-diffusion-model", device="cpu")
@@ -126,7 +126,7 @@ def test_torch_loader_downloads_only_when_allowed(hub):
 def test_mlx_loader_downloads_only_when_allowed(hub):
     pytest.importorskip("mlx.core")
     from petri.engine.base import ModelNotFoundError
-    from petri.engine.mlx_sampler import load_mlx_model
+    from petri.engine.mlx.sampler import load_mlx_model
 
     with pytest.raises(ModelNotFoundError, match="--allow-download"):
         load_mlx_model("someone/some-diffusion-model")
@@ -137,7 +137,7 @@ def test_mlx_loader_downloads_only_when_allowed(hub):
 
 def test_allow_download_flag_and_environment(monkeypatch):
     import petri.engine.select as select
-    import petri.model_options as options
+    import petri.cli.options as options
 
     seen = []
     monkeypatch.setattr(select, "load_backend_model", lambda name, **kw: seen.append((name, kw)) or object())

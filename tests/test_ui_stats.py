@@ -10,12 +10,12 @@ import gradio as gr
 import pandas as pd
 import pytest
 
-from petri.service import PetriService
-from petri.store import RunStore
-from petri.web.ui_stats import pairs_view, run_power
-from petri.web.ui_study import StudyController
+from petri.app.service import PetriService
+from petri.runs.store import RunStore
+from petri.web.ui.stats import pairs_view, run_power
+from petri.web.ui.study import StudyController
 
-SHIPPED = Path(__file__).resolve().parent.parent / "experiments" / "results" / "inventory_order-en-petri-tiny"
+SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "studies" / "results" / "inventory_order-en-petri-tiny"
 
 
 def test_finished_study_view_has_flagged_pairs_and_its_folder(tiny_lm, tmp_path):
@@ -41,7 +41,7 @@ def test_finished_study_view_has_flagged_pairs_and_its_folder(tiny_lm, tmp_path)
     # a provisional view (fewer batches than planned) carries the peeking warning; the final one does not
     from types import SimpleNamespace
 
-    from petri.web.ui_study import fields_to_study
+    from petri.web.ui.study import fields_to_study
 
     study = fields_to_study({"id": "mini", "title": "mini", "language": "en"}, "order, inventory, person", events,
                             templates, "benign, contradictory", "")
@@ -92,9 +92,9 @@ def test_shipped_pairs_table():
 def test_compare_view_gives_the_paired_tests(tiny_lm, tmp_path):
     from scipy import stats as sps
 
-    from petri.tables import samples_table, segments_table
-    from petri.web.ui_compare import CompareController
-    from petri.web.ui_dish import DishController
+    from petri.measure.tables import samples_table, segments_table
+    from petri.web.ui.compare import CompareController
+    from petri.web.ui.dish import DishController
 
     service = PetriService(tiny_lm, RunStore(tmp_path / "store"))
     ctl = CompareController(service, DishController(service))

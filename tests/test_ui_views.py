@@ -11,17 +11,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from petri.metrics import flip_grid
-from petri.service import PetriService
-from petri.store import RunStore
-from petri.tables import samples_table, segments_table
-from petri.web.ui_canvas import placement_rows
-from petri.web.ui_compare import CompareController, paired_samples
-from petri.web.ui_dish import DishController
-from petri.web.ui_runs import RunsController, runs_table
-from petri.web.ui_shipped import SHIPPED_STUDY, load_shipped, shipped_figures, shipped_markdown
-from petri.web.ui_study import StudyController
-from petri.web.ui_views import END_TOKEN_LABEL, highlighted_text
+from petri.measure.metrics import flip_grid
+from petri.app.service import PetriService
+from petri.runs.store import RunStore
+from petri.measure.tables import samples_table, segments_table
+from petri.web.ui.canvas import placement_rows
+from petri.web.ui.compare import CompareController, paired_samples
+from petri.web.ui.dish import DishController
+from petri.web.ui.runs import RunsController, runs_table
+from petri.core.paths import shipped_run_dir
+from petri.web.ui.shipped import load_shipped, shipped_figures, shipped_markdown
+from petri.web.ui.study import StudyController
+from petri.web.ui.views import END_TOKEN_LABEL, highlighted_text
 
 
 @pytest.fixture()
@@ -118,9 +119,9 @@ def test_compare_runs_both_events_on_the_same_layouts_and_seed(service):
 
 
 def test_shipped_study_results_are_the_committed_ones():
-    shipped = load_shipped(SHIPPED_STUDY)
+    shipped = load_shipped(shipped_run_dir())
     assert shipped is not None
-    committed = json.loads((SHIPPED_STUDY / "run.json").read_text())
+    committed = json.loads((shipped_run_dir() / "run.json").read_text())
     instability, ranked, jaccard = shipped_figures(shipped)
     assert committed["analysis"]["comparison"]["event"]["summary"].replace("<", "") in \
         instability.layout.title.text.replace("<br>", " ").replace("<b>", "").replace("</b>", "")
@@ -180,7 +181,7 @@ def test_flip_difference_is_b_minus_a_with_the_shorter_map_padded():
 def test_a_reopened_run_puts_every_control_back(service):
     """Reopening a dish, a comparison and a study sets every input of its tab to the run's values:
     fed back to the tab, they make the same request (Run starts the same run; a study resumes)."""
-    from petri.web.ui_study import fields_to_study
+    from petri.web.ui.study import fields_to_study
 
     dish = DishController(service)
     table = dish.spread("order, person", False).iloc[::-1].reset_index(drop=True)  # person's slot first
@@ -226,7 +227,7 @@ def test_count_colour_bars_tick_whole_numbers_and_the_difference_scale_fits_the_
     many: about 8 whole-number ticks. The difference map's symmetric scale is the largest difference
     drawn (2 here, not the 8 samples), and its anchors are outlined in the concept colours."""
     from petri.study.plots import flip_difference_heatmap, flip_heatmap
-    from petri.trajectory import AnchorSpan
+    from petri.core.trajectory import AnchorSpan
 
     bar = flip_heatmap(np.zeros((4, 6)), n_samples=3).data[0].colorbar
     assert (bar.tickmode, bar.tick0, bar.dtick) == ("linear", 0, 1)
@@ -251,7 +252,7 @@ def test_heatmap_boxes_name_slots_when_samples_shuffle_their_anchors():
     """Item 7 of issue 20: a figure over every sample labels what it aggregates. Hand-worked: sample 0
     pins order at 3 (one token) and person at 8-9; sample 1 swaps them (person 3-4, order 8)."""
     from petri.study.plots import aggregate_anchor_boxes, flip_heatmap
-    from petri.trajectory import AnchorSpan
+    from petri.core.trajectory import AnchorSpan
 
     order_a, person_a = AnchorSpan("order", 3, (11,)), AnchorSpan("person", 8, (12, 13))
     same = aggregate_anchor_boxes([[order_a, person_a], [person_a, order_a]])  # same layout, other list order
@@ -268,8 +269,8 @@ def test_the_template_dropdown_keeps_each_templates_newline(service):
     """Issue 20 item 13: the dropdown showed "Event: {event}Describe how…" (a one-line box drops
     the newline). Its choices' labels mark the newline and their values are the true texts; a shown
     label that comes back as the value (typed or kept) is still the template with its newline."""
-    from petri.dish import DEFAULT_TEMPLATE
-    from petri.web.ui_dish import TEMPLATE_CHOICES, template_control
+    from petri.core.dish import DEFAULT_TEMPLATE
+    from petri.web.ui.dish import TEMPLATE_CHOICES, template_control
 
     ctl = DishController(service)
     default_label, default_value = TEMPLATE_CHOICES[0]
@@ -291,7 +292,7 @@ def test_the_samples_table_gives_each_header_its_line_and_final_text_room(servic
     Every column gets a width that holds its header on one line (9 px a character of the 14 px
     font plus 24 px of cell padding, a generous bound) and final_text the widest; the view carries
     each sample's whole final text."""
-    from petri.web.ui import build_ui
+    from petri.web.ui.build import build_ui
 
     demo = build_ui(service)
     table = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "petri-samples-table")
@@ -315,7 +316,7 @@ def test_compare_takes_the_dish_tabs_slots_and_settings_and_reopens_them(service
     non-default sampler settings reach the stored run (every sample of both events has its anchors
     at the table's starts; the settings are the ones typed); reopened, every control reads them,
     and fed back they make the same run request."""
-    from petri.web.ui_runs import RunsController
+    from petri.web.ui.runs import RunsController
 
     dish = DishController(service)
     ctl = CompareController(service, dish)
@@ -355,7 +356,7 @@ def test_the_slot_tables_redraw_carries_the_number_of_the_newest_chip_move(servi
     with the table the redraw draws."""
     import gradio as gr
 
-    from petri.web.ui import build_ui
+    from petri.web.ui.build import build_ui
 
     demo = build_ui(service)
     by_id = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}
@@ -393,8 +394,8 @@ def test_the_slot_tables_redraw_carries_the_number_of_the_newest_chip_move(servi
 def test_the_compare_tabs_empty_views_name_their_columns_and_what_fills_them(service):
     """Before a run the Compare tables show the columns a run fills in (they showed 1, 2, 3) and its
     trajectory viewers say to compare (they said "run a dish", the Dish tab's action)."""
-    from petri.web.ui import build_ui
-    from petri.web.ui_compare import compare_pairs, paired_samples
+    from petri.web.ui.build import build_ui
+    from petri.web.ui.compare import compare_pairs, paired_samples
 
     demo = build_ui(service)
     by_id = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}

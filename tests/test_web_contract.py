@@ -12,13 +12,13 @@ import gradio as gr
 import pandas as pd
 import pytest
 
-from petri.service import PetriService
-from petri.store import RunStore
+from petri.app.service import PetriService
+from petri.runs.store import RunStore
 from petri.web.app import create_app
 from petri.web.errors import FieldError
-from petri.web.requests import SeedRequest, StudyRequest, prepare_seed, prepare_study
-from petri.web.ui_dish import DishController
-from petri.web.ui_study import StudyController
+from petri.web.api.requests import SeedRequest, StudyRequest, prepare_seed, prepare_study
+from petri.web.ui.dish import DishController
+from petri.web.ui.study import StudyController
 from conftest import model_held
 
 WEB = Path(__file__).resolve().parents[1] / "petri" / "web"
@@ -74,27 +74,46 @@ def test_openapi_keeps_every_route_and_request_field(service):
 # --------------------------------------------------------------------------------- layering
 
 
+def _is_module(dotted: str) -> bool:
+    path = WEB.parent.parent / Path(*dotted.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
 def _web_imports(path: Path) -> set[str]:
-    """The petri.web modules a file imports (``petri.web.x`` and ``from petri.web import x``)."""
+    """The petri.web modules a file imports (``petri.web.x.y`` and ``from petri.web.x import y``)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module == "petri.web":
-            found |= {f"petri.web.{a.name}" for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("petri.web."):
-            found.add(node.module)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("petri.web"):
+            for alias in node.names:
+                name = f"{node.module}.{alias.name}"
+                found.add(name if _is_module(name) else node.module)
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("petri.web.")}
     return found
 
 
+def web_modules() -> dict[str, Path]:
+    """Every module of petri/web by its dotted name (packages by their folder's name)."""
+    modules = {}
+    for path in sorted(WEB.rglob("*.py")):
+        parts = path.relative_to(WEB).with_suffix("").parts
+        parts = parts[:-1] if parts[-1] == "__init__" else parts
+        if parts:
+            modules[".".join(("petri", "web", *parts))] = path
+    return modules
+
+
 def test_routes_and_ui_never_import_each_other_and_nothing_circles():
-    graph = {f"petri.web.{p.stem}": _web_imports(p) for p in WEB.glob("*.py") if p.stem != "__init__"}
-    ui = {m for m in graph if m.split(".")[-1].startswith("ui")}
-    api_side = {"petri.web.routes", "petri.web.app"}
+    """The UI (petri/web/ui) never imports the routers (petri/web/api's routes, jobs and replay) nor the
+    app; nothing but the app imports the UI. The request and response models are shared."""
+    graph = {name: _web_imports(path) for name, path in web_modules().items()}
+    assert "petri.web.ui.dish" in graph and "petri.web.api.routes" in graph
+    ui = {m for m in graph if m.startswith("petri.web.ui.")}
+    api_side = {"petri.web.api.routes", "petri.web.api.jobs", "petri.web.api.replay", "petri.web.app"}
     for module in ui:
         assert not graph[module] & api_side, (module, graph[module] & api_side)
-    for module in set(graph) - ui - {"petri.web.app"}:  # only the app mounts the UI
-        assert not graph[module] & ui, (module, graph[module] & ui)
+    for module in set(graph) - ui - {"petri.web.app", "petri.web.ui"}:  # only the app mounts the UI
+        assert not graph[module] & (ui | {"petri.web.ui"}), (module, graph[module] & ui)
 
     def reaches(start: str, target: str, seen: set) -> bool:
         return any(n == target or (n not in seen and not seen.add(n) and reaches(n, target, seen))

@@ -1,4 +1,4 @@
-"""Helpers of the tests that run the tiny random DiffusionGemma (petri.engine.tiny) through its
+"""Helpers of the tests that run the tiny random DiffusionGemma (petri.engine.torch.tiny) through its
 whole forward: the logits of a seeded random canvas after a fixed prompt."""
 
 from __future__ import annotations

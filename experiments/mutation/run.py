@@ -14,7 +14,7 @@ Afterwards it writes, into this folder's ``results/``:
 Usage (from the repository root)::
 
     python3 experiments/mutation/run.py metrics stats dish sampler
-    python3 experiments/mutation/run.py --module petri/engine/torch_sampler.py \\
+    python3 experiments/mutation/run.py --module petri/engine/torch/sampler.py \\
         --tests tests/test_sampler.py tests/test_sampler_parity.py --name sampler
 
 Update ``TARGETS`` when a module moves or gains test files.
@@ -38,18 +38,18 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # target name -> (module to mutate, the test files that exercise it, extra pytest arguments)
 TARGETS: dict[str, tuple[str, list[str], list[str]]] = {
     "metrics": (
-        "petri/metrics.py",
+        "petri/measure/metrics.py",
         ["tests/test_metrics.py", "tests/test_tables.py", "tests/test_mutants_metrics.py"],
         [],
     ),
-    "stats": ("petri/stats.py", ["tests/test_stats.py", "tests/test_mutants_stats.py"], []),
+    "stats": ("petri/stats/groups.py", ["tests/test_stats.py", "tests/test_mutants_stats.py"], []),
     "dish": (
-        "petri/dish.py",
+        "petri/core/dish.py",
         ["tests/test_dish.py", "tests/test_chat_path.py", "tests/test_mutants_dish.py"],
         [],
     ),
     "sampler": (
-        "petri/engine/torch_sampler.py",
+        "petri/engine/torch/sampler.py",
         ["tests/test_sampler.py", "tests/test_sampler_parity.py", "tests/test_sampler_promises.py",
          "tests/test_mutants_sampler.py"],
         # torch.compile takes ~10 s per run and checks only that compiling changes nothing
@@ -57,7 +57,7 @@ TARGETS: dict[str, tuple[str, list[str], list[str]]] = {
     ),
     # the step pieces (acceptance, entropy, adaptive stop, prompt encoding) moved out of the sampler
     "sampler_step": (
-        "petri/engine/torch_step.py",
+        "petri/engine/torch/step.py",
         ["tests/test_sampler.py", "tests/test_sampler_parity.py", "tests/test_sampler_promises.py",
          "tests/test_mutants_sampler.py"],
         ["--deselect", "tests/test_sampler.py::test_compiled_forward_samples_the_same_tokens"],

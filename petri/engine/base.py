@@ -2,8 +2,8 @@
 
 Layers above the engine (seeding, the study runner, the service, the web edge, the CLI) talk to a
 :class:`SamplingModel` only: they never import torch or mlx. A backend implements the protocol
-with its own loaded-model class (``petri.engine.torch_model.LoadedModel`` for PyTorch on CUDA, MPS
-or the CPU; ``petri.engine.mlx_sampler.MLXLoadedModel`` for MLX). Nothing here imports torch.
+with its own loaded-model class (``petri.engine.torch.model.LoadedModel`` for PyTorch on CUDA, MPS
+or the CPU; ``petri.engine.mlx.sampler.MLXLoadedModel`` for MLX). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from petri.cancel import CancelToken
-from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory, check_sampler_inputs
+from petri.core.cancel import CancelToken
+from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory, check_sampler_inputs
 
 #: Called after each step with (step index, raw argmax (S, L) on the host, finished (S,) bool).
 StepCallback = Callable[[int, Any, Any], None]
@@ -91,7 +91,7 @@ class SamplingModel(Protocol):
                cancel: CancelToken | None = None) -> Trajectory:
         """Denoise one canvas per layout (a batch of S = ``len(request.layouts)``), the prompt (P,)
         encoded once; anchors and ``request.canvas_prefix`` pinned at every step. ``cancel`` is
-        checked at the start of every step (raises :class:`~petri.cancel.Cancelled`)."""
+        checked at the start of every step (raises :class:`~petri.core.cancel.Cancelled`)."""
         ...
 
 

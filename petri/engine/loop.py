@@ -2,12 +2,12 @@
 
 A *stepper* is one family's step on one framework and tier (:class:`Stepper`): the eager one,
 :class:`RecordedStepper`, calls the model and then the family's scheduler (a ``step()`` that never
-sees the model: :mod:`petri.engine.uniform_diffusion` for DiffusionGemma,
-:mod:`petri.engine.masked_diffusion` for masked diffusion) and writes the step's row of the record
-(:class:`Record`); the CUDA fast path (:mod:`petri.engine.fast_sampler`) replays captured graphs
+sees the model: :mod:`petri.engine.families.uniform` for DiffusionGemma,
+:mod:`petri.engine.families.masked` for masked diffusion) and writes the step's row of the record
+(:class:`Record`); the CUDA fast path (:mod:`petri.engine.cuda.fast_sampler`) replays captured graphs
 that write the same rows on the device. :func:`run_loop` owns what is the same for all of them:
 cancellation once per step, the live callback, the stop test and the one copy of the record to the
-host at the end, assembled into a :class:`~petri.trajectory.Trajectory`.
+host at the end, assembled into a :class:`~petri.core.trajectory.Trajectory`.
 
 The array operations of one framework (torch, MLX) sit behind :class:`ArrayOps`, so the loop, the
 record and the schedulers are written once.
@@ -22,9 +22,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from petri.cancel import CancelToken
+from petri.core.cancel import CancelToken
 from petri.engine.base import SampleRequest, StepCallback
-from petri.trajectory import Trajectory, assemble_trajectory
+from petri.core.trajectory import Trajectory, assemble_trajectory
 
 
 class ArrayOps(Protocol):

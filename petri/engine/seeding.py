@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from petri.cancel import CancelToken
-from petri.dish import Dish, PromptEncoding, concept_token_ids, encode_prompt, layout_samples
+from petri.core.cancel import CancelToken
+from petri.core.dish import Dish, PromptEncoding, concept_token_ids, encode_prompt, layout_samples
 from petri.engine.base import SampleRequest, SamplingModel, StepCallback
-from petri.trajectory import AnchorSpan, SamplerSettings, Trajectory
+from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory
 
 
 def plan_dish(
@@ -21,7 +21,7 @@ def plan_dish(
     seed: int = 0,
 ) -> tuple[PromptEncoding, list[list[AnchorSpan]]]:
     """The encoded prompt and every sample's anchor layout, without any model work: the check a
-    request can run before it waits for the model. Raises :class:`~petri.dish.LayoutError` (naming
+    request can run before it waits for the model. Raises :class:`~petri.core.dish.LayoutError` (naming
     the concept) or ``ValueError`` (bad template)."""
     prompt = encode_prompt(lm.tokenizer, dish.prompt_text(), pin_thought_channel=settings.pin_thought_channel)
     concept_ids = {c: concept_token_ids(lm.tokenizer, c) for c in dish.concepts}
@@ -42,7 +42,7 @@ def seed_dish(
 ) -> Trajectory:
     """Lay the dish's anchors out for ``n_samples`` samples (shuffled with ``seed``) and denoise
     them as one batch, the prompt encoded once. Layout errors are raised before any model work;
-    ``cancel`` stops the sampler within one step (:class:`~petri.cancel.Cancelled`)."""
+    ``cancel`` stops the sampler within one step (:class:`~petri.core.cancel.Cancelled`)."""
     prompt, layouts = plan_dish(lm, dish, n_samples, settings, seed)
     request = SampleRequest(prompt.ids, layouts, settings, seed, prompt.canvas_prefix_ids, prompt.text)
     traj = lm.sample(request, on_step=on_step, cancel=cancel)

@@ -83,8 +83,8 @@ def select_backend(name: str | None = "auto") -> str:
 
 def default_model_name() -> str:
     """The model a run without a model argument loads: the real DiffusionGemma when a GPU and its
-    cached weights are present, else the embedded model (:func:`petri.engine.torch_model.default_model_name`)."""
-    from petri.engine.torch_model import default_model_name as torch_default
+    cached weights are present, else the embedded model (:func:`petri.engine.torch.model.default_model_name`)."""
+    from petri.engine.torch.model import default_model_name as torch_default
 
     return torch_default()
 
@@ -95,7 +95,7 @@ def is_masked_checkpoint(name_or_path: str | os.PathLike | None) -> bool:
     if name_or_path is None:
         return False
     from petri.engine.checkpoints import UNIFORM_MODEL_TYPES, model_type_of
-    from petri.paths import checkpoint_source
+    from petri.core.paths import checkpoint_source
 
     model_type = model_type_of(checkpoint_source(str(name_or_path)))
     return model_type is not None and model_type not in UNIFORM_MODEL_TYPES
@@ -111,11 +111,11 @@ def load_backend_model(
     trust_remote_code: bool = False,
     precision: str = "bf16",
 ) -> SamplingModel:
-    """Load a checkpoint on the selected backend: a :class:`petri.engine.torch_model.LoadedModel` (torch) or a
-    :class:`petri.engine.mlx_sampler.MLXLoadedModel` (mlx; ``device`` is ignored: MLX runs on
+    """Load a checkpoint on the selected backend: a :class:`petri.engine.torch.model.LoadedModel` (torch) or a
+    :class:`petri.engine.mlx.sampler.MLXLoadedModel` (mlx; ``device`` is ignored: MLX runs on
     its default device, the GPU on Apple silicon). ``allow_download`` lets either loader fetch a hub
     id that is not in the local cache (off by default). ``compile``: the torch backend's compiled
-    tier (:func:`petri.engine.torch_model.compile_for_sampling`): ``True`` on, ``False`` off,
+    tier (:func:`petri.engine.torch.model.compile_for_sampling`): ``True`` on, ``False`` off,
     ``None`` where it is the default (CUDA with Triton); the tier is chosen here, at load.
     ``trust_remote_code``: a masked-diffusion checkpoint's own code may run (LLaDA, Dream).
     ``precision``: ``"fp8"`` / ``"fp8-fast"`` is the opt-in FP8 tier, with its opt-in levers after it
@@ -136,10 +136,10 @@ def load_backend_model(
                                           "masked-diffusion model: use --backend torch (or auto)")
         chosen = "torch"  # auto: the masked family runs on torch (MPS or CPU)
     if chosen == "mlx":
-        from petri.engine.mlx_sampler import load_mlx_model
+        from petri.engine.mlx.sampler import load_mlx_model
 
         return load_mlx_model(name_or_path, dtype=dtype, allow_download=allow_download)
-    from petri.engine.torch_model import compile_for_sampling, compiles_by_default, load_model
+    from petri.engine.torch.model import compile_for_sampling, compiles_by_default, load_model
 
     lm = load_model(name_or_path, device=device, dtype=dtype, allow_download=allow_download,
                     trust_remote_code=trust_remote_code)
@@ -150,7 +150,7 @@ def load_backend_model(
     if compile or (compile is None and compiles_by_default(lm)):
         compile_for_sampling(lm)
     if choice != PrecisionChoice():
-        from petri.engine.fp8 import set_precision_choice
+        from petri.engine.cuda.fp8 import set_precision_choice
 
         set_precision_choice(lm, choice)
     return lm

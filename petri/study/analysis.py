@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from petri.dish import THOUGHT_CHANNEL
-from petri.export import TABLES
-from petri.nouns import FALLBACK, jaccard_matrix, mean_off_diagonal, tagger_name, top_nouns_by_template
-from petri.stats import MIN_INFORMATIVE_N, GroupComparison, LevelComparisons, compare_groups, compare_levels, event_level_values
+from petri.core.dish import THOUGHT_CHANNEL
+from petri.runs.export import TABLES
+from petri.measure.nouns import FALLBACK, jaccard_matrix, mean_off_diagonal, tagger_name, top_nouns_by_template
+from petri.stats.groups import MIN_INFORMATIVE_N, GroupComparison, LevelComparisons, compare_groups, compare_levels, event_level_values
 from petri.study.statistics import StudyStatistics, study_statistics
-from petri.tables import anchors_table, preservation_summary
+from petri.measure.tables import anchors_table, preservation_summary
 
 if TYPE_CHECKING:  # the runner imports torch; analysis only reads its result
     from petri.study.runner import StudyBatch, StudyResult
@@ -75,7 +75,7 @@ def cluster_bootstrap_mean(sums: np.ndarray, counts: np.ndarray, n_boot: int, co
 def events_table(tables: dict[str, pd.DataFrame], study, max_steps: int, *, n_boot: int = 2000, confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
     """One row per event: mean segment instability (the event-level value of the test) with a
     cluster-bootstrap CI over the event's samples (``ci_informative`` False when it rests on fewer than
-    :data:`petri.stats.MIN_INFORMATIVE_N` samples), plus flips, convergence and preservation."""
+    :data:`petri.stats.groups.MIN_INFORMATIVE_N` samples), plus flips, convergence and preservation."""
     seg, smp = tables["segments"], tables["samples"]
     values = event_level_values(seg, event_col="event_id").set_index("event_id")
     rows = []
@@ -172,7 +172,7 @@ def _num(v: Any) -> Any:
 
 def _preservation(batches: list[StudyBatch]) -> tuple[dict[str, Any], pd.DataFrame]:
     """Anchor preservation (both readings) over the whole study, per group and per concept: every
-    figure aggregates :func:`petri.tables.anchors_table` rows with :func:`petri.tables.preservation_summary`."""
+    figure aggregates :func:`petri.measure.tables.anchors_table` rows with :func:`petri.measure.tables.preservation_summary`."""
     df = pd.concat(
         [anchors_table(b.trajectory).assign(group=b.group, batch=i) for i, b in enumerate(batches)], ignore_index=True
     )
@@ -256,7 +256,7 @@ def analyze(result: StudyResult, *, top_n: int = 20, n_bootstrap: int = 2000, co
     texts: dict[str, list[str]] = {tid: [] for tid in result.template_ids}
     for batch in result.batches:
         texts[batch.template_id].extend(clean_text(t) for t in batch.trajectory.final_texts)
-    method = study.noun_method()  # the study language's analyser (petri.nouns)
+    method = study.noun_method()  # the study language's analyser (petri.measure.nouns)
     top = top_nouns_by_template(texts, n=top_n, method=method)
     jaccard = jaccard_matrix(top)  # = template_jaccard(texts, top_n), nouns extracted once
     jmean = mean_off_diagonal(jaccard) if len(texts) >= 2 else float("nan")

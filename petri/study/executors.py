@@ -17,11 +17,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from petri.cancel import CancelToken
-from petri.dish import Dish
+from petri.core.cancel import CancelToken
+from petri.core.dish import Dish
 from petri.engine.base import SamplingModel, StepCallback
 from petri.engine.seeding import plan_dish, seed_dish
-from petri.trajectory import SamplerSettings, Trajectory
+from petri.core.trajectory import SamplerSettings, Trajectory
 
 
 @dataclass(frozen=True)
@@ -78,13 +78,13 @@ class StudyExecutor(ABC):
 
     @abstractmethod
     def check_layouts(self, dishes: Sequence[Dish], settings: SamplerSettings) -> None:
-        """Raise :class:`~petri.dish.LayoutError` when a concept set does not fit the canvas."""
+        """Raise :class:`~petri.core.dish.LayoutError` when a concept set does not fit the canvas."""
 
     @abstractmethod
     def run(self, jobs: Sequence[BatchJob], on_landed: BatchLanded, cancel: CancelToken | None = None) -> None:
         """Sample every job; call ``on_landed`` once per job as its trajectory arrives (any order).
         An exception raised by ``on_landed`` stops the run and propagates (the landed ones stay);
-        ``cancel`` stops it (:class:`~petri.cancel.Cancelled`) within a step here, or once the
+        ``cancel`` stops it (:class:`~petri.core.cancel.Cancelled`) within a step here, or once the
         driver next looks on a cluster."""
 
     def close(self) -> None:
@@ -93,7 +93,7 @@ class StudyExecutor(ABC):
 
 def check_layouts(lm: SamplingModel, dishes: Sequence[Dish], settings: SamplerSettings) -> None:
     """Lay out every distinct concept set once before sampling anything, so a concept set that does
-    not fit the canvas fails the whole run up front (raises :class:`~petri.dish.LayoutError`)."""
+    not fit the canvas fails the whole run up front (raises :class:`~petri.core.dish.LayoutError`)."""
     for concepts in dict.fromkeys(d.concepts for d in dishes):
         plan_dish(lm, Dish(concepts, "x"), 1, settings, seed=0)
 
@@ -144,7 +144,7 @@ class ModelSpec:
         from petri.engine.select import load_backend_model
 
         if self.threads is not None:
-            from petri.engine.device import set_cpu_threads
+            from petri.engine.torch.device import set_cpu_threads
 
             set_cpu_threads(self.threads)
         return load_backend_model(self.name, backend=self.backend, device=self.device, dtype=self.dtype,

@@ -1,5 +1,5 @@
 """Two configurations of one study side by side (two models, two tiers, two templates, two seeds of
-settings): the paired tests of :mod:`petri.paired` on the output folders of two ``petri study`` runs.
+settings): the paired tests of :mod:`petri.stats.paired` on the output folders of two ``petri study`` runs.
 Never imports torch.
 
 Pairs: events (``events.csv``, matched on ``event_id``) for the Wilcoxon signed-rank test of the
@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from petri.paired import mcnemar_exact, match_pairs, wilcoxon_paired
+from petri.stats.paired import mcnemar_exact, match_pairs, wilcoxon_paired
 
 __all__ = ["compare_runs"]
 

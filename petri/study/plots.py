@@ -28,9 +28,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from petri.metrics import flip_counts, flip_grid
-from petri.stats import LevelComparisons
-from petri.trajectory import AnchorSpan, Trajectory
+from petri.measure.metrics import flip_counts, flip_grid
+from petri.stats.groups import LevelComparisons
+from petri.core.trajectory import AnchorSpan, Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +281,7 @@ def flip_heatmap(
 ) -> go.Figure:
     """The step × position flip map (the one drawing of it: one sample, a whole dish, or a dish
     while it samples). ``flips`` ``(T, L)``: how many of ``n_samples`` samples flipped at each step
-    and position (0/1 for one sample; rows from :func:`petri.metrics.flip_grid`). ``anchors`` are
+    and position (0/1 for one sample; rows from :func:`petri.measure.metrics.flip_grid`). ``anchors`` are
     outlined and labelled; ``pinned`` ``(L,)`` bool marks the pinned prefix, and with
     ``blank_pinned`` its positions are drawn blank (not measured). ``tokens`` ``(T, L)`` text (from
     :func:`token_texts`) is shown on hover."""

@@ -1,6 +1,6 @@
 """A study's statistics while it runs: the numbers of the batches stored so far, computed by the very
 functions the final analysis uses (:func:`petri.study.analysis.study_tables`,
-:func:`~petri.study.analysis.events_table`, :func:`petri.stats.compare_levels`), so once every batch
+:func:`~petri.study.analysis.events_table`, :func:`petri.stats.groups.compare_levels`), so once every batch
 is in they are the final numbers. The UI redraws the instability figure, the ranked events and the
 event-level Mann-Whitney from them as batches land. Never imports torch.
 """
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from petri.stats import LevelComparisons, compare_levels
-from petri.store import RunStore
+from petri.stats.groups import LevelComparisons, compare_levels
+from petri.runs.store import RunStore
 from petri.study.analysis import batch_tables, events_table, group_summary_table, study_tables
 from petri.study.runner import StudyBatch, batch_key, batch_seed
 from petri.study.statistics import PEEKING_WARNING

@@ -23,12 +23,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from petri.cancel import CancelToken
-from petri.dish import Dish
+from petri.core.cancel import CancelToken
+from petri.core.dish import Dish
 from petri.study.executors import (
     BatchJob, BatchLanded, ExecutorError, ModelFacts, ModelSpec, StudyExecutor, check_layouts, sample_batch,
 )
-from petri.trajectory import SamplerSettings, Trajectory
+from petri.core.trajectory import SamplerSettings, Trajectory
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from petri.study.analysis import StudyAnalysis, analyze
-from petri.export import TokenText, package_versions, with_final_token, write_csv, write_tables
+from petri.runs.export import TokenText, package_versions, with_final_token, write_csv, write_tables
 from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap, save_figures
-from petri.stats import GroupComparison, too_small_note
+from petri.stats.groups import GroupComparison, too_small_note
 from petri.study.statistics import write_statistics
 
 if TYPE_CHECKING:
@@ -236,7 +236,7 @@ def write_study(
     token_text: TokenText | None = None,
 ) -> StudyOutputs:
     """Analyse ``result`` and write into ``out_dir``: ``positions.csv`` (final tokens decoded by
-    ``token_text``: :func:`petri.export.token_decoder`), ``segments.csv``,
+    ``token_text``: :func:`petri.runs.export.token_decoder`), ``segments.csv``,
     ``samples.csv``, ``events.csv`` (the four tidy levels), ``pairs.csv``, ``templates.csv``,
     ``jaccard.csv``, ``run.json`` (sidecar),
     ``figures/*.html`` (+ PNG/SVG where possible) and ``report.md``."""

@@ -1,6 +1,6 @@
 """Run a study: events × templates × samples, one batch per (event, template), resumable.
 
-Every finished (event, template) batch is committed to the :class:`~petri.store.RunStore` before
+Every finished (event, template) batch is committed to the :class:`~petri.runs.store.RunStore` before
 the next one starts, so a crash loses at most the batch in flight. The run id is derived from
 everything that determines the numbers (study content, model fingerprint, settings, samples, seed,
 templates), so rerunning the same command finds the run and skips what is stored. Each batch's
@@ -11,7 +11,7 @@ Batches are stored at their plan position (events outer, templates inner) but *r
 :func:`batch_order`: the groups interleaved (compared groups first), so the provisional group
 comparison can appear after a few batches instead of after every batch of the first group.
 
-Hold :meth:`petri.service.PetriService.exclusive` around :func:`run_study` when the model is
+Hold :meth:`petri.app.service.PetriService.exclusive` around :func:`run_study` when the model is
 shared (the UI does; ``PetriService.run_study`` does it for you).
 """
 
@@ -26,13 +26,13 @@ from datetime import datetime, timezone
 
 from tqdm.auto import tqdm
 
-from petri.cancel import Cancelled, CancelToken
-from petri.dish import Dish
+from petri.core.cancel import Cancelled, CancelToken
+from petri.core.dish import Dish
 from petri.engine.base import SamplingModel, StepCallback
-from petri.store import RunStore
+from petri.runs.store import RunStore
 from petri.study.executors import BatchJob, LocalExecutor, StudyExecutor, check_layouts  # noqa: F401 (check_layouts: re-exported)
 from petri.study.schema import Study, Template
-from petri.trajectory import SamplerSettings, Trajectory
+from petri.core.trajectory import SamplerSettings, Trajectory
 
 #: Bump when a change makes stored batches incompatible with new ones (new run ids then).
 RUN_FORMAT = 1
@@ -232,7 +232,7 @@ def run_study(
         on_step: passed to the sampler for live per-step views (costs a host copy per step; a
             loaded model only).
         show_progress: draw a tqdm progress bar on stderr.
-        cancel: stops the run within one denoising step (:class:`~petri.cancel.Cancelled`); the run
+        cancel: stops the run within one denoising step (:class:`~petri.core.cancel.Cancelled`); the run
             is then stored as ``cancelled`` or ``interrupted`` (the token's reason), as it is
             ``interrupted`` on Ctrl-C, and the same call resumes it.
         on_run_id: called with the run id once the run is registered in the store (before sampling).

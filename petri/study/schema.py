@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from petri.dish import LayoutError, template_problem, validate_concepts
-from petri.nouns import UnsupportedLanguage, analyser_for, analyser_problem
+from petri.core.dish import LayoutError, template_problem, validate_concepts
+from petri.measure.nouns import UnsupportedLanguage, analyser_for, analyser_problem
 
 SCHEMA_VERSION = 1
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -85,7 +85,7 @@ class Study:
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     def noun_method(self) -> str:
-        """The :mod:`petri.nouns` method for this study's template sensitivity (from ``language``
+        """The :mod:`petri.measure.nouns` method for this study's template sensitivity (from ``language``
         and ``nouns``). Raises :class:`StudyError` on ``language`` when its analyser's packages are
         not installed here, so a run is refused before anything is sampled."""
         method = analyser_for(self.language, words=self.nouns == "words")

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from petri.export import write_csv
-from petri.mixed import BootstrapResult, MixedResult, cell_values, crossed_mixed_model, two_way_cluster_bootstrap
-from petri.multiple import pair_comparisons
-from petri.stats import MIN_INFORMATIVE_N, GroupComparison, LevelComparisons, compare_levels
+from petri.runs.export import write_csv
+from petri.stats.mixed import BootstrapResult, MixedResult, cell_values, crossed_mixed_model, two_way_cluster_bootstrap
+from petri.stats.multiple import pair_comparisons
+from petri.stats.groups import MIN_INFORMATIVE_N, GroupComparison, LevelComparisons, compare_levels
 
 __all__ = ["StudyStatistics", "study_statistics", "PEEKING_WARNING", "write_statistics", "STATISTICS_START",
            "STATISTICS_END", "replace_section"]
@@ -52,7 +52,7 @@ def _num(v: Any) -> Any:
 
 @dataclass
 class StudyStatistics:
-    """Every test of one study (see the module docstring). ``pairs``: :data:`petri.multiple.PAIR_COLUMNS`."""
+    """Every test of one study (see the module docstring). ``pairs``: :data:`petri.stats.multiple.PAIR_COLUMNS`."""
 
     groups: tuple[str, str]
     comparison: LevelComparisons
@@ -163,7 +163,7 @@ def study_statistics(segments: pd.DataFrame, groups: tuple[str, str], *, planned
                      n_bootstrap: int = 2000, confidence: float = 0.95, comparison: LevelComparisons | None = None,
                      secondary: list[GroupComparison] | None = None) -> StudyStatistics:
     """All of :class:`StudyStatistics` from a segments table (``event_id``, ``template_id``, ``group``,
-    ``pair``, ``instability``). ``comparison`` is recomputed with :func:`petri.stats.compare_levels` unless
+    ``pair``, ``instability``). ``comparison`` is recomputed with :func:`petri.stats.groups.compare_levels` unless
     given (the analysis passes its own, the same numbers)."""
     kw = dict(n_bootstrap=n_bootstrap, confidence=confidence, seed=seed)
     if comparison is None:

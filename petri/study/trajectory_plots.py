@@ -2,9 +2,9 @@
 
 (1) :func:`trajectory_figure`: every step of one sample as a row of tokens (the DiffusionGemma technical
 report's layout, step 0 on top), each cell coloured by confidence (``exp(-entropy)``, see
-:mod:`petri.replay`), renoised (not accepted) cells faded, the cells whose argmax flipped at that step
+:mod:`petri.measure.replay`), renoised (not accepted) cells faded, the cells whose argmax flipped at that step
 outlined red, each position's commit step marked with a black bar, anchors outlined in their
-concept colours (``colors``: the chips' and heatmap boxes' colours, :func:`petri.web.ui_views.concept_colors`).
+concept colours (``colors``: the chips' and heatmap boxes' colours, :func:`petri.web.ui.views.concept_colors`).
 (2) :func:`step_curves_figure`: per step, the mean entropy of the free positions, the free tokens
 accepted and the flips; each sample a thin line, the mean over the samples still running a thick one.
 """
@@ -17,9 +17,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from petri.replay import CONFIDENCE_LEGEND, confidence, decode_ids, sample_record, step_curves, visible_text
+from petri.measure.replay import CONFIDENCE_LEGEND, confidence, decode_ids, sample_record, step_curves, visible_text
 from petri.study.plots import _mark_anchors
-from petri.trajectory import Trajectory
+from petri.core.trajectory import Trajectory
 
 #: Confidence colour scale, light (unsure) to dark (certain), shared by the figure and the animation.
 CONFIDENCE_SCALE = [[0.0, "#f7fbff"], [0.5, "#6baed6"], [1.0, "#08306b"]]
@@ -68,7 +68,7 @@ def trajectory_figure(traj: Trajectory, sample: int, decode: Callable[[int], str
 
 
 def step_curves_figure(traj: Trajectory, sample: int | None = None) -> go.Figure:
-    """Per-step curves (:func:`petri.replay.step_curves`) of every sample (thin grey, ``sample`` in
+    """Per-step curves (:func:`petri.measure.replay.step_curves`) of every sample (thin grey, ``sample`` in
     blue when given) and their mean over the samples still running at each step (thick black)."""
     curves = step_curves(traj)
     panels = [("mean_entropy_free", "mean entropy of free positions (nats)"),

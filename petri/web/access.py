@@ -7,7 +7,7 @@
   ``X-Petri-Token``; a submission without one is handed a new server-issued token (256 random bits,
   in the response's ``token`` field and ``X-Petri-Token`` header). A browser is a caller too: the
   first page it loads sets a server-issued token in the HttpOnly cookie ``petri_caller``, which the
-  UI's handlers and downloads read (:mod:`petri.web.ui_access`). A token is 22-128 characters of
+  UI's handlers and downloads read (:mod:`petri.web.ui.access`). A token is 22-128 characters of
   ``A-Z a-z 0-9 _ -`` (22 base64url characters are 128 bits); any other ``X-Petri-Token`` is a 400
   naming the header, never cut. Lists show only the caller's own jobs and runs; another caller's
   job or run is a 404 (its existence is not confirmed), and a list or job route without a token is

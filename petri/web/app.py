@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from petri.engine.encoder_graphs import set_encoder_graph_lengths
-from petri.engine.prompt_cache import prompt_cache_env_set, set_prompt_cache_bytes
-from petri.service import PetriService
+from petri.engine.cuda.encoder_graphs import set_encoder_graph_lengths
+from petri.engine.torch.prompt_cache import prompt_cache_env_set, set_prompt_cache_bytes
+from petri.app.service import PetriService
 from petri.web.access import AccessPolicy, ApiTokenMiddleware
 from petri.web.errors import install_error_handlers
-from petri.web.job_routes import router as job_router
+from petri.web.api.jobs import router as job_router
 from petri.web.limits import MAX_UPLOAD_BYTES
-from petri.web.replay_routes import router as replay_router
-from petri.web.routes import JobGate, router
+from petri.web.api.replay import router as replay_router
+from petri.web.api.routes import JobGate, router
 
 
 def create_app(
@@ -30,8 +30,8 @@ def create_app(
     ``busy_wait_s`` is how long an API request waits for a running job before answering 503;
     ``access`` says who may see what (:mod:`petri.web.access`: local, public, API token). A public
     app keeps no encoded prompts and no captured encoder passes unless ``PETRI_PROMPT_CACHE_MB`` asks
-    for them (:mod:`petri.engine.prompt_cache`: a reused prompt is faster, which would tell a visitor
-    that someone else sent it; :mod:`petri.engine.encoder_graphs`: the same of a prompt's length).
+    for them (:mod:`petri.engine.torch.prompt_cache`: a reused prompt is faster, which would tell a visitor
+    that someone else sent it; :mod:`petri.engine.cuda.encoder_graphs`: the same of a prompt's length).
     """
     app = FastAPI(
         title="Concept Petri Dish",
@@ -51,9 +51,9 @@ def create_app(
     if ui:
         import gradio as gr
 
-        from petri.web.ui import UI_CSS, build_ui
+        from petri.web.ui.build import UI_CSS, build_ui
 
-        from petri.web.ui_access import CallerMiddleware
+        from petri.web.ui.access import CallerMiddleware
 
         blocks = build_ui(service, model_source=model_source, access=access)
         app = gr.mount_gradio_app(app, blocks, path="/", css=UI_CSS, max_file_size=MAX_UPLOAD_BYTES)

@@ -19,8 +19,8 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from petri.service import BusyError
-from petri.store import StoreError
+from petri.app.service import BusyError
+from petri.runs.store import StoreError
 from petri.study.schema import DuplicateKeyError, strict_loads
 from petri.web.limits import MAX_BODY_BYTES, RETRY_AFTER_S
 

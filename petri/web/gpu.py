@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from petri.cancel import CancelToken
-from petri.service import PetriService, SeedEvent, SeedResult
+from petri.core.cancel import CancelToken
+from petri.app.service import PetriService, SeedEvent, SeedResult
 from petri.study.runner import ProgressCallback, StudyResult
 from petri.study.schema import Study
-from petri.trajectory import SamplerSettings
+from petri.core.trajectory import SamplerSettings
 
 
 def gpu_task(fn: Callable) -> Callable:

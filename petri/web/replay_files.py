@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from petri.export import run_steps_table, write_csv, write_parquet
+from petri.runs.export import run_steps_table, write_csv, write_parquet
 from petri.study.animation import mp4_available, write_gif, write_mp4
 from petri.study.plots import save_figures
 from petri.study.trajectory_plots import step_curves_figure, trajectory_figure
-from petri.trajectory import Trajectory
+from petri.core.trajectory import Trajectory
 from petri.web.tokens import TokenText, concept_colors
 
 REPLAY_SUFFIXES = ("gif", "mp4", "html", "png", "svg", "csv", "parquet")
@@ -36,7 +36,7 @@ def pick(trajectories: Sequence[Trajectory], event: int, sample: int) -> Traject
 
 def write_replay(stored: list, event: int, sample: int, out: str | Path, *, tokenizer=None,
                  tokens: TokenText | None = None, frame_ms: int = 400) -> tuple[Path, str]:
-    """Write one export of a stored run (``stored`` as :meth:`petri.store.RunStore.load_events` gives it),
+    """Write one export of a stored run (``stored`` as :meth:`petri.runs.store.RunStore.load_events` gives it),
     the kind chosen by ``out``'s suffix (:data:`REPLAY_SUFFIXES`). Token text: ``tokens``, else the
     tokenizer of ``tokenizer`` (a folder or cached hub id), else of the run's model id. Returns
     (path, note); a PNG/SVG that cannot be rendered here raises RuntimeError naming why."""
@@ -45,7 +45,7 @@ def write_replay(stored: list, event: int, sample: int, out: str | Path, *, toke
     trajectories, groups = [t for _, _, t in stored], [g for _, g, _ in stored]
     traj = pick(trajectories, event, sample)
     if tokens is None:
-        from petri.engine.torch_model import load_tokenizer
+        from petri.engine.torch.model import load_tokenizer
 
         tokens = TokenText(load_tokenizer(tokenizer or traj.model_id))
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -20,9 +20,9 @@ import os
 import sys
 
 from petri.engine.base import BackendUnavailableError, ModelNotFoundError
-from petri.model_options import add_model_arguments, load_from_args
-from petri.service import PetriService
-from petri.store import RunStore, StoreError
+from petri.cli.options import add_model_arguments, load_from_args
+from petri.app.service import PetriService
+from petri.runs.store import RunStore, StoreError
 from petri.web import limits
 from petri.web.access import API_TOKEN_ENV, CALLER_HEADER, PUBLIC_ENV, AccessPolicy, RedactSecrets
 from petri.web.app import create_app
@@ -58,7 +58,7 @@ def build_service(args: argparse.Namespace) -> tuple[PetriService, str | None]:
         print(f"note: {runs} runs and {jobs} jobs that a stopped process left unfinished are marked interrupted "
               "(a study resumes when it is run again)", file=sys.stderr, flush=True)
     if args.tiny_random:
-        from petri.engine.tiny import tiny_random_model
+        from petri.engine.torch.tiny import tiny_random_model
 
         lm, source = tiny_random_model(canvas_length=64), None
     else:

@@ -1,0 +1,250 @@
+"""The one object that owns the loaded model, the run store, the job queue and the lock that lets
+one model job run at a time. The HTTP routes, the Gradio UI and the CLI are thin layers over it.
+
+Two ways in: a synchronous call (:meth:`PetriService.seed`, :meth:`PetriService.run_study`) that
+takes the lock itself, and a job (:meth:`PetriService.submit_seed`, :meth:`PetriService.submit_study`)
+that the job queue runs in order. Both can be cancelled through a :class:`~petri.core.cancel.CancelToken`,
+and :meth:`PetriService.shutdown` stops all of it (``interrupted``, resumable).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from petri.core.cancel import CancelToken, acquire_or_cancel
+from petri.core.dish import Dish
+from petri.engine.base import SamplingModel, StepCallback
+from petri.engine.seeding import seed_dish
+from petri.app.jobs import Job, JobContext, JobQueue
+from petri.runs.store import RunStore, StoreError
+from petri.study.runner import ProgressCallback, StudyProgress, StudyResult, run_study, stopped_status
+from petri.study.schema import Study
+from petri.core.trajectory import SamplerSettings, Trajectory
+
+
+class BusyError(RuntimeError):
+    """Another model job holds the lock and did not finish within the wait allowed."""
+
+
+@dataclass(frozen=True)
+class SeedEvent:
+    """One event of a seed request: the dish to sample and an optional group label."""
+
+    dish: Dish
+    group: str | None = None
+
+
+@dataclass
+class SeedResult:
+    run_id: str
+    trajectories: list[Trajectory]
+    groups: list[str | None]
+    wall_s: float
+
+
+class PetriService:
+    """Loaded model + run store + job queue + a lock (one model job at a time).
+
+    Args:
+        busy_wait_s: how long a synchronous call waits for the lock before :class:`BusyError`.
+        max_queued_jobs: jobs that may wait in the queue at once (:class:`~petri.app.jobs.QueueFull`).
+    """
+
+    def __init__(self, lm: SamplingModel, store: RunStore, busy_wait_s: float = 0.0, max_queued_jobs: int = 16):
+        self.lm = lm
+        self.store = store
+        self.busy_wait_s = busy_wait_s
+        self._lock = threading.Lock()
+        self.jobs = JobQueue(store, self._lock, max_queued=max_queued_jobs)
+        self._active: set[CancelToken] = set()
+        self._active_lock = threading.Lock()
+
+    @property
+    def busy(self) -> bool:
+        return self._lock.locked()
+
+    @contextmanager
+    def exclusive(self, wait_s: float | None = None, cancel: CancelToken | None = None) -> Iterator[None]:
+        """Hold the model for one job; raise :class:`BusyError` if it stays taken for ``wait_s``
+        (or :class:`~petri.core.cancel.Cancelled` if ``cancel`` is cancelled while waiting)."""
+        wait = self.busy_wait_s if wait_s is None else wait_s
+        if not acquire_or_cancel(self._lock, cancel, timeout=wait):
+            raise BusyError(f"a model job is already running (waited {wait:.0f} s); try again later")
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    @contextmanager
+    def cancellable(self, token: CancelToken | None = None) -> Iterator[CancelToken]:
+        """A token for synchronous work that :meth:`shutdown` can stop (registered while in use)."""
+        token = token or CancelToken()
+        with self._active_lock:
+            self._active.add(token)
+        try:
+            yield token
+        finally:
+            with self._active_lock:
+                self._active.discard(token)
+
+    # ------------------------------------------------------------------------------ seeding
+    def seed(
+        self,
+        events: Sequence[SeedEvent],
+        n_samples: int,
+        settings: SamplerSettings | None = None,
+        seed: int = 0,
+        on_step: StepCallback | None = None,
+        wait_s: float | None = None,
+        cancel: CancelToken | None = None,
+        owner: str | None = None,
+    ) -> SeedResult:
+        """Sample every event (one batch per event), store each as it finishes, return them all.
+        ``owner`` (a token hash) may read the run on a public server."""
+        with self.cancellable(cancel) as token, self.exclusive(wait_s, token):
+            return self._seed(events, n_samples, settings, seed, on_step, token, owner)
+
+    def _seed(self, events, n_samples, settings, seed, on_step, cancel, owner, started_run=None, event_done=None,
+              event_started=None) -> SeedResult:
+        """:meth:`seed`'s work, the lock already held; ``event_started(index)`` before each event's first step."""
+        settings = settings or self.lm.default_settings()
+        run_id = uuid.uuid4().hex
+        request = {
+            "events": [{"event": e.dish.event, "group": e.group, "concepts": list(e.dish.concepts),
+                        "template": e.dish.template, "shuffle": e.dish.shuffle,
+                        "positions": list(e.dish.positions) if e.dish.positions is not None else None}
+                       for e in events],
+            "n_samples": n_samples,
+            "settings": settings.to_dict(),
+            "seed": seed,
+        }
+        started = time.perf_counter()
+        self.store.create_run(run_id, "seed", self.lm.model_id, request)
+        if owner is not None:
+            self.store.add_run_owner(run_id, owner)
+        if started_run is not None:
+            started_run(run_id)
+        trajectories = []
+        try:
+            for index, event in enumerate(events):
+                if event_started is not None:
+                    event_started(index)
+                traj = seed_dish(self.lm, event.dish, n_samples, settings, seed=seed, on_step=on_step, cancel=cancel)
+                self.store.save_event(run_id, index, f"event{index}", traj, event.group)
+                trajectories.append(traj)
+                if event_done is not None:
+                    event_done(index)
+        except BaseException as err:
+            try:
+                self.store.finish_run(run_id, stopped_status(err), error=str(err))
+            except StoreError:  # the store itself may be what failed (full disk): keep the original error
+                pass
+            raise
+        self.store.finish_run(run_id, "done")
+        return SeedResult(run_id, trajectories, [e.group for e in events], time.perf_counter() - started)
+
+    def submit_seed(
+        self, events: Sequence[SeedEvent], n_samples: int, settings: SamplerSettings, seed: int = 0,
+        owner: str | None = None, on_step: StepCallback | None = None,
+        on_event: Callable[[int], None] | None = None,
+    ) -> Job:
+        """Queue a seed as a job; its progress counts denoising steps (``events × max steps`` at most:
+        samples that stop early finish their event sooner). The job's result is a :class:`SeedResult`.
+        ``on_step`` (in-process callers such as the UI) sees each step's raw argmax, as in :meth:`seed`;
+        ``on_event(index)`` is called on the job's thread before event ``index``'s first step, so the
+        steps that follow belong to that event."""
+        max_steps = settings.max_denoising_steps
+
+        def work(ctx: JobContext) -> SeedResult:
+            total = len(events) * max_steps
+            steps = [0]
+
+            def step() -> None:
+                steps[0] += 1
+                ctx.progress(min(steps[0], total), total, "step")
+
+            def event_done(index: int) -> None:
+                steps[0] = (index + 1) * max_steps
+                ctx.progress(steps[0], total, "step")
+
+            ctx.progress(0, total, "step")
+            ctx.cancel.heartbeat = step
+            return self._seed(events, n_samples, settings, seed, on_step, ctx.cancel, owner,
+                              started_run=ctx.set_run_id, event_done=event_done, event_started=on_event)
+
+        return self.jobs.submit("seed", work, owner)
+
+    # ------------------------------------------------------------------------------ studies
+    def run_study(
+        self,
+        study: Study,
+        *,
+        samples: int = 12,
+        seed: int = 0,
+        settings: SamplerSettings | None = None,
+        templates: Sequence[str] | None = None,
+        progress: ProgressCallback | None = None,
+        on_step: StepCallback | None = None,
+        wait_s: float | None = None,
+        show_progress: bool = False,
+        cancel: CancelToken | None = None,
+        owner: str | None = None,
+    ) -> StudyResult:
+        """:func:`petri.study.runner.run_study` on this service's model and store, holding the one-job
+        lock for the whole study (raises :class:`BusyError` if another job holds it). Rerunning the
+        same study with the same arguments resumes from the store."""
+        with self.cancellable(cancel) as token, self.exclusive(wait_s, token):
+            return self._study(study, samples, seed, settings, templates, progress, on_step, show_progress, token, owner)
+
+    def _study(self, study, samples, seed, settings, templates, progress, on_step, show_progress, cancel, owner,
+               started_run=None) -> StudyResult:
+        """:meth:`run_study`'s work, the lock already held."""
+
+        def registered(run_id: str) -> None:
+            if owner is not None:
+                self.store.add_run_owner(run_id, owner)
+            if started_run is not None:
+                started_run(run_id)
+
+        return run_study(
+            self.lm, study, self.store, samples=samples, seed=seed, settings=settings, templates=templates,
+            progress=progress, on_step=on_step, show_progress=show_progress, cancel=cancel, on_run_id=registered,
+        )
+
+    def submit_study(
+        self, study: Study, samples: int, seed: int, settings: SamplerSettings | None,
+        templates: Sequence[str] | None = None, owner: str | None = None, progress: ProgressCallback | None = None,
+    ) -> Job:
+        """Queue a study as a job; its progress counts (event, template) batches, stored ones
+        included. The job's result is a :class:`~petri.study.runner.StudyResult`. ``progress``
+        (in-process callers such as the UI) also sees each :class:`~petri.study.runner.StudyProgress`."""
+
+        def work(ctx: JobContext) -> StudyResult:
+            def batch(p: StudyProgress) -> None:
+                ctx.progress(p.done, p.total, "batch")
+                if progress is not None:
+                    progress(p)
+
+            return self._study(study, samples, seed, settings, templates, batch, None, False, ctx.cancel, owner,
+                               started_run=ctx.set_run_id)
+
+        return self.jobs.submit("study", work, owner)
+
+    # ------------------------------------------------------------------------------ shutdown
+    def shutdown(self, timeout: float = 8.0) -> None:
+        """Stop everything for a process that exits: queued jobs never start, the running job and
+        every synchronous call stop at their next step, all marked ``interrupted`` (resumable)."""
+        self.begin_shutdown()
+        self.jobs.shutdown(timeout)
+
+    def begin_shutdown(self) -> None:
+        """The non-blocking half of :meth:`shutdown` (for a signal handler)."""
+        self.jobs.begin_shutdown()
+        with self._active_lock:
+            for token in self._active:
+                token.cancel("interrupted")

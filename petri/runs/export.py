@@ -1,0 +1,238 @@
+"""Tidy CSV export with a JSON sidecar that records everything a methods section needs.
+
+Every CSV the project writes goes through :func:`write_csv`, which neutralises spreadsheet
+formulas (CSV injection, as OWASP recommends): a text cell or column name that begins with ``=``,
+``+``, ``-``, ``@``, a tab or a carriage return is written with a leading ``'``, so a spreadsheet
+shows it as text instead of running it. :func:`write_tables` records the raw values of every
+neutralised cell in the JSON sidecar under ``csv_neutralised`` (table → column → raw values).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import platform
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from petri.measure.replay import steps_table
+from petri.measure.tables import pairs_table, positions_table, samples_table, segments_table
+from petri.core.trajectory import Trajectory
+
+TABLES = {
+    "positions": positions_table,
+    "segments": segments_table,
+    "samples": samples_table,
+    "pairs": pairs_table,
+}
+
+#: What a spreadsheet reads as the start of a formula (OWASP, CSV injection).
+FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
+_FORMULA_PATTERN = r"^[=+\-@\t\r]"
+
+#: Token ids (a 1-D int array) → their decoded texts, one per id.
+TokenText = Callable[[np.ndarray], list[str]]
+
+_VERSIONED = ("torch", "transformers", "numpy", "scipy", "pandas", "plotly", "textblob")
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in _VERSIONED:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def token_decoder(tokenizer, model_id: str, trajectories: Sequence[Trajectory]) -> TokenText | None:
+    """Decodes token ids one by one with ``tokenizer`` (a Hugging Face tokenizer), if every
+    trajectory was sampled by model ``model_id`` (a stored run of another model: None)."""
+    if tokenizer is None or any(t.model_id != model_id for t in trajectories):
+        return None
+
+    def decode(ids: np.ndarray) -> list[str]:
+        unique, inverse = np.unique(np.asarray(ids, dtype=np.int64), return_inverse=True)
+        texts = np.array([tokenizer.decode([int(i)]) for i in unique], dtype=object)
+        return texts[inverse.reshape(-1)].tolist()
+
+    return decode
+
+
+def with_final_token(frame: pd.DataFrame, token_text: TokenText | None) -> pd.DataFrame:
+    """A positions table with ``final_token`` (the final token's text; ``""`` without a decoder,
+    e.g. a stored run of another model) right after ``final_token_id`` (in place; returned)."""
+    ids = frame["final_token_id"].to_numpy()
+    texts = token_text(ids) if token_text is not None and len(ids) else [""] * len(ids)
+    frame.insert(frame.columns.get_loc("final_token_id") + 1, "final_token", texts)
+    return frame
+
+
+def run_table(
+    trajectories: Sequence[Trajectory], name: str, groups: Sequence[str | None] | None = None,
+    token_text: TokenText | None = None,
+) -> pd.DataFrame:
+    """One tidy table (``name`` in :data:`TABLES`) over all trajectories (one per event), rows tagged
+    with event and model; with ``groups`` (one label per trajectory), also ``event_index`` and
+    ``group`` beside ``event``. Positions gain ``final_token`` (:func:`with_final_token`)."""
+    frames = [_event_table(traj, name, index, groups, token_text) for index, traj in enumerate(trajectories)]
+    return pd.concat(frames, ignore_index=True)
+
+
+def _event_table(traj: Trajectory, name: str, index: int, groups: Sequence[str | None] | None,
+                 token_text: TokenText | None = None) -> pd.DataFrame:
+    """Table ``name`` of one trajectory, tagged with ``event_index`` and ``group`` when ``groups``
+    is given (after ``event``, or first where the table carries no event text)."""
+    frame = TABLES[name](traj)
+    if name == "positions":
+        with_final_token(frame, token_text)
+    if groups is not None:
+        at = 1 if "event" in frame.columns else 0
+        frame.insert(at, "group", groups[index] if groups[index] is not None else "")
+        frame.insert(at, "event_index", index)
+    return frame
+
+
+def iter_csv(trajectories: Sequence[Trajectory], name: str, groups: Sequence[str | None] | None = None,
+             token_text: TokenText | None = None) -> Iterator[str]:
+    """:func:`run_table` as CSV text, one event at a time (the header first): what a download
+    streams, so no more than one event's table is ever in memory. The chunks joined equal
+    ``write_csv(run_table(...))``."""
+    for index, traj in enumerate(trajectories):
+        yield write_csv(_event_table(traj, name, index, groups, token_text), header=index == 0)
+
+
+def run_tables(
+    trajectories: Sequence[Trajectory], groups: Sequence[str | None] | None = None, token_text: TokenText | None = None,
+) -> dict[str, pd.DataFrame]:
+    """Every table of :data:`TABLES` by :func:`run_table`."""
+    return {name: run_table(trajectories, name, groups, token_text) for name in TABLES}
+
+
+def run_steps_table(
+    trajectories: Sequence[Trajectory], decode, groups: Sequence[str | None] | None = None
+) -> pd.DataFrame:
+    """The per-step record of every trajectory (:func:`petri.measure.replay.steps_table`, ``decode`` an id →
+    text callable) with ``event_index`` and ``group`` in front: one row per (event, sample, step run,
+    position)."""
+    frames = []
+    for index, traj in enumerate(trajectories):
+        frame = steps_table(traj, decode)
+        frame.insert(0, "group", (groups[index] if groups is not None else None) or "")
+        frame.insert(0, "event_index", index)
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+def write_parquet(table: pd.DataFrame, target=None):
+    """``table`` as Parquet (pyarrow) to a path or buffer (``None``: return the bytes)."""
+    return table.to_parquet(target, index=False, engine="pyarrow")
+
+
+def neutralise(value: str) -> str:
+    """``value`` with a leading ``'`` if a spreadsheet would read it as a formula, else unchanged."""
+    return "'" + value if value.startswith(FORMULA_LEADS) else value
+
+
+def _formula_mask(column: pd.Series) -> pd.Series | None:
+    """Where a text column holds a formula-leading string (None: not a text column, or none do)."""
+    if not (column.dtype == object or pd.api.types.is_string_dtype(column)):
+        return None
+    mask = column.astype("string").str.match(_FORMULA_PATTERN).fillna(False).astype(bool)
+    return mask if bool(mask.any()) else None
+
+
+def formula_cells(table: pd.DataFrame) -> dict[str, list[str]]:
+    """The raw values :func:`write_csv` neutralises in ``table``: column name → its distinct
+    formula-leading values (in order of appearance); ``"(column names)"`` for names."""
+    found: dict[str, list[str]] = {}
+    names = [str(c) for c in table.columns if str(c).startswith(FORMULA_LEADS)]
+    if names:
+        found["(column names)"] = names
+    for name in table.columns:
+        mask = _formula_mask(table[name])
+        if mask is not None:
+            found[str(name)] = list(dict.fromkeys(table[name][mask].tolist()))
+    return found
+
+
+def safe_table(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with every formula-leading text cell and column name neutralised (a copy where any is)."""
+    masks = {name: m for name in table.columns if (m := _formula_mask(table[name])) is not None}
+    renamed = {c: neutralise(c) for c in table.columns if isinstance(c, str) and c.startswith(FORMULA_LEADS)}
+    if not masks and not renamed:
+        return table
+    table = table.copy()
+    for name, mask in masks.items():
+        table[name] = table[name].astype(object).where(~mask, "'" + table[name][mask].astype(str))
+    return table.rename(columns=renamed)
+
+
+def write_csv(table: pd.DataFrame, target=None, header: bool = True):
+    """``table`` as CSV to a path or buffer (``None``: return the text), formula-leading text
+    neutralised (:func:`safe_table`). Every text field is quoted: decoded canvases may hold bare
+    carriage returns or commas."""
+    return safe_table(table).to_csv(target, index=False, quoting=csv.QUOTE_NONNUMERIC, header=header)
+
+
+def run_metadata(trajectories: Sequence[Trajectory], **extra) -> dict:
+    """Model, settings, seeds, prompts, timings and package versions of a run."""
+    first = trajectories[0]
+    return {
+        "model_id": first.model_id,
+        "device": first.device,
+        "sampler": first.sampler,
+        "settings": first.settings.to_dict(),
+        "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "versions": package_versions(),
+        "events": [
+            {
+                "event": t.event,
+                "template": t.template,
+                "prompt": t.prompt,
+                "seed": t.seed,
+                "samples": t.n_samples,
+                "canvas_length": t.canvas_length,
+                "timings": t.timings,
+            }
+            for t in trajectories
+        ],
+        **extra,
+    }
+
+
+def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path, metadata: dict, sidecar: str = "run.json") -> dict[str, Path]:
+    """Write each table as ``<name>.csv`` (:func:`write_csv`) and ``metadata`` as the JSON
+    ``sidecar`` into ``out_dir`` (created if needed), the raw values of neutralised cells under
+    ``csv_neutralised``. Returns the written paths by table name (the sidecar under ``"run"``)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written, raw = {}, {}
+    for name, table in tables.items():
+        path = out / f"{name}.csv"
+        write_csv(table, path)
+        written[name] = path
+        if cells := formula_cells(table):
+            raw[name] = cells
+    if raw:
+        metadata = {**metadata, "csv_neutralised": raw}
+    side = out / sidecar
+    side.write_text(json.dumps(metadata, indent=2, default=str, ensure_ascii=False), encoding="utf-8")
+    written["run"] = side
+    return written
+
+
+def write_run(trajectories: Sequence[Trajectory], out_dir: str | Path, token_text: TokenText | None = None,
+              **extra) -> dict[str, Path]:
+    """Write ``positions.csv`` (final tokens decoded by ``token_text``), ``segments.csv``,
+    ``samples.csv``, ``pairs.csv`` and ``run.json`` into ``out_dir`` (created if needed). Returns
+    the written paths by table name."""
+    if not trajectories:
+        raise ValueError("trajectories: nothing to export")
+    return write_tables(run_tables(trajectories, token_text=token_text), out_dir, run_metadata(trajectories, **extra))

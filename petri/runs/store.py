@@ -1,0 +1,301 @@
+"""The run store: every finished event of a run is committed to SQLite before the next starts.
+
+A crash loses at most the event in flight; rerunning the same run id skips the events already
+stored. One database file (``petri.sqlite``) in a configurable folder, in WAL mode so readers (the
+HTTP API) never block the writer. Trajectories are stored whole (compressed numpy arrays plus a
+JSON header), so every table and figure can be recomputed from the store alone.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sqlite3
+import threading
+from collections.abc import Collection
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from petri.core.trajectory import AnchorSpan, Trajectory, settings_from_dict
+
+RUN_ID_PATTERN = re.compile(r"^[0-9a-f]{8,64}$")
+_ARRAYS = ("argmax", "entropy", "accepted", "steps", "anchor_mask", "final_ids", "prompt_ids")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    model_id TEXT NOT NULL,
+    request TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    finished_at TEXT,
+    error TEXT
+);
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    position INTEGER NOT NULL,
+    event_key TEXT NOT NULL,
+    grp TEXT,
+    header TEXT NOT NULL,
+    arrays BLOB NOT NULL,
+    stored_at TEXT NOT NULL,
+    PRIMARY KEY (run_id, event_key)
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    owner TEXT,
+    status TEXT NOT NULL,
+    state TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_by_time ON jobs (created_at);
+CREATE TABLE IF NOT EXISTS run_owners (
+    run_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    PRIMARY KEY (run_id, owner)
+);
+"""
+
+#: What a job can be while a process runs it; anything else is final.
+_UNFINISHED = ("queued", "running")
+
+
+class StoreError(RuntimeError):
+    """The run store cannot be opened or written (unwritable folder, full disk, corrupt file)."""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def check_run_id(run_id: str) -> str:
+    """Run ids are lowercase hex (8-64 characters); anything else (``../``, slashes) is refused."""
+    if not isinstance(run_id, str) or not RUN_ID_PATTERN.match(run_id):
+        raise ValueError(f"run_id: {run_id!r} is not a run id (8-64 lowercase hex characters)")
+    return run_id
+
+
+def trajectory_to_blobs(traj: Trajectory) -> tuple[str, bytes]:
+    """(JSON header, compressed npz bytes) holding the whole trajectory."""
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **{name: getattr(traj, name) for name in _ARRAYS})
+    header = {
+        "anchors": [[asdict(a) for a in spans] for spans in traj.anchors],
+        "final_texts": traj.final_texts,
+        "prompt": traj.prompt,
+        "settings": traj.settings.to_dict(),
+        "model_id": traj.model_id,
+        "seed": traj.seed,
+        "device": traj.device,
+        "timings": traj.timings,
+        "event": traj.event,
+        "template": traj.template,
+        "sampler": traj.sampler,
+    }
+    return json.dumps(header), buffer.getvalue()
+
+
+def trajectory_from_blobs(header: str, arrays: bytes) -> Trajectory:
+    meta = json.loads(header)
+    with np.load(io.BytesIO(arrays)) as data:
+        loaded = {name: data[name] for name in _ARRAYS}
+    anchors = [[AnchorSpan(a["concept"], a["start"], tuple(a["token_ids"])) for a in spans] for spans in meta["anchors"]]
+    return Trajectory(
+        **loaded,
+        anchors=anchors,
+        final_texts=meta["final_texts"],
+        prompt=meta["prompt"],
+        settings=settings_from_dict(meta["settings"]),
+        model_id=meta["model_id"],
+        seed=meta["seed"],
+        device=meta["device"],
+        timings=meta["timings"],
+        event=meta["event"],
+        template=meta["template"],
+        sampler=meta.get("sampler", "unknown"),  # runs stored before the field existed
+    )
+
+
+class RunStore:
+    """SQLite-backed store of runs and their per-event trajectories (thread-safe)."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        self.path = self.folder / "petri.sqlite"
+        self._lock = threading.Lock()
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as err:
+            raise StoreError(f"run store {self.path}: cannot open or write it ({err})") from err
+
+    def _write(self, sql: str, params: tuple) -> None:
+        with self._lock:
+            try:
+                self._db.execute(sql, params)
+            except sqlite3.Error as err:
+                raise StoreError(f"run store {self.path}: write failed ({err})") from err
+
+    def _read(self, sql: str, params: tuple) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, params).fetchall()
+
+    def create_run(self, run_id: str, kind: str, model_id: str, request: dict) -> bool:
+        """Register a run; returns False (and changes nothing) when it already exists (a resume)."""
+        check_run_id(run_id)
+        existed = bool(self._read("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)))
+        if not existed:
+            self._write(
+                "INSERT INTO runs (run_id, kind, model_id, request, status, created_at) VALUES (?, ?, ?, ?, 'running', ?)",
+                (run_id, kind, model_id, json.dumps(request, default=str), _now()),
+            )
+        else:
+            self._write("UPDATE runs SET status = 'running', error = NULL WHERE run_id = ?", (run_id,))
+        return not existed
+
+    def save_event(self, run_id: str, position: int, event_key: str, traj: Trajectory, group: str | None = None) -> None:
+        """Commit one finished event (durably, before returning)."""
+        header, arrays = trajectory_to_blobs(traj)
+        self._write(
+            "INSERT OR REPLACE INTO events (run_id, position, event_key, grp, header, arrays, stored_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (check_run_id(run_id), position, event_key, group, header, arrays, _now()),
+        )
+
+    def finish_run(self, run_id: str, status: str = "done", error: str | None = None) -> None:
+        self._write(
+            "UPDATE runs SET status = ?, finished_at = ?, error = ? WHERE run_id = ?",
+            (status, _now(), error, check_run_id(run_id)),
+        )
+
+    def completed_events(self, run_id: str) -> set[str]:
+        return {row[0] for row in self._read("SELECT event_key FROM events WHERE run_id = ?", (check_run_id(run_id),))}
+
+    def load_events(self, run_id: str, skip: Collection[str] = ()) -> list[tuple[str, str | None, Trajectory]]:
+        """(event_key, group, trajectory) of every stored event, in run order; the events whose keys
+        are in ``skip`` (ones a reader already holds) are left out without being read."""
+        check_run_id(run_id)
+        if skip:
+            keys = [k for (k,) in self._read("SELECT event_key FROM events WHERE run_id = ?", (run_id,)) if k not in skip]
+            if not keys:
+                return []
+            rows = self._read(
+                f"SELECT event_key, grp, header, arrays FROM events WHERE run_id = ? AND event_key IN "
+                f"({', '.join('?' * len(keys))}) ORDER BY position", (run_id, *keys))
+        else:
+            rows = self._read(
+                "SELECT event_key, grp, header, arrays FROM events WHERE run_id = ? ORDER BY position", (run_id,))
+        return [(key, grp, trajectory_from_blobs(header, arrays)) for key, grp, header, arrays in rows]
+
+    def get_run(self, run_id: str) -> dict | None:
+        rows = self._read(
+            "SELECT run_id, kind, model_id, request, status, created_at, finished_at, error FROM runs WHERE run_id = ?",
+            (check_run_id(run_id),),
+        )
+        if not rows:
+            return None
+        keys = ("run_id", "kind", "model_id", "request", "status", "created_at", "finished_at", "error")
+        run = dict(zip(keys, rows[0]))
+        run["request"] = json.loads(run["request"])
+        run["events_stored"] = len(self.completed_events(run_id))
+        return run
+
+    def list_runs(self, limit: int = 50) -> list[dict]:
+        rows = self._read("SELECT run_id FROM runs ORDER BY created_at DESC, rowid DESC LIMIT ?", (limit,))
+        return [self.get_run(r[0]) for r in rows]
+
+    # ------------------------------------------------------------------------------ jobs
+    def save_job(self, job: dict) -> None:
+        """Write a job's public state (``petri.app.jobs.Job.public()`` plus ``owner``), replacing the last."""
+        state = {k: v for k, v in job.items() if k != "owner"}
+        self._write(
+            "INSERT OR REPLACE INTO jobs (job_id, kind, owner, status, state, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (job["job_id"], job["kind"], job.get("owner"), job["status"], json.dumps(state), job["created"]),
+        )
+
+    def get_job(self, job_id: str) -> dict | None:
+        """A job's last written state plus ``owner``, or None."""
+        rows = self._read("SELECT state, owner FROM jobs WHERE job_id = ?", (job_id,))
+        return {**json.loads(rows[0][0]), "owner": rows[0][1]} if rows else None
+
+    def list_jobs(self, owner: str | None = None, limit: int = 20, offset: int = 0, any_owner: bool = False) -> list[dict]:
+        """Jobs newest first; only ``owner``'s unless ``any_owner``."""
+        where, params = ("", ()) if any_owner else ("WHERE owner IS ?", (owner,))
+        rows = self._read(
+            f"SELECT state, owner FROM jobs {where} ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?",
+            (*params, limit, offset),
+        )
+        return [{**json.loads(state), "owner": who} for state, who in rows]
+
+    def mark_unfinished_interrupted(self) -> tuple[int, int]:
+        """What a crash left ``running`` (runs) or ``queued``/``running`` (jobs) becomes
+        ``interrupted`` (a stored study resumes from it). Returns (runs, jobs) changed."""
+        with self._lock:
+            try:
+                runs = self._db.execute(
+                    "UPDATE runs SET status = 'interrupted', finished_at = ?, error = 'the process running it stopped' "
+                    "WHERE status = 'running'", (_now(),),
+                ).rowcount
+                stale = self._db.execute(
+                    f"SELECT job_id, state FROM jobs WHERE status IN {_UNFINISHED}"
+                ).fetchall()
+                for job_id, state in stale:
+                    fixed = {**json.loads(state), "status": "interrupted", "finished": _now(),
+                             "error": "the process running it stopped"}
+                    self._db.execute("UPDATE jobs SET status = 'interrupted', state = ? WHERE job_id = ?",
+                                     (json.dumps(fixed), job_id))
+            except sqlite3.Error as err:
+                raise StoreError(f"run store {self.path}: write failed ({err})") from err
+        return runs, len(stale)
+
+    # ------------------------------------------------------------------------------ owners
+    def add_run_owner(self, run_id: str, owner: str) -> None:
+        """Let ``owner`` (a token hash) see ``run_id`` on a public server."""
+        self._write("INSERT OR IGNORE INTO run_owners (run_id, owner) VALUES (?, ?)", (check_run_id(run_id), owner))
+
+    def owns_run(self, run_id: str, owner: str | None) -> bool:
+        return owner is not None and bool(
+            self._read("SELECT 1 FROM run_owners WHERE run_id = ? AND owner = ?", (check_run_id(run_id), owner))
+        )
+
+    def remove_run(self, run_id: str, owner: str | None = None) -> bool:
+        """Delete a run: with ``owner``, only that owner's claim, and the run itself (events and
+        all) once nobody else claims it; without, the run and every claim. True if it existed."""
+        check_run_id(run_id)
+        with self._lock:
+            try:
+                if not self._db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchall():
+                    return False
+                if owner is not None:
+                    self._db.execute("DELETE FROM run_owners WHERE run_id = ? AND owner = ?", (run_id, owner))
+                    if self._db.execute("SELECT 1 FROM run_owners WHERE run_id = ?", (run_id,)).fetchall():
+                        return True
+                self._db.execute("BEGIN")
+                for table in ("run_owners", "events", "runs"):
+                    self._db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+                self._db.execute("COMMIT")
+            except sqlite3.Error as err:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise StoreError(f"run store {self.path}: delete failed ({err})") from err
+        return True
+
+    def list_owned_runs(self, owner: str | None, limit: int = 50) -> list[dict]:
+        rows = self._read(
+            "SELECT r.run_id FROM runs r JOIN run_owners o ON o.run_id = r.run_id WHERE o.owner IS ? "
+            "ORDER BY r.created_at DESC, r.rowid DESC LIMIT ?", (owner, limit),
+        )
+        return [self.get_run(r[0]) for r in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -1,0 +1,140 @@
+"""The stored denoising record over HTTP, read from the run store (nothing is resampled), with the
+same run access check as every other run route (:func:`petri.web.api.routes._load_run`):
+
+- ``GET /api/runs/{run_id}/steps.csv`` and ``steps.parquet``: one row per (event, sample, step run,
+  position): ``event_index, group, sample, step, position, token_id, token_text, entropy, accepted,
+  anchor`` (:func:`petri.runs.export.run_steps_table`); ``token_id`` equals the per-step ``argmax`` of
+  ``GET /api/runs/{run_id}?include_trajectories=true``. The CSV is streamed one sample at a time.
+- ``GET /api/runs/{run_id}/replay.gif?event=0&sample=0``: one sample's denoising, one frame per step.
+- ``GET /api/runs/{run_id}/trajectory.{html,png,svg}?event=0&sample=0``: the whole-trajectory figure
+  (PNG/SVG need a Chromium for kaleido: 503 naming it where there is none).
+
+Token text comes from the served model's tokenizer; for a run made by another model it is left empty
+(the ``X-Petri-Token-Text`` header says why).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query
+from fastapi.responses import Response, StreamingResponse
+
+from petri.runs.export import run_steps_table, write_csv, write_parquet
+from petri.study.animation import write_gif
+from petri.study.plots import save_figures
+from petri.study.trajectory_plots import trajectory_figure
+from petri.core.trajectory import Trajectory
+from petri.web.api.routes import Client, RunId, Service, _load_run
+from petri.web.replay_files import pick, run_colors
+from petri.web.tokens import TokenText
+
+router = APIRouter()
+FIGURE_TYPES = {"html": "text/html; charset=utf-8", "png": "image/png", "svg": "image/svg+xml"}
+EventIndex = Annotated[int, Query(ge=0, description="the event (0 for a dish; 0 or 1 for a comparison)")]
+SampleIndex = Annotated[int, Query(ge=0, description="the sample, numbered from 0")]
+
+
+def _decoder(service, trajectories: list[Trajectory]):
+    """(decode, header note): the served tokenizer when it made these runs, else empty texts."""
+    made_by = {t.model_id for t in trajectories}
+    if made_by <= {service.lm.model_id} and service.lm.tokenizer is not None:
+        return TokenText(service.lm.tokenizer), "decoded with the served model's tokenizer"
+    return (lambda i: ""), f"empty: the run was made by {', '.join(sorted(made_by))}, the server holds {service.lm.model_id}"
+
+
+def _stored(service, run_id: str, caller) -> tuple[list[Trajectory], list]:
+    run, stored = _load_run(service, run_id, caller)
+    if not stored:
+        raise HTTPException(404, detail=f"run_id: run {run_id!r} has no stored events (status {run['status']})")
+    return [t for _, _, t in stored], [g for _, g, _ in stored]
+
+
+def _one(trajectories: list[Trajectory], event: int, sample: int) -> Trajectory:
+    try:
+        return pick(trajectories, event, sample)
+    except ValueError as err:
+        raise HTTPException(422, detail=str(err)) from None
+
+
+@router.get("/api/runs/{run_id}/steps.csv", tags=["api"], response_class=Response,
+            responses={200: {"content": {"text/csv": {}}}})
+def steps_csv(run_id: RunId, service: Service, caller: Client) -> StreamingResponse:
+    """The per-step record as CSV, one row per (event, sample, step, position)."""
+    trajectories, groups = _stored(service, run_id, caller)
+    decode, note = _decoder(service, trajectories)
+
+    def chunks():
+        first = True
+        for index, traj in enumerate(trajectories):
+            for s in range(traj.n_samples):
+                part = traj_slice(traj, s)
+                table = run_steps_table([part], decode, [groups[index]])
+                table["event_index"], table["sample"] = index, s
+                text = write_csv(table)
+                yield text if first else text.split("\n", 1)[1]
+                first = False
+
+    return StreamingResponse(chunks(), media_type="text/csv; charset=utf-8", headers={
+        "Content-Disposition": f'attachment; filename="{run_id}-steps.csv"', "X-Petri-Token-Text": note})
+
+
+@router.get("/api/runs/{run_id}/steps.parquet", tags=["api"], response_class=Response,
+            responses={200: {"content": {"application/vnd.apache.parquet": {}}}})
+def steps_parquet(run_id: RunId, service: Service, caller: Client) -> Response:
+    """The per-step record as Parquet (same rows and columns as ``steps.csv``)."""
+    trajectories, groups = _stored(service, run_id, caller)
+    decode, note = _decoder(service, trajectories)
+    return Response(write_parquet(run_steps_table(trajectories, decode, groups)),
+                    media_type="application/vnd.apache.parquet",
+                    headers={"Content-Disposition": f'attachment; filename="{run_id}-steps.parquet"',
+                             "X-Petri-Token-Text": note})
+
+
+@router.get("/api/runs/{run_id}/replay.gif", tags=["api"], response_class=Response,
+            responses={200: {"content": {"image/gif": {}}}})
+def replay_gif(run_id: RunId, service: Service, caller: Client, event: EventIndex = 0, sample: SampleIndex = 0,
+               frame_ms: Annotated[int, Query(ge=20, le=5000)] = 400) -> Response:
+    """One sample's denoising as a GIF, one frame per step it ran."""
+    trajectories, _ = _stored(service, run_id, caller)
+    traj = _one(trajectories, event, sample)
+    decode, _ = _decoder(service, trajectories)
+    tokens = decode if isinstance(decode, TokenText) else None
+    with tempfile.TemporaryDirectory() as folder:
+        path = write_gif(traj, sample, decode, Path(folder) / "replay.gif", frame_ms=frame_ms,
+                         colors=run_colors(traj), special=tokens.is_special if tokens else None)
+        body = path.read_bytes()
+    return Response(body, media_type="image/gif",
+                    headers={"Content-Disposition": f'attachment; filename="{run_id}-e{event}-s{sample}.gif"'})
+
+
+@router.get("/api/runs/{run_id}/trajectory.{fmt}", tags=["api"], response_class=Response)
+def trajectory_file(run_id: RunId, fmt: str, service: Service, caller: Client, event: EventIndex = 0,
+                    sample: SampleIndex = 0) -> Response:
+    """The whole-trajectory figure of one sample as ``html``, ``png`` or ``svg``."""
+    if fmt not in FIGURE_TYPES:
+        raise HTTPException(404, detail=f"fmt: {fmt[:20]!r} is not one of {', '.join(FIGURE_TYPES)}")
+    trajectories, _ = _stored(service, run_id, caller)
+    traj = _one(trajectories, event, sample)
+    decode, _ = _decoder(service, trajectories)
+    fig = trajectory_figure(traj, sample, decode, colors=run_colors(traj))
+    with tempfile.TemporaryDirectory() as folder:
+        written, notes = save_figures({"trajectory": fig}, folder, images=() if fmt == "html" else (fmt,),
+                                      plotlyjs=True)
+        if fmt not in written["trajectory"]:
+            raise HTTPException(503, detail=f"fmt: {fmt} needs kaleido and a Chromium here ({'; '.join(notes)})")
+        body = written["trajectory"][fmt].read_bytes()
+    return Response(body, media_type=FIGURE_TYPES[fmt],
+                    headers={"Content-Disposition": f'attachment; filename="{run_id}-e{event}-s{sample}.{fmt}"'})
+
+
+def traj_slice(traj: Trajectory, s: int) -> Trajectory:
+    """Sample ``s`` of ``traj`` alone (a one-sample trajectory; for streaming one sample at a time)."""
+    keep = slice(s, s + 1)
+    return Trajectory(
+        argmax=traj.argmax[keep], entropy=traj.entropy[keep], accepted=traj.accepted[keep], steps=traj.steps[keep],
+        anchor_mask=traj.anchor_mask[keep], final_ids=traj.final_ids[keep], anchors=traj.anchors[keep],
+        final_texts=traj.final_texts[keep], prompt=traj.prompt, prompt_ids=traj.prompt_ids, settings=traj.settings,
+        model_id=traj.model_id)

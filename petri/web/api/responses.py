@@ -1,0 +1,263 @@
+"""What the API answers: the response models and the summary of one event's trajectory, computed
+from the stored trajectory alone (so a stored run reads back exactly as it was answered)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel, Field
+
+from petri.runs.export import TABLES, run_metadata, run_tables, write_tables
+from petri.measure.metrics import flip_counts
+from petri.measure.tables import anchors_table, pairs_table, preservation_summary, samples_table, segments_table
+from petri.core.trajectory import Trajectory
+
+
+class ModelOut(BaseModel):
+    model_id: str
+    device: str
+    dtype: str | None = None
+    canvas_length: int | None = None
+    vocab_size: int | None = None
+
+
+class AnchorOut(BaseModel):
+    concept: str
+    start: int
+    end: int
+    token_ids: list[int]
+    intact: bool = Field(description="reading 1: the concept is a whole word of the final text")
+    agreement: float = Field(description="reading 2: share of steps whose unforced argmax equals the anchor")
+
+
+class SampleOut(BaseModel):
+    sample: int
+    steps: int
+    anchors: list[AnchorOut]
+    final_text: str
+    flips: list[int] = Field(description="flips per canvas position (0 at anchors)")
+    mean_flips_free: float | None
+    settled_share: float | None
+    argmax: list[list[int]] | None = Field(None, description="(steps, canvas) raw argmax; on request")
+
+
+class SegmentOut(BaseModel):
+    sample: int
+    left: str
+    right: str
+    start: int
+    end: int
+    length: int
+    instability: float | None
+
+
+class PairOut(BaseModel):
+    pair: str
+    concepts: list[str]
+    n_segments: int
+    instability: float | None
+
+
+class PreservationOut(BaseModel):
+    anchors: int
+    intact: int
+    intact_share: float | None
+    mean_agreement: float | None
+
+
+class EventOut(BaseModel):
+    index: int
+    event: str
+    group: str | None
+    template: str
+    prompt: str
+    seed: int | None
+    n_samples: int
+    timings: dict[str, float]
+    samples: list[SampleOut]
+    segments: list[SegmentOut]
+    pairs: list[PairOut]
+    preservation: PreservationOut
+
+
+class RunOut(BaseModel):
+    run_id: str
+    kind: str = "seed"
+    status: str
+    model: ModelOut
+    settings: dict[str, Any]
+    events: list[EventOut]
+    timings: dict[str, float]
+    csv: dict[str, str] = Field(description="download links of the tidy tables")
+    created_at: str | None = None
+    finished_at: str | None = None
+    error: str | None = None
+
+
+class StudyOut(BaseModel):
+    run_id: str
+    kind: str = "study"
+    status: str
+    study_id: str
+    model: ModelOut
+    settings: dict[str, Any]
+    samples: int
+    seed: int
+    templates: list[str]
+    batches: int
+    computed: int = Field(description="batches sampled by this request")
+    resumed: int = Field(description="batches found already stored (an interrupted or repeated run)")
+    timings: dict[str, float]
+    csv: dict[str, str] = Field(description="download links of the tidy tables (GET /api/runs/{run_id} has the rest)")
+
+
+class QueueOut(BaseModel):
+    running: str | None = Field(description="id of the job running now, if any")
+    queued: int = Field(description="jobs waiting")
+    max_queued: int = Field(description="jobs that may wait at once; one more is a 503")
+    sync_max_token_steps: int = Field(description="the work a synchronous POST /api/seed may ask for")
+
+
+class HealthOut(BaseModel):
+    status: str
+    model_id: str
+    device: str
+    dtype: str
+    canvas_length: int
+    busy: bool
+    limits: dict[str, str]
+    queue: QueueOut | None = None
+    public: bool | None = Field(None, description="jobs and runs are visible to their submitters only")
+
+
+class JobOut(BaseModel):
+    """A job's state (``GET /api/jobs/{job_id}``)."""
+
+    job_id: str
+    kind: str
+    status: str = Field(description="queued, running, done, failed, cancelled or interrupted")
+    progress: dict[str, Any] = Field(description="done, total and unit (step for a dish, batch for a study)")
+    run_id: str | None = Field(None, description="the run the job writes (GET /api/runs/{run_id})")
+    error: str | None = None
+    created: str
+    started: str | None = None
+    finished: str | None = None
+
+
+class JobSubmitted(BaseModel):
+    """The answer to a job submission (202)."""
+
+    job_id: str
+    status_url: str
+    events_url: str
+    token: str | None = Field(None, description="on a public server: send it as X-Petri-Token to watch or cancel")
+
+
+class JobList(BaseModel):
+    jobs: list[JobOut]
+    limit: int
+    offset: int
+
+
+# ----------------------------------------------------------------------------------- summaries
+
+
+def json_number(value) -> float | None:
+    """JSON-safe float: NaN/inf → None."""
+    value = float(value)
+    return None if math.isnan(value) or math.isinf(value) else value
+
+
+def _records(df: pd.DataFrame, columns: Sequence[str]) -> list[dict]:
+    return df[list(columns)].to_dict(orient="records")
+
+
+def _sample_anchors(traj: Trajectory, anchors: pd.DataFrame, s: int) -> list[AnchorOut]:
+    """Sample ``s``'s anchors (rows of :func:`~petri.measure.tables.anchors_table`) in canvas order."""
+    rows = anchors[anchors["sample"] == s]
+    out = [
+        AnchorOut(concept=span.concept, start=span.start, end=span.end, token_ids=list(span.token_ids),
+                  intact=bool(row.intact), agreement=float(row.agreement))
+        for span, row in zip(traj.anchors[s], rows.itertuples())
+    ]
+    return sorted(out, key=lambda a: a.start)
+
+
+def event_summary(
+    index: int, traj: Trajectory, group: str | None, include_trajectories: bool = False
+) -> EventOut:
+    """Everything ``POST /api/seed`` reports about one event, from its trajectory alone."""
+    flips = flip_counts(traj.argmax, traj.steps, traj.anchor_mask)
+    samples = samples_table(traj)
+    anchors = anchors_table(traj)
+    sample_out = []
+    for s in range(traj.n_samples):
+        row = samples.iloc[s]
+        sample_out.append(
+            SampleOut(
+                sample=s,
+                steps=int(traj.steps[s]),
+                anchors=_sample_anchors(traj, anchors, s),
+                final_text=traj.final_texts[s],
+                flips=flips[s].tolist(),
+                mean_flips_free=json_number(row["mean_flips_free"]),
+                settled_share=json_number(row["settled_share"]),
+                argmax=traj.sample_argmax(s).tolist() if include_trajectories else None,
+            )
+        )
+    segments = [
+        SegmentOut(**{**r, "instability": json_number(r["instability"])})
+        for r in _records(segments_table(traj), ("sample", "left", "right", "start", "end", "length", "instability"))
+    ]
+    pairs = [
+        PairOut(pair=r["pair"], concepts=r["pair"].split("|"), n_segments=r["n_segments"],
+                instability=json_number(r["instability"]))
+        for r in _records(pairs_table(traj), ("pair", "n_segments", "instability"))
+    ]
+    kept = preservation_summary(anchors)
+    return EventOut(
+        index=index,
+        event=traj.event,
+        group=group,
+        template=traj.template,
+        prompt=traj.prompt,
+        seed=traj.seed,
+        n_samples=traj.n_samples,
+        timings={k: float(v) for k, v in traj.timings.items()},
+        samples=sample_out,
+        segments=segments,
+        pairs=pairs,
+        preservation=PreservationOut(
+            anchors=kept["anchors_total"],
+            intact=kept["anchors_intact"],
+            intact_share=json_number(kept["intact_share"]),
+            mean_agreement=json_number(kept["mean_agreement"]),
+        ),
+    )
+
+
+def csv_links(run_id: str) -> dict[str, str]:
+    """The download link of each tidy table of a run."""
+    return {name: f"/api/runs/{run_id}/{name}.csv" for name in TABLES}
+
+
+def model_out(lm, model_id: str | None = None, device: str | None = None) -> ModelOut:
+    """The served model (by default), or a stored run's model as far as the run records it."""
+    info = lm.describe()
+    if model_id is None or model_id == info["model_id"]:
+        return ModelOut(**info)
+    return ModelOut(model_id=model_id, device=device or "unknown")
+
+
+def write_run_files(
+    run_id: str, trajectories: Sequence[Trajectory], groups: Sequence[str | None], folder, token_text=None,
+) -> list:
+    """The run's tidy CSVs (as ``GET /api/runs/{id}/{table}.csv`` serves them; final tokens decoded
+    by ``token_text``) and ``run.json`` (model, settings, seeds, prompts, timings, versions) in
+    ``folder``; returns the paths."""
+    tables = run_tables(trajectories, groups, token_text)
+    meta = run_metadata(trajectories, run_id=run_id, groups=list(groups))
+    return list(write_tables(tables, folder, meta).values())

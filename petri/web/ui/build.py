@@ -1,0 +1,63 @@
+"""The Gradio UI (Blocks + plotly): tabs *Dish*, *Compare*, *Study*, *Runs* and *Model*, all over the
+one service.
+
+Thin over :class:`~petri.app.service.PetriService` and :mod:`petri.web.api.requests`: every model job goes
+through the service's lock (the UI's queue runs one job per event handler; an API job running at the
+same time makes the UI wait), and every request is checked by the functions the API calls.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from petri.app.service import PetriService
+from petri.web.access import AccessPolicy
+from petri.web.ui.access import UiAccess
+from petri.web.ui.compare import build_compare_tab
+from petri.web.ui.dish import build_dish_tab
+from petri.web.ui.model import model_markdown
+from petri.web.ui.runs import RunsController, build_runs_tab
+from petri.web.ui.study import build_study_tab
+
+UI_CSS = """
+#petri-canvas, #petri-cmp-canvas, #petri-heatmap { min-height: 0; }
+.petri-note { color: var(--body-text-color-subdued); font-size: 0.9em; }
+/* download lists: a long name (run id + figure) wraps instead of being cut to its first letters */
+td.filename .stem { white-space: normal; overflow-wrap: anywhere; text-overflow: clip; }
+"""
+
+
+#: Run in the browser on a tab change: a window resize once the tab is drawn (plotly fits its figures).
+RELAYOUT_JS = "() => { setTimeout(() => window.dispatchEvent(new Event('resize')), 100); }"
+
+
+def build_ui(service: PetriService, model_source: str | None = None, access: AccessPolicy = AccessPolicy()) -> gr.Blocks:
+    """The Blocks app: Dish, Compare, Study, Runs and Model tabs; every handler that reaches stored
+    runs or files answers only to its caller under ``access`` (:mod:`petri.web.ui.access`)."""
+    lm = service.lm
+    who = UiAccess(access)
+    with gr.Blocks(title="Concept Petri Dish", analytics_enabled=False) as demo:
+        gr.Markdown(
+            "# Concept Petri Dish\n"
+            "Pin concepts on a text-diffusion canvas, let the model fill in the relations, and watch where "
+            "it struggles: positions whose most likely token keeps **flipping** between denoising steps. "
+            f"Model: `{lm.model_id}` on `{lm.device}`. HTTP API: [`/docs`](/docs)."
+        )
+        with gr.Tabs(elem_id="petri-tabs") as tabs:
+            with gr.Tab("Dish", id="dish"):
+                dish, dish_views = build_dish_tab(service, who)
+            with gr.Tab("Compare", id="compare"):
+                compare, compare_views = build_compare_tab(service, dish, who)
+            with gr.Tab("Study", id="study"):
+                study, study_views = build_study_tab(service, who)
+            with gr.Tab("Runs", id="runs") as runs_tab:
+                runs = RunsController(service, dish, compare, study)
+                refresh, refreshed, refresh_inputs = build_runs_tab(
+                    service, tabs, runs, {"dish": dish_views, "compare": compare_views, "study": study_views}, who)
+            with gr.Tab("Model", id="model"):
+                gr.Markdown(model_markdown(service, model_source), elem_id="petri-model")
+        runs_tab.select(refresh, refresh_inputs, refreshed, show_progress="hidden")
+        # a figure drawn while its tab was hidden keeps the width it had then (plotly relays out on a
+        # window resize, which a hidden plot misses): a resize once the new tab is shown fits it
+        tabs.select(None, None, None, js=RELAYOUT_JS, queue=False, show_progress="hidden")
+    return demo

@@ -1,0 +1,284 @@
+"""The Compare tab: two events (e.g. benign vs contradictory) on the same concepts, the same anchor
+layouts and the same seed, in one run (``POST /api/seed`` with two events: each event's batch is laid
+out and seeded from the same seed, so sample ``s`` of A and sample ``s`` of B share their layout).
+The inputs beyond the two events are the Dish tab's (:mod:`petri.web.ui.dish_controls`): the anchor
+slots on the chip canvas or in the slot table, per-sample shuffle, and the sampler settings. While
+it samples, each event's flip map and trajectory view are redrawn as its steps arrive
+(:class:`petri.web.ui.dish_live.LiveDish`, as on the Dish tab). Shown after: both flip maps and their difference, per-pair instability side by side, and the paired
+difference per sample (B − A), with each event's final text.
+
+The tables are :func:`compare_pairs` and :func:`paired_samples` (pure, over
+:func:`petri.measure.tables.pairs_table` / :func:`~petri.measure.tables.segments_table` / :func:`~petri.measure.tables.samples_table`).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import gradio as gr
+import pandas as pd
+from pydantic import ValidationError
+
+from petri.core.dish import DEFAULT_TEMPLATE
+from petri.measure.metrics import flip_grid
+from petri.app.jobs import QueueFull
+from petri.app.service import PetriService
+from petri.study.plots import aggregate_anchor_boxes, flip_difference_heatmap
+from petri.measure.tables import pairs_table, samples_table, segments_table
+from petri.core.trajectory import Trajectory
+from petri.web.access import Caller
+from petri.web.errors import FieldError
+from petri.web.limits import MAX_SAMPLES
+from petri.web.api.requests import prepare_seed
+from petri.web.ui.access import UiAccess
+from petri.web.ui.dish import EXAMPLE_CONCEPTS, TEMPLATE_CHOICES, DishController
+from petri.web.ui.dish_controls import chip_canvas, placement_controls, sampler_settings, wire_placement
+from petri.web.ui.dish_live import LiveDish, throttled
+from petri.web.ui.figure_files import add_figure_downloads
+from petri.web.ui.live import QUEUED_LINE, JobCancelled, stream, wire_run
+from petri.web.ui.stats import paired_tests_line
+from petri.web.ui.trajectory import TrajectoryView
+from petri.web.ui.views import END_TOKEN_COLOR, END_TOKEN_LABEL, concept_colors, highlighted_text, request_error_message
+
+EXAMPLE_A = ("benign", "The customer placed an order, and the warehouse packed it the same afternoon.")
+EXAMPLE_B = ("contradictory", "Only 90 units are in stock, but a customer ordered 120.")
+
+
+def same_layouts(a: Trajectory, b: Trajectory) -> bool:
+    """True when every sample of ``a`` has its anchors where the same sample of ``b`` has them."""
+    return a.n_samples == b.n_samples and all(list(x) == list(y) for x, y in zip(a.anchors, b.anchors))
+
+
+def compare_pairs(a: Trajectory, b: Trajectory, labels: tuple[str, str]) -> pd.DataFrame:
+    """Per-pair instability side by side: pair, ``instability <A>``, ``instability <B>``, ``B − A``."""
+    left = pairs_table(a)[["pair", "instability"]].rename(columns={"instability": f"instability {labels[0]}"})
+    right = pairs_table(b)[["pair", "instability"]].rename(columns={"instability": f"instability {labels[1]}"})
+    out = left.merge(right, on="pair", how="outer").sort_values("pair").reset_index(drop=True)
+    out[f"{labels[1]} − {labels[0]}"] = out[f"instability {labels[1]}"] - out[f"instability {labels[0]}"]
+    return out
+
+
+def paired_samples(a: Trajectory, b: Trajectory, labels: tuple[str, str]) -> pd.DataFrame:
+    """One row per sample (the same layout in both events): its mean segment instability and mean
+    flips over free positions in A and in B, and the paired differences B − A."""
+    rows = {}
+    for label, traj in zip(labels, (a, b)):
+        seg = segments_table(traj).groupby("sample")["instability"].mean()
+        flips = samples_table(traj).set_index("sample")["mean_flips_free"]
+        rows[f"instability {label}"] = seg.reindex(range(traj.n_samples))
+        rows[f"flips {label}"] = flips.reindex(range(traj.n_samples))
+    out = pd.DataFrame(rows)
+    out.insert(0, "layout", samples_table(a)["anchor_layout"].to_numpy())
+    out[f"instability {labels[1]} − {labels[0]}"] = out[f"instability {labels[1]}"] - out[f"instability {labels[0]}"]
+    out[f"flips {labels[1]} − {labels[0]}"] = out[f"flips {labels[1]}"] - out[f"flips {labels[0]}"]
+    return out.rename_axis("sample").reset_index()
+
+
+def summary_line(paired: pd.DataFrame, labels: tuple[str, str]) -> str:
+    """The mean paired difference of per-sample instability and how many samples went each way."""
+    diff = paired[f"instability {labels[1]} − {labels[0]}"].dropna()
+    if diff.empty:
+        return "No sample has a measured segment in both events."
+    return (f"Paired difference of per-sample instability ({labels[1]} − {labels[0]}): mean {diff.mean():+.4f} over "
+            f"{len(diff)} samples; {labels[1]} higher in {int((diff > 0).sum())}, lower in {int((diff < 0).sum())}, "
+            f"equal in {int((diff == 0).sum())}.")
+
+
+class CompareController:
+    """The Compare tab's handler (kept apart from the layout so it can be called directly)."""
+
+    def __init__(self, service: PetriService, dish: DishController):
+        self.service = service
+        self.dish = dish
+        self.trajectories = [TrajectoryView(service, dish.tokens, f"traj_{x}") for x in "ab"]
+
+    #: The index of each input (in :meth:`run`'s order) that holds a request field, for the validator.
+    INPUT_OF_FIELD = {
+        "concepts": 0, "labels": 3, "template": 5, "samples": 6, "seed": 7, "max_denoising_steps": 8, "positions": 9,
+        "shuffle": 10, "entropy_bound": 11, "t_min": 12, "t_max": 13, "adaptive_stop": 14, "pin_thought_channel": 15,
+    }
+    #: The inputs holding the two events (``events.0`` and ``events.1`` of the request).
+    EVENT_INPUTS = (2, 4)
+
+    def request_of(self, concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps, placement=None,
+                   shuffle=True, entropy_bound=None, t_min=None, t_max=None, adaptive=None, pin_thought=None):
+        """The labels and the ``POST /api/seed`` request (two events) the inputs stand for; raises
+        pydantic's ``ValidationError`` or a :class:`FieldError` (the two labels the same)."""
+        labels = ((label_a or "A").strip() or "A", (label_b or "B").strip() or "B")
+        if labels[0] == labels[1]:
+            raise FieldError(["labels"], "give the two events different labels")
+        request = self.dish.build_request(
+            concepts, None, template, samples, seed, placement, shuffle, steps, entropy_bound, t_min, t_max,
+            adaptive, pin_thought, events=[{"event": event_a, "group": labels[0]}, {"event": event_b, "group": labels[1]}])
+        return labels, request
+
+    def validate(self, *inputs) -> list[dict]:
+        """Gradio validator: one ``gr.validate`` per input of :meth:`run`, the bad ones carrying the
+        message of ``POST /api/seed``'s checks, so the UI marks the field itself (and refuses the
+        run before it is queued)."""
+        return self.dish.seed_validation(len(inputs), lambda: self.request_of(*inputs)[1], self.INPUT_OF_FIELD,
+                                         self.EVENT_INPUTS)
+
+    def run(self, concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps, placement=None,
+            shuffle=True, entropy_bound=None, t_min=None, t_max=None, adaptive=None, pin_thought=None,
+            cancel: threading.Event | None = None, caller: Caller | None = None):
+        """Generator: check (:meth:`request_of`, then ``POST /api/seed``'s checks; the slots, shuffle
+        and sampler settings as the Dish tab reads them, a setting left ``None`` the model's default),
+        sample both events in one run while each event's flip map is redrawn live, then yield every view."""
+        try:
+            labels, request = self.request_of(concepts, label_a, event_a, label_b, event_b, template, samples, seed,
+                                              steps, placement, shuffle, entropy_bound, t_min, t_max, adaptive, pin_thought)
+            events, settings = prepare_seed(request, self.service.lm)
+        except (ValidationError, FieldError) as err:
+            raise gr.Error(request_error_message(err), title="Check the comparison") from None
+        yield {"status": QUEUED_LINE if self.service.busy else "Sampling both events…",
+               "heatmap_a": None, "heatmap_b": None, "difference": None, "summary": ""}
+        lives = [LiveDish(self.service.lm, self.dish.tokens, e.dish, request.samples, settings, request.seed) for e in events]
+
+        def take(step) -> None:  # (event, step index, argmax, finished)
+            lives[step[0]].add(step[2], step[3])
+
+        def submit(emit):
+            sampling = [0]  # on the job's thread: the event whose steps come now (the service says when it starts)
+
+            def set_event(index: int) -> None:
+                sampling[0] = index
+
+            return self.service.submit_seed(events, request.samples, settings, request.seed,
+                                            on_step=lambda *step: emit(sampling[0], *step), on_event=set_event,
+                                            owner=caller.owner if caller else None)
+
+        result = None
+        try:
+            for kind, payload in throttled(stream(submit, self.service.jobs, cancel=cancel, idle=True), take):
+                if kind == "done":
+                    result = payload
+                    break
+                i, index, _, finished = payload
+                yield {"status": f"Sampling {labels[i]} (event {i + 1} of 2)… step {index + 1} of at most "
+                                 f"{settings.max_denoising_steps} ({int(sum(finished))}/{len(finished)} samples settled)",
+                       ("heatmap_a", "heatmap_b")[i]: lives[i].heatmap(index, f"{labels[i]}: "),
+                       **lives[i].trajectory(self.trajectories[i])}
+        except QueueFull as err:
+            raise gr.Error(f"The model is busy: {err}", title="Busy") from None
+        except JobCancelled as stop:
+            yield {"status": f"Stopped: {stop}."}
+            return
+        yield {**self.views(result.run_id, *result.trajectories, labels),
+               "status": f"Done: run `{result.run_id}` — {labels[0]} and {labels[1]}, {request.samples} samples "
+                         f"each, seed {request.seed}, {result.wall_s:.2f} s. Stored; also at `/api/runs/{result.run_id}`."}
+
+    def controls_of(self, request: dict, a: Trajectory) -> dict:
+        """Every input of the tab set to stored comparison ``request``'s values (``a``: its first
+        event's trajectory, for runs stored before the request kept the template, slots and
+        shuffle): the Dish tab's shared controls as :meth:`DishController.controls_of` reads them,
+        and both events with their labels."""
+        first, second = request["events"][:2]
+        shared = {k: v for k, v in self.dish.controls_of(request, a).items() if k != "event"}
+        return {**shared, "label_a": first.get("group") or "A", "event_a": first["event"],
+                "label_b": second.get("group") or "B", "event_b": second["event"]}
+
+    def figures(self, stored: list) -> dict:
+        """The tab's figures of a stored comparison (``stored`` as ``load_events`` gives it), for downloads."""
+        (_, group_a, a), (_, group_b, b) = stored[:2]
+        views = self.views("", a, b, (group_a or "A", group_b or "B"))
+        return {"heatmap-a": views["heatmap_a"], "heatmap-b": views["heatmap_b"], "difference": views["difference"]}
+
+    def views(self, run_id: str, a: Trajectory, b: Trajectory, labels: tuple[str, str]) -> dict:
+        """Both heatmaps, their difference, the pair and per-sample tables, the texts (also for a
+        reopened stored comparison)."""
+        counts = [flip_grid(t.argmax, t.steps, t.anchor_mask).sum(axis=0) for t in (a, b)]
+        paired = paired_samples(a, b, labels)
+        heat_a, heat_b = self.dish.final_heatmap(a), self.dish.final_heatmap(b)
+        heat_a.update_layout(title_text=f"{labels[0]}: {heat_a.layout.title.text}")
+        heat_b.update_layout(title_text=f"{labels[1]}: {heat_b.layout.title.text}")
+        steps = max(int(a.steps.max()), int(b.steps.max()), 1)  # one step axis (and height) for both maps
+        for fig in (heat_a, heat_b):
+            fig.update_yaxes(range=[steps - 0.5, -0.5], autorange=False)
+            fig.update_layout(height=max(400, min(900, 12 * steps + 160)))
+        concepts = concept_colors(sorted({s.concept for s in a.anchors[0]}))
+        colors = {**concepts, END_TOKEN_LABEL: END_TOKEN_COLOR}
+        layout_note = ("same layouts and seed in both events" if same_layouts(a, b)
+                       else "**the layouts differ between the events** (not a paired comparison)")
+        return {
+            "run_id": run_id,
+            "heatmap_a": heat_a,
+            "heatmap_b": heat_b,
+            "difference": flip_difference_heatmap(
+                counts[0], counts[1], labels=labels, anchors=aggregate_anchor_boxes(a.anchors), pinned=a.anchor_mask.all(axis=0),
+                n_samples=a.n_samples, title=f"flip difference ({labels[1]} − {labels[0]}), samples flipping per step",
+                colors=concepts),
+            "pairs": compare_pairs(a, b, labels).round(4),
+            "paired": paired.round(4),
+            "summary": f"{summary_line(paired, labels)} {paired_tests_line(a, b, labels)} ({layout_note}.)",
+            "text_a": gr.update(value=highlighted_text(a, 0, self.dish.tokens), color_map=colors, label=f"{labels[0]}: sample 0"),
+            "text_b": gr.update(value=highlighted_text(b, 0, self.dish.tokens), color_map=colors, label=f"{labels[1]}: sample 0"),
+            **self.trajectories[0].views(run_id, 0, a, title=f"{labels[0]}: "),
+            **self.trajectories[1].views(run_id, 1, b, title=f"{labels[1]}: "),
+        }
+
+
+def build_compare_tab(service: PetriService, dish: DishController, access: UiAccess | None = None
+                      ) -> tuple[CompareController, dict]:
+    """The Compare tab's components and events (inside an open ``gr.Tab``); returns the controller
+    and its result components by name (the Runs tab reopens a stored comparison into them)."""
+    ctl = CompareController(service, dish)
+    gr.Markdown("Two events on the same concepts, anchor layouts and seed: where does the second one make the "
+                "model struggle more? Sample *s* of both events has the same layout, so the per-sample "
+                "differences are paired.")
+    concepts = gr.Textbox(EXAMPLE_CONCEPTS, label="Concepts (2–8, comma-separated)", elem_id="petri-cmp-concepts")
+    with gr.Row():
+        with gr.Column():
+            label_a = gr.Textbox(EXAMPLE_A[0], label="Label A")
+            event_a = gr.Textbox(EXAMPLE_A[1], label="Event A", lines=2, elem_id="petri-cmp-event-a")
+        with gr.Column():
+            label_b = gr.Textbox(EXAMPLE_B[0], label="Label B")
+            event_b = gr.Textbox(EXAMPLE_B[1], label="Event B", lines=2, elem_id="petri-cmp-event-b")
+    with gr.Row():
+        with gr.Column(scale=3):
+            template = gr.Dropdown(TEMPLATE_CHOICES, value=DEFAULT_TEMPLATE, allow_custom_value=True,
+                                   label="Prompt template ({event}, {concepts})")
+        with gr.Column(scale=2):
+            slots = placement_controls(dish, EXAMPLE_CONCEPTS, "petri-cmp")
+    canvas = chip_canvas(dish, EXAMPLE_CONCEPTS, "petri-cmp")
+    with gr.Row():
+        samples = gr.Slider(1, MAX_SAMPLES, value=8, step=1, label="Samples per event", elem_id="petri-cmp-samples")
+        seed = gr.Number(0, precision=0, minimum=0, label="Seed")
+    settings = sampler_settings(service.lm.default_settings(), "petri-cmp")
+    with gr.Row():
+        run_btn = gr.Button("Compare the two events", variant="primary", elem_id="petri-cmp-run", scale=4)
+        cancel_btn = gr.Button("Cancel", variant="stop", elem_id="petri-cmp-cancel", scale=1)
+    status = gr.Markdown("", elem_id="petri-cmp-status")
+    summary = gr.Markdown("", elem_id="petri-cmp-summary")
+    run_id = gr.State("")
+    with gr.Row():
+        heatmap_a = gr.Plot(show_label=False, elem_id="petri-cmp-heatmap-a", min_width=320)
+        heatmap_b = gr.Plot(show_label=False, elem_id="petri-cmp-heatmap-b", min_width=320)
+    difference = gr.Plot(show_label=False, elem_id="petri-cmp-difference")
+    add_figure_downloads(service, run_id, ctl.figures, access, (), "petri-cmp-figures")
+    with gr.Row():
+        # empty until a run, with the columns a run fills in under the labels A and B
+        pairs = gr.Dataframe(pd.DataFrame(columns=["pair", "instability A", "instability B", "B − A"]),
+                             label="Pair instability side by side", interactive=False, elem_id="petri-cmp-pairs",
+                             min_width=320)
+        paired = gr.Dataframe(pd.DataFrame(columns=["sample", "layout", "instability A", "flips A", "instability B",
+                                                    "flips B", "instability B − A", "flips B − A"]),
+                              label="Paired difference per sample (same layout in both events)", interactive=False,
+                              elem_id="petri-cmp-paired", min_width=320)
+    with gr.Row():
+        text_a = gr.HighlightedText(label="A: sample 0", combine_adjacent=True, show_legend=True, min_width=320)
+        text_b = gr.HighlightedText(label="B: sample 0", combine_adjacent=True, show_legend=True, min_width=320)
+    trajectories = {k: v for view, x in zip(ctl.trajectories, "AB") for k, v in view.build(f"Event {x}'s trajectory", access, empty_note="No trajectory yet: compare the two events.").items()}
+    names = {"status": status, "summary": summary, "run_id": run_id, "heatmap_a": heatmap_a, "heatmap_b": heatmap_b,
+             "difference": difference, "pairs": pairs, "paired": paired, "text_a": text_a, "text_b": text_b,
+             **trajectories}
+
+    # in the order of CompareController.run's inputs
+    controls = {"concepts": concepts, "label_a": label_a, "event_a": event_a, "label_b": label_b, "event_b": event_b,
+                "template": template, "samples": samples, "seed": seed, "steps": settings["steps"],
+                "placement": slots["placement"], "shuffle": slots["shuffle"],
+                **{k: v for k, v in settings.items() if k != "steps"}}
+    wire_placement(dish, concepts, slots, canvas, settings["pin_thought"])
+    wire_run(run_btn, cancel_btn, ctl.run, list(controls.values()), names, access, busy=lambda: service.busy,
+             validator=ctl.validate, concurrency_limit=1, concurrency_id="model", show_progress="minimal")
+    return ctl, {**names, **controls}

@@ -1,0 +1,425 @@
+"""The Dish tab: concepts, an event and a template (or one of the examples), the anchor slots placed
+by dragging concept chips along the canvas (:mod:`petri.web.ui.canvas`) or typed into the slot
+table (kept in sync), a run whose flip map is redrawn live as the steps arrive, then the final text
+(as the model's answer), flips per position, pair instability and the CSV downloads.
+
+Thin over the web layer: the canvas preview is :func:`~petri.web.api.requests.preview_layout`, the
+checks are :func:`~petri.web.api.requests.prepare_seed` (those of ``POST /api/seed``), the run is a
+job of the service's queue (:meth:`~petri.app.service.PetriService.submit_seed`, as ``POST
+/api/jobs/seed``), streamed by :func:`petri.web.ui.live.stream`: the sampler's ``on_step`` hook
+reports each step's raw argmax and the run handler, a generator, redraws the flip map as the steps
+arrive (:class:`petri.web.ui.dish_live.LiveDish`); the Cancel button stops the job within one step.
+The slot table, the canvas and the sampler settings are built by :mod:`petri.web.ui.dish_controls`,
+which the Compare tab shares.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import gradio as gr
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from pydantic import ValidationError
+
+from petri.core.dish import DEFAULT_TEMPLATE
+from petri.runs.export import token_decoder
+from petri.measure.metrics import flip_grid
+from petri.app.jobs import QueueFull
+from petri.app.service import PetriService, SeedResult
+from petri.study.plots import aggregate_anchor_boxes, flip_heatmap, flips_bar, token_texts
+from petri.measure.tables import pairs_table, samples_table
+from petri.core.trajectory import SamplerSettings, Trajectory
+from petri.web.access import Caller
+from petri.web.errors import FieldError
+from petri.web.limits import MAX_SAMPLES
+from petri.web.api.requests import SeedRequest, SettingsIn, prepare_seed, preview_layout
+from petri.web.api.responses import write_run_files
+from petri.web.ui.access import UiAccess, export_dir
+from petri.web.ui.canvas import canvas_value, placement_rows
+from petri.web.ui.dish_controls import PLACEMENT_COLUMNS, chip_canvas, placement_controls, sampler_settings, wire_placement
+from petri.web.ui.dish_live import LiveDish, throttled
+from petri.web.ui.figure_files import add_figure_downloads
+from petri.web.ui.live import QUEUED_LINE, JobCancelled, field_validation, stream, wire_run
+from petri.web.ui.trajectory import TrajectoryView
+from petri.web.ui.views import (
+    END_TOKEN_COLOR,
+    END_TOKEN_LABEL,
+    TokenText,
+    concept_colors,
+    highlighted_text,
+    parse_concepts,
+    request_error_message,
+)
+
+TEMPLATES = [
+    DEFAULT_TEMPLATE,
+    "{event}",
+    "Event: {event}\nWrite a short report about this event that mentions {concepts}.",
+    "Here is what happened: {event}\nExplain the situation in terms of {concepts}.",
+]
+#: How a template's newline shows in the template dropdown (a one-line box cannot show "\n").
+NEWLINE_MARK = "⏎"
+#: The dropdown's (label, value) choices: the label marks each newline, the value is the true text.
+TEMPLATE_CHOICES = [(t.replace("\n", NEWLINE_MARK), t) for t in TEMPLATES]
+
+
+def template_text(value: str | None) -> str:
+    """The template a dropdown value stands for: a typed or shown ``NEWLINE_MARK`` is a newline."""
+    return (value or DEFAULT_TEMPLATE).replace(NEWLINE_MARK, "\n")
+
+
+def template_control(text: str) -> str:
+    """The dropdown value that shows stored template ``text``: the choice's value when it is one,
+    else the text with its newlines marked (so the one-line box keeps them)."""
+    return text if text in TEMPLATES else text.replace("\n", NEWLINE_MARK)
+
+
+EXAMPLE_EVENT = "Only 90 units are in stock, but a customer ordered 120."
+EXAMPLE_CONCEPTS = "order, inventory, person"
+#: The Dish tab's examples (concepts, event): benign and contradictory events of the shipped study.
+EXAMPLES = [
+    [EXAMPLE_CONCEPTS, "The customer placed an order, and the warehouse packed it the same afternoon."],
+    [EXAMPLE_CONCEPTS, "A sales assistant checked the inventory before confirming the customer's order."],
+    [EXAMPLE_CONCEPTS, EXAMPLE_EVENT],
+    [EXAMPLE_CONCEPTS, "The order for 40 units shipped in full, although the inventory held no units at all."],
+]
+EXAMPLE_LABELS = ["benign: packed the same afternoon", "benign: inventory checked first",
+                  "contradictory: 120 ordered, 90 in stock", "contradictory: shipped from empty stock"]
+
+
+def _placement(concepts: list[str], spans) -> pd.DataFrame:
+    """The slot table: each concept's start and token count (0 and 0 where it has no span)."""
+    by_concept = {s.concept: s for s in spans}
+    rows = [[c, int(by_concept[c].start), len(by_concept[c].token_ids)] if c in by_concept else [c, 0, 0]
+            for c in concepts]
+    return pd.DataFrame(rows, columns=PLACEMENT_COLUMNS)
+
+
+class DishController:
+    """The Dish tab's handlers (kept apart from the layout code so they can be called directly)."""
+
+    def __init__(self, service: PetriService):
+        self.service = service
+        self.lm = service.lm
+        self.tokens = TokenText(self.lm.tokenizer)
+        self.trajectory = TrajectoryView(service, self.tokens)
+
+    # -- placement ------------------------------------------------------------------------
+    def spread(self, concepts_text: str, pin_thought: bool = True) -> pd.DataFrame:
+        """The concepts spread evenly over the free canvas (as a run without positions lays them)."""
+        concepts = [c for c in parse_concepts(concepts_text) if c]
+        return _placement(concepts, preview_layout(self.lm, concepts, None, pin_thought).spans)
+
+    def shuffle(self, placement: pd.DataFrame, pin_thought: bool = True) -> pd.DataFrame:
+        """The concepts in a random order over the same slots (spread evenly where they do not fit)."""
+        table = self._clean(placement)
+        if table.empty:
+            return table
+        order = np.random.default_rng().permutation(len(table))
+        concepts = table["concept"].iloc[order].tolist()
+        preview = preview_layout(self.lm, concepts, sorted(table["start"].tolist()), pin_thought)
+        if preview.error:
+            preview = preview_layout(self.lm, concepts, None, pin_thought)
+        return _placement(concepts, preview.spans)
+
+    @staticmethod
+    def _clean(placement) -> pd.DataFrame:
+        table = pd.DataFrame(placement, columns=PLACEMENT_COLUMNS) if not isinstance(placement, pd.DataFrame) else placement.copy()
+        if table.empty:
+            return pd.DataFrame(columns=PLACEMENT_COLUMNS)
+        table = table[table["concept"].astype(str).str.strip() != ""]
+        table["concept"] = table["concept"].astype(str).str.strip()
+        table["start"] = pd.to_numeric(table["start"], errors="coerce").fillna(0).astype(int)
+        return table.reset_index(drop=True)
+
+    def respread(self, concepts_text: str, pin_thought: bool, placement) -> pd.DataFrame | dict:
+        """The slot table after the concept field or the thought-block pin changed: kept when it
+        already holds exactly those concepts in a layout that fits (e.g. a reopened run's placement,
+        or a reordered concept list), else the concepts spread evenly."""
+        table = self._clean(placement)
+        concepts = [c for c in parse_concepts(concepts_text) if c]
+        if not table.empty and sorted(table["concept"]) == sorted(concepts):
+            if not preview_layout(self.lm, list(table["concept"]), [int(v) for v in table["start"]], pin_thought).error:
+                return gr.update()
+        return self.spread(concepts_text, pin_thought)
+
+    def controls_of(self, request: dict, traj: Trajectory) -> dict:
+        """Every input of the tab set to stored run ``request``'s values (the run's first event;
+        ``traj`` its trajectory, for runs stored before the request kept the template, positions
+        and shuffle): pressing Run again starts the same run."""
+        first = request["events"][0]
+        concepts = list(first["concepts"])
+        settings = SamplerSettings(**request["settings"])
+        shuffle = first.get("shuffle")
+        if shuffle is None:  # stored before the request kept it: shuffled when the samples' layouts differ
+            shuffle = len({tuple(a.concept for a in spans) for spans in traj.anchors}) > 1
+        positions = first.get("positions")
+        if positions is None and "positions" not in first and not shuffle:  # older runs: sample 0's slots
+            by_concept = {a.concept: a.start for a in traj.anchors[0]}
+            positions = [by_concept[c] for c in concepts] if set(by_concept) == set(concepts) else None
+        if positions is None:  # spread evenly, as the tab shows it
+            table = self.spread(", ".join(concepts), settings.pin_thought_channel)
+        else:
+            tokens = {a.concept: len(a.token_ids) for a in traj.anchors[0]}
+            table = pd.DataFrame([[c, int(p), tokens.get(c, 0)] for c, p in zip(concepts, positions)],
+                                 columns=PLACEMENT_COLUMNS)
+        settings = SamplerSettings(**request["settings"])
+        return {
+            "concepts": ", ".join(concepts), "event": first["event"],
+            "template": template_control(first.get("template") or traj.template or DEFAULT_TEMPLATE),
+            "samples": int(request["n_samples"]), "seed": int(request.get("seed") or 0), "placement": table,
+            "shuffle": bool(shuffle), "steps": settings.max_denoising_steps, "entropy_bound": settings.entropy_bound,
+            "t_min": settings.t_min, "t_max": settings.t_max, "adaptive": settings.stability_threshold is not None,
+            "pin_thought": settings.pin_thought_channel,
+        }
+
+    def canvas(self, placement, pin_thought: bool = True, seq: int | None = None) -> dict:
+        """The canvas control's value for the slot table: its chips where the table puts them, the
+        layout check's error (the seed check's refusal) if the table's layout fails it, and ``seq``
+        (the newest chip move the table holds, None: a table the server set; see :mod:`petri.web.ui.canvas`)."""
+        table = self._clean(placement)
+        concepts = list(table["concept"])
+        preview = preview_layout(self.lm, concepts, [int(s) for s in table["start"]], pin_thought)
+        return canvas_value(preview, concept_colors(concepts), seq)
+
+    def from_canvas(self, value: dict | None) -> pd.DataFrame:
+        """The slot table after a move on the canvas (the chips' starts, in chip order)."""
+        return pd.DataFrame(placement_rows(value), columns=PLACEMENT_COLUMNS)
+
+    # -- the run ----------------------------------------------------------------------------
+    def build_request(self, concepts_text, event, template, samples, seed, placement, shuffle, steps,
+                      entropy_bound, t_min, t_max, adaptive, pin_thought, events: list[dict] | None = None) -> SeedRequest:
+        """The tab's inputs as the ``POST /api/seed`` body they stand for (with ``events``, e.g. the
+        Compare tab's two, instead of ``event``; a setting left ``None`` is the model's default)."""
+        concepts = parse_concepts(concepts_text)
+        table = self._clean(placement)
+        positions = None
+        if list(table["concept"]) and sorted(table["concept"]) == sorted(c for c in concepts if c):
+            concepts = list(table["concept"])  # the table's order is the slot order
+            positions = [int(s) for s in table["start"]]
+        settings = SettingsIn(
+            max_denoising_steps=int(steps) if steps else None,
+            entropy_bound=entropy_bound, t_min=t_min, t_max=t_max,
+            adaptive_stop=None if adaptive is None else bool(adaptive),
+            pin_thought_channel=None if pin_thought is None else bool(pin_thought),
+        )
+        return SeedRequest(
+            concepts=concepts, event=None if events is not None else (event or None), events=events,
+            template=template_text(template),
+            positions=positions, shuffle=bool(shuffle), samples=int(samples or 1), settings=settings,
+            seed=int(seed or 0),
+        )
+
+    #: Where a request field's error is shown: the index of the UI input that holds it.
+    INPUT_OF_FIELD = {
+        "concepts": 0, "event": 1, "template": 2, "samples": 3, "seed": 4, "positions": 5, "shuffle": 6,
+        "max_denoising_steps": 7, "entropy_bound": 8, "t_min": 9, "t_max": 10, "adaptive_stop": 11,
+        "pin_thought_channel": 12,
+    }
+
+    def validate(self, *inputs) -> list[dict]:
+        """Gradio validator: one ``gr.validate`` per input, the bad ones carrying the message
+        (the same checks as ``POST /api/seed``), so the UI marks the field itself."""
+        return self.seed_validation(len(inputs), lambda: self.build_request(*inputs), self.INPUT_OF_FIELD)
+
+    def seed_validation(self, n_inputs: int, build, input_of_field: dict, event_inputs: tuple = ()) -> list[dict]:
+        """:func:`~petri.web.ui.live.field_validation` of the seed request ``build()`` makes (the Dish
+        and Compare tabs' validators): a field's error marks input ``input_of_field[field]``, event
+        ``i``'s input ``event_inputs[i]``, and a layout error the slot table where the user placed them."""
+        built: list[SeedRequest] = []
+
+        def check() -> None:
+            built.append(build())
+            prepare_seed(built[0], self.lm)
+
+        def input_of(loc: list, kind: str) -> int:
+            head = str(loc[0]) if loc else ""
+            if kind == "layout_error" and built and built[0].positions is not None:
+                return input_of_field["positions"]  # the slots the user placed
+            if head == "events" and len(loc) > 1 and isinstance(loc[1], int) and loc[1] < len(event_inputs):
+                return event_inputs[loc[1]]
+            return input_of_field.get(head, 0)
+
+        return field_validation(n_inputs, check, input_of)
+
+    def run(self, *inputs, cancel: threading.Event | None = None, caller: Caller | None = None):
+        """Generator: validate, start the job in a worker thread, redraw the heatmap per step,
+        then yield every result. Yields dicts keyed by output component name; ``cancel`` is the hook
+        a Cancel button sets (:func:`petri.web.ui.live.stream`); ``caller`` owns the run (None: local)."""
+        try:
+            request = self.build_request(*inputs)
+            events, settings = prepare_seed(request, self.lm)
+        except (ValidationError, FieldError) as err:
+            raise gr.Error(request_error_message(err), title="Check the dish") from None
+        live = LiveDish(self.lm, self.tokens, events[0].dish, request.samples, settings, request.seed)
+        steps_max = settings.max_denoising_steps
+
+        def submit(emit):
+            return self.service.submit_seed(events, request.samples, settings, request.seed, on_step=emit,
+                                            owner=caller.owner if caller else None)
+
+        if self.service.busy:
+            yield {"status": QUEUED_LINE}
+        result: SeedResult | None = None
+        try:
+            for kind, payload in throttled(stream(submit, self.service.jobs, cancel=cancel, idle=True),
+                                           lambda step: live.add(step[1], step[2])):
+                if kind == "done":
+                    result = payload
+                    break
+                index, _, finished = payload
+                yield {
+                    "status": f"Sampling… step {index + 1} of at most {steps_max} "
+                              f"({int(sum(finished))}/{len(finished)} samples settled)",
+                    "heatmap": live.heatmap(index), **live.trajectory(self.trajectory),
+                }
+        except QueueFull as err:
+            raise gr.Error(f"The model is busy: {err}", title="Busy") from None
+        except JobCancelled as stop:
+            yield {"status": f"Stopped: {stop}."}
+            return
+        except Exception as err:  # noqa: BLE001 - shown to the user
+            raise gr.Error(f"Sampling failed: {err}") from None
+        traj = result.trajectories[0]
+        yield {
+            **self.result_views(result.run_id, result.trajectories, result.groups, caller),
+            "status": (f"Done: run `{result.run_id}` — {traj.n_samples} samples, steps {traj.steps.tolist()}, "
+                       f"{result.wall_s:.2f} s on {traj.device}. Stored; also at `/api/runs/{result.run_id}`."),
+        }
+
+    def result_views(self, run_id: str, trajectories: list[Trajectory], groups: list, caller: Caller | None = None) -> dict:
+        """Every result view of a stored dish run's first event (heatmap, text, flips, pairs,
+        samples, downloads in ``caller``'s folder): after a run, and when a past run is reopened
+        (nothing is sampled)."""
+        traj = trajectories[0]
+        files = write_run_files(run_id, trajectories, groups, export_dir(caller) / run_id,
+                                token_decoder(self.lm.tokenizer, self.lm.model_id, trajectories))
+        return {
+            "heatmap": self.final_heatmap(traj),
+            "run_id": run_id,
+            **self.sample_views(traj, 0),
+            "pairs": self.pairs_view(traj),
+            "samples_table": self.samples_view(traj),
+            "files": [str(p) for p in files],
+            "sample": gr.update(maximum=max(traj.n_samples - 1, 1), value=0, interactive=traj.n_samples > 1),
+            **self.trajectory.views(run_id, 0, traj),
+        }
+
+    def final_heatmap(self, traj: Trajectory) -> go.Figure:
+        """The finished dish's flip map: samples flipping per step and free position."""
+        return flip_heatmap(
+            flip_grid(traj.argmax, traj.steps, traj.anchor_mask).sum(axis=0), n_samples=traj.n_samples,
+            anchors=aggregate_anchor_boxes(traj.anchors), pinned=traj.anchor_mask.all(axis=0), blank_pinned=True,
+            tokens=token_texts(self.tokens, traj.argmax[0]), colors=concept_colors([a.concept for a in traj.anchors[0]]),
+            title=f"flips per step and position ({traj.n_samples} samples)",
+        )
+
+    def figures(self, stored: list, sample=0) -> dict[str, go.Figure]:
+        """The tab's figures of a stored dish (``stored`` as ``load_events`` gives it), for downloads."""
+        traj = stored[0][2]
+        sample = min(max(int(sample or 0), 0), traj.n_samples - 1)
+        return {"flip-heatmap": self.final_heatmap(traj), f"flips-sample{sample}": flips_bar(traj, sample, self.lm.tokenizer)}
+
+    def sample_views(self, traj: Trajectory, sample: int) -> dict:
+        """The highlighted final text and the flips bar of one sample."""
+        colors = concept_colors(sorted({a.concept for spans in traj.anchors for a in spans}))
+        sample = min(max(sample, 0), traj.n_samples - 1)
+        pieces = highlighted_text(traj, sample, self.tokens)
+        color_map = {**colors, **({END_TOKEN_LABEL: END_TOKEN_COLOR} if any(l == END_TOKEN_LABEL for _, l in pieces) else {})}
+        return {
+            "final_text": gr.update(value=pieces, color_map=color_map),
+            "flips": flips_bar(traj, sample, self.lm.tokenizer),
+        }
+
+    @staticmethod
+    def pairs_view(traj: Trajectory) -> pd.DataFrame:
+        table = pairs_table(traj)[["pair", "n_segments", "instability"]]
+        return table.sort_values("instability", ascending=False, na_position="last").round(3)
+
+    #: The Samples table's columns and their widths (px): each header fits on its line and
+    #: ``final_text`` is wide enough to wrap whole (the table scrolls sideways on a narrow screen).
+    SAMPLES_COLUMNS = {"sample": 90, "steps": 80, "anchor_layout": 170, "mean_flips_free": 170, "settled_share": 150,
+                       "anchors_intact": 160, "n_anchors": 120, "mean_agreement": 160, "final_text": 520}
+
+    @classmethod
+    def samples_view(cls, traj: Trajectory) -> pd.DataFrame:
+        return samples_table(traj)[list(cls.SAMPLES_COLUMNS)].copy().round(3)
+
+    def show_sample(self, run_id: str, sample: int, caller: Caller | None = None) -> dict:
+        """A stored run's sample (the sample slider), if ``caller`` (None: local) may open the run."""
+        if not run_id:
+            return {}
+        UiAccess.open_run(self.service, caller or Caller(public=False), run_id)
+        stored = self.service.store.load_events(run_id)
+        if not stored:
+            return {}
+        return self.sample_views(stored[0][2], int(sample))
+
+
+def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tuple[DishController, dict]:
+    """The Dish tab's components and events (inside an open ``gr.Tab``; ``access`` says who calls
+    each handler); returns its controller and its result components by name (the Runs tab reopens
+    a stored dish into them)."""
+    access = access or UiAccess()
+    ctl = DishController(service)
+    defaults: SamplerSettings = service.lm.default_settings()
+    with gr.Row():
+        with gr.Column(scale=3):
+            concepts = gr.Textbox(EXAMPLE_CONCEPTS, label="Concepts (2–8, comma-separated)", elem_id="petri-concepts")
+            event = gr.Textbox(EXAMPLE_EVENT, label="Event", lines=3, max_length=2000, elem_id="petri-event")
+            template = gr.Dropdown(TEMPLATE_CHOICES, value=DEFAULT_TEMPLATE, allow_custom_value=True,
+                                   label="Prompt template ({event}, {concepts})")
+            gr.Examples(EXAMPLES, [concepts, event], label="Examples (benign and contradictory events)",
+                        example_labels=EXAMPLE_LABELS, elem_id="petri-examples")
+        with gr.Column(scale=2):
+            slots = placement_controls(ctl, EXAMPLE_CONCEPTS)
+    canvas = chip_canvas(ctl, EXAMPLE_CONCEPTS)
+    with gr.Row():
+        samples = gr.Slider(1, MAX_SAMPLES, value=8, step=1, label="Samples", elem_id="petri-samples")
+        seed = gr.Number(0, precision=0, minimum=0, label="Seed")
+    settings = sampler_settings(defaults)
+    with gr.Row():
+        run_btn = gr.Button("Run the dish", variant="primary", elem_id="petri-run", scale=4)
+        cancel_btn = gr.Button("Cancel", variant="stop", elem_id="petri-cancel", scale=1)
+    status = gr.Markdown("", elem_id="petri-status")
+    heatmap = gr.Plot(label="Flips: step × position (live)", show_label=False, elem_id="petri-heatmap")
+    trajectory = ctl.trajectory.build("Trajectory", access)
+    run_id = gr.State("")
+    with gr.Row():
+        sample = gr.Slider(0, 1, value=0, step=1, label="Sample (numbered from 0, as in the CSVs)", interactive=False,
+                           elem_id="petri-sample")
+    final_text = gr.HighlightedText(label="Final text: what the model wrote (anchors highlighted, special tokens "
+                                    "hidden, end-of-turn tokens marked)", combine_adjacent=True,
+                                    show_legend=True, elem_id="petri-final")
+    flips = gr.Plot(label="Flips per position", show_label=False, elem_id="petri-flips")
+    with gr.Row():
+        pairs = gr.Dataframe(pd.DataFrame(columns=["pair", "n_segments", "instability"]),
+                             label="Pair instability (mean flips between adjacent anchors)",
+                             interactive=False, elem_id="petri-pairs", min_width=320)
+        files = gr.File(label="CSV downloads (tidy tables + run.json)", file_count="multiple",
+                        interactive=False, elem_id="petri-files", min_width=280)
+    with gr.Accordion("Samples", open=False):
+        samples_table_view = gr.Dataframe(interactive=False, wrap=True, elem_id="petri-samples-table",
+                                          column_widths=[f"{w}px" for w in DishController.SAMPLES_COLUMNS.values()])
+
+    add_figure_downloads(service, run_id, ctl.figures, access, [sample], "petri-dish-figures")
+    controls = {"concepts": concepts, "event": event, "template": template, "samples": samples, "seed": seed,
+                "placement": slots["placement"], "shuffle": slots["shuffle"], **settings}
+    run_inputs = list(controls.values())
+    names = {"status": status, "heatmap": heatmap, "run_id": run_id, "final_text": final_text,
+             "flips": flips, "pairs": pairs, "samples_table": samples_table_view, "files": files,
+             "sample": sample, **trajectory}
+
+    wire_placement(ctl, concepts, slots, canvas, settings["pin_thought"])
+    wire_run(run_btn, cancel_btn, ctl.run, run_inputs, names, access, busy=lambda: service.busy,
+             validator=ctl.validate, concurrency_limit=1, concurrency_id="model", show_progress="minimal")
+
+    def sample_handler(request: gr.Request, rid, s):
+        return {names[k]: v for k, v in ctl.show_sample(rid, s, access.caller(request)).items()}
+
+    # every way the value moves (drag, arrow keys, a number typed in its box); the last one wins
+    sample.input(sample_handler, [run_id, sample], [final_text, flips], show_progress="hidden",
+                 trigger_mode="always_last")
+    return ctl, {**names, **controls}

@@ -1,0 +1,82 @@
+"""One event's live view while it samples, for the Dish and Compare tabs: the flip map redrawn as the
+steps arrive and sample 0's canvas in the trajectory viewer, from the sampler's ``on_step`` stream
+(each step's raw argmax ``(S, L)`` and the samples that stop after it ``(S,)``).
+
+:class:`LiveDish` plans the event's layouts as the sampler will lay them
+(:func:`petri.engine.seeding.plan_dish`, from the same dish, samples, settings and seed), counts the
+flips so far (:class:`petri.web.ui.views.LiveFlips`) and draws them
+(:func:`petri.study.plots.flip_heatmap`); :func:`throttled` thins a :func:`petri.web.ui.live.stream`
+to at most one redraw every ``redraw_s`` while every step is still counted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from petri.core.dish import Dish, pinned_arrays
+from petri.engine.seeding import plan_dish
+from petri.study.plots import aggregate_anchor_boxes, flip_heatmap, token_texts
+from petri.core.trajectory import SamplerSettings
+from petri.web.ui.trajectory import TrajectoryView
+from petri.web.ui.views import LiveFlips, TokenText, concept_colors
+
+#: Redraw a live view at most this often (seconds).
+LIVE_REDRAW_S = 0.25
+
+
+def throttled(events: Iterator[tuple[str, Any]], take: Callable[[Any], None],
+              redraw_s: float | None = None) -> Iterator[tuple[str, Any]]:
+    """From ``stream(..., idle=True)``: ``take(payload)`` for every ``("progress", payload)`` at once;
+    yields ``("draw", payload)`` for the newest payload at most once every ``redraw_s`` (default
+    :data:`LIVE_REDRAW_S`; one held back is drawn at the next ``"idle"``: steps come faster than
+    that), then ``("done", result)``."""
+    redraw_s = LIVE_REDRAW_S if redraw_s is None else redraw_s
+    last, held = 0.0, None
+    for kind, payload in events:
+        if kind == "done":
+            yield kind, payload
+            return
+        if kind == "idle":
+            if held is not None:
+                last, drawn, held = time.monotonic(), held, None
+                yield "draw", drawn
+            continue
+        take(payload)
+        held = payload
+        now = time.monotonic()
+        if now - last >= redraw_s:
+            last, held = now, None
+            yield "draw", payload
+
+
+class LiveDish:
+    """One event's flip counts while it samples and the views drawn from them."""
+
+    def __init__(self, lm, tokens: TokenText, dish: Dish, n_samples: int, settings: SamplerSettings, seed: int):
+        prompt, self.layouts = plan_dish(lm, dish, n_samples, settings, seed)
+        self.pinned, _ = pinned_arrays(self.layouts, prompt.canvas_prefix_ids, lm.canvas_length)  # (S, L) bool
+        self.colors = concept_colors(dish.concepts)
+        self.flips = LiveFlips(self.pinned)
+        self.tokens = tokens
+        self.n_samples = n_samples
+
+    def add(self, argmax, finished) -> None:
+        """One step: ``argmax`` ``(S, L)``, ``finished`` ``(S,)`` bool."""
+        self.flips.add(np.asarray(argmax), np.asarray(finished))
+
+    def heatmap(self, index: int, title: str = "") -> go.Figure:
+        """The flip map so far (``index``: the newest step's, from 0), titled ``title`` + the step."""
+        return flip_heatmap(
+            self.flips.counts(), n_samples=self.n_samples, anchors=aggregate_anchor_boxes(self.layouts),
+            pinned=self.pinned.all(axis=0), blank_pinned=True, tokens=token_texts(self.tokens, self.flips.token_ids()),
+            colors=self.colors, title=f"{title}flips while sampling — step {index + 1}",
+        )
+
+    def trajectory(self, view: TrajectoryView) -> dict:
+        """``view``'s live value: sample 0's argmax so far, by the view's component name."""
+        return {view.name("view"): view.live(self.flips.token_ids(), self.layouts[0], self.pinned[0], self.colors)}

@@ -1,0 +1,203 @@
+"""The Runs tab: the stored runs (dish, comparison and study; newest first; model, concepts, time),
+from which a run reopens in its own tab with its heatmap, texts, tables and downloads, read from the
+run store (:class:`~petri.runs.store.RunStore`): nothing is sampled again, and every input of the tab is
+set back to the run's values (so Run starts the same run, and resumes an unfinished study). A study
+run that did not finish reopens with the provisional statistics of its stored batches. The list can be searched
+(any words, matched in id, kind, status, model, concepts and what was run) and narrowed to a kind;
+a run can be deleted.
+
+On a public server the tab shows, opens and deletes only the visitor's own runs
+(:mod:`petri.web.ui.access`; deleting a run another caller also submitted removes only the
+visitor's claim to it); on a local server every run is everyone's, as before.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+
+from petri.app.service import PetriService
+from petri.study.provisional import stored_batches
+from petri.study.runner import StudyResult
+from petri.study.schema import StudyError, study_from_dict
+from petri.core.trajectory import settings_from_dict
+from petri.web.access import Caller
+from petri.web.ui.access import UiAccess
+
+RUN_COLUMNS = ["run_id", "kind", "created_at", "status", "model", "concepts", "what"]
+#: Where each kind of run reopens (the tab ids of :func:`petri.web.ui.build.build_ui`).
+TAB_OF_KIND = {"dish": "dish", "compare": "compare", "study": "study"}
+KIND_FILTERS = ["all", "dish", "compare", "study"]
+
+
+def run_kind(run: dict) -> str:
+    """``"study"``, ``"compare"`` (a seed run of two events) or ``"dish"``."""
+    if run["kind"] == "study":
+        return "study"
+    return "compare" if len(run["request"].get("events", [])) == 2 else "dish"
+
+
+def run_row(run: dict) -> list:
+    """One row of the runs table: id, kind, time, status, model, concepts, what was run."""
+    request, kind = run["request"], run_kind(run)
+    if kind == "study":
+        study = request.get("study", {})
+        concepts = study.get("concepts", [])
+        what = (f"{study.get('title', study.get('id', ''))}: {len(study.get('events', []))} events × "
+                f"{len(request.get('templates', []))} templates × {request.get('samples')} samples")
+    else:
+        events = request.get("events", [])
+        concepts = events[0]["concepts"] if events else []
+        what = " vs ".join(f"{e.get('group') or ''}{': ' if e.get('group') else ''}{e['event'][:60]}" for e in events)
+        what += f" ({request.get('n_samples')} samples, seed {request.get('seed')})"
+    return [run["run_id"], kind, run["created_at"], run["status"], run["model_id"], ", ".join(concepts), what]
+
+
+def visible_runs(service: PetriService, caller: Caller, limit: int = 200) -> list[dict]:
+    """The stored runs ``caller`` may see, newest first (its own on a public server)."""
+    if caller.public:
+        return service.store.list_owned_runs(caller.owner, limit) if caller.owner else []
+    return service.store.list_runs(limit)
+
+
+def runs_table(service: PetriService, limit: int = 200, caller: Caller | None = None, search: str = "",
+               kind: str = "all") -> pd.DataFrame:
+    """The stored runs ``caller`` may see (None: a local caller), newest first; only those of
+    ``kind`` (unless ``"all"``) whose row holds every word of ``search`` (case-insensitive)."""
+    words = (search or "").lower().split()
+    rows = [run_row(r) for r in visible_runs(service, caller or Caller(public=False), limit)]
+    rows = [r for r in rows if (kind in (None, "", "all") or r[1] == kind)
+            and all(w in " ".join(map(str, r)).lower() for w in words)]
+    return pd.DataFrame(rows, columns=RUN_COLUMNS)
+
+
+def run_choices(frame: pd.DataFrame) -> list[tuple[str, str]]:
+    """(label, run id) for each row of a runs table, in its order."""
+    return [(f"{r.kind} · {r.created_at} · {r.run_id[:12]} · {r.what[:60]}", r.run_id) for r in frame.itertuples()]
+
+
+def study_result_from_store(service: PetriService, run: dict) -> tuple[StudyResult, int]:
+    """A stored study run as the runner's result (its stored batches), and how many batches it plans."""
+    request = run["request"]
+    study = study_from_dict(request["study"], source=request.get("study_file") or "study (stored run)")
+    template_ids = tuple(request["templates"])
+    batches = stored_batches(service.store, run["run_id"], study, template_ids, int(request["seed"]))
+    if not batches:
+        raise ValueError(f"study run {run['run_id']} has no stored batch yet")
+    result = StudyResult(
+        study=study, run_id=run["run_id"], model_id=run["model_id"],
+        model_fingerprint=request.get("model_fingerprint", ""), settings=settings_from_dict(request["settings"]),
+        samples=int(request["samples"]), seed=int(request["seed"]), template_ids=template_ids, batches=batches,
+        computed=0, resumed=len(batches), store_path=str(service.store.path), started_at=run["created_at"],
+        finished_at=run["finished_at"] or "", wall_s=0.0, device=batches[0].trajectory.device,
+    )
+    return result, len(study.events) * len(template_ids)
+
+
+class RunsController:
+    """Reopens a stored run into the Dish, Compare or Study tab's views."""
+
+    def __init__(self, service: PetriService, dish, compare, study):
+        self.service, self.dish, self.compare, self.study = service, dish, compare, study
+
+    def delete(self, run_id: str, caller: Caller | None = None) -> str:
+        """Delete stored run ``run_id`` if ``caller`` may open it (on a public server only the
+        caller's claim goes while another caller claims it too); the status line."""
+        caller = caller or Caller(public=False)
+        run = UiAccess.open_run(self.service, caller, run_id)
+        self.service.store.remove_run(run["run_id"], caller.owner if caller.public else None)
+        return f"Deleted run `{run['run_id']}`."
+
+    def open(self, run_id: str, caller: Caller | None = None) -> tuple[str, str, dict]:
+        """(kind, status line, the views of that kind by name) of stored run ``run_id``, which
+        ``caller`` (None: a local caller) may open; its downloads go to ``caller``'s folder."""
+        caller = caller or Caller(public=False)
+        run = UiAccess.open_run(self.service, caller, run_id)
+        kind = run_kind(run)
+        note = f"Reopened {kind} run `{run['run_id']}` ({run['status']}, {run['created_at']}) from the store; nothing was sampled."
+        if kind == "study":
+            try:
+                result, total = study_result_from_store(self.service, run)
+            except (StudyError, ValueError) as err:
+                raise gr.Error(f"cannot reopen study run {run['run_id']}: {err}", title="Runs") from None
+            controls = self.study.controls_of(run, result.study)
+            if len(result.batches) == total and run["status"] == "done":
+                return kind, note, {**self.study.final_views(result, total, caller), **controls}
+            views = self.study.live_views(result.study, result.run_id, result.template_ids, result.settings,
+                                          result.seed, total, model_id=result.model_id)
+            return kind, note, {**views, **controls}
+        stored = self.service.store.load_events(run["run_id"])
+        if not stored:
+            raise gr.Error(f"run {run['run_id']} has no stored event", title="Runs")
+        trajectories = [traj for _, _, traj in stored]
+        groups = [group for _, group, _ in stored]
+        if kind == "compare" and len(trajectories) == 2:
+            labels = (groups[0] or "A", groups[1] or "B")
+            return kind, note, {**self.compare.views(run["run_id"], trajectories[0], trajectories[1], labels),
+                                **self.compare.controls_of(run["request"], trajectories[0])}
+        return kind, note, {**self.dish.result_views(run["run_id"], trajectories, groups, caller),
+                            **self.dish.controls_of(run["request"], trajectories[0])}
+
+
+def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, outputs: dict[str, dict],
+                   access: UiAccess | None = None):
+    """The Runs tab's components and events (inside an open ``gr.Tab``). ``outputs`` maps a kind
+    (``dish``, ``compare``, ``study``) to that tab's result components by name (with a ``status``).
+    Every handler asks ``access`` who called it. Returns ``(refresh function, its outputs, its inputs)``
+    for the tab's select event."""
+    access = access or UiAccess()
+    mine = "Your runs on this server (each visitor sees only their own)" if access.policy.public else \
+        "Every run stored on this server"
+    gr.Markdown(f"{mine}, newest first. Pick one and open it: it reopens in its tab from the run store, "
+                "without sampling again.")
+    with gr.Row():
+        search = gr.Textbox("", label="Search", placeholder="words in id, concepts, events…", scale=3,
+                            elem_id="petri-runs-search")
+        kind_filter = gr.Dropdown(KIND_FILTERS, value="all", label="Kind", scale=1, elem_id="petri-runs-kind")
+        refresh = gr.Button("Refresh", size="sm", scale=0, elem_id="petri-runs-refresh")
+    # a public page is the same for every visitor: its runs arrive with the visitor's first refresh
+    initial = runs_table(service) if not access.policy.public else pd.DataFrame(columns=RUN_COLUMNS)
+    initial_choices = run_choices(initial)
+    with gr.Row():
+        choice = gr.Dropdown(initial_choices, value=initial_choices[0][1] if initial_choices else None, label="Run",
+                             allow_custom_value=True, scale=3, elem_id="petri-runs-choice")
+        open_btn = gr.Button("Open", variant="primary", scale=0, elem_id="petri-runs-open")
+        delete_btn = gr.Button("Delete", variant="stop", scale=0, elem_id="petri-runs-delete")
+    runs_note = gr.Markdown("", elem_id="petri-runs-status")
+    table = gr.Dataframe(initial, interactive=False, wrap=True, label="Stored runs", elem_id="petri-runs-table")
+
+    def listed(request: gr.Request, query: str = "", kind: str = "all", current: str | None = None):
+        """The table and the run choices. While the run the visitor had picked is still listed the
+        choice is left alone, so a refresh that lands after a click on a row (its inputs were read
+        before the click) cannot move the choice to another run; otherwise the newest run is picked."""
+        frame = runs_table(service, caller=access.caller(request), search=query, kind=kind)
+        choices = run_choices(frame)
+        ids = [run_id for _, run_id in choices]
+        if current in ids:
+            return frame, gr.update(choices=choices)
+        return frame, gr.update(choices=choices, value=ids[0] if ids else None)
+
+    def deleted(request: gr.Request, run_id: str, query: str, kind: str):
+        note = runs.delete(run_id, access.caller(request))
+        return (note, *listed(request, query, kind))
+
+    def picked(frame, evt: gr.SelectData):
+        row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
+        return gr.update(value=frame.iloc[row]["run_id"])
+
+    flat = [(kind, name, comp) for kind, comps in outputs.items() for name, comp in comps.items()]
+
+    def open_handler(request: gr.Request, run_id):
+        kind, note, views = runs.open(run_id, access.caller(request))
+        updates = {comp: views[name] for k, name, comp in flat if k == kind and name in views}
+        updates[outputs[kind]["status"]] = note
+        updates[tabs] = gr.Tabs(selected=TAB_OF_KIND[kind])
+        return updates
+
+    filters = [search, kind_filter]
+    for event in (refresh.click, search.submit, kind_filter.change):
+        event(listed, [*filters, choice], [table, choice], show_progress="hidden")
+    delete_btn.click(deleted, [choice, *filters], [runs_note, table, choice], show_progress="hidden")
+    table.select(picked, table, choice, show_progress="hidden")
+    open_btn.click(open_handler, choice, [tabs, *[comp for _, _, comp in flat]], show_progress="minimal")
+    return listed, [table, choice], [*filters, choice]

@@ -1,0 +1,123 @@
+"""The Study tab's reviewer panel: the per-pair event-level tests (raw, Holm and BH p-values; small
+groups flagged) of the study on screen, and a power planner that simulates designs from it as a pilot
+(:func:`petri.stats.power.power_from_cells`, as ``petri power RESULTS_DIR``).
+
+The panel reads the output folder of the study shown (the shipped study's, then each finished run's),
+kept in a ``gr.State`` that the Study tab's final view updates (:func:`stats_views`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+
+from petri.stats.mixed import cell_values
+from petri.stats.power import power_from_cells
+from petri.stats.groups import MIN_INFORMATIVE_N
+from petri.study.statistics import load_results
+
+PAIR_VIEW = ["pair", "n_a", "n_b", "rank_biserial", "ci_low", "ci_high", "p_value", "p_holm", "p_bh", "informative",
+             "note"]
+MAX_SIMS = 2000
+
+
+def pairs_view(folder: str | Path | None) -> pd.DataFrame | None:
+    """``pair_tests.csv`` of ``folder`` for the table (None when there is none)."""
+    path = Path(folder) / "pair_tests.csv" if folder else None
+    if path is None or not path.is_file():
+        return None
+    df = pd.read_csv(path).fillna({"note": ""})
+    return df[[c for c in PAIR_VIEW if c in df.columns]].round(4)
+
+
+def stats_views(folder: str | Path) -> dict:
+    """The panel's updates for a study written to ``folder`` (merged into the Study tab's final views)."""
+    return {"pairs": pairs_view(folder), "results_dir": str(folder)}
+
+
+def _ints(text: str, name: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in (text or "").replace(" ", "").split(",") if v)
+    except ValueError:
+        raise gr.Error(f"{name}: comma-separated whole numbers, e.g. 6,12,24") from None
+    if any(v < 1 for v in values) or len(values) > 8:
+        raise gr.Error(f"{name}: at most 8 values, each at least 1")
+    return values
+
+
+def _effect(text) -> float | None:
+    """The Effect box: empty (or None) means the pilot's own effect; otherwise a finite number."""
+    if text is None or not str(text).strip():
+        return None
+    try:
+        value = float(str(text).strip().replace("\u2212", "-"))
+    except ValueError:
+        raise gr.Error(f"effect: a number such as 0.1 or -0.05, or empty for the pilot's effect; got {text!r}") from None
+    if not math.isfinite(value):
+        raise gr.Error(f"effect: a finite number, or empty for the pilot's effect; got {text!r}")
+    return value
+
+
+def run_power(folder: str | None, events: str, templates: str, effect, sims, seed) -> tuple[pd.DataFrame, str]:
+    """The power table and its summary + method for the study in ``folder`` as the pilot. ``effect``:
+    the Effect box's text (empty: the pilot's own effect)."""
+    if not folder:
+        raise gr.Error("Power: no study results on screen yet; run or reopen a study first")
+    try:
+        segments, groups, _, _ = load_results(folder)
+        result = power_from_cells(
+            cell_values(segments), groups, events=_ints(events, "events per group") or (6, 12, 24, 48),
+            templates=_ints(templates, "templates") or None,
+            effect=_effect(effect), n_sims=min(int(sims or 500), MAX_SIMS),
+            seed=int(seed or 0))
+    except ValueError as err:
+        raise gr.Error(f"Power: {err}") from None
+    return result.table().round(4), f"**{result.summary()}.**\n\nMethod: {result.method}."
+
+
+def build_stats_panel(folder: str | Path | None) -> dict:
+    """The panel's components (inside the Study tab); returns those the final views update by name."""
+    results_dir = gr.State(str(folder) if folder else None)
+    with gr.Accordion("Per-pair comparisons (event level, Holm and Benjamini-Hochberg)", open=False):
+        gr.Markdown(f"One Mann-Whitney test per concept pair on the event values of that pair's segments; Holm "
+                    f"controls the family-wise error rate, BH the false discovery rate. A pair with a group below "
+                    f"{MIN_INFORMATIVE_N} events is marked `informative = False`: its test and interval mean nothing.")
+        pairs = gr.Dataframe(pairs_view(folder), label="Pairs (pair_tests.csv)", interactive=False, wrap=True,
+                             elem_id="petri-study-pairs")
+    with gr.Accordion("Power from this study as a pilot", open=False):
+        gr.Markdown("Simulates studies by resampling this study's events (within group) and templates, and "
+                    "counts how often the event-level Mann-Whitney test rejects at 5%. Leave the effect empty "
+                    "to use the pilot's.")
+        with gr.Row():
+            events = gr.Textbox("6, 12, 24, 48", label="Events per group")
+            templates = gr.Textbox("", label="Templates (empty: 1, the pilot's, twice)")
+            effect = gr.Textbox("", label="Effect (empty: the pilot's)", elem_id="petri-study-power-effect",
+                                placeholder="the pilot's effect",
+                                info="Difference of the groups' mean event-level instability (mean flips per "
+                                     "free position between two adjacent anchors), second group minus first")
+            sims = gr.Slider(100, MAX_SIMS, value=500, step=100, label="Simulated studies per design")
+            seed = gr.Number(0, precision=0, label="Seed")
+        power_btn = gr.Button("Estimate power", size="sm", elem_id="petri-study-power-run")
+        power_text = gr.Markdown("", elem_id="petri-study-power")
+        power_table = gr.Dataframe(None, label="Power per design", interactive=False, elem_id="petri-study-power-table")
+    power_btn.click(run_power, [results_dir, events, templates, effect, sims, seed], [power_table, power_text],
+                    concurrency_limit=1, concurrency_id="power")
+    return {"pairs": pairs, "results_dir": results_dir}
+
+
+def paired_tests_line(a, b, labels: tuple[str, str]) -> str:
+    """The Compare view's paired tests of two trajectories whose sample ``s`` share layout and seed:
+    Wilcoxon signed-rank on per-sample mean segment instability, exact McNemar on "every anchor intact"."""
+    from petri.stats.paired import mcnemar_exact, wilcoxon_paired
+    from petri.measure.tables import samples_table, segments_table
+
+    inst = [segments_table(t).groupby("sample")["instability"].mean().reindex(range(t.n_samples)) for t in (a, b)]
+    tables = [samples_table(t) for t in (a, b)]
+    intact = [(s["anchors_intact"] == s["n_anchors"]).to_numpy() for s in tables]
+    w = wilcoxon_paired(inst[0].to_numpy(float), inst[1].to_numpy(float))
+    m = mcnemar_exact(intact[0], intact[1])
+    return f"Paired tests over samples: {w.summary(labels)}; {m.summary('every anchor intact', labels)}."

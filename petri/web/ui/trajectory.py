@@ -1,0 +1,282 @@
+"""The trajectory viewer: one sample's canvas at step *t*, a step scrubber (slider, previous / next,
+Play / Pause with a speed control; keyboard: ←/→ a step, Home/End, Space plays), the whole trajectory
+at a glance (:func:`petri.study.trajectory_plots.trajectory_figure`) with the per-step curves beside it,
+and a download button for the replay files (:func:`petri.web.replay_files.export_bundle`: GIF, the
+figures as HTML/PNG/SVG, the per-step table as CSV/Parquet).
+
+Each token is coloured by its confidence ``exp(-entropy)`` (:mod:`petri.measure.replay`; the legend says so),
+accepted tokens solid and renoised ones faded, flips at this step outlined red, anchors outlined in
+their concept colours (:func:`petri.web.ui.views.concept_colors`, as the chips and heatmap boxes),
+special tokens shown as grey marks and whitespace as visible marks (:func:`petri.measure.replay.visible_text`).
+
+The view is a ``gr.HTML`` whose value is one sample's record (:func:`petri.measure.replay.sample_record`): the
+browser draws only the step on screen, so scrubbing and Play never ask the server; a new sample is one
+request. While a dish samples, the Dish tab sets a live record (:func:`petri.measure.replay.live_record`,
+from the same ``on_step`` stream as its heatmap) and the view follows the newest step.
+
+:class:`TrajectoryView` holds the handlers; :meth:`TrajectoryView.build` makes the components inside
+a tab and returns them by name, :meth:`TrajectoryView.views` their values for a stored run.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+import numpy as np
+
+from petri.measure.metrics import anchor_concepts
+from petri.measure.replay import CONFIDENCE_LEGEND, live_record, sample_record
+from petri.study.trajectory_plots import CONFIDENCE_SCALE, step_curves_figure, trajectory_figure
+from petri.core.trajectory import Trajectory
+from petri.web.access import Caller
+from petri.web.replay_files import export_bundle, run_colors
+from petri.web.ui.access import UiAccess, export_dir
+from petri.web.tokens import TokenText
+from petri.web.ui.views import responsive
+
+VIEW_HTML = """
+<div class="pt" tabindex="0" role="group" aria-label="trajectory viewer: arrow keys move a step, Home/End, Space plays">
+  <div class="pt-bar">
+    <button type="button" class="pt-prev" aria-label="previous step">◀</button>
+    <input type="range" class="pt-slider" min="0" max="0" step="1" value="0" aria-label="denoising step">
+    <button type="button" class="pt-next" aria-label="next step">▶</button>
+    <button type="button" class="pt-play" aria-pressed="false">▶ Play</button>
+    <label class="pt-speed-label">speed <select class="pt-speed" aria-label="play speed">
+      <option value="1000">1 step/s</option><option value="400" selected>2.5 steps/s</option>
+      <option value="150">7 steps/s</option><option value="50">20 steps/s</option></select></label>
+  </div>
+  <div class="pt-step" role="status" aria-live="polite"></div>
+  <div class="pt-canvas"></div>
+  <div class="pt-legend"></div>
+</div>
+"""
+
+VIEW_CSS = """
+.pt { padding: 6px 2px; outline-offset: 2px; }
+.pt:focus { outline: 2px solid #2563eb; }
+.pt-bar { display: flex; gap: 6px; align-items: center; }
+.pt-bar button { padding: 2px 10px; border: 1px solid #9ca3af; border-radius: 4px; background: #f9fafb; cursor: pointer; }
+.pt-slider { flex: 1; }
+.pt-step { font-size: 13px; margin: 4px 0; color: #111827; }
+.pt-canvas { display: flex; flex-wrap: wrap; gap: 3px; font-family: ui-monospace, monospace; font-size: 12px; }
+.pt-tok { padding: 1px 4px; border-radius: 3px; border: 1px solid #d1d5db; white-space: pre; min-width: 1ch; }
+.pt-renoised { opacity: .38; }
+.pt-noconf { background: #e5e7eb; color: #111827; }
+.pt-flip { box-shadow: 0 0 0 2px #d62728; }
+.pt-anchor { border-width: 3px; border-style: solid; font-weight: 700; }
+.pt-special { font-style: italic; color: #6b7280 !important; background: repeating-linear-gradient(45deg, #f3f4f6, #f3f4f6 4px, #e5e7eb 4px, #e5e7eb 8px) !important; }
+.pt-legend { font-size: 11px; color: #4b5563; margin-top: 6px; }
+"""
+
+VIEW_JS = r"""
+const root = element.querySelector('.pt');
+const canvas = element.querySelector('.pt-canvas');
+const slider = element.querySelector('.pt-slider');
+const label = element.querySelector('.pt-step');
+const playBtn = element.querySelector('.pt-play');
+const speed = element.querySelector('.pt-speed');
+const legend = element.querySelector('.pt-legend');
+let step = 0, timer = null, lastKey = null, lastLive = false;
+
+const cur = () => (props.value && props.value.ids) ? props.value : null;
+const count = () => { const v = cur(); return v ? v.ids.length : 0; };
+const rgb = (h) => [1, 3, 5].map((i) => parseInt(h.slice(i, i + 2), 16));
+function shade(stops, x) {
+  x = Math.min(1, Math.max(0, x));
+  for (let k = 1; k < stops.length; k++) {
+    if (x <= stops[k][0]) {
+      const [a, ca] = stops[k - 1], [b, cb] = stops[k], w = (x - a) / (b - a), p = rgb(ca), q = rgb(cb);
+      return p.map((c, j) => Math.round(c + (q[j] - c) * w));
+    }
+  }
+  return rgb(stops[stops.length - 1][1]);
+}
+
+function render() {
+  const v = cur(), n = count();
+  root.dataset.steps = n;
+  if (!n) {
+    canvas.replaceChildren(); slider.max = 0; slider.value = 0; slider.disabled = true;
+    root.dataset.step = ''; label.textContent = (props.value && props.value.note) || 'No trajectory yet: run a dish.';
+    legend.textContent = ''; return;
+  }
+  step = Math.min(Math.max(step, 0), n - 1);
+  slider.disabled = false; slider.max = n - 1; slider.value = step;
+  slider.setAttribute('aria-valuetext', `step ${step} of ${n - 1}`);
+  root.dataset.step = step; root.dataset.sample = v.sample; root.dataset.live = v.live ? '1' : '0';
+  const ids = v.ids[step], flips = v.flipped[step], acc = v.accepted ? v.accepted[step] : null;
+  const conf = v.conf ? v.conf[step] : null, special = new Set(v.special), frag = document.createDocumentFragment();
+  let nflip = 0;
+  for (let i = 0; i < ids.length; i++) {
+    const s = document.createElement('span'), id = ids[i], text = v.texts[String(id)] ?? String(id);
+    s.className = 'pt-tok'; s.textContent = text; s.dataset.pos = i; s.dataset.id = id;
+    let tip = `position ${i}: ${JSON.stringify(text)} (id ${id})`;
+    if (conf) {
+      const c = shade(v.scale, conf[i]);
+      s.style.background = `rgb(${c.join(',')})`; s.style.color = (c[0] + c[1] + c[2] < 380) ? 'white' : '#111827';
+      tip += `, confidence ${conf[i]}`;
+    } else { s.classList.add('pt-noconf'); }
+    if (acc) { if (!acc[i]) s.classList.add('pt-renoised'); s.dataset.accepted = acc[i]; tip += acc[i] ? ', accepted' : ', renoised'; }
+    if (flips[i]) { s.classList.add('pt-flip'); s.dataset.flipped = 1; nflip++; tip += ', flipped at this step'; }
+    if (special.has(id)) s.classList.add('pt-special');
+    const concept = v.anchor[i];
+    if (concept) { s.classList.add('pt-anchor'); s.style.borderColor = (v.colors || {})[concept] || '#f4a261'; s.dataset.concept = concept; tip += `, anchor: ${concept}`; }
+    tip += `; commits at step ${v.commit[i]}`;
+    s.title = tip; frag.appendChild(s);
+  }
+  canvas.replaceChildren(frag);
+  root.dataset.flips = nflip;
+  label.textContent = `${v.title || 'sample ' + v.sample} · step ${step} of ${n - 1} · ${nflip} flips` +
+    (v.live ? ' · live: following the newest step' : '');
+  legend.textContent = v.legend || '';
+}
+
+function go(t) { step = t; render(); }
+function stop() {
+  if (timer) { clearInterval(timer); timer = null; }
+  playBtn.textContent = '▶ Play'; playBtn.setAttribute('aria-pressed', 'false'); root.dataset.playing = '0';
+}
+function play() {
+  if (count() < 2) return;
+  if (step >= count() - 1) step = 0;
+  render();
+  playBtn.textContent = '⏸ Pause'; playBtn.setAttribute('aria-pressed', 'true'); root.dataset.playing = '1';
+  timer = setInterval(() => { if (step >= count() - 1) { stop(); return; } go(step + 1); }, +speed.value);
+}
+const toggle = () => (timer ? stop() : play());
+
+slider.addEventListener('input', () => { stop(); go(+slider.value); });
+element.querySelector('.pt-prev').addEventListener('click', () => { stop(); go(step - 1); });
+element.querySelector('.pt-next').addEventListener('click', () => { stop(); go(step + 1); });
+playBtn.addEventListener('click', toggle);
+speed.addEventListener('change', () => { if (timer) { stop(); play(); } });
+root.addEventListener('keydown', (e) => {
+  if (e.target === speed) return;
+  const onSlider = e.target === slider;  // the range input moves itself on arrows and fires input
+  const moves = {ArrowLeft: -1, ArrowDown: -1, ArrowRight: 1, ArrowUp: 1};
+  if (e.key in moves && !onSlider) { e.preventDefault(); stop(); go(step + moves[e.key]); }
+  else if (e.key === 'Home' && !onSlider) { e.preventDefault(); stop(); go(0); }
+  else if (e.key === 'End' && !onSlider) { e.preventDefault(); stop(); go(count() - 1); }
+  else if ((e.key === ' ' || e.key === 'k') && e.target.tagName !== 'BUTTON') { e.preventDefault(); toggle(); }
+});
+
+watch('value', () => {
+  const v = cur(), key = v ? v.key : null;
+  if (v && v.live) { stop(); step = count() - 1; }
+  else if (lastLive) { step = count() - 1; }  // a finished live run opens on its last step
+  else if (key !== lastKey) { stop(); step = 0; }
+  lastKey = key; lastLive = !!(v && v.live);
+  render();
+});
+render();
+"""
+
+#: The component names a tab adds to its result views (prefixed per view).
+PARTS = ("view", "key", "sample", "figure", "curves", "files")
+
+
+class TrajectoryView:
+    """The handlers of one trajectory viewer (a tab may hold several: Compare has one per event)."""
+
+    def __init__(self, service, tokens: TokenText, prefix: str = "traj"):
+        self.service, self.tokens, self.prefix = service, tokens, prefix
+
+    def name(self, part: str) -> str:
+        return f"{self.prefix}_{part}"
+
+    # -- values ---------------------------------------------------------------------------
+    def record(self, traj: Trajectory, sample: int, key: str, title: str = "") -> dict:
+        """The view's value for one stored sample."""
+        rec = sample_record(traj, sample, self.tokens, self.tokens.is_special)
+        return {**rec, "key": f"{key}:{sample}", "live": False, "colors": run_colors(traj), "scale": CONFIDENCE_SCALE,
+                "legend": f"Colour: {CONFIDENCE_LEGEND}. Solid = accepted at this step, faded = renoised; red ring = "
+                          "the argmax flipped at this step; thick border = anchor (concept colour); striped = special token.",
+                "title": f"{title}sample {rec['sample']} of {rec['n_samples']}"}
+
+    def live(self, token_ids: np.ndarray, spans, pinned_row, colors: dict[str, str]) -> dict:
+        """The view's value while sampling: sample 0's argmax so far ``(T, L)``, its anchor ``spans``
+        and pinned positions ``(L,)`` (no confidence: the per-step stream carries only the argmax)."""
+        anchor_row = anchor_concepts([spans], len(pinned_row))[0]
+        rec = live_record(token_ids, anchor_row, pinned_row, self.tokens, self.tokens.is_special)
+        return {**rec, "key": "live", "live": True, "colors": colors, "scale": CONFIDENCE_SCALE,
+                "legend": "Live: the raw argmax of sample 0 as each step arrives (confidence and acceptance are "
+                          "not streamed; the stored record replaces this view when the run ends). Red ring = flipped.",
+                "title": "sample 0 (live)"}
+
+    def views(self, run_id: str, event: int, traj: Trajectory, sample: int = 0, title: str = "") -> dict:
+        """Every part's value for a stored run's event (after a run, and when a run is reopened)."""
+        sample = min(max(int(sample), 0), traj.n_samples - 1)
+        return {
+            self.name("view"): self.record(traj, sample, f"{run_id}:{event}", title),
+            self.name("key"): {"run_id": run_id, "event": int(event), "title": title},
+            self.name("sample"): gr.update(maximum=max(traj.n_samples - 1, 1), value=sample, interactive=traj.n_samples > 1),
+            # the page's width here (about 1100 px of cells); the downloads keep 40 px a cell
+            self.name("figure"): responsive(trajectory_figure(traj, sample, self.tokens, colors=run_colors(traj),
+                                                              cell_px=max(6.0, 1100 / traj.canvas_length))),
+            self.name("curves"): responsive(step_curves_figure(traj, sample)),
+            self.name("files"): None,
+        }
+
+    # -- handlers -------------------------------------------------------------------------
+    def _stored(self, key: dict | None, caller: Caller | None):
+        """The shown run's stored events, if ``caller`` (None: local) may open the run."""
+        if not key or not key.get("run_id"):
+            raise gr.Error("Run or reopen a dish first.", title="Trajectory")
+        UiAccess.open_run(self.service, caller or Caller(public=False), key["run_id"])
+        stored = self.service.store.load_events(key["run_id"])
+        if not stored or key["event"] >= len(stored):
+            raise gr.Error(f"run_id: no stored event {key['event']} in run {key['run_id']!r}", title="Trajectory")
+        return stored
+
+    def show_sample(self, key: dict | None, sample, caller: Caller | None = None) -> dict:
+        """Another sample of the stored run: its record, figure and curves."""
+        stored = self._stored(key, caller)
+        views = self.views(key["run_id"], key["event"], stored[key["event"]][2], int(sample or 0), key.get("title", ""))
+        views.pop(self.name("sample"))
+        return views
+
+    def export(self, key: dict | None, sample, caller: Caller | None = None) -> list[str]:
+        """The replay files of the shown sample (GIF, figures as HTML/PNG/SVG, steps CSV/Parquet),
+        written into ``caller``'s own download folder (:func:`petri.web.ui.access.export_dir`)."""
+        stored = self._stored(key, caller)
+        folder = export_dir(caller) / f"{key['run_id']}-replay-{self.prefix}"
+        paths, notes = export_bundle([t for _, _, t in stored], [g for _, g, _ in stored], key["event"],
+                                     int(sample or 0), folder, self.tokens)
+        for note in notes:
+            gr.Info(note)
+        return [str(p) for p in paths]
+
+    # -- components -----------------------------------------------------------------------
+    def build(self, label: str = "Trajectory", access: UiAccess | None = None,
+              empty_note: str = "No trajectory yet: run a dish.") -> dict:
+        """The components (inside an open Blocks context) by name, their events wired (``access``
+        says who calls each handler); ``empty_note`` is what the viewer says before its first run."""
+        access = access or UiAccess()
+        elem = f"petri-{self.prefix.replace('_', '-')}"
+        with gr.Accordion(f"{label}: watch the text settle, step by step", open=True, elem_id=f"{elem}-box"):
+            with gr.Row():
+                sample = gr.Slider(0, 1, value=0, step=1, label="Sample shown (numbered from 0)", interactive=False,
+                                   elem_id=f"{elem}-sample", scale=3)
+                export = gr.Button("Prepare downloads (GIF, figures as PNG/SVG/HTML, steps CSV/Parquet)", size="sm",
+                                   elem_id=f"{elem}-export", scale=2)
+            view = gr.HTML({"note": empty_note}, html_template=VIEW_HTML, css_template=VIEW_CSS, js_on_load=VIEW_JS, elem_id=elem,
+                           padding=False, container=False)
+            figure = gr.Plot(show_label=False, elem_id=f"{elem}-figure")
+            with gr.Row():
+                curves = gr.Plot(show_label=False, elem_id=f"{elem}-curves", scale=3, min_width=320)
+                files = gr.File(label="Replay downloads", file_count="multiple", interactive=False,
+                                elem_id=f"{elem}-files", scale=2, min_width=280)
+        key = gr.State(None)
+        parts = {self.name("view"): view, self.name("key"): key, self.name("sample"): sample,
+                 self.name("figure"): figure, self.name("curves"): curves, self.name("files"): files}
+        outputs = [view, figure, curves, files]
+
+        def on_sample(request: gr.Request, k, s):
+            views = self.show_sample(k, s, access.caller(request))
+            return [views[self.name(p)] for p in ("view", "figure", "curves", "files")]
+
+        def on_export(request: gr.Request, k, s):
+            return self.export(k, s, access.caller(request))
+
+        sample.release(on_sample, [key, sample], outputs, show_progress="hidden", api_name=self.name("sample"))
+        export.click(on_export, [key, sample], files, show_progress="minimal", api_name=self.name("export"))
+        return parts

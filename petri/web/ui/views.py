@@ -1,0 +1,114 @@
+"""The UI's pure helpers (no Gradio): parsing the concept field, the live flip count, the final text as the model's answer, and
+one-line error messages (colours and token text are :mod:`petri.web.tokens`', re-exported here). The flip
+figures themselves are :func:`petri.study.plots.flip_heatmap`; flips are :mod:`petri.measure.metrics`'."""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import ValidationError
+
+from petri.measure.metrics import anchor_concepts, step_flips
+from petri.core.trajectory import Trajectory
+from petri.web.errors import FieldError
+from petri.web.tokens import END_OF_TURN_TOKENS, PALETTE, TokenText, concept_colors  # noqa: F401 (re-exported)
+
+PREFIX_LABEL = "pinned prefix"
+#: The label of an end-of-turn token on the final canvas (``<eos>``, ``<end_of_turn>`` …): shown as a
+#: marker in a dark slate, never as the end of the answer (the diffusion canvas is written all at once,
+#: so text after such a token is still what the model wrote).
+END_TOKEN_LABEL = "end-of-turn token"
+END_TOKEN_COLOR = "#475569"
+
+
+def responsive(fig):
+    """A figure that takes its container's width (figures are drawn at fixed widths for files; on a
+    page they must fit a narrow screen); ``None`` stays ``None``."""
+    if fig is not None:
+        fig.update_layout(width=None, autosize=True)
+    return fig
+
+
+def parse_concepts(text: str) -> list[str]:
+    """``"order, inventory , person"`` → ``["order", "inventory", "person"]`` (empty entries kept
+    as ``""`` so validation can name them)."""
+    if not text or not text.strip():
+        return []
+    return [c.strip() for c in text.split(",")]
+
+
+class LiveFlips:
+    """The flip map while a dish samples, from the ``on_step`` stream: per step, how many samples
+    flipped at each free position (:func:`petri.measure.metrics.step_flips` of the step against the one
+    before, for the samples still running), plus sample 0's argmax for the hover. Once every step
+    is in, :meth:`counts` equals ``flip_grid(argmax, steps, anchor_mask).sum(axis=0)``."""
+
+    def __init__(self, pinned: np.ndarray):
+        """``pinned`` ``(S, L)`` bool: the positions pinned in each sample (never counted)."""
+        self.free = ~np.asarray(pinned, dtype=bool)
+        self.rows: list[np.ndarray] = []
+        self.tokens: list[np.ndarray] = []
+        self.prev: np.ndarray | None = None
+        self.done = np.zeros(self.free.shape[0], dtype=bool)
+
+    def add(self, argmax: np.ndarray, finished: np.ndarray) -> None:
+        """One step: ``argmax`` ``(S, L)`` and ``finished`` ``(S,)`` bool (the samples that stop after it)."""
+        running = ~self.done
+        if self.prev is None:
+            flips = np.zeros(argmax.shape[1], dtype=int)
+        else:
+            flips = (step_flips(self.prev, argmax) & self.free & running[:, None]).sum(axis=0)
+        self.rows.append(flips)
+        self.tokens.append(np.where(running[0], argmax[0], -1))
+        self.prev = argmax
+        self.done = self.done | np.asarray(finished, dtype=bool)
+
+    def counts(self) -> np.ndarray:
+        """``(T, L)`` int: samples flipping per step so far and position."""
+        return np.array(self.rows) if self.rows else np.zeros((0, self.free.shape[1]), dtype=int)
+
+    def token_ids(self) -> np.ndarray:
+        """``(T, L)`` int: sample 0's argmax per step so far (-1 once it stopped)."""
+        return np.array(self.tokens) if self.tokens else np.zeros((0, self.free.shape[1]), dtype=int)
+
+
+def highlighted_text(traj: Trajectory, sample: int, tokens: TokenText) -> list[tuple[str, str | None]]:
+    """Sample ``sample``'s final canvas as the model wrote it, token by token: anchors labelled with
+    their concept, the pinned prefix (the empty thought block) left out, other special tokens hidden,
+    and every end-of-turn token (``<eos>``, ``<end_of_turn>`` …) kept as a marker labelled
+    :data:`END_TOKEN_LABEL`; a run of them (e.g. trailing ``<eos>`` fill, hidden specials between
+    ignored) is one marker ``"<eos> ×n"``. Text on either side of a marker is the answer, unlabelled."""
+    concepts = anchor_concepts(traj.anchors, traj.canvas_length)[sample]
+    pinned = traj.anchor_mask[sample]
+    out: list[tuple[str, str | None]] = []
+    run: list[str] = []  # the texts of the end-of-turn tokens in a row, not yet written
+
+    def close_run() -> None:
+        if run:
+            out.append((run[0] + (f" ×{len(run)}" if len(run) > 1 else ""), END_TOKEN_LABEL))
+            run.clear()
+
+    for i, token_id in enumerate(traj.final_ids[sample]):
+        if concepts[i]:
+            close_run()
+            out.append((tokens(token_id), concepts[i]))
+        elif pinned[i]:
+            continue
+        elif tokens.ends_turn(token_id):
+            run.append(tokens(token_id))
+        elif not tokens.is_special(token_id):
+            close_run()
+            out.append((tokens(token_id), None))
+    close_run()
+    return out
+
+
+def request_error_message(err: ValidationError | FieldError) -> str:
+    """One line per bad field, naming it (as the API's 422 body does)."""
+    if isinstance(err, FieldError):
+        where = ".".join(str(p) for p in err.loc if p != "body")
+        return err.msg if err.msg.startswith(where.split(".")[0] + ":") else f"{where}: {err.msg}"
+    lines = []
+    for e in err.errors():
+        where = ".".join(str(p) for p in e["loc"])
+        lines.append(f"{where}: {e['msg']}")
+    return "; ".join(lines)
