@@ -28,7 +28,7 @@ ROUTES = {
     "/api/health": {"get": "health_api_health_get"},
     "/api/runs": {"get": "list_runs_api_runs_get"},
     "/api/runs/{run_id}": {"get": "get_run_api_runs__run_id__get"},
-    "/api/runs/{run_id}/{table}.csv": {"get": "get_table_api_runs__run_id___table__csv_get"},
+    "/api/runs/{run_id}/{table}.{fmt}": {"get": "get_table_api_runs__run_id___table___fmt__get"},
     "/api/seed": {"post": "seed_api_seed_post"},
     "/api/study": {"post": "study_api_study_post"},
 }

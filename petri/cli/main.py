@@ -262,12 +262,12 @@ def _study_decoder(lm, executor, result):
 
 
 def cmd_replay(args) -> int:
-    from petri.web.replay_files import REPLAY_SUFFIXES, write_replay
+    from petri.web.replay_files import replay_suffixes, write_replay
     from petri.runs.store import RunStore, check_run_id
 
     suffix = args.out.rsplit(".", 1)[-1].lower() if "." in args.out else ""
-    if suffix not in REPLAY_SUFFIXES:
-        raise ValueError(f"--out must end in one of {', '.join('.' + s for s in REPLAY_SUFFIXES)}, got {args.out!r}")
+    if suffix not in replay_suffixes():
+        raise ValueError(f"--out must end in one of {', '.join('.' + s for s in replay_suffixes())}, got {args.out!r}")
     store = RunStore(args.store)
     try:
         stored = store.load_events(check_run_id(args.run_id))

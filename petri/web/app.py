@@ -45,7 +45,7 @@ def create_app(
     app.state.jobs = JobGate(service, busy_wait_s)
     app.state.access = access
     install_error_handlers(app)
-    app.include_router(replay_router)  # before router: its {table}.csv would take steps.csv
+    app.include_router(replay_router)  # before router: its {table}.{fmt} would take replay.gif (tests/test_formats.py)
     app.include_router(router)
     app.include_router(job_router)
     if ui:

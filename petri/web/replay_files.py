@@ -9,14 +9,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from petri.runs.export import run_steps_table, write_csv, write_parquet
+from petri.runs.formats import FORMATS, table_bytes
 from petri.study.animation import mp4_available, write_gif, write_mp4
 from petri.study.plots import save_figures
 from petri.study.trajectory_plots import step_curves_figure, trajectory_figure
 from petri.core.trajectory import Trajectory
 from petri.web.tokens import TokenText, concept_colors
 
-REPLAY_SUFFIXES = ("gif", "mp4", "html", "png", "svg", "csv", "parquet")
+#: the replay's own kinds: the animation and the whole-trajectory figure
+FIGURE_SUFFIXES = ("gif", "mp4", "html", "png", "svg")
+
+
+def replay_suffixes() -> tuple[str, ...]:
+    """Every suffix ``write_replay`` takes: the figures' and each registered table format's
+    (:data:`petri.runs.formats.FORMATS`: the per-step table)."""
+    return FIGURE_SUFFIXES + tuple(FORMATS)
+
+
+def ids_decoder(tokens: TokenText):
+    """``tokens`` (one id → its text) as the tables' decoder (token ids → their texts)."""
+    return lambda ids: [tokens(int(i)) for i in ids]
 
 
 def run_colors(traj: Trajectory) -> dict[str, str]:
@@ -37,7 +49,7 @@ def pick(trajectories: Sequence[Trajectory], event: int, sample: int) -> Traject
 def write_replay(stored: list, event: int, sample: int, out: str | Path, *, tokenizer=None,
                  tokens: TokenText | None = None, frame_ms: int = 400) -> tuple[Path, str]:
     """Write one export of a stored run (``stored`` as :meth:`petri.runs.store.RunStore.load_events` gives it),
-    the kind chosen by ``out``'s suffix (:data:`REPLAY_SUFFIXES`). Token text: ``tokens``, else the
+    the kind chosen by ``out``'s suffix (:func:`replay_suffixes`). Token text: ``tokens``, else the
     tokenizer of ``tokenizer`` (a folder or cached hub id), else of the run's model id. Returns
     (path, note); a PNG/SVG that cannot be rendered here raises RuntimeError naming why."""
     out = Path(out)
@@ -57,10 +69,13 @@ def write_replay(stored: list, event: int, sample: int, out: str | Path, *, toke
         if not mp4_available():
             raise RuntimeError("MP4 export needs ffmpeg on PATH (apt-get install ffmpeg); .gif needs nothing")
         return write_mp4(traj, sample, tokens, out, frame_ms=frame_ms, colors=colors, special=tokens.is_special), ""
-    if suffix in ("csv", "parquet"):
-        table = run_steps_table(trajectories, tokens, groups)
-        (write_csv if suffix == "csv" else write_parquet)(table, out)
-        return out, f"{len(table)} rows"
+    if suffix in FORMATS:
+        chunks = table_bytes(trajectories, "steps", suffix, groups, ids_decoder(tokens))
+        with out.open("wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+        rows = sum(int(traj.steps.sum()) * traj.argmax.shape[2] for traj in trajectories)
+        return out, f"{rows} rows"
     if suffix in ("html", "png", "svg"):
         fig = trajectory_figure(traj, sample, tokens, colors=colors)
         written, notes = save_figures({out.stem: fig}, out.parent, images=() if suffix == "html" else (suffix,),
@@ -69,14 +84,14 @@ def write_replay(stored: list, event: int, sample: int, out: str | Path, *, toke
             raise RuntimeError(f"--out: {suffix.upper()} needs kaleido and a Chromium here ({'; '.join(notes)}); "
                                ".html always works")
         return written[out.stem][suffix], ""
-    raise ValueError(f"out: must end in one of {', '.join('.' + s for s in REPLAY_SUFFIXES)}, got {out.name!r}")
+    raise ValueError(f"out: must end in one of {', '.join('.' + s for s in replay_suffixes())}, got {out.name!r}")
 
 
 def export_bundle(trajectories: Sequence[Trajectory], groups: Sequence, event: int, sample: int, folder: str | Path,
                   tokens: TokenText, *, images: bool = True, frame_ms: int = 400) -> tuple[list[Path], list[str]]:
     """Every replay file of one (event, sample) into ``folder``: the GIF (and MP4 where ffmpeg exists),
     the trajectory figure and the per-step curves as HTML (+ PNG/SVG where possible), and the run's
-    per-step table as CSV and Parquet. Returns (paths, notes)."""
+    per-step table in every registered format (CSV and Parquet, :mod:`petri.runs.formats`). Returns (paths, notes)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     traj = pick(trajectories, event, sample)
@@ -91,8 +106,9 @@ def export_bundle(trajectories: Sequence[Trajectory], groups: Sequence, event: i
                f"step-curves-{stem}": step_curves_figure(traj, sample)}
     written, fig_notes = save_figures(figures, folder, images=("png", "svg") if images else (), plotlyjs=True)
     paths += [p for by_format in written.values() for p in by_format.values()]
-    table = run_steps_table(trajectories, tokens, list(groups))
-    paths += [folder / "steps.csv", folder / "steps.parquet"]
-    write_csv(table, paths[-2])
-    write_parquet(table, paths[-1])
+    for suffix in FORMATS:  # the run's per-step table in every registered format
+        paths.append(folder / f"steps.{suffix}")
+        with paths[-1].open("wb") as f:
+            for chunk in table_bytes(trajectories, "steps", suffix, list(groups), ids_decoder(tokens)):
+                f.write(chunk)
     return paths, notes + fig_notes

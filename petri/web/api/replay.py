@@ -1,10 +1,8 @@
 """The stored denoising record over HTTP, read from the run store (nothing is resampled), with the
 same run access check as every other run route (:func:`petri.web.api.routes._load_run`):
 
-- ``GET /api/runs/{run_id}/steps.csv`` and ``steps.parquet``: one row per (event, sample, step run,
-  position): ``event_index, group, sample, step, position, token_id, token_text, entropy, accepted,
-  anchor`` (:func:`petri.runs.export.run_steps_table`); ``token_id`` equals the per-step ``argmax`` of
-  ``GET /api/runs/{run_id}?include_trajectories=true``. The CSV is streamed one sample at a time.
+- (the per-step record as a table, ``steps.csv`` / ``steps.parquet``, is one of the run's tables:
+  :func:`petri.web.api.routes.get_table` and :mod:`petri.runs.formats`)
 - ``GET /api/runs/{run_id}/replay.gif?event=0&sample=0``: one sample's denoising, one frame per step.
 - ``GET /api/runs/{run_id}/trajectory.{html,png,svg}?event=0&sample=0``: the whole-trajectory figure
   (PNG/SVG need a Chromium for kaleido: 503 naming it where there is none).
@@ -20,9 +18,8 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
-from petri.runs.export import run_steps_table, write_csv, write_parquet
 from petri.study.animation import write_gif
 from petri.study.plots import save_figures
 from petri.study.trajectory_plots import trajectory_figure
@@ -57,40 +54,6 @@ def _one(trajectories: list[Trajectory], event: int, sample: int) -> Trajectory:
         return pick(trajectories, event, sample)
     except ValueError as err:
         raise HTTPException(422, detail=str(err)) from None
-
-
-@router.get("/api/runs/{run_id}/steps.csv", tags=["api"], response_class=Response,
-            responses={200: {"content": {"text/csv": {}}}})
-def steps_csv(run_id: RunId, service: Service, caller: Client) -> StreamingResponse:
-    """The per-step record as CSV, one row per (event, sample, step, position)."""
-    trajectories, groups = _stored(service, run_id, caller)
-    decode, note = _decoder(service, trajectories)
-
-    def chunks():
-        first = True
-        for index, traj in enumerate(trajectories):
-            for s in range(traj.n_samples):
-                part = traj_slice(traj, s)
-                table = run_steps_table([part], decode, [groups[index]])
-                table["event_index"], table["sample"] = index, s
-                text = write_csv(table)
-                yield text if first else text.split("\n", 1)[1]
-                first = False
-
-    return StreamingResponse(chunks(), media_type="text/csv; charset=utf-8", headers={
-        "Content-Disposition": f'attachment; filename="{run_id}-steps.csv"', "X-Petri-Token-Text": note})
-
-
-@router.get("/api/runs/{run_id}/steps.parquet", tags=["api"], response_class=Response,
-            responses={200: {"content": {"application/vnd.apache.parquet": {}}}})
-def steps_parquet(run_id: RunId, service: Service, caller: Client) -> Response:
-    """The per-step record as Parquet (same rows and columns as ``steps.csv``)."""
-    trajectories, groups = _stored(service, run_id, caller)
-    decode, note = _decoder(service, trajectories)
-    return Response(write_parquet(run_steps_table(trajectories, decode, groups)),
-                    media_type="application/vnd.apache.parquet",
-                    headers={"Content-Disposition": f'attachment; filename="{run_id}-steps.parquet"',
-                             "X-Petri-Token-Text": note})
 
 
 @router.get("/api/runs/{run_id}/replay.gif", tags=["api"], response_class=Response,
@@ -128,13 +91,3 @@ def trajectory_file(run_id: RunId, fmt: str, service: Service, caller: Client, e
         body = written["trajectory"][fmt].read_bytes()
     return Response(body, media_type=FIGURE_TYPES[fmt],
                     headers={"Content-Disposition": f'attachment; filename="{run_id}-e{event}-s{sample}.{fmt}"'})
-
-
-def traj_slice(traj: Trajectory, s: int) -> Trajectory:
-    """Sample ``s`` of ``traj`` alone (a one-sample trajectory; for streaming one sample at a time)."""
-    keep = slice(s, s + 1)
-    return Trajectory(
-        argmax=traj.argmax[keep], entropy=traj.entropy[keep], accepted=traj.accepted[keep], steps=traj.steps[keep],
-        anchor_mask=traj.anchor_mask[keep], final_ids=traj.final_ids[keep], anchors=traj.anchors[keep],
-        final_texts=traj.final_texts[keep], prompt=traj.prompt, prompt_ids=traj.prompt_ids, settings=traj.settings,
-        model_id=traj.model_id)

@@ -31,7 +31,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response, StreamingResponse
 
 from petri.core.cancel import Cancelled, CancelToken
-from petri.runs.export import TABLES, iter_csv, token_decoder
+from petri.runs.export import token_decoder
+from petri.runs.formats import FORMATS, RUN_TABLES, run_table, table_bytes, table_format
 from petri.app.service import BusyError, PetriService
 from petri.runs.store import check_run_id
 from petri.web import limits
@@ -45,7 +46,8 @@ from petri.web.api.responses import HealthOut, QueueOut, RunOut, StudyOut, csv_l
 DISCONNECT_POLL_S = 0.2
 
 RunId = Annotated[str, PathParam(description="a run id: 8-64 lowercase hex characters", max_length=64)]
-TableName = Annotated[str, PathParam(description="positions, segments, samples or pairs", max_length=32)]
+TableName = Annotated[str, PathParam(description=f"one of {', '.join(RUN_TABLES)}", max_length=32)]
+FormatName = Annotated[str, PathParam(description=f"one of {', '.join(FORMATS)}", max_length=16)]
 
 
 class JobGate:
@@ -240,22 +242,29 @@ def get_run(run_id: RunId, service: Service, caller: Client, include_trajectorie
     )
 
 
-@router.get("/api/runs/{run_id}/{table}.csv", tags=["api"], response_class=Response,
-            responses={200: {"content": {"text/csv": {}}}})
-def get_table(run_id: RunId, table: TableName, service: Service, caller: Client) -> Response:
-    """A tidy table of a stored run: one of ``positions``, ``segments``, ``samples``, ``pairs``,
-    streamed one event at a time, formula-leading text neutralised (:func:`petri.runs.export.write_csv`)."""
-    if table not in TABLES:
-        raise HTTPException(404, detail=f"table: {table[:40]!r} is not one of {', '.join(TABLES)}")
+@router.get("/api/runs/{run_id}/{table}.{fmt}", tags=["api"], response_class=Response,
+            responses={200: {"content": {f.media_type.split(";")[0]: {} for f in FORMATS.values()}}})
+def get_table(run_id: RunId, table: TableName, fmt: FormatName, service: Service, caller: Client) -> Response:
+    """A table of a stored run in a registered format (:mod:`petri.runs.formats`): the tidy
+    ``positions``, ``segments``, ``samples``, ``pairs`` or the per-step record ``steps``, as ``csv``
+    (streamed one event, or one sample of the steps, at a time; formula-leading text neutralised) or
+    ``parquet``. Token text comes from the served model's tokenizer; a run another model made gets
+    empty token texts, and the ``X-Petri-Token-Text`` header says why."""
+    try:
+        run_table(table)
+        writer = table_format(fmt)
+    except ValueError as err:
+        raise HTTPException(404, detail=str(err)) from None
     run, stored = _load_run(service, run_id, caller)
     if not stored:
         raise HTTPException(404, detail=f"run_id: run {run_id!r} has no stored events (status {run['status']})")
     trajectories = [t for _, _, t in stored]
-    decoder = token_decoder(getattr(service.lm, "tokenizer", None), service.lm.model_id, trajectories)
-    chunks = iter_csv(trajectories, table, [g for _, g, _ in stored], decoder)
-    # streamed one event at a time (a sync generator runs in a worker thread): never the whole table in memory
-    return StreamingResponse(
-        (chunk.encode("utf-8") for chunk in chunks),
-        media_type="text/csv; charset=utf-8",
-        headers={"Content-Disposition": f'attachment; filename="{run_id}-{table}.csv"'},
-    )
+    decode = token_decoder(getattr(service.lm, "tokenizer", None), service.lm.model_id, trajectories)
+    made_by = ", ".join(sorted({t.model_id for t in trajectories}))
+    note = ("decoded with the served model's tokenizer" if decode is not None
+            else f"empty: the run was made by {made_by}, the server holds {service.lm.model_id}")
+    headers = {"Content-Disposition": f'attachment; filename="{run_id}-{table}.{fmt}"', "X-Petri-Token-Text": note}
+    body = table_bytes(trajectories, table, fmt, [g for _, g, _ in stored], decode)
+    if writer.streams:  # a sync generator runs in a worker thread: never the whole table in memory
+        return StreamingResponse(body, media_type=writer.media_type, headers=headers)
+    return Response(b"".join(body), media_type=writer.media_type, headers=headers)

@@ -1,0 +1,144 @@
+"""A stored run's tables and the file formats they are written in, as two registries that every
+surface reads: the route ``GET /api/runs/{run_id}/{table}.{fmt}``, ``petri replay --out FILE.{fmt}``
+and the UI's downloads. A new format is one :func:`register_format` call; a new table one
+:func:`register_table` call.
+
+Tables (:data:`RUN_TABLES`): the tidy ``positions``, ``segments``, ``samples`` and ``pairs``
+(:data:`petri.runs.export.TABLES`, one chunk per event) and ``steps``, the per-step record (one chunk
+per (event, sample)). Formats (:data:`FORMATS`): ``csv`` (streamed chunk by chunk, formula-leading
+text neutralised by :func:`petri.runs.export.write_csv`) and ``parquet`` (the chunks joined, then
+written at once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+
+from petri.core.trajectory import Trajectory
+from petri.measure.replay import steps_table
+from petri.runs.export import TABLES, TokenText, _event_table, write_csv, write_parquet
+
+#: one label per event (``None``: no group)
+Groups = Sequence[str | None]
+
+
+@dataclass(frozen=True)
+class TableFormat:
+    """How a table is written. ``encode(chunk, first)`` gives the bytes of one chunk (``first``: the
+    chunk that opens the file, e.g. with the CSV header). A format that ``streams`` writes chunk by
+    chunk, the file being their concatenation; one that does not gets all chunks joined in one."""
+
+    suffix: str
+    media_type: str
+    encode: Callable[[pd.DataFrame, bool], bytes]
+    streams: bool
+
+
+@dataclass(frozen=True)
+class RunTable:
+    """A table of a run. ``chunks(trajectories, groups, decode)`` yields its rows piece by piece (so a
+    download never holds the whole table), ``decode`` turning token ids (1-D array) into texts, or
+    ``None`` where no tokenizer of the run's model is at hand (token texts are then empty)."""
+
+    name: str
+    chunks: Callable[[Sequence[Trajectory], Groups, TokenText | None], Iterator[pd.DataFrame]]
+
+
+FORMATS: dict[str, TableFormat] = {}
+RUN_TABLES: dict[str, RunTable] = {}
+
+
+def register_format(fmt: TableFormat) -> TableFormat:
+    """Add ``fmt`` to :data:`FORMATS` (a suffix already there is refused: ValueError naming it)."""
+    if fmt.suffix in FORMATS:
+        raise ValueError(f"suffix: {fmt.suffix!r} is registered already")
+    FORMATS[fmt.suffix] = fmt
+    return fmt
+
+
+def register_table(table: RunTable) -> RunTable:
+    """Add ``table`` to :data:`RUN_TABLES` (a name already there is refused: ValueError naming it)."""
+    if table.name in RUN_TABLES:
+        raise ValueError(f"table: {table.name!r} is registered already")
+    RUN_TABLES[table.name] = table
+    return table
+
+
+def table_format(suffix: str) -> TableFormat:
+    """The format of ``suffix`` (ValueError naming the registered ones)."""
+    if suffix not in FORMATS:
+        raise ValueError(f"fmt: {suffix[:20]!r} is not one of {', '.join(FORMATS)}")
+    return FORMATS[suffix]
+
+
+def run_table(name: str) -> RunTable:
+    """The table called ``name`` (ValueError naming the registered ones)."""
+    if name not in RUN_TABLES:
+        raise ValueError(f"table: {name[:40]!r} is not one of {', '.join(RUN_TABLES)}")
+    return RUN_TABLES[name]
+
+
+def table_bytes(trajectories: Sequence[Trajectory], table: str, fmt: str, groups: Groups,
+                decode: TokenText | None) -> Iterator[bytes]:
+    """Table ``table`` of a run (one trajectory per event) in format ``fmt``, as the bytes of its
+    chunks (one, for a format that does not stream)."""
+    chunks = run_table(table).chunks(trajectories, groups, decode)
+    writer = table_format(fmt)
+    if writer.streams:
+        for index, chunk in enumerate(chunks):
+            yield writer.encode(chunk, index == 0)
+    else:
+        yield writer.encode(pd.concat(list(chunks), ignore_index=True), True)
+
+
+# ------------------------------------------------------------------------------ the built-in entries
+def one_sample(traj: Trajectory, s: int) -> Trajectory:
+    """Sample ``s`` of ``traj`` alone (a one-sample trajectory; for writing one sample at a time)."""
+    keep = slice(s, s + 1)
+    return Trajectory(
+        argmax=traj.argmax[keep], entropy=traj.entropy[keep], accepted=traj.accepted[keep], steps=traj.steps[keep],
+        anchor_mask=traj.anchor_mask[keep], final_ids=traj.final_ids[keep], anchors=traj.anchors[keep],
+        final_texts=traj.final_texts[keep], prompt=traj.prompt, prompt_ids=traj.prompt_ids, settings=traj.settings,
+        model_id=traj.model_id)
+
+
+def per_id(decode: TokenText | None) -> Callable[[int], str]:
+    """``decode`` (ids → texts) as one id → its text (cached); every text empty without ``decode``."""
+    if decode is None:
+        return lambda token_id: ""
+    return lru_cache(maxsize=65536)(lambda token_id: decode(np.array([token_id]))[0] if token_id >= 0 else "")
+
+
+def _tidy(name: str) -> RunTable:
+    def chunks(trajectories: Sequence[Trajectory], groups: Groups, decode: TokenText | None) -> Iterator[pd.DataFrame]:
+        for index, traj in enumerate(trajectories):
+            yield _event_table(traj, name, index, groups, decode)
+
+    return RunTable(name, chunks)
+
+
+def _steps_chunks(trajectories: Sequence[Trajectory], groups: Groups, decode: TokenText | None) -> Iterator[pd.DataFrame]:
+    """The per-step record (:func:`petri.measure.replay.steps_table`), one (event, sample) at a time:
+    ``event_index, group, sample, step, position, token_id, token_text, entropy, accepted, anchor``."""
+    text = per_id(decode)
+    for index, traj in enumerate(trajectories):
+        for s in range(traj.n_samples):
+            frame = steps_table(one_sample(traj, s), text)
+            frame["sample"] = s
+            frame.insert(0, "group", groups[index] or "")
+            frame.insert(0, "event_index", index)
+            yield frame
+
+
+for _name in TABLES:
+    register_table(_tidy(_name))
+register_table(RunTable("steps", _steps_chunks))
+register_format(TableFormat("csv", "text/csv; charset=utf-8",
+                            lambda chunk, first: write_csv(chunk, header=first).encode("utf-8"), streams=True))
+register_format(TableFormat("parquet", "application/vnd.apache.parquet",
+                            lambda chunk, first: write_parquet(chunk), streams=False))
