@@ -14,7 +14,8 @@
 #
 #   more     on a machine warm from `upload`, the next call: more teacher text for a tokenizer that exists
 #            already. Carry .device-carry/gguf.part1, .whl, .device-carry/teachers (the teacher folders
-#            of earlier runs, e.g. cpu_teacher and gpu_teacher of experiments/results/subject_corpus) and
+#            of earlier runs, e.g. cpu_teacher and gpu_teacher of experiments/results/subject_corpus;
+#            or carry them with `upload`, which leaves them in /tmp/teachers) and
 #            .device-carry/tokenizer (the tokenizer files of the checkpoint to continue). The teacher
 #            writes for TEACHER_MINUTES (default 5.0) with --seed SEED (default 1, new events) into
 #            gpu_teacher$SEED; subject_corpus.py builds the corpus over every folder (no new tokenizer)
@@ -54,6 +55,7 @@ case "$stage" in
 upload)
     mkdir -p /tmp/teacher
     cp .device-carry/gguf.part0 /tmp/teacher/
+    if [ -d .device-carry/teachers ]; then cp -r .device-carry/teachers /tmp/teachers; fi   # for `more`
     ls -la /tmp/teacher
     nvidia-smi -L || true
     ;;
@@ -92,7 +94,9 @@ more)
     PYTHONPATH=/tmp/site python3 experiments/teacher_corpus.py --teacher "$GGUF" --out "$W/gpu_teacher$seed" \
         --device "${DEVICE:-cuda}" --minutes "${TEACHER_MINUTES:-5.0}" --seed "$seed"
     folders=()
-    for f in .device-carry/teachers/*/; do folders+=("${f%/}"); done
+    teachers=.device-carry/teachers
+    if [ ! -d "$teachers" ]; then teachers=/tmp/teachers; fi   # `upload` brought them
+    for f in "$teachers"/*/; do folders+=("${f%/}"); done
     python3 experiments/subject_corpus.py --teacher-out "${folders[@]}" "$W/gpu_teacher$seed" --out /tmp/subject_data
     cp /tmp/subject_data/manifest.json /tmp/subject_data/heldout_events.jsonl "$W/"
     python3 experiments/train_tiny_mdm.py --data /tmp/subject_data --tokenizer .device-carry/tokenizer \
