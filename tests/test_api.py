@@ -101,7 +101,7 @@ def test_ui_and_docs_are_served(client):
     assert client.get("/").status_code == 200  # the Gradio UI, mounted at /
     assert client.get("/docs").status_code == 200
     paths = client.get("/openapi.json").json()["paths"]
-    assert {"/api/seed", "/api/health", "/api/runs/{run_id}", "/api/runs/{run_id}/{table}.csv"} <= set(paths)
+    assert {"/api/seed", "/api/health", "/api/runs/{run_id}", "/api/runs/{run_id}/{table}.{fmt}"} <= set(paths)
 
 
 def test_seed_stores_and_serves_csv(client, service):

@@ -12,7 +12,9 @@ from petri.web.errors import install_error_handlers
 from petri.web.api.jobs import router as job_router
 from petri.web.limits import MAX_UPLOAD_BYTES
 from petri.web.api.replay import router as replay_router
-from petri.web.api.routes import JobGate, router
+from petri.web.api.deps import JobGate
+from petri.web.api.routes import router
+from petri.web.api.runs import router as runs_router
 
 
 def create_app(
@@ -45,8 +47,9 @@ def create_app(
     app.state.jobs = JobGate(service, busy_wait_s)
     app.state.access = access
     install_error_handlers(app)
-    app.include_router(replay_router)  # before router: its {table}.{fmt} would take replay.gif (tests/test_formats.py)
     app.include_router(router)
+    app.include_router(replay_router)  # before runs_router: its {table}.{fmt} would take replay.gif (tests/test_formats.py)
+    app.include_router(runs_router)
     app.include_router(job_router)
     if ui:
         import gradio as gr

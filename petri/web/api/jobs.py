@@ -19,27 +19,25 @@ import asyncio
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 
 from petri.app.jobs import Job, JobNotFound, QueueFull
 from petri.app.service import PetriService
 from petri.web import limits
-from petri.web.access import Caller, get_caller
+from petri.web.access import Caller
 from petri.web.errors import POST_RESPONSES, StrictJsonRoute
 from petri.web.api.requests import SeedRequest, StudyRequest, prepare_seed, prepare_study
 from petri.web.api.responses import JobList, JobOut, JobSubmitted
-from petri.web.api.routes import get_service
+from petri.web.api.deps import Client, Service
 
 #: Seconds between comment lines that keep an idle event stream open through proxies.
 KEEPALIVE_S = 15.0
 
 JobId = Annotated[str, PathParam(description="a job id (32 lowercase hex characters)", max_length=64)]
-Service = Annotated[PetriService, Depends(get_service)]
-Client = Annotated[Caller, Depends(get_caller)]
 
-router = APIRouter(tags=["jobs"], route_class=StrictJsonRoute)
+router = APIRouter(prefix="/api/jobs", tags=["jobs"], route_class=StrictJsonRoute)
 
 SUBMIT_RESPONSES = {**POST_RESPONSES, 503: {"description": "the job queue is full, or the server is stopping (Retry-After)"}}
 
@@ -60,7 +58,7 @@ def _submit(submit, *args, **kwargs) -> Job:
         raise HTTPException(503, detail=f"unavailable: {err}", headers={"Retry-After": str(limits.RETRY_AFTER_S)}) from None
 
 
-@router.post("/api/jobs/seed", status_code=202, response_model=JobSubmitted, responses=SUBMIT_RESPONSES)
+@router.post("/seed", status_code=202, response_model=JobSubmitted, responses=SUBMIT_RESPONSES)
 def submit_seed(request: SeedRequest, service: Service, caller: Client, response: Response) -> JobSubmitted:
     """Queue a seed (the body of ``POST /api/seed``, with no size budget beyond the request limits)."""
     events, settings = prepare_seed(request, service.lm)
@@ -69,7 +67,7 @@ def submit_seed(request: SeedRequest, service: Service, caller: Client, response
     return _submitted(job, caller, response)
 
 
-@router.post("/api/jobs/study", status_code=202, response_model=JobSubmitted, responses=SUBMIT_RESPONSES)
+@router.post("/study", status_code=202, response_model=JobSubmitted, responses=SUBMIT_RESPONSES)
 def submit_study(request: StudyRequest, service: Service, caller: Client, response: Response) -> JobSubmitted:
     """Queue a study (the body of ``POST /api/study``); submitting the same study again after a
     cancel or an interruption resumes it from the stored batches."""
@@ -94,7 +92,7 @@ def _out(state: dict) -> JobOut:
     return JobOut(**{k: v for k, v in state.items() if k != "owner"})
 
 
-@router.get("/api/jobs", response_model=JobList)
+@router.get("", response_model=JobList)
 def list_jobs(service: Service, caller: Client, limit: int = Query(20, ge=1, le=200),
               offset: int = Query(0, ge=0, le=1_000_000)) -> JobList:
     """Jobs newest first: all of them on a local server, the caller's own on a public one (401
@@ -106,13 +104,13 @@ def list_jobs(service: Service, caller: Client, limit: int = Query(20, ge=1, le=
     return JobList(jobs=jobs, limit=limit, offset=offset)
 
 
-@router.get("/api/jobs/{job_id}", response_model=JobOut)
+@router.get("/{job_id}", response_model=JobOut)
 def get_job(job_id: JobId, service: Service, caller: Client) -> JobOut:
     """A job's status and progress."""
     return _out(_visible(service, job_id, caller))
 
 
-@router.delete("/api/jobs/{job_id}", response_model=JobOut)
+@router.delete("/{job_id}", response_model=JobOut)
 def cancel_job(job_id: JobId, service: Service, caller: Client) -> JobOut:
     """Cancel a job (idempotent): a queued job never starts; a running one stops within one step
     (its status reads ``cancelled`` once it has)."""
@@ -124,7 +122,7 @@ def cancel_job(job_id: JobId, service: Service, caller: Client) -> JobOut:
     return _out(job.public())
 
 
-@router.get("/api/jobs/{job_id}/events", response_class=StreamingResponse,
+@router.get("/{job_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}}})
 async def job_events(job_id: JobId, service: Service, caller: Client, client: Request) -> StreamingResponse:
     """Server-sent events: ``state`` first (so a late subscriber starts from now), then

@@ -1,5 +1,5 @@
 """The stored denoising record over HTTP, read from the run store (nothing is resampled), with the
-same run access check as every other run route (:func:`petri.web.api.routes._load_run`):
+same run access check as every other run route (:func:`petri.web.api.deps.load_run`):
 
 - (the per-step record as a table, ``steps.csv`` / ``steps.parquet``, is one of the run's tables:
   :func:`petri.web.api.routes.get_table` and :mod:`petri.runs.formats`)
@@ -24,11 +24,11 @@ from petri.study.animation import write_gif
 from petri.study.plots import save_figures
 from petri.study.trajectory_plots import trajectory_figure
 from petri.core.trajectory import Trajectory
-from petri.web.api.routes import Client, RunId, Service, _load_run
+from petri.web.api.deps import Client, RunId, Service, load_run
 from petri.web.replay_files import pick, run_colors
 from petri.web.tokens import TokenText
 
-router = APIRouter()
+router = APIRouter(prefix="/api/runs")
 FIGURE_TYPES = {"html": "text/html; charset=utf-8", "png": "image/png", "svg": "image/svg+xml"}
 EventIndex = Annotated[int, Query(ge=0, description="the event (0 for a dish; 0 or 1 for a comparison)")]
 SampleIndex = Annotated[int, Query(ge=0, description="the sample, numbered from 0")]
@@ -43,7 +43,7 @@ def _decoder(service, trajectories: list[Trajectory]):
 
 
 def _stored(service, run_id: str, caller) -> tuple[list[Trajectory], list]:
-    run, stored = _load_run(service, run_id, caller)
+    run, stored = load_run(service, run_id, caller)
     if not stored:
         raise HTTPException(404, detail=f"run_id: run {run_id!r} has no stored events (status {run['status']})")
     return [t for _, _, t in stored], [g for _, g, _ in stored]
@@ -56,7 +56,7 @@ def _one(trajectories: list[Trajectory], event: int, sample: int) -> Trajectory:
         raise HTTPException(422, detail=str(err)) from None
 
 
-@router.get("/api/runs/{run_id}/replay.gif", tags=["api"], response_class=Response,
+@router.get("/{run_id}/replay.gif", tags=["api"], response_class=Response,
             responses={200: {"content": {"image/gif": {}}}})
 def replay_gif(run_id: RunId, service: Service, caller: Client, event: EventIndex = 0, sample: SampleIndex = 0,
                frame_ms: Annotated[int, Query(ge=20, le=5000)] = 400) -> Response:
@@ -73,7 +73,7 @@ def replay_gif(run_id: RunId, service: Service, caller: Client, event: EventInde
                     headers={"Content-Disposition": f'attachment; filename="{run_id}-e{event}-s{sample}.gif"'})
 
 
-@router.get("/api/runs/{run_id}/trajectory.{fmt}", tags=["api"], response_class=Response)
+@router.get("/{run_id}/trajectory.{fmt}", tags=["api"], response_class=Response)
 def trajectory_file(run_id: RunId, fmt: str, service: Service, caller: Client, event: EventIndex = 0,
                     sample: SampleIndex = 0) -> Response:
     """The whole-trajectory figure of one sample as ``html``, ``png`` or ``svg``."""
