@@ -12,8 +12,8 @@ LOG=$OUT/all.log
 for part in "${@:-final}"; do
   if [[ $part == checks || $part == tests ]]; then
     nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.mem --format=csv,noheader | tee -a $LOG
-    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_fused_logits.py tests/test_fast_sampler.py \
-      tests/test_fused_experts.py > $OUT/pytest.log 2>&1
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/engine/cuda/test_fused_logits.py tests/engine/cuda/test_fast_sampler.py \
+      tests/engine/cuda/test_fused_experts.py > $OUT/pytest.log 2>&1
   fi
   if [[ $part == checks ]]; then
     timeout 150 python3 experiments/gpu_check.py > $OUT/gpu_check.json 2>/tmp/gpu_check.err; tail -c 800 /tmp/gpu_check.err >> $LOG

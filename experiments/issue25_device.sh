@@ -52,11 +52,11 @@ for part in "$@"; do
   case $part in
     tests)
       nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.mem --format=csv,noheader | tee -a $LOG
-      timeout ${TESTS_TIMEOUT:-480} python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests/test_fused_logits.py tests/test_fast_sampler.py \
-        tests/test_fused_experts.py tests/test_fp8.py tests/test_batch1_experts.py tests/test_fast_tier.py tests/test_prompt_cache.py \
-        tests/test_fused_router.py tests/test_compiled_encoder.py tests/test_split_attention.py tests/test_stacked_projections.py tests/test_fp8_self_conditioning.py \
-        tests/test_fused_norms.py tests/test_encoder_graphs.py tests/test_overlapped_mlp.py tests/test_attention_inputs.py \
-        tests/test_deterministic_kernels.py tests/test_sliding_attention.py tests/test_encoder_attention.py tests/test_fp8_encoder.py} > $OUT/pytest.log 2>&1
+      timeout ${TESTS_TIMEOUT:-480} python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests/engine/cuda/test_fused_logits.py tests/engine/cuda/test_fast_sampler.py \
+        tests/engine/cuda/test_fused_experts.py tests/engine/cuda/test_fp8.py tests/engine/cuda/test_batch1_experts.py tests/engine/cuda/test_fast_tier.py tests/engine/test_prompt_cache.py \
+        tests/engine/cuda/test_fused_router.py tests/engine/cuda/test_compiled_encoder.py tests/engine/cuda/test_split_attention.py tests/engine/cuda/test_stacked_projections.py tests/engine/cuda/test_fp8_self_conditioning.py \
+        tests/engine/cuda/test_fused_norms.py tests/engine/cuda/test_encoder_graphs.py tests/engine/cuda/test_overlapped_mlp.py tests/engine/cuda/test_attention_inputs.py \
+        tests/engine/cuda/test_deterministic_kernels.py tests/engine/cuda/test_sliding_attention.py tests/engine/cuda/test_encoder_attention.py tests/engine/cuda/test_fp8_encoder.py} > $OUT/pytest.log 2>&1
       tail -3 $OUT/pytest.log >> $LOG ;;
     sweep)
       timeout ${SWEEP_TIMEOUT:-300} python3 experiments/moe_sweep.py --jobs 8 > $OUT/moe_sweep.json 2>$OUT/sweep.err

@@ -27,7 +27,7 @@ HEAD = "app.py              what a Space runs: petri.web.server.main (the same a
 TAIL = [
     "assets/             the embedded models (petri-small, petri-tiny and their -mdm twins), the study files, the",
     "                    README's screenshot",
-    "tests/              pytest: unit tests need no model; integration tests use tiny or embedded models",
+    "tests/              pytest, one folder per folder of petri/ (and reliability/, experiments/); markers by folder",
     "experiments/        corpus + training recipe, studies, benchmarks, mutation testing, and their results",
 ]
 LAYER = re.compile(r"^Layer (\d): (.*)$", re.S)

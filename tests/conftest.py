@@ -1,11 +1,42 @@
-"""Shared fixtures: a tiny random DiffusionGemma (built in-process, no files)."""
+"""Shared fixtures (a tiny random DiffusionGemma, built in-process, no files) and the markers every
+test gets from where it lies: tests/ mirrors petri/, so a folder or file names what a test needs.
+
+    python -m pytest -q                                     # everything (the README's command, CI)
+    python -m pytest -q -m "not browser and not process"    # the fast loop
+"""
 
 from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
+
+TESTS = Path(__file__).resolve().parent
+#: marker → the paths under tests/ (a folder ends in "/"; else a file name's start) whose tests carry it
+MARKED_PATHS = {
+    "browser": ("web/ui/test_browser",),
+    "process": ("reliability/", "cli/test_install.py", "app/test_shutdown.py", "study/test_study_kill.py",
+                "study/test_study_ray.py"),
+    "fuzz": ("reliability/test_reliability_hostile.py",),
+    "gpu": ("engine/cuda/",),
+}
+
+
+def markers_for(relative: str) -> list[str]:
+    """The markers of a test file at ``relative`` (a POSIX path under tests/)."""
+    return [mark for mark, prefixes in MARKED_PATHS.items() if relative.startswith(prefixes)]
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        try:
+            relative = Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix()
+        except ValueError:
+            continue
+        for mark in markers_for(relative):
+            item.add_marker(mark)
 
 from petri.engine.torch.tiny import tiny_random_model
 

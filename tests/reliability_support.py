@@ -1,4 +1,4 @@
-"""Helpers of the reliability tests (tests/test_reliability_*.py): the real server as a subprocess
+"""Helpers of the reliability tests (tests/reliability/): the real server as a subprocess
 on loopback, tmpfs mounts for full or read-only disks, and read-only looks into a SQLite store."""
 
 from __future__ import annotations

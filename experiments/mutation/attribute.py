@@ -7,7 +7,7 @@ file is first copied from the working tree into the scratch copy.
 
 Usage (after ``run.py <target>``)::
 
-    python3 experiments/mutation/attribute.py metrics tests/test_mutants_metrics.py \\
+    python3 experiments/mutation/attribute.py metrics tests/measure/test_mutants_metrics.py \\
         petri.measure.metrics.x__steps__mutmut_13 petri.measure.metrics.x_step_sum__mutmut_22
 """
 

@@ -15,7 +15,7 @@ Usage (from the repository root)::
 
     python3 experiments/mutation/run.py metrics stats dish sampler
     python3 experiments/mutation/run.py --module petri/engine/torch/sampler.py \\
-        --tests tests/test_sampler.py tests/test_sampler_parity.py --name sampler
+        --tests tests/engine/test_sampler.py tests/engine/test_sampler_parity.py --name sampler
 
 Update ``TARGETS`` when a module moves or gains test files.
 """
@@ -39,28 +39,28 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TARGETS: dict[str, tuple[str, list[str], list[str]]] = {
     "metrics": (
         "petri/measure/metrics.py",
-        ["tests/test_metrics.py", "tests/test_tables.py", "tests/test_mutants_metrics.py"],
+        ["tests/measure/test_metrics.py", "tests/measure/test_tables.py", "tests/measure/test_mutants_metrics.py"],
         [],
     ),
-    "stats": ("petri/stats/groups.py", ["tests/test_stats.py", "tests/test_mutants_stats.py"], []),
+    "stats": ("petri/stats/groups.py", ["tests/stats/test_stats.py", "tests/stats/test_mutants_stats.py"], []),
     "dish": (
         "petri/core/dish.py",
-        ["tests/test_dish.py", "tests/test_chat_path.py", "tests/test_mutants_dish.py"],
+        ["tests/core/test_dish.py", "tests/engine/test_chat_path.py", "tests/core/test_mutants_dish.py"],
         [],
     ),
     "sampler": (
         "petri/engine/torch/sampler.py",
-        ["tests/test_sampler.py", "tests/test_sampler_parity.py", "tests/test_sampler_promises.py",
-         "tests/test_mutants_sampler.py"],
+        ["tests/engine/test_sampler.py", "tests/engine/test_sampler_parity.py", "tests/engine/test_sampler_promises.py",
+         "tests/engine/test_mutants_sampler.py"],
         # torch.compile takes ~10 s per run and checks only that compiling changes nothing
-        ["--deselect", "tests/test_sampler.py::test_compiled_forward_samples_the_same_tokens"],
+        ["--deselect", "tests/engine/test_sampler.py::test_compiled_forward_samples_the_same_tokens"],
     ),
     # the step pieces (acceptance, entropy, adaptive stop, prompt encoding) moved out of the sampler
     "sampler_step": (
         "petri/engine/torch/step.py",
-        ["tests/test_sampler.py", "tests/test_sampler_parity.py", "tests/test_sampler_promises.py",
-         "tests/test_mutants_sampler.py"],
-        ["--deselect", "tests/test_sampler.py::test_compiled_forward_samples_the_same_tokens"],
+        ["tests/engine/test_sampler.py", "tests/engine/test_sampler_parity.py", "tests/engine/test_sampler_promises.py",
+         "tests/engine/test_mutants_sampler.py"],
+        ["--deselect", "tests/engine/test_sampler.py::test_compiled_forward_samples_the_same_tokens"],
     ),
 }
 
@@ -76,15 +76,17 @@ COPY = ["petri", "tests", "assets"]
 
 def copy_tree(dest: Path, ref: str) -> None:
     """Put the ``COPY`` folders as committed at ``ref`` into ``dest``, plus this work's own
-    ``tests/test_mutants_*.py`` from the working tree (committed or not).
+    ``tests/**/test_mutants_*.py`` from the working tree (committed or not).
 
     Committed files, not the working tree: other people's uncommitted edits (a library line broken
     on purpose to check a test, say) must not leak into the run."""
     dest.mkdir(parents=True, exist_ok=True)
     archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, *COPY], check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
-    for test in (REPO / "tests").glob("test_mutants_*.py"):
-        shutil.copy2(test, dest / "tests" / test.name)
+    for test in (REPO / "tests").rglob("test_mutants_*.py"):
+        target = dest / test.relative_to(REPO)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(test, target)
 
 
 def undecorate(path: Path, pairs: list[tuple[str, str]]) -> None:

@@ -48,7 +48,7 @@ def create_app(
     app.state.access = access
     install_error_handlers(app)
     app.include_router(router)
-    app.include_router(replay_router)  # before runs_router: its {table}.{fmt} would take replay.gif (tests/test_formats.py)
+    app.include_router(replay_router)  # before runs_router: its {table}.{fmt} would take replay.gif (tests/runs/test_formats.py)
     app.include_router(runs_router)
     app.include_router(job_router)
     if ui:

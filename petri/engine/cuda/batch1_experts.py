@@ -20,7 +20,7 @@ The FP8 tier's scaled form takes e4m3 rows and weights with their row scales
 
 The products are float32 sums of bf16 products in Triton's order, not cuBLAS/CUTLASS's, so the
 block equals :func:`petri.engine.cuda.fused_experts.experts_reference` up to float rounding (checked on
-the GPU in ``tests/test_batch1_experts.py``). The compiled tier installs it by default
+the GPU in ``tests/engine/cuda/test_batch1_experts.py``). The compiled tier installs it by default
 (:func:`petri.engine.cuda.compiled_tier.compile_regions`), for calls with T·K ≤ :data:`MAX_PAIRS`
 (:func:`use_small_batch_experts`); sampler names say ``+small-batch`` where it ran.
 
@@ -93,7 +93,7 @@ def align_blocks_triton(top_k_index: torch.Tensor, num_experts: int, block_m: in
     about fifteen torch launches: each pair's rank within its expert comes from an atomic counter, so
     the pairs of one expert land in its rows in no fixed order. That changes no number: the grouped
     GEMM computes each row on its own and the combine finds each pair by ``position``
-    (``tests/test_batch1_experts.py`` checks the experts block bit-equal to the torch alignment's)."""
+    (``tests/engine/cuda/test_batch1_experts.py`` checks the experts block bit-equal to the torch alignment's)."""
     pairs = top_k_index.numel()
     total = padded_rows(pairs, num_experts, block_m)
     device = top_k_index.device

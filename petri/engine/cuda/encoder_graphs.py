@@ -11,7 +11,7 @@ A pass depends on nothing but the weights and the P ids (the encoder draws no ra
 so a pass captured once for a length serves every prompt of that length: the ids are copied into
 the graph's input, the graph replays the same kernels on the same buffers, and the cache it fills
 is copied out (the next replay overwrites it). The copy equals what the uncaptured pass returns, bit
-for bit (``tests/test_encoder_graphs.py`` on CUDA), so kept prompts made either way are one form.
+for bit (``tests/engine/cuda/test_encoder_graphs.py`` on CUDA), so kept prompts made either way are one form.
 
 When: only in the compiled tier on CUDA (its encoder layers compiled, :mod:`petri.engine.cuda.compiled_tier`;
 the exact tier's promise of bit-equality with the eager loop is not put on a capture), and only from

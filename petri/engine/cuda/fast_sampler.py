@@ -6,7 +6,7 @@ adaptive stop and per-step log), with one deliberate difference: the denoiser to
 exponential race (``argmax(x - log E)``, E ~ Exp(1) drawn with ``torch.empty().exponential_()`` on
 the default generator) instead of ``torch.multinomial``, whose random stream no fused kernel can
 reproduce. The draw has the same distribution; with the same seed the fast path's tokens equal those
-of an eager loop that draws the same noise (``tests/test_fast_sampler.py``), not those of
+of an eager loop that draws the same noise (``tests/engine/cuda/test_fast_sampler.py``), not those of
 ``run_sampler``/``generate``.
 
 Two tiers. The exact tier (the default :class:`FastOptions`) is bit-equal to that eager loop. The

@@ -2,7 +2,7 @@
 about eight: the per-row e4m3 quantization, and the experts' ``gelu_tanh(gate)·up`` with that
 quantization fused. Each computes what its torch counterpart does, step by step (IEEE divisions,
 round-to-nearest-even into e4m3, the bf16 activation rounded as the unfused kernel rounds it), so
-the results are meant to be bit-equal (checked on the GPU in ``tests/test_fp8.py``).
+the results are meant to be bit-equal (checked on the GPU in ``tests/engine/cuda/test_fp8.py``).
 
 Shapes: x (R, K) → q (R, K) e4m3, scale (R,) float32; projected (R, 2·I) bf16 → q (R, I), scale (R,).
 """
@@ -98,7 +98,7 @@ if HAVE_TRITON:
         overflows (the quotients here are at most 448, and one whose e underflows is far below
         e4m3's smallest value); an exact q (e = 0) is kept as it is, so a -0 stays -0. The e4m3
         results equal the ``div_rn`` ones on every finite bf16 value at several scales
-        (``tests/test_fp8.py``, GPU). On an H200 a ``div_rn`` per value took 17.6 µs to quantize
+        (``tests/engine/cuda/test_fp8.py``, GPU). On an H200 a ``div_rn`` per value took 17.6 µs to quantize
         3,072 rows of 2,816, a copy 6.1, the reciprocal alone 7.0 (one e4m3 value in 8.65 M off;
         ``experiments/kernel_levers.py --parts quantize``)."""
         reciprocal = tl.math.div_rn(1.0, divisor)

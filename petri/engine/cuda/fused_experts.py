@@ -26,7 +26,7 @@ equals torch's on every bf16 input, so all three are bit-equal to transformers';
 each token's K products in the order k = 0 … K-1, which need not be the order of ``torch.sum``: on
 an H200, 0.005 % of the outputs differ from transformers' (``experiments/gpu_check.py experts``).
 :func:`experts_reference` is the same op in plain torch (the CPU path, and what the Triton kernels
-are checked against bit for bit on the GPU: ``tests/test_fused_experts.py``). On the CPU it equals
+are checked against bit for bit on the GPU: ``tests/engine/cuda/test_fused_experts.py``). On the CPU it equals
 transformers' experts up to float rounding, not always bit for bit: in float32, 8 experts top-3, the
 outputs are equal at 5 and 64 tokens and up to 1.9e-9 apart at 25 (which shapes differ was not
 traced further).

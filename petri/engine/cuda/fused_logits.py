@@ -25,7 +25,7 @@ kernel does no fused multiply-adds. (Measured on an H200 with PyTorch 2.11: a co
 division instead differs from the eager ops in 62 % of the elements by an ulp, a float32-computed
 reciprocal in up to 79 %, depending on T.) So x, argmax, sampled tokens and the bf16 copy are exact (first index on
 ties, like ``torch.argmax``) provided ``tanh`` rounds alike (checked on the GPU by
-``tests/test_fused_logits.py`` and ``experiments/gpu_check.py``); the entropy is an online (single-pass) evaluation and agrees with
+``tests/engine/cuda/test_fused_logits.py`` and ``experiments/gpu_check.py``); the entropy is an online (single-pass) evaluation and agrees with
 ``torch.distributions.Categorical`` within float32 rounding (stated tolerance: 2e-5 absolute +
 1e-5 relative).
 

@@ -15,7 +15,7 @@ The kernel computes the same function: exp and division as correctly rounded flo
 ones; ``torch.topk`` leaves that order unspecified), their sum added k = 0 … K-1 in order. Sums
 are taken in another order than torch's, so weights can differ by float rounding, and the choice
 between two experts whose probabilities tie after rounding can differ (checked on the GPU in
-``tests/test_fused_router.py``). :func:`route_top_k_reference` is transformers' ops (the CPU path,
+``tests/engine/cuda/test_fused_router.py``). :func:`route_top_k_reference` is transformers' ops (the CPU path,
 bit-equal to the library's router there).
 
 Shapes: scores (T, E) in the model dtype, per_expert_scale (E,) → probabilities (T, E) float32,

@@ -3,7 +3,7 @@ the bidirectional decoder that refines a canvas against it.
 
 A minimal, inference-only port of ``DiffusionGemmaForBlockDiffusion`` from transformers'
 ``models/diffusion_gemma/modeling_diffusion_gemma.py`` for text-only inputs, written to match it op
-for op (fp32: logits within ~1e-5 of the torch model; ``tests/test_mlx_backend.py`` checks it):
+for op (fp32: logits within ~1e-5 of the torch model; ``tests/engine/test_mlx_backend.py`` checks it):
 
 - scaled embeddings (``embed * sqrt(hidden)``, the scale cast to the weights' dtype);
 - per layer: pre-norm attention with q/k RMS norms, a scale-free v norm, scaling 1.0, grouped KV

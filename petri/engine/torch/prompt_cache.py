@@ -5,7 +5,7 @@ encoder over the P prompt tokens, :func:`petri.engine.torch.step.start_batch`); 
 reads that cache, never writes it. The encoder draws no random numbers and its output depends on
 nothing but the weights and the prompt's ids, so a request whose prompt equals an earlier one's can
 take a copy of the earlier cache instead of running the pass: the same tensors, bit for bit, and
-the same random stream afterwards (``tests/test_prompt_cache.py`` checks both against requests
+the same random stream afterwards (``tests/engine/test_prompt_cache.py`` checks both against requests
 that encode). A study samples every event's template many times, and a benchmark repeats one
 prompt, so most requests hit. On the full-size architecture the pass over a 1,600-token prompt is
 one of the costs outside the step graphs at batch 1 (issue 25).

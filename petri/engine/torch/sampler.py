@@ -13,7 +13,7 @@ stop when the argmax canvas is stable and the mean entropy is low. Added on top:
   entropy, and the accept mask. It stays on the device during the loop and is copied once.
 
 With no anchors and the same ``torch.manual_seed``, the tokens returned equal ``model.generate``'s
-(random numbers are drawn in the same order); ``tests/test_sampler_parity.py`` proves it.
+(random numbers are drawn in the same order); ``tests/engine/test_sampler_parity.py`` proves it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The Gradio UI (Blocks + plotly): tabs *Dish*, *Compare*, *Study*, *Runs* and *Model*, all over the
-one service.
+"""The Gradio UI (Blocks + plotly): the result tabs of :data:`RESULT_TABS` (*Dish*, *Compare*,
+*Study*), then *Runs* and *Model*, all over the one service.
 
 Thin over :class:`~petri.app.service.PetriService` and :mod:`petri.web.api.requests`: every model job goes
 through the service's lock (the UI's queue runs one job per event handler; an API job running at the
@@ -7,6 +7,9 @@ same time makes the UI wait), and every request is checked by the functions the 
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import gradio as gr
 
@@ -27,6 +30,25 @@ td.filename .stem { white-space: normal; overflow-wrap: anywhere; text-overflow:
 """
 
 
+@dataclass(frozen=True)
+class ResultTab:
+    """A tab that shows results and reopens the stored runs of its kind (its id is the kind).
+    ``build(service, access, controllers)`` builds it inside its ``gr.Tab`` (``controllers``: those of
+    the tabs built before it) and returns (its controller, its views by name, ``status`` among them);
+    how its runs reopen is :data:`petri.web.ui.runs.REOPEN`."""
+
+    kind: str
+    label: str
+    build: Callable[[PetriService, UiAccess, dict], tuple[object, dict]]
+
+
+#: The result tabs, in their order on the page; the Runs and Model tabs follow them.
+RESULT_TABS = (
+    ResultTab("dish", "Dish", lambda service, who, built: build_dish_tab(service, who)),
+    ResultTab("compare", "Compare", lambda service, who, built: build_compare_tab(service, built["dish"], who)),
+    ResultTab("study", "Study", lambda service, who, built: build_study_tab(service, who)),
+)
+
 #: Run in the browser on a tab change: a window resize once the tab is drawn (plotly fits its figures).
 RELAYOUT_JS = "() => { setTimeout(() => window.dispatchEvent(new Event('resize')), 100); }"
 
@@ -44,16 +66,13 @@ def build_ui(service: PetriService, model_source: str | None = None, access: Acc
             f"Model: `{lm.model_id}` on `{lm.device}`. HTTP API: [`/docs`](/docs)."
         )
         with gr.Tabs(elem_id="petri-tabs") as tabs:
-            with gr.Tab("Dish", id="dish"):
-                dish, dish_views = build_dish_tab(service, who)
-            with gr.Tab("Compare", id="compare"):
-                compare, compare_views = build_compare_tab(service, dish, who)
-            with gr.Tab("Study", id="study"):
-                study, study_views = build_study_tab(service, who)
+            controllers, views = {}, {}
+            for tab in RESULT_TABS:
+                with gr.Tab(tab.label, id=tab.kind):
+                    controllers[tab.kind], views[tab.kind] = tab.build(service, who, controllers)
             with gr.Tab("Runs", id="runs") as runs_tab:
-                runs = RunsController(service, dish, compare, study)
-                refresh, refreshed, refresh_inputs = build_runs_tab(
-                    service, tabs, runs, {"dish": dish_views, "compare": compare_views, "study": study_views}, who)
+                runs = RunsController(service, controllers)
+                refresh, refreshed, refresh_inputs = build_runs_tab(service, tabs, runs, views, who)
             with gr.Tab("Model", id="model"):
                 gr.Markdown(model_markdown(service, model_source), elem_id="petri-model")
         runs_tab.select(refresh, refresh_inputs, refreshed, show_progress="hidden")

@@ -141,7 +141,7 @@ def wire_run(run_btn, cancel_btn, run: Callable[..., Iterator[dict]], inputs: li
     the inputs) refuses them itself when it starts. For a tab whose inputs Gradio's validator step
     cannot read: in Gradio 6.31 that step checked the Study tab's template choice against the
     choices the page was built with, not those a loaded study set, and so refused every loaded
-    study before it was queued (``tests/test_browser.py``'s study tests)."""
+    study before it was queued (``tests/web/ui/test_browser.py``'s study tests)."""
     cancels = CancelButtons()
     access = access or UiAccess()
     if busy is not None or validator is not None:

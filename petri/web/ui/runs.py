@@ -25,8 +25,6 @@ from petri.web.access import Caller
 from petri.web.ui.access import UiAccess
 
 RUN_COLUMNS = ["run_id", "kind", "created_at", "status", "model", "concepts", "what"]
-#: Where each kind of run reopens (the tab ids of :func:`petri.web.ui.build.build_ui`).
-TAB_OF_KIND = {"dish": "dish", "compare": "compare", "study": "study"}
 KIND_FILTERS = ["all", "dish", "compare", "study"]
 
 
@@ -94,11 +92,55 @@ def study_result_from_store(service: PetriService, run: dict) -> tuple[StudyResu
     return result, len(study.events) * len(template_ids)
 
 
-class RunsController:
-    """Reopens a stored run into the Dish, Compare or Study tab's views."""
+def reopen_study(ctl, service: PetriService, run: dict, caller: Caller) -> dict:
+    """A stored study run's views in the Study tab (``ctl``: its controller): the final report when
+    every batch is stored, else the provisional statistics of the stored batches; its controls."""
+    try:
+        result, total = study_result_from_store(service, run)
+    except (StudyError, ValueError) as err:
+        raise gr.Error(f"cannot reopen study run {run['run_id']}: {err}", title="Runs") from None
+    controls = ctl.controls_of(run, result.study)
+    if len(result.batches) == total and run["status"] == "done":
+        return {**ctl.final_views(result, total, caller), **controls}
+    views = ctl.live_views(result.study, result.run_id, result.template_ids, result.settings,
+                           result.seed, total, model_id=result.model_id)
+    return {**views, **controls}
 
-    def __init__(self, service: PetriService, dish, compare, study):
-        self.service, self.dish, self.compare, self.study = service, dish, compare, study
+
+def stored_events(service: PetriService, run: dict) -> tuple[list, list]:
+    """(trajectories, groups) of a stored seed run (gr.Error where it has none)."""
+    stored = service.store.load_events(run["run_id"])
+    if not stored:
+        raise gr.Error(f"run {run['run_id']} has no stored event", title="Runs")
+    return [traj for _, _, traj in stored], [group for _, group, _ in stored]
+
+
+def reopen_compare(ctl, service: PetriService, run: dict, caller: Caller) -> dict:
+    """A stored comparison (two events) in the Compare tab, with its controls."""
+    trajectories, groups = stored_events(service, run)
+    labels = (groups[0] or "A", groups[1] or "B")
+    return {**ctl.views(run["run_id"], trajectories[0], trajectories[1], labels),
+            **ctl.controls_of(run["request"], trajectories[0])}
+
+
+def reopen_dish(ctl, service: PetriService, run: dict, caller: Caller) -> dict:
+    """A stored dish in the Dish tab, with its controls."""
+    trajectories, groups = stored_events(service, run)
+    return {**ctl.result_views(run["run_id"], trajectories, groups, caller),
+            **ctl.controls_of(run["request"], trajectories[0])}
+
+
+#: how a run of each kind reopens: (its tab's controller, service, run, caller) → that tab's views by name
+REOPEN = {"dish": reopen_dish, "compare": reopen_compare, "study": reopen_study}
+
+
+class RunsController:
+    """Reopens a stored run into the tab of its kind. ``controllers`` maps a kind (``dish``,
+    ``compare``, ``study``: the tab ids of :data:`petri.web.ui.build.RESULT_TABS`) to that tab's
+    controller; ``reopen`` maps it to how such a run reopens (:data:`REOPEN`)."""
+
+    def __init__(self, service: PetriService, controllers: dict, reopen: dict | None = None):
+        self.service, self.controllers, self.reopen = service, controllers, reopen or REOPEN
 
     def delete(self, run_id: str, caller: Caller | None = None) -> str:
         """Delete stored run ``run_id`` if ``caller`` may open it (on a public server only the
@@ -115,28 +157,7 @@ class RunsController:
         run = UiAccess.open_run(self.service, caller, run_id)
         kind = run_kind(run)
         note = f"Reopened {kind} run `{run['run_id']}` ({run['status']}, {run['created_at']}) from the store; nothing was sampled."
-        if kind == "study":
-            try:
-                result, total = study_result_from_store(self.service, run)
-            except (StudyError, ValueError) as err:
-                raise gr.Error(f"cannot reopen study run {run['run_id']}: {err}", title="Runs") from None
-            controls = self.study.controls_of(run, result.study)
-            if len(result.batches) == total and run["status"] == "done":
-                return kind, note, {**self.study.final_views(result, total, caller), **controls}
-            views = self.study.live_views(result.study, result.run_id, result.template_ids, result.settings,
-                                          result.seed, total, model_id=result.model_id)
-            return kind, note, {**views, **controls}
-        stored = self.service.store.load_events(run["run_id"])
-        if not stored:
-            raise gr.Error(f"run {run['run_id']} has no stored event", title="Runs")
-        trajectories = [traj for _, _, traj in stored]
-        groups = [group for _, group, _ in stored]
-        if kind == "compare" and len(trajectories) == 2:
-            labels = (groups[0] or "A", groups[1] or "B")
-            return kind, note, {**self.compare.views(run["run_id"], trajectories[0], trajectories[1], labels),
-                                **self.compare.controls_of(run["request"], trajectories[0])}
-        return kind, note, {**self.dish.result_views(run["run_id"], trajectories, groups, caller),
-                            **self.dish.controls_of(run["request"], trajectories[0])}
+        return kind, note, self.reopen[kind](self.controllers[kind], self.service, run, caller)
 
 
 def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, outputs: dict[str, dict],
@@ -191,7 +212,7 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
         kind, note, views = runs.open(run_id, access.caller(request))
         updates = {comp: views[name] for k, name, comp in flat if k == kind and name in views}
         updates[outputs[kind]["status"]] = note
-        updates[tabs] = gr.Tabs(selected=TAB_OF_KIND[kind])
+        updates[tabs] = gr.Tabs(selected=kind)  # a kind's tab has the kind's id (RESULT_TABS)
         return updates
 
     filters = [search, kind_filter]

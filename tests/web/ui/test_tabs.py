@@ -1,0 +1,46 @@
+"""The UI's tabs come from one list (petri.web.ui.build.RESULT_TABS), and the Runs tab reopens a run in
+the tab of its kind through one mapping (petri.web.ui.runs.REOPEN): nothing else names the tabs."""
+
+from __future__ import annotations
+
+from petri.app.service import PetriService, SeedEvent
+from petri.core.dish import Dish
+from petri.core.trajectory import SamplerSettings
+from petri.runs.store import RunStore
+from petri.web.ui.build import RESULT_TABS, build_ui
+from petri.web.ui.runs import REOPEN, KIND_FILTERS, RunsController
+
+
+def tab_labels(blocks) -> list[str]:
+    config = blocks.get_config_file()
+    return [c["props"]["label"] for c in config["components"] if c.get("type") == "tabitem"]
+
+
+def test_the_page_shows_the_result_tabs_in_their_order_then_runs_and_model(tiny_lm, tmp_path):
+    blocks = build_ui(PetriService(tiny_lm, RunStore(tmp_path / "store")))
+    assert tab_labels(blocks) == ["Dish", "Compare", "Study", "Runs", "Model"]
+    assert [t.label for t in RESULT_TABS] == ["Dish", "Compare", "Study"]
+
+
+def test_every_result_tab_reopens_its_kind_and_the_filter_offers_it():
+    assert [t.kind for t in RESULT_TABS] == list(REOPEN) == KIND_FILTERS[1:]
+
+
+def test_a_run_reopens_through_the_mapping_of_its_kind(tiny_lm, tmp_path):
+    """A stored dish run goes to the ``dish`` entry with that tab's controller; no other entry runs."""
+    service = PetriService(tiny_lm, RunStore(tmp_path / "store"))
+    dish = Dish(("order", "person"), "The order shipped.", "{event}", positions=(2, 9))
+    result = service.seed([SeedEvent(dish)], 1, SamplerSettings(max_denoising_steps=3), seed=3)
+    seen = []
+
+    def reopen(ctl, svc, run, caller):
+        seen.append((ctl, svc, run["run_id"]))
+        return {"status": "x"}
+
+    def never(*args):
+        raise AssertionError("the wrong kind's reopen ran")
+
+    runs = RunsController(service, {"dish": "the dish controller"}, {"dish": reopen, "compare": never, "study": never})
+    kind, note, views = runs.open(result.run_id)
+    assert (kind, views) == ("dish", {"status": "x"}) and result.run_id in note
+    assert seen == [("the dish controller", service, result.run_id)]

@@ -1,0 +1,112 @@
+"""Issue 23 in the Study tab (no browser): the finished study's view carries the per-pair table (small
+groups flagged) and its results folder for the power panel; the power panel simulates from the study
+on screen; the shipped study's panel is filled when the tab opens; provisional statistics warn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+import pytest
+
+from petri.app.service import PetriService
+from petri.runs.store import RunStore
+from petri.web.ui.stats import pairs_view, run_power
+from petri.web.ui.study import StudyController
+
+SHIPPED = Path(__file__).resolve().parents[3] / "assets" / "studies" / "results" / "inventory_order-en-petri-tiny"
+
+
+def test_finished_study_view_has_flagged_pairs_and_its_folder(tiny_lm, tmp_path):
+    service = PetriService(tiny_lm, RunStore(tmp_path / "store"))
+    events = pd.DataFrame(
+        [["b1", "benign", "The order was packed.", ""], ["b2", "benign", "The stock was counted.", ""],
+         ["c1", "contradictory", "Ninety units in stock, none in stock.", ""],
+         ["c2", "contradictory", "The order arrived before it was placed.", ""]],
+        columns=["id", "group", "text", "concepts"])
+    templates = pd.DataFrame([["t1", "Event: {event}"], ["t2", "{event} ({concepts})"]], columns=["id", "text"])
+    *_, final = StudyController(service).run({"id": "mini", "title": "mini", "language": "en"},
+                                                "order, inventory, person", events, templates,
+                                                "benign, contradictory", "", ["t1", "t2"], 2, 0, 3)
+    # 2 events per group: the headline and every pair are uninformative, not printed as a result
+    assert "UNINFORMATIVE" in final["stats"] and "95% CI" not in final["stats"].split("Segment level")[0]
+    pairs = final["pairs"]["value"]  # the final view names its run in the table's label
+    assert str(final["pairs"]["label"]).startswith("Pairs of run ")
+    assert len(pairs) == 3 and not pairs["informative"].any()
+    folder = Path(final["results_dir"])
+    assert (folder / "statistics.json").is_file() and (folder / "pair_tests.csv").is_file()
+    report = final["report"]
+    assert "mixed model not fitted" in report or "## Templates and events" in report
+    # a provisional view (fewer batches than planned) carries the peeking warning; the final one does not
+    from types import SimpleNamespace
+
+    from petri.web.ui.study import fields_to_study
+
+    study = fields_to_study({"id": "mini", "title": "mini", "language": "en"}, "order, inventory, person", events,
+                            templates, "benign, contradictory", "")
+    run_id = final["status"].split("`")[1]
+    ctl = StudyController(service)
+    planned_more = ctl.live_views(study, run_id, ("t1", "t2"), SimpleNamespace(max_denoising_steps=3), 0, 16)
+    assert "inflates the false-positive rate" in planned_more["stats"]
+    assert "inflates the false-positive rate" not in ctl.live_views(
+        study, run_id, ("t1", "t2"), SimpleNamespace(max_denoising_steps=3), 0, 8)["stats"]
+
+
+def test_power_panel_simulates_from_the_study_on_screen():
+    table, text = run_power(str(SHIPPED), "6, 12", "1, 5", None, 100, 0)
+    assert list(table["n_events"]) == [6, 12, 6, 12] and table["power"].between(0, 1).all()
+    assert "Method: simulation from the pilot" in text
+    again, _ = run_power(str(SHIPPED), "6, 12", "1, 5", None, 100, 0)
+    pd.testing.assert_frame_equal(table, again)
+    with pytest.raises(gr.Error, match="events per group"):
+        run_power(str(SHIPPED), "six", "", None, 100, 0)
+    with pytest.raises(gr.Error, match="no study results"):
+        run_power(None, "6", "", None, 100, 0)
+
+
+def test_power_panel_empty_effect_means_the_pilots():
+    """Issue 49: the Effect box pre-filled 0 and the answer read "for effect +0 (given)". Empty now
+    means the pilot's own effect; a typed number is used as given; anything else names the field."""
+    _, text = run_power(str(SHIPPED), "6", "1", "", 100, 0)
+    assert "(the pilot's)" in text and "(given)" not in text
+    _, text_none = run_power(str(SHIPPED), "6", "1", None, 100, 0)
+    assert text_none == text
+    _, given = run_power(str(SHIPPED), "6", "1", "0", 100, 0)
+    assert "for effect +0 (given)" in given
+    _, unicode_minus = run_power(str(SHIPPED), "6", "1", "\u22120.5", 100, 0)
+    assert "for effect -0.5 (given)" in unicode_minus
+    with pytest.raises(gr.Error, match="effect"):
+        run_power(str(SHIPPED), "6", "1", "big", 100, 0)
+    with pytest.raises(gr.Error, match="finite"):
+        run_power(str(SHIPPED), "6", "1", "nan", 100, 0)
+
+
+def test_shipped_pairs_table():
+    df = pairs_view(SHIPPED)
+    assert list(df["pair"]) == ["inventory|order", "inventory|person", "order|person"]
+    assert {"p_value", "p_holm", "p_bh", "informative"} <= set(df.columns) and df["informative"].all()
+    assert pairs_view(None) is None
+
+
+def test_compare_view_gives_the_paired_tests(tiny_lm, tmp_path):
+    from scipy import stats as sps
+
+    from petri.measure.tables import samples_table, segments_table
+    from petri.web.ui.compare import CompareController
+    from petri.web.ui.dish import DishController
+
+    service = PetriService(tiny_lm, RunStore(tmp_path / "store"))
+    ctl = CompareController(service, DishController(service))
+    *_, final = ctl.run("order, inventory, person", "benign", "The order was packed.", "contradictory",
+                        "Ninety units in stock, none in stock.", "{event}", 8, 4, 5)
+    (_, _, a), (_, _, b) = service.store.load_events(final["run_id"])
+    text = final["summary"]
+    assert "Wilcoxon signed-rank (8 pairs" in text and "exact McNemar on every anchor intact (8 pairs)" in text
+    # independently: scipy's Wilcoxon on the per-sample differences, when there are enough of them
+    ia, ib = (segments_table(t).groupby("sample")["instability"].mean().to_numpy() for t in (a, b))
+    d = ib - ia
+    if (d != 0).sum() >= 6:
+        assert f"p={sps.wilcoxon(d).pvalue:.3g}" in text
+    ka, kb = ((samples_table(t)["anchors_intact"] == samples_table(t)["n_anchors"]).to_numpy() for t in (a, b))
+    assert f"only {int((ka & ~kb).sum())}, in contradictory only {int((~ka & kb).sum())}" in text
