@@ -1,7 +1,8 @@
-"""A stored run's tables and the file formats they are written in, as two registries that every
-surface reads: the route ``GET /api/runs/{run_id}/{table}.{fmt}``, ``petri replay --out FILE.{fmt}``
-and the UI's downloads. A new format is one :func:`register_format` call; a new table one
-:func:`register_table` call.
+"""A stored run's tables and the file formats they are written in, as two registries read by the
+route ``GET /api/runs/{run_id}/{table}.{fmt}``, by ``petri replay --out FILE.{fmt}`` and by the UI's
+replay bundle. A new format is one :func:`register_format` call; a new table one
+:func:`register_table` call. (``petri seed --out`` and a study's folder still write their CSVs
+through :func:`petri.runs.export.write_tables`.)
 
 Tables (:data:`RUN_TABLES`): the tidy ``positions``, ``segments``, ``samples`` and ``pairs``
 (:data:`petri.runs.export.TABLES`, one chunk per event) and ``steps``, the per-step record (one chunk
