@@ -111,7 +111,8 @@ def stored_events(service: PetriService, run: dict) -> tuple[list, list]:
     """(trajectories, groups) of a stored seed run (gr.Error where it has none)."""
     stored = service.store.load_events(run["run_id"])
     if not stored:
-        raise gr.Error(f"run {run['run_id']} has no stored event", title="Runs")
+        raise gr.Error(f"run {run['run_id']} ({run['status']}) stopped before its first event finished: "
+                       "it recorded nothing to show", title="Runs")
     return [traj for _, _, traj in stored], [group for _, group, _ in stored]
 
 
@@ -209,10 +210,14 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
     flat = [(kind, name, comp) for kind, comps in outputs.items() for name, comp in comps.items()]
 
     def open_handler(request: gr.Request, run_id):
-        kind, note, views = runs.open(run_id, access.caller(request))
+        try:
+            kind, note, views = runs.open(run_id, access.caller(request))
+        except gr.Error as err:  # one message here: no other tab's component is touched (a raised error marks them all)
+            return {runs_note: f"**Cannot open:** {err.message}"}
         updates = {comp: views[name] for k, name, comp in flat if k == kind and name in views}
         updates[outputs[kind]["status"]] = note
         updates[tabs] = gr.Tabs(selected=kind)  # a kind's tab has the kind's id (RESULT_TABS)
+        updates[runs_note] = ""
         return updates
 
     filters = [search, kind_filter]
@@ -220,5 +225,5 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
         event(listed, [*filters, choice], [table, choice], show_progress="hidden")
     delete_btn.click(deleted, [choice, *filters], [runs_note, table, choice], show_progress="hidden")
     table.select(picked, table, choice, show_progress="hidden")
-    open_btn.click(open_handler, choice, [tabs, *[comp for _, _, comp in flat]], show_progress="minimal")
+    open_btn.click(open_handler, choice, [tabs, runs_note, *[comp for _, _, comp in flat]], show_progress="minimal")
     return listed, [table, choice], [*filters, choice]

@@ -44,3 +44,32 @@ def test_a_run_reopens_through_the_mapping_of_its_kind(tiny_lm, tmp_path):
     kind, note, views = runs.open(result.run_id)
     assert (kind, views) == ("dish", {"status": "x"}) and result.run_id in note
     assert seen == [("the dish controller", service, result.run_id)]
+
+
+def open_handler_of(blocks):
+    """The Runs tab's Open handler and the status line it writes to (from the built Blocks)."""
+    (fn,) = [f for f in blocks.fns.values() if getattr(f.fn, "__name__", "") == "open_handler"]
+    note = next(c for c in fn.outputs if getattr(c, "elem_id", None) == "petri-runs-status")
+    return fn.fn, note
+
+
+def test_a_run_that_cannot_open_says_so_once_and_marks_nothing_else(tiny_lm, tmp_path):
+    """An unknown id and a run that stopped before its first event each give one message in the Runs
+    tab; the handler returns nothing for any other component (a raised error would mark them all)."""
+    service = PetriService(tiny_lm, RunStore(tmp_path / "store"))
+    handler, note = open_handler_of(build_ui(service))
+    unknown = handler(None, "0123456789abcdef")
+    assert list(unknown) == [note] and unknown[note].startswith("**Cannot open:**") and "0123456789abcdef" in unknown[note]
+    service.store.create_run("fedcba9876543210", "seed", tiny_lm.model_id, {"events": [{"event": "x"}]})
+    service.store.finish_run("fedcba9876543210", status="cancelled")
+    empty = handler(None, "fedcba9876543210")
+    assert list(empty) == [note] and "(cancelled) stopped before its first event finished" in empty[note]
+
+
+def test_a_stored_run_opens_and_clears_the_status_line(tiny_lm, tmp_path):
+    service = PetriService(tiny_lm, RunStore(tmp_path / "store"))
+    dish = Dish(("order", "person"), "The order shipped.", "{event}", positions=(2, 9))
+    run_id = service.seed([SeedEvent(dish)], 1, SamplerSettings(max_denoising_steps=3), seed=3).run_id
+    handler, note = open_handler_of(build_ui(service))
+    updates = handler(None, run_id)
+    assert updates[note] == "" and len(updates) > 3
