@@ -133,7 +133,10 @@ def test_cancel_a_queued_job_and_a_running_one(client, service):
     state = client.get(f"/api/jobs/{queued['job_id']}").json()
     assert state["started"] is None and state["run_id"] is None  # it never started
 
-    running = client.post("/api/jobs/study", json=study_body(seed=78)).json()
+    # batches slow enough (200 steps, no adaptive stop) that the cancel lands before the last one ends, even
+    # on a loaded machine: with 6-step batches the study could finish between the poll and the DELETE
+    slow = {"max_denoising_steps": 200, "adaptive_stop": False}
+    running = client.post("/api/jobs/study", json=study_body(seed=78, samples=8, settings=slow)).json()
     wait_until(lambda: client.get(f"/api/jobs/{running['job_id']}").json()["progress"]["done"] >= 1, "a stored batch")
     client.delete(f"/api/jobs/{running['job_id']}")
     final = poll_final(client, running["job_id"])
