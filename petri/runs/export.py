@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import platform
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from petri.measure.replay import steps_table
 from petri.measure.tables import pairs_table, positions_table, samples_table, segments_table
 from petri.core.trajectory import Trajectory
 
@@ -81,13 +80,13 @@ def run_table(
     """One tidy table (``name`` in :data:`TABLES`) over all trajectories (one per event), rows tagged
     with event and model; with ``groups`` (one label per trajectory), also ``event_index`` and
     ``group`` beside ``event``. Positions gain ``final_token`` (:func:`with_final_token`)."""
-    frames = [_event_table(traj, name, index, groups, token_text) for index, traj in enumerate(trajectories)]
+    frames = [event_table(traj, name, index, groups, token_text) for index, traj in enumerate(trajectories)]
     return pd.concat(frames, ignore_index=True)
 
 
-def _event_table(traj: Trajectory, name: str, index: int, groups: Sequence[str | None] | None,
+def event_table(traj: Trajectory, name: str, index: int, groups: Sequence[str | None] | None,
                  token_text: TokenText | None = None) -> pd.DataFrame:
-    """Table ``name`` of one trajectory, tagged with ``event_index`` and ``group`` when ``groups``
+    """Table ``name`` of one trajectory (one event: a chunk of :func:`run_table`), tagged with ``event_index`` and ``group`` when ``groups``
     is given (after ``event``, or first where the table carries no event text)."""
     frame = TABLES[name](traj)
     if name == "positions":
@@ -99,35 +98,11 @@ def _event_table(traj: Trajectory, name: str, index: int, groups: Sequence[str |
     return frame
 
 
-def iter_csv(trajectories: Sequence[Trajectory], name: str, groups: Sequence[str | None] | None = None,
-             token_text: TokenText | None = None) -> Iterator[str]:
-    """:func:`run_table` as CSV text, one event at a time (the header first): what a download
-    streams, so no more than one event's table is ever in memory. The chunks joined equal
-    ``write_csv(run_table(...))``."""
-    for index, traj in enumerate(trajectories):
-        yield write_csv(_event_table(traj, name, index, groups, token_text), header=index == 0)
-
-
 def run_tables(
     trajectories: Sequence[Trajectory], groups: Sequence[str | None] | None = None, token_text: TokenText | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Every table of :data:`TABLES` by :func:`run_table`."""
     return {name: run_table(trajectories, name, groups, token_text) for name in TABLES}
-
-
-def run_steps_table(
-    trajectories: Sequence[Trajectory], decode, groups: Sequence[str | None] | None = None
-) -> pd.DataFrame:
-    """The per-step record of every trajectory (:func:`petri.measure.replay.steps_table`, ``decode`` an id →
-    text callable) with ``event_index`` and ``group`` in front: one row per (event, sample, step run,
-    position)."""
-    frames = []
-    for index, traj in enumerate(trajectories):
-        frame = steps_table(traj, decode)
-        frame.insert(0, "group", (groups[index] if groups is not None else None) or "")
-        frame.insert(0, "event_index", index)
-        frames.append(frame)
-    return pd.concat(frames, ignore_index=True)
 
 
 def write_parquet(table: pd.DataFrame, target=None):

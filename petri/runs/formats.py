@@ -22,7 +22,7 @@ import pandas as pd
 
 from petri.core.trajectory import Trajectory
 from petri.measure.replay import steps_table
-from petri.runs.export import TABLES, TokenText, _event_table, write_csv, write_parquet
+from petri.runs.export import TABLES, TokenText, event_table, write_csv, write_parquet
 
 #: one label per event (``None``: no group)
 Groups = Sequence[str | None]
@@ -97,6 +97,15 @@ def table_bytes(trajectories: Sequence[Trajectory], table: str, fmt: str, groups
         yield writer.encode(pd.concat(list(chunks), ignore_index=True), True)
 
 
+def write_table(path, trajectories: Sequence[Trajectory], table: str, fmt: str, groups: Groups,
+                decode: TokenText | None):
+    """Write :func:`table_bytes` to the file ``path`` (a ``pathlib.Path``), chunk by chunk; returns ``path``."""
+    with path.open("wb") as f:
+        for chunk in table_bytes(trajectories, table, fmt, groups, decode):
+            f.write(chunk)
+    return path
+
+
 # ------------------------------------------------------------------------------ the built-in entries
 def one_sample(traj: Trajectory, s: int) -> Trajectory:
     """Sample ``s`` of ``traj`` alone (a one-sample trajectory; for writing one sample at a time)."""
@@ -118,7 +127,7 @@ def per_id(decode: TokenText | None) -> Callable[[int], str]:
 def _tidy(name: str) -> RunTable:
     def chunks(trajectories: Sequence[Trajectory], groups: Groups, decode: TokenText | None) -> Iterator[pd.DataFrame]:
         for index, traj in enumerate(trajectories):
-            yield _event_table(traj, name, index, groups, decode)
+            yield event_table(traj, name, index, groups, decode)
 
     return RunTable(name, chunks)
 

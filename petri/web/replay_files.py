@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from petri.runs.formats import FORMATS, table_bytes
+from petri.runs.formats import FORMATS, write_table
 from petri.study.animation import mp4_available, write_gif, write_mp4
 from petri.study.plots import save_figures
 from petri.study.trajectory_plots import step_curves_figure, trajectory_figure
@@ -70,10 +70,7 @@ def write_replay(stored: list, event: int, sample: int, out: str | Path, *, toke
             raise RuntimeError("MP4 export needs ffmpeg on PATH (apt-get install ffmpeg); .gif needs nothing")
         return write_mp4(traj, sample, tokens, out, frame_ms=frame_ms, colors=colors, special=tokens.is_special), ""
     if suffix in FORMATS:
-        chunks = table_bytes(trajectories, "steps", suffix, groups, ids_decoder(tokens))
-        with out.open("wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
+        write_table(out, trajectories, "steps", suffix, groups, ids_decoder(tokens))
         rows = sum(int(traj.steps.sum()) * traj.argmax.shape[2] for traj in trajectories)
         return out, f"{rows} rows"
     if suffix in ("html", "png", "svg"):
@@ -107,8 +104,6 @@ def export_bundle(trajectories: Sequence[Trajectory], groups: Sequence, event: i
     written, fig_notes = save_figures(figures, folder, images=("png", "svg") if images else (), plotlyjs=True)
     paths += [p for by_format in written.values() for p in by_format.values()]
     for suffix in FORMATS:  # the run's per-step table in every registered format
-        paths.append(folder / f"steps.{suffix}")
-        with paths[-1].open("wb") as f:
-            for chunk in table_bytes(trajectories, "steps", suffix, list(groups), ids_decoder(tokens)):
-                f.write(chunk)
+        paths.append(write_table(folder / f"steps.{suffix}", trajectories, "steps", suffix, list(groups),
+                                 ids_decoder(tokens)))
     return paths, notes + fig_notes

@@ -117,14 +117,15 @@ def test_a_study_folder_neutralises_every_csv_and_keeps_the_raw_values(wide_lm, 
 
 def test_a_streamed_table_is_the_whole_table_one_event_at_a_time(hostile_run, wide_lm):
     """The API streams each CSV one event at a time; joined, the chunks are the table written whole."""
-    from petri.runs.export import TABLES, iter_csv, run_table, token_decoder, write_csv
+    from petri.runs.export import TABLES, run_table, token_decoder, write_csv
+    from petri.runs.formats import table_bytes
 
     service, run_id, served = hostile_run
     stored = service.store.load_events(run_id)
     trajectories, groups = [t for _, _, t in stored], [g for _, g, _ in stored]
     decoder = token_decoder(wide_lm.tokenizer, wide_lm.model_id, trajectories)
     for name in TABLES:
-        chunks = list(iter_csv(trajectories, name, groups, decoder))
+        chunks = [c.decode("utf-8") for c in table_bytes(trajectories, name, "csv", groups, decoder)]
         assert len(chunks) == len(trajectories) == 2
         assert "".join(chunks) == write_csv(run_table(trajectories, name, groups, decoder)) == served[name]
 

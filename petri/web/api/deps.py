@@ -88,3 +88,23 @@ def load_run(service: PetriService, run_id: str, caller: Caller) -> tuple[dict, 
     if run is None or not caller.may_open(service.store, run_id):
         raise HTTPException(404, detail=f"run_id: no run {run_id!r}")
     return run, service.store.load_events(run_id)
+
+
+def stored_events(service: PetriService, run_id: str, caller: Caller) -> tuple[list, list]:
+    """(trajectories, groups) of a stored run the caller may see (:func:`load_run`), or 404 naming the
+    run where it stored no event."""
+    run, stored = load_run(service, run_id, caller)
+    if not stored:
+        raise HTTPException(404, detail=f"run_id: run {run_id!r} has no stored events (status {run['status']})")
+    return [t for _, _, t in stored], [g for _, g, _ in stored]
+
+
+def served_tokenizer(service: PetriService, trajectories: list) -> tuple[object | None, str]:
+    """(tokenizer, note): the served model's tokenizer when that model made every trajectory, else
+    None (a stored run of another model: its token texts are left empty); the note says which, for the
+    ``X-Petri-Token-Text`` header."""
+    tokenizer = getattr(service.lm, "tokenizer", None)
+    made_by = {t.model_id for t in trajectories}
+    if tokenizer is not None and made_by <= {service.lm.model_id}:
+        return tokenizer, "decoded with the served model's tokenizer"
+    return None, f"empty: the run was made by {', '.join(sorted(made_by))}, the server holds {service.lm.model_id}"

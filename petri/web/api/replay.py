@@ -1,5 +1,5 @@
 """The stored denoising record over HTTP, read from the run store (nothing is resampled), with the
-same run access check as every other run route (:func:`petri.web.api.deps.load_run`):
+same run access check as every other run route (:func:`petri.web.api.deps.stored_events`):
 
 - (the per-step record as a table, ``steps.csv`` / ``steps.parquet``, is one of the run's tables:
   :func:`petri.web.api.routes.get_table` and :mod:`petri.runs.formats`)
@@ -24,7 +24,7 @@ from petri.study.animation import write_gif
 from petri.study.plots import save_figures
 from petri.study.trajectory_plots import trajectory_figure
 from petri.core.trajectory import Trajectory
-from petri.web.api.deps import Client, RunId, Service, load_run
+from petri.web.api.deps import Client, RunId, Service, served_tokenizer, stored_events
 from petri.web.replay_files import pick, run_colors
 from petri.web.tokens import TokenText
 
@@ -35,18 +35,10 @@ SampleIndex = Annotated[int, Query(ge=0, description="the sample, numbered from 
 
 
 def _decoder(service, trajectories: list[Trajectory]):
-    """(decode, header note): the served tokenizer when it made these runs, else empty texts."""
-    made_by = {t.model_id for t in trajectories}
-    if made_by <= {service.lm.model_id} and service.lm.tokenizer is not None:
-        return TokenText(service.lm.tokenizer), "decoded with the served model's tokenizer"
-    return (lambda i: ""), f"empty: the run was made by {', '.join(sorted(made_by))}, the server holds {service.lm.model_id}"
-
-
-def _stored(service, run_id: str, caller) -> tuple[list[Trajectory], list]:
-    run, stored = load_run(service, run_id, caller)
-    if not stored:
-        raise HTTPException(404, detail=f"run_id: run {run_id!r} has no stored events (status {run['status']})")
-    return [t for _, _, t in stored], [g for _, g, _ in stored]
+    """The served model's token text when it made these runs (:func:`~petri.web.api.deps.served_tokenizer`),
+    else empty texts."""
+    tokenizer, _ = served_tokenizer(service, trajectories)
+    return TokenText(tokenizer) if tokenizer is not None else (lambda i: "")
 
 
 def _one(trajectories: list[Trajectory], event: int, sample: int) -> Trajectory:
@@ -61,9 +53,9 @@ def _one(trajectories: list[Trajectory], event: int, sample: int) -> Trajectory:
 def replay_gif(run_id: RunId, service: Service, caller: Client, event: EventIndex = 0, sample: SampleIndex = 0,
                frame_ms: Annotated[int, Query(ge=20, le=5000)] = 400) -> Response:
     """One sample's denoising as a GIF, one frame per step it ran."""
-    trajectories, _ = _stored(service, run_id, caller)
+    trajectories, _ = stored_events(service, run_id, caller)
     traj = _one(trajectories, event, sample)
-    decode, _ = _decoder(service, trajectories)
+    decode = _decoder(service, trajectories)
     tokens = decode if isinstance(decode, TokenText) else None
     with tempfile.TemporaryDirectory() as folder:
         path = write_gif(traj, sample, decode, Path(folder) / "replay.gif", frame_ms=frame_ms,
@@ -79,9 +71,9 @@ def trajectory_file(run_id: RunId, fmt: str, service: Service, caller: Client, e
     """The whole-trajectory figure of one sample as ``html``, ``png`` or ``svg``."""
     if fmt not in FIGURE_TYPES:
         raise HTTPException(404, detail=f"fmt: {fmt[:20]!r} is not one of {', '.join(FIGURE_TYPES)}")
-    trajectories, _ = _stored(service, run_id, caller)
+    trajectories, _ = stored_events(service, run_id, caller)
     traj = _one(trajectories, event, sample)
-    decode, _ = _decoder(service, trajectories)
+    decode = _decoder(service, trajectories)
     fig = trajectory_figure(traj, sample, decode, colors=run_colors(traj))
     with tempfile.TemporaryDirectory() as folder:
         written, notes = save_figures({"trajectory": fig}, folder, images=() if fmt == "html" else (fmt,),

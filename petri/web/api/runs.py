@@ -19,7 +19,7 @@ from fastapi.responses import Response, StreamingResponse
 from petri.runs.export import token_decoder
 from petri.runs.formats import FORMATS, RUN_TABLES, run_table, table_bytes, table_format
 from petri.web import limits
-from petri.web.api.deps import Client, RunId, Service, load_run
+from petri.web.api.deps import Client, RunId, Service, load_run, served_tokenizer, stored_events
 from petri.web.api.responses import RunOut, csv_links, event_summary, model_out
 from petri.web.errors import FieldError, StrictJsonRoute
 
@@ -77,16 +77,11 @@ def get_table(run_id: RunId, table: TableName, fmt: FormatName, service: Service
         writer = table_format(fmt)
     except ValueError as err:
         raise HTTPException(404, detail=str(err)) from None
-    run, stored = load_run(service, run_id, caller)
-    if not stored:
-        raise HTTPException(404, detail=f"run_id: run {run_id!r} has no stored events (status {run['status']})")
-    trajectories = [t for _, _, t in stored]
-    decode = token_decoder(getattr(service.lm, "tokenizer", None), service.lm.model_id, trajectories)
-    made_by = ", ".join(sorted({t.model_id for t in trajectories}))
-    note = ("decoded with the served model's tokenizer" if decode is not None
-            else f"empty: the run was made by {made_by}, the server holds {service.lm.model_id}")
+    trajectories, groups = stored_events(service, run_id, caller)
+    tokenizer, note = served_tokenizer(service, trajectories)
+    decode = token_decoder(tokenizer, service.lm.model_id, trajectories)
     headers = {"Content-Disposition": f'attachment; filename="{run_id}-{table}.{fmt}"', "X-Petri-Token-Text": note}
-    body = table_bytes(trajectories, table, fmt, [g for _, g, _ in stored], decode)
+    body = table_bytes(trajectories, table, fmt, groups, decode)
     if writer.streams:  # a sync generator runs in a worker thread: never the whole table in memory
         return StreamingResponse(body, media_type=writer.media_type, headers=headers)
     return Response(b"".join(body), media_type=writer.media_type, headers=headers)
