@@ -14,6 +14,7 @@ from petri.measure.tables import anchors_table, preservation_summary, samples_ta
 from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory
 from petri.web.api.responses import event_summary
 from petri.web.ui.dish import DishController
+from petri.engine.base import LiveStep
 from petri.web.ui.views import LiveFlips
 
 # sample 0 runs 3 steps, sample 1 stops after 2 (its step 2 is padding, -1)
@@ -55,11 +56,15 @@ def test_flip_grid_and_step_flips_by_hand():
 def test_live_flips_stream_ends_at_the_flip_grid():
     live = LiveFlips(MASK)
     finished = [[False, False], [False, True], [True, True]]  # sample 1 stops after step 1
+    canvas = ARGMAX + 100  # any canvas: sample 0's rows are kept as they came
+    accepted = ARGMAX % 2 == 0
     for t in range(3):
-        live.add(ARGMAX[:, t], np.array(finished[t]))
+        live.add(LiveStep(t, ARGMAX[:, t], canvas[:, t], accepted[:, t], np.array(finished[t])))
     expected = np.array([[0, 0, 0, 0], [0, 2, 0, 0], [1, 0, 0, 0]])  # GRID summed over samples, by hand
     np.testing.assert_array_equal(live.counts(), expected)
     np.testing.assert_array_equal(live.token_ids(), ARGMAX[0])
+    np.testing.assert_array_equal(live.canvas_ids(), canvas[0])
+    np.testing.assert_array_equal(live.accepted_rows(), accepted[0])
 
 
 def test_preservation_is_aggregated_once(tiny_lm, tmp_path):

@@ -155,7 +155,7 @@ class PetriService:
     ) -> Job:
         """Queue a seed as a job; its progress counts denoising steps (``events × max steps`` at most:
         samples that stop early finish their event sooner). The job's result is a :class:`SeedResult`.
-        ``on_step`` (in-process callers such as the UI) sees each step's raw argmax, as in :meth:`seed`;
+        ``on_step`` (in-process callers such as the UI) sees each step (a :class:`~petri.engine.base.LiveStep`), as in :meth:`seed`;
         ``on_event(index)`` is called on the job's thread before event ``index``'s first step, so the
         steps that follow belong to that event."""
         max_steps = settings.max_denoising_steps

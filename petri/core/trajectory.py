@@ -13,8 +13,12 @@ from typing import Any
 
 import numpy as np
 
-#: Filler used in ``argmax`` for steps a sample did not run (it stopped earlier than others).
+#: Filler used in ``argmax`` and ``canvas`` for steps a sample did not run (it stopped earlier than others).
 NO_TOKEN = -1
+
+#: The model families (:mod:`petri.engine.families`): the name every trajectory carries.
+UNIFORM_FAMILY = "uniform-diffusion"
+MASKED_FAMILY = "masked-diffusion"
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,12 @@ class Trajectory:
       step (anchor positions are always accepted); False past ``steps[s]``.
     - ``steps``    int32  (S,): denoising steps actually run by each sample.
     - ``anchor_mask`` bool (S, L): positions pinned to an anchor token.
-    - ``final_ids`` int64 (S, L): the returned canvas (the last argmax, anchors in place).
+    - ``final_ids`` int64 (S, L): the returned canvas (uniform diffusion: the last argmax, anchors
+      in place; masked diffusion: the last canvas).
+    - ``canvas``   int32  (S, T, L) or ``None``: the tokens on the canvas after each step, what the
+      next step reads (uniform diffusion: the denoiser's draw where accepted, fresh noise where
+      renoised, anchors in place; masked diffusion: the committed tokens and ``mask_id`` where still
+      masked); ``NO_TOKEN`` past ``steps[s]``. ``None`` for runs stored before it was recorded.
 
     Lists: ``anchors[s]`` is sample ``s``'s anchors in canvas order; ``final_texts[s]`` the
     decoded canvas. ``prompt_ids`` is the encoded prompt (P,) shared by all samples.
@@ -114,6 +123,9 @@ class Trajectory:
     and ``+fp8`` or ``+fp8-fast`` after any of these in the FP8 tier (``petri.engine.cuda.fp8``), after
     ``+enc-fp8`` where its prompt encoder ran in FP8 too;
     ``unknown`` for runs stored before it was recorded.
+
+    ``family`` names the model family (:data:`UNIFORM_FAMILY` or :data:`MASKED_FAMILY`);
+    ``mask_id`` is the masked family's mask token (``None`` for uniform diffusion).
     """
 
     argmax: np.ndarray
@@ -134,6 +146,9 @@ class Trajectory:
     event: str = ""
     template: str = ""
     sampler: str = "eager"
+    canvas: np.ndarray | None = None
+    family: str = UNIFORM_FAMILY
+    mask_id: int | None = None
 
     def __post_init__(self) -> None:
         s, t, length = self.argmax.shape
@@ -143,8 +158,11 @@ class Trajectory:
             "steps": (s,),
             "anchor_mask": (s, length),
             "final_ids": (s, length),
+            "canvas": (s, t, length),
         }
         for name, shape in expected.items():
+            if getattr(self, name) is None:
+                continue
             actual = getattr(self, name).shape
             if actual != shape:
                 raise ValueError(f"Trajectory.{name} has shape {actual}, expected {shape}")
@@ -184,6 +202,7 @@ def assemble_trajectory(
     steps: np.ndarray,
     anchor_mask: np.ndarray,
     final_ids: np.ndarray,
+    canvas: np.ndarray | None = None,
     layouts: list[list[AnchorSpan]],
     prompt_ids,
     prompt_text: str,
@@ -194,7 +213,8 @@ def assemble_trajectory(
 ) -> Trajectory:
     """A sampler backend's host arrays (shapes as in :class:`Trajectory`) and what the run was → a
     :class:`Trajectory`; the final canvases are decoded with ``lm.tokenizer`` (empty texts for
-    benchmark models built without one)."""
+    benchmark models built without one). The family and mask token are ``lm``'s (``family``,
+    ``mask_token_id``; uniform diffusion when it names none)."""
     final_ids = np.asarray(final_ids).astype(np.int64)
     if lm.tokenizer is None:
         texts = [""] * len(final_ids)
@@ -217,4 +237,7 @@ def assemble_trajectory(
         device=str(lm.device),
         timings=timings,
         sampler=sampler,
+        canvas=None if canvas is None else np.asarray(canvas).astype(np.int32),
+        family=getattr(lm, "family", UNIFORM_FAMILY),
+        mask_id=getattr(lm, "mask_token_id", None),
     )

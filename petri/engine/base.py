@@ -16,8 +16,24 @@ from typing import Any, Protocol, runtime_checkable
 from petri.core.cancel import CancelToken
 from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory, check_sampler_inputs
 
-#: Called after each step with (step index, raw argmax (S, L) on the host, finished (S,) bool).
-StepCallback = Callable[[int, Any, Any], None]
+@dataclass(frozen=True)
+class LiveStep:
+    """One denoising step as the live callback sees it, on the host: ``index`` (from 0), the raw
+    ``argmax`` (S, L) int, the ``canvas`` after the step (S, L) int (what the trajectory's
+    ``canvas`` records: kept draws and fresh noise for uniform diffusion, committed tokens and the
+    mask token for masked diffusion), ``accepted`` (S, L) bool and ``finished`` (S,) bool (the
+    samples that stop after it): the step's rows of the record, so a sample that finished before
+    this step has -1 in ``argmax`` and ``canvas`` and False in ``accepted``."""
+
+    index: int
+    argmax: Any
+    canvas: Any
+    accepted: Any
+    finished: Any
+
+
+#: Called after each step with its :class:`LiveStep`.
+StepCallback = Callable[[LiveStep], None]
 
 REAL_MODEL_ID = "google/diffusiongemma-26B-A4B-it"
 

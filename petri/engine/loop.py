@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from petri.core.cancel import CancelToken
-from petri.engine.base import SampleRequest, StepCallback
+from petri.engine.base import LiveStep, SampleRequest, StepCallback
 from petri.core.trajectory import Trajectory, assemble_trajectory
 
 
@@ -57,22 +57,23 @@ class Stepper(Protocol):
     can_stop: bool  # whether samples may finish before ``max_steps`` (then ``all_finished`` is read)
 
     def step(self, index: int) -> None: ...
-    def live(self, index: int) -> tuple[np.ndarray, np.ndarray]: ...  # (S, L) argmax, (S,) finished
+    def live(self, index: int) -> LiveStep: ...  # the step's rows on the host
     def all_finished(self) -> bool: ...
-    def result(self, steps_run: int) -> dict[str, np.ndarray]: ...  # argmax, entropy, accepted, steps, final_ids
+    def result(self, steps_run: int) -> dict[str, np.ndarray]: ...  # argmax, entropy, accepted, canvas, steps, final_ids
 
 
 @dataclass
 class Record:
     """The per-step record, kept on the device: rows of (S, L) raw argmax (-1 once a sample has
-    finished), entropy (NaN then) and accepted, and the steps each sample ran (S,). Copied to the
-    host once, as (S, T, L)."""
+    finished), entropy (NaN then), accepted and the canvas after the step (-1 then), and the steps
+    each sample ran (S,). Copied to the host once, as (S, T, L)."""
 
     ops: Any
     batch: int
     argmax: list = field(default_factory=list)
     entropy: list = field(default_factory=list)
     accepted: list = field(default_factory=list)
+    canvas: list = field(default_factory=list)
     steps: Any = None
 
     def __post_init__(self) -> None:
@@ -82,24 +83,23 @@ class Record:
         """A step starts: every running sample (S,) bool has run one more."""
         self.steps = self.steps + self.ops.int32(running)
 
-    def write(self, running, raw_argmax, entropy, accepted) -> None:
-        """The step's row: what the model said at every position, before anything was forced."""
+    def write(self, running, raw_argmax, entropy, accepted, canvas) -> None:
+        """The step's row: what the model said at every position, before anything was forced, and
+        the canvas the step left."""
         ops, live = self.ops, running[:, None]
         self.argmax.append(ops.where(live, ops.int32(raw_argmax), -1))
         self.entropy.append(ops.where(live, ops.float32(entropy), float("nan")))
         self.accepted.append(accepted & live)
+        self.canvas.append(ops.where(live, ops.int32(canvas), -1))
 
     def last_row(self) -> list:
-        return [self.steps, self.argmax[-1], self.entropy[-1], self.accepted[-1]]
+        return [self.steps, self.argmax[-1], self.entropy[-1], self.accepted[-1], self.canvas[-1]]
 
     def host(self, steps_run: int) -> dict[str, np.ndarray]:
         ops = self.ops
-        return {
-            "argmax": ops.numpy(ops.stack(self.argmax[:steps_run], 1)),
-            "entropy": ops.numpy(ops.stack(self.entropy[:steps_run], 1)),
-            "accepted": ops.numpy(ops.stack(self.accepted[:steps_run], 1)),
-            "steps": ops.numpy(self.steps),
-        }
+        rows = {"argmax": self.argmax, "entropy": self.entropy, "accepted": self.accepted, "canvas": self.canvas}
+        return {**{name: ops.numpy(ops.stack(row[:steps_run], 1)) for name, row in rows.items()},
+                "steps": ops.numpy(self.steps)}
 
 
 class Scheduler(Protocol):
@@ -126,7 +126,6 @@ class RecordedStepper:
         self.ops, self.forward, self.scheduler = ops, forward, scheduler
         self.record = Record(ops, batch)
         self.max_steps, self.can_stop = scheduler.max_steps, scheduler.can_stop
-        self._raw_argmax = None
 
     def step(self, index: int) -> None:
         scheduler = self.scheduler
@@ -134,12 +133,13 @@ class RecordedStepper:
         self.record.count(running)
         logits = self.forward(scheduler.canvas, scheduler.model_input)
         raw_argmax, entropy, accepted = scheduler.step(logits, index)
-        self.record.write(running, raw_argmax, entropy, accepted)
-        self._raw_argmax = raw_argmax
+        self.record.write(running, raw_argmax, entropy, accepted, scheduler.canvas)
         self.ops.materialize(*scheduler.state(), *self.record.last_row())
 
-    def live(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.ops.numpy(self._raw_argmax), self.ops.numpy(self.scheduler.finished)
+    def live(self, index: int) -> LiveStep:
+        numpy, record = self.ops.numpy, self.record
+        return LiveStep(index, numpy(record.argmax[-1]), numpy(record.canvas[-1]), numpy(record.accepted[-1]),
+                        numpy(self.scheduler.finished))
 
     def all_finished(self) -> bool:
         return self.ops.all(self.scheduler.finished)
@@ -173,7 +173,7 @@ def run_loop(
             cancel.check()
         stepper.step(index)
         if on_step is not None:
-            on_step(index, *stepper.live(index))
+            on_step(stepper.live(index))
         if stepper.can_stop and stepper.all_finished():
             break
     arrays = stepper.result(index + 1)

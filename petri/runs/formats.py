@@ -14,7 +14,7 @@ written at once).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -110,11 +110,8 @@ def write_table(path, trajectories: Sequence[Trajectory], table: str, fmt: str, 
 def one_sample(traj: Trajectory, s: int) -> Trajectory:
     """Sample ``s`` of ``traj`` alone (a one-sample trajectory; for writing one sample at a time)."""
     keep = slice(s, s + 1)
-    return Trajectory(
-        argmax=traj.argmax[keep], entropy=traj.entropy[keep], accepted=traj.accepted[keep], steps=traj.steps[keep],
-        anchor_mask=traj.anchor_mask[keep], final_ids=traj.final_ids[keep], anchors=traj.anchors[keep],
-        final_texts=traj.final_texts[keep], prompt=traj.prompt, prompt_ids=traj.prompt_ids, settings=traj.settings,
-        model_id=traj.model_id)
+    per_sample = ("argmax", "entropy", "accepted", "steps", "anchor_mask", "final_ids", "canvas", "anchors", "final_texts")
+    return replace(traj, **{name: None if getattr(traj, name) is None else getattr(traj, name)[keep] for name in per_sample})
 
 
 def per_id(decode: TokenText | None) -> Callable[[int], str]:

@@ -20,10 +20,19 @@ from pathlib import Path
 
 import numpy as np
 
-from petri.core.trajectory import AnchorSpan, Trajectory, settings_from_dict
+from petri.core.trajectory import (
+    MASKED_FAMILY,
+    UNIFORM_FAMILY,
+    AnchorSpan,
+    MaskedSettings,
+    Trajectory,
+    settings_from_dict,
+)
 
 RUN_ID_PATTERN = re.compile(r"^[0-9a-f]{8,64}$")
 _ARRAYS = ("argmax", "entropy", "accepted", "steps", "anchor_mask", "final_ids", "prompt_ids")
+#: Arrays a trajectory may lack (runs stored before they were recorded load them as ``None``).
+_OPTIONAL_ARRAYS = ("canvas",)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -84,7 +93,8 @@ def check_run_id(run_id: str) -> str:
 def trajectory_to_blobs(traj: Trajectory) -> tuple[str, bytes]:
     """(JSON header, compressed npz bytes) holding the whole trajectory."""
     buffer = io.BytesIO()
-    np.savez_compressed(buffer, **{name: getattr(traj, name) for name in _ARRAYS})
+    arrays = {name: getattr(traj, name) for name in _ARRAYS + _OPTIONAL_ARRAYS}
+    np.savez_compressed(buffer, **{name: array for name, array in arrays.items() if array is not None})
     header = {
         "anchors": [[asdict(a) for a in spans] for spans in traj.anchors],
         "final_texts": traj.final_texts,
@@ -97,6 +107,8 @@ def trajectory_to_blobs(traj: Trajectory) -> tuple[str, bytes]:
         "event": traj.event,
         "template": traj.template,
         "sampler": traj.sampler,
+        "family": traj.family,
+        "mask_id": traj.mask_id,
     }
     return json.dumps(header), buffer.getvalue()
 
@@ -105,13 +117,15 @@ def trajectory_from_blobs(header: str, arrays: bytes) -> Trajectory:
     meta = json.loads(header)
     with np.load(io.BytesIO(arrays)) as data:
         loaded = {name: data[name] for name in _ARRAYS}
+        loaded.update({name: data[name] if name in data.files else None for name in _OPTIONAL_ARRAYS})
+    settings = settings_from_dict(meta["settings"])
     anchors = [[AnchorSpan(a["concept"], a["start"], tuple(a["token_ids"])) for a in spans] for spans in meta["anchors"]]
     return Trajectory(
         **loaded,
         anchors=anchors,
         final_texts=meta["final_texts"],
         prompt=meta["prompt"],
-        settings=settings_from_dict(meta["settings"]),
+        settings=settings,
         model_id=meta["model_id"],
         seed=meta["seed"],
         device=meta["device"],
@@ -119,6 +133,8 @@ def trajectory_from_blobs(header: str, arrays: bytes) -> Trajectory:
         event=meta["event"],
         template=meta["template"],
         sampler=meta.get("sampler", "unknown"),  # runs stored before the field existed
+        family=meta.get("family", MASKED_FAMILY if isinstance(settings, MaskedSettings) else UNIFORM_FAMILY),
+        mask_id=meta.get("mask_id"),
     )
 
 

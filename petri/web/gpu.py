@@ -36,7 +36,7 @@ def run_seed(
     owner: str | None = None,
 ) -> SeedResult:
     """Sample every event (one batch of ``n_samples`` each) with its concepts pinned; ``on_step``
-    sees each step's raw argmax as it comes (the UI's live view); ``cancel`` stops it within a step."""
+    sees each step (a LiveStep) as it comes (the UI's live view); ``cancel`` stops it within a step."""
     return service.seed(events, n_samples, settings, seed=seed, on_step=on_step, wait_s=wait_s, cancel=cancel,
                         owner=owner)
 

@@ -182,8 +182,8 @@ def test_the_torch_sampler_stops_within_one_step_of_a_cancel(tmp_path):
     calls = counted_forwards(lm)
     token = CancelToken()
 
-    def cancel_at_step_two(index, argmax, finished):
-        if index == 2:
+    def cancel_at_step_two(step):
+        if step.index == 2:
             token.cancel("cancelled")
 
     with pytest.raises(Cancelled) as stop:
@@ -244,7 +244,7 @@ def test_a_seed_job_counts_steps_and_equals_the_synchronous_seed(tiny_lm, tmp_pa
               SeedEvent(Dish(("order", "person"), "Only 90 in stock."), "contradictory")]
     settings = SamplerSettings(max_denoising_steps=5, stability_threshold=None, confidence_threshold=None)
     live: list = []
-    job = service.submit_seed(events, 3, settings, seed=9, on_step=lambda index, argmax, finished: live.append(argmax))
+    job = service.submit_seed(events, 3, settings, seed=9, on_step=lambda step: live.append(step.argmax))
     seen: list = []
     service.jobs.subscribe(job.job_id, seen.append)
     assert service.jobs.wait(job.job_id, DEADLINE_S).status == "done"

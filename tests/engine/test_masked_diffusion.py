@@ -35,7 +35,8 @@ def llada_reference(model, prompt, pinned, pinned_ids, mask_id, steps, block_len
     block, the masked count is spread over the block's steps (remainder to the first steps); each
     step the model reads prompt + canvas, predicts the argmax everywhere, and the most confident
     masked positions up to the block's end are unmasked. Returns the final canvas (S, L), and per
-    step the argmax over the canvas (T, S, L) and the positions unmasked (T, S, L)."""
+    step the argmax over the canvas (T, S, L), the positions unmasked (T, S, L) and the canvas after
+    the step (T, S, L)."""
     batch, length = pinned.shape
     p = prompt.shape[1]
     x = torch.full((batch, p + length), mask_id, dtype=torch.long)
@@ -43,7 +44,7 @@ def llada_reference(model, prompt, pinned, pinned_ids, mask_id, steps, block_len
     x[:, p:] = torch.where(pinned, pinned_ids, torch.full_like(pinned_ids, mask_id))
     blocks = length // block_length
     per_block = steps // blocks
-    argmaxes, unmasked = [], []
+    argmaxes, unmasked, canvases = [], [], []
     for b in range(blocks):
         block_masked = x[:, p + b * block_length: p + (b + 1) * block_length] == mask_id
         count = block_masked.sum(dim=1)
@@ -65,7 +66,8 @@ def llada_reference(model, prompt, pinned, pinned_ids, mask_id, steps, block_len
             x[transfer] = x0[transfer]
             argmaxes.append(torch.argmax(logits, dim=-1)[:, p:])
             unmasked.append(transfer[:, p:])
-    return x[:, p:], torch.stack(argmaxes), torch.stack(unmasked)
+            canvases.append(x[:, p:].clone())
+    return x[:, p:], torch.stack(argmaxes), torch.stack(unmasked), torch.stack(canvases)
 
 
 def anchored(lm, samples, first_free=2):
@@ -83,12 +85,15 @@ def test_the_step_equals_lladas_low_confidence_remasking(masked_lm, samples, ste
     traj = lm.sample(SampleRequest(prompt, layouts, settings, seed=0, canvas_prefix=prefix))
     pinned, pinned_ids = (torch.from_numpy(a) for a in pinned_arrays(layouts, prefix, lm.canvas_length))
     with torch.no_grad():
-        final, argmaxes, unmasked = llada_reference(
+        final, argmaxes, unmasked, canvases = llada_reference(
             lm.model, torch.tensor([prompt]), pinned, pinned_ids, lm.mask_token_id, steps, block_length
         )
     np.testing.assert_array_equal(traj.final_ids, final.numpy())
     np.testing.assert_array_equal(traj.argmax, argmaxes.permute(1, 0, 2).numpy())  # raw argmax everywhere
     np.testing.assert_array_equal(traj.accepted, unmasked.permute(1, 0, 2).numpy())  # accepted = unmasked now
+    np.testing.assert_array_equal(traj.canvas, canvases.permute(1, 0, 2).numpy())  # the canvas after each step
+    np.testing.assert_array_equal(traj.canvas[:, -1], traj.final_ids)  # the last frame is the final text
+    assert traj.family == "masked-diffusion" and traj.mask_id == lm.mask_token_id
     assert (traj.steps == steps).all()
     assert (traj.final_ids != lm.mask_token_id).all()  # every position unmasked by the last step
     assert (traj.final_ids[pinned.numpy()] == pinned_ids.numpy()[pinned.numpy()]).all()

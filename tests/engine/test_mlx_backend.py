@@ -285,7 +285,7 @@ def test_mlx_sampler_samples_with_anchors(pairs):
         max_denoising_steps=12, entropy_bound=2.0, stability_threshold=0, confidence_threshold=1.5
     )
     seen = []
-    first = run_mlx_sampler(mlm, prompt, layouts, settings, seed=7, on_step=lambda i, a, f: seen.append((i, a.shape)))
+    first = run_mlx_sampler(mlm, prompt, layouts, settings, seed=7, on_step=lambda step: seen.append((step.index, step.argmax.shape)))
     again = run_mlx_sampler(mlm, prompt, layouts, settings, seed=7)
     np.testing.assert_array_equal(first.argmax, again.argmax)
     assert first.device.startswith("mlx:") and first.model_id == mlm.model_id

@@ -111,13 +111,15 @@ def test_on_step_and_what_the_trajectory_records_about_the_run(tiny_lm):
     before = time.perf_counter()
     traj = run_sampler(
         tiny_lm, [tiny_lm.tokenizer.bos_token_id, 5, 6], [[], []], settings, seed=1,
-        on_step=lambda t, argmax, finished: calls.append((t, argmax.copy(), finished.copy())),
+        on_step=calls.append,
     )
     wall = time.perf_counter() - before
-    assert [t for t, _, _ in calls] == [0, 1, 2]
-    for t, argmax, finished in calls:
-        np.testing.assert_array_equal(argmax, traj.argmax[:, t])  # the raw argmax of that step
-        assert finished.tolist() == [False, False]
+    assert [step.index for step in calls] == [0, 1, 2]
+    for step in calls:
+        np.testing.assert_array_equal(step.argmax, traj.argmax[:, step.index])  # the raw argmax of that step
+        np.testing.assert_array_equal(step.canvas, traj.canvas[:, step.index])  # the canvas it left
+        np.testing.assert_array_equal(step.accepted, traj.accepted[:, step.index])
+        assert step.finished.tolist() == [False, False]
     assert traj.prompt == "" and traj.settings == settings and traj.seed == 1
     # one monotonic clock: encode and denoise are consecutive parts of the total, which lies
     # inside the call (orderings only, no durations)

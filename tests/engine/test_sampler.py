@@ -63,7 +63,7 @@ def test_early_stopped_samples_are_padded(confident_lm):
 
 def test_live_callback_sees_every_step(tiny_lm):
     seen = []
-    traj, _ = pinned_run(tiny_lm, SamplerSettings(max_denoising_steps=4), on_step=lambda i, a, f: seen.append((i, a)))
+    traj, _ = pinned_run(tiny_lm, SamplerSettings(max_denoising_steps=4), on_step=lambda step: seen.append((step.index, step.argmax)))
     assert [i for i, _ in seen] == [0, 1, 2, 3]
     np.testing.assert_array_equal(np.stack([a for _, a in seen], axis=1), traj.argmax)
 
@@ -92,3 +92,34 @@ def test_compiled_forward_samples_the_same_tokens(tiny_lm):
     compiled, _ = pinned_run(compiled_lm, settings)
     np.testing.assert_array_equal(compiled.argmax, eager.argmax)
     np.testing.assert_array_equal(compiled.final_ids, eager.final_ids)
+
+
+def test_the_canvas_record_is_what_the_sampler_held_after_each_step(tiny_lm):
+    """With the noise fixed (the draw is the argmax, the renoise tokens of step t are given), the
+    canvas after step t is worked out from the rest of the record: anchors their own tokens,
+    accepted positions the argmax, every other position step t's renoise token; a finished sample
+    would record -1 (a random model never stops early). The sample's last frame with the anchors in place reads as its final text (the
+    uniform family returns the argmax canvas)."""
+    from petri.core.dish import pinned_arrays
+    from petri.engine.fixed_noise import FixedNoise
+
+    dish = Dish(concepts=("order", "inventory", "person"), event="x")
+    ids = {c: concept_token_ids(tiny_lm.tokenizer, c) for c in dish.concepts}
+    layouts = layout_samples(dish, ids, tiny_lm.canvas_length, 3, seed=5)
+    settings = SamplerSettings(max_denoising_steps=8, entropy_bound=2.0)
+    fixed = FixedNoise.from_seed(4, 3, tiny_lm.canvas_length, tiny_lm.vocab_size, settings.max_denoising_steps)
+    prompt = [tiny_lm.tokenizer.bos_token_id, *tiny_lm.tokenizer.encode("The customer placed an order")]
+    traj = run_sampler(tiny_lm, prompt, layouts, settings, seed=0, fixed_noise=fixed)
+    pinned, pinned_ids = pinned_arrays(layouts, (), tiny_lm.canvas_length)
+    assert traj.canvas.shape == traj.argmax.shape and traj.family == "uniform-diffusion" and traj.mask_id is None
+    for s in range(3):
+        for t in range(traj.argmax.shape[1]):
+            if t >= traj.steps[s]:
+                assert (traj.canvas[s, t] == -1).all()
+                continue
+            expected = np.where(pinned[s], pinned_ids[s],
+                                np.where(traj.accepted[s, t], traj.argmax[s, t], fixed.renoise[t, s]))
+            np.testing.assert_array_equal(traj.canvas[s, t], expected)
+        last = traj.steps[s] - 1
+        np.testing.assert_array_equal(np.where(pinned[s], traj.canvas[s, last], traj.argmax[s, last]), traj.final_ids[s])
+    assert (traj.accepted & ~pinned[:, None, :]).any() and (~traj.accepted).any()  # both kinds of position met

@@ -24,6 +24,10 @@ ACCEPTED = np.array([
     [[1, 0, 1], [1, 1, 1], [1, 1, 1]],
     [[1, 0, 0], [1, 0, 1], [0, 0, 0]],
 ], dtype=bool)
+CANVAS = np.array([  # the canvas after each step: anchors in place, -1 past a sample's steps
+    [[5, 3, 2], [5, 8, 2], [6, 8, 2]],
+    [[1, 7, 3], [1, 5, 3], [-1, -1, -1]],
+], dtype=np.int32)
 ANCHORS = [[AnchorSpan("order", 2, (2,))], [AnchorSpan("person", 0, (1,))]]
 MASK = np.array([[False, False, True], [True, False, False]])
 WORDS = {1: "a", 2: "order", 3: "b", 5: "x", 6: "y", 7: "z", 8: "<eos>"}
@@ -38,6 +42,7 @@ def trajectory() -> Trajectory:
         argmax=ARGMAX, entropy=ENTROPY, accepted=ACCEPTED, steps=np.array([3, 2], dtype=np.int32),
         anchor_mask=MASK, final_ids=np.array([[6, 8, 2], [1, 3, 3]]), anchors=ANCHORS, final_texts=["", ""],
         prompt="p", prompt_ids=np.array([1]), settings=SamplerSettings(max_denoising_steps=3), model_id="hand",
+        canvas=CANVAS,
     )
 
 
@@ -53,6 +58,13 @@ def test_steps_table_one_row_per_sample_step_position_by_hand():
     assert table[(table["sample"] == 0) & (table["position"] == 2)]["anchor"].tolist() == ["order"] * 3
     assert set(table[table["sample"] == 1]["step"]) == {0, 1}
     assert table["token_id"].min() >= 0  # no padding id
+    s0 = table[(table["sample"] == 0) & (table["step"] == 0)]
+    assert s0["canvas_id"].tolist() == [5, 3, 2] and s0["canvas_text"].tolist() == ["x", "b", "order"]
+    s1 = table[(table["sample"] == 1) & (table["step"] == 1)]
+    assert s1["canvas_id"].tolist() == [1, 5, 3] and s1["canvas_text"].tolist() == ["a", "x", "b"]
+    from dataclasses import replace
+    old = steps_table(replace(trajectory(), canvas=None), decode)  # a run stored before the canvas was recorded
+    assert (old["canvas_id"] == -1).all() and (old["canvas_text"] == "").all() and list(old.columns) == STEP_COLUMNS
 
 
 def test_confidence_is_exp_minus_entropy():
@@ -67,10 +79,12 @@ def test_sample_record_by_hand():
     assert rec["flipped"] == [[0, 0, 0], [0, 1, 0], [1, 0, 0]]  # the anchor's own change (t2 @2) not marked
     assert rec["accepted"] == [[1, 0, 1], [1, 1, 1], [1, 1, 1]]
     assert rec["conf"][0] == pytest.approx([1.0, round(math.exp(-1), 3), round(math.exp(-2), 3)])
-    assert rec["texts"] == {"1": "a", "2": "order", "5": "x", "6": "y", "7": "z", "8": "<eos>"}
+    assert rec["texts"] == {"1": "a", "2": "order", "3": "b", "5": "x", "6": "y", "7": "z", "8": "<eos>"}  # canvas ids too
     assert rec["special"] == [8]
     assert rec["anchor"] == ["", "", "order"]
     assert rec["commit"] == [2, 1, 2]  # last change of the raw argmax, anchors included
+    assert rec["canvas"] == CANVAS[0].tolist() and rec["final"] == [6, 8, 2]
+    assert rec["family"] == "uniform-diffusion" and rec["mask_id"] is None
     short = sample_record(trajectory(), 1, decode)
     assert short["steps"] == 2 and short["ids"] == [[1, 2, 3], [1, 3, 3]] and short["flipped"] == [[0, 0, 0], [0, 1, 0]]
     with pytest.raises(ValueError, match="sample"):
@@ -111,6 +125,13 @@ def test_live_record_cuts_the_stopped_steps_and_marks_flips_by_hand():
     assert rec["conf"] is None and rec["accepted"] is None and rec["anchor"] == ["", "", "order"]
     assert rec["texts"]["8"] == "<eos>" and rec["commit"] == [2, 1, 2]
     assert live_record(np.zeros((0, 3), dtype=int), ["", "", ""], [False] * 3, decode)["steps"] == 0
+    canvas = np.array([[5, 3, 2], [5, 8, 2], [6, 8, 2], [-1, -1, -1]])
+    accepted = np.array([[1, 0, 1], [1, 1, 1], [1, 1, 1], [0, 0, 0]], dtype=bool)
+    rec = live_record(ids, ["", "", "order"], [False, False, True], decode, canvas=canvas, accepted=accepted,
+                      family="masked-diffusion", mask_id=3)
+    assert rec["canvas"] == canvas[:3].tolist() and rec["accepted"] == accepted[:3].astype(int).tolist()
+    assert rec["family"] == "masked-diffusion" and rec["mask_id"] == 3 and rec["final"] is None
+    assert rec["texts"]["3"] == "b"
 
 
 @pytest.mark.skipif(__import__("shutil").which("ffmpeg") is None,

@@ -152,7 +152,8 @@ def test_study_cli_writes_exactly_these_columns(checkpoint, tmp_path, capsys):
 
 
 #: ``GET /api/runs/{id}/steps.csv`` / ``steps.parquet``: one row per (event, sample, step run, position).
-STEPS = ["event_index", "group", "sample", "step", "position", "token_id", "token_text", "entropy", "accepted", "anchor"]
+STEPS = ["event_index", "group", "sample", "step", "position", "token_id", "token_text", "entropy", "accepted",
+         "canvas_id", "canvas_text", "anchor"]
 
 
 def test_steps_table_serves_exactly_these_columns(tmp_path):

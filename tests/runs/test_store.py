@@ -29,8 +29,9 @@ def test_trajectory_roundtrip_and_resume(tmp_path, traj):
     assert reopened.completed_events("abcd1234") == {"e1"}
     [(key, group, back)] = reopened.load_events("abcd1234")
     assert (key, group) == ("e1", "benign")
-    for name in ("argmax", "entropy", "accepted", "steps", "anchor_mask", "final_ids", "prompt_ids"):
+    for name in ("argmax", "entropy", "accepted", "steps", "anchor_mask", "final_ids", "prompt_ids", "canvas"):
         np.testing.assert_array_equal(getattr(back, name), getattr(traj, name))
+    assert traj.canvas is not None and (back.family, back.mask_id) == (traj.family, traj.mask_id) == ("uniform-diffusion", None)
     assert back.anchors == traj.anchors and back.settings == traj.settings and back.final_texts == traj.final_texts
     assert back.sampler == traj.sampler == "eager"  # which code path drew the tokens travels with them
     assert reopened.get_run("abcd1234")["events_stored"] == 1
@@ -85,3 +86,26 @@ def test_the_sampler_is_stored_and_old_runs_read_as_unknown(traj):
     assert trajectory_from_blobs(header, arrays).sampler == "fast+compiled+sc-softmax+inverse-cdf"
     old_header = {k: v for k, v in json.loads(header).items() if k != "sampler"}  # a run stored before
     assert trajectory_from_blobs(json.dumps(old_header), arrays).sampler == "unknown"
+
+
+def test_runs_stored_before_the_canvas_load_without_it_and_know_their_family(traj):
+    """A blob written before the canvas and the family were recorded: no ``canvas`` array, no
+    ``family`` / ``mask_id`` in the header. It loads with ``canvas`` None and the family its settings
+    type names."""
+    import io
+    import json
+    from dataclasses import replace
+
+    from petri.core.trajectory import MaskedSettings
+    from petri.runs.store import trajectory_from_blobs, trajectory_to_blobs
+
+    for settings, family in ((traj.settings, "uniform-diffusion"), (MaskedSettings(max_denoising_steps=4), "masked-diffusion")):
+        header, arrays = trajectory_to_blobs(replace(traj, settings=settings))
+        old_header = {k: v for k, v in json.loads(header).items() if k not in ("family", "mask_id")}
+        with np.load(io.BytesIO(arrays)) as data:
+            old = {name: data[name] for name in data.files if name != "canvas"}
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, **old)
+        back = trajectory_from_blobs(json.dumps(old_header), buffer.getvalue())
+        assert back.canvas is None and back.family == family and back.mask_id is None
+        np.testing.assert_array_equal(back.argmax, traj.argmax)

@@ -124,8 +124,11 @@ def test_seed_stores_and_serves_csv(client, service):
         assert sorted(a["concept"] for a in sample["anchors"]) == sorted(CONCEPTS)
         assert len(sample["flips"]) == 16 and 1 <= sample["steps"] <= 4
         assert len(sample["argmax"]) == sample["steps"] and len(sample["argmax"][0]) == 16
+        assert len(sample["canvas"]) == sample["steps"] and len(sample["canvas"][0]) == 16
         for a in sample["anchors"]:
             assert sample["flips"][a["start"]] == 0 and 0 <= a["agreement"] <= 1
+            for row in sample["canvas"]:  # an anchor's own tokens on the canvas at every step
+                assert row[a["start"]: a["start"] + len(a["token_ids"])] == a["token_ids"]
     assert len(event["segments"]) == 3 * 2  # three anchors → two segments per sample
     # flips, segments and pairs against a plain-loop reference over the returned argmax history
     expected_segments, expected_pairs = reference_segments_and_pairs(event["samples"])
@@ -152,6 +155,7 @@ def test_seed_stores_and_serves_csv(client, service):
     assert again["events"][0]["samples"][0]["argmax"] is None  # only on request
     stored_event = client.get(f"/api/runs/{run['run_id']}", params={"include_trajectories": True}).json()["events"][0]
     assert [s["argmax"] for s in stored_event["samples"]] == [s["argmax"] for s in event["samples"]]
+    assert [s["canvas"] for s in stored_event["samples"]] == [s["canvas"] for s in event["samples"]]
     assert run["run_id"] in {r["run_id"] for r in client.get("/api/runs").json()}
 
     csv = client.get(run["csv"]["positions"])

@@ -26,8 +26,8 @@ adaptive stopping is on (then one read of ``finished.all()`` per step) or ``on_s
    probabilities, zeros at step 0) and the lm head, bf16 (N = S·L rows of V);
 2. sampling: the noise (or uniforms), the fused pass (entropy, argmax, sampled token, next bf16
    self-conditioning input), acceptance, renoise, anchors, adaptive stop state;
-3. logging: the step's raw argmax, entropy and accept mask written at the step index (a device
-   counter) into (T, S, L) logs preallocated for the maximum number of steps.
+3. logging: the step's raw argmax, entropy, accept mask and the canvas it left written at the step
+   index (a device counter) into (T, S, L) logs preallocated for the maximum number of steps.
 
 Sessions (buffers + graphs) are kept by the model's tier (:class:`petri.engine.torch.fast_tier.FastTier`,
 ``lm.fast_tier``) per shape, so a server captures once per shape; a new request copies its prompt
@@ -46,7 +46,7 @@ from collections.abc import Sequence
 import torch
 
 from petri.core.cancel import CancelToken
-from petri.engine.base import SampleRequest, StepCallback
+from petri.engine.base import LiveStep, SampleRequest, StepCallback
 from petri.engine.cuda.compiled_tier import uncompile_regions
 from petri.engine.torch.decoder_hooks import self_conditioning_reason, soft_embeddings_fed
 from petri.engine.torch.fast_tier import FastOptions
@@ -141,6 +141,7 @@ class _Session:
         self.log_argmax = torch.full((T, S, L), -1, dtype=torch.int32, device=device)
         self.log_entropy = torch.full((T, S, L), float("nan"), dtype=torch.float32, device=device)
         self.log_accepted = torch.zeros((T, S, L), dtype=torch.bool, device=device)
+        self.log_canvas = torch.full((T, S, L), -1, dtype=torch.int32, device=device)
         self.log_steps = torch.zeros(S, dtype=torch.int32, device=device)
         # adaptive stop
         self.has_stopper = self.can_stop = stops(settings)
@@ -183,6 +184,7 @@ class _Session:
         self.log_argmax.fill_(-1)
         self.log_entropy.fill_(float("nan"))
         self.log_accepted.fill_(False)
+        self.log_canvas.fill_(-1)
         self.log_steps.zero_()
         self.history.fill_(-1)
 
@@ -270,14 +272,16 @@ class _Session:
         self.sc_mask.fill_(True)
 
     def record(self, index: int | None) -> None:
-        """Write the step's raw argmax, entropy and accept mask (running samples only) at the step."""
+        """Write the step's raw argmax, entropy, accept mask and the canvas it left (running samples
+        only) at the step."""
         running = self.step_running[:, None]
         rows = (
             torch.where(running, self.step_argmax.to(torch.int32), -1),
             torch.where(running, self.step_entropy.float(), float("nan")),
             self.step_accepted & running,
+            torch.where(running, self.canvas.to(torch.int32), -1),
         )
-        for log_array, row in zip((self.log_argmax, self.log_entropy, self.log_accepted), rows):
+        for log_array, row in zip((self.log_argmax, self.log_entropy, self.log_accepted, self.log_canvas), rows):
             if index is None:
                 log_array.index_copy_(0, self.step_counter, row[None])
             else:
@@ -329,8 +333,9 @@ class _Session:
     def step(self, index: int) -> None:
         self.run_step(index, self.events)
 
-    def live(self, index: int):
-        return self.log_argmax[index].cpu().numpy(), self.finished.cpu().numpy()
+    def live(self, index: int) -> LiveStep:
+        rows = (self.log_argmax[index], self.log_canvas[index], self.log_accepted[index], self.finished)
+        return LiveStep(index, *(row.cpu().numpy() for row in rows))
 
     def all_finished(self) -> bool:
         return bool(self.finished.all())
@@ -340,6 +345,7 @@ class _Session:
             "argmax": self.log_argmax[:steps_run].permute(1, 0, 2).cpu().numpy(),
             "entropy": self.log_entropy[:steps_run].permute(1, 0, 2).cpu().numpy(),
             "accepted": self.log_accepted[:steps_run].permute(1, 0, 2).cpu().numpy(),
+            "canvas": self.log_canvas[:steps_run].permute(1, 0, 2).cpu().numpy(),
             "steps": self.log_steps.cpu().numpy(),
             "final_ids": self.argmax_canvas.cpu().numpy(),
         }
@@ -403,7 +409,7 @@ def sample_fast(
     )
     events, session.events = session.events, None
     if phase_times is not None:
-        phase_times["host_syncs_per_step"] = (2 if on_step is not None else 0) + (1 if session.has_stopper else 0)
+        phase_times["host_syncs_per_step"] = (4 if on_step is not None else 0) + (1 if session.has_stopper else 0)
         phase_times["captured_now"] = bool(new and session.use_graph)
         if events:
             torch.cuda.synchronize(device)

@@ -33,9 +33,9 @@ from petri.engine.base import SampleRequest, StepCallback, prompt_room
 from petri.engine.checkpoints import weights_fingerprint
 from petri.engine.loop import RecordedStepper, run_loop
 from petri.engine.torch.step import TorchOps, token_entropy
-from petri.core.trajectory import MaskedSettings, Trajectory
+from petri.core.trajectory import MASKED_FAMILY, MaskedSettings, Trajectory
 
-FAMILY = "masked-diffusion"
+FAMILY = MASKED_FAMILY
 DEFAULT_CANVAS_LENGTH = 64
 
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from petri.core.trajectory import SamplerSettings
+from petri.core.trajectory import UNIFORM_FAMILY, SamplerSettings
 
-FAMILY = "uniform-diffusion"
+FAMILY = UNIFORM_FAMILY
 
 
 def temperature_at(settings: SamplerSettings, index: int) -> float:

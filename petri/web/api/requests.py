@@ -158,7 +158,7 @@ class SeedRequest(_Strict):
     samples: int = Field(8, ge=1, le=MAX_SAMPLES)
     settings: SettingsIn = Field(default_factory=SettingsIn)
     seed: int = Field(0, ge=0, le=MAX_SEED)
-    include_trajectories: bool = Field(False, description="add each sample's per-step raw argmax")
+    include_trajectories: bool = Field(False, description="add each sample's per-step raw argmax and canvas")
 
 
 class StudyRequest(_Strict):

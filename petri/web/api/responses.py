@@ -42,6 +42,10 @@ class SampleOut(BaseModel):
     mean_flips_free: float | None
     settled_share: float | None
     argmax: list[list[int]] | None = Field(None, description="(steps, canvas) raw argmax; on request")
+    canvas: list[list[int]] | None = Field(
+        None, description="(steps, canvas) the tokens on the canvas after each step (uniform diffusion: accepted draws "
+                          "and fresh noise; masked diffusion: committed tokens and the mask token); on request, "
+                          "absent for runs stored before it was recorded")
 
 
 class SegmentOut(BaseModel):
@@ -206,6 +210,8 @@ def event_summary(
                 mean_flips_free=json_number(row["mean_flips_free"]),
                 settled_share=json_number(row["settled_share"]),
                 argmax=traj.sample_argmax(s).tolist() if include_trajectories else None,
+                canvas=traj.canvas[s, : int(traj.steps[s])].tolist()
+                if include_trajectories and traj.canvas is not None else None,
             )
         )
     segments = [

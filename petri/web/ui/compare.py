@@ -135,8 +135,8 @@ class CompareController:
                "heatmap_a": None, "heatmap_b": None, "difference": None, "summary": ""}
         lives = [LiveDish(self.service.lm, self.dish.tokens, e.dish, request.samples, settings, request.seed) for e in events]
 
-        def take(step) -> None:  # (event, step index, argmax, finished)
-            lives[step[0]].add(step[2], step[3])
+        def take(payload) -> None:  # (event, LiveStep)
+            lives[payload[0]].add(payload[1])
 
         def submit(emit):
             sampling = [0]  # on the job's thread: the event whose steps come now (the service says when it starts)
@@ -145,7 +145,7 @@ class CompareController:
                 sampling[0] = index
 
             return self.service.submit_seed(events, request.samples, settings, request.seed,
-                                            on_step=lambda *step: emit(sampling[0], *step), on_event=set_event,
+                                            on_step=lambda step: emit(sampling[0], step), on_event=set_event,
                                             owner=caller.owner if caller else None)
 
         result = None
@@ -154,7 +154,8 @@ class CompareController:
                 if kind == "done":
                     result = payload
                     break
-                i, index, _, finished = payload
+                i, step = payload
+                index, finished = step.index, step.finished
                 yield {"status": f"Sampling {labels[i]} (event {i + 1} of 2)… step {index + 1} of at most "
                                  f"{settings.max_denoising_steps} ({int(sum(finished))}/{len(finished)} samples settled)",
                        ("heatmap_a", "heatmap_b")[i]: lives[i].heatmap(index, f"{labels[i]}: "),

@@ -7,7 +7,7 @@ Thin over the web layer: the canvas preview is :func:`~petri.web.api.requests.pr
 checks are :func:`~petri.web.api.requests.prepare_seed` (those of ``POST /api/seed``), the run is a
 job of the service's queue (:meth:`~petri.app.service.PetriService.submit_seed`, as ``POST
 /api/jobs/seed``), streamed by :func:`petri.web.ui.live.stream`: the sampler's ``on_step`` hook
-reports each step's raw argmax and the run handler, a generator, redraws the flip map as the steps
+reports each step (:class:`petri.engine.base.LiveStep`) and the run handler, a generator, redraws the flip map as the steps
 arrive (:class:`petri.web.ui.dish_live.LiveDish`); the Cancel button stops the job within one step.
 The slot table, the canvas and the sampler settings are built by :mod:`petri.web.ui.dish_controls`,
 which the Compare tab shares.
@@ -42,7 +42,7 @@ from petri.web.ui.dish_controls import PLACEMENT_COLUMNS, chip_canvas, placement
 from petri.web.ui.dish_live import LiveDish, throttled
 from petri.web.ui.figure_files import add_figure_downloads
 from petri.web.ui.live import QUEUED_LINE, JobCancelled, field_validation, stream, wire_run
-from petri.web.ui.trajectory import TrajectoryView
+from petri.web.ui.trajectory import TrajectoryView, run_label
 from petri.web.ui.views import (
     END_TOKEN_COLOR,
     END_TOKEN_LABEL,
@@ -256,20 +256,24 @@ class DishController:
         live = LiveDish(self.lm, self.tokens, events[0].dish, request.samples, settings, request.seed)
         steps_max = settings.max_denoising_steps
 
-        def submit(emit):
-            return self.service.submit_seed(events, request.samples, settings, request.seed, on_step=emit,
-                                            owner=caller.owner if caller else None)
+        jobs: list = []  # the job, once queued (its run id names a cancelled run)
 
-        if self.service.busy:
-            yield {"status": QUEUED_LINE}
+        def submit(emit):
+            jobs.append(self.service.submit_seed(events, request.samples, settings, request.seed, on_step=emit,
+                                                 owner=caller.owner if caller else None))
+            return jobs[0]
+
+        # every result panel is cleared at once: nothing of the previous run stays beside this one
+        yield {**self.cleared_views(), **({"status": QUEUED_LINE} if self.service.busy else {})}
         result: SeedResult | None = None
+        index = -1
         try:
             for kind, payload in throttled(stream(submit, self.service.jobs, cancel=cancel, idle=True),
-                                           lambda step: live.add(step[1], step[2])):
+                                           live.add):
                 if kind == "done":
                     result = payload
                     break
-                index, _, finished = payload
+                index, finished = payload.index, payload.finished
                 yield {
                     "status": f"Sampling… step {index + 1} of at most {steps_max} "
                               f"({int(sum(finished))}/{len(finished)} samples settled)",
@@ -278,7 +282,7 @@ class DishController:
         except QueueFull as err:
             raise gr.Error(f"The model is busy: {err}", title="Busy") from None
         except JobCancelled as stop:
-            yield {"status": f"Stopped: {stop}."}
+            yield self.cancelled_views(live, len(live.flips.rows) - 1, stop, jobs[0].run_id if jobs else None)
             return
         except Exception as err:  # noqa: BLE001 - shown to the user
             raise gr.Error(f"Sampling failed: {err}") from None
@@ -297,7 +301,8 @@ class DishController:
         files = write_run_files(run_id, trajectories, groups, export_dir(caller) / run_id,
                                 token_decoder(self.lm.tokenizer, self.lm.model_id, trajectories))
         return {
-            "heatmap": self.final_heatmap(traj),
+            "run_badge": f"**Results below:** run `{run_id}`.",
+            "heatmap": self.final_heatmap(traj, run_id),
             "run_id": run_id,
             **self.sample_views(traj, 0),
             "pairs": self.pairs_view(traj),
@@ -307,14 +312,40 @@ class DishController:
             **self.trajectory.views(run_id, 0, traj),
         }
 
-    def final_heatmap(self, traj: Trajectory) -> go.Figure:
-        """The finished dish's flip map: samples flipping per step and free position."""
+    def final_heatmap(self, traj: Trajectory, run_id: str = "") -> go.Figure:
+        """The finished dish's flip map: samples flipping per step and free position (titled with
+        ``run_id``, when given)."""
         return flip_heatmap(
             flip_grid(traj.argmax, traj.steps, traj.anchor_mask).sum(axis=0), n_samples=traj.n_samples,
             anchors=aggregate_anchor_boxes(traj.anchors), pinned=traj.anchor_mask.all(axis=0), blank_pinned=True,
             tokens=token_texts(self.tokens, traj.argmax[0]), colors=concept_colors([a.concept for a in traj.anchors[0]]),
-            title=f"flips per step and position ({traj.n_samples} samples)",
+            title=f"{run_label(run_id)}flips per step and position ({traj.n_samples} samples)",
         )
+
+    def cleared_views(self) -> dict:
+        """Every result panel emptied, as a Run starts (the run badge says a run is sampling)."""
+        return {
+            "run_badge": "**Results below:** the run now sampling (its id comes when it is stored).",
+            "heatmap": None, "run_id": "", "final_text": gr.update(value=[]), "flips": None,
+            "pairs": pd.DataFrame(columns=["pair", "n_segments", "instability"]),
+            "samples_table": pd.DataFrame(columns=list(self.SAMPLES_COLUMNS)), "files": None,
+            "sample": gr.update(value=0, interactive=False), **self.trajectory.cleared("Sampling: the trajectory follows."),
+        }
+
+    def cancelled_views(self, live: LiveDish, last_step: int, stop: Exception, run_id: str | None = None) -> dict:
+        """What a cancelled run (``run_id``, when it got one) leaves on screen: its partial flip map
+        and trajectory labelled "cancelled at step k" (k counted from 1), every other panel empty."""
+        where = f"cancelled at step {last_step + 1}" if last_step >= 0 else "cancelled before its first step"
+        named = f"run `{run_id}`" if run_id else "the run"
+        views = {"run_badge": f"**Results below:** {named}, {where} (partial: an event that did not finish is not stored).",
+                 "status": f"Stopped: {stop}; {where}."}
+        if last_step >= 0:
+            views["heatmap"] = live.heatmap(last_step, f"{run_label(run_id or '')}cancelled: ")
+            record = live.trajectory(self.trajectory)
+            name = self.trajectory.name("view")
+            views[name] = {**record[name], "live": False, "key": "cancelled", "status": where,
+                           "title": "sample 0 (cancelled run)"}
+        return views
 
     def figures(self, stored: list, sample=0) -> dict[str, go.Figure]:
         """The tab's figures of a stored dish (``stored`` as ``load_events`` gives it), for downloads."""
@@ -384,6 +415,7 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
         run_btn = gr.Button("Run the dish", variant="primary", elem_id="petri-run", scale=4)
         cancel_btn = gr.Button("Cancel", variant="stop", elem_id="petri-cancel", scale=1)
     status = gr.Markdown("", elem_id="petri-status")
+    run_badge = gr.Markdown("", elem_id="petri-run-badge")
     heatmap = gr.Plot(label="Flips: step × position (live)", show_label=False, elem_id="petri-heatmap")
     trajectory = ctl.trajectory.build("Trajectory", access)
     run_id = gr.State("")
@@ -408,7 +440,7 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
     controls = {"concepts": concepts, "event": event, "template": template, "samples": samples, "seed": seed,
                 "placement": slots["placement"], "shuffle": slots["shuffle"], **settings}
     run_inputs = list(controls.values())
-    names = {"status": status, "heatmap": heatmap, "run_id": run_id, "final_text": final_text,
+    names = {"status": status, "run_badge": run_badge, "heatmap": heatmap, "run_id": run_id, "final_text": final_text,
              "flips": flips, "pairs": pairs, "samples_table": samples_table_view, "files": files,
              "sample": sample, **trajectory}
 

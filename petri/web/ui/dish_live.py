@@ -1,6 +1,7 @@
 """One event's live view while it samples, for the Dish and Compare tabs: the flip map redrawn as the
 steps arrive and sample 0's canvas in the trajectory viewer, from the sampler's ``on_step`` stream
-(each step's raw argmax ``(S, L)`` and the samples that stop after it ``(S,)``).
+(each step's :class:`petri.engine.base.LiveStep`: raw argmax, canvas and accept mask ``(S, L)``, the
+samples that stop after it ``(S,)``).
 
 :class:`LiveDish` plans the event's layouts as the sampler will lay them
 (:func:`petri.engine.seeding.plan_dish`, from the same dish, samples, settings and seed), counts the
@@ -64,10 +65,11 @@ class LiveDish:
         self.flips = LiveFlips(self.pinned)
         self.tokens = tokens
         self.n_samples = n_samples
+        self.family, self.mask_id = lm.family, getattr(lm, "mask_token_id", None)
 
-    def add(self, argmax, finished) -> None:
-        """One step: ``argmax`` ``(S, L)``, ``finished`` ``(S,)`` bool."""
-        self.flips.add(np.asarray(argmax), np.asarray(finished))
+    def add(self, step) -> None:
+        """One :class:`~petri.engine.base.LiveStep`."""
+        self.flips.add(step)
 
     def heatmap(self, index: int, title: str = "") -> go.Figure:
         """The flip map so far (``index``: the newest step's, from 0), titled ``title`` + the step."""
@@ -78,5 +80,8 @@ class LiveDish:
         )
 
     def trajectory(self, view: TrajectoryView) -> dict:
-        """``view``'s live value: sample 0's argmax so far, by the view's component name."""
-        return {view.name("view"): view.live(self.flips.token_ids(), self.layouts[0], self.pinned[0], self.colors)}
+        """``view``'s live value: sample 0's record so far, by the view's component name."""
+        flips = self.flips
+        return {view.name("view"): view.live(flips.token_ids(), self.layouts[0], self.pinned[0], self.colors,
+                                             canvas=flips.canvas_ids(), accepted=flips.accepted_rows(),
+                                             family=self.family, mask_id=self.mask_id)}

@@ -4,10 +4,17 @@ at a glance (:func:`petri.study.trajectory_plots.trajectory_figure`) with the pe
 and a download button for the replay files (:func:`petri.web.replay_files.export_bundle`: GIF, the
 figures as HTML/PNG/SVG, the per-step table as CSV/Parquet).
 
-Each token is coloured by its confidence ``exp(-entropy)`` (:mod:`petri.measure.replay`; the legend says so),
-accepted tokens solid and renoised ones faded, flips at this step outlined red, anchors outlined in
-their concept colours (:func:`petri.web.ui.views.concept_colors`, as the chips and heatmap boxes),
-special tokens shown as grey marks and whitespace as visible marks (:func:`petri.measure.replay.visible_text`).
+The viewer knows the model family (:func:`view_modes`). By default it shows the canvas the sampler
+held after each step (:attr:`petri.core.trajectory.Trajectory.canvas`): for uniform diffusion
+(DiffusionGemma) the denoiser's accepted tokens solid and the renoised positions faded; for masked
+diffusion ``[MASK]`` cells until a position is unmasked, a green ring at its unmask step, committed
+tokens fixed from then on, and optionally the raw argmax inside the cells still masked. The raw
+argmax is the other view. Anchors always show their own token, and the last frame is the returned
+canvas, so it reads as the final text. Each token is coloured by its confidence ``exp(-entropy)``
+(:mod:`petri.measure.replay`; the legend says so), flips of the argmax at this step outlined red,
+anchors outlined in their concept colours (:func:`petri.web.ui.views.concept_colors`, as the chips
+and heatmap boxes), special tokens shown as grey marks and whitespace as visible marks
+(:func:`petri.measure.replay.visible_text`).
 
 The view is a ``gr.HTML`` whose value is one sample's record (:func:`petri.measure.replay.sample_record`): the
 browser draws only the step on screen, so scrubbing and Play never ask the server; a new sample is one
@@ -26,7 +33,7 @@ import numpy as np
 from petri.measure.metrics import anchor_concepts
 from petri.measure.replay import CONFIDENCE_LEGEND, live_record, sample_record
 from petri.study.trajectory_plots import CONFIDENCE_SCALE, step_curves_figure, trajectory_figure
-from petri.core.trajectory import Trajectory
+from petri.core.trajectory import MASKED_FAMILY, UNIFORM_FAMILY, Trajectory
 from petri.web.access import Caller
 from petri.web.replay_files import export_bundle, run_colors
 from petri.web.ui.access import UiAccess, export_dir
@@ -43,6 +50,7 @@ VIEW_HTML = """
     <label class="pt-speed-label">speed <select class="pt-speed" aria-label="play speed">
       <option value="1000">1 step/s</option><option value="400" selected>2.5 steps/s</option>
       <option value="150">7 steps/s</option><option value="50">20 steps/s</option></select></label>
+    <label class="pt-mode-label">show <select class="pt-mode" aria-label="what the cells show"></select></label>
   </div>
   <div class="pt-step" role="status" aria-live="polite"></div>
   <div class="pt-canvas"></div>
@@ -60,6 +68,9 @@ VIEW_CSS = """
 .pt-canvas { display: flex; flex-wrap: wrap; gap: 3px; font-family: ui-monospace, monospace; font-size: 12px; }
 .pt-tok { padding: 1px 4px; border-radius: 3px; border: 1px solid #d1d5db; white-space: pre; min-width: 1ch; }
 .pt-renoised { opacity: .38; }
+.pt-masked { background: #e5e7eb !important; color: #6b7280 !important; border-style: dashed; }
+.pt-peek { font-style: italic; opacity: .6; }
+.pt-unmasked { box-shadow: 0 0 0 2px #16a34a; }
 .pt-noconf { background: #e5e7eb; color: #111827; }
 .pt-flip { box-shadow: 0 0 0 2px #d62728; }
 .pt-anchor { border-width: 3px; border-style: solid; font-weight: 700; }
@@ -74,11 +85,14 @@ const slider = element.querySelector('.pt-slider');
 const label = element.querySelector('.pt-step');
 const playBtn = element.querySelector('.pt-play');
 const speed = element.querySelector('.pt-speed');
+const mode = element.querySelector('.pt-mode');
 const legend = element.querySelector('.pt-legend');
 let step = 0, timer = null, lastKey = null, lastLive = false;
 
 const cur = () => (props.value && props.value.ids) ? props.value : null;
-const count = () => { const v = cur(); return v ? v.ids.length : 0; };
+const stepsOf = (v) => v ? v.ids.length : 0;
+// frames: one per step, then the returned canvas (stored runs; a live run has not returned yet)
+const count = () => { const v = cur(); return v ? stepsOf(v) + (v.final && stepsOf(v) ? 1 : 0) : 0; };
 const rgb = (h) => [1, 3, 5].map((i) => parseInt(h.slice(i, i + 2), 16));
 function shade(stops, x) {
   x = Math.min(1, Math.max(0, x));
@@ -91,43 +105,72 @@ function shade(stops, x) {
   return rgb(stops[stops.length - 1][1]);
 }
 
+function setModes(v) {  // the choices of what the cells show: the family's (v.modes), the canvas first
+  const modes = (v && v.modes) || [], keep = mode.value;
+  const names = modes.map((m) => m[0]).join('|');
+  if (mode.dataset.names !== names) {
+    mode.replaceChildren(...modes.map(([value, text]) => { const o = document.createElement('option'); o.value = value; o.textContent = text; return o; }));
+    mode.dataset.names = names;
+    mode.value = modes.some((m) => m[0] === keep) ? keep : (modes.length ? modes[0][0] : '');
+  }
+  mode.disabled = modes.length < 2;
+}
+
 function render() {
-  const v = cur(), n = count();
-  root.dataset.steps = n;
+  const v = cur(), n = count(), nsteps = stepsOf(v);
+  root.dataset.steps = nsteps;
+  setModes(v);
   if (!n) {
     canvas.replaceChildren(); slider.max = 0; slider.value = 0; slider.disabled = true;
     root.dataset.step = ''; label.textContent = (props.value && props.value.note) || 'No trajectory yet: run a dish.';
     legend.textContent = ''; return;
   }
   step = Math.min(Math.max(step, 0), n - 1);
+  const result = step >= nsteps, t = Math.min(step, nsteps - 1), show = mode.value || 'argmax';
   slider.disabled = false; slider.max = n - 1; slider.value = step;
-  slider.setAttribute('aria-valuetext', `step ${step} of ${n - 1}`);
-  root.dataset.step = step; root.dataset.sample = v.sample; root.dataset.live = v.live ? '1' : '0';
-  const ids = v.ids[step], flips = v.flipped[step], acc = v.accepted ? v.accepted[step] : null;
-  const conf = v.conf ? v.conf[step] : null, special = new Set(v.special), frag = document.createDocumentFragment();
+  slider.setAttribute('aria-valuetext', result ? 'the returned canvas' : `step ${step} of ${nsteps - 1}`);
+  root.dataset.step = step; root.dataset.result = result ? '1' : '0'; root.dataset.mode = show;
+  root.dataset.sample = v.sample; root.dataset.live = v.live ? '1' : '0'; root.dataset.family = v.family || '';
+  const argmax = v.ids[t], flips = result ? null : v.flipped[t], acc = v.accepted ? v.accepted[t] : null;
+  const onCanvas = v.canvas ? v.canvas[t] : null, fin = v.final;
+  const conf = v.conf ? v.conf[t] : null, special = new Set(v.special), frag = document.createDocumentFragment();
+  const masked = v.family === 'masked-diffusion';
   let nflip = 0;
-  for (let i = 0; i < ids.length; i++) {
-    const s = document.createElement('span'), id = ids[i], text = v.texts[String(id)] ?? String(id);
-    s.className = 'pt-tok'; s.textContent = text; s.dataset.pos = i; s.dataset.id = id;
-    let tip = `position ${i}: ${JSON.stringify(text)} (id ${id})`;
-    if (conf) {
+  for (let i = 0; i < argmax.length; i++) {
+    const concept = v.anchor[i];
+    let id = result ? fin[i] : (show === 'argmax' || !onCanvas ? argmax[i] : onCanvas[i]);
+    if (concept && !result) id = onCanvas ? onCanvas[i] : (fin ? fin[i] : id);  // an anchor shows its own token
+    const isMask = masked && v.mask_id !== null && id === v.mask_id && !result && show !== 'argmax';
+    const peek = isMask && show === 'peek';
+    const shownId = peek ? argmax[i] : id;
+    const s = document.createElement('span'), text = isMask && !peek ? '[MASK]' : (v.texts[String(shownId)] ?? String(shownId));
+    s.className = 'pt-tok'; s.textContent = text; s.dataset.pos = i; s.dataset.id = shownId;
+    let tip = `position ${i}: ${JSON.stringify(text)}` + (isMask && !peek ? ' (still masked)' : ` (id ${shownId})`);
+    if (argmax[i] !== shownId && argmax[i] >= 0) tip += `; the model's argmax here: ${JSON.stringify(v.texts[String(argmax[i])] ?? String(argmax[i]))}`;
+    if (conf && !isMask) {
       const c = shade(v.scale, conf[i]);
       s.style.background = `rgb(${c.join(',')})`; s.style.color = (c[0] + c[1] + c[2] < 380) ? 'white' : '#111827';
       tip += `, confidence ${conf[i]}`;
-    } else { s.classList.add('pt-noconf'); }
-    if (acc) { if (!acc[i]) s.classList.add('pt-renoised'); s.dataset.accepted = acc[i]; tip += acc[i] ? ', accepted' : ', renoised'; }
-    if (flips[i]) { s.classList.add('pt-flip'); s.dataset.flipped = 1; nflip++; tip += ', flipped at this step'; }
-    if (special.has(id)) s.classList.add('pt-special');
-    const concept = v.anchor[i];
+    } else if (!conf) { s.classList.add('pt-noconf'); }
+    if (isMask) { s.classList.add('pt-masked'); s.dataset.masked = 1; if (peek) s.classList.add('pt-peek'); }
+    if (acc && !result) {
+      s.dataset.accepted = acc[i];
+      if (masked) { if (acc[i] && !concept) { s.classList.add('pt-unmasked'); tip += ', unmasked at this step'; } }
+      else if (!acc[i]) { s.classList.add('pt-renoised'); tip += show === 'argmax' ? ', renoised' : ', renoised: a fresh random token the next step reads'; }
+      else { tip += ', accepted'; }
+    }
+    if (flips && flips[i]) { s.classList.add('pt-flip'); s.dataset.flipped = 1; nflip++; tip += ', the argmax flipped at this step'; }
+    if (special.has(shownId) && !isMask) s.classList.add('pt-special');
     if (concept) { s.classList.add('pt-anchor'); s.style.borderColor = (v.colors || {})[concept] || '#f4a261'; s.dataset.concept = concept; tip += `, anchor: ${concept}`; }
-    tip += `; commits at step ${v.commit[i]}`;
+    tip += `; the argmax last changed at step ${v.commit[i]}`;
     s.title = tip; frag.appendChild(s);
   }
   canvas.replaceChildren(frag);
   root.dataset.flips = nflip;
-  label.textContent = `${v.title || 'sample ' + v.sample} · step ${step} of ${n - 1} · ${nflip} flips` +
-    (v.live ? ' · live: following the newest step' : '');
-  legend.textContent = v.legend || '';
+  const where = result ? `result: the returned canvas (the final text), after step ${nsteps - 1}` : `step ${step} of ${nsteps - 1} · ${nflip} flips`;
+  label.textContent = `${v.title || 'sample ' + v.sample} · ${where}` + (v.live ? ' · live: following the newest step' : '') +
+    (v.status ? ` · ${v.status}` : '');
+  legend.textContent = (v.legends || {})[result ? 'result' : show] || v.legend || '';
 }
 
 function go(t) { step = t; render(); }
@@ -149,8 +192,9 @@ element.querySelector('.pt-prev').addEventListener('click', () => { stop(); go(s
 element.querySelector('.pt-next').addEventListener('click', () => { stop(); go(step + 1); });
 playBtn.addEventListener('click', toggle);
 speed.addEventListener('change', () => { if (timer) { stop(); play(); } });
+mode.addEventListener('change', () => render());
 root.addEventListener('keydown', (e) => {
-  if (e.target === speed) return;
+  if (e.target === speed || e.target === mode) return;
   const onSlider = e.target === slider;  // the range input moves itself on arrows and fires input
   const moves = {ArrowLeft: -1, ArrowDown: -1, ArrowRight: 1, ArrowUp: 1};
   if (e.key in moves && !onSlider) { e.preventDefault(); stop(); go(step + moves[e.key]); }
@@ -162,13 +206,52 @@ root.addEventListener('keydown', (e) => {
 watch('value', () => {
   const v = cur(), key = v ? v.key : null;
   if (v && v.live) { stop(); step = count() - 1; }
-  else if (lastLive) { step = count() - 1; }  // a finished live run opens on its last step
+  else if (lastLive) { step = count() - 1; }  // a finished live run opens on its last frame
   else if (key !== lastKey) { stop(); step = 0; }
   lastKey = key; lastLive = !!(v && v.live);
   render();
 });
 render();
 """
+
+_MARKS = "Red ring = the argmax flipped at this step; thick border = anchor (its own token, in its concept's colour); striped = special token."
+
+
+def view_modes(family: str, has_canvas: bool) -> dict:
+    """What the viewer's cells can show for a model ``family`` (``modes``: ``[value, label]`` pairs,
+    the default first) and the legend of each (``legends``, plus ``result`` for the last frame, the
+    returned canvas). Without a recorded canvas (runs stored before it was) only the raw argmax."""
+    colour = f"Colour: {CONFIDENCE_LEGEND}."
+    if family == MASKED_FAMILY:
+        modes = [["canvas", "canvas"], ["peek", "canvas + argmax under [MASK]"], ["argmax", "raw argmax"]]
+        legends = {
+            "canvas": f"The canvas after each step (masked diffusion): [MASK] = still masked; green ring = unmasked at "
+                      f"this step; every other token was committed at an earlier step and stays. {colour} {_MARKS}",
+            "peek": f"The canvas after each step, with the model's raw argmax in italics inside each cell still masked "
+                    f"(what it would write there now). Green ring = unmasked at this step. {colour} {_MARKS}",
+            "argmax": f"The model's raw argmax at every position at each step, masked or not, before anything is "
+                      f"forced. {colour} {_MARKS}",
+            "result": f"The returned canvas (the final text): every token as committed. {colour} (at the last step)",
+        }
+    else:
+        modes = [["canvas", "canvas"], ["argmax", "raw argmax"]]
+        legends = {
+            "canvas": f"The canvas after each step (uniform diffusion, what the next step reads): solid = the "
+                      f"denoiser's token, accepted at this step; faded = renoised, a fresh random token. {colour} {_MARKS}",
+            "argmax": f"The model's raw argmax at each step, before anything is forced; solid = accepted at this step, "
+                      f"faded = renoised. {colour} {_MARKS}",
+            "result": "The returned canvas (the final text): DiffusionGemma returns the last step's argmax, anchors in "
+                      f"place. {colour} (at the last step)",
+        }
+    if not has_canvas:
+        modes = [["argmax", "raw argmax (this run was stored before the canvas was recorded)"]]
+    return {"modes": modes, "legends": legends}
+
+
+def run_label(run_id: str) -> str:
+    """The run a panel shows, as its title starts (``""`` without a run id)."""
+    return f"run {run_id[:12]} · " if run_id else ""
+
 
 #: The component names a tab adds to its result views (prefixed per view).
 PARTS = ("view", "key", "sample", "figure", "curves", "files")
@@ -184,29 +267,38 @@ class TrajectoryView:
         return f"{self.prefix}_{part}"
 
     # -- values ---------------------------------------------------------------------------
-    def record(self, traj: Trajectory, sample: int, key: str, title: str = "") -> dict:
-        """The view's value for one stored sample."""
+    def record(self, traj: Trajectory, sample: int, key: str, title: str = "", status: str = "") -> dict:
+        """The view's value for one stored sample (``status``: a note the step line carries, e.g.
+        that the run was cancelled)."""
         rec = sample_record(traj, sample, self.tokens, self.tokens.is_special)
-        return {**rec, "key": f"{key}:{sample}", "live": False, "colors": run_colors(traj), "scale": CONFIDENCE_SCALE,
-                "legend": f"Colour: {CONFIDENCE_LEGEND}. Solid = accepted at this step, faded = renoised; red ring = "
-                          "the argmax flipped at this step; thick border = anchor (concept colour); striped = special token.",
+        return {**rec, **view_modes(rec["family"], rec["canvas"] is not None), "key": f"{key}:{sample}", "live": False,
+                "colors": run_colors(traj), "scale": CONFIDENCE_SCALE, "status": status,
                 "title": f"{title}sample {rec['sample']} of {rec['n_samples']}"}
 
-    def live(self, token_ids: np.ndarray, spans, pinned_row, colors: dict[str, str]) -> dict:
-        """The view's value while sampling: sample 0's argmax so far ``(T, L)``, its anchor ``spans``
-        and pinned positions ``(L,)`` (no confidence: the per-step stream carries only the argmax)."""
+    def live(self, token_ids: np.ndarray, spans, pinned_row, colors: dict[str, str], *, canvas=None, accepted=None,
+             family: str = UNIFORM_FAMILY, mask_id: int | None = None) -> dict:
+        """The view's value while sampling: sample 0's raw argmax, canvas and accept mask so far
+        ``(T, L)``, its anchor ``spans`` and pinned positions ``(L,)`` (no confidence: not streamed)."""
         anchor_row = anchor_concepts([spans], len(pinned_row))[0]
-        rec = live_record(token_ids, anchor_row, pinned_row, self.tokens, self.tokens.is_special)
-        return {**rec, "key": "live", "live": True, "colors": colors, "scale": CONFIDENCE_SCALE,
-                "legend": "Live: the raw argmax of sample 0 as each step arrives (confidence and acceptance are "
-                          "not streamed; the stored record replaces this view when the run ends). Red ring = flipped.",
-                "title": "sample 0 (live)"}
+        rec = live_record(token_ids, anchor_row, pinned_row, self.tokens, self.tokens.is_special, canvas=canvas,
+                          accepted=accepted, family=family, mask_id=mask_id)
+        modes = view_modes(family, canvas is not None)
+        live_note = " Live: sample 0 as each step arrives (confidence is not streamed; the stored record replaces this view when the run ends)."
+        return {**rec, **modes, "legends": {k: v + live_note for k, v in modes["legends"].items()},
+                "key": "live", "live": True, "colors": colors, "scale": CONFIDENCE_SCALE, "title": "sample 0 (live)"}
+
+    def cleared(self, note: str) -> dict:
+        """Every part emptied (a run starts), the view saying ``note``."""
+        return {self.name("view"): {"note": note}, self.name("key"): None, self.name("figure"): None,
+                self.name("curves"): None, self.name("files"): None,
+                self.name("sample"): gr.update(value=0, interactive=False)}
 
     def views(self, run_id: str, event: int, traj: Trajectory, sample: int = 0, title: str = "") -> dict:
-        """Every part's value for a stored run's event (after a run, and when a run is reopened)."""
+        """Every part's value for a stored run's event (after a run, and when a run is reopened);
+        the viewer's step line names the run."""
         sample = min(max(int(sample), 0), traj.n_samples - 1)
         return {
-            self.name("view"): self.record(traj, sample, f"{run_id}:{event}", title),
+            self.name("view"): self.record(traj, sample, f"{run_id}:{event}", run_label(run_id) + title),
             self.name("key"): {"run_id": run_id, "event": int(event), "title": title},
             self.name("sample"): gr.update(maximum=max(traj.n_samples - 1, 1), value=sample, interactive=traj.n_samples > 1),
             # the page's width here (about 1100 px of cells); the downloads keep 40 px a cell

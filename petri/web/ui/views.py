@@ -37,21 +37,26 @@ def parse_concepts(text: str) -> list[str]:
 
 
 class LiveFlips:
-    """The flip map while a dish samples, from the ``on_step`` stream: per step, how many samples
-    flipped at each free position (:func:`petri.measure.metrics.step_flips` of the step against the one
-    before, for the samples still running), plus sample 0's argmax for the hover. Once every step
-    is in, :meth:`counts` equals ``flip_grid(argmax, steps, anchor_mask).sum(axis=0)``."""
+    """The flip map while a dish samples, from the ``on_step`` stream (:class:`petri.engine.base.LiveStep`):
+    per step, how many samples flipped at each free position (:func:`petri.measure.metrics.step_flips`
+    of the step against the one before, for the samples still running), plus sample 0's rows (raw
+    argmax, canvas, accepted) for the hover and the trajectory viewer. Once every step is in,
+    :meth:`counts` equals ``flip_grid(argmax, steps, anchor_mask).sum(axis=0)``."""
 
     def __init__(self, pinned: np.ndarray):
         """``pinned`` ``(S, L)`` bool: the positions pinned in each sample (never counted)."""
         self.free = ~np.asarray(pinned, dtype=bool)
         self.rows: list[np.ndarray] = []
         self.tokens: list[np.ndarray] = []
+        self.canvas: list[np.ndarray] = []
+        self.accepted: list[np.ndarray] = []
         self.prev: np.ndarray | None = None
         self.done = np.zeros(self.free.shape[0], dtype=bool)
 
-    def add(self, argmax: np.ndarray, finished: np.ndarray) -> None:
-        """One step: ``argmax`` ``(S, L)`` and ``finished`` ``(S,)`` bool (the samples that stop after it)."""
+    def add(self, step) -> None:
+        """One :class:`~petri.engine.base.LiveStep`: its ``argmax``, ``canvas``, ``accepted`` ``(S, L)``
+        and ``finished`` ``(S,)`` bool (the samples that stop after it)."""
+        argmax = np.asarray(step.argmax)
         running = ~self.done
         if self.prev is None:
             flips = np.zeros(argmax.shape[1], dtype=int)
@@ -59,8 +64,10 @@ class LiveFlips:
             flips = (step_flips(self.prev, argmax) & self.free & running[:, None]).sum(axis=0)
         self.rows.append(flips)
         self.tokens.append(np.where(running[0], argmax[0], -1))
+        self.canvas.append(np.where(running[0], np.asarray(step.canvas)[0], -1))
+        self.accepted.append(running[0] & np.asarray(step.accepted, dtype=bool)[0])
         self.prev = argmax
-        self.done = self.done | np.asarray(finished, dtype=bool)
+        self.done = self.done | np.asarray(step.finished, dtype=bool)
 
     def counts(self) -> np.ndarray:
         """``(T, L)`` int: samples flipping per step so far and position."""
@@ -69,6 +76,14 @@ class LiveFlips:
     def token_ids(self) -> np.ndarray:
         """``(T, L)`` int: sample 0's argmax per step so far (-1 once it stopped)."""
         return np.array(self.tokens) if self.tokens else np.zeros((0, self.free.shape[1]), dtype=int)
+
+    def canvas_ids(self) -> np.ndarray:
+        """``(T, L)`` int: sample 0's canvas after each step so far (-1 once it stopped)."""
+        return np.array(self.canvas) if self.canvas else np.zeros((0, self.free.shape[1]), dtype=int)
+
+    def accepted_rows(self) -> np.ndarray:
+        """``(T, L)`` bool: what sample 0's sampler accepted at each step so far."""
+        return np.array(self.accepted) if self.accepted else np.zeros((0, self.free.shape[1]), dtype=bool)
 
 
 def highlighted_text(traj: Trajectory, sample: int, tokens: TokenText) -> list[tuple[str, str | None]]:

@@ -28,7 +28,7 @@ CUDA = torch.cuda.is_available() and HAVE_TRITON
 
 @torch.no_grad()
 def eager_race_loop(lm, prompt_ids, layouts, settings, seed, draw="race"):
-    """Reference: (argmax, entropy, accepted) as (S, T, L), steps (S,), final ids (S, L).
+    """Reference: (argmax, entropy, accepted, canvas) as (S, T, L), steps (S,), final ids (S, L).
     ``draw="inverse_cdf"``: the token is the first whose cumulative weight exp(x - max x) exceeds
     u·total, u from ``torch.empty(S·L).uniform_()`` (the compiled tier's draw)."""
     model, device = lm.model, lm.device
@@ -76,7 +76,8 @@ def eager_race_loop(lm, prompt_ids, layouts, settings, seed, draw="race"):
         new_argmax = torch.where(anchors, anchor_ids, raw_argmax)
         logs.append((torch.where(running[:, None], raw_argmax, -1).cpu(),
                      torch.where(running[:, None], entropy.float(), float("nan")).cpu(),
-                     (accepted & running[:, None]).cpu()))
+                     (accepted & running[:, None]).cpu(),
+                     torch.where(running[:, None], new_canvas, -1).cpu()))
         if stopper is not None:
             if index > 0:
                 new_argmax = torch.where(finished[:, None], argmax_canvas, new_argmax)
@@ -88,15 +89,16 @@ def eager_race_loop(lm, prompt_ids, layouts, settings, seed, draw="race"):
         canvas, argmax_canvas, sc = new_canvas, new_argmax, x.to(model.model.decoder.embed_tokens.weight.dtype)
         if stopper is not None and bool(finished.all()):
             break
-    argmax, entropy, accepted = (torch.stack(parts, 1).numpy() for parts in zip(*logs))
-    return argmax, entropy, accepted, steps.numpy(), argmax_canvas.cpu().numpy()
+    argmax, entropy, accepted, canvas = (torch.stack(parts, 1).numpy() for parts in zip(*logs))
+    return argmax, entropy, accepted, canvas, steps.numpy(), argmax_canvas.cpu().numpy()
 
 
 def assert_same(trajectory, reference):
-    argmax, entropy, accepted, steps, final = reference
+    argmax, entropy, accepted, canvas, steps, final = reference
     assert trajectory.argmax.shape == argmax.shape
     np.testing.assert_array_equal(trajectory.argmax, argmax)
     np.testing.assert_array_equal(trajectory.accepted, accepted)
+    np.testing.assert_array_equal(trajectory.canvas, canvas)
     np.testing.assert_array_equal(trajectory.steps, steps)
     np.testing.assert_array_equal(trajectory.final_ids, final)
     # the pass's stated entropy bound, 2e-6·max|x| + 1e-5·H, with |x| ≤ softcap / t_min = 30 / 0.2
@@ -133,7 +135,7 @@ def test_fast_path_adaptive_stop_on_cpu(confident_lm, settings, softmax_sc):
     got = run_sampler_fast(confident_lm, PROMPT, layouts, settings, seed=2, options=options)
     reference = eager_race_loop(confident_lm, PROMPT, layouts, settings, seed=2)
     assert_same(got, reference)
-    assert len(set(reference[3].tolist())) > 1, "samples should stop at different steps"
+    assert len(set(reference[4].tolist())) > 1, "samples should stop at different steps"
     # a second request reuses the session: its state must be reset
     again = run_sampler_fast(confident_lm, PROMPT, layouts, settings, seed=2, options=options)
     assert_same(again, reference)

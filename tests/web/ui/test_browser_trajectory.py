@@ -1,7 +1,7 @@
 """A real browser (Debian's chromium via Playwright) drives the trajectory viewer: during a live dish
 the view follows the newest step (the sampler is held after a known step, so "live" is a fact of the
-test, not a race); afterwards scrubbing to step t shows exactly the tokens the API's per-step argmax
-holds for that step and sample, Play advances through the steps, the keyboard moves the scrubber,
+test, not a race); afterwards scrubbing to step t shows exactly the tokens the API's per-step canvas
+holds for that step and sample and the last frame is the final text, Play advances through the steps, the keyboard moves the scrubber,
 another sample is one slider away; a comparison shows a view per event and a reopened run shows the
 same views. Screenshots of the view and the whole-trajectory figure go to tmp_path (and to
 ``PETRI_SCREENSHOT_DIR`` when set: ``assets/screenshots`` for the README).
@@ -39,9 +39,9 @@ def served(tmp_path_factory, live_server):
 
     class HeldService(PetriService):
         def submit_seed(self, events, n_samples, settings, seed, owner=None, on_step=None, on_event=None):
-            def held(index, argmax, finished):
-                on_step(index, argmax, finished)
-                if index == HOLD_AT:
+            def held(step):
+                on_step(step)
+                if step.index == HOLD_AT:
                     gate.wait(120)
 
             return super().submit_seed(events, n_samples, settings, seed, owner=owner,
@@ -70,10 +70,11 @@ def shown(page, view: str = "#petri-traj") -> dict:
     }}""")
 
 
-def api_argmax(url: str, run_id: str) -> list:
-    """[event][sample] → the (steps, L) per-step argmax the API reports."""
+def api_record(url: str, run_id: str, key: str = "canvas") -> list:
+    """[event][sample] → the (steps, L) per-step record the API reports: the ``canvas`` (what the
+    viewer shows by default) or the raw ``argmax``."""
     body = httpx.get(f"{url}/api/runs/{run_id}", params={"include_trajectories": True}, timeout=60).json()
-    return [[s["argmax"] for s in ev["samples"]] for ev in body["events"]]
+    return [[s[key] for s in ev["samples"]] for ev in body["events"]]
 
 
 def scrub(page, step: int, view: str = "#petri-traj") -> None:
@@ -83,7 +84,7 @@ def scrub(page, step: int, view: str = "#petri-traj") -> None:
 
 @pytest.fixture(scope="module")
 def dish_run(page, served):
-    """The dish run of the live test: (run_id, per-step argmax by the API, the ids the live view showed)."""
+    """The dish run of the live test: (run_id, per-step canvas by the API, the ids the live view showed)."""
     url, service, gate = served
     page.fill("#petri-samples input[type=number]", "3")
     page.click("#petri-settings button:has-text('Sampler settings')")
@@ -96,28 +97,34 @@ def dish_run(page, served):
     page.wait_for_selector("#petri-status:has-text('Done')", timeout=300_000)
     run_id = re.search(r"/api/runs/([0-9a-f]+)", page.inner_text("#petri-status")).group(1)
     page.wait_for_function("document.querySelector('#petri-traj .pt').dataset.live === '0'")
-    return run_id, api_argmax(url, run_id), live
+    return run_id, api_record(url, run_id), live
 
 
-def test_live_view_follows_the_newest_step(dish_run):
-    _, argmax, live = dish_run
+def test_live_view_follows_the_newest_step(served, dish_run):
+    url, _, _ = served
+    run_id, canvas, live = dish_run
+    argmax = api_record(url, run_id, "argmax")
     assert live["live"] == "1" and live["steps"] == HOLD_AT + 1
     assert live["step"] == str(HOLD_AT)  # on the newest step, not the first
-    assert live["ids"] == argmax[0][0][HOLD_AT]  # the stream's argmax is the stored one
+    assert live["ids"] == canvas[0][0][HOLD_AT]  # the stream's canvas is the stored one
     changed = [a != b for a, b in zip(argmax[0][0][HOLD_AT - 1], argmax[0][0][HOLD_AT])]
-    assert any(live["flipped"]) == any(changed)
+    assert any(live["flipped"]) == any(changed)  # flips are the argmax's
 
 
 def test_scrubbing_shows_exactly_the_stored_tokens(page, served, dish_run, tmp_path):
     url, service, _ = served
-    run_id, argmax, _ = dish_run
-    steps = len(argmax[0][0])
+    run_id, canvas, _ = dish_run
+    steps = len(canvas[0][0])
     assert shown(page)["steps"] == steps
     for t in sorted({0, 1, steps // 2, steps - 1}):
         scrub(page, t)
         now = shown(page)
-        assert now["ids"] == argmax[0][0][t], t
+        assert now["ids"] == canvas[0][0][t], t
         assert now["sample"] == "0"
+    [(_, _, traj), *_] = service.store.load_events(run_id)
+    scrub(page, steps)  # the last frame: the returned canvas, the final text
+    assert shown(page)["ids"] == traj.final_ids[0].tolist()
+    assert "".join(service.lm.tokenizer.decode([i]) for i in shown(page)["ids"]) == traj.final_texts[0]
     texts = {int(i): service.lm.tokenizer.decode([int(i)]) for i in set(now["ids"])}
     for token_id, text in zip(now["ids"], now["texts"]):
         raw = texts[token_id]
@@ -143,21 +150,21 @@ def save_screenshot_element(page, selector: str, tmp_path, name: str) -> None:
 
 
 def test_play_advances_and_the_keyboard_moves_the_scrubber(page, dish_run):
-    _, argmax, _ = dish_run
-    last = len(argmax[0][0]) - 1
+    _, canvas, _ = dish_run
+    last = len(canvas[0][0])  # the steps, then the returned canvas
     scrub(page, 0)
     page.select_option("#petri-traj .pt-speed", "150")
     page.click("#petri-traj .pt-play")
     page.wait_for_function("+document.querySelector('#petri-traj .pt').dataset.step >= 2")
     page.wait_for_function(f"document.querySelector('#petri-traj .pt').dataset.step === '{last}'")
     page.wait_for_function("document.querySelector('#petri-traj .pt').dataset.playing === '0'")  # stops at the end
-    assert shown(page)["ids"] == argmax[0][0][last]
+    assert page.evaluate("document.querySelector('#petri-traj .pt').dataset.result") == "1"
     # the keyboard: on the slider itself, and on the view
     scrub(page, 1)
     page.focus("#petri-traj .pt-slider")
     page.keyboard.press("ArrowRight")
     page.wait_for_function("document.querySelector('#petri-traj .pt').dataset.step === '2'")
-    assert shown(page)["ids"] == argmax[0][0][2]
+    assert shown(page)["ids"] == canvas[0][0][2]
     page.focus("#petri-traj .pt")
     page.keyboard.press("End")
     page.wait_for_function(f"document.querySelector('#petri-traj .pt').dataset.step === '{last}'")
@@ -170,13 +177,13 @@ def test_play_advances_and_the_keyboard_moves_the_scrubber(page, dish_run):
 
 
 def test_another_sample_is_one_slider_away(page, dish_run):
-    _, argmax, _ = dish_run
+    _, canvas, _ = dish_run
     page.fill("#petri-traj-sample input[type=number]", "2")
     page.keyboard.press("Enter")
     page.locator("#petri-traj-sample input[type=range]").dispatch_event("pointerup")
     page.wait_for_function("document.querySelector('#petri-traj .pt').dataset.sample === '2'")
     scrub(page, 1)
-    assert shown(page)["ids"] == argmax[0][2][1]
+    assert shown(page)["ids"] == canvas[0][2][1]
 
 
 def test_a_comparison_shows_a_view_per_event(page, served):
@@ -188,12 +195,12 @@ def test_a_comparison_shows_a_view_per_event(page, served):
     page.click("#petri-cmp-run")
     page.wait_for_selector("#petri-cmp-status:has-text('Done')", timeout=300_000)
     run_id = re.search(r"/api/runs/([0-9a-f]+)", page.inner_text("#petri-cmp-status")).group(1)
-    argmax = api_argmax(url, run_id)
+    canvas = api_record(url, run_id)
     for event, view in enumerate(("#petri-traj-a", "#petri-traj-b")):
         page.wait_for_function(f"+document.querySelector('{view} .pt').dataset.steps > 0")
-        assert shown(page, view)["steps"] == len(argmax[event][0])
+        assert shown(page, view)["steps"] == len(canvas[event][0])
         scrub(page, 1, view)
-        assert shown(page, view)["ids"] == argmax[event][0][1]
+        assert shown(page, view)["ids"] == canvas[event][0][1]
     assert "benign" in page.inner_text("#petri-traj-a") and "contradictory" in page.inner_text("#petri-traj-b")
 
 
@@ -232,7 +239,7 @@ def test_each_tabs_download_figures_button_yields_the_figures_of_its_run(page, s
 
 def test_a_reopened_run_shows_the_same_views(page, served, dish_run):
     url, _, _ = served
-    run_id, argmax, _ = dish_run
+    run_id, canvas, _ = dish_run
     # another sample on screen first, so the reopen has to replace it
     tab(page, "Dish")
     page.fill("#petri-traj-sample input[type=number]", "1")
@@ -242,8 +249,8 @@ def test_a_reopened_run_shows_the_same_views(page, served, dish_run):
     reopen_run(page, run_id)
     page.wait_for_selector("#petri-status:has-text('Reopened dish run')")
     page.wait_for_function("document.querySelector('#petri-traj .pt').dataset.sample === '0'")
-    last = len(argmax[0][0]) - 1
+    last = len(canvas[0][0]) - 1
     scrub(page, last)
-    assert shown(page)["ids"] == argmax[0][0][last]
+    assert shown(page)["ids"] == canvas[0][0][last]
     page.wait_for_selector("#petri-traj-figure .js-plotly-plot")
     page.wait_for_selector("#petri-traj-curves .js-plotly-plot")

@@ -34,12 +34,19 @@ def dish_inputs(ctl: DishController, concepts="order, inventory, person", **chan
 def test_dish_run_streams_then_reports(service):
     ctl = DishController(service)
     updates = list(ctl.run(*dish_inputs(ctl)))
-    live, final = updates[:-1], updates[-1]
+    cleared, live, final = updates[0], updates[1:-1], updates[-1]
+    # a Run first empties every result panel, so nothing of an earlier run stays beside this one
+    assert cleared["heatmap"] is None and cleared["flips"] is None and cleared["files"] is None
+    assert cleared["run_id"] == "" and cleared["final_text"]["value"] == [] and cleared["pairs"].empty
+    assert cleared["traj_view"] == {"note": "Sampling: the trajectory follows."} and cleared["traj_figure"] is None
+    assert "now sampling" in cleared["run_badge"]
     assert live and all(set(u) == {"status", "heatmap", "traj_view"} for u in live)
     assert all(u["traj_view"]["live"] and u["traj_view"]["steps"] >= 1 for u in live)  # the trajectory view follows
     assert "while sampling" in live[0]["heatmap"].layout.title.text
     assert "Done" in final["status"] and isinstance(final["heatmap"], go.Figure)
     run_id = final["run_id"]
+    assert run_id in final["run_badge"] and final["heatmap"].layout.title.text.startswith(f"run {run_id[:12]}")
+    assert final["traj_view"]["title"].startswith(f"run {run_id[:12]}")  # each panel names its run
     traj = service.store.load_events(run_id)[0][2]
     assert traj.n_samples == 3 and traj.steps.tolist() == [5, 5, 5]
     names = {p.rsplit("/", 1)[-1] for p in final["files"]}
@@ -62,9 +69,9 @@ def test_the_live_view_draws_the_newest_step_when_sampling_pauses(tiny_lm, tmp_p
 
     class PausingService(PetriService):
         def submit_seed(self, events, n_samples, settings, seed, owner=None, on_step=None):
-            def held(index, argmax, finished):
-                on_step(index, argmax, finished)
-                if index == 2:  # the third step: steps 1-3 came within a few ms of each other
+            def held(step):
+                on_step(step)
+                if step.index == 2:  # the third step: steps 1-3 came within a few ms of each other
                     paused.set()
                     go_on.wait(30)
 
@@ -73,7 +80,7 @@ def test_the_live_view_draws_the_newest_step_when_sampling_pauses(tiny_lm, tmp_p
     ctl = DishController(PausingService(tiny_lm, RunStore(tmp_path / "store")))
     shown = []
     for update in ctl.run(*dish_inputs(ctl)):
-        if "traj_view" in update and update["traj_view"]["live"]:
+        if "traj_view" in update and update["traj_view"].get("live"):
             shown.append(update["traj_view"]["steps"])
             if paused.is_set() and shown[-1] == 3:
                 go_on.set()  # the view reached the paused step: let the sampler finish

@@ -163,7 +163,15 @@ def test_the_dish_tab_runs_a_job_and_its_cancel_stops_it(service):
     (job,) = list(service.jobs)
     assert job.kind == "seed" and job.status == "cancelled" and job.done < 200
     assert service.store.get_run(job.run_id)["status"] == "cancelled"
-    assert updates[-1]["status"] == "Stopped: the job was cancelled."
+    steps_seen = sum(1 for u in updates if u.get("status", "").startswith("Sampling"))
+    assert steps_seen >= 1
+    last = updates[-1]
+    assert last["status"].startswith("Stopped: the job was cancelled; cancelled at step ")
+    k = int(last["status"].rsplit(" ", 1)[1].rstrip("."))
+    assert k >= steps_seen and job.run_id in last["run_badge"] and f"cancelled at step {k}" in last["run_badge"]
+    # the partial record says what it is: not live, cancelled at step k, k steps of sample 0
+    assert last["traj_view"]["live"] is False and last["traj_view"]["status"] == f"cancelled at step {k}"
+    assert last["traj_view"]["steps"] == k and f"step {k}" in last["heatmap"].layout.title.text
 
 
 STUDY_VIEWS = {"status", "instability", "events", "jaccard", "stats", "groups", "files", "report", "pairs"}
@@ -309,7 +317,7 @@ def test_a_queued_seed_names_each_event_before_its_steps(service):
     events = [SeedEvent(Dish(("order", "inventory"), text), group) for text, group in
               (("The order was packed.", "calm"), ("None of it was in stock.", "tense"))]
     job = service.submit_seed(events, 2, SamplerSettings(max_denoising_steps=5), seed=3,
-                              on_step=lambda index, argmax, finished: order.append(("step", index)),
+                              on_step=lambda step: order.append(("step", step.index)),
                               on_event=lambda index: order.append(("event", index)))
     result = service.jobs.wait(job.job_id, timeout=120).result
     starts = [i for i, item in enumerate(order) if item[0] == "event"]
@@ -330,7 +338,7 @@ def test_the_compare_tab_keeps_the_events_apart_when_steps_do_not_restart_at_zer
     real = service_module.seed_dish
 
     def skipping_step_zero(*args, on_step=None, **kwargs):
-        relay = None if on_step is None else (lambda index, *rest: on_step(index, *rest) if index > 0 else None)
+        relay = None if on_step is None else (lambda step: on_step(step) if step.index > 0 else None)
         return real(*args, on_step=relay, **kwargs)
 
     monkeypatch.setattr(service_module, "seed_dish", skipping_step_zero)
