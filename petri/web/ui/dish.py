@@ -300,6 +300,8 @@ class DishController:
         traj = trajectories[0]
         files = write_run_files(run_id, trajectories, groups, export_dir(caller) / run_id,
                                 token_decoder(self.lm.tokenizer, self.lm.model_id, trajectories))
+        # named by the run, so two runs' downloads never collide in one folder (positions.csv …)
+        files = [path.replace(path.with_name(f"{run_id}-{path.name}")) for path in files]
         return {
             "run_badge": f"**Results below:** run `{run_id}`.",
             "heatmap": self.final_heatmap(traj, run_id),
@@ -386,7 +388,11 @@ class DishController:
         stored = self.service.store.load_events(run_id)
         if not stored:
             return {}
-        return self.sample_views(stored[0][2], int(sample))
+        traj = stored[0][2]
+        sample = min(max(int(sample), 0), traj.n_samples - 1)
+        views = self.trajectory.views(run_id, 0, traj, sample)  # the one selector moves the viewer too
+        views[self.trajectory.name("sample")] = sample
+        return {**self.sample_views(traj, sample), **views}
 
 
 def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tuple[DishController, dict]:
@@ -417,7 +423,7 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
     status = gr.Markdown("", elem_id="petri-status")
     run_badge = gr.Markdown("", elem_id="petri-run-badge")
     heatmap = gr.Plot(label="Flips: step × position (live)", show_label=False, elem_id="petri-heatmap")
-    trajectory = ctl.trajectory.build("Trajectory", access)
+    trajectory = ctl.trajectory.build("Trajectory", access, sample_selector=False)  # the tab's one selector drives it
     run_id = gr.State("")
     with gr.Row():
         sample = gr.Slider(0, 1, value=0, step=1, label="Sample (numbered from 0, as in the CSVs)", interactive=False,
@@ -451,7 +457,8 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
     def sample_handler(request: gr.Request, rid, s):
         return {names[k]: v for k, v in ctl.show_sample(rid, s, access.caller(request)).items()}
 
-    # every way the value moves (drag, arrow keys, a number typed in its box); the last one wins
-    sample.input(sample_handler, [run_id, sample], [final_text, flips], show_progress="hidden",
-                 trigger_mode="always_last")
+    # every way the value moves (drag, arrow keys, a number typed in its box); the last one wins.
+    # One selector for every panel: the final text, the flips chart, the viewer and its downloads
+    shown = [final_text, flips, *(trajectory[ctl.trajectory.name(p)] for p in ("view", "key", "figure", "curves", "files", "sample"))]
+    sample.input(sample_handler, [run_id, sample], shown, show_progress="hidden", trigger_mode="always_last")
     return ctl, {**names, **controls}

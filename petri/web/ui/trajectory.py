@@ -7,11 +7,11 @@ figures as HTML/PNG/SVG, the per-step table as CSV/Parquet).
 The viewer knows the model family (:func:`view_modes`). By default it shows the canvas the sampler
 held after each step (:attr:`petri.core.trajectory.Trajectory.canvas`): for uniform diffusion
 (DiffusionGemma) the denoiser's accepted tokens solid and the renoised positions faded; for masked
-diffusion ``[MASK]`` cells until a position is unmasked, a green ring at its unmask step, committed
+diffusion ``[MASK]`` cells until a position is unmasked, a dotted outline at its unmask step, committed
 tokens fixed from then on, and optionally the raw argmax inside the cells still masked. The raw
 argmax is the other view. Anchors always show their own token, and the last frame is the returned
 canvas, so it reads as the final text. Each token is coloured by its confidence ``exp(-entropy)``
-(:mod:`petri.measure.replay`; the legend says so), flips of the argmax at this step outlined red,
+(:mod:`petri.measure.replay`; the legend says so), flips of the argmax at this step outlined in dashed black,
 anchors outlined in their concept colours (:func:`petri.web.ui.views.concept_colors`, as the chips
 and heatmap boxes), special tokens shown as grey marks and whitespace as visible marks
 (:func:`petri.measure.replay.visible_text`).
@@ -70,9 +70,9 @@ VIEW_CSS = """
 .pt-renoised { opacity: .38; }
 .pt-masked { background: #e5e7eb !important; color: #6b7280 !important; border-style: dashed; }
 .pt-peek { font-style: italic; opacity: .6; }
-.pt-unmasked { box-shadow: 0 0 0 2px #16a34a; }
+.pt-unmasked { outline: 2px dotted #111827; outline-offset: 1px; }
 .pt-noconf { background: #e5e7eb; color: #111827; }
-.pt-flip { box-shadow: 0 0 0 2px #d62728; }
+.pt-flip { outline: 2px dashed #111827; outline-offset: 1px; }
 .pt-anchor { border-width: 3px; border-style: solid; font-weight: 700; }
 .pt-special { font-style: italic; color: #6b7280 !important; background: repeating-linear-gradient(45deg, #f3f4f6, #f3f4f6 4px, #e5e7eb 4px, #e5e7eb 8px) !important; }
 .pt-legend { font-size: 11px; color: #4b5563; margin-top: 6px; }
@@ -214,7 +214,8 @@ watch('value', () => {
 render();
 """
 
-_MARKS = "Red ring = the argmax flipped at this step; thick border = anchor (its own token, in its concept's colour); striped = special token."
+_MARKS = ("Dashed black outline = the argmax flipped at this step (a mark no concept colour takes); thick solid "
+          "border = anchor (its own token, in its concept's colour); striped = special token.")
 
 
 def view_modes(family: str, has_canvas: bool) -> dict:
@@ -225,10 +226,10 @@ def view_modes(family: str, has_canvas: bool) -> dict:
     if family == MASKED_FAMILY:
         modes = [["canvas", "canvas"], ["peek", "canvas + argmax under [MASK]"], ["argmax", "raw argmax"]]
         legends = {
-            "canvas": f"The canvas after each step (masked diffusion): [MASK] = still masked; green ring = unmasked at "
+            "canvas": f"The canvas after each step (masked diffusion): [MASK] = still masked; dotted black outline = unmasked at "
                       f"this step; every other token was committed at an earlier step and stays. {colour} {_MARKS}",
             "peek": f"The canvas after each step, with the model's raw argmax in italics inside each cell still masked "
-                    f"(what it would write there now). Green ring = unmasked at this step. {colour} {_MARKS}",
+                    f"(what it would write there now). Dotted black outline = unmasked at this step. {colour} {_MARKS}",
             "argmax": f"The model's raw argmax at every position at each step, masked or not, before anything is "
                       f"forced. {colour} {_MARKS}",
             "result": f"The returned canvas (the final text): every token as committed. {colour} (at the last step)",
@@ -339,15 +340,17 @@ class TrajectoryView:
 
     # -- components -----------------------------------------------------------------------
     def build(self, label: str = "Trajectory", access: UiAccess | None = None,
-              empty_note: str = "No trajectory yet: run a dish.") -> dict:
+              empty_note: str = "No trajectory yet: run a dish.", sample_selector: bool = True) -> dict:
         """The components (inside an open Blocks context) by name, their events wired (``access``
-        says who calls each handler); ``empty_note`` is what the viewer says before its first run."""
+        says who calls each handler); ``empty_note`` is what the viewer says before its first run.
+        ``sample_selector=False``: the view's own sample slider is hidden (a tab whose one selector
+        sets it, as the Dish tab's does)."""
         access = access or UiAccess()
         elem = f"petri-{self.prefix.replace('_', '-')}"
         with gr.Accordion(f"{label}: watch the text settle, step by step", open=True, elem_id=f"{elem}-box"):
             with gr.Row():
                 sample = gr.Slider(0, 1, value=0, step=1, label="Sample shown (numbered from 0)", interactive=False,
-                                   elem_id=f"{elem}-sample", scale=3)
+                                   elem_id=f"{elem}-sample", scale=3, visible=sample_selector)
                 export = gr.Button("Prepare downloads (GIF, figures as PNG/SVG/HTML, steps CSV/Parquet)", size="sm",
                                    elem_id=f"{elem}-export", scale=2)
             view = gr.HTML({"note": empty_note}, html_template=VIEW_HTML, css_template=VIEW_CSS, js_on_load=VIEW_JS, elem_id=elem,
@@ -369,6 +372,8 @@ class TrajectoryView:
         def on_export(request: gr.Request, k, s):
             return self.export(k, s, access.caller(request))
 
-        sample.release(on_sample, [key, sample], outputs, show_progress="hidden", api_name=self.name("sample"))
+        # every way the value moves (a drag, arrow keys, a number typed in its box); the last one wins
+        sample.input(on_sample, [key, sample], outputs, show_progress="hidden", trigger_mode="always_last",
+                     api_name=self.name("sample"))
         export.click(on_export, [key, sample], files, show_progress="minimal", api_name=self.name("export"))
         return parts

@@ -243,8 +243,10 @@ def test_drag_and_keyboard_placement_reaches_the_run(page, served, tmp_path):
         assert concept in final
     assert "|" in page.inner_text("#petri-pairs")
     links = page.locator("#petri-files a[href]").evaluate_all("els => els.map(e => e.href)")
-    assert {"positions.csv", "segments.csv", "samples.csv", "pairs.csv", "run.json"} <= {l.rsplit("/", 1)[-1] for l in links}
-    download = httpx.get(next(l for l in links if l.endswith("/pairs.csv")), timeout=30)
+    names = {l.rsplit("/", 1)[-1] for l in links}
+    run_id = next(n for n in names if n.endswith("-pairs.csv")).removesuffix("-pairs.csv")  # named by their run
+    assert {f"{run_id}-{n}" for n in ("positions.csv", "segments.csv", "samples.csv", "pairs.csv", "run.json")} <= names
+    download = httpx.get(next(l for l in links if l.endswith("-pairs.csv")), timeout=30)
     assert download.status_code == 200 and download.text.startswith('"event","event_index","group"')
     page.evaluate("window.scrollTo(0, 0)")
     page.wait_for_function("!document.querySelector('#petri-heatmap .js-plotly-plot').classList.contains('is-transitioning')")
@@ -705,6 +707,8 @@ def test_the_sample_selector_follows_arrows_and_typing(page, served):
         page.wait_for_function(f"(document.querySelector('#petri-flips .gtitle') || {{}}).textContent?.includes('sample {s} (')")
         assert page.input_value("#petri-sample input[type=number]") == str(s)
         assert page.input_value("#petri-sample input[type=range]") == str(s)
+        # one selector for every panel (issue 49, item 9): the trajectory viewer follows it
+        page.wait_for_function(f"document.querySelector('#petri-traj .pt').dataset.sample === '{s}'")
 
     page.focus("#petri-sample input[type=range]")
     for _ in range(3):

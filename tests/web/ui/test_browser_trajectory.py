@@ -176,11 +176,17 @@ def test_play_advances_and_the_keyboard_moves_the_scrubber(page, dish_run):
     page.wait_for_function("+document.querySelector('#petri-traj .pt').dataset.step >= 1")
 
 
+def pick_sample(page, s: int) -> None:
+    """Type sample ``s`` into the Dish tab's one sample selector (it drives the viewer too)."""
+    box = page.locator("#petri-sample input[type=number]")
+    box.click()
+    box.press("Control+a")
+    box.type(str(s))
+
+
 def test_another_sample_is_one_slider_away(page, dish_run):
     _, canvas, _ = dish_run
-    page.fill("#petri-traj-sample input[type=number]", "2")
-    page.keyboard.press("Enter")
-    page.locator("#petri-traj-sample input[type=range]").dispatch_event("pointerup")
+    pick_sample(page, 2)
     page.wait_for_function("document.querySelector('#petri-traj .pt').dataset.sample === '2'")
     scrub(page, 1)
     assert shown(page)["ids"] == canvas[0][2][1]
@@ -242,9 +248,7 @@ def test_a_reopened_run_shows_the_same_views(page, served, dish_run):
     run_id, canvas, _ = dish_run
     # another sample on screen first, so the reopen has to replace it
     tab(page, "Dish")
-    page.fill("#petri-traj-sample input[type=number]", "1")
-    page.keyboard.press("Enter")
-    page.locator("#petri-traj-sample input[type=range]").dispatch_event("pointerup")
+    pick_sample(page, 1)
     page.wait_for_function("document.querySelector('#petri-traj .pt').dataset.sample === '1'")
     reopen_run(page, run_id)
     page.wait_for_selector("#petri-status:has-text('Reopened dish run')")

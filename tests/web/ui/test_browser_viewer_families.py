@@ -130,6 +130,29 @@ def test_uniform_diffusion_shows_the_canvas_renoised_cells_faded_and_the_argmax_
     assert "".join(tokens(i) for i in last["ids"]) == traj.final_texts[0]
 
 
+def test_the_flip_mark_is_a_form_no_concept_colour_takes(page, tiny_lm):
+    """Issue 49, item 5: the flip mark was a red ring, the colour of the concept *order*'s border, so
+    an *order* anchor looked flipped. Now a flip is a dashed outline and an anchor a solid border."""
+    traj = seed_dish(tiny_lm, DISH, 1, SamplerSettings(max_denoising_steps=6, entropy_bound=3.0), seed=3)
+    record, _ = view_of(tiny_lm, traj)
+    page.set_content(harness(record))
+    flipped_step = next(t for t in range(1, int(traj.steps[0])) if any(record["flipped"][t]))
+    go_to(page, flipped_step)
+    styles = page.evaluate("""() => [...document.querySelectorAll('.pt-tok')].map((e) => {
+        const c = getComputedStyle(e);
+        return {flip: e.dataset.flipped === '1', anchor: !!e.dataset.concept, outline: c.outlineStyle,
+                border: c.borderTopStyle, shadow: c.boxShadow, colour: c.borderTopColor};
+    })""")
+    assert any(s["flip"] for s in styles) and any(s["anchor"] for s in styles)
+    for cell in styles:
+        assert (cell["outline"] == "dashed") == cell["flip"]  # only a flip is dashed
+        assert cell["shadow"] == "none"  # no coloured ring at all
+        if cell["anchor"]:
+            assert cell["border"] == "solid" and cell["outline"] != "dashed"
+    order = next(s for s in styles if s["anchor"] and s["colour"] == "rgb(214, 39, 40)")  # #d62728, the order chip
+    assert order["outline"] != "dashed"
+
+
 def test_a_run_stored_before_the_canvas_shows_the_argmax_and_says_so(page, tiny_lm):
     from dataclasses import replace
 

@@ -50,13 +50,16 @@ def test_dish_run_streams_then_reports(service):
     traj = service.store.load_events(run_id)[0][2]
     assert traj.n_samples == 3 and traj.steps.tolist() == [5, 5, 5]
     names = {p.rsplit("/", 1)[-1] for p in final["files"]}
-    assert names == {"positions.csv", "segments.csv", "samples.csv", "pairs.csv", "run.json"}
+    assert names == {f"{run_id}-{n}" for n in ("positions.csv", "segments.csv", "samples.csv", "pairs.csv", "run.json")}
     positions = pd.read_csv(next(p for p in final["files"] if p.endswith("positions.csv")))
     assert len(positions) == 3 * 16 and positions["group"].isna().all()
     assert list(final["pairs"].columns) == ["pair", "n_segments", "instability"]
     labelled = [label for _, label in highlighted_text(traj, 1, ctl.tokens) if label]
     assert {"order", "inventory", "person"} <= set(labelled)
-    assert set(ctl.show_sample(run_id, 2)) == {"final_text", "flips"}
+    picked = ctl.show_sample(run_id, 2)  # one selector for every panel: the viewer follows it
+    assert set(picked) == {"final_text", "flips", "traj_view", "traj_key", "traj_figure", "traj_curves", "traj_files",
+                           "traj_sample"}
+    assert picked["traj_view"]["sample"] == 2 and picked["traj_sample"] == 2
     assert final["traj_view"]["ids"] == traj.argmax[0].tolist() and not final["traj_view"]["live"]
 
 

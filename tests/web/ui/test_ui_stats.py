@@ -57,6 +57,15 @@ def test_power_panel_simulates_from_the_study_on_screen():
     table, text = run_power(str(SHIPPED), "6, 12", "1, 5", None, 100, 0)
     assert list(table["n_events"]) == [6, 12, 6, 12] and table["power"].between(0, 1).all()
     assert "Method: simulation from the pilot" in text
+    # issue 49: the rate at effect 0 beside each design's power, from the same simulation at effect 0
+    from petri.stats.power import power_from_cells
+    from petri.stats.mixed import cell_values
+    from petri.study.statistics import load_results
+
+    segments, groups, _, _ = load_results(SHIPPED)
+    null = power_from_cells(cell_values(segments), groups, events=(6, 12), templates=(1, 5), effect=0.0, n_sims=100, seed=0)
+    assert table["rejects_at_effect_0"].tolist() == null.table()["power"].round(4).tolist()
+    assert "`rejects_at_effect_0`" in text and "ranks" in text and "template × group" in text
     again, _ = run_power(str(SHIPPED), "6, 12", "1, 5", None, 100, 0)
     pd.testing.assert_frame_equal(table, again)
     with pytest.raises(gr.Error, match="events per group"):
