@@ -63,10 +63,19 @@ def runs_table(service: PetriService, limit: int = 200, caller: Caller | None = 
     """The stored runs ``caller`` may see (None: a local caller), newest first; only those of
     ``kind`` (unless ``"all"``) whose row holds every word of ``search`` (case-insensitive)."""
     words = (search or "").lower().split()
-    rows = [run_row(r) for r in visible_runs(service, caller or Caller(public=False), limit)]
-    rows = [r for r in rows if (kind in (None, "", "all") or r[1] == kind)
-            and all(w in " ".join(map(str, r)).lower() for w in words)]
+    runs = visible_runs(service, caller or Caller(public=False), limit)
+    rows = [row for run, row in ((run, run_row(run)) for run in runs)
+            if (kind in (None, "", "all") or row[1] == kind) and all(w in searchable(run, row) for w in words)]
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
+
+
+def searchable(run: dict, row: list) -> str:
+    """What a search reads of a run: its row and every event's whole text (the row shows only the
+    first 60 characters of an event), lower-cased."""
+    request = run["request"]
+    events = request.get("events", []) if run_kind(run) != "study" else request.get("study", {}).get("events", [])
+    texts = [e.get("event", e.get("text", "")) if isinstance(e, dict) else str(e) for e in events]
+    return " ".join([*map(str, row), *texts]).lower()
 
 
 def run_choices(frame: pd.DataFrame) -> list[tuple[str, str]]:

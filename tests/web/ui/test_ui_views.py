@@ -409,3 +409,22 @@ def test_the_compare_tabs_empty_views_name_their_columns_and_what_fills_them(ser
     assert by_id["petri-traj"].value["note"] == "No trajectory yet: run a dish."
     for x in "ab":
         assert by_id[f"petri-traj-{x}"].value["note"] == "No trajectory yet: compare the two events."
+
+
+def test_runs_search_reads_every_word_of_an_event(tmp_path):
+    """Issue 49, item 8: the row shows an event's first 60 characters, and the search read only those,
+    so "held" from "...although the inventory held no units at all." found nothing."""
+    from petri.app.service import PetriService
+    from petri.runs.store import RunStore
+
+    long_event = "The customer ordered 120 units for delivery on Friday, although the inventory held no units at all."
+    assert long_event.index("held") > 60
+    store = RunStore(tmp_path / "store")
+    store.create_run("aaaa0000bbbb1111", "seed", "m", {"events": [{"event": long_event, "concepts": ["order", "person"]}],
+                                                      "n_samples": 2, "seed": 0})
+    store.create_run("cccc2222dddd3333", "seed", "m", {"events": [{"event": "A short one.", "concepts": ["order", "person"]}],
+                                                      "n_samples": 2, "seed": 0})
+    service = PetriService(lm=None, store=store)
+    assert runs_table(service, search="held")["run_id"].tolist() == ["aaaa0000bbbb1111"]
+    assert runs_table(service, search="held short")["run_id"].tolist() == []  # every word must be found
+    assert "held" not in runs_table(service, search="held")["what"].iloc[0]  # the row still shows 60 characters
