@@ -125,10 +125,16 @@ def test_a_public_server_keeps_each_callers_runs_private_on_every_path(public_ui
         assert nobody.get("/api/runs").status_code == 401 and nobody.get("/api/jobs").status_code == 401
         assert {r["run_id"] for r in v2.get("/api/runs").json()} == set()
         # Delete: another caller's run is not there; one's own goes
-        kind, out = gradio_call(v2, "deleted", [v1_run, "", "all"])
-        assert kind == "error" and service.store.get_run(v1_run) is not None
-        kind, out = gradio_call(v1, "deleted", [v1_run, "", "all"])
-        assert kind == "complete", out
+        kind, out = gradio_call(v2, "deleted", [v1_run, "", "all"], "v2-delete")
+        assert kind == "complete" and f"**Cannot delete:** run_id: no stored run '{v1_run}'" in out, out
+        kind, out = gradio_call(v2, "deleted", [v1_run, "", "all"], "v2-delete")  # asking twice changes nothing
+        assert service.store.get_run(v1_run) is not None and EVENT not in json.dumps(out)
+        # Delete asks first (issue 49): the first press names the run, the second on it removes it
+        kind, out = gradio_call(v1, "deleted", [v1_run, "", "all"], "v1-delete")
+        assert kind == "complete" and "press **Delete** again" in out[0], out
+        assert service.store.get_run(v1_run) is not None
+        kind, out = gradio_call(v1, "deleted", [v1_run, "", "all"], "v1-delete")
+        assert kind == "complete" and out[0] == f"Deleted run `{v1_run}`.", out
         assert service.store.get_run(v1_run) is None and service.store.get_run(a_run) is not None
 
 

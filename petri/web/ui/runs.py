@@ -4,7 +4,7 @@ run store (:class:`~petri.runs.store.RunStore`): nothing is sampled again, and e
 set back to the run's values (so Run starts the same run, and resumes an unfinished study). A study
 run that did not finish reopens with the provisional statistics of its stored batches. The list can be searched
 (any words, matched in id, kind, status, model, concepts and what was run) and narrowed to a kind;
-a run can be deleted.
+a run can be deleted (Delete asks first: a second press on the same run removes it).
 
 On a public server the tab shows, opens and deletes only the visitor's own runs
 (:mod:`petri.web.ui.access`; deleting a run another caller also submitted removes only the
@@ -160,6 +160,16 @@ class RunsController:
         self.service.store.remove_run(run["run_id"], caller.owner if caller.public else None)
         return f"Deleted run `{run['run_id']}`."
 
+    def confirm_delete(self, run_id: str, armed: str | None, caller: Caller | None = None) -> tuple[str, str | None]:
+        """The Delete button, in two presses: the first on a run only asks (the run is ``armed``), the
+        second on the same run deletes it (:meth:`delete`). Returns (status line, the run now armed)."""
+        caller = caller or Caller(public=False)
+        run = UiAccess.open_run(self.service, caller, run_id)  # an unknown or foreign run: one message, as Open
+        if armed != run["run_id"]:
+            return (f"Delete run `{run['run_id']}` ({run_kind(run)}, {run['created_at']})? It cannot be undone: "
+                    "press **Delete** again to remove it.", run["run_id"])
+        return self.delete(run_id, caller), None
+
     def open(self, run_id: str, caller: Caller | None = None) -> tuple[str, str, dict]:
         """(kind, status line, the views of that kind by name) of stored run ``run_id``, which
         ``caller`` (None: a local caller) may open; its downloads go to ``caller``'s folder."""
@@ -208,9 +218,16 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
             return frame, gr.update(choices=choices)
         return frame, gr.update(choices=choices, value=ids[0] if ids else None)
 
-    def deleted(request: gr.Request, run_id: str, query: str, kind: str):
-        note = runs.delete(run_id, access.caller(request))
-        return (note, *listed(request, query, kind))
+    armed = gr.State(None)  # the run a first Delete press asked about
+
+    def deleted(request: gr.Request, run_id: str, query: str, kind: str, asked: str | None):
+        try:
+            note, now_armed = runs.confirm_delete(run_id, asked, access.caller(request))
+        except gr.Error as err:
+            return f"**Cannot delete:** {err.message}", gr.update(), gr.update(), None
+        if now_armed is not None:  # asked, nothing deleted yet
+            return note, gr.update(), gr.update(), now_armed
+        return (note, *listed(request, query, kind), None)
 
     def picked(frame, evt: gr.SelectData):
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
@@ -232,7 +249,8 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
     filters = [search, kind_filter]
     for event in (refresh.click, search.submit, kind_filter.change):
         event(listed, [*filters, choice], [table, choice], show_progress="hidden")
-    delete_btn.click(deleted, [choice, *filters], [runs_note, table, choice], show_progress="hidden")
+    delete_btn.click(deleted, [choice, *filters, armed], [runs_note, table, choice, armed], show_progress="hidden")
+    choice.change(lambda: None, None, armed, show_progress="hidden")  # another run picked: ask again
     table.select(picked, table, choice, show_progress="hidden")
     open_btn.click(open_handler, choice, [tabs, runs_note, *[comp for _, _, comp in flat]], show_progress="minimal")
     return listed, [table, choice], [*filters, choice]
