@@ -137,9 +137,10 @@ def run_model(name: str, dishes: list[Dish], repeats: int) -> dict:
     texts, intact, flips, steps, concepts_total = [], 0, [], [], 0
     for i, dish in enumerate(dishes):
         traj = seed_dish(lm, dish, 1, settings, seed=i)
-        text = before_end(traj.final_texts[0], lm.tokenizer)
-        texts.append(text)
-        intact += sum(anchor_intact_in_text(text, c) for c in dish.concepts)
+        texts.append(before_end(traj.final_texts[0], lm.tokenizer))
+        # anchors are read on the whole canvas, as petri's samples table reads them (an anchor after an
+        # end mark is still on the canvas)
+        intact += sum(anchor_intact_in_text(traj.final_texts[0], c) for c in dish.concepts)
         concepts_total += len(dish.concepts)
         counts = flip_counts(traj.argmax, traj.steps, traj.anchor_mask)
         flips.append(float(counts[0][~traj.anchor_mask[0]].mean()))
@@ -162,12 +163,16 @@ def run_model(name: str, dishes: list[Dish], repeats: int) -> dict:
 
 
 def before_end(text: str, tokenizer) -> str:
-    """The text before the first end-of-sequence or padding token's string (a canvas that ends early
-    decodes as ``...<eos><pad><pad>``; the teacher must not score those marks as words)."""
-    for mark in (tokenizer.eos_token, tokenizer.pad_token):
-        if mark and mark in text:
-            text = text[: text.index(mark)]
-    return text.rstrip()
+    """The answer a canvas holds, as the teacher reads it: end-of-sequence / padding marks at its
+    start dropped (petri-tiny's canvases open with ``<eos>``, the separator of its dictionary
+    entries), then the text before the next one (a canvas that ends early decodes as
+    ``...<eos><pad><pad>``; the teacher must not score those marks as words)."""
+    marks = [m for m in (tokenizer.eos_token, tokenizer.pad_token) if m]
+    text = text.lstrip()
+    while any(text.startswith(m) for m in marks):
+        text = text[len(next(m for m in marks if text.startswith(m))):].lstrip()
+    ends = [text.index(m) for m in marks if m in text]
+    return (text[: min(ends)] if ends else text).rstrip()
 
 
 def cut_words(text: str, n: int) -> str:

@@ -246,6 +246,10 @@ def test_a_canvas_that_ended_early_is_scored_without_its_end_marks():
     assert bench.before_end("The order shipped.<eos><pad><pad>", Marks) == "The order shipped."
     assert bench.before_end("The order <pad><pad>", Marks) == "The order"
     assert bench.before_end("No end here", Marks) == "No end here"
+    # petri-tiny's canvases open with <eos> (its entries' separator): the answer is what follows it
+    assert bench.before_end("<eos>A hart is a deer.<eos>A trot is", Marks) == "A hart is a deer."
+    assert bench.before_end(" <eos><pad> The order<eos>", Marks) == "The order"
+    assert bench.before_end("<eos><pad>", Marks) == ""
 
 
 def test_teacher_nll_matches_a_row_by_row_reference(tiny_teacher):
