@@ -39,7 +39,10 @@ def create_app(
         title="Concept Petri Dish",
         description="Pin concept anchors on a text-diffusion canvas and measure where the model struggled.",
         version="1.0",
+        docs_url=None,  # served below from local files: FastAPI's default page loads Swagger UI from a CDN
+        redoc_url=None,
     )
+    serve_docs_offline(app)
     app.state.service = service
     if access.public and not prompt_cache_env_set():
         set_prompt_cache_bytes(service.lm, 0)
@@ -65,3 +68,30 @@ def create_app(
     if access.api_token:
         app.add_middleware(ApiTokenMiddleware, token=access.api_token)
     return app
+
+
+#: Where the Swagger UI's own files are served (from the ``fastapi-offline`` package).
+DOCS_ASSETS = "/docs-assets"
+
+
+def serve_docs_offline(app: FastAPI) -> None:
+    """``/docs``: the OpenAPI page with Swagger UI's script and styles served by this app from the
+    ``fastapi-offline`` package (Swagger UI 5, which reads the OpenAPI 3.1 FastAPI writes), so it
+    works on a machine without internet (FastAPI's default page loads them from a CDN and is blank
+    offline)."""
+    from pathlib import Path
+
+    import fastapi_offline
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.staticfiles import StaticFiles
+
+    app.mount(DOCS_ASSETS, StaticFiles(directory=str(Path(fastapi_offline.__file__).parent / "static")),
+              name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs():
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url, title=f"{app.title}: HTTP API",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js", swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url="data:,",
+        )

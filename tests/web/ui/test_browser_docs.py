@@ -1,0 +1,40 @@
+"""``/docs`` in a real browser (Debian's chromium via Playwright) with every request off this server
+refused, as on a machine without internet: Swagger UI draws the API's operations from the files the
+app serves itself (issue 49: FastAPI's default page loaded them from a CDN and was blank offline)."""
+
+from __future__ import annotations
+
+import pytest
+
+from petri.app.service import PetriService
+from petri.runs.store import RunStore
+from petri.web.app import create_app
+
+from test_browser import CHROMIUM, CHROMIUM_ARGS
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")
+
+
+def test_the_api_docs_draw_offline(tiny_lm, tmp_path, live_server):
+    from playwright.sync_api import sync_playwright
+
+    app = create_app(PetriService(tiny_lm, RunStore(tmp_path / "store")), ui=False)
+    with live_server(app) as live, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        refused: list[str] = []
+
+        def only_this_server(route):
+            if route.request.url.startswith(live.url):
+                route.continue_()
+            else:
+                refused.append(route.request.url)
+                route.abort()
+
+        page.route("**/*", only_this_server)
+        page.goto(f"{live.url}/docs")
+        page.wait_for_selector(".swagger-ui .opblock", timeout=60_000)
+        paths = page.locator(".swagger-ui .opblock-summary-path").all_inner_texts()
+        browser.close()
+    assert "/api/seed" in " ".join(paths) and "/api/runs" in " ".join(paths)
+    assert refused == []  # nothing was asked of another host
