@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from petri.app.jobs import FINAL, Job, JobQueue
 from petri.web.errors import FieldError
 from petri.web.ui.access import UiAccess
-from petri.web.ui.views import request_error_message
+from petri.web.ui.views import field_message, request_error_message
 
 
 class JobCancelled(RuntimeError):
@@ -119,7 +119,7 @@ def field_validation(n_inputs: int, check: Callable[[], Any], input_of: Callable
     except ValidationError as err:
         for e in err.errors():
             loc = [p for p in e["loc"] if p not in ("body", "settings")]
-            problems.setdefault(input_of(loc, e["type"]), []).append(f"{'.'.join(map(str, e['loc']))}: {e['msg']}")
+            problems.setdefault(input_of(loc, e["type"]), []).append(field_message(e))
     except FieldError as err:
         loc = [p for p in err.loc if p not in ("body", "settings")]
         problems.setdefault(input_of(loc, err.kind), []).append(request_error_message(err))

@@ -732,7 +732,7 @@ def test_bad_concepts_are_named_in_the_browser(page, tmp_path):
     # one reading holds both (once under CI-like load a second reading found the message gone: see the
     # issue 20 notes)
     page.wait_for_function("(() => { const t = document.querySelector('#petri-concepts').innerText;"
-                           " return t.includes('at least 2 items') && t.includes('concepts'); })()")
+                           " return t.includes('at least 2 are needed') && t.includes('concepts'); })()")
     save_screenshot(page, tmp_path, "dish-error.png")
 
 
@@ -746,16 +746,16 @@ def test_a_refusal_stays_named_after_a_later_event(page):
     page.wait_for_function("!document.querySelector('#petri-canvas').textContent.includes('inventory')")
     page.click("#petri-run")
     page.wait_for_function("document.querySelector('#petri-status').innerText.includes('Not run')", timeout=30_000)
-    page.wait_for_function("document.querySelector('#petri-concepts').innerText.includes('at least 2 items')")
+    page.wait_for_function("document.querySelector('#petri-concepts').innerText.includes('at least 2 are needed')")
     page.click("#petri-shuffle")
     try:  # Gradio 6.31 drops the field's mark on the shuffle's status update (within a second)
-        page.wait_for_function("!document.querySelector('#petri-concepts').innerText.includes('at least 2 items')",
+        page.wait_for_function("!document.querySelector('#petri-concepts').innerText.includes('at least 2 are needed')",
                                timeout=10_000)
     except Exception as error:  # a Gradio that keeps the mark: nothing to wait for
         if "Timeout" not in type(error).__name__:
             raise
     status = page.inner_text("#petri-status")
-    assert "Not run" in status and "concepts" in status and "at least 2 items" in status, status
+    assert "Not run" in status and "concepts" in status and "at least 2 are needed" in status, status
     assert "Queued" not in status
 
 
