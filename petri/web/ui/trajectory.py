@@ -51,6 +51,7 @@ VIEW_HTML = """
       <option value="1000">1 step/s</option><option value="400" selected>2.5 steps/s</option>
       <option value="150">7 steps/s</option><option value="50">20 steps/s</option></select></label>
     <label class="pt-mode-label">show <select class="pt-mode" aria-label="what the cells show"></select></label>
+    <label class="pt-flow-label"><input type="checkbox" class="pt-flow-toggle" aria-label="flowing text: word pieces joined"> flowing text</label>
   </div>
   <div class="pt-step" role="status" aria-live="polite"></div>
   <div class="pt-canvas"></div>
@@ -76,6 +77,9 @@ VIEW_CSS = """
 .pt-anchor { border-width: 3px; border-style: solid; font-weight: 700; }
 .pt-special { font-style: italic; color: #6b7280 !important; background: repeating-linear-gradient(45deg, #f3f4f6, #f3f4f6 4px, #e5e7eb 4px, #e5e7eb 8px) !important; }
 .pt-legend { font-size: 11px; color: #4b5563; margin-top: 6px; }
+.pt-canvas.pt-flow { display: block; gap: 0; font-family: inherit; font-size: 14px; line-height: 1.9; white-space: pre-wrap; }
+.pt-flow .pt-tok { padding: 0; border: none; border-radius: 0; min-width: 0; white-space: pre-wrap; }
+.pt-flow .pt-anchor { border: none; border-bottom: 3px solid; font-weight: 700; }
 """
 
 VIEW_JS = r"""
@@ -87,6 +91,7 @@ const playBtn = element.querySelector('.pt-play');
 const speed = element.querySelector('.pt-speed');
 const mode = element.querySelector('.pt-mode');
 const legend = element.querySelector('.pt-legend');
+const flow = element.querySelector('.pt-flow-toggle');
 let step = 0, timer = null, lastKey = null, lastLive = false;
 
 const cur = () => (props.value && props.value.ids) ? props.value : null;
@@ -134,7 +139,8 @@ function render() {
   const argmax = v.ids[t], flips = result ? null : v.flipped[t], acc = v.accepted ? v.accepted[t] : null;
   const onCanvas = v.canvas ? v.canvas[t] : null, fin = v.final;
   const conf = v.conf ? v.conf[t] : null, special = new Set(v.special), frag = document.createDocumentFragment();
-  const masked = v.family === 'masked-diffusion';
+  const masked = v.family === 'masked-diffusion', flowing = flow.checked;
+  canvas.classList.toggle('pt-flow', flowing); root.dataset.flow = flowing ? '1' : '0';
   let nflip = 0;
   for (let i = 0; i < argmax.length; i++) {
     const concept = v.anchor[i];
@@ -144,7 +150,10 @@ function render() {
     const peek = isMask && show === 'peek';
     const shownId = peek ? argmax[i] : id;
     const s = document.createElement('span'), text = isMask && !peek ? '[MASK]' : (v.texts[String(shownId)] ?? String(shownId));
-    s.className = 'pt-tok'; s.textContent = text; s.dataset.pos = i; s.dataset.id = shownId;
+    // flowing text: word pieces joined as the tokenizer writes them (visible marks back to the spaces and
+    // line breaks they stand for; a [MASK] keeps its spaces around it)
+    const flowText = isMask && !peek ? ' [MASK] ' : text.replace(/␣/g, ' ').replace(/↵/g, '\n').replace(/⇥/g, '\t').replace(/^∅$/, '');
+    s.className = 'pt-tok'; s.textContent = flowing ? flowText : text; s.dataset.pos = i; s.dataset.id = shownId;
     let tip = `position ${i}: ${JSON.stringify(text)}` + (isMask && !peek ? ' (still masked)' : ` (id ${shownId})`);
     if (argmax[i] !== shownId && argmax[i] >= 0) tip += `; the model's argmax here: ${JSON.stringify(v.texts[String(argmax[i])] ?? String(argmax[i]))}`;
     if (conf && !isMask) {
@@ -193,8 +202,9 @@ element.querySelector('.pt-next').addEventListener('click', () => { stop(); go(s
 playBtn.addEventListener('click', toggle);
 speed.addEventListener('change', () => { if (timer) { stop(); play(); } });
 mode.addEventListener('change', () => render());
+flow.addEventListener('change', () => render());
 root.addEventListener('keydown', (e) => {
-  if (e.target === speed || e.target === mode) return;
+  if (e.target === speed || e.target === mode || e.target === flow) return;
   const onSlider = e.target === slider;  // the range input moves itself on arrows and fires input
   const moves = {ArrowLeft: -1, ArrowDown: -1, ArrowRight: 1, ArrowUp: 1};
   if (e.key in moves && !onSlider) { e.preventDefault(); stop(); go(step + moves[e.key]); }

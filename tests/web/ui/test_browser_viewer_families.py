@@ -162,3 +162,29 @@ def test_a_run_stored_before_the_canvas_shows_the_argmax_and_says_so(page, tiny_
     shown = cells(page)
     assert shown["options"] == ["argmax"] and shown["mode"] == "argmax"
     assert np.array(shown["ids"])[~traj.anchor_mask[0]].tolist() == traj.argmax[0, 0][~traj.anchor_mask[0]].tolist()
+
+
+@pytest.mark.parametrize("family", ["uniform", "masked"])
+def test_flowing_text_joins_word_pieces_into_the_text_the_model_wrote(page, tiny_lm, family):
+    """Issue 49, item 12: the boxes split words ("sem ic ut on ents"); flowing text joins the pieces
+    as the tokenizer writes them, with the same colours and tooltips. On the last frame it reads as
+    the decoded final canvas."""
+    if family == "masked":
+        lm = tiny_masked_model(canvas_length=16, seed=2)
+        traj = seed_dish(lm, DISH, 1, MaskedSettings(max_denoising_steps=8), seed=1)
+    else:
+        lm = tiny_lm
+        traj = seed_dish(lm, DISH, 1, SamplerSettings(max_denoising_steps=4), seed=3)
+    record, tokens = view_of(lm, traj)
+    page.set_content(harness(record))
+    page.check(".pt-flow-toggle")
+    last = go_to(page, int(traj.steps[0]))
+    flowing = page.evaluate("() => document.querySelector('.pt-canvas').textContent")
+    assert page.evaluate("() => document.querySelector('.pt').dataset.flow") == "1"
+    assert flowing == "".join(tokens(i) for i in traj.final_ids[0])  # exactly the decoded pieces, joined
+    assert last["ids"] == traj.final_ids[0].tolist()  # the same cells, with their ids and tooltips
+    gaps = page.evaluate("() => getComputedStyle(document.querySelector('.pt-tok')).paddingLeft")
+    assert gaps == "0px"
+    if family == "masked":  # an early frame: masks read as [MASK] between the words
+        go_to(page, 0)
+        assert "[MASK]" in page.evaluate("() => document.querySelector('.pt-canvas').textContent")
