@@ -314,7 +314,7 @@ def flip_heatmap(
         height=max(400, min(900, 12 * z.shape[0] + 160)), margin={"l": 50, "r": 10, "t": 80, "b": 40},
     )
     fig.update_xaxes(title_text="canvas position", range=[-0.5, length - 0.5])
-    fig.update_yaxes(title_text="denoising step", autorange="reversed")
+    fig.update_yaxes(title_text="denoising step", autorange="reversed", tick0=0, dtick=max(1, -(-z.shape[0] // 12)))
     return fig
 
 

@@ -24,7 +24,7 @@ from petri.study.runner import run_study
 from petri.study.schema import study_from_dict
 from petri.measure.tables import pairs_table
 from petri.core.trajectory import SamplerSettings
-from test_mlx_backend import ENTROPY_ATOL, anchored_layouts, confident, torch_driven_by
+from engine.test_mlx_backend import ENTROPY_ATOL, anchored_layouts, confident, torch_driven_by
 
 SETTINGS = SamplerSettings(max_denoising_steps=6, entropy_bound=50.0, stability_threshold=1, confidence_threshold=4.0)
 STUDY = {

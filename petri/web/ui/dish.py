@@ -336,8 +336,9 @@ class DishController:
 
     def cancelled_views(self, live: LiveDish, last_step: int, stop: Exception, run_id: str | None = None) -> dict:
         """What a cancelled run (``run_id``, when it got one) leaves on screen: its partial flip map
-        and trajectory labelled "cancelled at step k" (k counted from 1), every other panel empty."""
-        where = f"cancelled at step {last_step + 1}" if last_step >= 0 else "cancelled before its first step"
+        and trajectory labelled "cancelled at step k" (k its last step, counted from 0 as the viewer and the
+        flip map count them), every other panel empty."""
+        where = f"cancelled at step {last_step}" if last_step >= 0 else "cancelled before its first step"
         named = f"run `{run_id}`" if run_id else "the run"
         views = {"run_badge": f"**Results below:** {named}, {where} (partial: an event that did not finish is not stored).",
                  "status": f"Stopped: {stop}; {where}."}

@@ -76,7 +76,7 @@ class LiveDish:
         return flip_heatmap(
             self.flips.counts(), n_samples=self.n_samples, anchors=aggregate_anchor_boxes(self.layouts),
             pinned=self.pinned.all(axis=0), blank_pinned=True, tokens=token_texts(self.tokens, self.flips.token_ids()),
-            colors=self.colors, title=f"{title}flips while sampling — step {index + 1}",
+            colors=self.colors, title=f"{title}flips while sampling — step {index}",  # counted from 0, as the viewer and the y axis
         )
 
     def trajectory(self, view: TrajectoryView) -> dict:

@@ -168,10 +168,12 @@ def test_the_dish_tab_runs_a_job_and_its_cancel_stops_it(service):
     last = updates[-1]
     assert last["status"].startswith("Stopped: the job was cancelled; cancelled at step ")
     k = int(last["status"].rsplit(" ", 1)[1].rstrip("."))
-    assert k >= steps_seen and job.run_id in last["run_badge"] and f"cancelled at step {k}" in last["run_badge"]
-    # the partial record says what it is: not live, cancelled at step k, k steps of sample 0
+    assert k + 1 >= steps_seen and job.run_id in last["run_badge"] and f"cancelled at step {k}" in last["run_badge"]
+    # the partial record says what it is: not live, cancelled at step k (counted from 0, as the viewer
+    # and the flip map count steps), steps 0..k of sample 0
     assert last["traj_view"]["live"] is False and last["traj_view"]["status"] == f"cancelled at step {k}"
-    assert last["traj_view"]["steps"] == k and f"step {k}" in last["heatmap"].layout.title.text
+    assert last["traj_view"]["steps"] == k + 1 and last["heatmap"].layout.title.text.endswith(f"step {k}")
+    assert last["heatmap"].layout.yaxis.dtick == 1 and last["heatmap"].layout.yaxis.tick0 == 0  # whole steps only
 
 
 STUDY_VIEWS = {"status", "instability", "events", "jaccard", "stats", "groups", "files", "report", "pairs"}
