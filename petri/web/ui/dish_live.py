@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
 import plotly.graph_objects as go
 
 from petri.core.dish import Dish, pinned_arrays
