@@ -266,7 +266,6 @@ class DishController:
         # every result panel is cleared at once: nothing of the previous run stays beside this one
         yield {**self.cleared_views(), **({"status": QUEUED_LINE} if self.service.busy else {})}
         result: SeedResult | None = None
-        index = -1
         try:
             for kind, payload in throttled(stream(submit, self.service.jobs, cancel=cancel, idle=True),
                                            live.add):
