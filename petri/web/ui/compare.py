@@ -37,7 +37,7 @@ from petri.web.ui.dish_live import LiveDish, throttled
 from petri.web.ui.figure_files import add_figure_downloads
 from petri.web.ui.live import QUEUED_LINE, JobCancelled, stream, wire_run
 from petri.web.ui.stats import paired_tests_line
-from petri.web.ui.trajectory import TrajectoryView
+from petri.web.ui.trajectory import TrajectoryView, run_label
 from petri.web.ui.views import END_TOKEN_COLOR, END_TOKEN_LABEL, concept_colors, highlighted_text, request_error_message
 
 EXAMPLE_A = ("benign", "The customer placed an order, and the warehouse packed it the same afternoon.")
@@ -190,7 +190,7 @@ class CompareController:
         reopened stored comparison)."""
         counts = [flip_grid(t.argmax, t.steps, t.anchor_mask).sum(axis=0) for t in (a, b)]
         paired = paired_samples(a, b, labels)
-        heat_a, heat_b = self.dish.final_heatmap(a), self.dish.final_heatmap(b)
+        heat_a, heat_b = self.dish.final_heatmap(a, run_id), self.dish.final_heatmap(b, run_id)  # each names its run
         heat_a.update_layout(title_text=f"{labels[0]}: {heat_a.layout.title.text}")
         heat_b.update_layout(title_text=f"{labels[1]}: {heat_b.layout.title.text}")
         steps = max(int(a.steps.max()), int(b.steps.max()), 1)  # one step axis (and height) for both maps
@@ -207,11 +207,11 @@ class CompareController:
             "heatmap_b": heat_b,
             "difference": flip_difference_heatmap(
                 counts[0], counts[1], labels=labels, anchors=aggregate_anchor_boxes(a.anchors), pinned=a.anchor_mask.all(axis=0),
-                n_samples=a.n_samples, title=f"flip difference ({labels[1]} − {labels[0]}), samples flipping per step",
+                n_samples=a.n_samples, title=f"{run_label(run_id)}flip difference ({labels[1]} − {labels[0]}), samples flipping per step",
                 colors=concepts),
             "pairs": compare_pairs(a, b, labels).round(4),
             "paired": paired.round(4),
-            "summary": f"{summary_line(paired, labels)} {paired_tests_line(a, b, labels)} ({layout_note}.)",
+            "summary": f"{f'Run `{run_id}`: ' if run_id else ''}{summary_line(paired, labels)} {paired_tests_line(a, b, labels)} ({layout_note}.)",
             "text_a": gr.update(value=highlighted_text(a, 0, self.dish.tokens), color_map=colors, label=f"{labels[0]}: sample 0"),
             "text_b": gr.update(value=highlighted_text(b, 0, self.dish.tokens), color_map=colors, label=f"{labels[1]}: sample 0"),
             **self.trajectories[0].views(run_id, 0, a, title=f"{labels[0]}: "),

@@ -108,6 +108,11 @@ def test_compare_runs_both_events_on_the_same_layouts_and_seed(service):
     expected[:, a.anchor_mask.all(axis=0)] = np.nan
     np.testing.assert_array_equal(np.asarray(diff, dtype=float), expected)
     assert "benign" in final["heatmap_a"].layout.title.text and "contradictory" in final["heatmap_b"].layout.title.text
+    run = final["run_id"][:12]  # every panel names the run it shows (issue 49)
+    for shown in (final["heatmap_a"].layout.title.text, final["heatmap_b"].layout.title.text,
+                  final["difference"].layout.title.text, final["traj_a_view"]["title"], final["traj_b_view"]["title"]):
+        assert f"run {run}" in shown, shown
+    assert final["summary"].startswith(f"Run `{final['run_id']}`")
     # paired per sample: each sample's mean segment instability in B minus in A
     paired = paired_samples(a, b, ("benign", "contradictory"))
     for s in range(3):
