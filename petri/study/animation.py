@@ -3,7 +3,7 @@
 Each frame is the canvas at that step on a fixed grid (``columns`` positions per row, so a token keeps
 its place from frame to frame): cell colour = confidence (``exp(-entropy)``, light = unsure, dark =
 certain, the scale of :data:`petri.study.trajectory_plots.CONFIDENCE_SCALE`), renoised cells faded,
-cells whose argmax flipped at that step outlined red, anchors outlined in their concept colours, and
+cells whose argmax flipped at that step outlined with a dashed black line (as in the viewer), anchors outlined in their concept colours, and
 special tokens (``<eos>`` …) written grey. :func:`write_gif` writes a GIF;
 :func:`write_mp4` an MP4 through ``ffmpeg`` where one is on ``PATH`` (:func:`mp4_available`).
 """
@@ -19,11 +19,25 @@ from pathlib import Path
 from PIL import Image, ImageDraw, ImageFont
 
 from petri.measure.replay import CONFIDENCE_LEGEND, sample_record
-from petri.study.trajectory_plots import CONFIDENCE_SCALE, FLIP_COLOR
+from petri.study.trajectory_plots import CONFIDENCE_SCALE
 from petri.core.trajectory import Trajectory
 
 _FONTS = ("/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf", "DejaVuSansMono.ttf")
 CELL_W, CELL_H, PAD = 96, 30, 12
+
+
+DASH_PX = 5
+
+
+def dashed_rectangle(draw: ImageDraw.ImageDraw, box: tuple[int, int, int, int], width: int = 2) -> None:
+    """Outline ``box`` (x0, y0, x1, y1) with black dashes of :data:`DASH_PX` (a flipped cell)."""
+    x0, y0, x1, y1 = box
+    for x in range(x0, x1, 2 * DASH_PX):
+        for y in (y0, y1 - width + 1):
+            draw.rectangle((x, y, min(x + DASH_PX, x1), y + width - 1), fill="black")
+    for y in range(y0, y1, 2 * DASH_PX):
+        for x in (x0, x1 - width + 1):
+            draw.rectangle((x, y, x + width - 1, min(y + DASH_PX, y1)), fill="black")
 
 
 def _font(size: int):
@@ -77,14 +91,14 @@ def frames(traj: Trajectory, sample: int, decode: Callable[[int], str], *, color
             outline, line = (None, 1)
             if concept:
                 outline, line = (colors or {}).get(concept, "#f4a261"), 3
-            if rec["flipped"][t][i]:
-                outline, line = FLIP_COLOR, 3
             draw.rectangle(box, fill=fill, outline=outline or "#d1d5db", width=line)
+            if rec["flipped"][t][i]:
+                dashed_rectangle(draw, box, 3 if concept else 2)
             dark = sum(fill) < 380
             ink = "#9ca3af" if token in specials else ("white" if dark else "black")
             text = rec["texts"][str(token)][:11]
             draw.text((x0 + 6, y0 + 8), text, fill=ink, font=cell_font)
-        draw.text((PAD, height - PAD - 12), f"{CONFIDENCE_LEGEND}; faded = renoised; red = flipped at this step",
+        draw.text((PAD, height - PAD - 12), f"{CONFIDENCE_LEGEND}; faded = renoised; dashed black = flipped at this step",
                   fill="#374151", font=note_font)
         out.append(img)
     return out

@@ -166,6 +166,12 @@ def event_ranking_figure(events: pd.DataFrame, groups: Sequence[str] | None = No
     return tag_run(fig, run_id)
 
 
+def jaccard_height(templates: int) -> int:
+    """A Jaccard heatmap's height (px) for ``templates`` rows: about 80 px a row below a two-line
+    title, 300 to 640 px (a 2 × 2 matrix was drawn 520 px tall, most of it two cells)."""
+    return int(min(640, max(300, 170 + 80 * templates)))
+
+
 def jaccard_heatmap(matrix: pd.DataFrame, mean_off_diagonal: float | None = None, *, tagger: str = "", top_n: int | None = None,
                     run_id: str = "") -> go.Figure:
     """Template × template Jaccard overlap of the top-N noun sets (``run_id``: named in the title)."""
@@ -184,7 +190,8 @@ def jaccard_heatmap(matrix: pd.DataFrame, mean_off_diagonal: float | None = None
         title += f" — {run_tag(run_id)}"
     if tagger:
         title += f"<br><sup>{tagger}</sup>"
-    fig.update_layout(title=title, template="plotly_white", height=520, width=640)
+    height = jaccard_height(len(matrix.index))
+    fig.update_layout(title=title, template="plotly_white", height=height, width=height + 140)
     fig.update_yaxes(autorange="reversed")
     return tag_run(fig, run_id)
 
@@ -214,11 +221,21 @@ def _check_sample(traj: Trajectory, sample: int) -> int:
 
 
 class Box(NamedTuple):
-    """An outlined stretch of a figure: ``concept`` is its label, positions ``start .. end - 1``."""
+    """An outlined stretch of a figure: ``concept`` is its label, positions ``start .. end - 1``;
+    ``detail``, when given, is shown on hovering the label (the whole text of a shortened one)."""
 
     concept: str
     start: int
     end: int
+    detail: str = ""
+
+
+#: A slot label's concept names beyond this many characters are cut with "…" (the whole list on hover).
+SLOT_NAMES_CHARS = 14
+#: The narrowest plot area a flip map is drawn in (px): a heatmap at half width or on a 420 px screen.
+#: Labels above a figure are stacked in rows so that none overlaps another at this width or wider.
+NARROW_PLOT_PX = 280
+LABEL_ROW_PX = 18
 
 
 def aggregate_anchor_boxes(anchors: Sequence[Sequence[AnchorSpan]]) -> list:
@@ -232,32 +249,70 @@ def aggregate_anchor_boxes(anchors: Sequence[Sequence[AnchorSpan]]) -> list:
     boxes = []
     for k, slot in enumerate(zip(*layouts)):
         names = "/".join(dict.fromkeys(concept for _, _, concept in slot))
-        boxes.append(Box(f"slot {k + 1}: {names}", min(x for x, _, _ in slot), max(y for _, y, _ in slot)))
+        short = names if len(names) <= SLOT_NAMES_CHARS else names[: SLOT_NAMES_CHARS - 1] + "…"
+        boxes.append(Box(f"slot {k + 1}: {short}", min(x for x, _, _ in slot), max(y for _, y, _ in slot),
+                         f"slot {k + 1}: {names}"))
     return boxes
+
+
+def label_width_px(text: str, size: int) -> float:
+    """A generous estimate of a label's width in px (bold sans-serif, ``size`` px): 0.62 em a character."""
+    return 0.62 * size * len(text) + 4
+
+
+def stack_labels(centers: Sequence[float], widths_px: Sequence[float], px_per_unit: float) -> list[int]:
+    """Rows for labels above a figure so that no two in a row overlap: label ``i`` is centred at
+    ``centers[i]`` (data units) and ``widths_px[i]`` wide; ``px_per_unit`` the narrowest scale the
+    figure is drawn at. Each label takes the lowest row whose labels it clears (in the order of their
+    centres). Returns one row (0 = lowest) per label, in the order given."""
+    rows: list[list[tuple[float, float]]] = []
+    placed = [0] * len(centers)
+    for i in sorted(range(len(centers)), key=lambda i: centers[i]):
+        half = widths_px[i] / 2 / px_per_unit
+        left, right = centers[i] - half, centers[i] + half
+        row = next((r for r, spans in enumerate(rows) if all(right <= a or b <= left for a, b in spans)), len(rows))
+        if row == len(rows):
+            rows.append([])
+        rows[row].append((left, right))
+        placed[i] = row
+    return placed
 
 
 def _mark_anchors(
     fig: go.Figure, spans: Sequence[AnchorSpan | Box], pinned, *, outline: bool = False, colors: dict[str, str] | None = None
-) -> None:
+) -> int:
     """Mark each anchor span (labelled with its concept above the plot, coloured by ``colors`` or
     :data:`ANCHOR_COLOR`) and the rest of the pinned positions ``pinned`` ``(L,)`` bool (the canvas
-    prefix): shaded behind bars, or outlined on top of a heatmap (``outline``)."""
+    prefix): shaded behind bars, or outlined on top of a heatmap (``outline``). Labels that would
+    overlap at :data:`NARROW_PLOT_PX` are stacked (:func:`stack_labels`). Returns the rows of labels."""
     pinned = np.asarray(pinned, dtype=bool)
     in_span = np.zeros(pinned.shape, dtype=bool)
-
-    def mark(x0: float, x1: float, color: str, label: str, size: int) -> None:
+    marks = []  # (x0, x1, colour, label, size, hover)
+    for a in spans:
+        in_span[a.start:a.end] = True
+        marks.append((a.start - 0.5, a.end - 0.5, (colors or {}).get(a.concept, ANCHOR_COLOR), a.concept, 12,
+                      getattr(a, "detail", "")))
+    prefix = np.flatnonzero(pinned & ~in_span)
+    if prefix.size:
+        marks.append((prefix.min() - 0.5, prefix.max() + 0.5, "#6c757d", "pinned prefix", 10, ""))
+    px_per_unit = NARROW_PLOT_PX / max(1, pinned.shape[0])
+    rows = stack_labels([(x0 + x1) / 2 for x0, x1, *_ in marks],
+                        [label_width_px(label, size) for *_, label, size, _ in marks], px_per_unit)
+    for (x0, x1, color, label, size, hover), row in zip(marks, rows):
         if outline:
             fig.add_vrect(x0=x0, x1=x1, fillcolor="rgba(0,0,0,0)", line_width=2.5, line_color=color, layer="above")
         else:
             fig.add_vrect(x0=x0, x1=x1, fillcolor=color, opacity=0.25, line_width=1.5, line_color=color, layer="below")
-        fig.add_annotation(x=(x0 + x1) / 2, y=1.0, yref="paper", yanchor="bottom", text=label, showarrow=False, font={"color": color, "size": size})
+        text = f"<b>{label}</b>" if size >= 12 else label
+        fig.add_annotation(x=(x0 + x1) / 2, y=1.0, yref="paper", yanchor="bottom", yshift=row * LABEL_ROW_PX, text=text,
+                           showarrow=False, font={"color": color, "size": size}, hovertext=hover or None,
+                           name="anchor label")
+    return max(rows, default=-1) + 1
 
-    for a in spans:
-        in_span[a.start:a.end] = True
-        mark(a.start - 0.5, a.end - 0.5, (colors or {}).get(a.concept, ANCHOR_COLOR), f"<b>{a.concept}</b>", 12)
-    prefix = np.flatnonzero(pinned & ~in_span)
-    if prefix.size:
-        mark(prefix.min() - 0.5, prefix.max() + 0.5, "#6c757d", "pinned prefix", 10)
+
+def top_margin(label_rows: int) -> int:
+    """A flip map's top margin (px): room for a two-line title and ``label_rows`` rows of labels."""
+    return 62 + LABEL_ROW_PX * max(1, label_rows)
 
 
 def count_colorbar(top: float, title: str) -> dict:
@@ -308,10 +363,10 @@ def flip_heatmap(
             colorbar=count_colorbar(max(1, n_samples), "samples<br>flipping"),
         )
     )
-    _mark_anchors(fig, anchors, pinned, outline=True, colors=colors)
+    label_rows = _mark_anchors(fig, anchors, pinned, outline=True, colors=colors)
     fig.update_layout(
         title={"text": title, "font": {"size": 14}, "x": 0.01}, template="plotly_white",
-        height=max(400, min(900, 12 * z.shape[0] + 160)), margin={"l": 50, "r": 10, "t": 80, "b": 40},
+        height=max(400, min(900, 12 * z.shape[0] + 160)), margin={"l": 50, "r": 10, "t": top_margin(label_rows), "b": 40},
     )
     fig.update_xaxes(title_text="canvas position", range=[-0.5, length - 0.5])
     fig.update_yaxes(title_text="denoising step", autorange="reversed", tick0=0, dtick=max(1, -(-z.shape[0] // 12)))
@@ -343,11 +398,12 @@ def flip_difference_heatmap(flips_a, flips_b, *, labels: tuple[str, str] = ("A",
         hovertemplate=f"step %{{y}}, position %{{x}}<br>{labels[1]} − {labels[0]}: %{{z}} samples flipping<extra></extra>",
         colorbar=count_colorbar(bound, f"{labels[1]} − {labels[0]}"),
     ))
-    _mark_anchors(fig, anchors, np.zeros(a.shape[1], dtype=bool) if pinned is None else pinned, outline=True,
-                  colors=colors)
+    label_rows = _mark_anchors(fig, anchors, np.zeros(a.shape[1], dtype=bool) if pinned is None else pinned,
+                               outline=True, colors=colors)
     fig.update_layout(
         title={"text": title or f"flip difference: {labels[1]} − {labels[0]}", "font": {"size": 14}, "x": 0.01},
-        template="plotly_white", height=max(400, min(900, 12 * steps + 160)), margin={"l": 50, "r": 10, "t": 80, "b": 40},
+        template="plotly_white", height=max(400, min(900, 12 * steps + 160)),
+        margin={"l": 50, "r": 10, "t": top_margin(label_rows), "b": 40},
     )
     fig.update_xaxes(title_text="canvas position", range=[-0.5, a.shape[1] - 0.5])
     fig.update_yaxes(title_text="denoising step", autorange="reversed")

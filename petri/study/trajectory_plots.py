@@ -3,7 +3,7 @@
 (1) :func:`trajectory_figure`: every step of one sample as a row of tokens (the DiffusionGemma technical
 report's layout, step 0 on top), each cell coloured by confidence (``exp(-entropy)``, see
 :mod:`petri.measure.replay`), renoised (not accepted) cells faded, the cells whose argmax flipped at that step
-outlined red, each position's commit step marked with a black bar, anchors outlined in their
+outlined with a dashed black line (a form no concept colour takes), each position's commit step marked with a black bar, anchors outlined in their
 concept colours (``colors``: the chips' and heatmap boxes' colours, :func:`petri.web.ui.views.concept_colors`).
 (2) :func:`step_curves_figure`: per step, the mean entropy of the free positions, the free tokens
 accepted and the flips; each sample a thin line, the mean over the samples still running a thick one.
@@ -23,14 +23,27 @@ from petri.core.trajectory import Trajectory
 
 #: Confidence colour scale, light (unsure) to dark (certain), shared by the figure and the animation.
 CONFIDENCE_SCALE = [[0.0, "#f7fbff"], [0.5, "#6baed6"], [1.0, "#08306b"]]
-FLIP_COLOR = "#d62728"
+#: A flip's outline: dashed black, as in the viewer (a concept's box is a solid line in its colour).
+FLIP_OUTLINE = {"color": "black", "width": 1.5, "dash": "dash"}
+#: A cell at least this wide (px) shows its token's text, at :data:`CELL_FONT_PX` (never smaller).
+TEXT_CELL_PX = 24
+CELL_FONT_PX = 10
+#: The cell width the UI draws the figure at: readable text; a wide canvas scrolls sideways.
+READABLE_CELL_PX = 34
+
+
+def cell_outlines(cells, inset: float = 0.42) -> str:
+    """One SVG path outlining every cell of ``cells`` ``(n, 2)`` (step, position) pairs, as a square
+    of half-side ``inset`` (data units) around each: a single shape however many cells flip."""
+    return "".join(f"M{x - inset},{y - inset}H{x + inset}V{y + inset}H{x - inset}Z" for y, x in np.asarray(cells).reshape(-1, 2))
 
 
 def trajectory_figure(traj: Trajectory, sample: int, decode: Callable[[int], str], *,
                       colors: dict[str, str] | None = None, max_chars: int = 8, cell_px: float = 40) -> go.Figure:
-    """Steps × positions of sample ``sample``: token text in each cell (cut to ``max_chars``; left out
-    when cells are under 16 px), colour = confidence, faded = not accepted, red outline = flipped at
-    that step, black bar = commit step. ``cell_px``: a cell's width, which sizes the figure and marks."""
+    """Steps × positions of sample ``sample``: token text in each cell (cut to ``max_chars``, at
+    :data:`CELL_FONT_PX`; left out when cells are under :data:`TEXT_CELL_PX`), colour = confidence,
+    faded = not accepted, dashed black outline = flipped at that step, black bar = commit step.
+    ``cell_px``: a cell's width, which sizes the figure (``cell_px`` × L + 160 px wide) and marks."""
     rec = sample_record(traj, sample, decode)
     ids = np.asarray(rec["ids"])
     n_steps, length = ids.shape
@@ -42,16 +55,16 @@ def trajectory_figure(traj: Trajectory, sample: int, decode: Callable[[int], str
     custom = np.dstack([hover_text, ids, np.round(conf, 3), np.where(accepted, "accepted", "renoised")])
     fig = go.Figure(go.Heatmap(
         z=z, x=np.arange(length), y=np.arange(n_steps), zmin=0, zmax=1, colorscale=CONFIDENCE_SCALE,
-        text=texts, texttemplate="%{text}" if cell_px >= 16 else "", textfont={"size": 9 if cell_px >= 30 else 7}, customdata=custom, xgap=1, ygap=1,
+        text=texts, texttemplate="%{text}" if cell_px >= TEXT_CELL_PX else "", textfont={"size": CELL_FONT_PX},
+        customdata=custom, xgap=1, ygap=1,
         hovertemplate="step %{y}, position %{x}: '%{customdata[0]}' (id %{customdata[1]})<br>confidence "
                       "%{customdata[2]}, %{customdata[3]}<extra></extra>",
         colorbar={"title": {"text": "confidence<br>exp(−entropy)", "side": "top"}, "thickness": 12},
     ))
     flips = np.argwhere(np.asarray(rec["flipped"], dtype=bool))
-    fig.add_trace(go.Scatter(x=flips[:, 1], y=flips[:, 0], mode="markers", name="flipped at this step",
-                             marker={"symbol": "square-open", "size": 0.85 * min(cell_px, 26), "color": FLIP_COLOR,
-                                     "line": {"width": 1.5 if cell_px >= 16 else 1}},
-                             hoverinfo="skip"))
+    if len(flips):
+        fig.add_shape(type="path", path=cell_outlines(flips), line=FLIP_OUTLINE, layer="above",
+                      name="flipped at this step", showlegend=True)
     commit = np.asarray(rec["commit"])
     fig.add_trace(go.Scatter(x=np.arange(length), y=commit + 0.42, mode="markers", name="commit step (bar under the row)",
                              marker={"symbol": "line-ew-open", "size": 0.85 * cell_px, "color": "black", "line": {"width": 3}},

@@ -27,6 +27,9 @@ UI_CSS = """
 .petri-note { color: var(--body-text-color-subdued); font-size: 0.9em; }
 /* download lists: a long name (run id + figure) wraps instead of being cut to its first letters */
 td.filename .stem { white-space: normal; overflow-wrap: anywhere; text-overflow: clip; }
+/* the whole-trajectory figure keeps readable cells: a canvas wider than the page scrolls sideways */
+.petri-wide-figure { overflow-x: auto !important; }
+.petri-wide-figure .js-plotly-plot, .petri-wide-figure .plot-container { width: max-content !important; }
 """
 
 

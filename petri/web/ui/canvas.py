@@ -114,7 +114,13 @@ function render(focusIndex) {
     const t = document.createElement('div');
     t.className = 'pc-tick' + (p % step === 0 ? ' pc-major' : '');
     t.style.left = pct(p); track.appendChild(t);
-    if (p % step === 0 || p === L) { const s = document.createElement('span'); s.textContent = p; s.style.left = pct(p); axis.appendChild(s); }
+    // a major tick just short of the end leaves its label to the end's (they would overlap)
+    if ((p % step === 0 && (L - p >= step / 2 || p === L)) || p === L) {
+      // centred under its tick, but the end labels lean inward: centred, "0" and "64" were cut in half by the strip's box
+      const s = document.createElement('span'); s.textContent = p; s.style.left = pct(p);
+      s.style.transform = p === 0 ? 'none' : (p === L ? 'translateX(-100%)' : 'translateX(-50%)');
+      axis.appendChild(s);
+    }
   }
   if (val.prefix > 0) {
     const pre = document.createElement('div'); pre.className = 'pc-prefix'; pre.style.width = pct(val.prefix);

@@ -32,7 +32,7 @@ import numpy as np
 
 from petri.measure.metrics import anchor_concepts
 from petri.measure.replay import CONFIDENCE_LEGEND, live_record, sample_record
-from petri.study.trajectory_plots import CONFIDENCE_SCALE, step_curves_figure, trajectory_figure
+from petri.study.trajectory_plots import CONFIDENCE_SCALE, READABLE_CELL_PX, step_curves_figure, trajectory_figure
 from petri.core.trajectory import MASKED_FAMILY, UNIFORM_FAMILY, Trajectory
 from petri.web.access import Caller
 from petri.web.replay_files import export_bundle, run_colors
@@ -62,9 +62,11 @@ VIEW_HTML = """
 VIEW_CSS = """
 .pt { padding: 6px 2px; outline-offset: 2px; }
 .pt:focus { outline: 2px solid #2563eb; }
-.pt-bar { display: flex; gap: 6px; align-items: center; }
+.pt-bar { display: flex; flex-wrap: wrap; gap: 6px; align-items: center; }
 .pt-bar button { padding: 2px 10px; border: 1px solid #9ca3af; border-radius: 4px; background: #f9fafb; cursor: pointer; }
-.pt-slider { flex: 1; }
+.pt-bar label { white-space: nowrap; flex: none; }
+.pt-bar select { width: auto; max-width: none; flex: none; }
+.pt-slider { flex: 1 1 120px; min-width: 120px; }
 .pt-step { font-size: 13px; margin: 4px 0; color: #111827; }
 .pt-canvas { display: flex; flex-wrap: wrap; gap: 3px; font-family: ui-monospace, monospace; font-size: 12px; }
 .pt-tok { padding: 1px 4px; border-radius: 3px; border: 1px solid #d1d5db; white-space: pre; min-width: 1ch; }
@@ -312,9 +314,10 @@ class TrajectoryView:
             self.name("view"): self.record(traj, sample, f"{run_id}:{event}", run_label(run_id) + title),
             self.name("key"): {"run_id": run_id, "event": int(event), "title": title},
             self.name("sample"): gr.update(maximum=max(traj.n_samples - 1, 1), value=sample, interactive=traj.n_samples > 1),
-            # the page's width here (about 1100 px of cells); the downloads keep 40 px a cell
-            self.name("figure"): responsive(trajectory_figure(traj, sample, self.tokens, colors=run_colors(traj),
-                                                              cell_px=max(6.0, 1100 / traj.canvas_length))),
+            # cells wide enough to read their text: a canvas wider than the page scrolls sideways
+            # (its box has overflow-x: auto, UI_CSS), so the figure is never shrunk to unreadable cells
+            self.name("figure"): trajectory_figure(traj, sample, self.tokens, colors=run_colors(traj),
+                                                   cell_px=READABLE_CELL_PX),
             self.name("curves"): responsive(step_curves_figure(traj, sample)),
             self.name("files"): None,
         }
@@ -365,7 +368,7 @@ class TrajectoryView:
                                    elem_id=f"{elem}-export", scale=2)
             view = gr.HTML({"note": empty_note}, html_template=VIEW_HTML, css_template=VIEW_CSS, js_on_load=VIEW_JS, elem_id=elem,
                            padding=False, container=False)
-            figure = gr.Plot(show_label=False, elem_id=f"{elem}-figure")
+            figure = gr.Plot(show_label=False, elem_id=f"{elem}-figure", elem_classes=["petri-wide-figure"])
             with gr.Row():
                 curves = gr.Plot(show_label=False, elem_id=f"{elem}-curves", scale=3, min_width=320)
                 files = gr.File(label="Replay downloads", file_count="multiple", interactive=False,
