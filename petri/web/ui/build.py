@@ -27,6 +27,10 @@ UI_CSS = """
 .petri-note { color: var(--body-text-color-subdued); font-size: 0.9em; }
 /* download lists: a long name (run id + figure) wraps instead of being cut to its first letters */
 td.filename .stem { white-space: normal; overflow-wrap: anywhere; text-overflow: clip; }
+/* an empty figure or download list (nothing run yet) is a slim line under its label, not a 200 px
+   placeholder: eleven of them made the Dish page 3,000 px long before its first run */
+#petri-tabs .block .empty.large.unpadded_box { min-height: 2.5rem !important; height: 2.5rem !important; }
+#petri-tabs .block .empty.large.unpadded_box .icon { height: 1.5rem !important; width: 1.5rem !important; }
 /* the whole-trajectory figure keeps readable cells: a canvas wider than the page scrolls sideways */
 .petri-wide-figure { overflow-x: auto !important; }
 .petri-wide-figure .js-plotly-plot, .petri-wide-figure .plot-container { width: max-content !important; }

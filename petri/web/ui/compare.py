@@ -50,17 +50,19 @@ def same_layouts(a: Trajectory, b: Trajectory) -> bool:
 
 
 def compare_pairs(a: Trajectory, b: Trajectory, labels: tuple[str, str]) -> pd.DataFrame:
-    """Per-pair instability side by side: pair, ``instability <A>``, ``instability <B>``, ``B − A``."""
+    """Per-pair instability side by side: pair, ``B − A`` (the difference first, so it is in view on a
+    narrow panel), ``instability <A>``, ``instability <B>``."""
     left = pairs_table(a)[["pair", "instability"]].rename(columns={"instability": f"instability {labels[0]}"})
     right = pairs_table(b)[["pair", "instability"]].rename(columns={"instability": f"instability {labels[1]}"})
     out = left.merge(right, on="pair", how="outer").sort_values("pair").reset_index(drop=True)
-    out[f"{labels[1]} − {labels[0]}"] = out[f"instability {labels[1]}"] - out[f"instability {labels[0]}"]
+    out.insert(1, f"{labels[1]} − {labels[0]}", out[f"instability {labels[1]}"] - out[f"instability {labels[0]}"])
     return out
 
 
 def paired_samples(a: Trajectory, b: Trajectory, labels: tuple[str, str]) -> pd.DataFrame:
-    """One row per sample (the same layout in both events): its mean segment instability and mean
-    flips over free positions in A and in B, and the paired differences B − A."""
+    """One row per sample (the same layout in both events): the paired differences B − A of its mean
+    segment instability and of its mean flips over free positions first, then the values in A and B
+    and the layout."""
     rows = {}
     for label, traj in zip(labels, (a, b)):
         seg = segments_table(traj).groupby("sample")["instability"].mean()
@@ -68,9 +70,9 @@ def paired_samples(a: Trajectory, b: Trajectory, labels: tuple[str, str]) -> pd.
         rows[f"instability {label}"] = seg.reindex(range(traj.n_samples))
         rows[f"flips {label}"] = flips.reindex(range(traj.n_samples))
     out = pd.DataFrame(rows)
-    out.insert(0, "layout", samples_table(a)["anchor_layout"].to_numpy())
-    out[f"instability {labels[1]} − {labels[0]}"] = out[f"instability {labels[1]}"] - out[f"instability {labels[0]}"]
-    out[f"flips {labels[1]} − {labels[0]}"] = out[f"flips {labels[1]}"] - out[f"flips {labels[0]}"]
+    out.insert(0, f"instability {labels[1]} − {labels[0]}", out[f"instability {labels[1]}"] - out[f"instability {labels[0]}"])
+    out.insert(1, f"flips {labels[1]} − {labels[0]}", out[f"flips {labels[1]}"] - out[f"flips {labels[0]}"])
+    out["layout"] = samples_table(a)["anchor_layout"].to_numpy()
     return out.rename_axis("sample").reset_index()
 
 
@@ -257,13 +259,14 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
         heatmap_b = gr.Plot(show_label=False, elem_id="petri-cmp-heatmap-b", min_width=320)
     difference = gr.Plot(show_label=False, elem_id="petri-cmp-difference")
     add_figure_downloads(service, run_id, ctl.figures, access, (), "petri-cmp-figures")
-    with gr.Row():
-        # empty until a run, with the columns a run fills in under the labels A and B
-        pairs = gr.Dataframe(pd.DataFrame(columns=["pair", "instability A", "instability B", "B − A"]),
+    # one table above the other, each the page's width: side by side, the paired table's differences
+    # were off-screen at 1440 px; empty until a run, with the columns a run fills in under the labels A and B
+    with gr.Column():
+        pairs = gr.Dataframe(pd.DataFrame(columns=["pair", "B − A", "instability A", "instability B"]),
                              label="Pair instability side by side", interactive=False, elem_id="petri-cmp-pairs",
                              min_width=320)
-        paired = gr.Dataframe(pd.DataFrame(columns=["sample", "layout", "instability A", "flips A", "instability B",
-                                                    "flips B", "instability B − A", "flips B − A"]),
+        paired = gr.Dataframe(pd.DataFrame(columns=["sample", "instability B − A", "flips B − A", "instability A",
+                                                    "flips A", "instability B", "flips B", "layout"]),
                               label="Paired difference per sample (same layout in both events)", interactive=False,
                               elem_id="petri-cmp-paired", min_width=320)
     with gr.Row():

@@ -3,7 +3,10 @@ from which a run reopens in its own tab with its heatmap, texts, tables and down
 run store (:class:`~petri.runs.store.RunStore`): nothing is sampled again, and every input of the tab is
 set back to the run's values (so Run starts the same run, and resumes an unfinished study). A study
 run that did not finish reopens with the provisional statistics of its stored batches. The list can be searched
-(any words, matched in id, kind, status, model, concepts and what was run) and narrowed to a kind;
+(any words, matched in id, kind, status, model, concepts and what was run) and narrowed to a kind.
+Each row says what was run first, then its design (events × templates × samples) and a headline
+number, the mean flips per free position of each group (:func:`run_headline`, read once per run);
+the id, time, model and concepts follow.
 a run can be deleted (Delete asks first: a second press on the same run removes it).
 
 On a public server the tab shows, opens and deletes only the visitor's own runs
@@ -13,10 +16,14 @@ visitor's claim to it); on a local server every run is everyone's, as before.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import gradio as gr
+import numpy as np
 import pandas as pd
 
 from petri.app.service import PetriService
+from petri.measure.metrics import flip_counts
 from petri.study.provisional import stored_batches
 from petri.study.runner import StudyResult
 from petri.study.schema import StudyError, study_from_dict
@@ -24,7 +31,10 @@ from petri.core.trajectory import settings_from_dict
 from petri.web.access import Caller
 from petri.web.ui.access import UiAccess
 
-RUN_COLUMNS = ["run_id", "kind", "created_at", "status", "model", "concepts", "what"]
+RUN_COLUMNS = ["kind", "what", "design", "headline", "status", "run_id", "created_at", "model", "concepts"]
+#: Room for each column (px): "what" gets the most, so an event reads as a sentence, not 20 characters.
+RUN_COLUMN_WIDTHS = ["80px", "360px", "150px", "190px", "90px", "150px", "150px", "120px", "150px"]
+HEADLINE = "mean flips per free position"
 KIND_FILTERS = ["all", "dish", "compare", "study"]
 
 
@@ -35,20 +45,45 @@ def run_kind(run: dict) -> str:
     return "compare" if len(run["request"].get("events", [])) == 2 else "dish"
 
 
-def run_row(run: dict) -> list:
-    """One row of the runs table: id, kind, time, status, model, concepts, what was run."""
+def run_row(run: dict, headline: str = "") -> list:
+    """One row of the runs table (:data:`RUN_COLUMNS`): kind, what was run, its design, ``headline``,
+    status, id, time, model, concepts."""
     request, kind = run["request"], run_kind(run)
     if kind == "study":
         study = request.get("study", {})
         concepts = study.get("concepts", [])
-        what = (f"{study.get('title', study.get('id', ''))}: {len(study.get('events', []))} events × "
-                f"{len(request.get('templates', []))} templates × {request.get('samples')} samples")
+        what = study.get("title", study.get("id", ""))
+        design = (f"{len(study.get('events', []))} events × {len(request.get('templates', []))} templates × "
+                  f"{request.get('samples')} samples")
     else:
         events = request.get("events", [])
         concepts = events[0]["concepts"] if events else []
         what = " vs ".join(f"{e.get('group') or ''}{': ' if e.get('group') else ''}{e['event'][:60]}" for e in events)
-        what += f" ({request.get('n_samples')} samples, seed {request.get('seed')})"
-    return [run["run_id"], kind, run["created_at"], run["status"], run["model_id"], ", ".join(concepts), what]
+        design = f"{len(events)} event{'s' if len(events) != 1 else ''} × {request.get('n_samples')} samples, seed {request.get('seed')}"
+    return [kind, what, design, headline, run["status"], run["run_id"], run["created_at"], run["model_id"],
+            ", ".join(concepts)]
+
+
+def run_headline(service: PetriService, run: dict) -> str:
+    """The run's headline: the mean flips per free position over its stored samples, per group when it
+    has groups (``"benign 3.21 · contradictory 3.48"``); ``""`` when nothing is stored yet. Read once
+    per (run, status, events stored): a finished run does not change."""
+    return _headline(service.store, run["run_id"], run["status"], run.get("events_stored", 0))
+
+
+@lru_cache(maxsize=512)
+def _headline(store, run_id: str, status: str, events_stored: int) -> str:
+    groups: dict[str, list[np.ndarray]] = {}
+    for key, group, traj in store.load_events(run_id) if events_stored else []:
+        free = ~traj.anchor_mask
+        per_sample = flip_counts(traj.argmax, traj.steps, traj.anchor_mask).sum(axis=1) / np.maximum(free.sum(axis=1), 1)
+        groups.setdefault(group or key, []).append(per_sample)
+    if not groups:
+        return ""
+    means = {g: float(np.concatenate(v).mean()) for g, v in groups.items()}
+    if len(means) > 4 or len(means) == 1:  # a dish, or a study's events without groups: one figure
+        return f"{float(np.concatenate([np.concatenate(v) for v in groups.values()]).mean()):.2f}"
+    return " · ".join(f"{g} {m:.2f}" for g, m in means.items())
 
 
 def visible_runs(service: PetriService, caller: Caller, limit: int = 200) -> list[dict]:
@@ -64,8 +99,11 @@ def runs_table(service: PetriService, limit: int = 200, caller: Caller | None = 
     ``kind`` (unless ``"all"``) whose row holds every word of ``search`` (case-insensitive)."""
     words = (search or "").lower().split()
     runs = visible_runs(service, caller or Caller(public=False), limit)
-    rows = [row for run, row in ((run, run_row(run)) for run in runs)
-            if (kind in (None, "", "all") or row[1] == kind) and all(w in searchable(run, row) for w in words)]
+    rows = []
+    for run in runs:
+        row = run_row(run)
+        if (kind in (None, "", "all") or row[0] == kind) and all(w in searchable(run, row) for w in words):
+            rows.append(run_row(run, run_headline(service, run)))
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
@@ -96,7 +134,9 @@ def study_result_from_store(service: PetriService, run: dict) -> tuple[StudyResu
         model_fingerprint=request.get("model_fingerprint", ""), settings=settings_from_dict(request["settings"]),
         samples=int(request["samples"]), seed=int(request["seed"]), template_ids=template_ids, batches=batches,
         computed=0, resumed=len(batches), store_path=str(service.store.path), started_at=run["created_at"],
-        finished_at=run["finished_at"] or "", wall_s=0.0, device=batches[0].trajectory.device,
+        finished_at=run["finished_at"] or "", device=batches[0].trajectory.device,
+        # nothing is computed on a reopen: its time is the stored batches' own sampling time
+        wall_s=sum(float(b.trajectory.timings.get("total_s", 0.0)) for b in batches),
     )
     return result, len(study.events) * len(template_ids)
 
@@ -205,7 +245,8 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
         open_btn = gr.Button("Open", variant="primary", scale=0, elem_id="petri-runs-open")
         delete_btn = gr.Button("Delete", variant="stop", scale=0, elem_id="petri-runs-delete")
     runs_note = gr.Markdown("", elem_id="petri-runs-status")
-    table = gr.Dataframe(initial, interactive=False, wrap=True, label="Stored runs", elem_id="petri-runs-table")
+    table = gr.Dataframe(initial, interactive=False, wrap=True, label=f"Stored runs (headline: {HEADLINE})",
+                         column_widths=RUN_COLUMN_WIDTHS, elem_id="petri-runs-table")
 
     def listed(request: gr.Request, query: str = "", kind: str = "all", current: str | None = None):
         """The table and the run choices. While the run the visitor had picked is still listed the

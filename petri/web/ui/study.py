@@ -148,6 +148,21 @@ def fields_to_study(meta: dict | None, concepts: str, events, templates, compari
     return study_from_dict(fields_to_dict(meta, concepts, events, templates, comparison, show), source="study (UI)")
 
 
+def mixed_model_lines(statistics) -> list[str]:
+    """The crossed mixed model's effect, in view beside the headline (the report holds the whole fit);
+    a fit that did not converge says so first, so its Wald p is not read as a result."""
+    m = getattr(statistics, "mixed", None)
+    if m is None:
+        return []
+    a, b = statistics.groups
+    line = (f"Mixed model (events × templates): {b} − {a} = {m.effect:+.4g} (SE {m.se:.3g}, Wald p = {m.p_value:.3g}); "
+            "the whole fit is in the report below.")
+    if not m.converged:
+        line = ("**Caveat: the mixed model did NOT converge**, so its estimate and Wald p are not to be trusted; "
+                "read the event-level test and the cluster bootstrap instead. " + line)
+    return ["", line]
+
+
 def statistics_markdown(result, analysis) -> str:
     """The statistics summary: the event-level test (the headline), the segment-level one beside it,
     secondary comparisons, preservation, template sensitivity, convergence and notes."""
@@ -155,7 +170,7 @@ def statistics_markdown(result, analysis) -> str:
     lines = [
         f"**Run** `{result.run_id}` — model `{result.model_id}` on `{result.device}`, {len(result.batches)} batches "
         f"× {result.samples} samples ({result.computed} computed, {result.resumed} from the store), "
-        f"{result.wall_s:.1f} s.",
+        + (f"{result.wall_s:.1f} s." if result.computed else f"{result.wall_s:.1f} s of sampling, as stored."),
         "",
         f"**Headline (event level, independent units):** {c.event.summary()}",
         "",
@@ -163,6 +178,7 @@ def statistics_markdown(result, analysis) -> str:
     ]
     for comp in analysis.secondary:
         lines += ["", f"Secondary: {comp.summary()}"]
+    lines += mixed_model_lines(analysis.statistics)
     p = analysis.preservation
     lines += [
         "",

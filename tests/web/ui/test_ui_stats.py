@@ -119,3 +119,22 @@ def test_compare_view_gives_the_paired_tests(tiny_lm, tmp_path):
         assert f"p={sps.wilcoxon(d).pvalue:.3g}" in text
     ka, kb = ((samples_table(t)["anchors_intact"] == samples_table(t)["n_anchors"]).to_numpy() for t in (a, b))
     assert f"only {int((ka & ~kb).sum())}, in contradictory only {int((~ka & kb).sum())}" in text
+
+
+def test_a_mixed_model_that_did_not_converge_says_so_beside_the_headline():
+    """Issue 49 item 13: a mixed model that did not converge printed its Wald p with no caveat, and only
+    in the collapsed report. Its effect now shows beside the headline, and a fit that did not converge
+    is named as such first."""
+    from types import SimpleNamespace
+
+    from petri.web.ui.study import mixed_model_lines
+
+    fit = SimpleNamespace(effect=0.1234, se=0.05, p_value=0.0213, converged=True)
+    stats = SimpleNamespace(mixed=fit, groups=("benign", "contradictory"))
+    _, line = mixed_model_lines(stats)
+    assert line.startswith("Mixed model") and "contradictory − benign = +0.1234" in line and "p = 0.0213" in line
+    assert "converge" not in line
+    fit.converged = False
+    _, line = mixed_model_lines(stats)
+    assert line.startswith("**Caveat: the mixed model did NOT converge**") and "p = 0.0213" in line
+    assert mixed_model_lines(SimpleNamespace(mixed=None, groups=("a", "b"))) == []

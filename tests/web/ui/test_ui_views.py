@@ -170,6 +170,28 @@ def test_stored_runs_reopen_without_sampling(service, monkeypatch):
     # the same statistics as when the run finished (the run line differs: wall time, batches resumed)
     assert kind == "study" and views["stats"].split("**Headline")[1] == study_final["stats"].split("**Headline")[1]
     assert views["groups"]["value"].equals(study_final["groups"]["value"])
+    # issue 49 item 13: a reopened study said "0.0 s" (nothing computed); it gives its batches' own sampling time
+    stored = service.store.load_events(by_kind.loc["study", "run_id"])
+    sampled = sum(traj.timings["total_s"] for _, _, traj in stored)
+    assert sampled > 0 and f"{sampled:.1f} s of sampling, as stored" in views["stats"], views["stats"].splitlines()[0]
+
+
+def test_runs_rows_say_what_first_with_the_design_and_a_headline(service):
+    """Issue 49 item 7: each row of the Runs table starts with its kind and what was run (the event in
+    full up to 60 characters), then the design and a headline number: the mean flips per free position
+    of each group, here worked from the samples tables of the two events."""
+    from petri.measure.tables import samples_table
+
+    cmp_ctl, cmp_final = compare(service, samples=2)
+    row = runs_table(service).set_index("run_id").loc[cmp_final["run_id"]]
+    assert list(runs_table(service).columns[:4]) == ["kind", "what", "design", "headline"]
+    assert row["design"] == "2 events × 2 samples, seed 4"
+    (_, group_a, a), (_, group_b, b) = service.store.load_events(cmp_final["run_id"])
+    want = " · ".join(f"{g} {samples_table(t)['mean_flips_free'].mean():.2f}" for g, t in ((group_a, a), (group_b, b)))
+    assert row["headline"] == want
+    # the difference comes first in both of Compare's tables (it was off-screen at 1440 px)
+    assert list(cmp_final["pairs"].columns[:2]) == ["pair", f"{group_b} − {group_a}"]
+    assert list(cmp_final["paired"].columns[:3]) == ["sample", f"instability {group_b} − {group_a}", f"flips {group_b} − {group_a}"]
 
 
 def test_flip_difference_is_b_minus_a_with_the_shorter_map_padded():
