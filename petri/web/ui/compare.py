@@ -264,11 +264,11 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
     with gr.Column():
         pairs = gr.Dataframe(pd.DataFrame(columns=["pair", "B − A", "instability A", "instability B"]),
                              label="Pair instability side by side", interactive=False, elem_id="petri-cmp-pairs",
-                             min_width=320)
+                             min_width=320, wrap=True)
         paired = gr.Dataframe(pd.DataFrame(columns=["sample", "instability B − A", "flips B − A", "instability A",
                                                     "flips A", "instability B", "flips B", "layout"]),
                               label="Paired difference per sample (same layout in both events)", interactive=False,
-                              elem_id="petri-cmp-paired", min_width=320)
+                              elem_id="petri-cmp-paired", min_width=320, wrap=True)
     with gr.Row():
         text_a = gr.HighlightedText(label="A: sample 0", combine_adjacent=True, show_legend=True, min_width=320)
         text_b = gr.HighlightedText(label="B: sample 0", combine_adjacent=True, show_legend=True, min_width=320)
