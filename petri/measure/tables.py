@@ -6,6 +6,9 @@ per-position and per-segment tables start with ``model_id`` only: they have a ro
 position (or segment), and repeating the event and template texts (up to 2,000 characters each) on
 every row made them hundreds of MB; a row finds its texts through ``sample`` (and, in a run's
 tables, ``event_index``) in the samples table.
+
+Each table takes a trajectory or its :class:`~petri.measure.summary.EventSummary`: given the summary,
+the flips, segments and anchor rows it holds are computed once for every table of the event.
 """
 
 from __future__ import annotations
@@ -14,44 +17,30 @@ import numpy as np
 import pandas as pd
 
 from petri.measure.metrics import (
-    Segment,
-    anchor_agreement,
     anchor_concepts,
-    anchor_intact_in_text,
     commit_steps,
-    flip_counts,
     in_canvas_order,
     pair_instability,
     pair_segment_values,
-    segment_instability,
-    segments,
     settled_share,
     step_sum,
 )
+from petri.measure.summary import EventSummary, summary_of, tagged as _tagged
 from petri.core.trajectory import Trajectory
 
-
-def _tagged(traj: Trajectory, columns: dict, texts: bool = True) -> pd.DataFrame:
-    tags = {"event": traj.event, "template": traj.template} if texts else {}
-    return pd.DataFrame({**tags, "model_id": traj.model_id, **columns})
+#: What every table takes: one event's trajectory, or its summary (computed once for all its tables).
+Event = Trajectory | EventSummary
 
 
-def _flips(traj: Trajectory) -> np.ndarray:
-    return flip_counts(traj.argmax, traj.steps, traj.anchor_mask)
-
-
-def _segments(traj: Trajectory) -> tuple[list[Segment], np.ndarray]:
-    segs = segments(traj.anchors)
-    return segs, segment_instability(_flips(traj), segs)
-
-
-def positions_table(traj: Trajectory) -> pd.DataFrame:
+def positions_table(event: Event) -> pd.DataFrame:
     """One row per sample × position (no event or template text: see the module docstring).
 
     Columns: model_id, sample, position, is_anchor (from ``anchor_mask``), concept (``""`` off anchors),
     final_token_id, flips (0 at anchors), commit_step (of the raw argmax, anchors included),
     mean_entropy and accepted_steps (over the steps the sample ran).
     """
+    summary = summary_of(event)
+    traj = summary.traj
     n, length = traj.n_samples, traj.canvas_length
     steps = traj.steps
     return _tagged(
@@ -62,7 +51,7 @@ def positions_table(traj: Trajectory) -> pd.DataFrame:
             "is_anchor": traj.anchor_mask.ravel(),
             "concept": anchor_concepts(traj.anchors, length).ravel(),
             "final_token_id": traj.final_ids.ravel(),
-            "flips": _flips(traj).ravel(),
+            "flips": summary.flips.ravel(),
             "commit_step": commit_steps(traj.argmax, steps).ravel(),
             "mean_entropy": (step_sum(traj.entropy, steps) / steps[:, None]).ravel(),
             "accepted_steps": step_sum(traj.accepted, steps).astype(int).ravel(),
@@ -71,12 +60,13 @@ def positions_table(traj: Trajectory) -> pd.DataFrame:
     )
 
 
-def segments_table(traj: Trajectory) -> pd.DataFrame:
+def segments_table(event: Event) -> pd.DataFrame:
     """One row per segment (no event or template text): model_id, sample, left, right, pair (``"a|b"``, sorted), start, end, length,
     instability (NaN for empty segments)."""
-    segs, values = _segments(traj)
+    summary = summary_of(event)
+    segs, values = summary.segments
     return _tagged(
-        traj,
+        summary.traj,
         {
             "sample": [g.sample for g in segs],
             "left": [g.left for g in segs],
@@ -91,22 +81,13 @@ def segments_table(traj: Trajectory) -> pd.DataFrame:
     )
 
 
-def anchors_table(traj: Trajectory) -> pd.DataFrame:
+def anchors_table(event: Event) -> pd.DataFrame:
     """One row per sample × anchor (each sample's anchors in ``traj.anchors`` order): sample,
     concept, start, end, intact (reading 1: the concept is a whole word of the sample's final text)
     and agreement (reading 2: share of the sample's steps whose unforced argmax equals the anchor's
-    tokens). Every preservation figure (per sample, per event, per study) aggregates these rows."""
-    agreement = anchor_agreement(traj.argmax, traj.steps, traj.anchors)
-    rows = [
-        (s, a.concept, a.start, a.end, anchor_intact_in_text(text, a.concept), share)
-        for s, (text, spans) in enumerate(zip(traj.final_texts, traj.anchors))
-        for a, share in zip(spans, agreement[s])
-    ]
-    columns = ["sample", "concept", "start", "end", "intact", "agreement"]
-    frame = pd.DataFrame(rows, columns=columns).astype(
-        {"sample": int, "start": int, "end": int, "intact": bool, "agreement": float}
-    )
-    return _tagged(traj, {c: frame[c].to_numpy() for c in columns})
+    tokens), after event, template and model_id. Every preservation figure (per sample, per event,
+    per study) aggregates these rows (:attr:`~petri.measure.summary.EventSummary.anchors`; a copy)."""
+    return summary_of(event).anchors.copy()
 
 
 def preservation_summary(anchors: pd.DataFrame) -> dict[str, float | int]:
@@ -123,7 +104,7 @@ def preservation_summary(anchors: pd.DataFrame) -> dict[str, float | int]:
     }
 
 
-def samples_table(traj: Trajectory, last_k: int = 3) -> pd.DataFrame:
+def samples_table(event: Event, last_k: int = 3) -> pd.DataFrame:
     """One row per sample.
 
     Columns: sample, steps, mean_flips_free (mean flips over non-anchor positions), settled_share
@@ -132,17 +113,15 @@ def samples_table(traj: Trajectory, last_k: int = 3) -> pd.DataFrame:
     :func:`preservation_summary` as anchors_intact, n_anchors and mean_agreement (NaN without
     anchors).
     """
-    free = ~traj.anchor_mask
-    anchors = anchors_table(traj)
+    summary = summary_of(event)
+    traj, anchors = summary.traj, summary.anchors
     kept = [preservation_summary(anchors[anchors["sample"] == s]) for s in range(traj.n_samples)]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean_flips_free = _flips(traj).sum(axis=1) / free.sum(axis=1)  # anchors count 0 flips
     return _tagged(
         traj,
         {
             "sample": np.arange(traj.n_samples),
             "steps": traj.steps,
-            "mean_flips_free": mean_flips_free,
+            "mean_flips_free": summary.mean_flips_free,
             "settled_share": settled_share(traj.argmax, traj.steps, last_k, traj.anchor_mask),
             "anchor_layout": [
                 ",".join(f"{a.concept}@{a.start}" for a in in_canvas_order(spans))
@@ -156,10 +135,12 @@ def samples_table(traj: Trajectory, last_k: int = 3) -> pd.DataFrame:
     )
 
 
-def pairs_table(traj: Trajectory) -> pd.DataFrame:
+def pairs_table(event: Event) -> pd.DataFrame:
     """One row per unordered pair seen adjacent: pair (``"a|b"``), n_segments (non-empty
     segments averaged), instability (NaN when every segment of the pair was empty)."""
-    segs, values = _segments(traj)
+    summary = summary_of(event)
+    traj = summary.traj
+    segs, values = summary.segments
     means = pair_instability(segs, values)
     counts = {p: v.size for p, v in pair_segment_values(segs, values).items()}
     return _tagged(

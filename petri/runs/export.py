@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from petri.measure.summary import EventSummary, summary_of
 from petri.measure.tables import pairs_table, positions_table, samples_table, segments_table
 from petri.core.trajectory import Trajectory
 
@@ -74,21 +75,21 @@ def with_final_token(frame: pd.DataFrame, token_text: TokenText | None) -> pd.Da
 
 
 def run_table(
-    trajectories: Sequence[Trajectory], name: str, groups: Sequence[str | None] | None = None,
+    trajectories: Sequence[Trajectory | EventSummary], name: str, groups: Sequence[str | None] | None = None,
     token_text: TokenText | None = None,
 ) -> pd.DataFrame:
-    """One tidy table (``name`` in :data:`TABLES`) over all trajectories (one per event), rows tagged
+    """One tidy table (``name`` in :data:`TABLES`) over all trajectories or their summaries (one per event), rows tagged
     with event and model; with ``groups`` (one label per trajectory), also ``event_index`` and
     ``group`` beside ``event``. Positions gain ``final_token`` (:func:`with_final_token`)."""
-    frames = [event_table(traj, name, index, groups, token_text) for index, traj in enumerate(trajectories)]
+    frames = [event_table(event, name, index, groups, token_text) for index, event in enumerate(trajectories)]
     return pd.concat(frames, ignore_index=True)
 
 
-def event_table(traj: Trajectory, name: str, index: int, groups: Sequence[str | None] | None,
+def event_table(event: Trajectory | EventSummary, name: str, index: int, groups: Sequence[str | None] | None,
                  token_text: TokenText | None = None) -> pd.DataFrame:
-    """Table ``name`` of one trajectory (one event: a chunk of :func:`run_table`), tagged with ``event_index`` and ``group`` when ``groups``
+    """Table ``name`` of one event (its trajectory or summary: a chunk of :func:`run_table`), tagged with ``event_index`` and ``group`` when ``groups``
     is given (after ``event``, or first where the table carries no event text)."""
-    frame = TABLES[name](traj)
+    frame = TABLES[name](event)
     if name == "positions":
         with_final_token(frame, token_text)
     if groups is not None:
@@ -101,8 +102,9 @@ def event_table(traj: Trajectory, name: str, index: int, groups: Sequence[str | 
 def run_tables(
     trajectories: Sequence[Trajectory], groups: Sequence[str | None] | None = None, token_text: TokenText | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """Every table of :data:`TABLES` by :func:`run_table`."""
-    return {name: run_table(trajectories, name, groups, token_text) for name in TABLES}
+    """Every table of :data:`TABLES` by :func:`run_table`, each event summarised once for all of them."""
+    summaries = [summary_of(traj) for traj in trajectories]
+    return {name: run_table(summaries, name, groups, token_text) for name in TABLES}
 
 
 def write_parquet(table: pd.DataFrame, target=None):

@@ -19,6 +19,7 @@ from petri.runs.export import TABLES
 from petri.measure.nouns import FALLBACK, jaccard_matrix, mean_off_diagonal, tagger_name, top_nouns_by_template
 from petri.stats.groups import MIN_INFORMATIVE_N, GroupComparison, LevelComparisons, compare_groups, compare_levels, event_level_values
 from petri.study.statistics import StudyStatistics, study_statistics
+from petri.measure.summary import EventSummary
 from petri.measure.tables import anchors_table, preservation_summary
 
 if TYPE_CHECKING:  # the runner imports torch; analysis only reads its result
@@ -39,10 +40,12 @@ def clean_text(text: str) -> str:
 
 def batch_tables(batch: StudyBatch, study_id: str, names: Sequence[str] = tuple(TABLES)) -> dict[str, pd.DataFrame]:
     """The tidy tables ``names`` (of positions, segments, samples, pairs) of one batch, each row
-    tagged with study_id, event_id, group and template_id in front of the per-trajectory columns."""
+    tagged with study_id, event_id, group and template_id in front of the per-trajectory columns
+    (the batch summarised once for all of them)."""
     out = {}
+    summary = EventSummary(batch.trajectory)
     for name in names:
-        df = TABLES[name](batch.trajectory).drop(columns=["event", "template"], errors="ignore")
+        df = TABLES[name](summary).drop(columns=["event", "template"], errors="ignore")
         for i, (col, value) in enumerate(zip(KEY_COLUMNS, (study_id, batch.event_id, batch.group, batch.template_id))):
             df.insert(i, col, value)
         out[name] = df

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from petri.measure.replay import CONFIDENCE_LEGEND, confidence, decode_ids, sample_record, step_curves, visible_text
-from petri.study.plots import _mark_anchors
+from petri.study.anchor_marks import mark_anchors
 from petri.core.trajectory import Trajectory
 
 #: Confidence colour scale, light (unsure) to dark (certain), shared by the figure and the animation.
@@ -69,7 +69,7 @@ def trajectory_figure(traj: Trajectory, sample: int, decode: Callable[[int], str
     fig.add_trace(go.Scatter(x=np.arange(length), y=commit + 0.42, mode="markers", name="commit step (bar under the row)",
                              marker={"symbol": "line-ew-open", "size": 0.85 * cell_px, "color": "black", "line": {"width": 3}},
                              customdata=commit, hovertemplate="position %{x} commits at step %{customdata}<extra></extra>"))
-    _mark_anchors(fig, traj.anchors[rec["sample"]], traj.anchor_mask[rec["sample"]], outline=True, colors=colors)
+    mark_anchors(fig, traj.anchors[rec["sample"]], traj.anchor_mask[rec["sample"]], outline=True, colors=colors)
     fig.update_layout(
         title=f"sample {rec['sample']}: every step ({n_steps}) as a row of tokens<br><sup>{CONFIDENCE_LEGEND}; "
               "faded = renoised</sup>",

@@ -11,8 +11,8 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from petri.runs.export import TABLES, run_metadata, run_tables, write_tables
-from petri.measure.metrics import flip_counts
-from petri.measure.tables import anchors_table, pairs_table, preservation_summary, samples_table, segments_table
+from petri.measure.summary import EventSummary
+from petri.measure.tables import pairs_table, preservation_summary, samples_table, segments_table
 from petri.core.trajectory import Trajectory
 
 
@@ -193,10 +193,12 @@ def _sample_anchors(traj: Trajectory, anchors: pd.DataFrame, s: int) -> list[Anc
 def event_summary(
     index: int, traj: Trajectory, group: str | None, include_trajectories: bool = False
 ) -> EventOut:
-    """Everything ``POST /api/seed`` reports about one event, from its trajectory alone."""
-    flips = flip_counts(traj.argmax, traj.steps, traj.anchor_mask)
-    samples = samples_table(traj)
-    anchors = anchors_table(traj)
+    """Everything ``POST /api/seed`` reports about one event, from its trajectory alone (its
+    :class:`~petri.measure.summary.EventSummary`: the flips counted once for every table)."""
+    summary = EventSummary(traj)
+    flips = summary.flips
+    samples = samples_table(summary)
+    anchors = summary.anchors
     sample_out = []
     for s in range(traj.n_samples):
         row = samples.iloc[s]
@@ -216,12 +218,12 @@ def event_summary(
         )
     segments = [
         SegmentOut(**{**r, "instability": json_number(r["instability"])})
-        for r in _records(segments_table(traj), ("sample", "left", "right", "start", "end", "length", "instability"))
+        for r in _records(segments_table(summary), ("sample", "left", "right", "start", "end", "length", "instability"))
     ]
     pairs = [
         PairOut(pair=r["pair"], concepts=r["pair"].split("|"), n_segments=r["n_segments"],
                 instability=json_number(r["instability"]))
-        for r in _records(pairs_table(traj), ("pair", "n_segments", "instability"))
+        for r in _records(pairs_table(summary), ("pair", "n_segments", "instability"))
     ]
     kept = preservation_summary(anchors)
     return EventOut(

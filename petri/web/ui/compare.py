@@ -23,7 +23,9 @@ from petri.core.dish import DEFAULT_TEMPLATE
 from petri.measure.metrics import flip_grid
 from petri.app.jobs import QueueFull
 from petri.app.service import PetriService
-from petri.study.plots import aggregate_anchor_boxes, flip_difference_heatmap
+from petri.study.anchor_marks import aggregate_anchor_boxes
+from petri.study.plots import flip_difference_heatmap
+from petri.measure.summary import EventSummary
 from petri.measure.tables import pairs_table, samples_table, segments_table
 from petri.core.trajectory import Trajectory
 from petri.web.access import Caller
@@ -64,9 +66,11 @@ def paired_samples(a: Trajectory, b: Trajectory, labels: tuple[str, str]) -> pd.
     segment instability and of its mean flips over free positions first, then the values in A and B
     and the layout."""
     rows = {}
-    for label, traj in zip(labels, (a, b)):
-        seg = segments_table(traj).groupby("sample")["instability"].mean()
-        flips = samples_table(traj).set_index("sample")["mean_flips_free"]
+    a, b = EventSummary(a), EventSummary(b)  # each event's flips counted once for both tables
+    for label, event in zip(labels, (a, b)):
+        traj = event.traj
+        seg = segments_table(event).groupby("sample")["instability"].mean()
+        flips = samples_table(event).set_index("sample")["mean_flips_free"]
         rows[f"instability {label}"] = seg.reindex(range(traj.n_samples))
         rows[f"flips {label}"] = flips.reindex(range(traj.n_samples))
     out = pd.DataFrame(rows)

@@ -28,7 +28,8 @@ from petri.runs.export import token_decoder
 from petri.measure.metrics import flip_grid
 from petri.app.jobs import QueueFull
 from petri.app.service import PetriService, SeedResult
-from petri.study.plots import aggregate_anchor_boxes, flip_heatmap, flips_bar, token_texts
+from petri.study.anchor_marks import aggregate_anchor_boxes
+from petri.study.plots import flip_heatmap, flips_bar, token_texts
 from petri.measure.tables import pairs_table, samples_table
 from petri.core.trajectory import SamplerSettings, Trajectory
 from petri.web.access import Caller

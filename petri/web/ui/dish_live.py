@@ -20,7 +20,8 @@ import plotly.graph_objects as go
 
 from petri.core.dish import Dish, pinned_arrays
 from petri.engine.seeding import plan_dish
-from petri.study.plots import aggregate_anchor_boxes, flip_heatmap, token_texts
+from petri.study.anchor_marks import aggregate_anchor_boxes
+from petri.study.plots import flip_heatmap, token_texts
 from petri.core.trajectory import SamplerSettings
 from petri.web.ui.trajectory import TrajectoryView
 from petri.web.ui.views import LiveFlips, TokenText, concept_colors

@@ -126,10 +126,12 @@ def paired_tests_line(a, b, labels: tuple[str, str]) -> str:
     """The Compare view's paired tests of two trajectories whose sample ``s`` share layout and seed:
     Wilcoxon signed-rank on per-sample mean segment instability, exact McNemar on "every anchor intact"."""
     from petri.stats.paired import mcnemar_exact, wilcoxon_paired
+    from petri.measure.summary import EventSummary
     from petri.measure.tables import samples_table, segments_table
 
-    inst = [segments_table(t).groupby("sample")["instability"].mean().reindex(range(t.n_samples)) for t in (a, b)]
-    tables = [samples_table(t) for t in (a, b)]
+    events = [EventSummary(t) for t in (a, b)]  # each event's flips counted once for both tables
+    inst = [segments_table(e).groupby("sample")["instability"].mean().reindex(range(e.traj.n_samples)) for e in events]
+    tables = [samples_table(e) for e in events]
     intact = [(s["anchors_intact"] == s["n_anchors"]).to_numpy() for s in tables]
     w = wilcoxon_paired(inst[0].to_numpy(float), inst[1].to_numpy(float))
     m = mcnemar_exact(intact[0], intact[1])

@@ -15,7 +15,8 @@ import plotly
 import pytest
 
 from petri.core.trajectory import AnchorSpan
-from petri.study.plots import aggregate_anchor_boxes, flip_heatmap, jaccard_heatmap
+from petri.study.anchor_marks import aggregate_anchor_boxes
+from petri.study.plots import flip_heatmap, jaccard_heatmap
 from petri.web.ui.canvas import CANVAS_CSS, CANVAS_HTML, CANVAS_JS
 from petri.web.ui.trajectory import VIEW_CSS, VIEW_HTML, VIEW_JS
 

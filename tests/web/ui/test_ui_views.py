@@ -278,7 +278,8 @@ def test_compare_heatmaps_share_one_step_axis(service):
 def test_heatmap_boxes_name_slots_when_samples_shuffle_their_anchors():
     """Item 7 of issue 20: a figure over every sample labels what it aggregates. Hand-worked: sample 0
     pins order at 3 (one token) and person at 8-9; sample 1 swaps them (person 3-4, order 8)."""
-    from petri.study.plots import aggregate_anchor_boxes, flip_heatmap
+    from petri.study.anchor_marks import aggregate_anchor_boxes
+    from petri.study.plots import flip_heatmap
     from petri.core.trajectory import AnchorSpan
 
     order_a, person_a = AnchorSpan("order", 3, (11,)), AnchorSpan("person", 8, (12, 13))
