@@ -18,7 +18,7 @@ TESTS = Path(__file__).resolve().parent
 MARKED_PATHS = {
     "browser": ("web/ui/test_browser",),
     "process": ("reliability/", "cli/test_install.py", "app/test_shutdown.py", "study/test_study_kill.py",
-                "study/test_study_ray.py"),
+                "study/test_study_ray.py", "docs/test_site.py", "docs/test_getting_started.py"),
     "fuzz": ("reliability/test_reliability_hostile.py",),
     "gpu": ("engine/cuda/",),
 }

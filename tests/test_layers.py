@@ -230,12 +230,12 @@ def test_the_tests_mirror_the_package():
     """Every test folder but the cross-cutting ones names a folder of petri/, and no test file lies at
     the top of tests/ but the house-wide checks."""
     tests = PACKAGE.parent / "tests"
-    cross_cutting = {"reliability", "experiments"}
+    cross_cutting = {"reliability", "experiments", "docs"}
     folders = {p.parent.relative_to(tests).as_posix() for p in tests.rglob("test_*.py")} - {"."}
     unmirrored = sorted(f for f in folders if f.split("/")[0] not in cross_cutting and not (PACKAGE / f).is_dir())
     assert not unmirrored, f"test folders with no petri/ folder of that name: {unmirrored}"
     top = sorted(p.name for p in tests.glob("test_*.py"))
-    assert top == ["test_layers.py", "test_one_definition.py", "test_readme_layout.py"], top
+    assert top == ["test_layers.py", "test_one_definition.py"], top
 
 
 def test_a_tests_place_gives_its_markers():
@@ -245,4 +245,5 @@ def test_a_tests_place_gives_its_markers():
     assert markers_for("reliability/test_reliability_hostile.py") == ["process", "fuzz"]
     assert markers_for("engine/cuda/test_fp8.py") == ["gpu"]
     assert markers_for("cli/test_install.py") == ["process"]
+    assert markers_for("docs/test_site.py") == ["process"] and markers_for("docs/test_layout.py") == []
     assert markers_for("engine/test_sampler.py") == [] and markers_for("web/ui/test_ui.py") == []

@@ -29,7 +29,7 @@ FLIP_OUTLINE = {"color": "black", "width": 1.5, "dash": "dash"}
 TEXT_CELL_PX = 24
 CELL_FONT_PX = 10
 #: The cell width the UI draws the figure at: readable text; a wide canvas scrolls sideways.
-READABLE_CELL_PX = 34
+READABLE_CELL_PX = 44
 
 
 def cell_outlines(cells, inset: float = 0.42) -> str:
@@ -40,7 +40,8 @@ def cell_outlines(cells, inset: float = 0.42) -> str:
 
 def trajectory_figure(traj: Trajectory, sample: int, decode: Callable[[int], str], *,
                       colors: dict[str, str] | None = None, max_chars: int = 8, cell_px: float = 40) -> go.Figure:
-    """Steps × positions of sample ``sample``: token text in each cell (cut to ``max_chars``, at
+    """Steps × positions of sample ``sample``: token text in each cell (cut to ``max_chars`` and to what
+    the cell holds, at
     :data:`CELL_FONT_PX`; left out when cells are under :data:`TEXT_CELL_PX`), colour = confidence,
     faded = not accepted, dashed black outline = flipped at that step, black bar = commit step.
     ``cell_px``: a cell's width, which sizes the figure (``cell_px`` × L + 160 px wide) and marks."""
@@ -50,7 +51,8 @@ def trajectory_figure(traj: Trajectory, sample: int, decode: Callable[[int], str
     conf = confidence(traj.entropy[rec["sample"], :n_steps])
     accepted = np.asarray(rec["accepted"], dtype=bool)
     z = np.where(accepted, conf, conf * 0.35)  # renoised cells faded toward white
-    texts = np.vectorize(lambda t: visible_text(t)[:max_chars], otypes=[object])(decode_ids(ids, decode))
+    fits = max(1, int((cell_px - 4) // (0.62 * CELL_FONT_PX)))  # characters a cell holds without spilling over
+    texts = np.vectorize(lambda t: visible_text(t)[:min(max_chars, fits)], otypes=[object])(decode_ids(ids, decode))
     hover_text = decode_ids(ids, lambda i: repr(decode(i))[1:-1])
     custom = np.dstack([hover_text, ids, np.round(conf, 3), np.where(accepted, "accepted", "renoised")])
     fig = go.Figure(go.Heatmap(

@@ -512,7 +512,7 @@ def open_settings(page, elem: str = "petri") -> None:
 
 def test_compare_shows_both_heatmaps(page, tmp_path):
     """A comparison runs and shows both heatmaps, their difference and the paired table (the
-    README's screenshot of the Compare tab, compare.png)."""
+    screenshot of the Compare tab on the Web app page, compare.png)."""
     tab(page, "Compare")
     page.fill("#petri-cmp-samples input[type=number]", "2")
     open_settings(page, "petri-cmp")

@@ -145,8 +145,13 @@ def test_whole_trajectory_figure_cells_in_the_browser(page):
         dashed: [...document.querySelectorAll('#fig path')].filter((p) => (p.style.strokeDasharray || '') !== ''
                && p.style.stroke.replace(/ /g, '') === 'rgb(0,0,0)').length,
         red: [...document.querySelectorAll('#fig path')].filter((p) => (p.style.stroke || '').replace(/ /g, '') === 'rgb(214,39,40)').length,
+        widths: [...document.querySelectorAll('#fig .heatmaplayer text, #fig g.textpoint text')].map((t) => t.getBBox().width),
+        cell: document.getElementById('fig')._fullLayout.xaxis._length / document.getElementById('fig')._fullLayout.xaxis.range
+              .reduce((a, b) => b - a),
     })""")
     assert found["sizes"] and min(found["sizes"]) >= 10, found["sizes"][:10]
+    # no token's text spills into the next cell ("custome" in a 34 px cell did)
+    assert max(found["widths"]) <= found["cell"], (max(found["widths"]), found["cell"])
     assert found["dashed"] >= 1 and found["red"] == 0, found
 
 
