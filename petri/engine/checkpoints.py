@@ -19,10 +19,13 @@ UNIFORM_MODEL_TYPES = ("diffusion_gemma",)
 def weights_fingerprint(model: torch.nn.Module, dtype: torch.dtype) -> str:
     """A cheap fingerprint of the weights (config, dtype, and the name, shape and first 64 values of
     every tensor), so a retrained checkpoint under the same folder name gets a new study run id
-    instead of a wrong resume. 16 hex characters."""
+    instead of a wrong resume. 16 hex characters. Where the checkpoint was loaded from
+    (``_name_or_path``) is left out: the same weights give the same run id in every checkout."""
     import torch
 
-    digest = hashlib.sha256(model.config.to_json_string(use_diff=False).encode())
+    config = json.loads(model.config.to_json_string(use_diff=False))
+    config.pop("_name_or_path", None)
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode())
     digest.update(str(dtype).encode())
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
