@@ -33,7 +33,7 @@ from petri.engine.base import SampleRequest, StepCallback, prompt_room
 from petri.engine.checkpoints import weights_fingerprint
 from petri.engine.loop import RecordedStepper, run_loop
 from petri.engine.torch.step import TorchOps, token_entropy
-from petri.core.trajectory import MASKED_FAMILY, MaskedSettings, Trajectory
+from petri.core.trajectory import MASKED_FAMILY, MaskedSettings, Trajectory, block_count, blocks_problem
 
 FAMILY = MASKED_FAMILY
 DEFAULT_CANVAS_LENGTH = 64
@@ -55,13 +55,12 @@ class MaskedDiffusionScheduler:
 
     def __init__(self, settings: MaskedSettings, mask_id: int, anchor_mask: torch.Tensor, anchor_ids: torch.Tensor):
         batch, length = anchor_mask.shape
-        block = settings.block_length or length
-        if block < 1:
+        if (settings.block_length or length) < 1:
             raise ValueError(f"block_length must be at least 1, got {settings.block_length}")
-        self.blocks = -(-length // block)
-        if settings.max_denoising_steps < self.blocks:
-            raise ValueError(f"max_denoising_steps ({settings.max_denoising_steps}) must be at least the number of "
-                             f"blocks ({self.blocks} of block_length {block} in a canvas of {length})")
+        problem = blocks_problem(settings, length)  # the check a request's settings pass (MaskedSettings.CHECKS)
+        if problem:
+            raise ValueError(problem)
+        self.blocks, block = block_count(settings, length)
         self.settings, self.mask_id, self.block = settings, mask_id, block
         self.steps_per_block = settings.max_denoising_steps // self.blocks
         budgeted = settings.unmask_threshold is None
