@@ -31,6 +31,7 @@ import torch
 from petri.core.cancel import CancelToken
 from petri.engine.base import SampleRequest, StepCallback, prompt_room
 from petri.engine.checkpoints import weights_fingerprint
+from petri.engine.families.registry import get_family
 from petri.engine.loop import RecordedStepper, run_loop
 from petri.engine.torch.step import TorchOps, token_entropy
 from petri.core.trajectory import MASKED_FAMILY, MaskedSettings, Trajectory, block_count, blocks_problem
@@ -189,11 +190,17 @@ class MaskedLoadedModel:
     @torch.no_grad()
     def sample(self, request: SampleRequest, *, on_step: StepCallback | None = None,
                cancel: CancelToken | None = None) -> Trajectory:
-        """The loop (:func:`petri.engine.loop.run_loop`) over :class:`MaskedDiffusionScheduler`."""
+        """The loop (:func:`petri.engine.loop.run_loop`) over the step of this model's family, its
+        registration's ``step`` (:class:`MaskedDiffusionScheduler`; a family built on masked LMs
+        registers its own, ``(settings, mask_id, anchor_mask, anchor_ids)`` like this one). Settings
+        of another family give the fields the two share."""
         from petri.core.dish import pinned_arrays
 
-        settings = request.settings if isinstance(request.settings, MaskedSettings) else MaskedSettings(
-            **{k: v for k, v in request.settings.to_dict().items() if k in MaskedSettings.__dataclass_fields__})
+        family = get_family(self.family)
+        settings = request.settings
+        if not isinstance(settings, family.settings):
+            settings = family.settings(**{k: v for k, v in settings.to_dict().items()
+                                          if k in family.settings.__dataclass_fields__})
         started = time.perf_counter()
         if request.seed is not None:
             torch.manual_seed(request.seed)
@@ -202,10 +209,10 @@ class MaskedLoadedModel:
         anchor_mask, anchor_ids = ops.mask(pinned_mask), ops.tokens(pinned_ids)
         prompt = ops.tokens([list(request.prompt_ids)])
         encoded = time.perf_counter()
-        scheduler = MaskedDiffusionScheduler(settings, self.mask_token_id, anchor_mask, anchor_ids)
+        scheduler = family.scheduler()(settings, self.mask_token_id, anchor_mask, anchor_ids)
         stepper = RecordedStepper(ops, _masked_forward(self.model, prompt, self.shift_logits), scheduler,
                                   len(request.layouts))
-        return run_loop(stepper, lm=self, request=request, pinned_mask=pinned_mask, sampler="masked",
+        return run_loop(stepper, lm=self, request=request, pinned_mask=pinned_mask, sampler=self.tier,
                         started=started, encoded=encoded, on_step=on_step, cancel=cancel)
 
 

@@ -87,8 +87,13 @@ class _Registered:
 
     @classmethod
     def __get_pydantic_json_schema__(cls, schema, handler):
-        model = settings_model()  # SettingsIn's schema is a reference; a later model's is written in place
-        return handler(schema if model is SettingsIn else model.__pydantic_core_schema__)
+        reference = handler(schema)  # to SettingsIn's definition, which holds the families registered now
+        model = settings_model()
+        if model is not SettingsIn:
+            definition = handler.resolve_ref_schema(reference)
+            definition.clear()
+            definition.update(handler(model.__pydantic_core_schema__))
+        return reference
 
 
 #: The annotation of a request's ``settings``.
