@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import torch
 
-from petri.core.settings import MAX_STEPS, Check, FamilySettings, setting
+from petri.core.settings import Check, FamilySettings, pin_setting, setting, steps_setting
 from petri.engine.families.masked import MaskedLoadedModel, load_masked_model
 from petri.engine.families.registry import Family
 from petri.engine.torch.step import token_entropy
@@ -39,11 +39,9 @@ class ToySettings(FamilySettings):
     FAMILY: ClassVar[str] = TOY_FAMILY
     CHECKS: ClassVar[tuple[Check, ...]] = (Check(("stride", "max_denoising_steps"), _covers_the_canvas),)
 
-    max_denoising_steps: int = setting(16, "maximum steps", ge=1, le=MAX_STEPS, label="Max denoising steps",
-                                       control="steps", flag="--steps", widget="slider", order=0)
-    pin_thought_channel: bool = setting(False, "pin the empty thought block at the canvas start (chat-template "
-                                        "models)", control="pin_thought", flag="--thought-channel", order=1)
-    stride: int = setting(4, "positions unmasked a step, left to right", ge=1, le=64, label="Stride", order=2)
+    max_denoising_steps: int = steps_setting(16)
+    pin_thought_channel: bool = pin_setting(False)
+    stride: int = setting(4, "positions unmasked a step, left to right", ge=1, le=64, label="Stride", order=10)
 
 
 class ToyScheduler:

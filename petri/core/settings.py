@@ -63,6 +63,20 @@ def setting(default: Any, help: str, **info: Any) -> Any:
     return field(default=default, metadata={SETTING: SettingInfo(help, **info)})
 
 
+def steps_setting(default: int, help: str = "maximum denoising steps") -> Any:
+    """``max_denoising_steps``, which every family has, declared as every family declares it (one
+    field of the API, the CLI and the UI: the same bounds and control everywhere)."""
+    return setting(default, help, ge=1, le=MAX_STEPS, label="Max denoising steps", control="steps", flag="--steps",
+                   widget="slider", order=0)
+
+
+def pin_setting(default: bool) -> Any:
+    """``pin_thought_channel``, which every family has, declared as every family declares it."""
+    return setting(default, "pin the empty thought block at the canvas start (chat-template models)",
+                   label="Pin the empty thought block (chat-template models)", control="pin_thought",
+                   flag="--thought-channel", order=5, row=1)
+
+
 @dataclass(frozen=True)
 class Switch:
     """A boolean request field ``name`` that turns the settings ``fields`` off (False: each None) or

@@ -17,15 +17,16 @@ from typing import Any, ClassVar
 import numpy as np
 
 from petri.core.settings import (
-    MAX_STEPS,
     MIN_TEMPERATURE,
     Check,
     FamilySettings,
     SettingInfo,
     Switch,
+    pin_setting,
     register_settings,
     setting,
     settings_from_dict,  # noqa: F401 - read stored settings from here, as before
+    steps_setting,
 )
 
 #: Filler used in ``argmax`` and ``canvas`` for steps a sample did not run (it stopped earlier than others).
@@ -86,8 +87,7 @@ class SamplerSettings(FamilySettings):
     )
     CHECKS: ClassVar[tuple[Check, ...]] = (Check(("t_min", "t_max"), _temperatures_fall),)
 
-    max_denoising_steps: int = setting(48, "maximum denoising steps", ge=1, le=MAX_STEPS, label="Max denoising steps",
-                                       control="steps", flag="--steps", widget="slider", order=0)
+    max_denoising_steps: int = steps_setting(48)
     t_min: float = setting(0.4, "the temperature of the last step (it falls linearly from t_max)", ge=MIN_TEMPERATURE,
                            le=10, order=2)
     t_max: float = setting(0.8, "the temperature of the first step", ge=MIN_TEMPERATURE, le=10, order=3)
@@ -98,9 +98,7 @@ class SamplerSettings(FamilySettings):
                                               ge=0, le=16, label="Stability threshold (steps)", order=6, row=2)
     confidence_threshold: float | None = setting(0.005, "adaptive stop: and the mean entropy is below this", ge=0,
                                                  le=1e3, label="Confidence threshold (mean entropy)", order=7, row=2)
-    pin_thought_channel: bool = setting(True, "pin the empty thought block at the canvas start (chat-template models)",
-                                        label="Pin the empty thought block (chat-template models)",
-                                        control="pin_thought", flag="--thought-channel", order=5, row=1)
+    pin_thought_channel: bool = pin_setting(True)
 
 
 def block_count(settings: MaskedSettings, canvas_length: int) -> tuple[int, int]:
@@ -142,12 +140,8 @@ class MaskedSettings(FamilySettings):
     FAMILY: ClassVar[str] = MASKED_FAMILY
     CHECKS: ClassVar[tuple[Check, ...]] = (Check(("block_length", "max_denoising_steps"), blocks_problem),)
 
-    max_denoising_steps: int = setting(32, "maximum unmasking steps (at least one per block)", ge=1, le=MAX_STEPS,
-                                       label="Max denoising steps", control="steps", flag="--steps", widget="slider",
-                                       order=0)
-    pin_thought_channel: bool = setting(False, "pin the empty thought block at the canvas start (chat-template "
-                                        "models)", label="Pin the empty thought block (chat-template models)",
-                                        control="pin_thought", flag="--thought-channel", order=5, row=1)
+    max_denoising_steps: int = steps_setting(32, "maximum unmasking steps (at least one per block)")
+    pin_thought_channel: bool = pin_setting(False)
     block_length: int | None = setting(None, "unmask the canvas in blocks of this many positions, left to right "
                                        "(none: the whole canvas is one block)", ge=1, le=1_000_000,
                                        label="Block length (blank: the whole canvas)", order=10)
