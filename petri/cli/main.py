@@ -179,7 +179,7 @@ def cmd_seed(args) -> int:
 
     dish = Dish(concepts=args.concepts, event=args.event, template=args.template)
     lm = load_from_args(args)
-    settings = settings_from_args(lm.default_settings(), args)
+    settings = settings_from_args(lm.default_settings(), args, lm.canvas_length)
     traj = seed_dish(lm, dish, args.samples, settings, seed=args.seed)
     tables = run_tables([traj])
     print(f"model: {lm.model_id} on {lm.device} ({traj.timings['total_s']:.2f} s, steps {traj.steps.tolist()})")
@@ -216,7 +216,8 @@ def cmd_study(args) -> int:
     try:
         executor = ray_executor_from_args(args)  # cluster refusals come before any sampling
         lm = executor or load_from_args(args)
-        settings = settings_from_args(lm.facts().default_settings if executor else lm.default_settings(), args)
+        settings = (settings_from_args(lm.facts().default_settings, args) if executor  # checked again as it samples
+                    else settings_from_args(lm.default_settings(), args, lm.canvas_length))
         out = args.out or f"out/{study.id}"
         result = run_study(
             lm, study, store, samples=args.samples, seed=args.seed, settings=settings, templates=args.templates,

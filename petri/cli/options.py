@@ -1,5 +1,7 @@
 """Command-line options shared by the ``petri`` command and the web server (``app.py``,
-``petri serve``): which model to load and how, and the sampler settings."""
+``petri serve``): which model to load and how, and the sampler settings: a flag per setting of every
+registered family, made from its settings dataclass (:mod:`petri.core.settings`), so every setting
+of every family can be given on the command line."""
 
 from __future__ import annotations
 
@@ -7,10 +9,11 @@ import argparse
 import os
 from dataclasses import replace
 
+from petri.core.settings import Control, FamilySettings, SettingError, apply_settings, controls
 from petri.engine.base import ALLOW_DOWNLOAD_ENV, SamplingModel
+from petri.engine.families.registry import families
 from petri.engine.precision_choice import parse_precision
 from petri.study.executors import ModelSpec
-from petri.core.trajectory import SamplerSettings
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,14 +78,30 @@ def env_choice(name: str) -> bool | None:
     return True if value in ("1", "true", "yes") else False if value in ("0", "false", "no") else None
 
 
+def sampler_controls() -> dict[str, tuple[Control, tuple[str, ...]]]:
+    """Every registered family's settings and switches (:func:`petri.core.settings.controls`), each
+    name once, with the families that have it: what :func:`add_sampler_arguments` makes flags of."""
+    found: dict[str, tuple[Control, tuple[str, ...]]] = {}
+    for family in families():
+        for control in controls(family.settings):
+            known, ids = found.get(control.name, (control, ()))
+            found[control.name] = (known, (*ids, family.id))
+    return found
+
+
 def add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
+    """A flag per setting and switch of every registered family (:func:`sampler_controls`: the
+    settings dataclasses' metadata makes them); a setting some families lack says whose it is."""
     group = parser.add_argument_group("sampler (defaults: the model's generation config)")
-    group.add_argument("--steps", type=int, help="maximum denoising steps")
-    group.add_argument("--entropy-bound", type=float)
-    group.add_argument("--t-min", type=float)
-    group.add_argument("--t-max", type=float)
-    group.add_argument("--no-adaptive-stop", action="store_true", help="always run every step")
-    group.add_argument("--no-thought-channel", action="store_true", help="do not pin the empty thought block (chat models)")
+    every = len(families())
+    for name, (control, ids) in sampler_controls().items():
+        whose = "" if len(ids) == every else f"[{', '.join(ids)}] "
+        if control.type is bool:
+            group.add_argument(control.flag, dest=name, action=argparse.BooleanOptionalAction, default=None,
+                               help=whose + control.info.help)
+        else:
+            group.add_argument(control.flag, dest=name, type=control.type, default=None, help=whose + control.info.help,
+                               metavar=control.flag.lstrip("-").replace("-", "_").upper())
 
 
 def spec_from_args(args: argparse.Namespace) -> ModelSpec:
@@ -98,17 +117,15 @@ def load_from_args(args: argparse.Namespace) -> SamplingModel:
     return replace(spec_from_args(args), threads=None).load()
 
 
-def settings_from_args(defaults: SamplerSettings, args: argparse.Namespace) -> SamplerSettings:
-    """``defaults`` with the sampler options the user gave."""
-    changes = {
-        "max_denoising_steps": args.steps,
-        "entropy_bound": args.entropy_bound,
-        "t_min": args.t_min,
-        "t_max": args.t_max,
-    }
-    settings = replace(defaults, **{k: v for k, v in changes.items() if v is not None})
-    if args.no_adaptive_stop:
-        settings = replace(settings, stability_threshold=None, confidence_threshold=None)
-    if args.no_thought_channel:
-        settings = replace(settings, pin_thought_channel=False)
-    return settings
+def settings_from_args(defaults: FamilySettings, args: argparse.Namespace,
+                       canvas_length: int | None = None) -> FamilySettings:
+    """``defaults`` (the model's) with the sampler flags the user gave
+    (:func:`petri.core.settings.apply_settings`: bounds, switches, the family's checks for a canvas
+    of ``canvas_length``); a flag of another family, or a value refused, raises ``ValueError``
+    naming the flag."""
+    controls_ = sampler_controls()
+    given = {name: getattr(args, name, None) for name in controls_}
+    try:
+        return apply_settings(defaults, given, canvas_length)
+    except SettingError as err:
+        raise ValueError(f"{controls_[err.field][0].flag}: {err.message}") from None

@@ -1,6 +1,8 @@
 """Layer 1: the record of a sampling request, the dish, cancellation, where shipped files lie (numpy only).
 
-The core: the record of a sampling request (:mod:`.trajectory`), the dish that pins
-concepts on the canvas (:mod:`.dish`), cancellation (:mod:`.cancel`) and where shipped files lie
-(:mod:`.paths`). numpy only; every other layer builds on these.
+The core: the record of a sampling request (:mod:`.trajectory`, with the built-in families'
+settings), how a family's settings are described so every surface can be made from them
+(:mod:`.settings`), the dish that pins concepts on the canvas (:mod:`.dish`), cancellation
+(:mod:`.cancel`) and where shipped files lie (:mod:`.paths`). numpy only; every other layer builds
+on these.
 """

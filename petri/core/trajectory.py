@@ -1,4 +1,6 @@
-"""The record of one sampling request: what the model proposed at every step and position.
+"""The record of one sampling request: what the model proposed at every step and position, and the
+settings of the two built-in model families (:class:`SamplerSettings`, :class:`MaskedSettings`; their
+fields' metadata makes every surface's controls, :mod:`petri.core.settings`).
 
 A :class:`Trajectory` is the only thing that crosses from the sampler (torch) to the metrics,
 tables, statistics, plots and exports (numpy / pandas only). Every array is a plain numpy array
@@ -8,10 +10,24 @@ steps any sample ran, ``L`` the canvas length.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
+
+from petri.core.settings import (
+    MIN_TEMPERATURE,
+    Check,
+    FamilySettings,
+    SettingInfo,
+    Switch,
+    pin_setting,
+    register_settings,
+    setting,
+    settings_from_dict,  # noqa: F401 - read stored settings from here, as before
+    steps_setting,
+)
 
 #: Filler used in ``argmax`` and ``canvas`` for steps a sample did not run (it stopped earlier than others).
 NO_TOKEN = -1
@@ -43,53 +59,120 @@ class AnchorSpan:
         return range(self.start, self.end)
 
 
+def _temperatures_fall(settings: SamplerSettings, canvas_length: int | None) -> str | None:
+    """The schedule's check (:class:`petri.core.settings.Check`): the temperature falls from t_max to t_min."""
+    if settings.t_min > settings.t_max:
+        return (f"t_min ({settings.t_min:g}) is greater than t_max ({settings.t_max:g}); the temperature falls from "
+                "t_max to t_min, so t_min <= t_max")
+    return None
+
+
 @dataclass(frozen=True)
-class SamplerSettings:
-    """DiffusionGemma's sampler settings (the model's defaults unless a generation config says otherwise).
+class SamplerSettings(FamilySettings):
+    """DiffusionGemma's sampler settings, the uniform-diffusion family's (the model's defaults unless a
+    generation config says otherwise).
 
     ``stability_threshold`` / ``confidence_threshold`` set to ``None`` turn adaptive stopping off,
-    as in transformers. ``pin_thought_channel`` pins the instruction-tuned model's empty thought
-    block (``<|channel>thought\\n<channel|>``) at the start of the canvas when the prompt uses a
-    chat template.
+    as in transformers (the switch ``adaptive_stop`` turns both). ``pin_thought_channel`` pins the
+    instruction-tuned model's empty thought block (``<|channel>thought\\n<channel|>``) at the start of
+    the canvas when the prompt uses a chat template. Each field's metadata (:func:`petri.core.settings.setting`)
+    makes its API field, CLI flag and UI control.
     """
 
-    max_denoising_steps: int = 48
-    t_min: float = 0.4
-    t_max: float = 0.8
-    entropy_bound: float = 0.1
-    stability_threshold: int | None = 1
-    confidence_threshold: float | None = 0.005
-    pin_thought_channel: bool = True
+    FAMILY: ClassVar[str] = UNIFORM_FAMILY
+    SWITCHES: ClassVar[tuple[Switch, ...]] = (
+        Switch("adaptive_stop", ("stability_threshold", "confidence_threshold"),
+               SettingInfo("the adaptive stop (false: always run every step)", label="Adaptive stop", control="adaptive",
+                           order=4, row=1)),
+    )
+    CHECKS: ClassVar[tuple[Check, ...]] = (Check(("t_min", "t_max"), _temperatures_fall),)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    max_denoising_steps: int = steps_setting(48)
+    t_min: float = setting(0.4, "the temperature of the last step (it falls linearly from t_max)", ge=MIN_TEMPERATURE,
+                           le=10, order=2)
+    t_max: float = setting(0.8, "the temperature of the first step", ge=MIN_TEMPERATURE, le=10, order=3)
+    entropy_bound: float = setting(0.1, "the entropy budget of a step: the lowest-entropy tokens are accepted while "
+                                   "their entropy sums to at most this, the rest renoised", ge=0, le=1e6,
+                                   label="Entropy bound", order=1)
+    stability_threshold: int | None = setting(1, "adaptive stop: the argmax canvas equals the previous this many",
+                                              ge=0, le=16, label="Stability threshold (steps)", order=6, row=2)
+    confidence_threshold: float | None = setting(0.005, "adaptive stop: and the mean entropy is below this", ge=0,
+                                                 le=1e3, label="Confidence threshold (mean entropy)", order=7, row=2)
+    pin_thought_channel: bool = pin_setting(True)
+
+
+def block_count(settings: MaskedSettings, canvas_length: int) -> tuple[int, int]:
+    """(the number of blocks, the block length) of a canvas of ``canvas_length`` under masked ``settings``."""
+    block = settings.block_length or canvas_length
+    return -(-canvas_length // block), block
+
+
+def blocks_problem(settings: MaskedSettings, canvas_length: int | None) -> str | None:
+    """Why ``settings`` cannot unmask a canvas of ``canvas_length`` (None: they can, or no canvas is
+    known): every block needs a step."""
+    if canvas_length is None:
+        return None
+    blocks, block = block_count(settings, canvas_length)
+    if settings.max_denoising_steps < blocks:
+        return (f"max_denoising_steps ({settings.max_denoising_steps}) must be at least the number of blocks "
+                f"({blocks} of block_length {block} in a canvas of {canvas_length})")
+    return None
+
+
+#: The uniform family's fields, with their values, that masked settings stored before the families
+#: had settings of their own (issue 48): every stored masked run carries them, unused, and its run id
+#: hashes them, so the stored form keeps them where they were.
+_CARRIED = (("t_min", 0.4), ("t_max", 0.8), ("entropy_bound", 0.1), ("stability_threshold", 1),
+            ("confidence_threshold", 0.005))
 
 
 @dataclass(frozen=True)
-class MaskedSettings(SamplerSettings):
+class MaskedSettings(FamilySettings):
     """The masked-diffusion family's settings (:mod:`petri.engine.families.masked`):
     ``max_denoising_steps`` unmasking steps in all (at least one per block), ``block_length``
     (``None``: the whole canvas is one block), ``unmask_threshold`` (``None``: the per-step budget,
     the masked count spread over the steps), ``temperature`` of the Gumbel-max draw (0: argmax).
-    The uniform family's fields (``t_min``, ``t_max``, ``entropy_bound``, ``stability_threshold``,
-    ``confidence_threshold``) are carried, unused, so every layer reads one settings type."""
 
-    max_denoising_steps: int = 32
-    pin_thought_channel: bool = False
-    block_length: int | None = None
-    unmask_threshold: float | None = None
-    temperature: float = 0.0
+    ``carried``: the uniform family's values a stored run of this family holds (:data:`_CARRIED`;
+    never read by the sampler, never set by a request): ``to_dict()`` writes them where they always
+    were, so stored runs and run ids are what they were before this family had settings of its own."""
+
+    FAMILY: ClassVar[str] = MASKED_FAMILY
+    CHECKS: ClassVar[tuple[Check, ...]] = (Check(("block_length", "max_denoising_steps"), blocks_problem),)
+
+    max_denoising_steps: int = steps_setting(32, "maximum unmasking steps (at least one per block)")
+    pin_thought_channel: bool = pin_setting(False)
+    block_length: int | None = setting(None, "unmask the canvas in blocks of this many positions, left to right "
+                                       "(none: the whole canvas is one block)", ge=1, le=1_000_000,
+                                       label="Block length (blank: the whole canvas)", order=10)
+    unmask_threshold: float | None = setting(None, "unmask every position at least this confident (at least one per "
+                                             "step) instead of a budget per step (none: the budget)", ge=0, le=1,
+                                             label="Unmask threshold (blank: a budget per step)", order=11)
+    temperature: float = setting(0.0, "the Gumbel-max temperature of the predicted token (0: the argmax)", ge=0,
+                                 le=10, label="Temperature (0: the argmax)", order=12)
+    carried: tuple[tuple[str, Any], ...] = field(default=_CARRIED, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_denoising_steps": self.max_denoising_steps, **dict(self.carried),
+                "pin_thought_channel": self.pin_thought_channel, "block_length": self.block_length,
+                "unmask_threshold": self.unmask_threshold, "temperature": self.temperature}
+
+    @classmethod
+    def stored_keys(cls) -> tuple[str, ...]:
+        return ("max_denoising_steps", *(name for name, _ in _CARRIED), "pin_thought_channel", "block_length",
+                "unmask_threshold", "temperature")
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> MaskedSettings:
+        unknown = set(values) - set(cls.stored_keys())
+        if unknown:
+            raise ValueError(f"settings: unknown field(s) {sorted(unknown)}")
+        carried = tuple((name, values.get(name, value)) for name, value in _CARRIED)
+        return cls(**{k: v for k, v in values.items() if k not in dict(_CARRIED)}, carried=carried)
 
 
-def settings_from_dict(values: dict[str, Any]) -> SamplerSettings:
-    """Stored settings back as their family's type: :class:`MaskedSettings` when they have its
-    fields, else :class:`SamplerSettings` (a field of neither is refused, naming it)."""
-    masked_only = set(MaskedSettings.__dataclass_fields__) - set(SamplerSettings.__dataclass_fields__)
-    kind = MaskedSettings if masked_only & set(values) else SamplerSettings
-    unknown = set(values) - set(kind.__dataclass_fields__)
-    if unknown:
-        raise ValueError(f"settings: unknown field(s) {sorted(unknown)}")
-    return kind(**values)
+register_settings(SamplerSettings)
+register_settings(MaskedSettings)
 
 
 @dataclass

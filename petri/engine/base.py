@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from petri.core.cancel import CancelToken
+from petri.core.settings import FamilySettings
 from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory, check_sampler_inputs
 
 @dataclass(frozen=True)
@@ -70,7 +71,9 @@ class SamplingModel(Protocol):
         compiled tier): what a run id must tell apart (numbers differ between them)."""
         ...
 
-    def default_settings(self) -> SamplerSettings: ...
+    def default_settings(self) -> FamilySettings:
+        """The model's settings, of its family's settings type (:mod:`petri.engine.families.registry`)."""
+        ...
 
     def describe(self) -> dict[str, str | int]:
         """``model_id``, ``device``, ``dtype``, ``canvas_length``, ``vocab_size`` (for every output)."""

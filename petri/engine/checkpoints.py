@@ -1,6 +1,6 @@
 """What the loaders read off a checkpoint before and after loading it: its ``model_type`` (which
-family loads it; read without torch, so the backend choice can use it) and a cheap fingerprint of
-its weights."""
+family loads it, :func:`petri.engine.families.registry.family_for_model_type`; read without torch,
+so the backend choice can use it) and a cheap fingerprint of its weights."""
 
 from __future__ import annotations
 
@@ -11,10 +11,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
-
-#: the ``model_type`` values of the uniform-diffusion family (DiffusionGemma); any other runs as masked diffusion
-UNIFORM_MODEL_TYPES = ("diffusion_gemma",)
-
 
 def weights_fingerprint(model: torch.nn.Module, dtype: torch.dtype) -> str:
     """A cheap fingerprint of the weights (config, dtype, and the name, shape and first 64 values of

@@ -7,9 +7,10 @@ Rules for ``select_backend("auto")``:
    importable: ``"mlx"``;
 3. otherwise ``"torch"``.
 
-:func:`load_backend_model` runs a masked-diffusion checkpoint (``petri-tiny-mdm``, BERT-style) on
-torch even where rule 2 picks MLX, whose backend runs DiffusionGemma only; asking for ``mlx`` by
-name (or ``PETRI_BACKEND=mlx``) for one is refused, naming the backend.
+:func:`load_backend_model` runs a checkpoint of a family MLX does not run (its registration's
+``backends``: masked diffusion, ``petri-tiny-mdm``) on torch even where rule 2 picks MLX, whose
+backend runs DiffusionGemma only; asking for ``mlx`` by name (or ``PETRI_BACKEND=mlx``) for one is
+refused, naming the backend.
 
 ``select_backend("mlx")`` insists on MLX and raises :class:`BackendUnavailableError` with the
 install command when it cannot be imported. MLX is optional: nothing here imports it (or torch)
@@ -25,6 +26,7 @@ import platform
 import sys
 
 from petri.engine.base import BackendUnavailableError, SamplingModel
+from petri.engine.families.registry import UNIFORM, Family, families, family_for_model_type
 
 BACKENDS = ("torch", "mlx")
 ENV_VAR = "PETRI_BACKEND"
@@ -89,16 +91,15 @@ def default_model_name() -> str:
     return torch_default()
 
 
-def is_masked_checkpoint(name_or_path: str | os.PathLike | None) -> bool:
-    """True when the named checkpoint (an embedded model's name, a folder or a cached hub id) says it
-    is not DiffusionGemma (its ``config.json``'s ``model_type``); ``None`` (the default model) is not."""
-    if name_or_path is None:
-        return False
-    from petri.engine.checkpoints import UNIFORM_MODEL_TYPES, model_type_of
+def checkpoint_family(name_or_path: str | os.PathLike | None) -> Family:
+    """The family that loads the named checkpoint (an embedded model's name, a folder or a cached hub
+    id), by its ``config.json``'s ``model_type``; ``None`` (the default model) is DiffusionGemma."""
     from petri.core.paths import checkpoint_source
+    from petri.engine.checkpoints import model_type_of
 
-    model_type = model_type_of(checkpoint_source(str(name_or_path)))
-    return model_type is not None and model_type not in UNIFORM_MODEL_TYPES
+    if name_or_path is None:
+        return UNIFORM
+    return family_for_model_type(model_type_of(checkpoint_source(str(name_or_path))))
 
 
 def load_backend_model(
@@ -130,11 +131,13 @@ def load_backend_model(
         raise ValueError(f"precision {choice.text!r}: +sc-fp8 runs in the compiled tier only, and compile is off")
     if choice.precision != "bf16" and chosen != "torch":
         raise ValueError(f"precision={precision!r}: the FP8 tier applies to the torch backend only")
-    if chosen == "mlx" and is_masked_checkpoint(name_or_path):
+    family = checkpoint_family(name_or_path) if chosen == "mlx" else None
+    if family is not None and "mlx" not in family.backends:
         if requested_backend(backend) == "mlx":
-            raise BackendUnavailableError(f"backend='mlx' runs DiffusionGemma checkpoints only; {name_or_path!r} is a "
-                                          "masked-diffusion model: use --backend torch (or auto)")
-        chosen = "torch"  # auto: the masked family runs on torch (MPS or CPU)
+            runs = ", ".join(f.id for f in families() if "mlx" in f.backends)
+            raise BackendUnavailableError(f"backend='mlx' runs {runs} checkpoints only; {name_or_path!r} is a "
+                                          f"{family.id} model: use --backend torch (or auto)")
+        chosen = "torch"  # auto: a family MLX does not run (masked diffusion) runs on torch (MPS or CPU)
     if chosen == "mlx":
         from petri.engine.mlx.sampler import load_mlx_model
 
@@ -143,7 +146,7 @@ def load_backend_model(
 
     lm = load_model(name_or_path, device=device, dtype=dtype, allow_download=allow_download,
                     trust_remote_code=trust_remote_code)
-    if lm.family != "uniform-diffusion":
+    if lm.family != UNIFORM.id:  # the compiled and FP8 tiers are DiffusionGemma's
         if compile or choice != PrecisionChoice():
             raise ValueError(f"--compile and --precision apply to DiffusionGemma only; {lm.model_id!r} is {lm.family}")
         return lm

@@ -20,14 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from petri.core.trajectory import (
-    MASKED_FAMILY,
-    UNIFORM_FAMILY,
-    AnchorSpan,
-    MaskedSettings,
-    Trajectory,
-    settings_from_dict,
-)
+from petri.core.trajectory import AnchorSpan, Trajectory, settings_from_dict
 
 RUN_ID_PATTERN = re.compile(r"^[0-9a-f]{8,64}$")
 _ARRAYS = ("argmax", "entropy", "accepted", "steps", "anchor_mask", "final_ids", "prompt_ids")
@@ -118,7 +111,7 @@ def trajectory_from_blobs(header: str, arrays: bytes) -> Trajectory:
     with np.load(io.BytesIO(arrays)) as data:
         loaded = {name: data[name] for name in _ARRAYS}
         loaded.update({name: data[name] if name in data.files else None for name in _OPTIONAL_ARRAYS})
-    settings = settings_from_dict(meta["settings"])
+    settings = settings_from_dict(meta["settings"], meta.get("family"))  # runs stored before "family": by their keys
     anchors = [[AnchorSpan(a["concept"], a["start"], tuple(a["token_ids"])) for a in spans] for spans in meta["anchors"]]
     return Trajectory(
         **loaded,
@@ -133,7 +126,7 @@ def trajectory_from_blobs(header: str, arrays: bytes) -> Trajectory:
         event=meta["event"],
         template=meta["template"],
         sampler=meta.get("sampler", "unknown"),  # runs stored before the field existed
-        family=meta.get("family", MASKED_FAMILY if isinstance(settings, MaskedSettings) else UNIFORM_FAMILY),
+        family=meta.get("family", settings.FAMILY),
         mask_id=meta.get("mask_id"),
     )
 

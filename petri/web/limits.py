@@ -6,6 +6,9 @@ Read a limit as ``limits.MAX_...`` where it may be changed at run time (tests lo
 
 from __future__ import annotations
 
+# the settings' own bounds, which their fields declare (petri.core.settings): max_denoising_steps, t_min, t_max
+from petri.core.settings import MAX_STEPS, MIN_TEMPERATURE  # noqa: F401
+
 MIN_CONCEPTS = 2
 MAX_CONCEPTS = 8
 MAX_CONCEPT_CHARS = 64
@@ -13,10 +16,6 @@ MAX_SAMPLES = 64
 MAX_EVENTS = 24
 MAX_TEXT_CHARS = 2000
 MAX_GROUP_CHARS = 64
-MAX_STEPS = 256
-#: Lowest sampler temperature: the logits are divided by it, and a smaller one overflows to inf/NaN
-#: (at once in fp16/bf16).
-MIN_TEMPERATURE = 0.01
 MAX_SEED = 2**32 - 1
 #: ``include_trajectories`` returns samples × steps × canvas integers per event; capped per response.
 MAX_TRAJECTORY_CELLS = 8_000_000

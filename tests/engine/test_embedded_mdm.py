@@ -2,7 +2,9 @@
 tokenizer): it loads by name on the CPU, it predicts masked tokens from their context (a model that
 learnt only the token frequencies, as the first training runs did, would not), it runs a dish (the
 sampler, the Dish tab's handler, ``app.py --model petri-tiny-mdm`` over HTTP), ``auto`` never sends it
-to the MLX backend, and its model card's figures are its metrics.json's."""
+to the MLX backend, its model card's figures are its metrics.json's, and its family's own settings
+(block length, unmask threshold, temperature) are set from the API, the CLI and the UI and reach the
+sampler."""
 
 from __future__ import annotations
 
@@ -151,3 +153,92 @@ def test_the_ui_dish_tab_runs_it(mdm, tmp_path):
     final = updates[-1]
     assert len(updates) > 1 and final["status"].startswith("Done:") and "steps [8, 8, 8]" in final["status"]
     assert len(final["samples_table"]) == 3 and final["run_id"]
+
+
+#: A dish on the embedded masked model and its block: the canvas's first 16 positions (of 64)
+EVENT = "Only 90 units are in stock, but 120 were ordered."
+BLOCK = 16
+
+
+def first_step_in_first_block(traj) -> bool:
+    """Whether every sample's first step unmasked only positions of the first block."""
+    return not traj.accepted[:, 0, BLOCK:].any() and traj.accepted[:, 0, :BLOCK].any()
+
+
+def test_its_settings_are_set_from_the_api_and_reach_the_sampler(mdm, tmp_path):
+    """block_length, unmask_threshold and temperature (until issue 48 only a checkpoint's
+    ``petri_sampler`` set them) in ``POST /api/seed``: stored with the run, and a block length changes
+    the order the canvas is unmasked in; a block length the steps cannot cover, or another family's
+    setting, is refused naming the field."""
+    from fastapi.testclient import TestClient
+
+    from petri.app.service import PetriService
+    from petri.runs.store import RunStore
+    from petri.web.app import create_app
+
+    service = PetriService(mdm, RunStore(tmp_path / "store"))
+    client = TestClient(create_app(service, ui=False))
+    body = {"concepts": ["order", "inventory", "person"], "event": EVENT, "samples": 2, "seed": 1}
+    runs = {}
+    for name, settings in (("whole", {"max_denoising_steps": 8}), ("blocks", {"max_denoising_steps": 8, "block_length": BLOCK}),
+                           ("threshold", {"max_denoising_steps": 8, "unmask_threshold": 0.5, "temperature": 0.3})):
+        answer = client.post("/api/seed", json={**body, "settings": settings})
+        assert answer.status_code == 200, answer.text
+        runs[name] = service.store.load_events(answer.json()["run_id"])[0][2]
+    assert runs["blocks"].settings == MaskedSettings(max_denoising_steps=8, block_length=BLOCK, temperature=0.5)
+    assert runs["threshold"].settings == MaskedSettings(max_denoising_steps=8, unmask_threshold=0.5, temperature=0.3)
+    assert first_step_in_first_block(runs["blocks"]) and not first_step_in_first_block(runs["whole"])
+    assert (runs["threshold"].accepted[:, 0].sum(-1) != runs["whole"].accepted[:, 0].sum(-1)).any()  # no budget
+    for settings, field, words in (({"block_length": 2, "max_denoising_steps": 4}, "block_length", "number of blocks"),
+                                   ({"unmask_threshold": 1.5}, "unmask_threshold", "less than or equal to 1"),
+                                   ({"t_min": 0.3}, "t_min", "not a setting of the model's family, masked-diffusion")):
+        answer = client.post("/api/seed", json={**body, "settings": settings})
+        assert answer.status_code == 422 and answer.json()["detail"][0]["loc"] == ["body", "settings", field], answer.text
+        assert words in answer.json()["detail"][0]["msg"]
+    service.store.close()
+
+
+def test_its_settings_are_set_from_the_cli_and_reach_the_sampler(mdm, tmp_path):
+    from petri.cli.main import build_parser, main
+    from petri.cli.options import settings_from_args
+
+    flags = ["--steps", "8", "--block-length", str(BLOCK), "--unmask-threshold", "0.5", "--temperature", "0.3"]
+    args = build_parser().parse_args(["seed", "--event", EVENT, "--concepts", "order,inventory,person", *flags])
+    settings = settings_from_args(mdm.default_settings(), args, mdm.canvas_length)
+    assert settings == MaskedSettings(max_denoising_steps=8, block_length=BLOCK, unmask_threshold=0.5, temperature=0.3)
+    traj = seed_dish(mdm, Dish(("order", "inventory", "person"), EVENT), 2, settings, seed=0)
+    assert traj.settings == settings and first_step_in_first_block(traj)
+    with pytest.raises(ValueError, match="--block-length: max_denoising_steps"):
+        settings_from_args(mdm.default_settings(), build_parser().parse_args(
+            ["seed", "--event", "x", "--concepts", "a,b", "--block-length", "1"]), mdm.canvas_length)
+    out = tmp_path / "out"
+    assert main(["seed", "--model", "petri-tiny-mdm", "--device", "cpu", "--event", EVENT, "--concepts",
+                 "order,inventory,person", "--samples", "2", "--out", str(out), *flags]) == 0
+    stored = json.loads((out / "run.json").read_text())["settings"]
+    assert (stored["block_length"], stored["unmask_threshold"], stored["temperature"]) == (BLOCK, 0.5, 0.3)
+
+
+def test_its_settings_are_set_from_the_ui_and_reach_the_sampler(mdm, tmp_path):
+    """The Dish and Compare tabs show the masked family's controls (not DiffusionGemma's), and the
+    Dish tab's block length reaches the sampler."""
+    from petri.app.service import PetriService
+    from petri.runs.store import RunStore
+    from petri.web.ui.build import build_ui
+    from petri.web.ui.dish import DishController
+    from tests.web.ui.test_ui import dish_inputs
+
+    service = PetriService(mdm, RunStore(tmp_path / "store"))
+    ids = {c["props"].get("elem_id") for c in build_ui(service).get_config_file()["components"]}
+    shown = {f"{tab}-{name}" for tab in ("petri", "petri-cmp")
+             for name in ("steps", "pin-thought", "block-length", "unmask-threshold", "temperature")}
+    assert shown <= ids and not {"petri-t-min", "petri-entropy-bound", "petri-adaptive"} & ids
+    ctl = DishController(service)
+    assert ctl.setting_names == ("steps", "pin_thought", "block_length", "unmask_threshold", "temperature")
+    *_, final = ctl.run(*dish_inputs(ctl, steps=8, block_length=BLOCK, temperature=0.0))
+    traj = service.store.load_events(final["run_id"])[0][2]
+    assert traj.settings == MaskedSettings(max_denoising_steps=8, pin_thought_channel=True, block_length=BLOCK)
+    assert first_step_in_first_block(traj)
+    assert ctl.controls_of(service.store.get_run(final["run_id"])["request"], traj)["block_length"] == BLOCK
+    marks = ctl.validate(*dish_inputs(ctl, steps=2, block_length=4))
+    assert [i for i, m in enumerate(marks) if not m["is_valid"]] == [9] and "number of blocks" in marks[9]["message"]
+    service.store.close()

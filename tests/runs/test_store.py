@@ -109,3 +109,27 @@ def test_runs_stored_before_the_canvas_load_without_it_and_know_their_family(tra
         back = trajectory_from_blobs(json.dumps(old_header), buffer.getvalue())
         assert back.canvas is None and back.family == family and back.mask_id is None
         np.testing.assert_array_equal(back.argmax, traj.argmax)
+
+
+@pytest.mark.parametrize("family", ["masked-diffusion", None])
+def test_a_masked_run_stored_before_the_families_had_their_own_settings_loads_and_stores_the_same(traj, family):
+    """A header as main wrote it before issue 48 (and, ``family`` None, before the family was
+    recorded): masked settings that carry the uniform fields, with values a request had set. It loads
+    as :class:`MaskedSettings` and writes back the same settings, byte for byte."""
+    import json
+
+    from petri.core.trajectory import MaskedSettings
+    from petri.runs.store import trajectory_from_blobs, trajectory_to_blobs
+
+    stored = ('{"max_denoising_steps": 8, "t_min": 0.3, "t_max": 0.9, "entropy_bound": 2.0, "stability_threshold": null, '
+              '"confidence_threshold": null, "pin_thought_channel": true, "block_length": 16, "unmask_threshold": 0.25, '
+              '"temperature": 0.0}')
+    header, arrays = trajectory_to_blobs(traj)
+    old = {**json.loads(header), "settings": json.loads(stored), "family": family, "mask_id": 5}
+    if family is None:
+        del old["family"], old["mask_id"]
+    back = trajectory_from_blobs(json.dumps(old), arrays)
+    assert isinstance(back.settings, MaskedSettings) and back.family == "masked-diffusion"
+    assert (back.settings.max_denoising_steps, back.settings.block_length, back.settings.unmask_threshold) == (8, 16, 0.25)
+    again, _ = trajectory_to_blobs(back)
+    assert json.dumps(json.loads(again)["settings"]) == stored

@@ -31,9 +31,10 @@ import torch
 from petri.core.cancel import CancelToken
 from petri.engine.base import SampleRequest, StepCallback, prompt_room
 from petri.engine.checkpoints import weights_fingerprint
+from petri.engine.families.registry import get_family
 from petri.engine.loop import RecordedStepper, run_loop
 from petri.engine.torch.step import TorchOps, token_entropy
-from petri.core.trajectory import MASKED_FAMILY, MaskedSettings, Trajectory
+from petri.core.trajectory import MASKED_FAMILY, MaskedSettings, Trajectory, block_count, blocks_problem
 
 FAMILY = MASKED_FAMILY
 DEFAULT_CANVAS_LENGTH = 64
@@ -55,13 +56,12 @@ class MaskedDiffusionScheduler:
 
     def __init__(self, settings: MaskedSettings, mask_id: int, anchor_mask: torch.Tensor, anchor_ids: torch.Tensor):
         batch, length = anchor_mask.shape
-        block = settings.block_length or length
-        if block < 1:
+        if (settings.block_length or length) < 1:
             raise ValueError(f"block_length must be at least 1, got {settings.block_length}")
-        self.blocks = -(-length // block)
-        if settings.max_denoising_steps < self.blocks:
-            raise ValueError(f"max_denoising_steps ({settings.max_denoising_steps}) must be at least the number of "
-                             f"blocks ({self.blocks} of block_length {block} in a canvas of {length})")
+        problem = blocks_problem(settings, length)  # the check a request's settings pass (MaskedSettings.CHECKS)
+        if problem:
+            raise ValueError(problem)
+        self.blocks, block = block_count(settings, length)
         self.settings, self.mask_id, self.block = settings, mask_id, block
         self.steps_per_block = settings.max_denoising_steps // self.blocks
         budgeted = settings.unmask_threshold is None
@@ -190,11 +190,17 @@ class MaskedLoadedModel:
     @torch.no_grad()
     def sample(self, request: SampleRequest, *, on_step: StepCallback | None = None,
                cancel: CancelToken | None = None) -> Trajectory:
-        """The loop (:func:`petri.engine.loop.run_loop`) over :class:`MaskedDiffusionScheduler`."""
+        """The loop (:func:`petri.engine.loop.run_loop`) over the step of this model's family, its
+        registration's ``step`` (:class:`MaskedDiffusionScheduler`; a family built on masked LMs
+        registers its own, ``(settings, mask_id, anchor_mask, anchor_ids)`` like this one). Settings
+        of another family give the fields the two share."""
         from petri.core.dish import pinned_arrays
 
-        settings = request.settings if isinstance(request.settings, MaskedSettings) else MaskedSettings(
-            **{k: v for k, v in request.settings.to_dict().items() if k in MaskedSettings.__dataclass_fields__})
+        family = get_family(self.family)
+        settings = request.settings
+        if not isinstance(settings, family.settings):
+            settings = family.settings(**{k: v for k, v in settings.to_dict().items()
+                                          if k in family.settings.__dataclass_fields__})
         started = time.perf_counter()
         if request.seed is not None:
             torch.manual_seed(request.seed)
@@ -203,10 +209,10 @@ class MaskedLoadedModel:
         anchor_mask, anchor_ids = ops.mask(pinned_mask), ops.tokens(pinned_ids)
         prompt = ops.tokens([list(request.prompt_ids)])
         encoded = time.perf_counter()
-        scheduler = MaskedDiffusionScheduler(settings, self.mask_token_id, anchor_mask, anchor_ids)
+        scheduler = family.scheduler()(settings, self.mask_token_id, anchor_mask, anchor_ids)
         stepper = RecordedStepper(ops, _masked_forward(self.model, prompt, self.shift_logits), scheduler,
                                   len(request.layouts))
-        return run_loop(stepper, lm=self, request=request, pinned_mask=pinned_mask, sampler="masked",
+        return run_loop(stepper, lm=self, request=request, pinned_mask=pinned_mask, sampler=self.tier,
                         started=started, encoded=encoded, on_step=on_step, cancel=cancel)
 
 

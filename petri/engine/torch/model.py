@@ -29,7 +29,8 @@ from petri.engine.base import (
     prompt_room,
     settings_from_generation_config,
 )
-from petri.engine.checkpoints import UNIFORM_MODEL_TYPES, model_type_of, weights_fingerprint
+from petri.engine.checkpoints import model_type_of, weights_fingerprint
+from petri.engine.families.registry import family_for_model_type
 from petri.engine.torch.device import resolve_device, resolve_dtype
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.families.uniform import FAMILY
@@ -216,9 +217,10 @@ def load_model(
     allow_download: bool = False,
     trust_remote_code: bool = False,
 ):
-    """Load a checkpoint for sampling: DiffusionGemma as a :class:`LoadedModel`, any other model
-    type (BERT-style masked LMs; LLaDA / Dream with ``trust_remote_code``) as a
-    :class:`petri.engine.families.masked.MaskedLoadedModel`.
+    """Load a checkpoint for sampling with the loader of the family its ``model_type`` names
+    (:func:`petri.engine.families.registry.family_for_model_type`): DiffusionGemma as a
+    :class:`LoadedModel` (:func:`load_diffusion_gemma`), any other model type (BERT-style masked LMs;
+    LLaDA / Dream with ``trust_remote_code``) as a :class:`petri.engine.families.masked.MaskedLoadedModel`.
 
     Args:
         name_or_path: a hub id (resolved from the local cache only, unless ``allow_download``) or a
@@ -239,22 +241,24 @@ def load_model(
         raise ModelNotFoundError(missing_model_message(name, str(EMBEDDED_MODEL_PATH)))
     if allow_download and not local.is_dir():
         source = fetch_hub_model(name)
-    model_type = model_type_of(source)
-    if model_type is not None and model_type not in UNIFORM_MODEL_TYPES:
-        from petri.engine.families.masked import load_masked_model
+    model_id = local.name if local.is_dir() else name
+    family = family_for_model_type(model_type_of(source))
+    return family.loader()(source, model_id, torch_device, torch_dtype, trust_remote_code=trust_remote_code)
 
-        model_id = local.name if local.is_dir() else name
-        return load_masked_model(source, model_id, torch_device, torch_dtype, trust_remote_code=trust_remote_code)
+
+def load_diffusion_gemma(source: str, model_id: str, device: torch.device, dtype: torch.dtype,
+                         trust_remote_code: bool = False) -> LoadedModel:
+    """The uniform family's loader (:mod:`petri.engine.families.registry`): a DiffusionGemma
+    checkpoint (a folder, or a hub id in the local cache) as a :class:`LoadedModel`; a missing one
+    raises :class:`ModelNotFoundError` naming it. ``trust_remote_code`` is not needed (transformers
+    has the class)."""
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
-        model = DiffusionGemmaForBlockDiffusion.from_pretrained(
-            source, local_files_only=True, dtype=torch_dtype
-        )
+        model = DiffusionGemmaForBlockDiffusion.from_pretrained(source, local_files_only=True, dtype=dtype)
     except OSError as err:
-        raise ModelNotFoundError(missing_model_message(name, str(EMBEDDED_MODEL_PATH))) from err
-    model.to(torch_device).eval()
-    model_id = local.name if local.is_dir() else name
-    return LoadedModel(model=model, tokenizer=tokenizer, model_id=model_id, device=torch_device, dtype=torch_dtype)
+        raise ModelNotFoundError(missing_model_message(source, str(EMBEDDED_MODEL_PATH))) from err
+    model.to(device).eval()
+    return LoadedModel(model=model, tokenizer=tokenizer, model_id=model_id, device=device, dtype=dtype)
 
 
 def load_tokenizer(name_or_path: str | Path):

@@ -1,5 +1,6 @@
-"""What a request may ask for: the request models (pydantic v2, unknown fields refused) and every
-check that needs the model (layouts, prompt length, study batches). The API's routes and the UI
+"""What a request may ask for: the request models (pydantic v2, unknown fields refused; their
+``settings`` made from the families' settings, :mod:`petri.web.api.settings`) and every check that
+needs the model (layouts, prompt length, study batches, the settings' checks for its canvas). The API's routes and the UI
 both go through these functions, so a request the UI accepts is one the API accepts:
 
 - :func:`prepare_seed`: a :class:`SeedRequest` → the events to sample and the settings;
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
@@ -23,8 +24,10 @@ from petri.engine.seeding import plan_dish
 from petri.app.service import SeedEvent
 from petri.study.runner import check_layouts
 from petri.study.schema import Study, StudyError, study_from_dict
-from petri.core.trajectory import AnchorSpan, SamplerSettings
+from petri.core.settings import FamilySettings
+from petri.core.trajectory import AnchorSpan
 from petri.web import limits
+from petri.web.api.settings import Settings, SettingsIn, settings_model
 from petri.web.errors import FieldError, clean_text
 from petri.web.limits import (
     MAX_CONCEPT_CHARS,
@@ -33,11 +36,9 @@ from petri.web.limits import (
     MAX_GROUP_CHARS,
     MAX_SAMPLES,
     MAX_SEED,
-    MAX_STEPS,
     MAX_STUDY_BATCHES,
     MAX_TEXT_CHARS,
     MIN_CONCEPTS,
-    MIN_TEMPERATURE,
 )
 
 # ----------------------------------------------------------------------------------- field checks
@@ -106,43 +107,6 @@ class EventIn(_Strict):
     group: Group | None = None
 
 
-class SettingsIn(_Strict):
-    """Sampler settings; every field is optional and defaults to the model's generation config."""
-
-    max_denoising_steps: int | None = Field(None, ge=1, le=MAX_STEPS)
-    t_min: float | None = Field(None, ge=MIN_TEMPERATURE, le=10)
-    t_max: float | None = Field(None, ge=MIN_TEMPERATURE, le=10)
-    entropy_bound: float | None = Field(None, ge=0, le=1e6)
-    stability_threshold: int | None = Field(None, ge=0, le=16)
-    confidence_threshold: float | None = Field(None, ge=0, le=1e3)
-    adaptive_stop: bool | None = Field(None, description="false: always run every step")
-    pin_thought_channel: bool | None = Field(
-        None, description="pin the empty thought block at the canvas start (chat-template models)"
-    )
-
-    def apply(self, defaults: SamplerSettings) -> SamplerSettings:
-        """``defaults`` (the model's) with every given field replaced."""
-        names = (
-            "max_denoising_steps", "t_min", "t_max", "entropy_bound",
-            "stability_threshold", "confidence_threshold", "pin_thought_channel",
-        )
-        settings = replace(defaults, **{n: getattr(self, n) for n in names if getattr(self, n) is not None})
-        if self.adaptive_stop is False:
-            settings = replace(settings, stability_threshold=None, confidence_threshold=None)
-        elif self.adaptive_stop is True and settings.stability_threshold is None:
-            defaults_on = SamplerSettings()
-            settings = replace(
-                settings,
-                stability_threshold=self.stability_threshold or defaults_on.stability_threshold,
-                confidence_threshold=self.confidence_threshold or defaults_on.confidence_threshold,
-            )
-        if settings.t_min > settings.t_max:
-            field = "t_min" if self.t_min is not None else "t_max"
-            raise FieldError(["body", "settings", field], f"t_min ({settings.t_min:g}) is greater than t_max "
-                             f"({settings.t_max:g}); the temperature falls from t_max to t_min, so t_min <= t_max")
-        return settings
-
-
 class SeedRequest(_Strict):
     """A seeding request. Give ``event`` (and optionally ``group``) or ``events``, not both."""
 
@@ -156,7 +120,7 @@ class SeedRequest(_Strict):
     )
     shuffle: bool = Field(True, description="assign concepts to slots in a seeded random order per sample")
     samples: int = Field(8, ge=1, le=MAX_SAMPLES)
-    settings: SettingsIn = Field(default_factory=SettingsIn)
+    settings: Settings = Field(default_factory=SettingsIn)
     seed: int = Field(0, ge=0, le=MAX_SEED)
     include_trajectories: bool = Field(False, description="add each sample's per-step raw argmax and canvas")
 
@@ -170,7 +134,7 @@ class StudyRequest(_Strict):
     seed: int = Field(0, ge=0, le=MAX_SEED, description="base seed; each batch's seed derives from it and the ids")
     templates: list[TemplateId] | None = Field(None, min_length=1, max_length=64,
                                                description="template ids to run (default: all)")
-    settings: SettingsIn = Field(default_factory=SettingsIn)
+    settings: Settings = Field(default_factory=SettingsIn)
 
 
 # ----------------------------------------------------------------------------------- model-aware checks
@@ -192,8 +156,10 @@ def _layout_error(err: LayoutError, concepts: Sequence[str], loc: Sequence[str])
     return FieldError([*loc, *([index] if index is not None else [])], err.reason, "layout_error", concept=err.concept)
 
 
-def build_events(request: SeedRequest, lm_defaults: SamplerSettings) -> tuple[list[SeedEvent], SamplerSettings]:
-    """The request's dishes (one per event) and settings; the fields checked against each other."""
+def build_events(request: SeedRequest, lm_defaults: FamilySettings,
+                 canvas_length: int | None = None) -> tuple[list[SeedEvent], FamilySettings]:
+    """The request's dishes (one per event) and settings (``lm_defaults`` with the request's applied,
+    checked for a canvas of ``canvas_length``); the fields checked against each other."""
     if request.event is not None and request.events is not None:
         raise FieldError(["body", "events"], "give either 'event' or 'events', not both")
     if request.event is None and request.events is None:
@@ -206,7 +172,7 @@ def build_events(request: SeedRequest, lm_defaults: SamplerSettings) -> tuple[li
             f"{len(request.positions)} positions given for {len(request.concepts)} concepts (one per concept)",
         )
     items = [EventIn(event=request.event, group=request.group)] if request.event is not None else request.events
-    settings = request.settings.apply(lm_defaults)
+    settings = request.settings.apply(lm_defaults, canvas_length)
     events = []
     for item in items:
         try:
@@ -226,10 +192,10 @@ def build_events(request: SeedRequest, lm_defaults: SamplerSettings) -> tuple[li
     return events, settings
 
 
-def prepare_seed(request: SeedRequest, lm) -> tuple[list[SeedEvent], SamplerSettings]:
+def prepare_seed(request: SeedRequest, lm) -> tuple[list[SeedEvent], FamilySettings]:
     """The request's events and settings, every layout and prompt checked (no model work): raises
     :class:`FieldError` naming the field. ``POST /api/seed`` and the UI's Dish tab both go through it."""
-    events, settings = build_events(request, lm.default_settings())
+    events, settings = build_events(request, lm.default_settings(), lm.canvas_length)
     cells = len(events) * request.samples * settings.max_denoising_steps * lm.canvas_length
     if request.include_trajectories and cells > limits.MAX_TRAJECTORY_CELLS:
         raise FieldError(
@@ -266,7 +232,7 @@ def _check_study_texts(study: Study) -> None:
             raise FieldError(["body", "study", *loc], str(err)) from None
 
 
-def prepare_study(request: StudyRequest, lm) -> tuple[Study, SamplerSettings, list[str] | None]:
+def prepare_study(request: StudyRequest, lm) -> tuple[Study, FamilySettings, list[str] | None]:
     """The request's study (validated as a study file, then held to the web's limits), settings and
     template ids, every concept set laid out and every prompt measured (no model work): raises
     :class:`FieldError`. ``POST /api/study`` and the UI's Study tab both go through it."""
@@ -285,7 +251,7 @@ def prepare_study(request: StudyRequest, lm) -> tuple[Study, SamplerSettings, li
     if batches > MAX_STUDY_BATCHES:
         raise FieldError(["body", "study", "events"], f"{batches} (event, template) batches; at most {MAX_STUDY_BATCHES} "
                          "per request (use `python -m petri study` for large studies)")
-    settings = request.settings.apply(lm.default_settings())
+    settings = request.settings.apply(lm.default_settings(), lm.canvas_length)
     if lm.max_positions is not None:
         for i, event in enumerate(study.events):
             for template in chosen:
@@ -321,7 +287,7 @@ def preview_layout(
     unshuffled and without the model: the same :func:`~petri.engine.seeding.plan_dish` call, so the
     preview refuses exactly what a run would. With an error the spans still show where each concept
     that tokenizes was asked to go."""
-    settings = SettingsIn(pin_thought_channel=pin_thought_channel).apply(lm.default_settings())
+    settings = settings_model()(pin_thought_channel=pin_thought_channel).apply(lm.default_settings())
     prefix = len(encode_prompt(lm.tokenizer, "x", pin_thought_channel=settings.pin_thought_channel).canvas_prefix_ids)
     try:
         dish = Dish(tuple(concepts), "x", "{event}", tuple(positions) if positions is not None else None, shuffle=False)

@@ -34,7 +34,14 @@ from petri.web.limits import MAX_SAMPLES
 from petri.web.api.requests import prepare_seed
 from petri.web.ui.access import UiAccess
 from petri.web.ui.dish import EXAMPLE_CONCEPTS, TEMPLATE_CHOICES, DishController
-from petri.web.ui.dish_controls import chip_canvas, placement_controls, sampler_settings, wire_placement
+from petri.web.ui.dish_controls import (
+    chip_canvas,
+    control_of,
+    placement_controls,
+    sampler_settings,
+    settings_inputs,
+    wire_placement,
+)
 from petri.web.ui.dish_live import LiveDish, throttled
 from petri.web.ui.figure_files import add_figure_downloads
 from petri.web.ui.live import QUEUED_LINE, JobCancelled, stream, wire_run
@@ -97,43 +104,49 @@ class CompareController:
         self.service = service
         self.dish = dish
         self.trajectories = [TrajectoryView(service, dish.tokens, f"traj_{x}") for x in "ab"]
+        #: the served family's setting controls: the steps (input 8), then the others after the shuffle box
+        self.steps_name = control_of(dish.defaults, "max_denoising_steps")
+        self.setting_names = tuple(n for n in dish.setting_names if n != self.steps_name)
+        self.input_of_field = {**self.INPUT_OF_FIELD, **settings_inputs(dish.defaults, 11, skip=(self.steps_name,))}
 
-    #: The index of each input (in :meth:`run`'s order) that holds a request field, for the validator.
+    #: The index of each input (in :meth:`run`'s order) that holds a request field, for the validator
+    #: (the sampler settings but the steps follow the slot table and shuffle box, :attr:`input_of_field`).
     INPUT_OF_FIELD = {
         "concepts": 0, "labels": 3, "template": 5, "samples": 6, "seed": 7, "max_denoising_steps": 8, "positions": 9,
-        "shuffle": 10, "entropy_bound": 11, "t_min": 12, "t_max": 13, "adaptive_stop": 14, "pin_thought_channel": 15,
+        "shuffle": 10,
     }
     #: The inputs holding the two events (``events.0`` and ``events.1`` of the request).
     EVENT_INPUTS = (2, 4)
 
     def request_of(self, concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps, placement=None,
-                   shuffle=True, entropy_bound=None, t_min=None, t_max=None, adaptive=None, pin_thought=None):
-        """The labels and the ``POST /api/seed`` request (two events) the inputs stand for; raises
-        pydantic's ``ValidationError`` or a :class:`FieldError` (the two labels the same)."""
+                   shuffle=True, *settings):
+        """The labels and the ``POST /api/seed`` request (two events) the inputs stand for
+        (``settings``: the served family's setting controls but the steps, in :attr:`setting_names`'
+        order); raises pydantic's ``ValidationError`` or a :class:`FieldError` (the two labels the same)."""
         labels = ((label_a or "A").strip() or "A", (label_b or "B").strip() or "B")
         if labels[0] == labels[1]:
             raise FieldError(["labels"], "give the two events different labels")
-        request = self.dish.build_request(
-            concepts, None, template, samples, seed, placement, shuffle, steps, entropy_bound, t_min, t_max,
-            adaptive, pin_thought, events=[{"event": event_a, "group": labels[0]}, {"event": event_b, "group": labels[1]}])
+        values = {self.steps_name: steps, **dict(zip(self.setting_names, settings))}
+        request = self.dish.request_of(
+            concepts, None, template, samples, seed, placement, shuffle, values,
+            events=[{"event": event_a, "group": labels[0]}, {"event": event_b, "group": labels[1]}])
         return labels, request
 
     def validate(self, *inputs) -> list[dict]:
         """Gradio validator: one ``gr.validate`` per input of :meth:`run`, the bad ones carrying the
         message of ``POST /api/seed``'s checks, so the UI marks the field itself (and refuses the
         run before it is queued)."""
-        return self.dish.seed_validation(len(inputs), lambda: self.request_of(*inputs)[1], self.INPUT_OF_FIELD,
+        return self.dish.seed_validation(len(inputs), lambda: self.request_of(*inputs)[1], self.input_of_field,
                                          self.EVENT_INPUTS)
 
     def run(self, concepts, label_a, event_a, label_b, event_b, template, samples, seed, steps, placement=None,
-            shuffle=True, entropy_bound=None, t_min=None, t_max=None, adaptive=None, pin_thought=None,
-            cancel: threading.Event | None = None, caller: Caller | None = None):
+            shuffle=True, *settings, cancel: threading.Event | None = None, caller: Caller | None = None):
         """Generator: check (:meth:`request_of`, then ``POST /api/seed``'s checks; the slots, shuffle
         and sampler settings as the Dish tab reads them, a setting left ``None`` the model's default),
         sample both events in one run while each event's flip map is redrawn live, then yield every view."""
         try:
             labels, request = self.request_of(concepts, label_a, event_a, label_b, event_b, template, samples, seed,
-                                              steps, placement, shuffle, entropy_bound, t_min, t_max, adaptive, pin_thought)
+                                              steps, placement, shuffle, *settings)
             events, settings = prepare_seed(request, self.service.lm)
         except (ValidationError, FieldError) as err:
             raise gr.Error(request_error_message(err), title="Check the comparison") from None
@@ -251,7 +264,7 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
     with gr.Row():
         samples = gr.Slider(1, MAX_SAMPLES, value=8, step=1, label="Samples per event", elem_id="petri-cmp-samples")
         seed = gr.Number(0, precision=0, minimum=0, label="Seed")
-    settings = sampler_settings(service.lm.default_settings(), "petri-cmp")
+    settings = sampler_settings(dish.defaults, "petri-cmp")
     with gr.Row():
         run_btn = gr.Button("Compare the two events", variant="primary", elem_id="petri-cmp-run", scale=4)
         cancel_btn = gr.Button("Cancel", variant="stop", elem_id="petri-cmp-cancel", scale=1)
@@ -283,10 +296,10 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
 
     # in the order of CompareController.run's inputs
     controls = {"concepts": concepts, "label_a": label_a, "event_a": event_a, "label_b": label_b, "event_b": event_b,
-                "template": template, "samples": samples, "seed": seed, "steps": settings["steps"],
+                "template": template, "samples": samples, "seed": seed, ctl.steps_name: settings[ctl.steps_name],
                 "placement": slots["placement"], "shuffle": slots["shuffle"],
-                **{k: v for k, v in settings.items() if k != "steps"}}
-    wire_placement(dish, concepts, slots, canvas, settings["pin_thought"])
+                **{k: v for k, v in settings.items() if k != ctl.steps_name}}
+    wire_placement(dish, concepts, slots, canvas, settings[control_of(dish.defaults, "pin_thought_channel")])
     wire_run(run_btn, cancel_btn, ctl.run, list(controls.values()), names, access, busy=lambda: service.busy,
              validator=ctl.validate, concurrency_limit=1, concurrency_id="model", show_progress="minimal")
     return ctl, {**names, **controls}

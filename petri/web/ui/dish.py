@@ -31,15 +31,26 @@ from petri.app.service import PetriService, SeedResult
 from petri.study.anchor_marks import aggregate_anchor_boxes
 from petri.study.plots import flip_heatmap, flips_bar, token_texts
 from petri.measure.tables import pairs_table, samples_table
-from petri.core.trajectory import SamplerSettings, Trajectory
+from petri.core.trajectory import Trajectory
 from petri.web.access import Caller
 from petri.web.errors import FieldError
 from petri.web.limits import MAX_SAMPLES
-from petri.web.api.requests import SeedRequest, SettingsIn, prepare_seed, preview_layout
+from petri.web.api.requests import SeedRequest, prepare_seed, preview_layout
 from petri.web.api.responses import write_run_files
 from petri.web.ui.access import UiAccess, export_dir
 from petri.web.ui.canvas import canvas_value, placement_rows
-from petri.web.ui.dish_controls import PLACEMENT_COLUMNS, chip_canvas, placement_controls, sampler_settings, wire_placement
+from petri.web.ui.dish_controls import (
+    PLACEMENT_COLUMNS,
+    chip_canvas,
+    control_of,
+    control_values,
+    placement_controls,
+    sampler_settings,
+    setting_controls,
+    settings_inputs,
+    settings_request,
+    wire_placement,
+)
 from petri.web.ui.dish_live import LiveDish, throttled
 from petri.web.ui.figure_files import add_figure_downloads
 from petri.web.ui.live import QUEUED_LINE, JobCancelled, field_validation, stream, wire_run
@@ -106,6 +117,10 @@ class DishController:
         self.lm = service.lm
         self.tokens = TokenText(self.lm.tokenizer)
         self.trajectory = TrajectoryView(service, self.tokens)
+        #: the served model's settings: its family's setting controls are the tab's
+        self.defaults = self.lm.default_settings()
+        self.setting_names = tuple(c.control for c in setting_controls(self.defaults))
+        self.input_of_field = {**self.INPUT_OF_FIELD, **settings_inputs(self.defaults, len(self.INPUT_OF_FIELD))}
 
     # -- placement ------------------------------------------------------------------------
     def spread(self, concepts_text: str, pin_thought: bool = True) -> pd.DataFrame:
@@ -149,10 +164,11 @@ class DishController:
     def controls_of(self, request: dict, traj: Trajectory) -> dict:
         """Every input of the tab set to stored run ``request``'s values (the run's first event;
         ``traj`` its trajectory, for runs stored before the request kept the template, positions
-        and shuffle): pressing Run again starts the same run."""
+        and shuffle): pressing Run again starts the same run. The sampler settings are the served
+        family's controls (:func:`~petri.web.ui.dish_controls.control_values`)."""
         first = request["events"][0]
         concepts = list(first["concepts"])
-        settings = SamplerSettings(**request["settings"])
+        settings = control_values(self.defaults, request["settings"])
         shuffle = first.get("shuffle")
         if shuffle is None:  # stored before the request kept it: shuffled when the samples' layouts differ
             shuffle = len({tuple(a.concept for a in spans) for spans in traj.anchors}) > 1
@@ -161,19 +177,16 @@ class DishController:
             by_concept = {a.concept: a.start for a in traj.anchors[0]}
             positions = [by_concept[c] for c in concepts] if set(by_concept) == set(concepts) else None
         if positions is None:  # spread evenly, as the tab shows it
-            table = self.spread(", ".join(concepts), settings.pin_thought_channel)
+            table = self.spread(", ".join(concepts), settings[control_of(self.defaults, "pin_thought_channel")])
         else:
             tokens = {a.concept: len(a.token_ids) for a in traj.anchors[0]}
             table = pd.DataFrame([[c, int(p), tokens.get(c, 0)] for c, p in zip(concepts, positions)],
                                  columns=PLACEMENT_COLUMNS)
-        settings = SamplerSettings(**request["settings"])
         return {
             "concepts": ", ".join(concepts), "event": first["event"],
             "template": template_control(first.get("template") or traj.template or DEFAULT_TEMPLATE),
             "samples": int(request["n_samples"]), "seed": int(request.get("seed") or 0), "placement": table,
-            "shuffle": bool(shuffle), "steps": settings.max_denoising_steps, "entropy_bound": settings.entropy_bound,
-            "t_min": settings.t_min, "t_max": settings.t_max, "adaptive": settings.stability_threshold is not None,
-            "pin_thought": settings.pin_thought_channel,
+            "shuffle": bool(shuffle), **settings,
         }
 
     def canvas(self, placement, pin_thought: bool = True, seq: int | None = None) -> dict:
@@ -190,40 +203,40 @@ class DishController:
         return pd.DataFrame(placement_rows(value), columns=PLACEMENT_COLUMNS)
 
     # -- the run ----------------------------------------------------------------------------
-    def build_request(self, concepts_text, event, template, samples, seed, placement, shuffle, steps,
-                      entropy_bound, t_min, t_max, adaptive, pin_thought, events: list[dict] | None = None) -> SeedRequest:
+    def build_request(self, concepts_text, event, template, samples, seed, placement, shuffle, *settings,
+                      events: list[dict] | None = None) -> SeedRequest:
         """The tab's inputs as the ``POST /api/seed`` body they stand for (with ``events``, e.g. the
-        Compare tab's two, instead of ``event``; a setting left ``None`` is the model's default)."""
+        Compare tab's two, instead of ``event``); ``settings`` are the values of the served family's
+        setting controls in :attr:`setting_names`' order (``steps``, ``entropy_bound``, ``t_min``,
+        ``t_max``, ``adaptive``, ``pin_thought``, … for DiffusionGemma; a value left ``None``, or
+        not given, is the model's default)."""
+        return self.request_of(concepts_text, event, template, samples, seed, placement, shuffle,
+                               dict(zip(self.setting_names, settings)), events)
+
+    def request_of(self, concepts_text, event, template, samples, seed, placement, shuffle, settings: dict,
+                   events: list[dict] | None = None) -> SeedRequest:
+        """:meth:`build_request` with the setting controls' values by name."""
         concepts = parse_concepts(concepts_text)
         table = self._clean(placement)
         positions = None
         if list(table["concept"]) and sorted(table["concept"]) == sorted(c for c in concepts if c):
             concepts = list(table["concept"])  # the table's order is the slot order
             positions = [int(s) for s in table["start"]]
-        settings = SettingsIn(
-            max_denoising_steps=int(steps) if steps else None,
-            entropy_bound=entropy_bound, t_min=t_min, t_max=t_max,
-            adaptive_stop=None if adaptive is None else bool(adaptive),
-            pin_thought_channel=None if pin_thought is None else bool(pin_thought),
-        )
         return SeedRequest(
             concepts=concepts, event=None if events is not None else (event or None), events=events,
             template=template_text(template),
-            positions=positions, shuffle=bool(shuffle), samples=int(samples or 1), settings=settings,
-            seed=int(seed or 0),
+            positions=positions, shuffle=bool(shuffle), samples=int(samples or 1),
+            settings=settings_request(self.defaults, settings), seed=int(seed or 0),
         )
 
-    #: Where a request field's error is shown: the index of the UI input that holds it.
-    INPUT_OF_FIELD = {
-        "concepts": 0, "event": 1, "template": 2, "samples": 3, "seed": 4, "positions": 5, "shuffle": 6,
-        "max_denoising_steps": 7, "entropy_bound": 8, "t_min": 9, "t_max": 10, "adaptive_stop": 11,
-        "pin_thought_channel": 12,
-    }
+    #: Where a request field's error is shown: the index of the UI input that holds it (the sampler
+    #: settings' follow, :attr:`input_of_field`).
+    INPUT_OF_FIELD = {"concepts": 0, "event": 1, "template": 2, "samples": 3, "seed": 4, "positions": 5, "shuffle": 6}
 
     def validate(self, *inputs) -> list[dict]:
         """Gradio validator: one ``gr.validate`` per input, the bad ones carrying the message
         (the same checks as ``POST /api/seed``), so the UI marks the field itself."""
-        return self.seed_validation(len(inputs), lambda: self.build_request(*inputs), self.INPUT_OF_FIELD)
+        return self.seed_validation(len(inputs), lambda: self.build_request(*inputs), self.input_of_field)
 
     def seed_validation(self, n_inputs: int, build, input_of_field: dict, event_inputs: tuple = ()) -> list[dict]:
         """:func:`~petri.web.ui.live.field_validation` of the seed request ``build()`` makes (the Dish
@@ -402,7 +415,6 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
     a stored dish into them)."""
     access = access or UiAccess()
     ctl = DishController(service)
-    defaults: SamplerSettings = service.lm.default_settings()
     with gr.Row():
         with gr.Column(scale=3):
             concepts = gr.Textbox(EXAMPLE_CONCEPTS, label="Concepts (2–8, comma-separated)", elem_id="petri-concepts")
@@ -417,7 +429,7 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
     with gr.Row():
         samples = gr.Slider(1, MAX_SAMPLES, value=8, step=1, label="Samples", elem_id="petri-samples")
         seed = gr.Number(0, precision=0, minimum=0, label="Seed")
-    settings = sampler_settings(defaults)
+    settings = sampler_settings(ctl.defaults)
     with gr.Row():
         run_btn = gr.Button("Run the dish", variant="primary", elem_id="petri-run", scale=4)
         cancel_btn = gr.Button("Cancel", variant="stop", elem_id="petri-cancel", scale=1)
@@ -451,7 +463,7 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
              "flips": flips, "pairs": pairs, "samples_table": samples_table_view, "files": files,
              "sample": sample, **trajectory}
 
-    wire_placement(ctl, concepts, slots, canvas, settings["pin_thought"])
+    wire_placement(ctl, concepts, slots, canvas, settings[control_of(ctl.defaults, "pin_thought_channel")])
     wire_run(run_btn, cancel_btn, ctl.run, run_inputs, names, access, busy=lambda: service.busy,
              validator=ctl.validate, concurrency_limit=1, concurrency_id="model", show_progress="minimal")
 

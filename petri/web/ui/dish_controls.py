@@ -1,26 +1,27 @@
 """The dish inputs the Dish and Compare tabs share, built and wired once: the anchor slot table with
 its Spread / Shuffle buttons and the per-sample shuffle box, the canvas of concept chips
-(:mod:`petri.web.ui.canvas`, kept in sync with the table), and the sampler settings (max steps,
-entropy bound, temperatures, adaptive stop, the thought-block pin).
+(:mod:`petri.web.ui.canvas`, kept in sync with the table), and the sampler settings of the served
+model's family, made from its settings dataclass (:func:`petri.core.settings.controls`: one control
+per setting and switch; DiffusionGemma's max steps, entropy bound, temperatures, adaptive stop and
+its thresholds, the thought-block pin; masked diffusion's max steps, block length, unmask threshold,
+temperature and the pin).
 
 Each builder makes its components inside the open Blocks context and returns them by the control
 names that :meth:`petri.web.ui.dish.DishController.controls_of` gives values for (``placement``,
-``shuffle``, ``steps``, ``entropy_bound``, ``t_min``, ``t_max``, ``adaptive``, ``pin_thought``), so a
-reopened run sets them back in either tab. ``elem`` prefixes the element ids (``petri`` on the Dish
-tab, ``petri-cmp`` on the Compare tab).
+``shuffle``, and the settings' control names: ``steps``, ``entropy_bound``, ``t_min``, ``t_max``,
+``adaptive``, ``pin_thought``, …), so a reopened run sets them back in either tab. ``elem`` prefixes
+the element ids (``petri`` on the Dish tab, ``petri-cmp`` on the Compare tab).
 """
 
 from __future__ import annotations
 
 import gradio as gr
 
-from petri.core.trajectory import SamplerSettings
-from petri.web.limits import MAX_STEPS
+from petri.core.settings import Control, controls
+from petri.web.api.settings import SettingsBase, settings_model
 from petri.web.ui.canvas import canvas_control, canvas_seq
 
 PLACEMENT_COLUMNS = ["concept", "start", "tokens"]
-#: The sampler-setting controls, in the order the run handlers take them.
-SETTING_NAMES = ("steps", "entropy_bound", "t_min", "t_max", "adaptive", "pin_thought")
 
 
 def placement_controls(ctl, concepts_text: str, elem: str = "petri") -> dict:
@@ -44,22 +45,75 @@ def chip_canvas(ctl, concepts_text: str, elem: str = "petri") -> gr.HTML:
     return canvas_control(ctl.canvas(ctl.spread(concepts_text)), elem_id=f"{elem}-canvas")
 
 
-def sampler_settings(defaults: SamplerSettings, elem: str = "petri") -> dict:
-    """The "Sampler settings" accordion (closed) at ``defaults``: its controls by name."""
+def setting_controls(defaults) -> tuple[Control, ...]:
+    """The sampler-setting controls of ``defaults``' family (:func:`petri.core.settings.controls`),
+    in the order the run handlers take them."""
+    return controls(type(defaults))
+
+
+def control_of(defaults, name: str) -> str:
+    """The name of the control that holds setting ``name`` (``max_denoising_steps`` and
+    ``pin_thought_channel``, which every family has: ``steps`` and ``pin_thought`` for the built-in ones)."""
+    return next(c.control for c in setting_controls(defaults) if c.name == name)
+
+
+def _component(control: Control, value, elem: str):
+    """One setting's Gradio component at ``value``, as its metadata says (a slider for a bounded
+    count, a checkbox for a boolean or a switch, else a number box; an int's box takes whole numbers)."""
+    elem_id = f"{elem}-{control.control.replace('_', '-')}"
+    if control.type is bool:
+        return gr.Checkbox(value, label=control.label, elem_id=elem_id)
+    if control.info.widget == "slider":
+        return gr.Slider(control.info.ge, control.info.le, value=value, step=1 if control.type is int else None,
+                         label=control.label, elem_id=elem_id)
+    return gr.Number(value, label=control.label, elem_id=elem_id, precision=0 if control.type is int else None)
+
+
+def control_values(defaults, stored: dict | None = None) -> dict:
+    """Each setting control's value: ``stored`` (a stored run's settings, as ``to_dict()`` wrote
+    them) where it has the setting, else ``defaults``; a switch is on when its first setting is set."""
+    stored = stored or {}
+    values = {}
+    for control in setting_controls(defaults):
+        name = control.switch.fields[0] if control.switch else control.name
+        value = stored.get(name, getattr(defaults, name))
+        values[control.control] = value is not None if control.switch else value
+    return values
+
+
+def sampler_settings(defaults, elem: str = "petri") -> dict:
+    """The "Sampler settings" accordion (closed) of ``defaults``' family, at ``defaults``: its
+    controls by name, one per setting and switch of the family's settings dataclass, laid out in
+    the rows its metadata gives (element ids ``<elem>-<control>``: ``petri-steps``, ``petri-t-min``)."""
+    found = setting_controls(defaults)
+    values = control_values(defaults)
+    built = {}
     with gr.Accordion("Sampler settings", open=False, elem_id=f"{elem}-settings"):
-        with gr.Row():
-            steps = gr.Slider(1, MAX_STEPS, value=defaults.max_denoising_steps, step=1, label="Max denoising steps",
-                              elem_id=f"{elem}-steps")
-            entropy_bound = gr.Number(defaults.entropy_bound, label="Entropy bound", elem_id=f"{elem}-entropy-bound")
-            t_min = gr.Number(defaults.t_min, label="t_min", elem_id=f"{elem}-t-min")
-            t_max = gr.Number(defaults.t_max, label="t_max", elem_id=f"{elem}-t-max")
-        with gr.Row():
-            adaptive = gr.Checkbox(defaults.stability_threshold is not None, label="Adaptive stop",
-                                   elem_id=f"{elem}-adaptive")
-            pin_thought = gr.Checkbox(defaults.pin_thought_channel,
-                                      label="Pin the empty thought block (chat-template models)", elem_id=f"{elem}-pin-thought")
-    return {"steps": steps, "entropy_bound": entropy_bound, "t_min": t_min, "t_max": t_max, "adaptive": adaptive,
-            "pin_thought": pin_thought}
+        for row in sorted({c.info.row for c in found}):
+            with gr.Row():
+                for control in (c for c in found if c.info.row == row):
+                    built[control.control] = _component(control, values[control.control], elem)
+    return {c.control: built[c.control] for c in found}
+
+
+def settings_request(defaults, values: dict) -> SettingsBase:
+    """The request's ``settings`` for the setting controls' ``values`` (by control name; a value
+    left ``None`` is the model's default): whole numbers for an int, booleans for a boolean, the
+    rest as the controls hold them."""
+    given = {}
+    for control in setting_controls(defaults):
+        value = values.get(control.control)
+        if value is None or value == "":
+            continue
+        given[control.name] = int(value) if control.type is int else bool(value) if control.type is bool else value
+    return settings_model()(**given)
+
+
+def settings_inputs(defaults, first: int, skip: tuple[str, ...] = ()) -> dict[str, int]:
+    """Request field → index of the run handler's input that holds it, the setting controls (less
+    ``skip``, by control name) taken from index ``first`` on (what the validators mark)."""
+    kept = [c for c in setting_controls(defaults) if c.control not in skip]
+    return {c.name: first + i for i, c in enumerate(kept)}
 
 
 def server_table(table) -> tuple:

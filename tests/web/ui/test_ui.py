@@ -22,13 +22,16 @@ def service(tiny_lm, tmp_path):
 
 
 def dish_inputs(ctl: DishController, concepts="order, inventory, person", **changes):
+    """The Dish tab's inputs in its handlers' order: the dish, then the served family's setting
+    controls (``ctl.setting_names``; one not named here is None, the model's default)."""
     values = {
         "concepts": concepts, "event": "Only 90 units are in stock.", "template": "{event}", "samples": 3,
         "seed": 2, "placement": ctl.spread(concepts), "shuffle": True, "steps": 5, "entropy_bound": 0.1,
         "t_min": 0.4, "t_max": 0.8, "adaptive": False, "pin_thought": True,
     }
     values.update(changes)
-    return list(values.values())
+    dish = ("concepts", "event", "template", "samples", "seed", "placement", "shuffle")
+    return [values[k] for k in dish] + [values.get(k) for k in ctl.setting_names]
 
 
 def test_dish_run_streams_then_reports(service):
