@@ -6,6 +6,8 @@ with the cookie the page set), and a client with no token at all."""
 
 from __future__ import annotations
 
+from petri.web.ui.runs import RUN_COLUMNS
+
 import json
 from contextlib import contextmanager
 
@@ -100,7 +102,7 @@ def test_a_public_server_keeps_each_callers_runs_private_on_every_path(public_ui
         for who, mine in ((v1, {v1_run}), (v2, set()), (nobody, set())):
             kind, out = gradio_call(who, "listed", ["", "all", None])
             assert kind == "complete", out
-            assert {row[0] for row in out[0]["data"]} == mine
+            assert {row[RUN_COLUMNS.index("run_id")] for row in out[0]["data"]} == mine
             assert not {a_run, v1_run} - mine & set(json.dumps(out).split('"'))
         # Open: the owner reopens with its downloads; anyone else reads "no stored run"
         kind, out = gradio_call(v1, "open_handler", [v1_run])

@@ -7,6 +7,8 @@ is listed, and picks the newest run only when that run is gone (or none was pick
 
 from __future__ import annotations
 
+from petri.web.ui.runs import RUN_COLUMNS
+
 import httpx
 import pytest
 
@@ -41,7 +43,7 @@ def test_a_refresh_keeps_a_listed_pick_and_replaces_a_gone_one(local_ui):
     with httpx.Client(base_url=live.url, timeout=120) as http:
         kind, out = gradio_call(http, "listed", ["", "all", older])
         assert kind == "complete", out
-        listed_ids = [row[0] for row in out[0]["data"]]
+        listed_ids = [row[RUN_COLUMNS.index("run_id")] for row in out[0]["data"]]
         assert listed_ids[:2] == [newer, older]  # newest first
         update = choice_update(out)
         assert "value" not in update, update  # the older run stays picked
