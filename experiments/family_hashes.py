@@ -24,18 +24,16 @@ clock times, durations and the random run ids of seed runs. Everything else is h
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import io
 import json
-import shutil
 import sqlite3
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from output_fingerprint import cli, digest, folder_digests, normalise  # noqa: E402
+from output_fingerprint import STUDY as FINGERPRINT_STUDY  # noqa: E402
+from output_fingerprint import cli, digest, folder_digests, normalise, run_fingerprint  # noqa: E402
 
 MODELS = ("petri-small", "petri-small-mdm")
 EVENT = "Only 90 units are in stock, but the customer ordered 120."
@@ -56,17 +54,8 @@ REFUSED = [("steps-0", {"max_denoising_steps": 0}), ("unknown", {"foo": 1}), ("s
 UNIFORM_REFUSED = [("t-min-low", {"t_min": 0.001}), ("t-min-over-t-max", {"t_min": 0.9, "t_max": 0.3}),
                    ("t-max-under-default-t-min", {"t_max": 0.2}), ("stop-text", {"adaptive_stop": "yes"}),
                    ("entropy-nan", {"entropy_bound": "NaN"})]
-STUDY = {
-    "schema": 1, "id": "family-hashes", "title": "family hashes", "language": "en",
-    "concepts": ["order", "inventory"], "groups": ["benign", "contradictory"],
-    "templates": [{"id": "t1", "text": "Event: {event}\nDescribe how {concepts} relate in this event."}],
-    "events": [
-        {"id": "b1", "group": "benign", "text": "The customer placed an order, and the warehouse packed it."},
-        {"id": "b2", "group": "benign", "text": "The shop restocked the shelf before the order arrived."},
-        {"id": "c1", "group": "contradictory", "text": "Only 90 units are in stock, but 120 were shipped from stock."},
-        {"id": "c2", "group": "contradictory", "text": "The empty warehouse delivered the full order from its stock."},
-    ],
-}
+#: the fingerprint's small study under this script's own id (so its run id is its own)
+STUDY = {**FINGERPRINT_STUDY, "id": "family-hashes", "title": "family hashes"}
 
 
 def sha(data: bytes) -> str:
@@ -168,28 +157,8 @@ def http_api(work: Path, model: str) -> dict[str, str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True, help="the hashes (JSON) to write")
-    ap.add_argument("--compare", type=Path, default=None, help="earlier hashes: list what differs")
-    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "petri-family-hashes",
-                    help="where the runs are written (emptied first)")
-    args = ap.parse_args(argv)
-    shutil.rmtree(args.work, ignore_errors=True)
-    args.work.mkdir(parents=True)
-    found: dict[str, str] = {}
-    for model in MODELS:
-        found.update(command_line(args.work, model))
-        found.update(http_api(args.work, model))
-    args.out.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
-    print(f"{len(found)} outputs hashed into {args.out}")
-    if args.compare is None:
-        return 0
-    before = json.loads(args.compare.read_text())
-    differ = sorted(k for k in set(before) | set(found) if before.get(k) != found.get(k))
-    for key in differ:
-        print(f"differs: {key} ({'missing before' if key not in before else 'missing now' if key not in found else 'changed'})")
-    print("identical" if not differ else f"{len(differ)} of {len(set(before) | set(found))} differ")
-    return 1 if differ else 0
+    return run_fingerprint(argv, doc=__doc__, models=MODELS, collectors=(command_line, http_api),
+                           work_name="petri-family-hashes")
 
 
 if __name__ == "__main__":

@@ -168,19 +168,23 @@ def http_api(work: Path, model: str) -> dict[str, str]:
     return found
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run_fingerprint(argv, *, doc: str, models, collectors, work_name: str) -> int:
+    """The command line of a fingerprint script: each of ``collectors`` (``(work, model) -> {name:
+    sha256}``) on each of ``models``, written as JSON to ``--out``; with ``--compare``, the entries
+    that differ from an earlier fingerprint (exit 1 when any does). ``--work`` (emptied first)
+    defaults to ``work_name`` in the temporary folder."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="the fingerprint (JSON) to write")
     ap.add_argument("--compare", type=Path, default=None, help="an earlier fingerprint: list what differs")
-    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "petri-fingerprint",
+    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / work_name,
                     help="where the runs are written (emptied first; kept, to diff two runs' files)")
     args = ap.parse_args(argv)
     found: dict[str, str] = {}
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
-    for model in MODELS:
-        found.update(command_line(args.work, model))
-        found.update(http_api(args.work, model))
+    for model in models:
+        for collect in collectors:
+            found.update(collect(args.work, model))
     args.out.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
     print(f"{len(found)} outputs hashed into {args.out}")
     if args.compare is None:
@@ -191,6 +195,11 @@ def main(argv=None) -> int:
         print(f"differs: {key} ({'missing before' if key not in before else 'missing now' if key not in found else 'changed'})")
     print("identical" if not differ else f"{len(differ)} of {len(set(before) | set(found))} differ")
     return 1 if differ else 0
+
+
+def main(argv=None) -> int:
+    return run_fingerprint(argv, doc=__doc__, models=MODELS, collectors=(command_line, http_api),
+                           work_name="petri-fingerprint")
 
 
 if __name__ == "__main__":
