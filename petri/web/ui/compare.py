@@ -72,18 +72,17 @@ def paired_samples(a: Trajectory, b: Trajectory, labels: tuple[str, str]) -> pd.
     """One row per sample (the same layout in both events): the paired differences B − A of its mean
     segment instability and of its mean flips over free positions first, then the values in A and B
     and the layout."""
-    rows = {}
-    a, b = EventSummary(a), EventSummary(b)  # each event's flips counted once for both tables
-    for label, event in zip(labels, (a, b)):
-        traj = event.traj
+    rows, samples = {}, []
+    for label, traj in zip(labels, (a, b)):
+        event = EventSummary(traj)  # the event's flips counted once for both tables
         seg = segments_table(event).groupby("sample")["instability"].mean()
-        flips = samples_table(event).set_index("sample")["mean_flips_free"]
+        samples.append(samples_table(event))
         rows[f"instability {label}"] = seg.reindex(range(traj.n_samples))
-        rows[f"flips {label}"] = flips.reindex(range(traj.n_samples))
+        rows[f"flips {label}"] = samples[-1].set_index("sample")["mean_flips_free"].reindex(range(traj.n_samples))
     out = pd.DataFrame(rows)
     out.insert(0, f"instability {labels[1]} − {labels[0]}", out[f"instability {labels[1]}"] - out[f"instability {labels[0]}"])
     out.insert(1, f"flips {labels[1]} − {labels[0]}", out[f"flips {labels[1]}"] - out[f"flips {labels[0]}"])
-    out["layout"] = samples_table(a)["anchor_layout"].to_numpy()
+    out["layout"] = samples[0]["anchor_layout"].to_numpy()
     return out.rename_axis("sample").reset_index()
 
 

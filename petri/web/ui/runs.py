@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from petri.app.service import PetriService
-from petri.measure.metrics import flip_counts
+from petri.measure.summary import EventSummary
 from petri.study.provisional import stored_batches
 from petri.study.runner import StudyResult
 from petri.study.schema import StudyError, study_from_dict
@@ -75,14 +75,12 @@ def run_headline(service: PetriService, run: dict) -> str:
 def _headline(store, run_id: str, status: str, events_stored: int) -> str:
     groups: dict[str, list[np.ndarray]] = {}
     for key, group, traj in store.load_events(run_id) if events_stored else []:
-        free = ~traj.anchor_mask
-        per_sample = flip_counts(traj.argmax, traj.steps, traj.anchor_mask).sum(axis=1) / np.maximum(free.sum(axis=1), 1)
-        groups.setdefault(group or key, []).append(per_sample)
+        groups.setdefault(group or key, []).append(EventSummary(traj).mean_flips_free)
     if not groups:
         return ""
-    means = {g: float(np.concatenate(v).mean()) for g, v in groups.items()}
+    means = {g: float(np.nanmean(np.concatenate(v))) for g, v in groups.items()}
     if len(means) > 4 or len(means) == 1:  # a dish, or a study's events without groups: one figure
-        return f"{float(np.concatenate([np.concatenate(v) for v in groups.values()]).mean()):.2f}"
+        return f"{float(np.nanmean(np.concatenate([np.concatenate(v) for v in groups.values()]))):.2f}"
     return " · ".join(f"{g} {m:.2f}" for g, m in means.items())
 
 
