@@ -34,7 +34,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         help="the compiled tier of the GPU fast path: compiled decoder and prompt-encoder layers, the fused experts op (the "
         "small-batch experts for one or two samples), the routers' fused top-k, the global layers' split attention, the "
         "stacked projections, the sampler's self-conditioning softmax and inverse-CDF "
-        "draw (not bit-exact; see the README). Default "
+        "draw (not bit-exact; see docs/performance.md). Default "
         "(env PETRI_COMPILE=1/0 overrides): on with CUDA and Triton, off elsewhere; the first request pays "
         "the compilation (tens of seconds, cached on disk for the next start)",
     )
