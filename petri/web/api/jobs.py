@@ -61,9 +61,9 @@ def _submit(submit, *args, **kwargs) -> Job:
 @router.post("/seed", status_code=202, response_model=JobSubmitted, responses=SUBMIT_RESPONSES)
 def submit_seed(request: SeedRequest, service: Service, caller: Client, response: Response) -> JobSubmitted:
     """Queue a seed (the body of ``POST /api/seed``, with no size budget beyond the request limits)."""
-    events, settings = prepare_seed(request, service.lm)
+    plan = prepare_seed(request, service.lm)
     caller = caller.for_submission()
-    job = _submit(service.submit_seed, events, request.samples, settings, request.seed, owner=caller.owner)
+    job = _submit(service.submit_seed, plan, owner=caller.owner)
     return _submitted(job, caller, response)
 
 

@@ -51,12 +51,11 @@ async def seed(request: SeedRequest, service: Service, jobs: Jobs, caller: Clien
     """Sample every event (one batch of ``samples`` per event) with the concepts pinned, while the
     client waits (a client that disconnects cancels it within one step). Work over
     ``SYNC_MAX_TOKEN_STEPS`` (see ``/api/health``) is refused: submit it as ``POST /api/jobs/seed``."""
-    events, settings = prepare_seed(request, service.lm)
-    check_sync_budget(len(events), request.samples, settings.max_denoising_steps, service.lm.canvas_length)
+    plan = prepare_seed(request, service.lm)
+    check_sync_budget(len(plan.events), plan.samples, plan.settings.max_denoising_steps, service.lm.canvas_length)
     caller = caller.for_submission()
     caller.hand_out(response)
-    result = await jobs.run(client, run_seed, service, events, request.samples, settings, request.seed, None,
-                            jobs.busy_wait_s, owner=caller.owner)
+    result = await jobs.run(client, run_seed, service, plan, None, jobs.busy_wait_s, owner=caller.owner)
     summaries = [
         event_summary(i, traj, group, request.include_trajectories)
         for i, (traj, group) in enumerate(zip(result.trajectories, result.groups))
@@ -66,7 +65,7 @@ async def seed(request: SeedRequest, service: Service, jobs: Jobs, caller: Clien
         run_id=result.run_id,
         status=run.get("status", "done"),
         model=model_out(service.lm),
-        settings=settings.to_dict(),
+        settings=plan.settings.to_dict(),
         events=summaries,
         timings={
             "wall_s": result.wall_s,

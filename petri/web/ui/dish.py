@@ -265,17 +265,16 @@ class DishController:
         a Cancel button sets (:func:`petri.web.ui.live.stream`); ``caller`` owns the run (None: local)."""
         try:
             request = self.build_request(*inputs)
-            events, settings = prepare_seed(request, self.lm)
+            plan = prepare_seed(request, self.lm)
         except (ValidationError, FieldError) as err:
             raise gr.Error(request_error_message(err), title="Check the dish") from None
-        live = LiveDish(self.lm, self.tokens, events[0].dish, request.samples, settings, request.seed)
-        steps_max = settings.max_denoising_steps
+        live = LiveDish(self.lm, self.tokens, plan.events[0])
+        steps_max = plan.settings.max_denoising_steps
 
         jobs: list = []  # the job, once queued (its run id names a cancelled run)
 
         def submit(emit):
-            jobs.append(self.service.submit_seed(events, request.samples, settings, request.seed, on_step=emit,
-                                                 owner=caller.owner if caller else None))
+            jobs.append(self.service.submit_seed(plan, on_step=emit, owner=caller.owner if caller else None))
             return jobs[0]
 
         # every result panel is cleared at once: nothing of the previous run stays beside this one
