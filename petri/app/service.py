@@ -21,6 +21,7 @@ from petri.core.plan import SeedEvent, SeedPlan  # noqa: F401  (SeedEvent: read 
 from petri.engine.base import SamplingModel, StepCallback
 from petri.engine.seeding import plan_seed, sample_planned
 from petri.app.jobs import Job, JobContext, JobQueue
+from petri.app.runs_view import RunsView
 from petri.runs.store import RunStore, StoreError
 from petri.study.runner import ProgressCallback, StudyProgress, StudyResult, run_study, stopped_status
 from petri.study.schema import Study
@@ -39,8 +40,9 @@ class SeedResult:
     wall_s: float
 
 
-class PetriService:
-    """Loaded model + run store + job queue + a lock (one model job at a time).
+class PetriService(RunsView):
+    """Loaded model + run store + job queue + a lock (one model job at a time); what the edges read
+    (stored runs and jobs, the model's facts) is :class:`~petri.app.runs_view.RunsView`'s.
 
     Args:
         busy_wait_s: how long a synchronous call waits for the lock before :class:`BusyError`.

@@ -267,9 +267,9 @@ def csv_links(run_id: str) -> dict[str, str]:
     return {name: f"/api/runs/{run_id}/{name}.csv" for name in TABLES}
 
 
-def model_out(lm, model_id: str | None = None, device: str | None = None) -> ModelOut:
-    """The served model (by default), or a stored run's model as far as the run records it."""
-    info = lm.describe()
+def model_out(info: dict, model_id: str | None = None, device: str | None = None) -> ModelOut:
+    """The served model (``info``: its ``describe()``, by default), or a stored run's model as far as
+    the run records it."""
     if model_id is None or model_id == info["model_id"]:
         return ModelOut(**info)
     return ModelOut(model_id=model_id, device=device or "unknown")

@@ -394,7 +394,7 @@ class DishController:
         if not run_id:
             return {}
         UiAccess.open_run(self.service, caller or Caller(public=False), run_id)
-        stored = self.service.store.load_events(run_id)
+        stored = self.service.load_events(run_id)
         if not stored:
             return {}
         traj = stored[0][2]
