@@ -14,13 +14,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from petri.core.cancel import CancelToken, acquire_or_cancel
-from petri.core.dish import Dish
+from petri.core.plan import SeedEvent, SeedPlan  # noqa: F401  (SeedEvent: read from here by the edges)
 from petri.engine.base import SamplingModel, StepCallback
-from petri.engine.seeding import seed_dish
+from petri.engine.seeding import plan_seed, sample_planned
 from petri.app.jobs import Job, JobContext, JobQueue
+from petri.app.runs_view import RunsView
 from petri.runs.store import RunStore, StoreError
 from petri.study.runner import ProgressCallback, StudyProgress, StudyResult, run_study, stopped_status
 from petri.study.schema import Study
@@ -31,14 +32,6 @@ class BusyError(RuntimeError):
     """Another model job holds the lock and did not finish within the wait allowed."""
 
 
-@dataclass(frozen=True)
-class SeedEvent:
-    """One event of a seed request: the dish to sample and an optional group label."""
-
-    dish: Dish
-    group: str | None = None
-
-
 @dataclass
 class SeedResult:
     run_id: str
@@ -47,8 +40,9 @@ class SeedResult:
     wall_s: float
 
 
-class PetriService:
-    """Loaded model + run store + job queue + a lock (one model job at a time).
+class PetriService(RunsView):
+    """Loaded model + run store + job queue + a lock (one model job at a time); what the edges read
+    (stored runs and jobs, the model's facts) is :class:`~petri.app.runs_view.RunsView`'s.
 
     Args:
         busy_wait_s: how long a synchronous call waits for the lock before :class:`BusyError`.
@@ -93,49 +87,39 @@ class PetriService:
                 self._active.discard(token)
 
     # ------------------------------------------------------------------------------ seeding
-    def seed(
-        self,
-        events: Sequence[SeedEvent],
-        n_samples: int,
-        settings: SamplerSettings | None = None,
-        seed: int = 0,
-        on_step: StepCallback | None = None,
-        wait_s: float | None = None,
-        cancel: CancelToken | None = None,
-        owner: str | None = None,
-    ) -> SeedResult:
-        """Sample every event (one batch per event), store each as it finishes, return them all.
-        ``owner`` (a token hash) may read the run on a public server."""
-        with self.cancellable(cancel) as token, self.exclusive(wait_s, token):
-            return self._seed(events, n_samples, settings, seed, on_step, token, owner)
+    def plan(self, events: Sequence[SeedEvent], n_samples: int, settings: SamplerSettings | None = None,
+             seed: int = 0) -> SeedPlan:
+        """``events`` planned once for this service's model (:func:`petri.engine.seeding.plan_seed`;
+        ``settings`` ``None``: the model's defaults), under a new run id: what :meth:`seed` and
+        :meth:`submit_seed` sample. Raises :class:`~petri.core.dish.LayoutError` or ``ValueError``."""
+        return plan_seed(self.lm, events, n_samples, settings, seed, run_id=uuid.uuid4().hex)
 
-    def _seed(self, events, n_samples, settings, seed, on_step, cancel, owner, started_run=None, event_done=None,
+    def seed(self, plan: SeedPlan, on_step: StepCallback | None = None, wait_s: float | None = None,
+             cancel: CancelToken | None = None, owner: str | None = None) -> SeedResult:
+        """Sample every event of ``plan`` (one batch per event), store each as it finishes, return
+        them all. ``owner`` (a token hash) may read the run on a public server."""
+        with self.cancellable(cancel) as token, self.exclusive(wait_s, token):
+            return self._seed(plan, on_step, token, owner)
+
+    def _seed(self, plan: SeedPlan, on_step, cancel, owner, started_run=None, event_done=None,
               event_started=None) -> SeedResult:
         """:meth:`seed`'s work, the lock already held; ``event_started(index)`` before each event's first step."""
-        settings = settings or self.lm.default_settings()
-        run_id = uuid.uuid4().hex
-        request = {
-            "events": [{"event": e.dish.event, "group": e.group, "concepts": list(e.dish.concepts),
-                        "template": e.dish.template, "shuffle": e.dish.shuffle,
-                        "positions": list(e.dish.positions) if e.dish.positions is not None else None}
-                       for e in events],
-            "n_samples": n_samples,
-            "settings": settings.to_dict(),
-            "seed": seed,
-        }
+        if plan.run_id is None:
+            plan = replace(plan, run_id=uuid.uuid4().hex)
+        run_id = plan.run_id
         started = time.perf_counter()
-        self.store.create_run(run_id, "seed", self.lm.model_id, request)
+        self.store.create_run(run_id, "seed", self.lm.model_id, plan.stored_request())
         if owner is not None:
             self.store.add_run_owner(run_id, owner)
         if started_run is not None:
             started_run(run_id)
         trajectories = []
         try:
-            for index, event in enumerate(events):
+            for index, planned in enumerate(plan.events):
                 if event_started is not None:
                     event_started(index)
-                traj = seed_dish(self.lm, event.dish, n_samples, settings, seed=seed, on_step=on_step, cancel=cancel)
-                self.store.save_event(run_id, index, f"event{index}", traj, event.group)
+                traj = sample_planned(self.lm, plan, index, on_step=on_step, cancel=cancel)
+                self.store.save_event(run_id, index, f"event{index}", traj, planned.event.group)
                 trajectories.append(traj)
                 if event_done is not None:
                     event_done(index)
@@ -146,22 +130,19 @@ class PetriService:
                 pass
             raise
         self.store.finish_run(run_id, "done")
-        return SeedResult(run_id, trajectories, [e.group for e in events], time.perf_counter() - started)
+        return SeedResult(run_id, trajectories, plan.groups, time.perf_counter() - started)
 
-    def submit_seed(
-        self, events: Sequence[SeedEvent], n_samples: int, settings: SamplerSettings, seed: int = 0,
-        owner: str | None = None, on_step: StepCallback | None = None,
-        on_event: Callable[[int], None] | None = None,
-    ) -> Job:
+    def submit_seed(self, plan: SeedPlan, owner: str | None = None, on_step: StepCallback | None = None,
+                    on_event: Callable[[int], None] | None = None) -> Job:
         """Queue a seed as a job; its progress counts denoising steps (``events × max steps`` at most:
         samples that stop early finish their event sooner). The job's result is a :class:`SeedResult`.
         ``on_step`` (in-process callers such as the UI) sees each step (a :class:`~petri.engine.base.LiveStep`), as in :meth:`seed`;
         ``on_event(index)`` is called on the job's thread before event ``index``'s first step, so the
         steps that follow belong to that event."""
-        max_steps = settings.max_denoising_steps
+        max_steps = plan.settings.max_denoising_steps
 
         def work(ctx: JobContext) -> SeedResult:
-            total = len(events) * max_steps
+            total = len(plan.events) * max_steps
             steps = [0]
 
             def step() -> None:
@@ -174,8 +155,8 @@ class PetriService:
 
             ctx.progress(0, total, "step")
             ctx.cancel.heartbeat = step
-            return self._seed(events, n_samples, settings, seed, on_step, ctx.cancel, owner,
-                              started_run=ctx.set_run_id, event_done=event_done, event_started=on_event)
+            return self._seed(plan, on_step, ctx.cancel, owner, started_run=ctx.set_run_id, event_done=event_done,
+                              event_started=on_event)
 
         return self.jobs.submit("seed", work, owner)
 

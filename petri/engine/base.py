@@ -24,13 +24,18 @@ class LiveStep:
     ``canvas`` records: kept draws and fresh noise for uniform diffusion, committed tokens and the
     mask token for masked diffusion), ``accepted`` (S, L) bool and ``finished`` (S,) bool (the
     samples that stop after it): the step's rows of the record, so a sample that finished before
-    this step has -1 in ``argmax`` and ``canvas`` and False in ``accepted``."""
+    this step has -1 in ``argmax`` and ``canvas`` and False in ``accepted``. ``pinned`` (S, L) bool:
+    what each sample pins (the request's canvas prefix and anchors; the same every step), and
+    ``run_id``: the run the request samples for (:attr:`SampleRequest.run_id`), both set by the loop
+    (:func:`petri.engine.loop.run_loop`)."""
 
     index: int
     argmax: Any
     canvas: Any
     accepted: Any
     finished: Any
+    pinned: Any = None
+    run_id: str | None = None
 
 
 #: Called after each step with its :class:`LiveStep`.
@@ -118,7 +123,8 @@ class SamplingModel(Protocol):
 class SampleRequest:
     """One sampling call: the encoded prompt (P,), per sample its anchors (S layouts), the family's
     settings, the seed (``None``: leave the generator as it is), the tokens pinned at the canvas
-    start of every sample (the thought block) and the prompt's text (stored with the trajectory)."""
+    start of every sample (the thought block), the prompt's text (stored with the trajectory) and
+    the run it samples for (``None``: none; every :class:`LiveStep` names it)."""
 
     prompt_ids: Sequence[int]
     layouts: Sequence[Sequence[AnchorSpan]]
@@ -126,6 +132,7 @@ class SampleRequest:
     seed: int | None = None
     canvas_prefix: Sequence[int] = ()
     prompt_text: str = ""
+    run_id: str | None = None
 
     def __post_init__(self) -> None:
         check_sampler_inputs(self.prompt_ids, self.layouts)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -164,7 +164,8 @@ def run_loop(
     """Run ``stepper`` until ``max_steps`` or until every sample finished, then assemble the
     trajectory (``pinned_mask`` (S, L)
     bool on the host). ``cancel`` is checked at the start of every step (a host-side flag, no
-    device synchronisation); ``on_step`` costs one device→host copy per step. Timings: the prompt
+    device synchronisation); ``on_step`` costs one device→host copy per step and sees each step's
+    :class:`~petri.engine.base.LiveStep` with ``pinned_mask`` and the request's run id. Timings: the prompt
     encoded at ``encoded``, the stepper prepared (CUDA graphs captured) at ``prepared``."""
     denoise_from = encoded if prepared is None else prepared
     index = 0
@@ -173,7 +174,7 @@ def run_loop(
             cancel.check()
         stepper.step(index)
         if on_step is not None:
-            on_step(stepper.live(index))
+            on_step(replace(stepper.live(index), pinned=pinned_mask, run_id=request.run_id))
         if stepper.can_stop and stepper.all_finished():
             break
     arrays = stepper.result(index + 1)

@@ -33,6 +33,20 @@ def tagged(traj: Trajectory, columns: dict, texts: bool = True) -> pd.DataFrame:
     return pd.DataFrame({**tags, "model_id": traj.model_id, **columns})
 
 
+def preservation_summary(anchors: pd.DataFrame) -> dict[str, float | int]:
+    """Anchor preservation of any set of :func:`~petri.measure.tables.anchors_table` rows (one
+    event, one group, a whole study): anchors_total, anchors_intact, intact_share (NaN without
+    anchors) and mean_agreement (NaN without anchors)."""
+    total = int(len(anchors))
+    intact = int(anchors["intact"].sum()) if total else 0
+    return {
+        "anchors_total": total,
+        "anchors_intact": intact,
+        "intact_share": intact / total if total else float("nan"),
+        "mean_agreement": float(anchors["agreement"].mean()) if total else float("nan"),
+    }
+
+
 class EventSummary:
     """The measurements of one event's trajectory ``traj`` (S samples, T steps, L positions), each
     computed on first use: :attr:`flips` ``(S, L)``, :attr:`segments` and :attr:`anchors`."""
@@ -70,6 +84,12 @@ class EventSummary:
             {"sample": int, "start": int, "end": int, "intact": bool, "agreement": float}
         )
         return tagged(traj, {c: frame[c].to_numpy() for c in columns})
+
+    @cached_property
+    def kept_by_sample(self) -> list[dict[str, float | int]]:
+        """Each sample's :func:`preservation_summary` of its :attr:`anchors` rows ``(S,)``."""
+        anchors = self.anchors
+        return [preservation_summary(anchors[anchors["sample"] == s]) for s in range(self.traj.n_samples)]
 
     @cached_property
     def mean_flips_free(self) -> np.ndarray:

@@ -16,16 +16,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from petri.measure.metrics import (
-    anchor_concepts,
-    commit_steps,
-    in_canvas_order,
-    pair_instability,
-    pair_segment_values,
-    settled_share,
-    step_sum,
-)
+from petri.measure.metrics import anchor_concepts, commit_steps, pair_instability, pair_segment_values, step_sum
+from petri.measure.sample_metrics import sample_metrics
 from petri.measure.summary import EventSummary, summary_of, tagged as _tagged
+from petri.measure.summary import preservation_summary  # noqa: F401  (read from here by the study and the API)
 from petri.core.trajectory import Trajectory
 
 #: What every table takes: one event's trajectory, or its summary (computed once for all its tables).
@@ -90,49 +84,21 @@ def anchors_table(event: Event) -> pd.DataFrame:
     return summary_of(event).anchors.copy()
 
 
-def preservation_summary(anchors: pd.DataFrame) -> dict[str, float | int]:
-    """Anchor preservation of any set of :func:`anchors_table` rows (one event, one group, a whole
-    study): anchors_total, anchors_intact, intact_share (NaN without anchors) and mean_agreement
-    (NaN without anchors)."""
-    total = int(len(anchors))
-    intact = int(anchors["intact"].sum()) if total else 0
-    return {
-        "anchors_total": total,
-        "anchors_intact": intact,
-        "intact_share": intact / total if total else float("nan"),
-        "mean_agreement": float(anchors["agreement"].mean()) if total else float("nan"),
-    }
+def samples_table(event: Event) -> pd.DataFrame:
+    """One row per sample: ``sample``, then a column per registered per-sample metric
+    (:func:`petri.measure.sample_metrics.sample_metrics`, in registration order), after event,
+    template and model_id.
 
-
-def samples_table(event: Event, last_k: int = 3) -> pd.DataFrame:
-    """One row per sample.
-
-    Columns: sample, steps, mean_flips_free (mean flips over non-anchor positions), settled_share
-    (free positions that did not flip in the last ``last_k`` steps), anchor_layout
+    The built-in columns: steps, mean_flips_free (mean flips over non-anchor positions),
+    settled_share (free positions that did not flip in the last 3 steps), anchor_layout
     (``"person@3,order@20"`` in canvas order), final_text, and the sample's
     :func:`preservation_summary` as anchors_intact, n_anchors and mean_agreement (NaN without
     anchors).
     """
     summary = summary_of(event)
-    traj, anchors = summary.traj, summary.anchors
-    kept = [preservation_summary(anchors[anchors["sample"] == s]) for s in range(traj.n_samples)]
-    return _tagged(
-        traj,
-        {
-            "sample": np.arange(traj.n_samples),
-            "steps": traj.steps,
-            "mean_flips_free": summary.mean_flips_free,
-            "settled_share": settled_share(traj.argmax, traj.steps, last_k, traj.anchor_mask),
-            "anchor_layout": [
-                ",".join(f"{a.concept}@{a.start}" for a in in_canvas_order(spans))
-                for spans in traj.anchors
-            ],
-            "final_text": traj.final_texts,
-            "anchors_intact": [k["anchors_intact"] for k in kept],
-            "n_anchors": [k["anchors_total"] for k in kept],
-            "mean_agreement": [k["mean_agreement"] for k in kept],
-        },
-    )
+    columns = {"sample": np.arange(summary.traj.n_samples)}
+    columns.update({m.column: m.values(summary) for m in sample_metrics()})
+    return _tagged(summary.traj, columns)
 
 
 def pairs_table(event: Event) -> pd.DataFrame:

@@ -19,6 +19,7 @@ from petri.runs.export import TABLES
 from petri.measure.nouns import FALLBACK, jaccard_matrix, mean_off_diagonal, tagger_name, top_nouns_by_template
 from petri.stats.groups import MIN_INFORMATIVE_N, GroupComparison, LevelComparisons, compare_groups, compare_levels, event_level_values
 from petri.study.statistics import StudyStatistics, study_statistics
+from petri.measure.sample_metrics import event_metric_columns
 from petri.measure.summary import EventSummary
 from petri.measure.tables import anchors_table, preservation_summary
 
@@ -78,7 +79,9 @@ def cluster_bootstrap_mean(sums: np.ndarray, counts: np.ndarray, n_boot: int, co
 def events_table(tables: dict[str, pd.DataFrame], study, max_steps: int, *, n_boot: int = 2000, confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
     """One row per event: mean segment instability (the event-level value of the test) with a
     cluster-bootstrap CI over the event's samples (``ci_informative`` False when it rests on fewer than
-    :data:`petri.stats.groups.MIN_INFORMATIVE_N` samples), plus flips, convergence and preservation."""
+    :data:`petri.stats.groups.MIN_INFORMATIVE_N` samples), plus each registered per-sample metric's
+    aggregates of the event's samples (:func:`petri.measure.sample_metrics.event_metric_columns`:
+    flips, convergence and preservation built in)."""
     seg, smp = tables["segments"], tables["samples"]
     values = event_level_values(seg, event_col="event_id").set_index("event_id")
     rows = []
@@ -103,13 +106,7 @@ def events_table(tables: dict[str, pd.DataFrame], study, max_steps: int, *, n_bo
                 "ci_low": low,
                 "ci_high": high,
                 "ci_informative": bool(len(per_sample) >= MIN_INFORMATIVE_N),
-                "mean_flips_free": float(ss["mean_flips_free"].mean()),
-                "mean_steps": float(ss["steps"].mean()),
-                "stopped_early_share": float((ss["steps"] < max_steps).mean()),
-                "settled_share": float(ss["settled_share"].mean()),
-                "anchors_intact": int(ss["anchors_intact"].sum()),
-                "anchors_total": int(ss["n_anchors"].sum()),
-                "mean_agreement": float(ss["mean_agreement"].mean()),
+                **{name: how(ss[column], max_steps) for name, column, how in event_metric_columns()},
                 "n_chars": len(event.text),
                 "has_digits": any(ch.isdigit() for ch in event.text),
             }

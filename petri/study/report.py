@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from petri.measure.sample_metrics import sample_metrics
 from petri.study.analysis import StudyAnalysis, analyze
 from petri.runs.export import TokenText, package_versions, with_final_token, write_csv, write_tables
 from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap, save_figures
@@ -74,6 +75,21 @@ def _md_table(df: pd.DataFrame, floats: int = 4) -> str:
                 cells.append(str(v).replace("|", "\\|").replace("\n", " "))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _metrics_section(samples: pd.DataFrame) -> list[str]:
+    """The report's lines for the registered per-sample metrics with ``report`` set (none of the
+    built-in ones: they have their sections above): each metric's description, then its mean per
+    group and over all samples. No lines when there is no such metric."""
+    shown = [m for m in sample_metrics() if m.report and m.dtype in (float, int, bool)]
+    if not shown:
+        return []
+    lines = ["", "## Per-sample metrics", ""]
+    lines += [f"- `{m.column}`: {m.description}" + (f" (higher is {m.higher_is})." if m.higher_is else ".") for m in shown]
+    columns = [m.column for m in shown]
+    means = samples.groupby("group", sort=False)[columns].mean()
+    means.loc["all samples"] = samples[columns].mean()
+    return lines + ["", "Means per group:", "", _md_table(means.astype(float).reset_index(names="group"))]
 
 
 def model_label(model_id: str) -> str:
@@ -166,6 +182,7 @@ def render_report(result: StudyResult, analysis: StudyAnalysis, figures: dict[st
     ]
     for g, d in conv["by_group"].items():
         lines.append(f"| {g} | {d['samples']} | {d['mean_steps']:.2f} | {100 * d['stopped_early_share']:.1f}% | {d['mean_settled_share']:.3f} |")
+    lines += _metrics_section(analysis.tables["samples"])
     lines += ["", "## Figures", ""]
     for name, paths in figures.items():
         links = ", ".join(f"[{fmt}]({p.relative_to(out_dir).as_posix()})" for fmt, p in paths.items())

@@ -104,10 +104,11 @@ class Caller:
         """True when something owned by ``owner`` is visible to this caller."""
         return not self.public or (owner is not None and self.owner == owner)
 
-    def may_open(self, store, run_id: str) -> bool:
+    def may_open(self, runs, run_id: str) -> bool:
         """The one rule for a stored run (every route, UI handler and download asks it): everything
-        on a local server; on a public one, only runs this caller submitted."""
-        return not self.public or store.owns_run(run_id, self.owner)
+        on a local server; on a public one, only runs this caller submitted (``runs``: what answers
+        ``owns_run(run_id, owner)``, the service or its run store)."""
+        return not self.public or runs.owns_run(run_id, self.owner)
 
     def for_submission(self) -> "Caller":
         """This caller, with a new token when a public server needs one and none was sent."""

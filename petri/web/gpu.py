@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from petri.core.cancel import CancelToken
-from petri.app.service import PetriService, SeedEvent, SeedResult
+from petri.app.service import PetriService, SeedResult
+from petri.core.plan import SeedPlan
 from petri.study.runner import ProgressCallback, StudyResult
 from petri.study.schema import Study
 from petri.core.trajectory import SamplerSettings
@@ -26,19 +27,16 @@ def gpu_task(fn: Callable) -> Callable:
 @gpu_task
 def run_seed(
     service: PetriService,
-    events: Sequence[SeedEvent],
-    n_samples: int,
-    settings: SamplerSettings,
-    seed: int,
+    plan: SeedPlan,
     on_step=None,
     wait_s: float | None = None,
     cancel: CancelToken | None = None,
     owner: str | None = None,
 ) -> SeedResult:
-    """Sample every event (one batch of ``n_samples`` each) with its concepts pinned; ``on_step``
-    sees each step (a LiveStep) as it comes (the UI's live view); ``cancel`` stops it within a step."""
-    return service.seed(events, n_samples, settings, seed=seed, on_step=on_step, wait_s=wait_s, cancel=cancel,
-                        owner=owner)
+    """Sample every event of ``plan`` (one batch of ``plan.samples`` each) with its concepts pinned;
+    ``on_step`` sees each step (a LiveStep) as it comes (the UI's live view); ``cancel`` stops it
+    within a step."""
+    return service.seed(plan, on_step=on_step, wait_s=wait_s, cancel=cancel, owner=owner)
 
 
 @gpu_task

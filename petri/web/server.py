@@ -112,7 +112,7 @@ def serve(app, service: PetriService, host: str, port: int) -> None:
 
     Server(server_config(app, host, port)).run()
     service.shutdown(timeout=SHUTDOWN_GRACE_S)
-    service.store.close()
+    service.close_store()
 
 
 def main(argv: list[str] | None = None, prog: str = "app.py") -> int:
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None, prog: str = "app.py") -> int:
         return 2
     access = access_policy(args.host)
     app = create_app(service, model_source=source, busy_wait_s=args.busy_wait, access=access)
-    print(f"Concept Petri Dish: {service.lm.model_id} on {service.lm.device} — http://{args.host}:{args.port}/ "
+    print(f"Concept Petri Dish: {service.model_id} on {service.model_info()['device']} — http://{args.host}:{args.port}/ "
           f"(API docs at /docs)", flush=True)
     if not is_loopback(args.host):
         guard = ("every route but /api/health needs the API token" if access.api_token else

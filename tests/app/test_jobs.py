@@ -244,13 +244,13 @@ def test_a_seed_job_counts_steps_and_equals_the_synchronous_seed(tiny_lm, tmp_pa
               SeedEvent(Dish(("order", "person"), "Only 90 in stock."), "contradictory")]
     settings = SamplerSettings(max_denoising_steps=5, stability_threshold=None, confidence_threshold=None)
     live: list = []
-    job = service.submit_seed(events, 3, settings, seed=9, on_step=lambda step: live.append(step.argmax))
+    job = service.submit_seed(service.plan(events, 3, settings, seed=9), on_step=lambda step: live.append(step.argmax))
     seen: list = []
     service.jobs.subscribe(job.job_id, seen.append)
     assert service.jobs.wait(job.job_id, DEADLINE_S).status == "done"
     steps = [e["job"]["progress"]["done"] for e in seen if e["event"] == "progress"]
     assert steps == sorted(steps) and steps[-1] == 10 and job.total == 10 and job.unit == "step"
-    sync = service.seed(events, 3, settings, seed=9)
+    sync = service.seed(service.plan(events, 3, settings, seed=9))
     assert len(live) == 10  # the UI's live view: every step's raw argmax, through the job
     np.testing.assert_array_equal(np.stack(live[:5], axis=1), job.result.trajectories[0].argmax)
     for a, b in zip(job.result.trajectories, sync.trajectories):

@@ -15,7 +15,7 @@ from conftest import model_held
 def test_seed_stores_every_event(tiny_lm, tmp_path):
     service = PetriService(tiny_lm, RunStore(tmp_path))
     events = [SeedEvent(Dish(("order", "person"), "ok"), "benign"), SeedEvent(Dish(("order", "person"), "bad"), "contradictory")]
-    result = service.seed(events, 2, SamplerSettings(max_denoising_steps=3), seed=1)
+    result = service.seed(service.plan(events, 2, SamplerSettings(max_denoising_steps=3), seed=1))
     stored = service.store.load_events(result.run_id)
     assert [(k, g) for k, g, _ in stored] == [("event0", "benign"), ("event1", "contradictory")]
     assert [t.event for t in result.trajectories] == ["ok", "bad"]
@@ -27,5 +27,5 @@ def test_second_job_gets_busy(tiny_lm, tmp_path):
     with model_held(service):
         assert service.busy
         with pytest.raises(BusyError, match="already running"):
-            service.seed([SeedEvent(Dish(("order",), "x"))], 1, SamplerSettings(max_denoising_steps=2))
+            service.seed(service.plan([SeedEvent(Dish(("order",), "x"))], 1, SamplerSettings(max_denoising_steps=2)))
     assert not service.busy

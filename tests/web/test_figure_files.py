@@ -39,7 +39,7 @@ def test_the_dish_figures_are_the_stored_runs_and_answer_only_to_its_owner(tiny_
 
     svc = PetriService(tiny_lm, RunStore(tmp_path))
     a, b = Caller(public=True, token="a" * 43), Caller(public=True, token="b" * 43)
-    run_id = svc.seed([SeedEvent(Dish(concepts=["order", "inventory"], event=EVENT))], 3, owner=a.owner).run_id
+    run_id = svc.seed(svc.plan([SeedEvent(Dish(concepts=["order", "inventory"], event=EVENT))], 3), owner=a.owner).run_id
     ctl = DishController(svc)
     paths = figure_files(svc, a, run_id, ctl.figures, 2, images=())
     names = sorted(p.rsplit("/", 1)[-1] for p in paths)

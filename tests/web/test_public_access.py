@@ -183,7 +183,7 @@ def test_the_trajectory_view_opens_no_other_callers_run(tiny_lm, tmp_path):
 
     svc = PetriService(tiny_lm, RunStore(tmp_path))
     a, b = Caller(public=True, token="a" * 43), Caller(public=True, token="b" * 43)
-    run_id = svc.seed([SeedEvent(Dish(concepts=["order", "inventory"], event=EVENT))], 2, owner=a.owner).run_id
+    run_id = svc.seed(svc.plan([SeedEvent(Dish(concepts=["order", "inventory"], event=EVENT))], 2), owner=a.owner).run_id
     view, key = TrajectoryView(svc, TokenText(tiny_lm.tokenizer)), {"run_id": run_id, "event": 0, "title": ""}
     assert view.export(key, 0, a)
     for call in (lambda: view.export(key, 0, b), lambda: view.show_sample(key, 1, b)):
@@ -359,7 +359,7 @@ def test_deleting_a_shared_run_removes_only_the_callers_claim_until_the_last(tin
 
     svc = PetriService(tiny_lm, RunStore(tmp_path))
     a, b = owner_of("a" * 43), owner_of("b" * 43)
-    run_id = svc.seed([SeedEvent(Dish(concepts=["order", "inventory"], event=EVENT))], 2, owner=a).run_id
+    run_id = svc.seed(svc.plan([SeedEvent(Dish(concepts=["order", "inventory"], event=EVENT))], 2), owner=a).run_id
     svc.store.add_run_owner(run_id, b)
     assert svc.store.remove_run(run_id, a) is True
     assert svc.store.get_run(run_id) is not None and not svc.store.owns_run(run_id, a) and svc.store.owns_run(run_id, b)

@@ -100,8 +100,8 @@ def test_cli_replay_writes_a_gif_a_table_and_the_figure(tmp_path):
     from petri.app.service import SeedEvent
     from petri.core.trajectory import SamplerSettings
 
-    result = service.seed([SeedEvent(Dish(concepts=("order", "inventory"), event="The order shipped."))], 3,
-                          SamplerSettings(max_denoising_steps=5, stability_threshold=None, confidence_threshold=None), seed=1)
+    result = service.seed(service.plan([SeedEvent(Dish(concepts=("order", "inventory"), event="The order shipped."))], 3,
+                          SamplerSettings(max_denoising_steps=5, stability_threshold=None, confidence_threshold=None), seed=1))
     store.close()
     traj = result.trajectories[0]
     args = ["replay", result.run_id, "--store", str(tmp_path / "store"), "--tokenizer", str(folder)]

@@ -24,8 +24,8 @@ def local_ui(tiny_lm, tmp_path_factory, live_server):
     svc = PetriService(tiny_lm, RunStore(tmp_path_factory.mktemp("runs-refresh")))
     settings = svc.lm.default_settings()
     dish = Dish(("order", "person"), "The stock was counted.", "{event}", positions=(4, 12), shuffle=False)
-    older = svc.seed([SeedEvent(dish)], 1, settings, seed=1).run_id
-    newer = svc.seed([SeedEvent(dish)], 1, settings, seed=2).run_id
+    older = svc.seed(svc.plan([SeedEvent(dish)], 1, settings, seed=1)).run_id
+    newer = svc.seed(svc.plan([SeedEvent(dish)], 1, settings, seed=2)).run_id
     with live_server(create_app(svc)) as live:
         yield live, older, newer
     svc.shutdown()

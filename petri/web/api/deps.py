@@ -84,10 +84,10 @@ def load_run(service: PetriService, run_id: str, caller: Caller) -> tuple[dict, 
         check_run_id(run_id)
     except ValueError:
         raise HTTPException(404, detail=f"run_id: no run {run_id[:80]!r} (run ids are 8-64 lowercase hex characters)") from None
-    run = service.store.get_run(run_id)
-    if run is None or not caller.may_open(service.store, run_id):
+    run = service.get_run(run_id)
+    if run is None or not caller.may_open(service, run_id):
         raise HTTPException(404, detail=f"run_id: no run {run_id!r}")
-    return run, service.store.load_events(run_id)
+    return run, service.load_events(run_id)
 
 
 def stored_events(service: PetriService, run_id: str, caller: Caller) -> tuple[list, list]:
@@ -105,6 +105,6 @@ def served_tokenizer(service: PetriService, trajectories: list) -> tuple[object 
     ``X-Petri-Token-Text`` header."""
     tokenizer = getattr(service.lm, "tokenizer", None)
     made_by = {t.model_id for t in trajectories}
-    if tokenizer is not None and made_by <= {service.lm.model_id}:
+    if tokenizer is not None and made_by <= {service.model_id}:
         return tokenizer, "decoded with the served model's tokenizer"
-    return None, f"empty: the run was made by {', '.join(sorted(made_by))}, the server holds {service.lm.model_id}"
+    return None, f"empty: the run was made by {', '.join(sorted(made_by))}, the server holds {service.model_id}"

@@ -61,9 +61,9 @@ def _submit(submit, *args, **kwargs) -> Job:
 @router.post("/seed", status_code=202, response_model=JobSubmitted, responses=SUBMIT_RESPONSES)
 def submit_seed(request: SeedRequest, service: Service, caller: Client, response: Response) -> JobSubmitted:
     """Queue a seed (the body of ``POST /api/seed``, with no size budget beyond the request limits)."""
-    events, settings = prepare_seed(request, service.lm)
+    plan = prepare_seed(request, service.lm)
     caller = caller.for_submission()
-    job = _submit(service.submit_seed, events, request.samples, settings, request.seed, owner=caller.owner)
+    job = _submit(service.submit_seed, plan, owner=caller.owner)
     return _submitted(job, caller, response)
 
 
@@ -82,7 +82,7 @@ def _visible(service: PetriService, job_id: str, caller: Caller) -> dict:
     else 404 (another caller's job is not confirmed to exist)."""
     caller.require_identity()
     job = service.jobs.get(job_id)
-    state = {**job.public(), "owner": job.owner} if job is not None else service.store.get_job(job_id)
+    state = {**job.public(), "owner": job.owner} if job is not None else service.stored_job(job_id)
     if state is None or not caller.may_see(state["owner"]):
         raise HTTPException(404, detail=f"job_id: no job {job_id[:80]!r}")
     return state
@@ -98,7 +98,7 @@ def list_jobs(service: Service, caller: Client, limit: int = Query(20, ge=1, le=
     """Jobs newest first: all of them on a local server, the caller's own on a public one (401
     without a token)."""
     caller.require_identity()
-    rows = service.store.list_jobs(caller.owner, limit, offset, any_owner=not caller.public)
+    rows = service.stored_jobs(caller.owner, limit, offset, any_owner=not caller.public)
     live = {job.job_id: job for job in service.jobs}
     jobs = [_out({**live[r["job_id"]].public()} if r["job_id"] in live else r) for r in rows]
     return JobList(jobs=jobs, limit=limit, offset=offset)

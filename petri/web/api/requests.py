@@ -3,7 +3,7 @@
 needs the model (layouts, prompt length, study batches, the settings' checks for its canvas). The API's routes and the UI
 both go through these functions, so a request the UI accepts is one the API accepts:
 
-- :func:`prepare_seed`: a :class:`SeedRequest` → the events to sample and the settings;
+- :func:`prepare_seed`: a :class:`SeedRequest` → its :class:`~petri.core.plan.SeedPlan` (made once, sampled as made);
 - :func:`prepare_study`: a :class:`StudyRequest` → the study, settings and template ids;
 - :func:`preview_layout`: the anchor layout the seed checks would lay out (the UI's canvas preview).
 
@@ -13,6 +13,7 @@ Each raises :class:`~petri.web.errors.FieldError` naming the field; none does mo
 from __future__ import annotations
 
 import unicodedata
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -20,8 +21,8 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from petri.core.dish import DEFAULT_TEMPLATE, Dish, LayoutError, concept_token_ids, encode_prompt, even_slots, template_problem
-from petri.engine.seeding import plan_dish
-from petri.app.service import SeedEvent
+from petri.engine.seeding import plan_dish, plan_event
+from petri.core.plan import SeedEvent, SeedPlan
 from petri.study.runner import check_layouts
 from petri.study.schema import Study, StudyError, study_from_dict
 from petri.core.settings import FamilySettings
@@ -192,9 +193,11 @@ def build_events(request: SeedRequest, lm_defaults: FamilySettings,
     return events, settings
 
 
-def prepare_seed(request: SeedRequest, lm) -> tuple[list[SeedEvent], FamilySettings]:
-    """The request's events and settings, every layout and prompt checked (no model work): raises
-    :class:`FieldError` naming the field. ``POST /api/seed`` and the UI's Dish tab both go through it."""
+def prepare_seed(request: SeedRequest, lm) -> SeedPlan:
+    """The request planned (:class:`~petri.core.plan.SeedPlan`: its events and settings, every
+    layout and prompt made and checked, no model work) under a new run id: raises
+    :class:`FieldError` naming the field. ``POST /api/seed``, ``POST /api/jobs/seed`` and the UI's
+    Dish and Compare tabs all go through it, and sample the plan it returns."""
     events, settings = build_events(request, lm.default_settings(), lm.canvas_length)
     cells = len(events) * request.samples * settings.max_denoising_steps * lm.canvas_length
     if request.include_trajectories and cells > limits.MAX_TRAJECTORY_CELLS:
@@ -203,17 +206,18 @@ def prepare_seed(request: SeedRequest, lm) -> tuple[list[SeedEvent], FamilySetti
             f"up to {cells:,} argmax values (events × samples × max steps × canvas) is more than one response "
             f"carries ({limits.MAX_TRAJECTORY_CELLS:,}); ask for fewer events or samples, or read the stored run's CSVs",
         )
+    planned = []
     for index, event in enumerate(events):
         event_loc = ["body", "event"] if request.event is not None else ["body", "events", index, "event"]
         try:
-            prompt, _ = plan_dish(lm, event.dish, request.samples, settings, request.seed)
+            planned.append(plan_event(lm, event, request.samples, settings, request.seed))
         except LayoutError as err:
             raise _layout_error(err, request.concepts, ["body", "concepts"]) from None
         except ValueError as err:
             loc = ["body", "template"] if str(err).startswith("template") else ["body", "events", index]
             raise FieldError(loc, str(err)) from None
-        check_prompt_length(lm, len(prompt.ids), event_loc)
-    return events, settings
+        check_prompt_length(lm, len(planned[-1].prompt.ids), event_loc)
+    return SeedPlan(tuple(planned), request.samples, settings, request.seed, run_id=uuid.uuid4().hex)
 
 
 def _check_study_texts(study: Study) -> None:

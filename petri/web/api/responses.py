@@ -3,17 +3,18 @@ from the stored trajectory alone (so a stored run reads back exactly as it was a
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import pandas as pd
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializeAsAny, create_model
 
 from petri.runs.export import TABLES, run_metadata, run_tables, write_tables
+from petri.measure.sample_metrics import SampleMetric, json_number, sample_metrics
 from petri.measure.summary import EventSummary
-from petri.measure.tables import pairs_table, preservation_summary, samples_table, segments_table
+from petri.measure.tables import pairs_table, preservation_summary, segments_table
 from petri.core.trajectory import Trajectory
+from petri.web.api.registered import registered
 
 
 class ModelOut(BaseModel):
@@ -33,19 +34,40 @@ class AnchorOut(BaseModel):
     agreement: float = Field(description="reading 2: share of steps whose unforced argmax equals the anchor")
 
 
-class SampleOut(BaseModel):
-    sample: int
-    steps: int
-    anchors: list[AnchorOut]
-    final_text: str
-    flips: list[int] = Field(description="flips per canvas position (0 at anchors)")
-    mean_flips_free: float | None
-    settled_share: float | None
-    argmax: list[list[int]] | None = Field(None, description="(steps, canvas) raw argmax; on request")
-    canvas: list[list[int]] | None = Field(
+#: ``SampleOut``'s fields before the registered metrics' and after them (the answer's key order).
+_SAMPLE_HEAD = {
+    "sample": (int, ...),
+    "steps": (int, ...),
+    "anchors": (list[AnchorOut], ...),
+    "final_text": (str, ...),
+    "flips": (list[int], Field(description="flips per canvas position (0 at anchors)")),
+}
+_SAMPLE_TAIL = {
+    "argmax": (list[list[int]] | None, Field(None, description="(steps, canvas) raw argmax; on request")),
+    "canvas": (list[list[int]] | None, Field(
         None, description="(steps, canvas) the tokens on the canvas after each step (uniform diffusion: accepted draws "
                           "and fresh noise; masked diffusion: committed tokens and the mask token); on request, "
-                          "absent for runs stored before it was recorded")
+                          "absent for runs stored before it was recorded")),
+}
+_SAMPLE_MODELS: dict[tuple[SampleMetric, ...], type[BaseModel]] = {}
+
+
+def sample_model() -> type[BaseModel]:
+    """``SampleOut`` for the per-sample metrics registered now (a field per metric with ``api``
+    set, :mod:`petri.measure.sample_metrics`; made once per set of metrics)."""
+    metrics = tuple(m for m in sample_metrics() if m.api)
+    if metrics not in _SAMPLE_MODELS:
+        fields = {m.column: (float | None if m.dtype is float else m.dtype, Field(description=m.description))
+                  for m in metrics}
+        _SAMPLE_MODELS[metrics] = create_model("SampleOut", __module__=__name__, __doc__="One sample of an event.",
+                                               **_SAMPLE_HEAD, **fields, **_SAMPLE_TAIL)
+    return _SAMPLE_MODELS[metrics]
+
+
+#: The model of the metrics registered at import (the built-in ones).
+SampleOut = sample_model()
+#: An answer's sample: validated, serialised and documented with the metrics registered now.
+Sample = Annotated[SampleOut, registered(sample_model), SerializeAsAny()]
 
 
 class SegmentOut(BaseModel):
@@ -81,7 +103,7 @@ class EventOut(BaseModel):
     seed: int | None
     n_samples: int
     timings: dict[str, float]
-    samples: list[SampleOut]
+    samples: list[Sample]
     segments: list[SegmentOut]
     pairs: list[PairOut]
     preservation: PreservationOut
@@ -169,12 +191,6 @@ class JobList(BaseModel):
 # ----------------------------------------------------------------------------------- summaries
 
 
-def json_number(value) -> float | None:
-    """JSON-safe float: NaN/inf → None."""
-    value = float(value)
-    return None if math.isnan(value) or math.isinf(value) else value
-
-
 def _records(df: pd.DataFrame, columns: Sequence[str]) -> list[dict]:
     return df[list(columns)].to_dict(orient="records")
 
@@ -197,20 +213,19 @@ def event_summary(
     :class:`~petri.measure.summary.EventSummary`: the flips counted once for every table)."""
     summary = EventSummary(traj)
     flips = summary.flips
-    samples = samples_table(summary)
     anchors = summary.anchors
+    metrics = {m.column: (m, m.values(summary)) for m in sample_metrics() if m.api}
+    model = sample_model()
     sample_out = []
     for s in range(traj.n_samples):
-        row = samples.iloc[s]
         sample_out.append(
-            SampleOut(
+            model(
                 sample=s,
                 steps=int(traj.steps[s]),
                 anchors=_sample_anchors(traj, anchors, s),
                 final_text=traj.final_texts[s],
                 flips=flips[s].tolist(),
-                mean_flips_free=json_number(row["mean_flips_free"]),
-                settled_share=json_number(row["settled_share"]),
+                **{column: m.json_value(values[s]) for column, (m, values) in metrics.items()},
                 argmax=traj.sample_argmax(s).tolist() if include_trajectories else None,
                 canvas=traj.canvas[s, : int(traj.steps[s])].tolist()
                 if include_trajectories and traj.canvas is not None else None,
@@ -252,9 +267,9 @@ def csv_links(run_id: str) -> dict[str, str]:
     return {name: f"/api/runs/{run_id}/{name}.csv" for name in TABLES}
 
 
-def model_out(lm, model_id: str | None = None, device: str | None = None) -> ModelOut:
-    """The served model (by default), or a stored run's model as far as the run records it."""
-    info = lm.describe()
+def model_out(info: dict, model_id: str | None = None, device: str | None = None) -> ModelOut:
+    """The served model (``info``: its ``describe()``, by default), or a stored run's model as far as
+    the run records it."""
     if model_id is None or model_id == info["model_id"]:
         return ModelOut(**info)
     return ModelOut(model_id=model_id, device=device or "unknown")

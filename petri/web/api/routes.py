@@ -32,7 +32,7 @@ router = APIRouter(prefix="/api", route_class=StrictJsonRoute)
 @router.get("/health", response_model=HealthOut, tags=["api"])
 async def health(service: Service, caller: Client) -> HealthOut:
     # async: answered on the event loop, so it never waits for a worker thread
-    info = service.lm.describe()
+    info = service.model_info()
     current = service.jobs.current
     queue = QueueOut(running=current.job_id if current is not None and caller.may_see(current.owner) else None,
                      queued=service.jobs.queued, max_queued=service.jobs.max_queued,
@@ -51,22 +51,21 @@ async def seed(request: SeedRequest, service: Service, jobs: Jobs, caller: Clien
     """Sample every event (one batch of ``samples`` per event) with the concepts pinned, while the
     client waits (a client that disconnects cancels it within one step). Work over
     ``SYNC_MAX_TOKEN_STEPS`` (see ``/api/health``) is refused: submit it as ``POST /api/jobs/seed``."""
-    events, settings = prepare_seed(request, service.lm)
-    check_sync_budget(len(events), request.samples, settings.max_denoising_steps, service.lm.canvas_length)
+    plan = prepare_seed(request, service.lm)
+    check_sync_budget(len(plan.events), plan.samples, plan.settings.max_denoising_steps, service.canvas_length)
     caller = caller.for_submission()
     caller.hand_out(response)
-    result = await jobs.run(client, run_seed, service, events, request.samples, settings, request.seed, None,
-                            jobs.busy_wait_s, owner=caller.owner)
+    result = await jobs.run(client, run_seed, service, plan, None, jobs.busy_wait_s, owner=caller.owner)
     summaries = [
         event_summary(i, traj, group, request.include_trajectories)
         for i, (traj, group) in enumerate(zip(result.trajectories, result.groups))
     ]
-    run = service.store.get_run(result.run_id) or {}
+    run = service.get_run(result.run_id) or {}
     return RunOut(
         run_id=result.run_id,
         status=run.get("status", "done"),
-        model=model_out(service.lm),
-        settings=settings.to_dict(),
+        model=model_out(service.model_info()),
+        settings=plan.settings.to_dict(),
         events=summaries,
         timings={
             "wall_s": result.wall_s,
@@ -107,7 +106,7 @@ async def study(request: StudyRequest, service: Service, jobs: Jobs, caller: Cli
         run_id=result.run_id,
         status="done",
         study_id=parsed.id,
-        model=model_out(service.lm),
+        model=model_out(service.model_info()),
         settings=settings.to_dict(),
         samples=result.samples,
         seed=result.seed,

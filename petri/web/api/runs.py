@@ -35,7 +35,7 @@ def list_runs(service: Service, caller: Client, limit: int = Query(20, ge=1, le=
     only the caller's own (401 without a token)."""
     caller.require_identity()
     keys = ("run_id", "kind", "model_id", "status", "created_at", "finished_at", "events_stored", "error")
-    runs = service.store.list_owned_runs(caller.owner, limit) if caller.public else service.store.list_runs(limit)
+    runs = service.runs_for(caller.owner, limit, caller.public)
     return [{k: r.get(k) for k in keys} for r in runs]
 
 
@@ -53,7 +53,7 @@ def get_run(run_id: RunId, service: Service, caller: Client, include_trajectorie
         run_id=run_id,
         kind=run["kind"],
         status=run["status"],
-        model=model_out(service.lm, run["model_id"], first.device if first else None),
+        model=model_out(service.model_info(), run["model_id"], first.device if first else None),
         settings=first.settings.to_dict() if first else run["request"].get("settings", {}),
         events=[event_summary(i, t, g, include_trajectories) for i, (_, g, t) in enumerate(stored)],
         timings={"sampling_s": float(sum(t.timings.get("total_s", 0.0) for t in trajectories))},
@@ -79,7 +79,7 @@ def get_table(run_id: RunId, table: TableName, fmt: FormatName, service: Service
         raise HTTPException(404, detail=str(err)) from None
     trajectories, groups = stored_events(service, run_id, caller)
     tokenizer, note = served_tokenizer(service, trajectories)
-    decode = token_decoder(tokenizer, service.lm.model_id, trajectories)
+    decode = token_decoder(tokenizer, service.model_id, trajectories)
     headers = {"Content-Disposition": f'attachment; filename="{run_id}-{table}.{fmt}"', "X-Petri-Token-Text": note}
     body = table_bytes(trajectories, table, fmt, groups, decode)
     if writer.streams:  # a sync generator runs in a worker thread: never the whole table in memory

@@ -18,10 +18,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
-from pydantic_core import core_schema
 
 from petri.core.settings import SettingError, apply_settings, request_fields
 from petri.engine.families.registry import families
+from petri.web.api.registered import registered
 from petri.web.errors import FieldError
 
 DOC = "Sampler settings; every field is optional and defaults to the model's generation config."
@@ -67,34 +67,5 @@ def settings_model() -> type[SettingsBase]:
 SettingsIn = settings_model()
 
 
-def _validate(value, handler):
-    model = settings_model()
-    if model is SettingsIn:
-        return handler(value)
-    if isinstance(value, model):
-        return value
-    if isinstance(value, SettingsBase):
-        value = value.given()
-    return model.model_validate(value)  # its errors come out at ["body", "settings", <field>]
-
-
-class _Registered:
-    """Validate and document with the families registered at the time (:func:`settings_model`)."""
-
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source, handler):
-        return core_schema.no_info_wrap_validator_function(_validate, handler(source))
-
-    @classmethod
-    def __get_pydantic_json_schema__(cls, schema, handler):
-        reference = handler(schema)  # to SettingsIn's definition, which holds the families registered now
-        model = settings_model()
-        if model is not SettingsIn:
-            definition = handler.resolve_ref_schema(reference)
-            definition.clear()
-            definition.update(handler(model.__pydantic_core_schema__))
-        return reference
-
-
 #: The annotation of a request's ``settings``.
-Settings = Annotated[SettingsIn, _Registered]
+Settings = Annotated[SettingsIn, registered(settings_model, convert=lambda value: value.given())]

@@ -161,7 +161,7 @@ class UiAccess:
             run_id = check_run_id((run_id or "").strip())
         except ValueError as err:
             raise gr.Error(str(err), title="Runs") from None
-        run = service.store.get_run(run_id)
-        if run is None or not caller.may_open(service.store, run_id):
+        run = service.get_run(run_id)
+        if run is None or not caller.may_open(service, run_id):
             raise gr.Error(f"run_id: no stored run {run_id!r}", title="Runs")
         return run

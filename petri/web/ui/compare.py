@@ -146,12 +146,12 @@ class CompareController:
         try:
             labels, request = self.request_of(concepts, label_a, event_a, label_b, event_b, template, samples, seed,
                                               steps, placement, shuffle, *settings)
-            events, settings = prepare_seed(request, self.service.lm)
+            plan = prepare_seed(request, self.service.lm)
         except (ValidationError, FieldError) as err:
             raise gr.Error(request_error_message(err), title="Check the comparison") from None
         yield {"status": QUEUED_LINE if self.service.busy else "Sampling both events…",
                "heatmap_a": None, "heatmap_b": None, "difference": None, "summary": ""}
-        lives = [LiveDish(self.service.lm, self.dish.tokens, e.dish, request.samples, settings, request.seed) for e in events]
+        lives = [LiveDish(self.service.lm, self.dish.tokens, planned) for planned in plan.events]
 
         def take(payload) -> None:  # (event, LiveStep)
             lives[payload[0]].add(payload[1])
@@ -162,8 +162,7 @@ class CompareController:
             def set_event(index: int) -> None:
                 sampling[0] = index
 
-            return self.service.submit_seed(events, request.samples, settings, request.seed,
-                                            on_step=lambda step: emit(sampling[0], step), on_event=set_event,
+            return self.service.submit_seed(plan, on_step=lambda step: emit(sampling[0], step), on_event=set_event,
                                             owner=caller.owner if caller else None)
 
         result = None
@@ -175,7 +174,7 @@ class CompareController:
                 i, step = payload
                 index, finished = step.index, step.finished
                 yield {"status": f"Sampling {labels[i]} (event {i + 1} of 2)… step {index + 1} of at most "
-                                 f"{settings.max_denoising_steps} ({int(sum(finished))}/{len(finished)} samples settled)",
+                                 f"{plan.settings.max_denoising_steps} ({int(sum(finished))}/{len(finished)} samples settled)",
                        ("heatmap_a", "heatmap_b")[i]: lives[i].heatmap(index, f"{labels[i]}: "),
                        **lives[i].trajectory(self.trajectories[i])}
         except QueueFull as err:

@@ -63,6 +63,7 @@ from petri.web.ui.views import (
     highlighted_text,
     parse_concepts,
     request_error_message,
+    samples_columns,
 )
 
 TEMPLATES = [
@@ -264,17 +265,16 @@ class DishController:
         a Cancel button sets (:func:`petri.web.ui.live.stream`); ``caller`` owns the run (None: local)."""
         try:
             request = self.build_request(*inputs)
-            events, settings = prepare_seed(request, self.lm)
+            plan = prepare_seed(request, self.lm)
         except (ValidationError, FieldError) as err:
             raise gr.Error(request_error_message(err), title="Check the dish") from None
-        live = LiveDish(self.lm, self.tokens, events[0].dish, request.samples, settings, request.seed)
-        steps_max = settings.max_denoising_steps
+        live = LiveDish(self.lm, self.tokens, plan.events[0])
+        steps_max = plan.settings.max_denoising_steps
 
         jobs: list = []  # the job, once queued (its run id names a cancelled run)
 
         def submit(emit):
-            jobs.append(self.service.submit_seed(events, request.samples, settings, request.seed, on_step=emit,
-                                                 owner=caller.owner if caller else None))
+            jobs.append(self.service.submit_seed(plan, on_step=emit, owner=caller.owner if caller else None))
             return jobs[0]
 
         # every result panel is cleared at once: nothing of the previous run stays beside this one
@@ -343,7 +343,7 @@ class DishController:
             "run_badge": "**Results below:** the run now sampling (its id comes when it is stored).",
             "heatmap": None, "run_id": "", "final_text": gr.update(value=[]), "flips": None,
             "pairs": pd.DataFrame(columns=["pair", "n_segments", "instability"]),
-            "samples_table": pd.DataFrame(columns=list(self.SAMPLES_COLUMNS)), "files": None,
+            "samples_table": pd.DataFrame(columns=list(samples_columns())), "files": None,
             "sample": gr.update(value=0, interactive=False), **self.trajectory.cleared("Sampling: the trajectory follows."),
         }
 
@@ -385,21 +385,16 @@ class DishController:
         table = pairs_table(traj)[["pair", "n_segments", "instability"]]
         return table.sort_values("instability", ascending=False, na_position="last").round(3)
 
-    #: The Samples table's columns and their widths (px): each header fits on its line and
-    #: ``final_text`` is wide enough to wrap whole (the table scrolls sideways on a narrow screen).
-    SAMPLES_COLUMNS = {"sample": 90, "steps": 80, "anchor_layout": 170, "mean_flips_free": 170, "settled_share": 150,
-                       "anchors_intact": 160, "n_anchors": 120, "mean_agreement": 160, "final_text": 520}
-
     @classmethod
     def samples_view(cls, traj: Trajectory) -> pd.DataFrame:
-        return samples_table(traj)[list(cls.SAMPLES_COLUMNS)].copy().round(3)
+        return samples_table(traj)[list(samples_columns())].copy().round(3)
 
     def show_sample(self, run_id: str, sample: int, caller: Caller | None = None) -> dict:
         """A stored run's sample (the sample slider), if ``caller`` (None: local) may open the run."""
         if not run_id:
             return {}
         UiAccess.open_run(self.service, caller or Caller(public=False), run_id)
-        stored = self.service.store.load_events(run_id)
+        stored = self.service.load_events(run_id)
         if not stored:
             return {}
         traj = stored[0][2]
@@ -453,7 +448,7 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
                         interactive=False, elem_id="petri-files", min_width=280)
     with gr.Accordion("Samples", open=False):
         samples_table_view = gr.Dataframe(interactive=False, wrap=True, elem_id="petri-samples-table",
-                                          column_widths=[f"{w}px" for w in DishController.SAMPLES_COLUMNS.values()])
+                                          column_widths=[f"{w}px" for w in samples_columns().values()])
 
     add_figure_downloads(service, run_id, ctl.figures, access, [sample], "petri-dish-figures")
     controls = {"concepts": concepts, "event": event, "template": template, "samples": samples, "seed": seed,

@@ -3,8 +3,8 @@ steps arrive and sample 0's canvas in the trajectory viewer, from the sampler's 
 (each step's :class:`petri.engine.base.LiveStep`: raw argmax, canvas and accept mask ``(S, L)``, the
 samples that stop after it ``(S,)``).
 
-:class:`LiveDish` plans the event's layouts as the sampler will lay them
-(:func:`petri.engine.seeding.plan_dish`, from the same dish, samples, settings and seed), counts the
+:class:`LiveDish` reads the event's layouts and pinned mask from its plan (the
+:class:`~petri.core.plan.PlannedEvent` the sampler samples: nothing is laid out again), counts the
 flips so far (:class:`petri.web.ui.views.LiveFlips`) and draws them
 (:func:`petri.study.plots.flip_heatmap`); :func:`throttled` thins a :func:`petri.web.ui.live.stream`
 to at most one redraw every ``redraw_s`` while every step is still counted.
@@ -18,11 +18,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from petri.core.dish import Dish, pinned_arrays
-from petri.engine.seeding import plan_dish
+from petri.core.plan import PlannedEvent
 from petri.study.anchor_marks import aggregate_anchor_boxes
 from petri.study.plots import flip_heatmap, token_texts
-from petri.core.trajectory import SamplerSettings
 from petri.web.ui.trajectory import TrajectoryView
 from petri.web.ui.views import LiveFlips, TokenText, concept_colors
 
@@ -58,13 +56,13 @@ def throttled(events: Iterator[tuple[str, Any]], take: Callable[[Any], None],
 class LiveDish:
     """One event's flip counts while it samples and the views drawn from them."""
 
-    def __init__(self, lm, tokens: TokenText, dish: Dish, n_samples: int, settings: SamplerSettings, seed: int):
-        prompt, self.layouts = plan_dish(lm, dish, n_samples, settings, seed)
-        self.pinned, _ = pinned_arrays(self.layouts, prompt.canvas_prefix_ids, lm.canvas_length)  # (S, L) bool
-        self.colors = concept_colors(dish.concepts)
+    def __init__(self, lm, tokens: TokenText, planned: PlannedEvent):
+        self.layouts = planned.layouts
+        self.pinned = planned.pinned  # (S, L) bool, as every step's LiveStep carries it
+        self.colors = concept_colors(planned.dish.concepts)
         self.flips = LiveFlips(self.pinned)
         self.tokens = tokens
-        self.n_samples = n_samples
+        self.n_samples = len(planned.layouts)
         self.family, self.mask_id = lm.family, getattr(lm, "mask_token_id", None)
 
     def add(self, step) -> None:

@@ -48,7 +48,7 @@ def figure_files(service, caller: Caller | None, run_id: str, figures: Callable[
     if not (run_id or "").strip():
         raise gr.Error("Run or reopen something first: there is no figure to download yet.", title="Figures")
     run = UiAccess.open_run(service, caller or Caller(public=False), run_id)
-    paths, notes = write_figure_files(figures(service.store.load_events(run["run_id"]), *values), run["run_id"],
+    paths, notes = write_figure_files(figures(service.load_events(run["run_id"]), *values), run["run_id"],
                                       export_dir(caller) / f"{run['run_id']}-figures", images)
     for note in notes:
         gr.Info(f"Figures as HTML only: {note}")

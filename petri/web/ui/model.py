@@ -61,8 +61,8 @@ def kept_prompts_line(lm) -> str:
 
 def model_markdown(service: PetriService, model_source: str | None) -> str:
     """The tab's text: a property table, the sampler defaults, the limits, then the model card."""
-    info = service.lm.describe()
-    defaults = service.lm.default_settings()
+    info = service.model_info()
+    defaults = service.default_settings()
     lines = [
         "| property | value |", "|---|---|",
         f"| model | `{info['model_id']}` |",
@@ -72,7 +72,7 @@ def model_markdown(service: PetriService, model_source: str | None) -> str:
         f"| dtype | `{info['dtype']}` |",
         f"| canvas length | {info['canvas_length']} tokens |",
         f"| vocabulary | {info['vocab_size']} tokens |",
-        f"| run store | `{service.store.path}` |",
+        f"| run store | `{service.store_path}` |",
         f"| kept prompts | {kept_prompts_line(service.lm)} |",
         "",
         "**Sampler defaults** (from the model's generation config): "

@@ -86,9 +86,7 @@ def _headline(store, run_id: str, status: str, events_stored: int) -> str:
 
 def visible_runs(service: PetriService, caller: Caller, limit: int = 200) -> list[dict]:
     """The stored runs ``caller`` may see, newest first (its own on a public server)."""
-    if caller.public:
-        return service.store.list_owned_runs(caller.owner, limit) if caller.owner else []
-    return service.store.list_runs(limit)
+    return service.runs_for(caller.owner, limit, caller.public)
 
 
 def runs_table(service: PetriService, limit: int = 200, caller: Caller | None = None, search: str = "",
@@ -131,7 +129,7 @@ def study_result_from_store(service: PetriService, run: dict) -> tuple[StudyResu
         study=study, run_id=run["run_id"], model_id=run["model_id"],
         model_fingerprint=request.get("model_fingerprint", ""), settings=settings_from_dict(request["settings"]),
         samples=int(request["samples"]), seed=int(request["seed"]), template_ids=template_ids, batches=batches,
-        computed=0, resumed=len(batches), store_path=str(service.store.path), started_at=run["created_at"],
+        computed=0, resumed=len(batches), store_path=service.store_path, started_at=run["created_at"],
         finished_at=run["finished_at"] or "", device=batches[0].trajectory.device,
         # nothing is computed on a reopen: its time is the stored batches' own sampling time
         wall_s=sum(float(b.trajectory.timings.get("total_s", 0.0)) for b in batches),
@@ -156,7 +154,7 @@ def reopen_study(ctl, service: PetriService, run: dict, caller: Caller) -> dict:
 
 def stored_events(service: PetriService, run: dict) -> tuple[list, list]:
     """(trajectories, groups) of a stored seed run (gr.Error where it has none)."""
-    stored = service.store.load_events(run["run_id"])
+    stored = service.load_events(run["run_id"])
     if not stored:
         raise gr.Error(f"run {run['run_id']} ({run['status']}) stopped before its first event finished: "
                        "it recorded nothing to show", title="Runs")
@@ -195,7 +193,7 @@ class RunsController:
         caller's claim goes while another caller claims it too); the status line."""
         caller = caller or Caller(public=False)
         run = UiAccess.open_run(self.service, caller, run_id)
-        self.service.store.remove_run(run["run_id"], caller.owner if caller.public else None)
+        self.service.remove_run(run["run_id"], caller.owner if caller.public else None)
         return f"Deleted run `{run['run_id']}`."
 
     def confirm_delete(self, run_id: str, armed: str | None, caller: Caller | None = None) -> tuple[str, str | None]:

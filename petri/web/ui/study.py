@@ -376,7 +376,7 @@ class StudyController:
             return views
         prov = provisional_statistics(study, batches, total, settings.max_denoising_steps, seed=seed,
                                       tables_of=reader.tables)
-        model_id = model_id or self.service.lm.model_id
+        model_id = model_id or self.service.model_id
         shown = [*study.comparison, *study.show]
         headline = prov.comparison.event.summary() if prov.comparison is not None else f"not yet — {prov.waiting}"
         label = prov.label()
@@ -444,7 +444,7 @@ def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tu
         samples = gr.Slider(1, MAX_SAMPLES, value=4, step=1, label="Samples per event × template",
                             elem_id="petri-study-samples")
         seed = gr.Number(0, precision=0, minimum=0, label="Seed", elem_id="petri-study-seed")
-        steps = gr.Slider(1, MAX_STEPS, value=service.lm.default_settings().max_denoising_steps, step=1,
+        steps = gr.Slider(1, MAX_STEPS, value=service.default_settings().max_denoising_steps, step=1,
                           label="Max denoising steps", elem_id="petri-study-steps")
     with gr.Row():
         run_btn = gr.Button("Run the study", variant="primary", elem_id="petri-study-run", scale=4)

@@ -328,7 +328,7 @@ class TrajectoryView:
         if not key or not key.get("run_id"):
             raise gr.Error("Run or reopen a dish first.", title="Trajectory")
         UiAccess.open_run(self.service, caller or Caller(public=False), key["run_id"])
-        stored = self.service.store.load_events(key["run_id"])
+        stored = self.service.load_events(key["run_id"])
         if not stored or key["event"] >= len(stored):
             raise gr.Error(f"run_id: no stored event {key['event']} in run {key['run_id']!r}", title="Trajectory")
         return stored

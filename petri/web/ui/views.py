@@ -8,6 +8,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from petri.measure.metrics import anchor_concepts, step_flips
+from petri.measure.sample_metrics import sample_metrics
 from petri.core.trajectory import Trajectory
 from petri.web.errors import FieldError
 from petri.web.tokens import END_OF_TURN_TOKENS, PALETTE, TokenText, concept_colors  # noqa: F401 (re-exported)
@@ -26,6 +27,20 @@ def responsive(fig):
     if fig is not None:
         fig.update_layout(width=None, autosize=True)
     return fig
+
+
+#: The text column of the Samples table: shown last, wide enough to wrap whole.
+WIDE_COLUMN = "final_text"
+
+
+def samples_columns() -> dict[str, int]:
+    """The Samples table's columns and their widths (px): ``sample``, then every registered
+    per-sample metric with a ``ui_width`` (:mod:`petri.measure.sample_metrics`) in registration
+    order, :data:`WIDE_COLUMN` last (each header fits on its line; the table scrolls sideways on a
+    narrow screen)."""
+    shown = {m.column: m.ui_width for m in sample_metrics() if m.ui_width is not None}
+    wide = {WIDE_COLUMN: shown.pop(WIDE_COLUMN)} if WIDE_COLUMN in shown else {}
+    return {"sample": 90, **shown, **wide}
 
 
 def parse_concepts(text: str) -> list[str]:

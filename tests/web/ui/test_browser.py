@@ -68,15 +68,15 @@ def served(tmp_path_factory, live_server):
 
         seed_gate: threading.Event | None = None  # set by a test: a UI seed run waits at it after every step
 
-        def submit_seed(self, events, n_samples, settings, seed=0, owner=None, on_step=None, on_event=None):
+        def submit_seed(self, plan, owner=None, on_step=None, on_event=None):
             gate_now = self.seed_gate
             if gate_now is not None and on_step is not None:
                 def held_step(*args):
                     on_step(*args)
                     gate_now.wait(300)
 
-                return super().submit_seed(events, n_samples, settings, seed, owner, on_step=held_step, on_event=on_event)
-            return super().submit_seed(events, n_samples, settings, seed, owner, on_step=on_step, on_event=on_event)
+                return super().submit_seed(plan, owner, on_step=held_step, on_event=on_event)
+            return super().submit_seed(plan, owner, on_step=on_step, on_event=on_event)
 
     service = GatedService(lm, RunStore(tmp_path_factory.mktemp("browser-store")))
     with live_server(create_app(service, model_source=source)) as live:
@@ -442,7 +442,7 @@ def test_reopened_dish_and_study_restore_their_controls(page, served):
     settings = replace(service.lm.default_settings(), max_denoising_steps=7)
     dish = Dish(("order", "inventory", "person"), "The stock was counted.", "{event}", positions=(5, 30, 50),
                 shuffle=False)
-    dish_run = service.seed([SeedEvent(dish)], 3, settings, seed=6).run_id
+    dish_run = service.seed(service.plan([SeedEvent(dish)], 3, settings, seed=6)).run_id
     study = load_study(small_study_file(Path(service.store.path).parent))
     study_run = service.run_study(study, samples=2, seed=3, settings=replace(settings, max_denoising_steps=8)).run_id
 
@@ -625,7 +625,7 @@ def test_a_stored_run_reopens(page, served):
     settings = replace(service.lm.default_settings(), max_denoising_steps=4)
     dish = Dish(("order", "inventory", "person"), "The stock was counted.", "{event}", positions=(4, 14, 24),
                 shuffle=False)
-    run_id = service.seed([SeedEvent(dish)], 2, settings, seed=5).run_id
+    run_id = service.seed(service.plan([SeedEvent(dish)], 2, settings, seed=5)).run_id
     dish_run = next(r for r in service.store.list_runs(20) if r["run_id"] == run_id)
     reopen_run(page, dish_run["run_id"])
     page.wait_for_selector(f"#petri-status:has-text('Reopened dish run')")
@@ -648,7 +648,7 @@ def test_a_canvas_starting_with_eos_shows_its_text(page, served):
     _, service, _ = served
     settings = replace(service.lm.default_settings(), max_denoising_steps=3)
     dish = Dish(("order", "person"), "The stock was counted.", "{event}", positions=(4, 12), shuffle=False)
-    run_id = service.seed([SeedEvent(dish)], 1, settings, seed=2).run_id
+    run_id = service.seed(service.plan([SeedEvent(dish)], 1, settings, seed=2)).run_id
     key, group, traj = service.store.load_events(run_id)[0]
     tok = service.lm.tokenizer
     [(word, text)] = single_token_words(tok, 1)
@@ -688,7 +688,7 @@ def test_the_sample_selector_follows_arrows_and_typing(page, served):
     _, service, _ = served
     settings = replace(service.lm.default_settings(), max_denoising_steps=3)
     dish = Dish(("order", "person"), "The stock was counted.", "{event}", positions=(4, 12), shuffle=False)
-    run_id = service.seed([SeedEvent(dish)], 4, settings, seed=2).run_id
+    run_id = service.seed(service.plan([SeedEvent(dish)], 4, settings, seed=2)).run_id
     key, group, traj = service.store.load_events(run_id)[0]
     words = single_token_words(service.lm.tokenizer, 4)
     ids = traj.final_ids.copy()
@@ -879,7 +879,7 @@ def test_at_420_px_the_dish_and_compare_tabs_fit(page, served):
         # a stored dish with its chips side by side (their labels would overlap on one line), reopened
         dish = Dish(("order", "inventory", "person"), "The stock was counted.", "{event}", positions=(20, 24, 27),
                     shuffle=False)
-        side_by_side = service.seed([SeedEvent(dish)], 1, replace(service.lm.default_settings(), max_denoising_steps=2)).run_id
+        side_by_side = service.seed(service.plan([SeedEvent(dish)], 1, replace(service.lm.default_settings(), max_denoising_steps=2))).run_id
         reopen_run(page, side_by_side)
         page.wait_for_selector(f"#petri-status:has-text('{side_by_side}')")
         page.wait_for_function("document.querySelector(\"#petri-canvas .pc-chip[data-concept='person']\").dataset.start == '27'")

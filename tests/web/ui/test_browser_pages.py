@@ -35,8 +35,8 @@ def seeded(service, events, samples=2, steps=4):
     from petri.core.dish import Dish
 
     settings = replace(service.lm.default_settings(), max_denoising_steps=steps)
-    return service.seed([SeedEvent(Dish(("order", "inventory", "person"), text, "Event: {event}"), group)
-                         for group, text in events], samples, settings).run_id
+    return service.seed(service.plan([SeedEvent(Dish(("order", "inventory", "person"), text, "Event: {event}"), group)
+                                      for group, text in events], samples, settings)).run_id
 
 
 LONG_EVENT = "The customer ordered 120 units for delivery on Friday, although the inventory held no units at all."

@@ -38,13 +38,13 @@ def served(tmp_path_factory, live_server):
     gate = threading.Event()
 
     class HeldService(PetriService):
-        def submit_seed(self, events, n_samples, settings, seed, owner=None, on_step=None, on_event=None):
+        def submit_seed(self, plan, owner=None, on_step=None, on_event=None):
             def held(step):
                 on_step(step)
                 if step.index == HOLD_AT:
                     gate.wait(120)
 
-            return super().submit_seed(events, n_samples, settings, seed, owner=owner,
+            return super().submit_seed(plan, owner=owner,
                                        on_step=held if on_step is not None else None, on_event=on_event)
 
     service = HeldService(lm, RunStore(tmp_path_factory.mktemp("traj-store")))

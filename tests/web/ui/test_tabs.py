@@ -30,7 +30,7 @@ def test_a_run_reopens_through_the_mapping_of_its_kind(tiny_lm, tmp_path):
     """A stored dish run goes to the ``dish`` entry with that tab's controller; no other entry runs."""
     service = PetriService(tiny_lm, RunStore(tmp_path / "store"))
     dish = Dish(("order", "person"), "The order shipped.", "{event}", positions=(2, 9))
-    result = service.seed([SeedEvent(dish)], 1, SamplerSettings(max_denoising_steps=3), seed=3)
+    result = service.seed(service.plan([SeedEvent(dish)], 1, SamplerSettings(max_denoising_steps=3), seed=3))
     seen = []
 
     def reopen(ctl, svc, run, caller):
@@ -69,7 +69,7 @@ def test_a_run_that_cannot_open_says_so_once_and_marks_nothing_else(tiny_lm, tmp
 def test_a_stored_run_opens_and_clears_the_status_line(tiny_lm, tmp_path):
     service = PetriService(tiny_lm, RunStore(tmp_path / "store"))
     dish = Dish(("order", "person"), "The order shipped.", "{event}", positions=(2, 9))
-    run_id = service.seed([SeedEvent(dish)], 1, SamplerSettings(max_denoising_steps=3), seed=3).run_id
+    run_id = service.seed(service.plan([SeedEvent(dish)], 1, SamplerSettings(max_denoising_steps=3), seed=3)).run_id
     handler, note = open_handler_of(build_ui(service))
     updates = handler(None, run_id)
     assert updates[note] == "" and len(updates) > 3

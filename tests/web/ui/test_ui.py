@@ -74,14 +74,14 @@ def test_the_live_view_draws_the_newest_step_when_sampling_pauses(tiny_lm, tmp_p
     paused, go_on = threading.Event(), threading.Event()
 
     class PausingService(PetriService):
-        def submit_seed(self, events, n_samples, settings, seed, owner=None, on_step=None):
+        def submit_seed(self, plan, owner=None, on_step=None):
             def held(step):
                 on_step(step)
                 if step.index == 2:  # the third step: steps 1-3 came within a few ms of each other
                     paused.set()
                     go_on.wait(30)
 
-            return super().submit_seed(events, n_samples, settings, seed, owner=owner, on_step=held)
+            return super().submit_seed(plan, owner=owner, on_step=held)
 
     ctl = DishController(PausingService(tiny_lm, RunStore(tmp_path / "store")))
     shown = []

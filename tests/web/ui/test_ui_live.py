@@ -318,7 +318,7 @@ def test_a_queued_seed_names_each_event_before_its_steps(service):
     order: list = []
     events = [SeedEvent(Dish(("order", "inventory"), text), group) for text, group in
               (("The order was packed.", "calm"), ("None of it was in stock.", "tense"))]
-    job = service.submit_seed(events, 2, SamplerSettings(max_denoising_steps=5), seed=3,
+    job = service.submit_seed(service.plan(events, 2, SamplerSettings(max_denoising_steps=5), seed=3),
                               on_step=lambda step: order.append(("step", step.index)),
                               on_event=lambda index: order.append(("event", index)))
     result = service.jobs.wait(job.job_id, timeout=120).result
@@ -337,13 +337,13 @@ def test_the_compare_tab_keeps_the_events_apart_when_steps_do_not_restart_at_zer
     from petri.web.ui.compare import CompareController
     from petri.web.ui.dish import DishController
 
-    real = service_module.seed_dish
+    real = service_module.sample_planned
 
     def skipping_step_zero(*args, on_step=None, **kwargs):
         relay = None if on_step is None else (lambda step: on_step(step) if step.index > 0 else None)
         return real(*args, on_step=relay, **kwargs)
 
-    monkeypatch.setattr(service_module, "seed_dish", skipping_step_zero)
+    monkeypatch.setattr(service_module, "sample_planned", skipping_step_zero)
     monkeypatch.setattr(ui_dish_live, "LIVE_REDRAW_S", 0.0)  # draw every step
     ctl = CompareController(service, DishController(service))
     updates = list(ctl.run("order, inventory", "calm", "The order was packed.", "tense", "None of it was in stock.",
