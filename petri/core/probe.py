@@ -43,7 +43,7 @@ AUTO_ENTROPY = 0.1
 
 _LETTERS = tuple(string.ascii_uppercase) + tuple(string.ascii_lowercase) + tuple(string.digits)
 #: Candidate labels in order: A..Z, a..z, 0..9, then two-letter ones AA..ZZ; automatic labels are
-#: the first ones the tokenizer writes as one token at the slot (:func:`automatic_labels`).
+#: the first ones the tokenizer writes as one token at the slot (:func:`single_token_labels`).
 LABEL_POOL = _LETTERS + tuple(a + b for a in string.ascii_uppercase for b in string.ascii_uppercase)
 
 SLOT_PATTERN = re.compile(r"\{\{\s*([A-Za-z0-9_\-]*)\s*\}\}")
@@ -162,6 +162,7 @@ def request_from_dict(payload: Any) -> ProbeRequest:
                               "pins"}
     if unknown:
         raise ProbeInputError(sorted(unknown)[0], "unknown field")
+    prompt, frame = _text(payload, "prompt", "prompt"), _text(payload, "frame", "frame")
     questions = payload.get("questions")
     if not isinstance(questions, (list, tuple)) or not questions:
         raise ProbeInputError("questions", "at least one question is needed")
@@ -179,7 +180,7 @@ def request_from_dict(payload: Any) -> ProbeRequest:
             raise ProbeInputError(f"pins[{i}]", "must be an object with text (string) and at (integer)")
         parsed_pins.append(Pin(_text(pin, "text", f"pins[{i}].text"), int(pin["at"])))
     return ProbeRequest(
-        prompt=_text(payload, "prompt", "prompt"), frame=_text(payload, "frame", "frame"),
+        prompt=prompt, frame=frame,
         questions=tuple(question_from_dict(q, i) for i, q in enumerate(questions)),
         instructions=_text(payload, "instructions", "instructions", required=False), samples=samples,
         steps=_int(payload, "steps", 1, 1, MAX_STEPS), seed=_int(payload, "seed", 0, 0, 2**31 - 1),
@@ -248,11 +249,10 @@ def split_frame(frame: str) -> list[tuple[str, str]]:
     return pieces
 
 
-def automatic_labels(count: int, encode_single: Callable[[str], int | None], space: bool) -> tuple[str, ...] | None:
-    """The first ``count`` members of :data:`LABEL_POOL` the tokenizer writes as one token (with a
-    leading space where the slot takes one), or ``None`` when fewer exist."""
-    found = [label for label in LABEL_POOL if encode_single((" " if space else "") + label) is not None]
-    return tuple(found[:count]) if len(found) >= count else None
+def single_token_labels(encode_single: Callable[[str], int | None], space: bool) -> tuple[str, ...]:
+    """The members of :data:`LABEL_POOL` the tokenizer writes as one token (with a leading space
+    where the slot takes one), in order."""
+    return tuple(label for label in LABEL_POOL if encode_single((" " if space else "") + label) is not None)
 
 
 @dataclass(frozen=True)
@@ -356,9 +356,10 @@ def layout_frame(request: ProbeRequest, *, canvas_length: int, encode: Callable[
         space = spaced.get(q.slot, False)
         chosen = q.labels
         if chosen is None:
-            chosen = automatic_labels(len(q.alternatives), encode_single, space)
-            if chosen is None:
-                have = len(automatic_labels(0, encode_single, space) or ())
+            pool = single_token_labels(encode_single, space)
+            chosen = pool[:len(q.alternatives)]
+            if len(pool) < len(q.alternatives):
+                have = len(pool)
                 raise ProbeInputError(f"questions[{i}].alternatives", f"question {q.name!r} has {len(q.alternatives)} "
                                       f"alternatives but this tokenizer has only {have} single-token labels")
         tokens = []
