@@ -21,6 +21,7 @@ from petri.core.dish import Dish
 from petri.engine.base import SamplingModel, StepCallback
 from petri.engine.seeding import seed_dish
 from petri.app.jobs import Job, JobContext, JobQueue
+from petri.app import probe as probing
 from petri.runs.store import RunStore, StoreError
 from petri.study.runner import ProgressCallback, StudyProgress, StudyResult, run_study, stopped_status
 from petri.study.schema import Study
@@ -234,6 +235,18 @@ class PetriService:
                                started_run=ctx.set_run_id)
 
         return self.jobs.submit("study", work, owner)
+
+    # ------------------------------------------------------------------------------ probe
+    def probe(self, request, *, wait_s: float | None = None, cancel: CancelToken | None = None,
+              owner: str | None = None) -> "probing.ProbeRun":
+        """One slot read of a :class:`~petri.core.probe.ProbeRequest`, stored as a ``probe`` run
+        (:func:`petri.app.probe.probe`; a bad request raises ``ProbeInputError`` and stores nothing)."""
+        return probing.probe(self, request, wait_s=wait_s, cancel=cancel, owner=owner)
+
+    def submit_probe_eval(self, labelled, settings: "probing.EvalSettings | None" = None, owner: str | None = None,
+                          on_item: Callable[[int, int], None] | None = None) -> Job:
+        """Queue a labelled set's evaluation as a ``probe-eval`` job (:func:`petri.app.probe.submit_probe_eval`)."""
+        return probing.submit_probe_eval(self, labelled, settings or probing.EvalSettings(), owner, on_item)
 
     # ------------------------------------------------------------------------------ shutdown
     def shutdown(self, timeout: float = 8.0) -> None:

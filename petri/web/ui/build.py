@@ -1,5 +1,5 @@
 """The Gradio UI (Blocks + plotly): the result tabs of :data:`RESULT_TABS` (*Dish*, *Compare*,
-*Study*), then *Runs* and *Model*, all over the one service.
+*Study*, *Probe*), then *Runs* and *Model*, all over the one service.
 
 Thin over :class:`~petri.app.service.PetriService` and :mod:`petri.web.api.requests`: every model job goes
 through the service's lock (the UI's queue runs one job per event handler; an API job running at the
@@ -19,6 +19,7 @@ from petri.web.ui.access import UiAccess
 from petri.web.ui.compare import build_compare_tab
 from petri.web.ui.dish import build_dish_tab
 from petri.web.ui.model import model_markdown
+from petri.web.ui.probe import build_probe_tab
 from petri.web.ui.runs import RunsController, build_runs_tab
 from petri.web.ui.study import build_study_tab
 
@@ -54,6 +55,7 @@ RESULT_TABS = (
     ResultTab("dish", "Dish", lambda service, who, built: build_dish_tab(service, who)),
     ResultTab("compare", "Compare", lambda service, who, built: build_compare_tab(service, built["dish"], who)),
     ResultTab("study", "Study", lambda service, who, built: build_study_tab(service, who)),
+    ResultTab("probe", "Probe", lambda service, who, built: build_probe_tab(service, who)),
 )
 
 #: Run in the browser on a tab change: a window resize once the tab is drawn (plotly fits its figures).
@@ -61,7 +63,7 @@ RELAYOUT_JS = "() => { setTimeout(() => window.dispatchEvent(new Event('resize')
 
 
 def build_ui(service: PetriService, model_source: str | None = None, access: AccessPolicy = AccessPolicy()) -> gr.Blocks:
-    """The Blocks app: Dish, Compare, Study, Runs and Model tabs; every handler that reaches stored
+    """The Blocks app: Dish, Compare, Study, Probe, Runs and Model tabs; every handler that reaches stored
     runs or files answers only to its caller under ``access`` (:mod:`petri.web.ui.access`)."""
     lm = service.lm
     who = UiAccess(access)
