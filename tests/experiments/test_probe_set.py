@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from petri.study.probe_set import load_labelled_set
-from tests.experiment_support import experiment_script
+from experiment_support import experiment_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
