@@ -17,15 +17,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from petri.app.jobs import Job, JobContext
+from petri.app.jobs import Job, JobContext, recorded_run
 from petri.core.cancel import CancelToken
 from petri.core.probe import ProbeInputError, ProbeRequest
 from petri.engine.probe import ProbeResult, plan_probe, read_slots
 from petri.runs.probe_results import EVAL_KIND, EVAL_TABLES, PARTIAL_PREFIX, PROBE_KIND, frame_document, plain, read_document
-from petri.runs.store import StoreError
 from petri.study.probe_eval import ProbeEvaluation, evaluate, item_request
 from petri.study.probe_set import LabelledSet, labelled_set_lines
-from petri.study.runner import stopped_status
 
 
 @dataclass
@@ -131,7 +129,7 @@ def submit_probe_eval(service, labelled: LabelledSet, settings: EvalSettings = E
             service.store.save_result(run_id, f"{PARTIAL_PREFIX}{reads[0]:06d}", {"rows": plain(rows)})
             reads[0] += 1
 
-        try:
+        with recorded_run(service.store, run_id):
             evaluation = evaluate(service.lm, labelled, samples=settings.samples, steps=settings.steps,
                                   seed=settings.seed, repeats=settings.repeats, on_item=item_done, on_rows=rows_done,
                                   cancel=ctx.cancel)
@@ -139,13 +137,6 @@ def submit_probe_eval(service, labelled: LabelledSet, settings: EvalSettings = E
                 service.store.save_result(run_id, name, frame_document(getattr(evaluation, name)))
             service.store.save_result(run_id, "evaluation", {"meta": plain(evaluation.meta)})
             service.store.drop_results(run_id, PARTIAL_PREFIX)
-        except BaseException as err:
-            try:
-                service.store.finish_run(run_id, stopped_status(err), error=str(err))
-            except StoreError:  # the store itself may be what failed (full disk): keep the original error
-                pass
-            raise
-        service.store.finish_run(run_id, "done")
         return ProbeEvalRun(run_id, evaluation, time.perf_counter() - started)
 
     return service.jobs.submit(EVAL_KIND, work, owner)

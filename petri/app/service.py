@@ -20,10 +20,10 @@ from petri.core.cancel import CancelToken, acquire_or_cancel
 from petri.core.dish import Dish
 from petri.engine.base import SamplingModel, StepCallback
 from petri.engine.seeding import seed_dish
-from petri.app.jobs import Job, JobContext, JobQueue
+from petri.app.jobs import Job, JobContext, JobQueue, recorded_run
 from petri.app import probe as probing
-from petri.runs.store import RunStore, StoreError
-from petri.study.runner import ProgressCallback, StudyProgress, StudyResult, run_study, stopped_status
+from petri.runs.store import RunStore
+from petri.study.runner import ProgressCallback, StudyProgress, StudyResult, run_study
 from petri.study.schema import Study
 from petri.core.trajectory import SamplerSettings, Trajectory
 
@@ -131,7 +131,7 @@ class PetriService:
         if started_run is not None:
             started_run(run_id)
         trajectories = []
-        try:
+        with recorded_run(self.store, run_id):
             for index, event in enumerate(events):
                 if event_started is not None:
                     event_started(index)
@@ -140,13 +140,6 @@ class PetriService:
                 trajectories.append(traj)
                 if event_done is not None:
                     event_done(index)
-        except BaseException as err:
-            try:
-                self.store.finish_run(run_id, stopped_status(err), error=str(err))
-            except StoreError:  # the store itself may be what failed (full disk): keep the original error
-                pass
-            raise
-        self.store.finish_run(run_id, "done")
         return SeedResult(run_id, trajectories, [e.group for e in events], time.perf_counter() - started)
 
     def submit_seed(

@@ -22,7 +22,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from petri.app.probe import EvalSettings
-from petri.core.paths import assets_dir
+from petri.core.paths import probe_set_path
 from petri.core.probe import ProbeRequest, request_from_dict
 from petri.study.probe_set import LabelledSet, load_labelled_set, parse_jsonl
 from petri.web.api.requests import group_check, text_check
@@ -139,8 +139,9 @@ def prepare_probe(body: ProbeIn) -> ProbeRequest:
 
 
 def shipped_sets() -> dict[str, Path]:
-    """The labelled sets the project ships (``assets/probe/*.jsonl|csv``) by name (the file's stem)."""
-    folder = assets_dir() / "probe"
+    """The labelled sets the project ships (beside :func:`petri.core.paths.probe_set_path`:
+    ``assets/probe/*.jsonl|csv``) by name (the file's stem)."""
+    folder = probe_set_path().parent
     files = sorted(p for p in folder.glob("*") if p.suffix in SET_SUFFIXES) if folder.is_dir() else []
     return {p.stem: p for p in files}
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 
-import numpy as np
 import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
@@ -21,6 +20,7 @@ from petri.runs.store import RunStore
 from petri.web.access import CALLER_HEADER, AccessPolicy
 from petri.web.app import create_app
 from tests.app.test_jobs import wait_until
+from tests.web.test_job_api import poll_final
 
 EVENT = "Only 90 units are in stock, but a customer ordered 120."
 
@@ -54,18 +54,6 @@ def client(service):
 def stored(service) -> tuple[int, int]:
     """(runs, jobs) in the store."""
     return len(service.store.list_runs(1000)), len(service.store.list_jobs(limit=1000, any_owner=True))
-
-
-def poll_final(client, job_id: str, headers=None) -> dict:
-    state: dict = {}
-
-    def final():
-        nonlocal state
-        state = client.get(f"/api/jobs/{job_id}", headers=headers).json()
-        return state["status"] in ("done", "failed", "cancelled", "interrupted")
-
-    wait_until(final, f"job {job_id} to finish", timeout=120)
-    return state
 
 
 def test_a_read_answers_what_the_engine_reads_and_is_stored_as_a_probe_run(client, service, tiny_lm):
