@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
@@ -53,13 +54,19 @@ def run_probe(service, request, wait_s: float | None = None, cancel=None, owner:
     return service.probe(request, wait_s=wait_s, cancel=cancel, owner=owner)
 
 
+def submit_evaluation(service, body: ProbeIn, owner: str | None):
+    """Queue the labelled set of ``body`` as a ``probe-eval`` job once every item is checked against
+    the served model (a refusal raises naming the field; nothing is queued)."""
+    labelled, settings = prepare_evaluation(body)
+    return _submit(service.submit_probe_eval, labelled, settings, owner=owner)
+
+
 @router.post("/probe", response_model=ProbeOut, responses={**SUBMIT_RESPONSES, 202: {"model": JobSubmitted}})
 async def probe(body: ProbeIn, service: Service, jobs: Jobs, caller: Client, client: Request, response: Response):
     """Read the slots of a frame (200), or queue a labelled set's evaluation (202, a job)."""
     caller = caller.for_submission()
-    if body.is_evaluation:
-        labelled, settings = prepare_evaluation(body)
-        job = _submit(service.submit_probe_eval, labelled, settings, owner=caller.owner)
+    if body.is_evaluation:  # in a worker thread: checking every item against the model takes a while
+        job = await run_in_threadpool(submit_evaluation, service, body, caller.owner)
         submitted = _submitted(job, caller, response)
         headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}  # the caller's token
         return JSONResponse(submitted.model_dump(), status_code=202, headers=headers)
