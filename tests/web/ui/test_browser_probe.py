@@ -1,8 +1,9 @@
-"""The Probe tab in a real browser (Debian's chromium via Playwright) on a tiny random model (the
-real read): a frame typed into the editor is drawn on the canvas control (pinned text grey, the slot
+"""The Probe tab in a real browser (Debian's chromium via Playwright) on the embedded small model
+(a tiny random one where it is absent; the real read either way): a frame typed into the editor is drawn on the canvas control (pinned text grey, the slot
 a chip of its own); Read draws one bar per alternative and the settling over the steps; nothing of
 the tab overflows its box at 1440 px or at 420 px (the page never scrolls sideways, every figure
-text lies inside its figure); the read reopens from the Runs tab into the Probe tab."""
+text lies inside its figure); the read reopens from the Runs tab into the Probe tab.
+``PETRI_SCREENSHOT_DIR=assets/screenshots`` keeps the tab's screenshot (docs/web.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import re
 
 import pytest
 
-from test_browser import CHROMIUM, opened_page, reopen_run, tab
+from test_browser import CHROMIUM, opened_page, reopen_run, save_screenshot, tab
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")
 
@@ -21,12 +22,17 @@ PROMPT = "Only 90 units are in stock, but a customer ordered 120."
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, live_server):
     from petri.app.service import PetriService
+    from petri.engine.torch.model import EMBEDDED_MODEL_PATH, load_model
     from petri.engine.torch.tiny import tiny_random_model
     from petri.runs.store import RunStore
     from petri.web.app import create_app
 
-    service = PetriService(tiny_random_model(canvas_length=48), RunStore(tmp_path_factory.mktemp("probe-browser")))
-    with live_server(create_app(service)) as live:
+    if (EMBEDDED_MODEL_PATH / "config.json").exists():
+        lm, source = load_model(EMBEDDED_MODEL_PATH, device="cpu"), str(EMBEDDED_MODEL_PATH)
+    else:
+        lm, source = tiny_random_model(canvas_length=48), None
+    service = PetriService(lm, RunStore(tmp_path_factory.mktemp("probe-browser")))
+    with live_server(create_app(service, model_source=source)) as live:
         yield live.url, service
     service.shutdown()
 
@@ -76,10 +82,12 @@ def overflow(page) -> dict:
     }""")
 
 
-def test_a_frame_read_draws_its_bars_and_settling_and_fits_at_1440_and_420_px(served):
+def test_a_frame_read_draws_its_bars_and_settling_and_fits_at_1440_and_420_px(served, tmp_path):
     url, service = served
     with opened_page(url, width=1440) as page:
         run_id = fill_and_read(page, steps=3)
+        page.wait_for_timeout(500)
+        save_screenshot(page, tmp_path, "probe.png")
         chips = page.locator("#petri-probe-canvas .pc-chip").evaluate_all(
             "els => els.map(e => [e.dataset.concept, +e.dataset.tokens])")
         assert [c for c, _ in chips].count("{{consistent}}") == 1 and len(chips) == 3, chips  # text, slot, text
