@@ -35,6 +35,8 @@ td.filename .stem { white-space: normal; overflow-wrap: anywhere; text-overflow:
 /* the whole-trajectory figure keeps readable cells: a canvas wider than the page scrolls sideways */
 .petri-wide-figure { overflow-x: auto !important; }
 .petri-wide-figure .js-plotly-plot, .petri-wide-figure .plot-container { width: max-content !important; }
+/* six tabs in one row of a 420 px screen's tab bar (with their default 16 px padding they took two) */
+@media (max-width: 600px) { #petri-tabs button[role=tab] { padding-left: 7px !important; padding-right: 7px !important; } }
 """
 
 
@@ -74,7 +76,8 @@ def build_ui(service: PetriService, model_source: str | None = None, access: Acc
             "it struggles: positions whose most likely token keeps **flipping** between denoising steps. "
             f"Model: `{lm.model_id}` on `{lm.device}`. HTTP API: [`/docs`](/docs)."
         )
-        with gr.Tabs(elem_id="petri-tabs") as tabs:
+        # "wrap": on a narrow screen every tab stays in view (the default menu hid Runs behind "⋯" at 420 px)
+        with gr.Tabs(elem_id="petri-tabs", overflow_behavior="wrap") as tabs:
             controllers, views = {}, {}
             for tab in RESULT_TABS:
                 with gr.Tab(tab.label, id=tab.kind):

@@ -197,9 +197,9 @@ class ProbeController:
         if run["kind"] == EVAL_KIND:
             return self.eval_views(run["run_id"], results, caller)
         request = results["read"]["request"]
-        return {**self.read_views(run["run_id"], results, caller), **self.controls_of(request),
-                "canvas": frame_canvas(self.service.lm, None) if not request else self.canvas(
-                    request["prompt"], request.get("instructions"), request["frame"], question_rows(request["questions"]))}
+        controls = self.controls_of(request)
+        canvas = self.canvas(controls["prompt"], controls["instructions"], controls["frame"], controls["questions"])
+        return {**self.read_views(run["run_id"], results, caller), **controls, "canvas": canvas}
 
 
 def build_probe_tab(service: PetriService, access: UiAccess | None = None) -> tuple[ProbeController, dict]:

@@ -2,7 +2,7 @@
 (a tiny random one where it is absent; the real read either way): a frame typed into the editor is drawn on the canvas control (pinned text grey, the slot
 a chip of its own); Read draws one bar per alternative and the settling over the steps; nothing of
 the tab overflows its box at 1440 px or at 420 px (the page never scrolls sideways, every figure
-text lies inside its figure); the read reopens from the Runs tab into the Probe tab.
+text lies inside its figure, every tab of the page stays in view); the read reopens from the Runs tab into the Probe tab.
 ``PETRI_SCREENSHOT_DIR=assets/screenshots`` keeps the tab's screenshot (docs/web.md)."""
 
 from __future__ import annotations
@@ -106,6 +106,10 @@ def test_a_frame_read_draws_its_bars_and_settling_and_fits_at_1440_and_420_px(se
             assert found["statusRight"] <= width + 1, (width, found)
             assert not found["outside"], (width, found["outside"][:5])
             assert not found["overlapping"], (width, found["overlapping"])
+            # the sixth tab did not push Runs behind the tab bar's overflow menu: every tab is in view
+            shown = page.locator("button[role=tab]").evaluate_all(
+                "els => els.filter(e => e.offsetParent !== null).map(e => e.innerText.trim())")
+            assert shown == ["Dish", "Compare", "Study", "Probe", "Runs", "Model"], (width, shown)
 
 
 def test_a_read_reopens_from_the_runs_tab_into_the_probe_tab(served):
