@@ -18,6 +18,11 @@ better (and contradictory from their matched controls):
 AUC (contradictory = positive) with DeLong 95% intervals (:func:`petri.stats.calibration.auc_with_interval`),
 and the exact McNemar test between the two models' answers. Everything goes to
 ``experiments/results/probe_eval.json``.
+
+``--swap``: the same set with every question's alternatives in reverse order (so the labels A, B, ...
+stand for other answers), into ``probe_eval/<model>-swapped/`` and ``probe_eval_swapped.json``, with
+the exact McNemar test of each model's answers against its unswapped run (read back from its
+predictions.csv): a read that follows the content keeps its answers; one that follows the label flips.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import json
 import platform
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -37,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 from petri.core.paths import probe_set_path, shipped_run_dir  # noqa: E402
 from petri.engine.torch.model import load_model  # noqa: E402
 from petri.stats.calibration import auc_with_interval  # noqa: E402
-from petri.study.probe_eval import compare_evaluations, evaluate, prediction_columns  # noqa: E402
+from petri.study.probe_eval import ProbeEvaluation, compare_evaluations, evaluate, prediction_columns  # noqa: E402
 from petri.study.probe_set import load_labelled_set  # noqa: E402
 from petri.study.probe_tables import PredictionWriter, write_evaluation  # noqa: E402
 
@@ -87,14 +93,17 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--samples", default="1")
     parser.add_argument("--limit", type=int, default=None, help="first N items only (a quick run)")
-    parser.add_argument("--out", default=str(RESULTS / "probe_eval.json"))
+    parser.add_argument("--swap", action="store_true", help="reverse every question's alternatives (label bias)")
+    parser.add_argument("--out", default=None, help="default: results/probe_eval.json (_swapped with --swap)")
     args = parser.parse_args()
+    args.out = args.out or str(RESULTS / ("probe_eval_swapped.json" if args.swap else "probe_eval.json"))
     samples = "auto" if args.samples == "auto" else int(args.samples)
     labelled = load_labelled_set(probe_set_path())
     if args.limit:
-        from dataclasses import replace
-
         labelled = replace(labelled, items=labelled.items[:args.limit])
+    if args.swap:
+        labelled = replace(labelled, questions=tuple(replace(q, alternatives=q.alternatives[::-1])
+                                                     for q in labelled.questions))
     import torch
 
     result = {"command": "python3 experiments/probe_eval.py " + " ".join(sys.argv[1:]), "set": str(probe_set_path().
@@ -103,7 +112,7 @@ def main() -> int:
     evaluations = {}
     for model_name in args.models.split(","):
         model = load_model(model_name, device="cpu")
-        folder = RESULTS / "probe_eval" / model_name
+        folder = RESULTS / "probe_eval" / (model_name + ("-swapped" if args.swap else ""))
         writer = PredictionWriter(folder / "predictions.csv", prediction_columns(labelled))
         started = time.perf_counter()
 
@@ -125,6 +134,13 @@ def main() -> int:
                               .value_counts().to_dict() for q in ("consistent", "category")},
             "separation": separation(evaluation, labelled, stored_events(model_name)),
             "sensor_source": f"experiments/results/inventory_order-en-{model_name}/events.csv"}
+        if args.swap:
+            unswapped = RESULTS / "probe_eval" / model_name / "predictions.csv"
+            original = ProbeEvaluation(pd.read_csv(unswapped, dtype={"item_id": str, "gold": str, "answer": str}),
+                                       pd.DataFrame(), pd.DataFrame())
+            versus = compare_evaluations(original, evaluation, ("unswapped", "swapped"))
+            versus.pop("discordant")
+            result["models"][model_name]["versus_unswapped"] = versus
         print(json.dumps(result["models"][model_name]["summary"], indent=1), file=sys.stderr)
     names = list(evaluations)
     if len(names) == 2:

@@ -242,3 +242,12 @@ def test_slot_outside_the_canvas(uniform):
     with pytest.raises(ProbeInputError) as caught:
         read_slots(uniform, _request(frame="A" * (CANVAS + 1) + "{{ok}}"))
     assert caught.value.field == "frame"
+
+
+def test_a_cancelled_token_stops_the_read(uniform):
+    from petri.core.cancel import CancelToken, Cancelled
+
+    token = CancelToken()
+    token.cancel()
+    with pytest.raises(Cancelled):
+        read_slots(uniform, _request(steps=2), cancel=token)
