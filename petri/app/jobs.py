@@ -26,7 +26,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from petri.core.cancel import Cancelled, CancelToken, acquire_or_cancel
-from petri.runs.store import RunStore
+from petri.runs.store import RunStore, StoreError
+from petri.study.runner import stopped_status
 
 STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted")
 FINAL = frozenset({"done", "failed", "cancelled", "interrupted"})
@@ -83,6 +84,22 @@ class Job:
             "started": self.started,
             "finished": self.finished,
         }
+
+
+@contextmanager
+def recorded_run(store: RunStore, run_id: str) -> Iterator[None]:
+    """The work on stored run ``run_id``: the run is finished ``done`` when the body ends, and marked
+    with the status its error stands for (``cancelled``, ``interrupted``, ``failed``) when it raises
+    (the error goes on; a store that cannot record it, e.g. a full disk, leaves the original error)."""
+    try:
+        yield
+    except BaseException as err:
+        try:
+            store.finish_run(run_id, stopped_status(err), error=str(err))
+        except StoreError:  # the store itself may be what failed: keep the original error
+            pass
+        raise
+    store.finish_run(run_id, "done")
 
 
 class JobContext:

@@ -29,6 +29,10 @@ class RunsView:
         """The run's stored events in order: ``(key, group, trajectory)``."""
         return self.store.load_events(run_id)
 
+    def load_results(self, run_id: str) -> dict[str, Any]:
+        """The documents a probe run stores (a read, an evaluation's tables), by name."""
+        return self.store.load_results(run_id)
+
     def runs_for(self, owner: str | None, limit: int, public: bool) -> list[dict[str, Any]]:
         """The stored runs a caller may list, newest first: every run on a local server; on a
         public one the runs of ``owner`` (none without an owner)."""

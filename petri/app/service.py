@@ -20,10 +20,11 @@ from petri.core.cancel import CancelToken, acquire_or_cancel
 from petri.core.plan import SeedEvent, SeedPlan  # noqa: F401  (SeedEvent: read from here by the edges)
 from petri.engine.base import SamplingModel, StepCallback
 from petri.engine.seeding import plan_seed, sample_planned
-from petri.app.jobs import Job, JobContext, JobQueue
+from petri.app.jobs import Job, JobContext, JobQueue, recorded_run
+from petri.app import probe as probing
 from petri.app.runs_view import RunsView
-from petri.runs.store import RunStore, StoreError
-from petri.study.runner import ProgressCallback, StudyProgress, StudyResult, run_study, stopped_status
+from petri.runs.store import RunStore
+from petri.study.runner import ProgressCallback, StudyProgress, StudyResult, run_study
 from petri.study.schema import Study
 from petri.core.trajectory import SamplerSettings, Trajectory
 
@@ -114,7 +115,7 @@ class PetriService(RunsView):
         if started_run is not None:
             started_run(run_id)
         trajectories = []
-        try:
+        with recorded_run(self.store, run_id):
             for index, planned in enumerate(plan.events):
                 if event_started is not None:
                     event_started(index)
@@ -123,13 +124,6 @@ class PetriService(RunsView):
                 trajectories.append(traj)
                 if event_done is not None:
                     event_done(index)
-        except BaseException as err:
-            try:
-                self.store.finish_run(run_id, stopped_status(err), error=str(err))
-            except StoreError:  # the store itself may be what failed (full disk): keep the original error
-                pass
-            raise
-        self.store.finish_run(run_id, "done")
         return SeedResult(run_id, trajectories, plan.groups, time.perf_counter() - started)
 
     def submit_seed(self, plan: SeedPlan, owner: str | None = None, on_step: StepCallback | None = None,
@@ -215,6 +209,18 @@ class PetriService(RunsView):
                                started_run=ctx.set_run_id)
 
         return self.jobs.submit("study", work, owner)
+
+    # ------------------------------------------------------------------------------ probe
+    def probe(self, request, *, wait_s: float | None = None, cancel: CancelToken | None = None,
+              owner: str | None = None) -> "probing.ProbeRun":
+        """One slot read of a :class:`~petri.core.probe.ProbeRequest`, stored as a ``probe`` run
+        (:func:`petri.app.probe.probe`; a bad request raises ``ProbeInputError`` and stores nothing)."""
+        return probing.probe(self, request, wait_s=wait_s, cancel=cancel, owner=owner)
+
+    def submit_probe_eval(self, labelled, settings: "probing.EvalSettings | None" = None, owner: str | None = None,
+                          on_item: Callable[[int, int], None] | None = None) -> Job:
+        """Queue a labelled set's evaluation as a ``probe-eval`` job (:func:`petri.app.probe.submit_probe_eval`)."""
+        return probing.submit_probe_eval(self, labelled, settings or probing.EvalSettings(), owner, on_item)
 
     # ------------------------------------------------------------------------------ shutdown
     def shutdown(self, timeout: float = 8.0) -> None:

@@ -1,5 +1,5 @@
 """The ``petri`` command (also ``python -m petri``): ``seed`` (one event), ``study FILE`` (a study
-file), ``power`` / ``restat`` / ``paired`` (statistics of stored study folders), ``replay RUN_ID`` (a
+file), ``probe`` (slot reads on a pinned frame, :mod:`petri.cli.probe`), ``power`` / ``restat`` / ``paired`` (statistics of stored study folders), ``replay RUN_ID`` (a
 stored run step by step: GIF, figure or table) and ``serve`` (the web app, as ``python app.py``)."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from petri.core.dish import DEFAULT_TEMPLATE, Dish, LayoutError
 from petri.runs.export import run_tables, token_decoder, write_run
 from petri.engine.base import BackendUnavailableError, ModelNotFoundError
 from petri.cli.options import add_model_arguments, add_sampler_arguments, load_from_args, settings_from_args
+from petri.cli.probe import add_probe_command, cmd_probe
 from petri.runs.store import StoreError
 from petri.study.executors import ExecutorError
 
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampler_arguments(study)
     add_ray_arguments(study)
     add_statistics_commands(commands)
+    add_probe_command(commands)
 
     replay = commands.add_parser(
         "replay", help="a stored run's denoising, step by step: GIF/MP4 animation, trajectory figure or steps table",
@@ -299,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_statistics(args)
         if args.command == "replay":
             return cmd_replay(args)
+        if args.command == "probe":
+            return cmd_probe(args)
     except (LayoutError, ValueError, ModelNotFoundError, StoreError, BackendUnavailableError, ExecutorError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

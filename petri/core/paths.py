@@ -61,6 +61,11 @@ def studies_dir() -> Path:
     return assets_dir() / "studies"
 
 
+def probe_set_path() -> Path:
+    """The probe's shipped labelled set (``assets/probe/events.jsonl``, built from the shipped study's events)."""
+    return assets_dir() / "probe" / "events.jsonl"
+
+
 #: the committed run of the shipped study that the Study tab opens with (under ``assets/studies/results``)
 SHIPPED_RUN = "inventory_order-en-petri-tiny"
 

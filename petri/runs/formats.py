@@ -6,7 +6,9 @@ through :func:`petri.runs.export.write_tables`.)
 
 Tables (:data:`RUN_TABLES`): the tidy ``positions``, ``segments``, ``samples`` and ``pairs``
 (:data:`petri.runs.export.TABLES`, one chunk per event) and ``steps``, the per-step record (one chunk
-per (event, sample)). Formats (:data:`FORMATS`): ``csv`` (streamed chunk by chunk, formula-leading
+per (event, sample)); and the tables of runs that store JSON documents instead of trajectories
+(:data:`RESULT_TABLES`, :class:`ResultTable`: a probe read's ``reads`` and ``top_k``, an
+evaluation's ``predictions``, ``summary`` and ``reliability``, :mod:`petri.runs.probe_results`). Formats (:data:`FORMATS`): ``csv`` (streamed chunk by chunk, formula-leading
 text neutralised by :func:`petri.runs.export.write_csv`) and ``parquet`` (the chunks joined, then
 written at once).
 """
@@ -22,6 +24,7 @@ import pandas as pd
 
 from petri.core.trajectory import Trajectory
 from petri.measure.replay import steps_table
+from petri.runs.probe_results import PROBE_TABLES
 from petri.runs.export import TABLES, TokenText, event_table, write_csv, write_parquet
 
 #: one label per event (``None``: no group)
@@ -50,8 +53,20 @@ class RunTable:
     chunks: Callable[[Sequence[Trajectory], Groups, TokenText | None], Iterator[pd.DataFrame]]
 
 
+@dataclass(frozen=True)
+class ResultTable:
+    """A table of a run that stores JSON documents instead of trajectories (a probe read, an
+    evaluation): ``chunks(results)`` yields its rows from the run's documents by name
+    (:meth:`petri.runs.store.RunStore.load_results`); ``kind`` is the run kind that has it."""
+
+    name: str
+    chunks: Callable[[dict[str, dict]], Iterator[pd.DataFrame]]
+    kind: str
+
+
 FORMATS: dict[str, TableFormat] = {}
 RUN_TABLES: dict[str, RunTable] = {}
+RESULT_TABLES: dict[str, ResultTable] = {}
 
 
 def register_format(fmt: TableFormat) -> TableFormat:
@@ -62,11 +77,12 @@ def register_format(fmt: TableFormat) -> TableFormat:
     return fmt
 
 
-def register_table(table: RunTable) -> RunTable:
-    """Add ``table`` to :data:`RUN_TABLES` (a name already there is refused: ValueError naming it)."""
-    if table.name in RUN_TABLES:
+def register_table(table: RunTable | ResultTable) -> RunTable | ResultTable:
+    """Add ``table`` to :data:`RUN_TABLES` (a :class:`ResultTable` to :data:`RESULT_TABLES`; a name
+    already in either is refused: ValueError naming it)."""
+    if table.name in RUN_TABLES or table.name in RESULT_TABLES:
         raise ValueError(f"table: {table.name!r} is registered already")
-    RUN_TABLES[table.name] = table
+    (RESULT_TABLES if isinstance(table, ResultTable) else RUN_TABLES)[table.name] = table
     return table
 
 
@@ -84,17 +100,38 @@ def run_table(name: str) -> RunTable:
     return RUN_TABLES[name]
 
 
-def table_bytes(trajectories: Sequence[Trajectory], table: str, fmt: str, groups: Groups,
-                decode: TokenText | None) -> Iterator[bytes]:
-    """Table ``table`` of a run (one trajectory per event) in format ``fmt``, as the bytes of its
-    chunks (one, for a format that does not stream)."""
-    chunks = run_table(table).chunks(trajectories, groups, decode)
+def any_table(name: str) -> RunTable | ResultTable:
+    """The trajectory table or result table called ``name`` (ValueError naming them all)."""
+    if name in RESULT_TABLES:
+        return RESULT_TABLES[name]
+    if name not in RUN_TABLES:
+        raise ValueError(f"table: {name[:40]!r} is not one of {', '.join([*RUN_TABLES, *RESULT_TABLES])}")
+    return RUN_TABLES[name]
+
+
+def encoded(chunks: Iterator[pd.DataFrame], fmt: str) -> Iterator[bytes]:
+    """``chunks`` (one table's rows, piece by piece) as the bytes of format ``fmt``: one piece
+    each for a format that streams, else one for the whole table."""
     writer = table_format(fmt)
     if writer.streams:
         for index, chunk in enumerate(chunks):
             yield writer.encode(chunk, index == 0)
     else:
         yield writer.encode(pd.concat(list(chunks), ignore_index=True), True)
+
+
+def result_table_bytes(results: dict[str, dict], table: str, fmt: str) -> Iterator[bytes]:
+    """Result table ``table`` (:data:`RESULT_TABLES`) of a run's stored documents in format ``fmt``."""
+    return encoded(RESULT_TABLES[table].chunks(results), fmt)
+
+
+def table_bytes(trajectories: Sequence[Trajectory], table: str, fmt: str, groups: Groups,
+                decode: TokenText | None) -> Iterator[bytes]:
+    """Table ``table`` of a run (one trajectory per event) in format ``fmt``, as the bytes of its
+    chunks (one, for a format that does not stream)."""
+    chunks = run_table(table).chunks(trajectories, groups, decode)
+    table_format(fmt)  # an unknown format is refused before the first chunk is read
+    yield from encoded(chunks, fmt)
 
 
 def write_table(path, trajectories: Sequence[Trajectory], table: str, fmt: str, groups: Groups,
@@ -145,6 +182,8 @@ def _steps_chunks(trajectories: Sequence[Trajectory], groups: Groups, decode: To
 for _name in TABLES:
     register_table(_tidy(_name))
 register_table(RunTable("steps", _steps_chunks))
+for _name, _chunks, _kind in PROBE_TABLES:
+    register_table(ResultTable(_name, _chunks, _kind))
 register_format(TableFormat("csv", "text/csv; charset=utf-8",
                             lambda chunk, first: write_csv(chunk, header=first).encode("utf-8"), streams=True))
 register_format(TableFormat("parquet", "application/vnd.apache.parquet",

@@ -57,6 +57,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     created_at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS jobs_by_time ON jobs (created_at);
+CREATE TABLE IF NOT EXISTS results (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    name TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    stored_at TEXT NOT NULL,
+    PRIMARY KEY (run_id, name)
+);
 CREATE TABLE IF NOT EXISTS run_owners (
     run_id TEXT NOT NULL,
     owner TEXT NOT NULL,
@@ -180,6 +187,24 @@ class RunStore:
             (check_run_id(run_id), position, event_key, group, header, arrays, _now()),
         )
 
+    def save_result(self, run_id: str, name: str, payload: dict) -> None:
+        """Commit one named JSON document of a run (durably, before returning), replacing one of
+        that name: what a run that is not trajectories stores (a probe read, an evaluation)."""
+        self._write(
+            "INSERT OR REPLACE INTO results (run_id, name, payload, stored_at) VALUES (?, ?, ?, ?)",
+            (check_run_id(run_id), name, json.dumps(payload, allow_nan=False), _now()),
+        )
+
+    def load_results(self, run_id: str) -> dict[str, dict]:
+        """Every stored JSON document of a run by name (:meth:`save_result`), in the order stored."""
+        rows = self._read("SELECT name, payload FROM results WHERE run_id = ? ORDER BY rowid", (check_run_id(run_id),))
+        return {name: json.loads(payload) for name, payload in rows}
+
+    def drop_results(self, run_id: str, prefix: str) -> None:
+        """Delete a run's documents whose names start with ``prefix`` (pieces a whole document replaced)."""
+        self._write("DELETE FROM results WHERE run_id = ? AND substr(name, 1, ?) = ?",
+                    (check_run_id(run_id), len(prefix), prefix))
+
     def finish_run(self, run_id: str, status: str = "done", error: str | None = None) -> None:
         self._write(
             "UPDATE runs SET status = ?, finished_at = ?, error = ? WHERE run_id = ?",
@@ -289,7 +314,7 @@ class RunStore:
                     if self._db.execute("SELECT 1 FROM run_owners WHERE run_id = ?", (run_id,)).fetchall():
                         return True
                 self._db.execute("BEGIN")
-                for table in ("run_owners", "events", "runs"):
+                for table in ("run_owners", "events", "results", "runs"):
                     self._db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
                 self._db.execute("COMMIT")
             except sqlite3.Error as err:

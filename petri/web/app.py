@@ -10,6 +10,7 @@ from petri.app.service import PetriService
 from petri.web.access import AccessPolicy, ApiTokenMiddleware
 from petri.web.errors import install_error_handlers
 from petri.web.api.jobs import router as job_router
+from petri.web.api.probe import router as probe_router
 from petri.web.limits import MAX_UPLOAD_BYTES
 from petri.web.api.replay import router as replay_router
 from petri.web.api.deps import JobGate
@@ -54,6 +55,7 @@ def create_app(
     app.include_router(replay_router)  # before runs_router: its {table}.{fmt} would take replay.gif (tests/runs/test_formats.py)
     app.include_router(runs_router)
     app.include_router(job_router)
+    app.include_router(probe_router)
     if ui:
         import gradio as gr
 

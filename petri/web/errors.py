@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Sequence
 
 from fastapi import FastAPI, HTTPException, Request
@@ -20,6 +21,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from petri.app.service import BusyError
+from petri.core.probe import ProbeInputError
 from petri.runs.store import StoreError
 from petri.study.schema import DuplicateKeyError, strict_loads
 from petri.web.limits import MAX_BODY_BYTES, RETRY_AFTER_S
@@ -47,6 +49,19 @@ class FieldError(Exception):
     def body(self) -> dict:
         """The 422 body: one ``detail`` entry (type, loc, msg and any extra keys such as ``concept``)."""
         return {"detail": [{"type": self.kind, "loc": self.loc, "msg": self.msg, **self.extra}]}
+
+
+_INDEX = re.compile(r"\[(\d+)\]")
+
+
+def field_loc(field: str) -> list[str | int]:
+    """A field written as a path (``questions[2].labels``, as :class:`~petri.core.probe.ProbeInputError`
+    names it) as a 422's ``loc`` (``["body", "questions", 2, "labels"]``)."""
+    loc: list[str | int] = ["body"]
+    for part in _INDEX.sub(r".\1", field or "").split("."):
+        if part:
+            loc.append(int(part) if part.isdigit() else part)
+    return loc
 
 
 def clean_text(text) -> str:
@@ -180,6 +195,11 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(FieldError)
     async def _field_error(_: Request, err: FieldError):
         return JSONResponse(err.body(), status_code=422)
+
+    @app.exception_handler(ProbeInputError)
+    async def _probe_error(_: Request, err: ProbeInputError):
+        # a probe request the probe refuses (petri.core.probe): the field it names, as pydantic would
+        return JSONResponse(FieldError(field_loc(err.field), clean_text(err), kind="probe_input").body(), status_code=422)
 
     @app.exception_handler(BusyError)
     async def _busy_error(_: Request, err: BusyError):

@@ -41,6 +41,18 @@ SYNC_MAX_TOKEN_STEPS = 400_000
 #: Jobs that may wait in the job queue at once (``POST /api/jobs/*``); one more is a 503.
 MAX_QUEUED_JOBS = 16
 
+#: The probe (``POST /api/probe``): the probe's own limits (questions per request, alternatives per
+#: question, denoising steps read, noise draws, full-vocabulary top-k, items of a labelled set), the
+#: characters of a question's name or an alternative, and how often the web reads a set (repeats).
+from petri.core.probe import MAX_ALTERNATIVES, MAX_TOP_K  # noqa: E402
+from petri.core.probe import MAX_ITEMS as MAX_PROBE_ITEMS  # noqa: E402
+from petri.core.probe import MAX_QUESTIONS as MAX_PROBE_QUESTIONS  # noqa: E402
+from petri.core.probe import MAX_SAMPLES as MAX_PROBE_DRAWS  # noqa: E402
+from petri.core.probe import MAX_STEPS as MAX_PROBE_STEPS  # noqa: E402
+
+MAX_PROBE_NAME_CHARS = 64
+MAX_PROBE_REPEATS = 10
+
 LIMITS = {
     "concepts": f"{MIN_CONCEPTS}-{MAX_CONCEPTS} per request, each 1-{MAX_CONCEPT_CHARS} characters, "
     "no control characters, no leading/trailing whitespace, no duplicates",
@@ -59,6 +71,10 @@ LIMITS = {
     "body": f"at most {MAX_BODY_BYTES:,} bytes of JSON per request (else 413)",
     "study": f"at most {MAX_STUDY_BATCHES} (event, template) batches; concepts, events, templates and groups "
     "within the limits above",
+    "probe": f"POST /api/probe: 1-{MAX_PROBE_QUESTIONS} questions of 1-{MAX_ALTERNATIVES} alternatives "
+    f"(names and alternatives 1-{MAX_PROBE_NAME_CHARS} characters), steps 1-{MAX_PROBE_STEPS}, samples "
+    f"1-{MAX_PROBE_DRAWS} or \"auto\", top_k 1-{MAX_TOP_K}; a labelled set (items or a shipped set) at most "
+    f"{MAX_PROBE_ITEMS} items, repeats 1-{MAX_PROBE_REPEATS}, runs as a job",
     "sync_seed": f"POST /api/seed: at most {SYNC_MAX_TOKEN_STEPS:,} token-steps (events × samples × "
     "max_denoising_steps × canvas); larger work: POST /api/jobs/seed",
 }

@@ -187,13 +187,9 @@ class MaskedLoadedModel:
     def fingerprint(self) -> str:
         return weights_fingerprint(self.model, self.dtype)
 
-    @torch.no_grad()
-    def sample(self, request: SampleRequest, *, on_step: StepCallback | None = None,
-               cancel: CancelToken | None = None) -> Trajectory:
-        """The loop (:func:`petri.engine.loop.run_loop`) over the step of this model's family, its
-        registration's ``step`` (:class:`MaskedDiffusionScheduler`; a family built on masked LMs
-        registers its own, ``(settings, mask_id, anchor_mask, anchor_ids)`` like this one). Settings
-        of another family give the fields the two share."""
+    def eager_stepper(self, request: SampleRequest) -> tuple[RecordedStepper, "np.ndarray"]:
+        """Seed, pins and the stepper (this model's forward and its family's step), ready for step 0:
+        (stepper, pinned mask (S, L) bool on the host). :meth:`sample` and the probe drive it."""
         from petri.core.dish import pinned_arrays
 
         family = get_family(self.family)
@@ -201,17 +197,27 @@ class MaskedLoadedModel:
         if not isinstance(settings, family.settings):
             settings = family.settings(**{k: v for k, v in settings.to_dict().items()
                                           if k in family.settings.__dataclass_fields__})
-        started = time.perf_counter()
         if request.seed is not None:
             torch.manual_seed(request.seed)
         pinned_mask, pinned_ids = pinned_arrays(request.layouts, request.canvas_prefix, self.canvas_length)
         ops = TorchOps(self.device)
         anchor_mask, anchor_ids = ops.mask(pinned_mask), ops.tokens(pinned_ids)
         prompt = ops.tokens([list(request.prompt_ids)])
-        encoded = time.perf_counter()
         scheduler = family.scheduler()(settings, self.mask_token_id, anchor_mask, anchor_ids)
         stepper = RecordedStepper(ops, _masked_forward(self.model, prompt, self.shift_logits), scheduler,
                                   len(request.layouts))
+        return stepper, pinned_mask
+
+    @torch.no_grad()
+    def sample(self, request: SampleRequest, *, on_step: StepCallback | None = None,
+               cancel: CancelToken | None = None) -> Trajectory:
+        """The loop (:func:`petri.engine.loop.run_loop`) over the step of this model's family, its
+        registration's ``step`` (:class:`MaskedDiffusionScheduler`; a family built on masked LMs
+        registers its own, ``(settings, mask_id, anchor_mask, anchor_ids)`` like this one). Settings
+        of another family give the fields the two share."""
+        started = time.perf_counter()
+        stepper, pinned_mask = self.eager_stepper(request)
+        encoded = time.perf_counter()
         return run_loop(stepper, lm=self, request=request, pinned_mask=pinned_mask, sampler=self.tier,
                         started=started, encoded=encoded, on_step=on_step, cancel=cancel)
 

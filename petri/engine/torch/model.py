@@ -119,6 +119,11 @@ class LoadedModel:
         """:func:`weights_fingerprint` of this model."""
         return weights_fingerprint(self.model, self.dtype)
 
+    def eager_stepper(self, request: SampleRequest):
+        """:func:`petri.engine.torch.sampler.eager_stepper` on this model: (stepper, pinned mask
+        (S, L) bool), ready for step 0 (what the probe drives, :mod:`petri.engine.probe`)."""
+        return torch_sampler.eager_stepper(self, request)
+
     def sample(
         self,
         request: SampleRequest,

@@ -119,20 +119,27 @@ def sample_request(
         if fast:
             raise RuntimeError("the fast path was asked for but cannot run (the log says why)")
     # --- end of the fast path hook ---
-    model, device = lm.model, lm.device
     started = time.perf_counter()
+    stepper, pinned_mask = eager_stepper(lm, request, fixed_noise)
+    encoded = time.perf_counter()
+    return run_loop(stepper, lm=lm, request=request, pinned_mask=pinned_mask, sampler=lm.fast_tier.eager_name,
+                    started=started, encoded=encoded, on_step=on_step, cancel=cancel)
+
+
+def eager_stepper(lm, request: SampleRequest, fixed_noise: FixedNoise | None = None):
+    """The eager sampler's first moves (seed, pins, the prompt encoded once) and its stepper: the
+    decoder forward and DiffusionGemma's step (:class:`RecordedStepper`), ready for step 0. Returns
+    (stepper, pinned mask (S, L) bool on the host). :func:`sample_request` and the probe
+    (:mod:`petri.engine.probe`) drive it."""
     pinned_mask, anchor_mask, anchor_ids, cache = start_batch(
         lm, request.prompt_ids, request.layouts, request.canvas_prefix, request.seed
     )
-    encoded = time.perf_counter()
-    ops = TorchOps(device, model.model.decoder.embed_tokens.weight.dtype)
+    ops = TorchOps(lm.device, lm.model.model.decoder.embed_tokens.weight.dtype)
     scheduler = UniformDiffusionScheduler(
         ops, request.settings, lm.vocab_size, anchor_mask, anchor_ids, bool(pinned_mask.any()), fixed_noise
     )
     forward = _decoder_forward(lm, cache, scheduler.canvas)
-    stepper = RecordedStepper(ops, forward, scheduler, len(request.layouts))
-    return run_loop(stepper, lm=lm, request=request, pinned_mask=pinned_mask, sampler=lm.fast_tier.eager_name,
-                    started=started, encoded=encoded, on_step=on_step, cancel=cancel)
+    return RecordedStepper(ops, forward, scheduler, len(request.layouts)), pinned_mask
 
 
 def _decoder_forward(lm, cache, canvas: torch.Tensor):

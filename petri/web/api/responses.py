@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, SerializeAsAny, create_model
 
 from petri.runs.export import TABLES, run_metadata, run_tables, write_tables
 from petri.measure.sample_metrics import SampleMetric, json_number, sample_metrics
+from petri.runs.formats import RESULT_TABLES
 from petri.measure.summary import EventSummary
 from petri.measure.tables import pairs_table, preservation_summary, segments_table
 from petri.core.trajectory import Trajectory
@@ -121,6 +122,8 @@ class RunOut(BaseModel):
     created_at: str | None = None
     finished_at: str | None = None
     error: str | None = None
+    probe: dict[str, Any] | None = Field(None, description="a probe run's stored documents: read (kind probe); "
+                                         "predictions, summary, reliability, evaluation (kind probe-eval)")
 
 
 class StudyOut(BaseModel):
@@ -262,9 +265,11 @@ def event_summary(
     )
 
 
-def csv_links(run_id: str) -> dict[str, str]:
-    """The download link of each tidy table of a run."""
-    return {name: f"/api/runs/{run_id}/{name}.csv" for name in TABLES}
+def csv_links(run_id: str, kind: str = "seed") -> dict[str, str]:
+    """The download link of each table of a run of ``kind``: the tidy tables of a seed or study, the
+    result tables of its kind for a run that stores documents (a probe read, an evaluation)."""
+    names = [t.name for t in RESULT_TABLES.values() if t.kind == kind] or list(TABLES)
+    return {name: f"/api/runs/{run_id}/{name}.csv" for name in names}
 
 
 def model_out(info: dict, model_id: str | None = None, device: str | None = None) -> ModelOut:

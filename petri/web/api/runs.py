@@ -4,7 +4,8 @@
 - ``GET /api/runs/{run_id}``: a run's summary (the per-step argmax on request);
 - ``GET /api/runs/{run_id}/{table}.{fmt}``: one of its tables in one of the registered formats
   (:mod:`petri.runs.formats`: ``positions``, ``segments``, ``samples``, ``pairs``, ``steps`` as ``csv``
-  or ``parquet``). Tables and formats come from those registries; a run id is checked with
+  or ``parquet``); a probe run's ``reads`` and ``top_k``, an evaluation's ``predictions``, ``summary``
+  and ``reliability``, read from its stored documents. Tables and formats come from those registries; a run id is checked with
   :func:`~petri.runs.store.check_run_id` before the store is read.
 """
 
@@ -17,13 +18,13 @@ from fastapi import Path as PathParam
 from fastapi.responses import Response, StreamingResponse
 
 from petri.runs.export import token_decoder
-from petri.runs.formats import FORMATS, RUN_TABLES, run_table, table_bytes, table_format
+from petri.runs.formats import FORMATS, RESULT_TABLES, RUN_TABLES, ResultTable, any_table, result_table_bytes, table_bytes, table_format
 from petri.web import limits
 from petri.web.api.deps import Client, RunId, Service, load_run, served_tokenizer, stored_events
 from petri.web.api.responses import RunOut, csv_links, event_summary, model_out
 from petri.web.errors import FieldError, StrictJsonRoute
 
-TableName = Annotated[str, PathParam(description=f"one of {', '.join(RUN_TABLES)}", max_length=32)]
+TableName = Annotated[str, PathParam(description=f"one of {', '.join([*RUN_TABLES, *RESULT_TABLES])}", max_length=32)]
 FormatName = Annotated[str, PathParam(description=f"one of {', '.join(FORMATS)}", max_length=16)]
 
 router = APIRouter(prefix="/api/runs", route_class=StrictJsonRoute)
@@ -43,6 +44,7 @@ def list_runs(service: Service, caller: Client, limit: int = Query(20, ge=1, le=
 def get_run(run_id: RunId, service: Service, caller: Client, include_trajectories: bool = False) -> RunOut:
     """A stored run, every number recomputed from its stored trajectories."""
     run, stored = load_run(service, run_id, caller)
+    results = service.load_results(run_id)
     trajectories = [t for _, _, t in stored]
     first = trajectories[0] if trajectories else None
     cells = sum(t.argmax.size for t in trajectories)
@@ -57,10 +59,11 @@ def get_run(run_id: RunId, service: Service, caller: Client, include_trajectorie
         settings=first.settings.to_dict() if first else run["request"].get("settings", {}),
         events=[event_summary(i, t, g, include_trajectories) for i, (_, g, t) in enumerate(stored)],
         timings={"sampling_s": float(sum(t.timings.get("total_s", 0.0) for t in trajectories))},
-        csv=csv_links(run_id),
+        csv=csv_links(run_id, run["kind"]),
         created_at=run["created_at"],
         finished_at=run["finished_at"],
         error=run["error"],
+        probe=results or None,
     )
 
 
@@ -73,10 +76,12 @@ def get_table(run_id: RunId, table: TableName, fmt: FormatName, service: Service
     ``parquet``. Token text comes from the served model's tokenizer; a run another model made gets
     empty token texts, and the ``X-Petri-Token-Text`` header says why."""
     try:
-        run_table(table)
+        found = any_table(table)
         writer = table_format(fmt)
     except ValueError as err:
         raise HTTPException(404, detail=str(err)) from None
+    if isinstance(found, ResultTable):
+        return result_table(service, run_id, found, fmt, caller)
     trajectories, groups = stored_events(service, run_id, caller)
     tokenizer, note = served_tokenizer(service, trajectories)
     decode = token_decoder(tokenizer, service.model_id, trajectories)
@@ -85,3 +90,16 @@ def get_table(run_id: RunId, table: TableName, fmt: FormatName, service: Service
     if writer.streams:  # a sync generator runs in a worker thread: never the whole table in memory
         return StreamingResponse(body, media_type=writer.media_type, headers=headers)
     return Response(b"".join(body), media_type=writer.media_type, headers=headers)
+
+
+def result_table(service, run_id: str, table: ResultTable, fmt: str, caller) -> Response:
+    """A table of a run that stores documents (a probe read, an evaluation): 404 naming the run
+    where it is of another kind or stored none yet."""
+    run, _ = load_run(service, run_id, caller)
+    results = service.load_results(run_id)
+    if run["kind"] != table.kind or not results:
+        raise HTTPException(404, detail=f"run_id: run {run_id!r} (kind {run['kind']}, status {run['status']}) has no "
+                            f"{table.name} table (a {table.kind} run's table)")
+    headers = {"Content-Disposition": f'attachment; filename="{run_id}-{table.name}.{fmt}"'}
+    return Response(b"".join(result_table_bytes(results, table.name, fmt)), media_type=table_format(fmt).media_type,
+                    headers=headers)

@@ -1,5 +1,5 @@
 """The Gradio UI (Blocks + plotly): the result tabs of :data:`RESULT_TABS` (*Dish*, *Compare*,
-*Study*), then *Runs* and *Model*, all over the one service.
+*Study*, *Probe*), then *Runs* and *Model*, all over the one service.
 
 Thin over :class:`~petri.app.service.PetriService` and :mod:`petri.web.api.requests`: every model job goes
 through the service's lock (the UI's queue runs one job per event handler; an API job running at the
@@ -19,6 +19,7 @@ from petri.web.ui.access import UiAccess
 from petri.web.ui.compare import build_compare_tab
 from petri.web.ui.dish import build_dish_tab
 from petri.web.ui.model import model_markdown
+from petri.web.ui.probe import build_probe_tab
 from petri.web.ui.runs import RunsController, build_runs_tab
 from petri.web.ui.study import build_study_tab
 
@@ -34,6 +35,8 @@ td.filename .stem { white-space: normal; overflow-wrap: anywhere; text-overflow:
 /* the whole-trajectory figure keeps readable cells: a canvas wider than the page scrolls sideways */
 .petri-wide-figure { overflow-x: auto !important; }
 .petri-wide-figure .js-plotly-plot, .petri-wide-figure .plot-container { width: max-content !important; }
+/* six tabs in one row of a 420 px screen's tab bar (with their default 16 px padding they took two) */
+@media (max-width: 600px) { #petri-tabs button[role=tab] { padding-left: 7px !important; padding-right: 7px !important; } }
 """
 
 
@@ -54,6 +57,7 @@ RESULT_TABS = (
     ResultTab("dish", "Dish", lambda service, who, built: build_dish_tab(service, who)),
     ResultTab("compare", "Compare", lambda service, who, built: build_compare_tab(service, built["dish"], who)),
     ResultTab("study", "Study", lambda service, who, built: build_study_tab(service, who)),
+    ResultTab("probe", "Probe", lambda service, who, built: build_probe_tab(service, who)),
 )
 
 #: Run in the browser on a tab change: a window resize once the tab is drawn (plotly fits its figures).
@@ -61,7 +65,7 @@ RELAYOUT_JS = "() => { setTimeout(() => window.dispatchEvent(new Event('resize')
 
 
 def build_ui(service: PetriService, model_source: str | None = None, access: AccessPolicy = AccessPolicy()) -> gr.Blocks:
-    """The Blocks app: Dish, Compare, Study, Runs and Model tabs; every handler that reaches stored
+    """The Blocks app: Dish, Compare, Study, Probe, Runs and Model tabs; every handler that reaches stored
     runs or files answers only to its caller under ``access`` (:mod:`petri.web.ui.access`)."""
     lm = service.lm
     who = UiAccess(access)
@@ -72,7 +76,8 @@ def build_ui(service: PetriService, model_source: str | None = None, access: Acc
             "it struggles: positions whose most likely token keeps **flipping** between denoising steps. "
             f"Model: `{lm.model_id}` on `{lm.device}`. HTTP API: [`/docs`](/docs)."
         )
-        with gr.Tabs(elem_id="petri-tabs") as tabs:
+        # "wrap": on a narrow screen every tab stays in view (the default menu hid Runs behind "⋯" at 420 px)
+        with gr.Tabs(elem_id="petri-tabs", overflow_behavior="wrap") as tabs:
             controllers, views = {}, {}
             for tab in RESULT_TABS:
                 with gr.Tab(tab.label, id=tab.kind):

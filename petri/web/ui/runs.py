@@ -1,4 +1,4 @@
-"""The Runs tab: the stored runs (dish, comparison and study; newest first; model, concepts, time),
+"""The Runs tab: the stored runs (dish, comparison, study and probe; newest first; model, concepts, time),
 from which a run reopens in its own tab with its heatmap, texts, tables and downloads, read from the
 run store (:class:`~petri.runs.store.RunStore`): nothing is sampled again, and every input of the tab is
 set back to the run's values (so Run starts the same run, and resumes an unfinished study). A study
@@ -6,8 +6,9 @@ run that did not finish reopens with the provisional statistics of its stored ba
 (any words, matched in id, kind, status, model, concepts and what was run) and narrowed to a kind.
 Each row says what was run first, then its design (events × templates × samples) and a headline
 number, the mean flips per free position of each group (:func:`run_headline`, read once per run);
-the id, time, model and concepts follow.
-a run can be deleted (Delete asks first: a second press on the same run removes it).
+the id, time, model and concepts follow (a probe run's row: its prompt or set, its questions, and each
+answer with its probability, or each question's accuracy; it reopens in the Probe tab).
+A run can be deleted (Delete asks first: a second press on the same run removes it).
 
 On a public server the tab shows, opens and deletes only the visitor's own runs
 (:mod:`petri.web.ui.access`; deleting a run another caller also submitted removes only the
@@ -30,18 +31,23 @@ from petri.study.schema import StudyError, study_from_dict
 from petri.core.trajectory import settings_from_dict
 from petri.web.access import Caller
 from petri.web.ui.access import UiAccess
+from petri.web.ui.probe_views import probe_headline, probe_row
+from petri.runs.probe_results import EVAL_KIND, PROBE_KIND
 
 RUN_COLUMNS = ["kind", "what", "design", "headline", "status", "run_id", "created_at", "model", "concepts"]
 #: Room for each column (px): "what" gets the most, so an event reads as a sentence, not 20 characters.
 RUN_COLUMN_WIDTHS = ["80px", "360px", "150px", "190px", "90px", "150px", "150px", "120px", "150px"]
 HEADLINE = "mean flips per free position"
-KIND_FILTERS = ["all", "dish", "compare", "study"]
+KIND_FILTERS = ["all", "dish", "compare", "study", "probe"]
 
 
 def run_kind(run: dict) -> str:
-    """``"study"``, ``"compare"`` (a seed run of two events) or ``"dish"``."""
+    """``"study"``, ``"probe"`` (a slot read or an evaluation), ``"compare"`` (a seed run of two
+    events) or ``"dish"``."""
     if run["kind"] == "study":
         return "study"
+    if run["kind"] in (PROBE_KIND, EVAL_KIND):
+        return "probe"
     return "compare" if len(run["request"].get("events", [])) == 2 else "dish"
 
 
@@ -49,6 +55,9 @@ def run_row(run: dict, headline: str = "") -> list:
     """One row of the runs table (:data:`RUN_COLUMNS`): kind, what was run, its design, ``headline``,
     status, id, time, model, concepts."""
     request, kind = run["request"], run_kind(run)
+    if kind == "probe":
+        what, design, questions = probe_row(run)
+        return [kind, what, design, headline, run["status"], run["run_id"], run["created_at"], run["model_id"], questions]
     if kind == "study":
         study = request.get("study", {})
         concepts = study.get("concepts", [])
@@ -68,6 +77,8 @@ def run_headline(service: PetriService, run: dict) -> str:
     """The run's headline: the mean flips per free position over its stored samples, per group when it
     has groups (``"benign 3.21 · contradictory 3.48"``); ``""`` when nothing is stored yet. Read once
     per (run, status, events stored): a finished run does not change."""
+    if run_kind(run) == "probe":
+        return probe_headline(service.load_results(run["run_id"]), run["kind"])
     return _headline(service.store, run["run_id"], run["status"], run.get("events_stored", 0))
 
 
@@ -176,8 +187,13 @@ def reopen_dish(ctl, service: PetriService, run: dict, caller: Caller) -> dict:
             **ctl.controls_of(run["request"], trajectories[0])}
 
 
+def reopen_probe(ctl, service: PetriService, run: dict, caller: Caller) -> dict:
+    """A stored probe read (with its inputs) or evaluation in the Probe tab."""
+    return ctl.reopen(run, caller)
+
+
 #: how a run of each kind reopens: (its tab's controller, service, run, caller) → that tab's views by name
-REOPEN = {"dish": reopen_dish, "compare": reopen_compare, "study": reopen_study}
+REOPEN = {"dish": reopen_dish, "compare": reopen_compare, "study": reopen_study, "probe": reopen_probe}
 
 
 class RunsController:

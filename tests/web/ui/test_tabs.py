@@ -18,8 +18,8 @@ def tab_labels(blocks) -> list[str]:
 
 def test_the_page_shows_the_result_tabs_in_their_order_then_runs_and_model(tiny_lm, tmp_path):
     blocks = build_ui(PetriService(tiny_lm, RunStore(tmp_path / "store")))
-    assert tab_labels(blocks) == ["Dish", "Compare", "Study", "Runs", "Model"]
-    assert [t.label for t in RESULT_TABS] == ["Dish", "Compare", "Study"]
+    assert tab_labels(blocks) == ["Dish", "Compare", "Study", "Probe", "Runs", "Model"]
+    assert [t.label for t in RESULT_TABS] == ["Dish", "Compare", "Study", "Probe"]
 
 
 def test_every_result_tab_reopens_its_kind_and_the_filter_offers_it():

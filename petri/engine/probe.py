@@ -1,0 +1,242 @@
+"""The probe's read: k denoising steps from noise with the answer frame pinned, and the distribution
+at each slot over its question's label tokens (issue 50; the method of vLLM's structured-diffusion
+example server).
+
+The read drives the model's own stepper (``model.eager_stepper``: the family's forward and its
+step, exactly what a seed runs), so nothing here computes a forward of its own: it only looks at
+the logits the stepper's forward returns, at the slot positions, before the family's step uses
+them. Per slot and step it keeps softmax(logits) (float64, no temperature: the model's own
+distribution), averaged over the noise draws (one batch, one canvas per draw). Uniform diffusion
+(DiffusionGemma): slots and free positions start as uniform noise, the frame and the thought block
+are pinned. Masked diffusion: slots and free positions start as the mask token.
+
+``ask_if``: questions are read in levels (:func:`petri.core.probe.question_order`); a question is
+read only where every earlier answer its ``ask_if`` names matched, with those answers' label
+tokens pinned at their slots; otherwise it is listed in ``skipped``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from petri.core.cancel import CancelToken
+from petri.core.dish import encode_prompt
+from petri.core.probe import AUTO_DRAWS, AUTO_ENTROPY, FrameLayout, ProbeInputError, ProbeRequest, \
+    layout_frame, render_prompt, request_to_dict
+from petri.core.trajectory import AnchorSpan
+from petri.engine.base import SampleRequest, SamplingModel
+
+
+@dataclass(frozen=True)
+class SlotRead:
+    """One question's read at one step: ``probs`` (n_alternatives,) float64 normalised over the
+    alternatives' label tokens, ``mass`` the raw probability on those tokens before normalising,
+    ``entropy`` (nats) of ``probs``, ``top_k`` the slot's full-vocabulary top-k (token text,
+    probability), ``draws`` the noise draws averaged, ``answer`` the most probable alternative."""
+
+    question: str
+    step: int
+    alternatives: tuple[str, ...]
+    probs: np.ndarray
+    mass: float
+    entropy: float
+    top_k: tuple[tuple[str, float], ...]
+    draws: int
+    answer: str
+    labels: tuple[str, ...] = ()
+    position: int = -1
+
+    def to_dict(self) -> dict:
+        return {"question": self.question, "step": self.step, "answer": self.answer,
+                "alternatives": list(self.alternatives), "labels": list(self.labels),
+                "probs": [float(p) for p in self.probs], "mass": self.mass, "entropy": self.entropy,
+                "top_k": [[text, prob] for text, prob in self.top_k], "draws": self.draws, "position": self.position}
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Every (question, step) read of one request, in reading order; ``skipped``: the questions
+    whose ``ask_if`` did not match; ``prompt_text``: what the model read; ``model``: its description."""
+
+    request: ProbeRequest
+    reads: tuple[SlotRead, ...]
+    skipped: tuple[str, ...]
+    seconds: float
+    prompt_text: str = ""
+    model: dict = field(default_factory=dict)
+
+    def final(self) -> dict[str, SlotRead]:
+        """Each question's read at its last step."""
+        last: dict[str, SlotRead] = {}
+        for read in self.reads:
+            last[read.question] = read
+        return last
+
+    def answers(self) -> dict[str, str]:
+        return {name: read.answer for name, read in self.final().items()}
+
+    def to_dict(self) -> dict:
+        return {"request": request_to_dict(self.request), "answers": self.answers(),
+                "reads": [r.to_dict() for r in self.reads], "skipped": list(self.skipped),
+                "seconds": self.seconds, "prompt_text": self.prompt_text, "model": dict(self.model)}
+
+
+def tokenizer_codecs(tokenizer):
+    """``encode(text) → ids`` (no special tokens) and ``encode_single(text) → id | None`` (its one
+    token, ``None`` when it is not exactly one) of a tokenizer, as :func:`layout_frame` takes them."""
+
+    def encode(text: str) -> list[int]:
+        return list(tokenizer.encode(text, add_special_tokens=False)) if text else []
+
+    def encode_single(text: str) -> int | None:
+        ids = encode(text)
+        return int(ids[0]) if len(ids) == 1 else None
+
+    return encode, encode_single
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """A request on one model, before any model work: the encoded prompt and the canvas layout."""
+
+    prompt_text: str
+    prompt_ids: tuple[int, ...]
+    prefix_ids: tuple[int, ...]
+    layout: FrameLayout
+    settings: object
+
+
+def plan_probe(model: SamplingModel, request: ProbeRequest) -> ProbePlan:
+    """Validate ``request`` against ``model`` (its tokenizer, canvas and family) and lay it out; no
+    model work. Raises :class:`ProbeInputError` naming the field."""
+    if getattr(model, "backend", "torch") != "torch" or not hasattr(model, "eager_stepper"):
+        raise ProbeInputError("model", "the probe runs on the torch backend (CPU, CUDA or MPS)")
+    if model.tokenizer is None:
+        raise ProbeInputError("model", "this model has no tokenizer")
+    settings = model.default_settings()
+    if request.steps > settings.max_denoising_steps:
+        raise ProbeInputError("steps", f"{request.steps} steps; this model's sampler runs at most "
+                              f"{settings.max_denoising_steps}")
+    encode, encode_single = tokenizer_codecs(model.tokenizer)
+    prefix = encode_prompt(model.tokenizer, "x", pin_thought_channel=settings.pin_thought_channel).canvas_prefix_ids
+    layout = layout_frame(request, canvas_length=model.canvas_length, encode=encode, encode_single=encode_single,
+                          prefix_ids=prefix)
+    text = render_prompt(request, layout.labels)
+    prompt = encode_prompt(model.tokenizer, text, pin_thought_channel=settings.pin_thought_channel)
+    room = model.max_prompt_length
+    if room is not None and len(prompt.ids) > room:
+        raise ProbeInputError("prompt", f"the prompt with its question lines is {len(prompt.ids)} tokens; "
+                              f"this model reads at most {room} beside its canvas")
+    return ProbePlan(prompt.text, prompt.ids, tuple(prompt.canvas_prefix_ids), layout, settings)
+
+
+def _spans(pinned_ids: np.ndarray, pinned: np.ndarray, start: int) -> list[AnchorSpan]:
+    """The pinned canvas positions from ``start`` on as runs of consecutive positions."""
+    spans, run = [], []
+    for p in range(start, len(pinned) + 1):
+        if p < len(pinned) and pinned[p]:
+            run.append(p)
+        elif run:
+            spans.append(AnchorSpan("frame", run[0], tuple(int(pinned_ids[q]) for q in run)))
+            run = []
+    return spans
+
+
+def slot_distributions(model: SamplingModel, plan: ProbePlan, pinned_ids: np.ndarray, pinned: np.ndarray,
+                       positions: list[int], *, draws: int, seed: int, steps: int,
+                       cancel: CancelToken | None = None) -> np.ndarray:
+    """softmax(logits) at canvas ``positions`` for each of ``steps`` steps, averaged over ``draws``
+    noise draws run as one batch (``torch.manual_seed(seed)`` first, as a seed does): (steps,
+    len(positions), V) float64. ``pinned_ids`` / ``pinned``: (L,) what is pinned (the thought block
+    first)."""
+    import torch
+
+    layout = _spans(pinned_ids, pinned, len(plan.prefix_ids))
+    request = SampleRequest(plan.prompt_ids, [layout] * draws, plan.settings, seed, plan.prefix_ids, plan.prompt_text)
+    read: list[np.ndarray] = []
+    with torch.no_grad():
+        stepper, _ = model.eager_stepper(request)
+        inner = stepper.forward
+
+        def forward(canvas, model_input):
+            logits = inner(canvas, model_input)
+            at = logits[:, positions].double()
+            read.append(torch.softmax(at, dim=-1).mean(0).cpu().numpy())
+            return logits
+
+        stepper.forward = forward
+        for index in range(steps):
+            if cancel is not None:
+                cancel.check()
+            if index < steps - 1:
+                stepper.step(index)
+            else:  # the last step's read needs only its forward, not the step that follows it
+                scheduler = stepper.scheduler
+                forward(scheduler.canvas, scheduler.model_input)
+    return np.stack(read)
+
+
+def _entropy(probs: np.ndarray) -> float:
+    nonzero = probs[probs > 0]
+    return float(-(nonzero * np.log(nonzero)).sum())
+
+
+def read_slots(model: SamplingModel, request: ProbeRequest, *, cancel: CancelToken | None = None) -> ProbeResult:
+    """Read every question of ``request`` at its slot (see the module docstring). Validates first
+    (:class:`ProbeInputError`); ``cancel`` is checked before every step."""
+    started = time.perf_counter()
+    plan = plan_probe(model, request)
+    layout = plan.layout
+    pinned_ids, pinned = np.array(layout.pinned_ids, dtype=np.int64), np.array(layout.pinned, dtype=bool)
+    questions = request.questions
+    reads: list[SlotRead] = []
+    answers: dict[str, str] = {}
+    skipped: list[str] = []
+    decode = model.tokenizer.decode
+    for level in layout.levels:
+        asked = [i for i in level if all(answers.get(n) == want for n, want in (questions[i].ask_if or {}).items())]
+        skipped += [questions[i].name for i in level if i not in asked]
+        if not asked:
+            continue
+        positions = sorted({layout.slots[questions[i].slot] for i in asked})
+        level_ids, level_pinned = pinned_ids.copy(), pinned.copy()
+        for name, answer in answers.items():  # earlier answers pinned at their slots
+            j = next(k for k, q in enumerate(questions) if q.name == name)
+            at = layout.slots[questions[j].slot]
+            if at not in positions:
+                level_pinned[at], level_ids[at] = True, layout.label_ids[j][questions[j].alternatives.index(answer)]
+        first = 1 if request.samples == "auto" else int(request.samples)
+        dist = slot_distributions(model, plan, level_ids, level_pinned, positions, draws=first, seed=request.seed,
+                                  steps=request.steps, cancel=cancel)
+        counts = np.full(dist.shape[:2], first)
+        if request.samples == "auto":
+            uncertain = np.zeros(dist.shape[:2], dtype=bool)
+            for i in asked:
+                col = positions.index(layout.slots[questions[i].slot])
+                label_probs = dist[:, col][:, list(layout.label_ids[i])]
+                normal = label_probs / label_probs.sum(-1, keepdims=True)
+                uncertain[:, col] |= [_entropy(row) > AUTO_ENTROPY for row in normal]
+            if uncertain.any():
+                more = slot_distributions(model, plan, level_ids, level_pinned, positions, draws=AUTO_DRAWS,
+                                          seed=request.seed + 1, steps=request.steps, cancel=cancel)
+                dist = np.where(uncertain[..., None], more, dist)
+                counts = np.where(uncertain, AUTO_DRAWS, counts)
+        for i in asked:
+            q, col = questions[i], positions.index(layout.slots[questions[i].slot])
+            for step in range(request.steps):
+                full = dist[step, col]
+                label_probs = full[list(layout.label_ids[i])]
+                mass = float(label_probs.sum())
+                probs = label_probs / mass if mass > 0 else np.full(len(label_probs), 1 / len(label_probs))
+                top = np.argsort(-full, kind="stable")[: request.top_k]
+                reads.append(SlotRead(
+                    question=q.name, step=step, alternatives=q.alternatives, probs=probs, mass=mass,
+                    entropy=_entropy(probs), top_k=tuple((decode([int(t)]), float(full[t])) for t in top),
+                    draws=int(counts[step, col]), answer=q.alternatives[int(np.argmax(probs))],
+                    labels=layout.labels[i], position=layout.slots[q.slot]))
+            answers[q.name] = reads[-1].answer
+    return ProbeResult(request, tuple(reads), tuple(skipped), time.perf_counter() - started, plan.prompt_text,
+                       dict(model.describe()))

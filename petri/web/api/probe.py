@@ -1,0 +1,79 @@
+"""``POST /api/probe``: what the model believes fills a slot between pinned text
+(:mod:`petri.engine.probe`), over HTTP.
+
+- A read (``prompt``, ``frame``, ``questions``): answered while the client waits (a client that
+  leaves cancels it), stored as a ``probe`` run; ``200`` with each question's alternatives'
+  probabilities per step, the slot's top-k and the run id.
+- A labelled set (``items`` with ``frame`` and ``questions``, or a shipped ``set`` by name): checked,
+  then queued as a ``probe-eval`` job, ``202`` with ``job_id``, ``status_url`` and ``events_url`` as
+  ``POST /api/jobs/*`` answer (same queue, limits, privacy and cancel: ``DELETE /api/jobs/{id}``).
+
+Either is read back through the runs routes: ``GET /api/runs/{run_id}`` (the stored documents under
+``probe``) and ``GET /api/runs/{run_id}/{table}.{fmt}`` (``reads``, ``top_k``; ``predictions``,
+``summary``, ``reliability``; :mod:`petri.runs.probe_results`). Every bad field is a 422 naming it
+(a :class:`~petri.core.probe.ProbeInputError` included) and stores nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from petri.app.probe import ProbeRun
+from petri.runs.probe_results import PROBE_KIND
+from petri.web.api.deps import Client, Jobs, Service
+from petri.web.api.jobs import SUBMIT_RESPONSES, _submit, _submitted
+from petri.web.api.probe_requests import ProbeIn, prepare_evaluation, prepare_probe
+from petri.web.api.responses import JobSubmitted, ModelOut, csv_links, model_out
+from petri.web.errors import StrictJsonRoute
+from petri.web.gpu import gpu_task
+
+router = APIRouter(prefix="/api", tags=["probe"], route_class=StrictJsonRoute)
+
+
+class ProbeOut(BaseModel):
+    """A stored slot read."""
+
+    run_id: str
+    kind: str = PROBE_KIND
+    status: str
+    model: ModelOut
+    read: dict[str, Any] = Field(description="request, reads (question, step, alternatives, probs, mass, entropy, "
+                                             "top_k, draws, answer), skipped, final, seconds")
+    timings: dict[str, float]
+    csv: dict[str, str] = Field(description="download links of the run's tables")
+
+
+@gpu_task
+def run_probe(service, request, wait_s: float | None = None, cancel=None, owner: str | None = None) -> ProbeRun:
+    """One slot read on the service (its lock held), stored; ``cancel`` stops it within a step."""
+    return service.probe(request, wait_s=wait_s, cancel=cancel, owner=owner)
+
+
+def submit_evaluation(service, body: ProbeIn, owner: str | None):
+    """Queue the labelled set of ``body`` as a ``probe-eval`` job once every item is checked against
+    the served model (a refusal raises naming the field; nothing is queued)."""
+    labelled, settings = prepare_evaluation(body)
+    return _submit(service.submit_probe_eval, labelled, settings, owner=owner)
+
+
+@router.post("/probe", response_model=ProbeOut, responses={**SUBMIT_RESPONSES, 202: {"model": JobSubmitted}})
+async def probe(body: ProbeIn, service: Service, jobs: Jobs, caller: Client, client: Request, response: Response):
+    """Read the slots of a frame (200), or queue a labelled set's evaluation (202, a job)."""
+    caller = caller.for_submission()
+    if body.is_evaluation:  # in a worker thread: checking every item against the model takes a while
+        job = await run_in_threadpool(submit_evaluation, service, body, caller.owner)
+        submitted = _submitted(job, caller, response)
+        headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}  # the caller's token
+        return JSONResponse(submitted.model_dump(), status_code=202, headers=headers)
+    request = prepare_probe(body)
+    caller.hand_out(response)
+    done: ProbeRun = await jobs.run(client, run_probe, service, request, jobs.busy_wait_s, owner=caller.owner)
+    run = service.get_run(done.run_id) or {}
+    return ProbeOut(run_id=done.run_id, status=run.get("status", "done"), model=model_out(service.model_info()),
+                    read=done.document, timings={"wall_s": done.wall_s, "read_s": float(done.result.seconds)},
+                    csv=csv_links(done.run_id, PROBE_KIND))

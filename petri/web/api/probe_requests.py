@@ -1,0 +1,165 @@
+"""``POST /api/probe``'s body (pydantic, at the edge) and how it becomes the probe's dataclasses.
+
+The body is shaped like vLLM's structured-diffusion example server's request (``prompt``, ``frame``,
+``questions`` with ``name``, ``alternatives``, ``labels``, ``ask_if``; ``instructions``,
+``samples`` as an int or ``"auto"``, ``steps``, ``seed``), so one JSON can be sent to both. Two
+additions make it a labelled set's evaluation (a job): ``items`` (each a prompt with its gold
+answers) or ``set`` (the name of a labelled set the project ships, ``assets/probe/``; never a path).
+
+The pydantic models check types and sizes (:mod:`petri.web.limits`); every rule about what a
+request means (a label that is not one token, an ``ask_if`` cycle, a slot outside the canvas…) is
+the probe's own (:func:`petri.core.probe.validate_request`), whose
+:class:`~petri.core.probe.ProbeInputError` the app answers with a 422 naming the field
+(:func:`petri.web.errors.field_loc`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+from petri.app.probe import EvalSettings
+from petri.core.paths import probe_set_path
+from petri.core.probe import ProbeRequest, request_from_dict
+from petri.study.probe_set import LabelledSet, load_labelled_set, parse_jsonl
+from petri.web.api.requests import group_check, text_check
+from petri.web.errors import FieldError
+from petri.web.limits import (
+    MAX_ALTERNATIVES,
+    MAX_PROBE_DRAWS,
+    MAX_PROBE_ITEMS,
+    MAX_PROBE_NAME_CHARS,
+    MAX_PROBE_QUESTIONS,
+    MAX_PROBE_REPEATS,
+    MAX_PROBE_STEPS,
+    MAX_SEED,
+    MAX_TEXT_CHARS,
+    MAX_TOP_K,
+)
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROBE_NAME_CHARS), AfterValidator(group_check)]
+Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_CHARS), AfterValidator(text_check)]
+#: the suffixes of a labelled set file (:func:`petri.study.probe_eval.load_labelled_set`)
+SET_SUFFIXES = (".jsonl", ".csv")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+
+
+class QuestionIn(_Strict):
+    """One question: the slot it reads (default: its name), its alternatives, optional single-token
+    labels (one per alternative; default: automatic), and ``ask_if`` (read only where an earlier
+    question's answer matched)."""
+
+    name: Name = Field(examples=["consistent"])
+    slot: Name | None = Field(None, description="the frame slot ({{slot}}) it reads; default: its name")
+    alternatives: list[Name] = Field(min_length=1, max_length=MAX_ALTERNATIVES, examples=[["yes", "no"]])
+    labels: list[Name] | None = Field(None, max_length=MAX_ALTERNATIVES)
+    ask_if: dict[Name, Name] | None = Field(None, max_length=MAX_PROBE_QUESTIONS)
+    text: Text | None = Field(None, description="its wording in the prompt's listing; default: its name")
+
+
+class PinIn(_Strict):
+    """Text pinned at canvas position ``at`` besides the frame (as a concept is pinned)."""
+
+    text: Text
+    at: int = Field(ge=0, le=1_000_000)
+
+
+class ItemIn(_Strict):
+    """One item of an inline labelled set, as a line of a JSONL set file
+    (:mod:`petri.study.probe_set`): its input, optionally its own frame, its gold answers."""
+
+    id: Name | None = Field(None, description="default: its index")
+    prompt: Text
+    frame: Text | None = None
+    gold: dict[Name, Name] = Field(default_factory=dict, max_length=MAX_PROBE_QUESTIONS)
+
+
+Draws = Annotated[int, Field(ge=1, le=MAX_PROBE_DRAWS)]
+
+
+class ProbeIn(_Strict):
+    """A slot read (``prompt``, ``frame``, ``questions``: answered at once) or a labelled set's
+    evaluation (``frame``, ``questions`` and ``items``, or a shipped ``set``: a job, 202)."""
+
+    prompt: Text | None = Field(None, examples=["Only 90 units are in stock, but a customer ordered 120."])
+    frame: Text | None = Field(None, examples=["Is this consistent? {{consistent}}"],
+                               description="the canvas text: slots written {{name}}, the rest pinned")
+    questions: list[QuestionIn] | None = Field(None, min_length=1, max_length=MAX_PROBE_QUESTIONS)
+    instructions: Text | None = Field(None, description="one line put before the prompt")
+    samples: Draws | Literal["auto"] = Field(1, description='noise draws averaged; "auto": 1, then 4 where the '
+                                                            "entropy over the alternatives exceeds 0.1")
+    steps: int = Field(1, ge=1, le=MAX_PROBE_STEPS, description="denoising steps read")
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    top_k: int = Field(5, ge=1, le=MAX_TOP_K)
+    pins: list[PinIn] | None = Field(None, max_length=MAX_PROBE_QUESTIONS, description="further text pinned at "
+                                     "explicit canvas positions")
+    items: list[ItemIn] | None = Field(None, min_length=1, max_length=MAX_PROBE_ITEMS,
+                                       description="a labelled set to evaluate (a job)")
+    set: Name | None = Field(None, description="the name of a shipped labelled set to evaluate (a job)")
+    repeats: int = Field(1, ge=1, le=MAX_PROBE_REPEATS, description="an evaluation reads the set this many times")
+
+    @property
+    def is_evaluation(self) -> bool:
+        return self.items is not None or self.set is not None
+
+
+def _require(body: ProbeIn, present: tuple[str, ...], absent: tuple[str, ...], mode: str) -> None:
+    for name in present:
+        if getattr(body, name) is None:
+            raise FieldError(["body", name], f"{mode} needs {name}", kind="missing")
+    for name in absent:
+        if getattr(body, name) is not None:
+            raise FieldError(["body", name], f"{mode} takes no {name}", kind="extra_forbidden")
+
+
+def request_dict(body: ProbeIn, prompt: str | None = None) -> dict:
+    """The example server's JSON of one read (what :func:`petri.core.probe.request_from_dict` reads)."""
+    payload = body.model_dump(include={"prompt", "frame", "questions", "instructions", "samples", "steps", "seed",
+                                       "top_k", "pins"}, exclude_none=True)
+    if prompt is not None:
+        payload["prompt"] = prompt
+    for question in payload.get("questions", []):
+        question.setdefault("slot", question["name"])
+    return payload
+
+
+def prepare_probe(body: ProbeIn) -> ProbeRequest:
+    """The :class:`ProbeRequest` of a read's body (``prompt``, ``frame`` and ``questions`` needed;
+    ``items``, ``set`` and ``repeats`` refused, naming the field)."""
+    _require(body, ("prompt", "frame", "questions"), ("items", "set"), "a read")
+    if body.repeats != 1:
+        raise FieldError(["body", "repeats"], "a read is read once; repeats belong to an evaluation (items or set)")
+    return request_from_dict(request_dict(body))
+
+
+def shipped_sets() -> dict[str, Path]:
+    """The labelled sets the project ships (beside :func:`petri.core.paths.probe_set_path`:
+    ``assets/probe/*.jsonl|csv``) by name (the file's stem)."""
+    folder = probe_set_path().parent
+    files = sorted(p for p in folder.glob("*") if p.suffix in SET_SUFFIXES) if folder.is_dir() else []
+    return {p.stem: p for p in files}
+
+
+def prepare_evaluation(body: ProbeIn) -> tuple[LabelledSet, EvalSettings]:
+    """The labelled set (inline ``items`` with ``frame`` and ``questions``, or a shipped ``set`` by
+    name; never a path) and how to read it. Sizes over the limits and an unknown set are refused
+    naming the field; the set's meaning is checked by the service before it is queued."""
+    settings = EvalSettings(samples=body.samples, steps=body.steps, seed=body.seed, repeats=body.repeats)
+    if body.set is not None:
+        _require(body, (), ("prompt", "items", "frame", "questions", "instructions", "pins"), "a shipped set")
+        sets = shipped_sets()
+        if body.set not in sets:
+            raise FieldError(["body", "set"], f"no shipped labelled set is called {body.set!r}; the shipped ones: "
+                             f"{', '.join(sets) or 'none'}")
+        return load_labelled_set(sets[body.set]), settings
+    _require(body, ("frame", "questions", "items"), ("prompt", "pins"), "a labelled set")
+    header = {"probe_set": "inline", **request_dict(body, prompt="")}
+    header = {k: v for k, v in header.items() if k in ("probe_set", "frame", "questions", "instructions")}
+    lines = [header, *(item.model_dump(exclude_none=True) for item in body.items)]
+    return parse_jsonl("\n".join(json.dumps(line) for line in lines), "inline"), settings

@@ -1,0 +1,220 @@
+"""The Probe tab's pure pieces (no Gradio): the question editor's rows and the requests they make,
+the frame on the canvas control, the figures (per-slot bars, the settling over steps, the
+reliability diagram), the answers table, and a probe run's row in the Runs tab.
+
+A read's document is :func:`petri.runs.probe_results.read_document` (``reads``: one entry per
+question × step, with ``alternatives`` and ``probs``); an evaluation's tables are the
+:class:`~petri.study.probe_eval.ProbeEvaluation`'s, as stored.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from petri.core.probe import ProbeInputError, ProbeRequest
+from petri.engine.probe import plan_probe
+from petri.runs.probe_results import EVAL_KIND, PROBE_KIND
+from petri.web.tokens import PALETTE
+from petri.web.ui.views import responsive
+
+QUESTION_COLUMNS = ["name", "slot", "alternatives", "labels", "ask_if"]
+FRAME_COLOR = "#6b7280"
+#: a question with more alternatives than this settles as a heat map, not as one line each
+MAX_LINES = 8
+
+
+#: the room above the first subplot (px): the figure's title sits in its top half, the subplot's own
+#: title (drawn just above the subplot) in its bottom half, so the two never overlap
+TITLE_ROOM_PX = 76
+
+
+def figure_title(text: str) -> dict:
+    """A figure title pinned to the figure's top edge (above the subplot titles)."""
+    return {"text": text, "y": 1.0, "yref": "container", "yanchor": "top", "pad": {"t": 8}, "x": 0.01,
+            "xanchor": "left", "font": {"size": 15}}
+
+
+def _split(text) -> list[str]:
+    return [part.strip() for part in str(text or "").split(",") if part.strip()]
+
+
+def question_rows(questions: list[dict]) -> list[list[str]]:
+    """The editor's rows of ``questions`` (the request's JSON): name, slot, alternatives and labels
+    comma-separated, ``ask_if`` as ``question=alternative`` pairs."""
+    return [[q["name"], q.get("slot") or q["name"], ", ".join(q["alternatives"]), ", ".join(q.get("labels") or []),
+             ", ".join(f"{k}={v}" for k, v in (q.get("ask_if") or {}).items())] for q in questions]
+
+
+def questions_of(rows) -> list[dict]:
+    """The request's ``questions`` from the editor's rows (a DataFrame or lists); blank rows are
+    left out, a blank slot is the name, blank labels are automatic, a blank ``ask_if`` is none."""
+    values = rows.values.tolist() if isinstance(rows, pd.DataFrame) else list(rows or [])
+    questions = []
+    for row in values:
+        name, slot, alternatives, labels, ask_if = [str(v if v is not None else "").strip() for v in
+                                                    (list(row) + [""] * 5)[:5]]
+        if not (name or alternatives):
+            continue
+        question: dict = {"name": name, "alternatives": _split(alternatives)}
+        if slot:
+            question["slot"] = slot
+        if _split(labels):
+            question["labels"] = _split(labels)
+        if ask_if:
+            pairs = [p.split("=", 1) for p in _split(ask_if)]
+            question["ask_if"] = {k.strip(): (v[0].strip() if v else "") for k, *v in pairs}
+        questions.append(question)
+    return questions
+
+
+def frame_canvas(lm, request: ProbeRequest | None, error: str = "") -> dict:
+    """The canvas control's value for ``request`` on ``lm``: the pinned prefix, each run of pinned
+    frame text a grey chip (its text as the label), each slot a coloured one-position chip; or an
+    empty canvas carrying ``error`` where the request cannot be laid out."""
+    empty = {"canvas_length": int(lm.canvas_length), "prefix": 0, "chips": [], "error": error, "seq": None}
+    if request is None:
+        return empty
+    try:
+        plan = plan_probe(lm, request)
+    except ProbeInputError as err:
+        return {**empty, "error": str(err)}
+    layout, prefix = plan.layout, len(plan.prefix_ids)
+    slot_at = {at: name for name, at in layout.slots.items()}
+    chips, run = [], []
+
+    def close() -> None:
+        if run:
+            text = lm.tokenizer.decode([layout.pinned_ids[p] for p in run]).strip() or "·"
+            chips.append({"concept": text[:24], "start": run[0], "tokens": len(run), "color": FRAME_COLOR})
+            run.clear()
+
+    for p in range(prefix, len(layout.pinned)):
+        if layout.pinned[p] and p not in slot_at:
+            run.append(p)
+            continue
+        close()
+        if p in slot_at:
+            chips.append({"concept": "{{" + slot_at[p] + "}}", "start": p, "tokens": 1,
+                          "color": PALETTE[len([c for c in chips if c["color"] != FRAME_COLOR]) % len(PALETTE)]})
+    close()
+    return {**empty, "prefix": prefix, "chips": chips}
+
+
+def _final_reads(document: dict) -> list[dict]:
+    last: dict[str, dict] = {}
+    for read in document.get("reads", []):
+        last[read["question"]] = read
+    return list(last.values())
+
+
+def _labelled(read: dict) -> list[str]:
+    labels = read.get("labels") or [""] * len(read["alternatives"])
+    return [f"{alt} ({label})" if label else alt for alt, label in zip(read["alternatives"], labels)]
+
+
+def bars_figure(document: dict) -> go.Figure | None:
+    """One horizontal bar chart per question read: its alternatives' probabilities at the last step
+    read (the answer in its colour, the rest grey)."""
+    finals = _final_reads(document)
+    if not finals:
+        return None
+    heights = [max(1, len(r["alternatives"])) for r in finals]
+    fig = make_subplots(rows=len(finals), cols=1, row_heights=heights, vertical_spacing=0.35 / max(1, len(finals)),
+                        subplot_titles=[f"{r['question']}: {r['answer']} ({max(r['probs']):.2f}; step {r['step'] + 1}, "
+                                        f"{r['draws']} draw{'s' if r['draws'] != 1 else ''})" for r in finals])
+    for row, (read, color) in enumerate(zip(finals, PALETTE * len(finals)), 1):
+        colors = [color if alt == read["answer"] else "#cbd5e1" for alt in read["alternatives"]]
+        fig.add_trace(go.Bar(x=read["probs"], y=_labelled(read), orientation="h", marker_color=colors,
+                             text=[f"{p:.2f}" for p in read["probs"]], textposition="auto", name=read["question"],
+                             hovertemplate="%{y}: %{x:.3f}<extra></extra>"), row=row, col=1)
+        fig.update_xaxes(range=[0, 1], row=row, col=1)
+        fig.update_yaxes(autorange="reversed", automargin=True, row=row, col=1)
+    fig.update_layout(showlegend=False, height=140 + 26 * sum(heights) + 60 * len(finals),
+                      margin={"l": 10, "r": 10, "t": TITLE_ROOM_PX, "b": 30},
+                      title=figure_title("Probability of each alternative at the slot"))
+    return responsive(fig)
+
+
+def settling_figure(document: dict) -> go.Figure | None:
+    """How each question's alternatives settled over the steps read (None for a one-step read):
+    one line per alternative, or a heat map (alternatives × steps) past :data:`MAX_LINES`."""
+    reads = document.get("reads", [])
+    steps = max((r["step"] for r in reads), default=0) + 1
+    if steps < 2:
+        return None
+    names = list(dict.fromkeys(r["question"] for r in reads))
+    fig = make_subplots(rows=len(names), cols=1, subplot_titles=names, vertical_spacing=0.3 / max(1, len(names)))
+    for row, name in enumerate(names, 1):
+        mine = sorted((r for r in reads if r["question"] == name), key=lambda r: r["step"])
+        x = [r["step"] + 1 for r in mine]
+        labels = _labelled(mine[0])
+        if len(labels) > MAX_LINES:
+            fig.add_trace(go.Heatmap(z=[[r["probs"][i] for r in mine] for i in range(len(labels))], x=x, y=labels,
+                                     zmin=0, zmax=1, colorscale="Blues", showscale=row == 1,
+                                     hovertemplate="step %{x}, %{y}: %{z:.3f}<extra></extra>"), row=row, col=1)
+        else:
+            for i, (label, color) in enumerate(zip(labels, PALETTE * len(labels))):
+                fig.add_trace(go.Scatter(x=x, y=[r["probs"][i] for r in mine], mode="lines+markers", name=label,
+                                         line={"color": color}, legendgroup=name,
+                                         hovertemplate=f"{label}, step %{{x}}: %{{y:.3f}}<extra></extra>"), row=row, col=1)
+            fig.update_yaxes(range=[0, 1], row=row, col=1)
+        fig.update_xaxes(title_text="step", dtick=1, row=row, col=1)
+    fig.update_layout(height=160 + 260 * len(names), margin={"l": 10, "r": 10, "t": TITLE_ROOM_PX, "b": 30},
+                      title=figure_title("How the slot settled over the steps"), legend={"orientation": "h", "y": -0.15})
+    return responsive(fig)
+
+
+def answers_table(document: dict) -> pd.DataFrame:
+    """Each question read: its answer, that answer's probability, the mass on its labels, the
+    entropy over its alternatives, the draws; then the skipped ones."""
+    rows = [[r["question"], r["answer"], round(max(r["probs"]), 4), round(r["mass"], 6), round(r["entropy"], 4),
+             r["draws"], r["step"] + 1] for r in _final_reads(document)]
+    rows += [[name, "(skipped: ask_if did not match)", None, None, None, None, None] for name in document.get("skipped", [])]
+    return pd.DataFrame(rows, columns=["question", "answer", "probability", "mass on labels", "entropy", "draws", "steps"])
+
+
+def reliability_figure(reliability: pd.DataFrame) -> go.Figure | None:
+    """The reliability diagram: per question, accuracy against mean confidence in each confidence
+    bin (marker area by items), beside the diagonal of perfect calibration."""
+    if reliability is None or reliability.empty:
+        return None
+    fig = go.Figure(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="calibrated", line={"dash": "dot", "color": "#9ca3af"}))
+    groups = reliability.groupby("question", sort=False) if "question" in reliability else [("all", reliability)]
+    for (name, frame), color in zip(groups, PALETTE * 8):
+        shown = frame[frame["n"] > 0]
+        fig.add_trace(go.Scatter(x=shown["mean_confidence"], y=shown["accuracy"], mode="lines+markers", name=str(name),
+                                 line={"color": color}, marker={"size": [6 + min(18, n) for n in shown["n"]]},
+                                 customdata=shown[["n", "bin_low", "bin_high"]].to_numpy(),
+                                 hovertemplate="confidence %{x:.2f}, accuracy %{y:.2f}<br>%{customdata[0]} items in "
+                                               "[%{customdata[1]:.1f}, %{customdata[2]:.1f})<extra></extra>"))
+    fig.update_layout(title_text="Reliability diagram", xaxis_title="mean confidence (probability of the answer)",
+                      yaxis_title="accuracy", xaxis={"range": [0, 1]}, yaxis={"range": [0, 1.02]}, height=420,
+                      margin={"l": 10, "r": 10, "t": 50, "b": 40}, legend={"orientation": "h", "y": -0.2})
+    return responsive(fig)
+
+
+def probe_row(run: dict) -> tuple[str, str, str]:
+    """(what, design, questions) of a probe run's row in the Runs tab."""
+    request = run["request"]
+    if run["kind"] == EVAL_KIND:
+        labelled = request.get("set", {})
+        questions = [q["name"] for q in labelled.get("questions", [])]
+        return (f"evaluation of {labelled.get('name', '')}",
+                f"{len(labelled.get('items', []))} items × {request.get('repeats', 1)} repeats, "
+                f"samples {request.get('samples')}, steps {request.get('steps')}", ", ".join(questions))
+    probe = request.get("probe", {})
+    questions = [q["name"] for q in probe.get("questions", [])]
+    return (probe.get("prompt", "")[:80], f"{len(questions)} questions × {probe.get('steps', 1)} steps, "
+            f"samples {probe.get('samples', 1)}, seed {probe.get('seed', 0)}", ", ".join(questions))
+
+
+def probe_headline(results: dict[str, dict], kind: str) -> str:
+    """A probe run's headline: each question's answer and its probability (a read), or each
+    question's accuracy (an evaluation); ``""`` before anything is stored."""
+    if kind == PROBE_KIND:
+        return " · ".join(f"{r['question']} {r['answer']} {max(r['probs']):.2f}" for r in _final_reads(results.get("read", {})))
+    summary = results.get("summary", {})
+    rows = [dict(zip(summary.get("columns", []), row)) for row in summary.get("data", [])]
+    return " · ".join(f"{r.get('question', '')} accuracy {r['accuracy']:.2f}" for r in rows if r.get("accuracy") is not None)

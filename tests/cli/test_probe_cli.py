@@ -1,0 +1,76 @@
+"""``petri probe`` end to end on the embedded petri-tiny: one request printed as JSON, a labelled
+set evaluated into its files (predictions written row by row), a comparison of two prompt
+configurations by exact McNemar, and refusals that name the field (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from petri.cli.main import main
+from petri.core.paths import probe_set_path
+from petri.study.probe_set import labelled_set_lines, load_labelled_set
+
+REQUEST = {"prompt": "Event: Only 90 units are in stock, but the customer ordered 120.",
+           "frame": "Consistent: {{consistent}}",
+           "questions": [{"name": "consistent", "alternatives": ["yes", "no"]}]}
+
+
+def test_request_prints_reads(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(REQUEST))
+    assert main(["probe", "--request", str(path), "--model", "petri-tiny", "--out", str(tmp_path / "o.json")]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    (read,) = printed["reads"]
+    assert read["labels"] == ["A", "B"] and sum(read["probs"]) == pytest.approx(1.0)
+    assert printed["answers"]["consistent"] in ("yes", "no")
+    assert json.loads((tmp_path / "o.json").read_text()) == printed
+
+
+def test_request_refusal_names_the_field(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({**REQUEST, "questions": [{"name": "consistent", "alternatives": ["yes"]}]}))
+    assert main(["probe", "--request", str(path), "--model", "petri-tiny"]) == 2
+    assert "questions[0].alternatives" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def small_sets(tmp_path_factory):
+    """The shipped set's first 4 items, and the same items with other instructions."""
+    folder = tmp_path_factory.mktemp("sets")
+    shipped = load_labelled_set(probe_set_path())
+    from dataclasses import replace
+
+    small = replace(shipped, items=shipped.items[:4])
+    (folder / "a.jsonl").write_text("\n".join(labelled_set_lines(small)))
+    (folder / "b.jsonl").write_text("\n".join(labelled_set_lines(replace(small, instructions=None))))
+    return folder
+
+
+def test_set_evaluation_and_comparison(small_sets, tmp_path, capsys):
+    out = tmp_path / "eval"
+    code = main(["probe", "--set", str(small_sets / "a.jsonl"), "--model", "petri-tiny", "--out", str(out),
+                 "--compare-to", str(small_sets / "b.jsonl"), "--repeats", "2"])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "consistent: accuracy" in text and "ECE" in text and "Brier" in text and "exact McNemar" in text
+    predictions = pd.read_csv(out / "predictions.csv")
+    assert len(predictions) == 4 * 2 * 2  # items × questions × repeats
+    summary = pd.read_csv(out / "summary.csv")
+    assert summary["question"].tolist() == ["consistent", "category"] and (summary["n"] == 4).all()
+    assert (out / "reliability.csv").is_file() and (out / "compare" / "predictions.csv").is_file()
+    saved = json.loads((out / "evaluation.json").read_text())
+    assert [q["question"] for q in saved["comparison"]["questions"]] == ["consistent", "category"]
+    discordant = pd.read_csv(out / "discordant.csv")
+    assert len(discordant) == sum(q["mcnemar"]["a_only"] + q["mcnemar"]["b_only"]
+                                  for q in saved["comparison"]["questions"])
+
+
+def test_set_refusal(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"frame": "x {{q}}", "questions": [{"name": "q", "alternatives": ["a", "b"]}]}) + "\n"
+                   + json.dumps({"id": "1", "prompt": "x", "gold": {"q": "c"}}) + "\n")
+    assert main(["probe", "--set", str(bad), "--model", "petri-tiny", "--out", str(tmp_path / "o")]) == 2
+    assert "items[0].gold.q" in capsys.readouterr().err

@@ -1,0 +1,124 @@
+"""The Probe tab in a real browser (Debian's chromium via Playwright) on the embedded small model
+(a tiny random one where it is absent; the real read either way): a frame typed into the editor is drawn on the canvas control (pinned text grey, the slot
+a chip of its own); Read draws one bar per alternative and the settling over the steps; nothing of
+the tab overflows its box at 1440 px or at 420 px (the page never scrolls sideways, every figure
+text lies inside its figure, every tab of the page stays in view); the read reopens from the Runs tab into the Probe tab.
+``PETRI_SCREENSHOT_DIR=assets/screenshots`` keeps the tab's screenshot (docs/web.md)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from test_browser import CHROMIUM, opened_page, reopen_run, save_screenshot, tab
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")
+
+FRAME = "The answer is {{consistent}} for sure"
+PROMPT = "Only 90 units are in stock, but a customer ordered 120."
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, live_server):
+    from petri.app.service import PetriService
+    from petri.engine.torch.model import EMBEDDED_MODEL_PATH, load_model
+    from petri.engine.torch.tiny import tiny_random_model
+    from petri.runs.store import RunStore
+    from petri.web.app import create_app
+
+    if (EMBEDDED_MODEL_PATH / "config.json").exists():
+        lm, source = load_model(EMBEDDED_MODEL_PATH, device="cpu"), str(EMBEDDED_MODEL_PATH)
+    else:
+        lm, source = tiny_random_model(canvas_length=48), None
+    service = PetriService(lm, RunStore(tmp_path_factory.mktemp("probe-browser")))
+    with live_server(create_app(service, model_source=source)) as live:
+        yield live.url, service
+    service.shutdown()
+
+
+def fill_and_read(page, steps: int = 3) -> str:
+    """Type the prompt and frame, set the steps, press Read; the run id the status line names."""
+    tab(page, "Probe")
+    page.fill("#petri-probe-prompt textarea", PROMPT)
+    page.fill("#petri-probe-frame textarea", FRAME)
+    page.locator("#petri-probe-frame textarea").blur()
+    page.wait_for_selector("#petri-probe-canvas .pc-chip[data-concept='{{consistent}}']")
+    steps_box = page.locator("#petri-probe-steps input[type=number]")
+    steps_box.fill(str(steps))
+    steps_box.press("Enter")
+    page.click("#petri-probe-run")
+    page.wait_for_selector("#petri-probe-status:has-text('Done:')")
+    return re.search(r"run ([0-9a-f]{32})", page.inner_text("#petri-probe-status")).group(1)
+
+
+def overflow(page) -> dict:
+    """What sticks out: the page's sideways scroll, every figure text of the Probe tab outside its
+    figure's box (left/right), and titles of a figure that overlap, with the viewport width."""
+    return page.evaluate("""() => {
+        const out = [];
+        for (const fig of document.querySelectorAll('#petri-probe-bars .main-svg, #petri-probe-settling .main-svg')) {
+            const box = fig.getBoundingClientRect();
+            if (!box.width) continue;
+            for (const t of fig.parentElement.querySelectorAll('text')) {
+                const r = t.getBoundingClientRect();
+                if (!r.width || !t.textContent.trim()) continue;
+                if (r.left < box.left - 1 || r.right > box.right + 1) out.push([t.textContent, r.left, r.right, box.left, box.right]);
+            }
+        }
+        // the titles (the figure's and each subplot's) never overlap one another
+        const overlapping = [];
+        for (const fig of document.querySelectorAll('#petri-probe-bars, #petri-probe-settling')) {
+            const titles = [...fig.querySelectorAll('.gtitle, g.annotation')].map((t) => [t.textContent, t.getBoundingClientRect()])
+                .filter(([, r]) => r.width);
+            titles.forEach(([a, r], i) => titles.slice(i + 1).forEach(([b, q]) => {
+                if (r.left < q.right - 0.5 && q.left < r.right - 0.5 && r.top < q.bottom - 0.5 && q.top < r.bottom - 0.5)
+                    overlapping.push([a, b]);
+            }));
+        }
+        const status = document.querySelector('#petri-probe-status').getBoundingClientRect();
+        return {pageWidth: document.documentElement.scrollWidth, width: innerWidth, outside: out,
+                statusRight: status.right, overlapping};
+    }""")
+
+
+def test_a_frame_read_draws_its_bars_and_settling_and_fits_at_1440_and_420_px(served, tmp_path):
+    url, service = served
+    with opened_page(url, width=1440) as page:
+        run_id = fill_and_read(page, steps=3)
+        page.wait_for_timeout(500)
+        save_screenshot(page, tmp_path, "probe.png")
+        chips = page.locator("#petri-probe-canvas .pc-chip").evaluate_all(
+            "els => els.map(e => [e.dataset.concept, +e.dataset.tokens])")
+        assert [c for c, _ in chips].count("{{consistent}}") == 1 and len(chips) == 3, chips  # text, slot, text
+        assert dict(chips)["{{consistent}}"] == 1
+        page.wait_for_selector("#petri-probe-bars .main-svg")
+        bars = page.locator("#petri-probe-bars g.trace.bars g.point").count()
+        assert bars == 2, bars  # yes and no
+        stored = service.store.load_results(run_id)["read"]
+        assert len(stored["reads"]) == 3  # one read per step
+        assert page.locator("#petri-probe-settling g.scatterlayer g.trace").count() == 2  # a line per alternative
+        for width in (1440, 420):
+            page.set_viewport_size({"width": width, "height": 900})
+            page.wait_for_timeout(800)  # plotly relays out on the resize
+            found = overflow(page)
+            assert found["pageWidth"] <= width + 1, (width, found)
+            assert found["statusRight"] <= width + 1, (width, found)
+            assert not found["outside"], (width, found["outside"][:5])
+            assert not found["overlapping"], (width, found["overlapping"])
+            # the sixth tab did not push Runs behind the tab bar's overflow menu: every tab is in view
+            shown = page.locator("button[role=tab]").evaluate_all(
+                "els => els.filter(e => e.offsetParent !== null).map(e => e.innerText.trim())")
+            assert shown == ["Dish", "Compare", "Study", "Probe", "Runs", "Model"], (width, shown)
+
+
+def test_a_read_reopens_from_the_runs_tab_into_the_probe_tab(served):
+    url, _ = served
+    with opened_page(url, width=1440) as page:
+        run_id = fill_and_read(page, steps=1)
+        page.fill("#petri-probe-frame textarea", "{{consistent}}")  # changed after the read
+        reopen_run(page, run_id)
+        page.wait_for_selector(f"#petri-probe-status:has-text('Reopened probe run {run_id}')")
+        assert page.locator("#petri-probe-frame textarea").input_value() == FRAME
+        assert page.locator("button[role=tab][aria-selected=true]").inner_text().strip() == "Probe"
+        page.wait_for_selector("#petri-probe-bars g.trace.bars")
