@@ -1,5 +1,6 @@
-"""Shared fixtures (a tiny random DiffusionGemma, built in-process, no files) and the markers every
-test gets from where it lies: tests/ mirrors petri/, so a folder or file names what a test needs.
+"""Fixtures shared by every folder (a tiny random DiffusionGemma, built in-process, no files; a
+service over it; a live server) and the markers every test gets from where it lies
+(tests/markers_support.py). A folder's own fixtures are in its conftest.py (tests/web/conftest.py).
 
     python -m pytest -q                                     # everything (the README's command, CI)
     python -m pytest -q -m "not browser and not process"    # the fast loop
@@ -7,26 +8,12 @@ test gets from where it lies: tests/ mirrors petri/, so a folder or file names w
 
 from __future__ import annotations
 
-import threading
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).resolve().parent
-#: marker → the paths under tests/ (a folder ends in "/"; else a file name's start) whose tests carry it
-MARKED_PATHS = {
-    "browser": ("web/ui/test_browser",),
-    "process": ("reliability/", "cli/test_install.py", "app/test_shutdown.py", "study/test_study_kill.py",
-                "study/test_study_ray.py", "docs/test_site.py", "docs/test_getting_started.py"),
-    "fuzz": ("reliability/test_reliability_hostile.py",),
-    "gpu": ("engine/cuda/",),
-}
-
-
-def markers_for(relative: str) -> list[str]:
-    """The markers of a test file at ``relative`` (a POSIX path under tests/)."""
-    return [mark for mark, prefixes in MARKED_PATHS.items() if relative.startswith(prefixes)]
+from markers_support import TESTS, markers_for
+from petri.engine.torch.tiny import tiny_random_model
 
 
 def pytest_collection_modifyitems(config, items):
@@ -37,8 +24,6 @@ def pytest_collection_modifyitems(config, items):
             continue
         for mark in markers_for(relative):
             item.add_marker(mark)
-
-from petri.engine.torch.tiny import tiny_random_model
 
 
 @pytest.fixture(scope="session")
@@ -92,28 +77,19 @@ class LiveServer:
         self.sock.close()
 
 
+@pytest.fixture()
+def service(tiny_lm, tmp_path):
+    """A :class:`~petri.app.service.PetriService` over ``tiny_lm`` and a fresh store of the test's own,
+    shut down after the test."""
+    from petri.app.service import PetriService
+    from petri.runs.store import RunStore
+
+    service = PetriService(tiny_lm, RunStore(tmp_path / "store"))
+    yield service
+    service.shutdown()
+
+
 @pytest.fixture(scope="session")
 def live_server():
     """``live_server(app)``: a context manager serving ``app`` on 127.0.0.1 (random free port)."""
     return LiveServer
-
-
-@contextmanager
-def model_held(service):
-    """Hold ``service``'s one-job lock from another thread for the duration of the ``with`` block,
-    as a long job would."""
-    entered, release = threading.Event(), threading.Event()
-
-    def hold():
-        with service.exclusive():
-            entered.set()
-            release.wait(60)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert entered.wait(10), "the holder thread never got the lock"
-        yield
-    finally:
-        release.set()
-        holder.join()

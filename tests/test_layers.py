@@ -239,7 +239,7 @@ def test_the_tests_mirror_the_package():
 
 
 def test_a_tests_place_gives_its_markers():
-    from conftest import markers_for
+    from markers_support import markers_for
 
     assert markers_for("web/ui/test_browser_stats.py") == ["browser"]
     assert markers_for("reliability/test_reliability_hostile.py") == ["process", "fuzz"]

@@ -13,3 +13,11 @@ def tiny_logits(lm, seed: int = 0) -> torch.Tensor:
     canvas = torch.randint(4, lm.vocab_size, (2, lm.canvas_length))
     with torch.no_grad():
         return lm.model(decoder_input_ids=canvas, input_ids=torch.tensor([[5, 9, 17, 33]] * 2)).logits.float()
+
+
+def save_checkpoint(lm, folder):
+    """Save ``lm``'s model and tokenizer into ``folder`` (a checkpoint folder, as the CLI and the
+    loaders read one); returns ``folder``."""
+    lm.model.save_pretrained(folder)
+    lm.tokenizer.save_pretrained(folder)
+    return folder

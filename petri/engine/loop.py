@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -62,44 +62,91 @@ class Stepper(Protocol):
     def result(self, steps_run: int) -> dict[str, np.ndarray]: ...  # argmax, entropy, accepted, canvas, steps, final_ids
 
 
-@dataclass
+#: The record's layout, its one definition: per step and position (S, L), the field, its dtype and
+#: the value it holds where the sample had already finished (raw argmax and canvas -1, entropy NaN,
+#: accepted False). Both ways of keeping the rows below write through :meth:`Record.write`.
+RECORD_LAYOUT: tuple[tuple[str, str, Any], ...] = (
+    ("argmax", "int32", -1),
+    ("entropy", "float32", float("nan")),
+    ("accepted", "bool", False),
+    ("canvas", "int32", -1),
+)
+_FINISHED = {name: value for name, _, value in RECORD_LAYOUT}
+
+
+class GrowingRows:
+    """Where :class:`Record` keeps its rows by default: one list per field, a row (S, L) appended per
+    step, and the steps each sample ran (S,) int32, replaced by a new array per step (a lazy
+    framework's arrays are immutable)."""
+
+    def __init__(self, ops, batch: int):
+        self.ops = ops
+        self.rows: list[list] = [[] for _ in RECORD_LAYOUT]
+        self.steps = ops.zeros_int((batch,))
+
+    def add_steps(self, added) -> None:
+        self.steps = self.steps + added
+
+    def put(self, row: tuple, index) -> None:
+        """Append the step's ``row`` (one (S, L) array per field); ``index`` is implied by the order."""
+        for rows, value in zip(self.rows, row):
+            rows.append(value)
+
+    def row(self, index: int) -> list:
+        return [rows[index] for rows in self.rows]
+
+    def stacked(self, steps_run: int) -> list:
+        """Each field's first ``steps_run`` rows as one (S, T, L) array."""
+        return [self.ops.stack(rows[:steps_run], 1) for rows in self.rows]
+
+
 class Record:
-    """The per-step record, kept on the device: rows of (S, L) raw argmax (-1 once a sample has
-    finished), entropy (NaN then), accepted and the canvas after the step (-1 then), and the steps
-    each sample ran (S,). Copied to the host once, as (S, T, L)."""
+    """The per-step record, kept on the device (layout: :data:`RECORD_LAYOUT`): rows of (S, L) raw
+    argmax, entropy, accepted and the canvas after the step, and the steps each sample ran (S,).
+    Copied to the host once, as (S, T, L). ``rows`` keeps them: :class:`GrowingRows` unless given
+    (the CUDA fast path gives buffers preallocated for its captured graphs,
+    :class:`petri.engine.cuda.step_logs.StepLogs`)."""
 
-    ops: Any
-    batch: int
-    argmax: list = field(default_factory=list)
-    entropy: list = field(default_factory=list)
-    accepted: list = field(default_factory=list)
-    canvas: list = field(default_factory=list)
-    steps: Any = None
+    def __init__(self, ops, batch: int, rows=None):
+        self.ops = ops
+        self.rows = GrowingRows(ops, batch) if rows is None else rows
 
-    def __post_init__(self) -> None:
-        self.steps = self.ops.zeros_int((self.batch,))
+    @property
+    def steps(self):
+        return self.rows.steps
 
     def count(self, running) -> None:
         """A step starts: every running sample (S,) bool has run one more."""
-        self.steps = self.steps + self.ops.int32(running)
+        self.rows.add_steps(self.ops.int32(running))
 
-    def write(self, running, raw_argmax, entropy, accepted, canvas) -> None:
+    def write(self, running, raw_argmax, entropy, accepted, canvas, index=None) -> None:
         """The step's row: what the model said at every position, before anything was forced, and
-        the canvas the step left."""
+        the canvas the step left; a finished sample's positions hold :data:`RECORD_LAYOUT`'s values.
+        ``index``: the step (a Python int, or a device counter inside a CUDA graph; ``None`` when the
+        rows are appended)."""
         ops, live = self.ops, running[:, None]
-        self.argmax.append(ops.where(live, ops.int32(raw_argmax), -1))
-        self.entropy.append(ops.where(live, ops.float32(entropy), float("nan")))
-        self.accepted.append(accepted & live)
-        self.canvas.append(ops.where(live, ops.int32(canvas), -1))
+        self.rows.put((ops.where(live, ops.int32(raw_argmax), _FINISHED["argmax"]),
+                       ops.where(live, ops.float32(entropy), _FINISHED["entropy"]),
+                       accepted & live,  # False where finished
+                       ops.where(live, ops.int32(canvas), _FINISHED["canvas"])), index)
+
+    def row(self, index: int) -> dict:
+        """Step ``index``'s row: field name → (S, L) array on the device."""
+        return {name: value for (name, _, _), value in zip(RECORD_LAYOUT, self.rows.row(index))}
 
     def last_row(self) -> list:
-        return [self.steps, self.argmax[-1], self.entropy[-1], self.accepted[-1], self.canvas[-1]]
+        return [self.steps, *self.rows.row(-1)]
+
+    def live(self, index: int, finished) -> LiveStep:
+        """Step ``index`` for the live callback, on the host (``finished`` (S,) bool)."""
+        numpy, row = self.ops.numpy, self.row(index)
+        return LiveStep(index, numpy(row["argmax"]), numpy(row["canvas"]), numpy(row["accepted"]), numpy(finished))
 
     def host(self, steps_run: int) -> dict[str, np.ndarray]:
-        ops = self.ops
-        rows = {"argmax": self.argmax, "entropy": self.entropy, "accepted": self.accepted, "canvas": self.canvas}
-        return {**{name: ops.numpy(ops.stack(row[:steps_run], 1)) for name, row in rows.items()},
-                "steps": ops.numpy(self.steps)}
+        """The record on the host: each field (S, T, L) for T = ``steps_run``, and ``steps`` (S,)."""
+        numpy = self.ops.numpy
+        return {**{name: numpy(array) for (name, _, _), array in zip(RECORD_LAYOUT, self.rows.stacked(steps_run))},
+                "steps": numpy(self.steps)}
 
 
 class Scheduler(Protocol):
@@ -137,9 +184,7 @@ class RecordedStepper:
         self.ops.materialize(*scheduler.state(), *self.record.last_row())
 
     def live(self, index: int) -> LiveStep:
-        numpy, record = self.ops.numpy, self.record
-        return LiveStep(index, numpy(record.argmax[-1]), numpy(record.canvas[-1]), numpy(record.accepted[-1]),
-                        numpy(self.scheduler.finished))
+        return self.record.live(index, self.scheduler.finished)
 
     def all_finished(self) -> bool:
         return self.ops.all(self.scheduler.finished)

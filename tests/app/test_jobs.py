@@ -16,6 +16,7 @@ from petri.app.service import PetriService, SeedEvent
 from petri.runs.store import RunStore
 from petri.study.schema import study_from_dict
 from petri.core.trajectory import SamplerSettings
+from study_support import study_dict
 
 DEADLINE_S = 30
 
@@ -193,17 +194,7 @@ def test_the_torch_sampler_stops_within_one_step_of_a_cancel(tmp_path):
     assert len(calls) == 3  # steps 0, 1, 2 ran; the check before step 3 stopped it
 
 
-STUDY = {
-    "id": "job-study", "title": "Job study", "language": "en", "concepts": ["order", "inventory", "person"],
-    "comparison": {"groups": ["benign", "contradictory"]},
-    "templates": [{"id": "t1", "text": "Event: {event}\nDescribe {concepts}."}],
-    "events": [
-        {"id": "b1", "group": "benign", "text": "A customer ordered a lamp."},
-        {"id": "b2", "group": "benign", "text": "The store counted its stock."},
-        {"id": "c1", "group": "contradictory", "text": "Only 90 units are in stock, but 120 were shipped."},
-        {"id": "c2", "group": "contradictory", "text": "The order shipped 50 boxes from 30 in stock."},
-    ],
-}
+STUDY = study_dict("job-study", "Job study", templates=1)
 SETTINGS = SamplerSettings(max_denoising_steps=6)
 
 
@@ -238,8 +229,7 @@ def test_a_cancelled_study_job_keeps_its_batches_and_resumes_to_the_same_numbers
     service.shutdown()
 
 
-def test_a_seed_job_counts_steps_and_equals_the_synchronous_seed(tiny_lm, tmp_path):
-    service = PetriService(tiny_lm, RunStore(tmp_path / "s"))
+def test_a_seed_job_counts_steps_and_equals_the_synchronous_seed(service):
     events = [SeedEvent(Dish(("order", "person"), "A customer ordered."), "benign"),
               SeedEvent(Dish(("order", "person"), "Only 90 in stock."), "contradictory")]
     settings = SamplerSettings(max_denoising_steps=5, stability_threshold=None, confidence_threshold=None)
@@ -257,7 +247,6 @@ def test_a_seed_job_counts_steps_and_equals_the_synchronous_seed(tiny_lm, tmp_pa
         np.testing.assert_array_equal(a.argmax, b.argmax)
         np.testing.assert_array_equal(a.accepted, b.accepted)
     assert service.store.get_run(job.run_id)["status"] == "done"
-    service.shutdown()
 
 
 def test_acquire_or_cancel_waits_times_out_and_sees_a_cancel_while_waiting():

@@ -6,14 +6,12 @@ from __future__ import annotations
 import pytest
 
 from petri.core.dish import Dish
-from petri.app.service import BusyError, PetriService, SeedEvent
-from petri.runs.store import RunStore
+from petri.app.service import BusyError, SeedEvent
 from petri.core.trajectory import SamplerSettings
-from conftest import model_held
+from service_support import model_held
 
 
-def test_seed_stores_every_event(tiny_lm, tmp_path):
-    service = PetriService(tiny_lm, RunStore(tmp_path))
+def test_seed_stores_every_event(service):
     events = [SeedEvent(Dish(("order", "person"), "ok"), "benign"), SeedEvent(Dish(("order", "person"), "bad"), "contradictory")]
     result = service.seed(service.plan(events, 2, SamplerSettings(max_denoising_steps=3), seed=1))
     stored = service.store.load_events(result.run_id)
@@ -22,8 +20,7 @@ def test_seed_stores_every_event(tiny_lm, tmp_path):
     assert service.store.get_run(result.run_id)["status"] == "done"
 
 
-def test_second_job_gets_busy(tiny_lm, tmp_path):
-    service = PetriService(tiny_lm, RunStore(tmp_path))
+def test_second_job_gets_busy(service):
     with model_held(service):
         assert service.busy
         with pytest.raises(BusyError, match="already running"):

@@ -22,17 +22,10 @@ from petri.study.schema import study_from_dict
 from petri.core.trajectory import SamplerSettings
 from reliability_support import REPO, AppProcess
 from test_jobs import wait_until
+from study_support import numbered_events, study_dict
+from tiny_support import save_checkpoint
 
-STUDY = {
-    "id": "stop-test", "title": "Stop test", "language": "en", "concepts": ["order", "inventory", "person"],
-    "comparison": {"groups": ["benign", "contradictory"]},
-    "templates": [{"id": "t1", "text": "Event: {event}\nDescribe {concepts}."}, {"id": "t2", "text": "{event} Explain {concepts}."}],
-    "events": [
-        {"id": f"{g[0]}{i}", "group": g, "text": f"{text} ({g} {i})"}
-        for g, text in (("benign", "A customer ordered a lamp from stock."), ("contradictory", "Only 90 units are in stock, but 120 were shipped."))
-        for i in range(1, 6)
-    ],
-}
+STUDY = study_dict("stop-test", "Stop test", events=numbered_events(range(1, 6)))
 TOTAL = 2 * len(STUDY["events"])
 SAMPLES, SEED = 4, 11
 SETTINGS = {"max_denoising_steps": 48, "adaptive_stop": False}
@@ -109,8 +102,7 @@ def test_ctrl_c_stops_the_study_command_and_prints_how_to_resume(tmp_path):
                "--store", str(store_dir), "--out", str(tmp_path / "out"), "--samples", str(SAMPLES), "--seed",
                str(SEED), "--steps", str(CTRL_C_STEPS), "--no-adaptive-stop", "--no-images", "--quiet", "--threads", "1"]
     lm = tiny_random_model(canvas_length=16, seed=2)
-    lm.model.save_pretrained(tmp_path / "ckpt")
-    lm.tokenizer.save_pretrained(tmp_path / "ckpt")
+    save_checkpoint(lm, tmp_path / "ckpt")
     # Ctrl-C as a terminal delivers it: a shell that starts the suite in the background (no job control)
     # hands its children SIGINT ignored, and Python then never raises KeyboardInterrupt
     proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -15,6 +15,7 @@ import torch
 from petri.engine.torch.device import resolve_device, resolve_dtype
 from petri.engine.torch.model import ModelNotFoundError, load_model, settings_from_generation_config
 from petri.engine.torch.tiny import tiny_random_model
+from tiny_support import save_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,8 +33,7 @@ def tiny_checkpoint(tmp_path_factory):
         max_denoising_steps=5, sampler_config=EntropyBoundSamplerConfig(entropy_bound=3.0), t_min=0.4, t_max=0.8,
         stability_threshold=1, confidence_threshold=0.005, max_new_tokens=16,
     )
-    lm.model.save_pretrained(folder)
-    lm.tokenizer.save_pretrained(folder)
+    save_checkpoint(lm, folder)
     return folder, lm
 
 

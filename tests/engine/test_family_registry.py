@@ -49,7 +49,8 @@ def toy_lm():
 
 
 @pytest.fixture()
-def service(toy, toy_lm, tmp_path):
+def toy_service(toy, toy_lm, tmp_path):
+    """A service over the toy family's model (not the shared ``service``: another family)."""
     service = PetriService(toy_lm, RunStore(tmp_path / "store"))
     yield service
     service.store.close()
@@ -76,13 +77,13 @@ def test_it_runs_through_the_loop_with_its_step(toy, toy_lm):
     assert (traj.accepted[0, 0] == free & (free.cumsum() <= 8)).all()  # left to right, a stride a step
 
 
-def test_the_api_takes_and_checks_its_settings(service):
-    client = TestClient(create_app(service, ui=False))
+def test_the_api_takes_and_checks_its_settings(toy_service):
+    client = TestClient(create_app(toy_service, ui=False))
     body = {"concepts": CONCEPTS, "event": "The order shipped.", "samples": 2, "seed": 1}
     answer = client.post("/api/seed", json={**body, "settings": {"max_denoising_steps": 2, "stride": 8}})
     assert answer.status_code == 200, answer.text
     assert answer.json()["settings"] == {"max_denoising_steps": 2, "pin_thought_channel": False, "stride": 8}
-    stored = service.store.load_events(answer.json()["run_id"])[0][2]
+    stored = toy_service.store.load_events(answer.json()["run_id"])[0][2]
     assert stored.settings == ToySettings(max_denoising_steps=2, stride=8) and stored.steps.tolist() == [2, 2]
 
     def refused(settings: dict) -> dict:
@@ -121,16 +122,16 @@ def test_the_cli_has_its_flags(toy, tmp_path):
     assert run["settings"] == {"max_denoising_steps": 2, "pin_thought_channel": False, "stride": 32}, run["settings"]
 
 
-def test_the_ui_builds_its_controls_and_runs_them(service):
+def test_the_ui_builds_its_controls_and_runs_them(toy_service):
     from petri.web.ui.build import build_ui
     from petri.web.ui.compare import CompareController
     from petri.web.ui.dish import DishController
 
-    config = build_ui(service).get_config_file()
+    config = build_ui(toy_service).get_config_file()
     ids = {c["props"].get("elem_id") for c in config["components"]}
     assert {"petri-steps", "petri-pin-thought", "petri-stride", "petri-cmp-stride"} <= ids  # Dish and Compare
     assert "petri-t-min" not in ids and "petri-block-length" not in ids  # the served family's controls only
-    dish = DishController(service)
+    dish = DishController(toy_service)
     assert dish.setting_names == ("steps", "pin_thought", "stride")
     inputs = ["order, person", "The order shipped.", "{event}", 2, 1, dish.spread("order, person"), False]
     assert dish.build_request(*inputs, 2, False, 8).settings.given() == {"max_denoising_steps": 2,
@@ -139,11 +140,11 @@ def test_the_ui_builds_its_controls_and_runs_them(service):
     assert [i for i, m in enumerate(marks) if not m["is_valid"]] == [9] and "stride" in marks[9]["message"]
     *_, done = dish.run(*inputs, 2, False, 8)
     assert done["status"].startswith("Done:")
-    assert service.store.load_events(done["run_id"])[0][2].settings == ToySettings(max_denoising_steps=2, stride=8)
-    reopened = dish.controls_of(service.store.get_run(done["run_id"])["request"],
-                                service.store.load_events(done["run_id"])[0][2])
+    assert toy_service.store.load_events(done["run_id"])[0][2].settings == ToySettings(max_denoising_steps=2, stride=8)
+    reopened = dish.controls_of(toy_service.store.get_run(done["run_id"])["request"],
+                                toy_service.store.load_events(done["run_id"])[0][2])
     assert (reopened["steps"], reopened["pin_thought"], reopened["stride"]) == (2, False, 8)
-    compare = CompareController(service, dish)
+    compare = CompareController(toy_service, dish)
     _, request = compare.request_of("order, person", "a", "The order shipped.", "b", "None was in stock.", "{event}",
                                     2, 1, 2, None, True, False, 8)
     assert request.settings.given() == {"max_denoising_steps": 2, "pin_thought_channel": False, "stride": 8}

@@ -39,6 +39,7 @@ from petri.engine.torch.sampler import run_sampler
 from petri.engine.torch.step import _encode_prompt_once
 from petri.engine.torch.tiny import build_tiny_tokenizer, tiny_random_model
 from petri.core.trajectory import SamplerSettings
+from tiny_support import save_checkpoint
 
 LOGITS_ATOL = 1e-4
 ENTROPY_ATOL = 1e-4
@@ -115,8 +116,7 @@ def pairs(tmp_path_factory):
     for name, make in MODELS.items():
         lm = make()
         folder = tmp_path_factory.mktemp(name)
-        lm.model.save_pretrained(folder)
-        lm.tokenizer.save_pretrained(folder)
+        save_checkpoint(lm, folder)
         built[name] = (lm, load_mlx_model(folder, dtype="float32"))
     return built
 
@@ -354,8 +354,7 @@ def test_cli_seed_runs_on_the_mlx_backend(tmp_path):
 
     lm = tiny_random_model(canvas_length=16)
     folder = tmp_path / "tiny-mlx"
-    lm.model.save_pretrained(folder)
-    lm.tokenizer.save_pretrained(folder)
+    save_checkpoint(lm, folder)
     out = tmp_path / "run"
     result = subprocess.run(
         [sys.executable, "-m", "petri", "seed", "--backend", "mlx", "--model", str(folder), "--event", "A person orders.",

@@ -19,6 +19,7 @@ from petri.engine.torch.tiny import tiny_random_model
 from petri.engine.torch.sampler import run_sampler
 from petri.engine.torch.step import encoded_prompt
 from petri.core.trajectory import AnchorSpan, SamplerSettings
+from tiny_support import save_checkpoint
 
 PROMPT_A = [11, 12, 13, 14, 15, 16, 17]
 PROMPT_B = [21, 22, 23, 24, 25, 26, 27]
@@ -221,8 +222,7 @@ def test_the_mlx_backend_keeps_prompts_and_samples_what_encoding_them_samples(tm
     from petri.engine.mlx.sampler import load_mlx_model, run_mlx_sampler
 
     lm = tiny_random_model(canvas_length=16)
-    lm.model.save_pretrained(tmp_path)
-    lm.tokenizer.save_pretrained(tmp_path)
+    save_checkpoint(lm, tmp_path)
     mlm = load_mlx_model(tmp_path, dtype="float32")
     encode, calls = mlm.model.encode, []
     mlm.model.encode = lambda ids: calls.append(len(ids[0])) or encode(ids)

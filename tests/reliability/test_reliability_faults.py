@@ -32,21 +32,12 @@ from petri.web.app import create_app
 from petri.app.service import PetriService
 from petri.runs.store import RunStore
 from reliability_support import EMBEDDED, HEAVY, REPO, AppProcess, integrity, remount, stored_rows, tmpfs
+from study_support import numbered_events, study_dict
+from tiny_support import save_checkpoint
 
 EVENTS = 8
-STUDY = {
-    "id": "kill-server",
-    "title": "Server kill test",
-    "language": "en",
-    "concepts": ["order", "inventory", "person"],
-    "templates": [{"id": "t1", "text": "Event: {event}\nDescribe {concepts}."}],
-    "events": [
-        {"id": f"{group[0]}{i}", "group": group, "text": f"{text} (case {i})"}
-        for group, text in (("benign", "A customer ordered a lamp from stock."),
-                            ("contradictory", "Only 90 units are in stock, but 120 were shipped."))
-        for i in range(EVENTS // 2)
-    ],
-}
+STUDY = study_dict("kill-server", "Server kill test", templates=1, events=numbered_events(range(EVENTS // 2), "case {i}"),
+                   comparison=False)
 STUDY_BODY = {"study": STUDY, "samples": 2, "seed": 7, "settings": {"max_denoising_steps": 8, "adaptive_stop": False}}
 FIGURES: dict[str, object] = {}
 
@@ -234,8 +225,7 @@ def test_cli_study_reports_a_full_disk_and_resumes_once_there_is_space(tmp_path,
 
     checkpoint = tmp_path / "tiny-ckpt"
     lm = tiny_random_model(canvas_length=16, seed=3)
-    lm.model.save_pretrained(checkpoint)
-    lm.tokenizer.save_pretrained(checkpoint)
+    save_checkpoint(lm, checkpoint)
     study_file = tmp_path / "study.json"
     study_file.write_text(json.dumps({**STUDY, "events": STUDY["events"][:2] + STUDY["events"][-2:]}))
     events = 4

@@ -36,7 +36,7 @@ from petri.web.app import create_app
 from petri.web.limits import MAX_BODY_BYTES, MAX_SEED
 from petri.app.service import PetriService
 from petri.runs.store import RunStore
-from conftest import model_held
+from service_support import model_held
 from reliability_support import HEAVY
 
 FUZZ_EXAMPLES = int(os.environ.get("PETRI_FUZZ_EXAMPLES", "300" if HEAVY else "25"))

@@ -22,6 +22,8 @@ from petri.cli.main import main as cli_main
 from petri.app.service import PetriService
 from petri.runs.store import RunStore
 from petri.engine.torch.tiny import tiny_random_model
+from study_support import study_dict
+from tiny_support import save_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -71,20 +73,7 @@ STUDY = {
 }
 
 EVENT = "Only 90 units are in stock, but 120 were ordered."
-TINY_STUDY = {
-    "id": "contract-study",
-    "title": "Contract study",
-    "language": "en",
-    "concepts": ["order", "inventory", "person"],
-    "templates": [{"id": "t1", "text": "Event: {event}\nDescribe how {concepts} relate."},
-                  {"id": "t2", "text": "{event} Explain {concepts}."}],
-    "events": [
-        {"id": "b1", "group": "benign", "text": "A customer placed an order."},
-        {"id": "b2", "group": "benign", "text": "The store counted its inventory."},
-        {"id": "c1", "group": "contradictory", "text": "Only 90 units are in stock, but 120 were ordered."},
-        {"id": "c2", "group": "contradictory", "text": "The order shipped 50 boxes from 30 in stock."},
-    ],
-}
+TINY_STUDY = study_dict("contract-study", "Contract study", comparison=False)
 
 
 def header(text: str) -> list[str]:
@@ -101,8 +90,7 @@ def checkpoint(tmp_path_factory):
     """A tiny random DiffusionGemma saved as a checkpoint folder (what the CLI loads)."""
     lm = tiny_random_model(canvas_length=16, seed=1)
     folder = tmp_path_factory.mktemp("ckpt") / "tiny-ckpt"
-    lm.model.save_pretrained(folder)
-    lm.tokenizer.save_pretrained(folder)
+    save_checkpoint(lm, folder)
     return folder
 
 

@@ -25,22 +25,11 @@ from petri.study.schema import study_from_dict
 from petri.measure.tables import pairs_table
 from petri.core.trajectory import SamplerSettings
 from engine.test_mlx_backend import ENTROPY_ATOL, anchored_layouts, confident, torch_driven_by
+from study_support import study_dict
+from tiny_support import save_checkpoint
 
 SETTINGS = SamplerSettings(max_denoising_steps=6, entropy_bound=50.0, stability_threshold=1, confidence_threshold=4.0)
-STUDY = {
-    "id": "engines",
-    "title": "torch vs MLX",
-    "language": "en",
-    "comparison": {"groups": ["benign", "contradictory"]},
-    "concepts": ["order", "inventory", "person"],
-    "events": [
-        {"id": "b1", "group": "benign", "text": "The order was shipped on time."},
-        {"id": "b2", "group": "benign", "text": "The store counted its inventory."},
-        {"id": "c1", "group": "contradictory", "text": "Only 90 units are in stock, but 120 were ordered."},
-        {"id": "c2", "group": "contradictory", "text": "The order shipped 50 boxes from 30 in stock."},
-    ],
-    "templates": [{"id": "t1", "text": "Event: {event}\nHow do {concepts} relate?"}],
-}
+STUDY = study_dict("engines", "torch vs MLX", templates=1)
 
 
 @dataclass
@@ -95,8 +84,7 @@ def test_a_study_on_mlx_equals_the_study_on_torch(tmp_path):
 
     torch_lm = confident(tiny_random_model(canvas_length=16))
     folder = tmp_path / "checkpoint"
-    torch_lm.model.save_pretrained(folder)
-    torch_lm.tokenizer.save_pretrained(folder)
+    save_checkpoint(torch_lm, folder)
     mlx_lm = load_mlx_model(folder, dtype="float32")
     assert isinstance(mlx_lm, SamplingModel) and mlx_lm.device_type == "mlx" and len(mlx_lm.fingerprint()) == 16
 

@@ -19,21 +19,12 @@ import torch
 
 from petri.cli.main import main
 from petri.engine.torch.tiny import tiny_random_model
+from study_support import numbered_events, study_dict
+from tiny_support import save_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = 2
-STUDY = {
-    "id": "kill-test",
-    "title": "Kill test",
-    "language": "en",
-    "concepts": ["order", "inventory", "person"],
-    "templates": [{"id": "t1", "text": "Event: {event}\nDescribe {concepts}."}, {"id": "t2", "text": "{event} Explain {concepts}."}],
-    "events": [
-        {"id": f"{g[0]}{i}", "group": g, "text": f"{text} ({g} {i})"}
-        for g, text in (("benign", "A customer ordered a lamp from stock."), ("contradictory", "Only 90 units are in stock, but 120 were shipped."))
-        for i in range(1, 5)
-    ],
-}
+STUDY = study_dict("kill-test", "Kill test", events=numbered_events(range(1, 5)), comparison=False)
 TOTAL = len(STUDY["events"]) * TEMPLATES
 # Enough steps that the run lasts a few seconds after its first commit, so the kill lands midway.
 ARGS = ["--samples", "3", "--steps", "24", "--no-adaptive-stop", "--seed", "3", "--no-images", "--quiet"]
@@ -43,8 +34,7 @@ ARGS = ["--samples", "3", "--steps", "24", "--no-adaptive-stop", "--seed", "3", 
 def checkpoint(tmp_path_factory):
     lm = tiny_random_model(canvas_length=16, seed=5)
     folder = tmp_path_factory.mktemp("kill") / "tiny-kill-ckpt"
-    lm.model.save_pretrained(folder)
-    lm.tokenizer.save_pretrained(folder)
+    save_checkpoint(lm, folder)
     return folder
 
 

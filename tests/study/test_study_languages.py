@@ -12,6 +12,7 @@ import pytest
 from petri.cli.main import main as cli_main
 from petri.engine.torch.tiny import tiny_random_model
 from petri.measure.nouns import FUGASHI, KIWI, tagger_name
+from tiny_support import save_checkpoint
 
 STUDIES = Path(__file__).resolve().parents[2] / "assets" / "studies"
 
@@ -21,8 +22,7 @@ def checkpoint(tmp_path_factory):
     """A tiny random DiffusionGemma whose canvas holds three CJK concepts (6 byte tokens each)."""
     lm = tiny_random_model(canvas_length=32, seed=1)
     folder = tmp_path_factory.mktemp("ckpt") / "tiny-ckpt"
-    lm.model.save_pretrained(folder)
-    lm.tokenizer.save_pretrained(folder)
+    save_checkpoint(lm, folder)
     return folder
 
 

@@ -27,20 +27,9 @@ from petri.study.ray_executor import RayExecutor
 from petri.study.report import write_study
 from petri.study.runner import run_study
 from petri.study.schema import load_study
+from study_support import study_dict
 
-STUDY = {
-    "id": "ray-study",
-    "title": "Ray study",
-    "language": "en",
-    "concepts": ["order", "inventory", "person"],
-    "templates": [{"id": "t1", "text": "Event: {event}\nDescribe {concepts}."}, {"id": "t2", "text": "{event} Explain {concepts}."}],
-    "events": [
-        {"id": "b1", "group": "benign", "text": "A customer ordered a lamp."},
-        {"id": "b2", "group": "benign", "text": "The store counted its inventory."},
-        {"id": "c1", "group": "contradictory", "text": "Only 90 units are in stock, but 120 were shipped."},
-        {"id": "c2", "group": "contradictory", "text": "The order shipped 50 boxes from 30 in stock."},
-    ],
-}
+STUDY = study_dict("ray-study", "Ray study", comparison=False)
 TOTAL = len(STUDY["events"]) * len(STUDY["templates"])
 SAMPLES, SEED, STEPS = 2, 11, 8
 # --threads 1 in both runs: the driver's torch and every worker use one intra-op thread (CPU numbers can depend on it).

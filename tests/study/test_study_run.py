@@ -21,11 +21,11 @@ from petri.core.dish import LayoutError
 from petri.measure.nouns import FALLBACK, FUGASHI, KIWI, tagger_name, top_nouns_by_template
 from petri.study.plots import flips_bar, save_figures, sample_flip_heatmap as flip_heatmap
 from petri.study.report import render_report, sidecar, write_study
-from petri.app.service import BusyError, PetriService
+from petri.app.service import BusyError
 from petri.runs.store import RunStore
 from petri.study.schema import study_from_dict
 from petri.core.trajectory import SamplerSettings
-from conftest import model_held
+from service_support import model_held
 
 SETTINGS = SamplerSettings(max_denoising_steps=4)
 SAMPLES = 3
@@ -199,8 +199,7 @@ def test_a_concept_set_that_does_not_fit_fails_before_sampling(tiny_lm, tmp_path
     assert calls == []
 
 
-def test_service_runs_a_study_under_the_lock(tiny_lm, study, tmp_path):
-    service = PetriService(tiny_lm, RunStore(tmp_path))
+def test_service_runs_a_study_under_the_lock(study, service):
     result = service.run_study(study, samples=1, settings=SETTINGS, templates=["t1"])
     assert result.computed == len(study.events) and not service.busy
     with model_held(service), pytest.raises(BusyError):

@@ -19,27 +19,10 @@ from petri.web.app import create_app
 from petri.web.limits import MAX_QUEUED, MAX_SAMPLES
 from petri.app.service import PetriService
 from petri.runs.store import RunStore
-from conftest import model_held
+from service_support import model_held
 
 EVENT = "Only 90 units are in stock, but a customer ordered 120."
 CONCEPTS = ["order", "inventory", "person"]
-
-
-@pytest.fixture(scope="module")
-def service(tiny_lm, tmp_path_factory):
-    return PetriService(tiny_lm, RunStore(tmp_path_factory.mktemp("api-store")))
-
-
-@pytest.fixture(scope="module")
-def server(service, live_server):
-    with live_server(create_app(service)) as live:
-        yield live
-
-
-@pytest.fixture()
-def client(server):
-    with httpx.Client(base_url=server.url, timeout=60) as c:
-        yield c
 
 
 def seed_body(**changes) -> dict:
@@ -104,7 +87,7 @@ def test_ui_and_docs_are_served(client):
     assert {"/api/seed", "/api/health", "/api/runs/{run_id}", "/api/runs/{run_id}/{table}.{fmt}"} <= set(paths)
 
 
-def test_seed_stores_and_serves_csv(client, service):
+def test_seed_stores_and_serves_csv(client, served):
     body = seed_body(
         event=None,
         events=[{"event": EVENT, "group": "contradictory"}, {"event": "The order was shipped on time.", "group": "benign"}],
@@ -183,11 +166,11 @@ def test_settings_override_and_adaptive_stop(client):
 
 
 @contextmanager
-def api_job_held(service, monkeypatch):
-    """While the block runs, the first model job that takes ``service``'s lock keeps it (gated)
+def api_job_held(served, monkeypatch):
+    """While the block runs, the first model job that takes ``served``'s lock keeps it (gated)
     until the block ends; yields an event set once that job holds the lock."""
     holding, release = threading.Event(), threading.Event()
-    original = service.exclusive
+    original = served.exclusive
 
     @contextmanager
     def gated(wait_s=None, cancel=None):
@@ -197,14 +180,14 @@ def api_job_held(service, monkeypatch):
                 assert release.wait(60), "the test never released the job"
             yield
 
-    monkeypatch.setattr(service, "exclusive", gated)
+    monkeypatch.setattr(served, "exclusive", gated)
     try:
         yield holding
     finally:
         release.set()
 
 
-def test_busy_gets_503_and_server_stays_responsive(client, server, service, monkeypatch):
+def test_busy_gets_503_and_server_stays_responsive(client, server, served, monkeypatch):
     # a job of this API holds the model (sampling in a worker thread): health and stored runs
     # answer while it holds it, and a second seed gets 503 + Retry-After at once
     results = {}
@@ -213,7 +196,7 @@ def test_busy_gets_503_and_server_stays_responsive(client, server, service, monk
         with httpx.Client(base_url=server.url, timeout=120) as c:
             results["long"] = c.post("/api/seed", json=seed_body(samples=2))
 
-    with api_job_held(service, monkeypatch) as holding:
+    with api_job_held(served, monkeypatch) as holding:
         worker = threading.Thread(target=long_request)
         worker.start()
         assert holding.wait(30), "the first job never took the model"
@@ -305,8 +288,8 @@ def test_at_most_max_queued_requests_wait_and_health_answers(tiny_lm, tmp_path, 
         assert c.get("/api/health").json()["busy"] is False
 
 
-def test_busy_while_another_caller_holds_the_model(client, service):
-    with model_held(service):
+def test_busy_while_another_caller_holds_the_model(client, served):
+    with model_held(served):
         r = client.post("/api/seed", json=seed_body())
         assert r.status_code == 503 and "busy" in r.json()["detail"] and "Retry-After" in r.headers
         assert client.get("/api/runs").status_code == 200

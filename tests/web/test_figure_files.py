@@ -11,8 +11,7 @@ import plotly.graph_objects as go
 import pytest
 
 from petri.core.dish import Dish
-from petri.app.service import PetriService, SeedEvent
-from petri.runs.store import RunStore
+from petri.app.service import SeedEvent
 from petri.web.access import AccessPolicy, Caller, CALLER_COOKIE
 from petri.web.app import create_app
 from petri.web.ui.access import export_dir
@@ -34,31 +33,28 @@ def test_the_writer_names_each_file_by_run_and_figure_and_the_html_holds_its_dat
     assert all("plotly" in text and len(text) > 1_000_000 for text in html.values())  # plotly.js inlined: opens offline
 
 
-def test_the_dish_figures_are_the_stored_runs_and_answer_only_to_its_owner(tiny_lm, tmp_path):
+def test_the_dish_figures_are_the_stored_runs_and_answer_only_to_its_owner(service):
     from petri.web.ui.dish import DishController
 
-    svc = PetriService(tiny_lm, RunStore(tmp_path))
     a, b = Caller(public=True, token="a" * 43), Caller(public=True, token="b" * 43)
-    run_id = svc.seed(svc.plan([SeedEvent(Dish(concepts=["order", "inventory"], event=EVENT))], 3), owner=a.owner).run_id
-    ctl = DishController(svc)
-    paths = figure_files(svc, a, run_id, ctl.figures, 2, images=())
+    run_id = service.seed(service.plan([SeedEvent(Dish(concepts=["order", "inventory"], event=EVENT))], 3), owner=a.owner).run_id
+    ctl = DishController(service)
+    paths = figure_files(service, a, run_id, ctl.figures, 2, images=())
     names = sorted(p.rsplit("/", 1)[-1] for p in paths)
     assert names == [f"{run_id}-flip-heatmap.html", f"{run_id}-flips-sample2.html"]
     assert all(p.startswith(str(export_dir(a))) for p in paths)
     html = open(next(p for p in paths if "heatmap" in p)).read()
     assert "flips per step and position (3 samples)" in html  # this run's heatmap: it has 3 samples
     with pytest.raises(gr.Error, match="no stored run"):
-        figure_files(svc, b, run_id, ctl.figures, 0, images=())
+        figure_files(service, b, run_id, ctl.figures, 0, images=())
     with pytest.raises(gr.Error, match="Run or reopen"):
-        figure_files(svc, a, "", ctl.figures, 0, images=())
-    svc.shutdown()
+        figure_files(service, a, "", ctl.figures, 0, images=())
 
 
-def test_the_dish_tabs_button_yields_the_figures_of_its_run_on_a_public_server(tiny_lm, tmp_path, live_server):
+def test_the_dish_tabs_button_yields_the_figures_of_its_run_on_a_public_server(live_server, service):
     from tests.web.test_public_access import file_urls, gradio_call, seed_body, visitor
 
-    svc = PetriService(tiny_lm, RunStore(tmp_path))
-    with live_server(create_app(svc, access=AccessPolicy(public=True))) as live, \
+    with live_server(create_app(service, access=AccessPolicy(public=True))) as live, \
             visitor(live.url) as v1, visitor(live.url) as v2:
         run = v1.post("/api/seed", json=seed_body(seed=7)).json()["run_id"]
         kind, out = gradio_call(v1, "open_handler", [run], session="v1-figures")  # the run on screen
@@ -75,20 +71,17 @@ def test_the_dish_tabs_button_yields_the_figures_of_its_run_on_a_public_server(t
             assert v1.get(route).status_code == 200 and v2.get(route).status_code == 404
         kind, out = gradio_call(v2, "petri_dish_figures", [1], session="v2-figures")
         assert kind == "error", out
-    svc.shutdown()
 
 
-def test_the_compare_figures_are_both_heatmaps_and_the_difference_of_the_stored_run(tiny_lm, tmp_path):
-    svc = PetriService(tiny_lm, RunStore(tmp_path))
+def test_the_compare_figures_are_both_heatmaps_and_the_difference_of_the_stored_run(service):
     caller = Caller(public=True, token="c" * 43)
-    ctl, run_id = ui_compare_run(svc, caller, ("calm", "tense"))
-    paths = figure_files(svc, caller, run_id, ctl.figures, images=())
+    ctl, run_id = ui_compare_run(service, caller, ("calm", "tense"))
+    paths = figure_files(service, caller, run_id, ctl.figures, images=())
     html = {p.rsplit("/", 1)[-1]: open(p).read() for p in paths}
     assert sorted(html) == sorted(f"{run_id}-{n}.html" for n in ("heatmap-a", "heatmap-b", "difference"))
     assert "calm: flips per step and position (2 samples)" in html[f"{run_id}-heatmap-a.html"]
     assert "tense: flips per step and position (2 samples)" in html[f"{run_id}-heatmap-b.html"]
     assert "flip difference (tense − calm)" in html[f"{run_id}-difference.html"]
-    svc.shutdown()
 
 
 def test_the_study_tabs_figures_on_screen_are_written_under_the_run_id_they_carry(tmp_path):

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 
 import httpx
 import numpy as np
 import pytest
 
-from conftest import model_held
+from service_support import model_held
 from petri.app.service import PetriService
 from petri.runs.store import RunStore
 from petri.web import limits
@@ -36,23 +35,9 @@ def study_body(**changes) -> dict:
     return body
 
 
-@pytest.fixture(scope="module")
-def service(tiny_lm, tmp_path_factory):
-    svc = PetriService(tiny_lm, RunStore(tmp_path_factory.mktemp("job-api")), max_queued_jobs=2)
-    yield svc
-    svc.shutdown()
-
-
-@pytest.fixture(scope="module")
-def server(service, live_server):
-    with live_server(create_app(service, ui=False)) as live:
-        yield live
-
-
-@pytest.fixture()
-def client(server):
-    with httpx.Client(base_url=server.url, timeout=60) as c:
-        yield c
+#: the module's served service (tests/web/conftest.py): a queue of 2, the API alone
+SERVICE_OPTIONS = {"max_queued_jobs": 2}
+SERVE_UI = False
 
 
 def poll_final(client, job_id: str, headers=None) -> dict:
@@ -81,7 +66,7 @@ def read_events(client, url: str, headers=None) -> list[tuple[str, dict]]:
     return events
 
 
-def test_submit_poll_done_equals_the_synchronous_seed(client, service):
+def test_submit_poll_done_equals_the_synchronous_seed(client, served):
     submitted = client.post("/api/jobs/seed", json=seed_body(samples=4))
     assert submitted.status_code == 202, submitted.text
     body = submitted.json()
@@ -91,24 +76,24 @@ def test_submit_poll_done_equals_the_synchronous_seed(client, service):
     assert state["status"] == "done" and state["kind"] == "seed" and state["progress"]["unit"] == "step"
     assert state["started"] >= state["created"] and state["finished"] >= state["started"]
     sync = client.post("/api/seed", json=seed_body(samples=4)).json()
-    (_, _, via_job), = service.store.load_events(state["run_id"])
-    (_, _, direct), = service.store.load_events(sync["run_id"])
+    (_, _, via_job), = served.store.load_events(state["run_id"])
+    (_, _, direct), = served.store.load_events(sync["run_id"])
     for field in ("argmax", "entropy", "accepted", "steps", "final_ids", "anchor_mask"):
         np.testing.assert_array_equal(getattr(via_job, field), getattr(direct, field), err_msg=field)
     listed = client.get("/api/jobs", params={"limit": 5}).json()
     assert listed["jobs"][0]["job_id"] == body["job_id"] and listed["limit"] == 5
 
 
-def test_the_event_stream_is_ordered_ends_with_the_final_state_and_starts_late_subscribers_from_now(client, service):
+def test_the_event_stream_is_ordered_ends_with_the_final_state_and_starts_late_subscribers_from_now(client, served):
     import threading
 
     got: list = []
     with httpx.Client(base_url=str(client.base_url), timeout=60) as watcher:
-        with model_held(service):  # the job waits in the queue while the stream opens
+        with model_held(served):  # the job waits in the queue while the stream opens
             job = client.post("/api/jobs/study", json=study_body()).json()
             reader = threading.Thread(target=lambda: got.extend(read_events(watcher, job["events_url"])))
             reader.start()
-            wait_until(lambda: len(service.jobs._subscribers.get(job["job_id"], [])) == 1, "the stream to subscribe")
+            wait_until(lambda: len(served.jobs._subscribers.get(job["job_id"], [])) == 1, "the stream to subscribe")
         reader.join(DEADLINE_S)
     names = [n for n, _ in got]
     assert names[0] == "state" and got[0][1]["status"] == "queued"
@@ -120,10 +105,10 @@ def test_the_event_stream_is_ordered_ends_with_the_final_state_and_starts_late_s
     assert [n for n, _ in late] == ["state", "end"] and late[0][1]["progress"]["done"] == 4
 
 
-def test_cancel_a_queued_job_and_a_running_one(client, service):
-    with model_held(service):
+def test_cancel_a_queued_job_and_a_running_one(client, served):
+    with model_held(served):
         blocker = client.post("/api/jobs/seed", json=seed_body()).json()
-        wait_until(lambda: service.jobs.current is not None, "the worker to take the first job")
+        wait_until(lambda: served.jobs.current is not None, "the worker to take the first job")
         queued = client.post("/api/jobs/study", json=study_body(seed=77)).json()
         answer = client.delete(f"/api/jobs/{queued['job_id']}")
         assert answer.status_code == 200 and answer.json()["status"] == "cancelled"
@@ -141,24 +126,25 @@ def test_cancel_a_queued_job_and_a_running_one(client, service):
     client.delete(f"/api/jobs/{running['job_id']}")
     final = poll_final(client, running["job_id"])
     assert final["status"] == "cancelled"
-    kept = service.store.completed_events(final["run_id"])
+    kept = served.store.completed_events(final["run_id"])
     assert 1 <= len(kept) < 4
     assert client.get(f"/api/runs/{final['run_id']}").json()["status"] == "cancelled"
     assert client.delete("/api/jobs/" + "0" * 32).status_code == 404
 
 
-def test_a_full_queue_is_503_with_retry_after(client, service):
-    with model_held(service):
+def test_a_full_queue_is_503_with_retry_after(client, served):
+    assert served.jobs.max_queued == SERVICE_OPTIONS["max_queued_jobs"]  # the module's options reached its service
+    with model_held(served):
         first = client.post("/api/jobs/seed", json=seed_body()).json()
-        wait_until(lambda: service.jobs.current is not None, "the worker to take the first job")
-        waiting = [client.post("/api/jobs/seed", json=seed_body()) for _ in range(service.jobs.max_queued)]
-        assert [r.status_code for r in waiting] == [202] * service.jobs.max_queued
+        wait_until(lambda: served.jobs.current is not None, "the worker to take the first job")
+        waiting = [client.post("/api/jobs/seed", json=seed_body()) for _ in range(served.jobs.max_queued)]
+        assert [r.status_code for r in waiting] == [202] * served.jobs.max_queued
         full = client.post("/api/jobs/seed", json=seed_body())
         assert full.status_code == 503 and full.headers["retry-after"] == str(limits.RETRY_AFTER_S)
         assert "queue is full" in full.json()["detail"]
         health = client.get("/api/health").json()["queue"]
-        assert health == {"running": first["job_id"], "queued": service.jobs.max_queued,
-                          "max_queued": service.jobs.max_queued, "sync_max_token_steps": limits.SYNC_MAX_TOKEN_STEPS}
+        assert health == {"running": first["job_id"], "queued": served.jobs.max_queued,
+                          "max_queued": served.jobs.max_queued, "sync_max_token_steps": limits.SYNC_MAX_TOKEN_STEPS}
     for r in [first, *(w.json() for w in waiting)]:
         assert poll_final(client, r["job_id"])["status"] == "done"
 
@@ -211,20 +197,20 @@ def test_the_two_validation_gaps_are_closed(client, change, loc):
         assert [d["loc"] for d in answer.json()["detail"]] == [loc]
 
 
-def test_a_client_that_leaves_a_synchronous_seed_frees_the_model(server, service):
+def test_a_client_that_leaves_a_synchronous_seed_frees_the_model(server, served):
     """Raw HTTP: send a long synchronous seed, close the socket once the model is busy; the run is
     cancelled at its next step and the model is free again."""
     settings = {"max_denoising_steps": STEPS_IN_BUDGET, "adaptive_stop": False}
     body = json.dumps(seed_body(samples=64, settings=settings, event=None, events=TWO_EVENTS)).encode()
     host, port = server.url.removeprefix("http://").split(":")
-    before = {r["run_id"] for r in service.store.list_runs(200)}
+    before = {r["run_id"] for r in served.store.list_runs(200)}
     sock = socket.create_connection((host, int(port)))
     sock.sendall(b"POST /api/seed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                  + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-    wait_until(lambda: service.busy, "the seed to start")
+    wait_until(lambda: served.busy, "the seed to start")
     sock.close()
-    wait_until(lambda: not service.busy, "the model to be free again", timeout=10)
-    (new,) = [r for r in service.store.list_runs(200) if r["run_id"] not in before]
+    wait_until(lambda: not served.busy, "the model to be free again", timeout=10)
+    (new,) = [r for r in served.store.list_runs(200) if r["run_id"] not in before]
     assert new["status"] == "cancelled" and new["events_stored"] == 0
 
 

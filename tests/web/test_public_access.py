@@ -171,7 +171,7 @@ def test_the_trajectory_downloads_lie_in_the_callers_folder_and_answer_only_to_i
         assert kind == "error", out
 
 
-def test_the_trajectory_view_opens_no_other_callers_run(tiny_lm, tmp_path):
+def test_the_trajectory_view_opens_no_other_callers_run(tiny_lm, service):
     """Defence in depth: the viewer's handlers open the run through UiAccess.open_run, so a key
     naming another caller's run (however it got into a session) reads as no stored run."""
     import gradio as gr
@@ -181,32 +181,28 @@ def test_the_trajectory_view_opens_no_other_callers_run(tiny_lm, tmp_path):
     from petri.web.tokens import TokenText
     from petri.web.ui.trajectory import TrajectoryView
 
-    svc = PetriService(tiny_lm, RunStore(tmp_path))
     a, b = Caller(public=True, token="a" * 43), Caller(public=True, token="b" * 43)
-    run_id = svc.seed(svc.plan([SeedEvent(Dish(concepts=["order", "inventory"], event=EVENT))], 2), owner=a.owner).run_id
-    view, key = TrajectoryView(svc, TokenText(tiny_lm.tokenizer)), {"run_id": run_id, "event": 0, "title": ""}
+    run_id = service.seed(service.plan([SeedEvent(Dish(concepts=["order", "inventory"], event=EVENT))], 2), owner=a.owner).run_id
+    view, key = TrajectoryView(service, TokenText(tiny_lm.tokenizer)), {"run_id": run_id, "event": 0, "title": ""}
     assert view.export(key, 0, a)
     for call in (lambda: view.export(key, 0, b), lambda: view.show_sample(key, 1, b)):
         with pytest.raises(gr.Error, match="no stored run"):
             call()
-    svc.shutdown()
 
 
-def test_a_public_page_lists_no_run_before_a_visitor_asks(tiny_lm, tmp_path, live_server):
+def test_a_public_page_lists_no_run_before_a_visitor_asks(live_server, service):
     """The Runs table's first value is in the page every visitor gets: on a public server it is
     empty, even for a store that already holds someone's run when the server starts."""
     from fastapi.testclient import TestClient
 
-    svc = PetriService(tiny_lm, RunStore(tmp_path))
-    with TestClient(create_app(svc, ui=False, access=AccessPolicy(public=True))) as api:
+    with TestClient(create_app(service, ui=False, access=AccessPolicy(public=True))) as api:
         run = api.post("/api/seed", json=seed_body(event="A secret event nobody else should read.")).json()["run_id"]
-    with live_server(create_app(svc, access=AccessPolicy(public=True))) as live, \
+    with live_server(create_app(service, access=AccessPolicy(public=True))) as live, \
             httpx.Client(base_url=live.url, timeout=120) as visitor:
         pages = [visitor.get(path) for path in ("/", "/config", "/gradio_api/info")]
         assert all(r.status_code == 200 for r in pages), [r.status_code for r in pages]
         assert '"petri-runs-table"' in pages[1].text  # the table is in the config, empty
         assert all(run not in r.text and "secret event" not in r.text for r in pages)
-    svc.shutdown()
 
 
 def ui_compare_run(svc: PetriService, caller: Caller, labels: tuple[str, str] = ("A", "B")):
@@ -221,21 +217,18 @@ def ui_compare_run(svc: PetriService, caller: Caller, labels: tuple[str, str] = 
     return ctl, updates[-1]["run_id"]
 
 
-def test_ui_runs_belong_to_the_visitor_who_ran_them(tiny_lm, tmp_path):
+def test_ui_runs_belong_to_the_visitor_who_ran_them(service):
     """A Compare run from the UI is stored as its caller's (so its Runs tab lists it, and no one else's)."""
-    svc = PetriService(tiny_lm, RunStore(tmp_path))
     caller = Caller(public=True, token="v" * 43)
-    _, run_id = ui_compare_run(svc, caller)
-    assert svc.store.owns_run(run_id, caller.owner)
-    assert not svc.store.owns_run(run_id, owner_of("w" * 43))
-    svc.shutdown()
+    _, run_id = ui_compare_run(service, caller)
+    assert service.store.owns_run(run_id, caller.owner)
+    assert not service.store.owns_run(run_id, owner_of("w" * 43))
 
 
 # ------------------------------------------------------------------------------ caller tokens
 @pytest.mark.parametrize("token", ["A" * 200 + "-alice-secret", "a", "", "A" * 129, "A" * 30 + " x", "Ä" * 30])
-def test_a_malformed_caller_token_is_refused_naming_the_header_never_cut(tiny_lm, tmp_path, token):
-    svc = PetriService(tiny_lm, RunStore(tmp_path))
-    app = create_app(svc, ui=False, access=AccessPolicy(public=True))
+def test_a_malformed_caller_token_is_refused_naming_the_header_never_cut(token, service):
+    app = create_app(service, ui=False, access=AccessPolicy(public=True))
     from fastapi.testclient import TestClient
 
     with TestClient(app) as client:
@@ -245,14 +238,12 @@ def test_a_malformed_caller_token_is_refused_naming_the_header_never_cut(tiny_lm
             assert r.status_code == 400, (path, r.text)
             assert "X-Petri-Token" in r.json()["detail"]
             assert token.encode()[:60].decode("utf-8", "ignore") not in r.text or len(token) < 2
-    svc.shutdown()
 
 
-def test_two_long_tokens_that_share_a_prefix_stay_two_callers(tiny_lm, tmp_path):
+def test_two_long_tokens_that_share_a_prefix_stay_two_callers(service):
     from fastapi.testclient import TestClient
 
-    svc = PetriService(tiny_lm, RunStore(tmp_path))
-    app = create_app(svc, ui=False, access=AccessPolicy(public=True))
+    app = create_app(service, ui=False, access=AccessPolicy(public=True))
     alice, mallory = "A" * 100 + "-alice", "A" * 100 + "-mallory"
     with TestClient(app) as client:
         job = client.post("/api/jobs/seed", json=seed_body(), headers={"X-Petri-Token": alice})
@@ -261,10 +252,9 @@ def test_two_long_tokens_that_share_a_prefix_stay_two_callers(tiny_lm, tmp_path)
         assert client.get("/api/jobs", headers={"X-Petri-Token": mallory}).json()["jobs"] == []
         issued = {client.post("/api/jobs/seed", json=seed_body(seed=s)).json()["token"] for s in (2, 3)}
         assert len(issued) == 2 and all(len(t) >= 43 for t in issued)  # 256 random bits, base64url
-    svc.shutdown()
 
 
-def test_the_api_token_never_reaches_the_access_log_and_a_post_keeps_it_out_of_the_query(tiny_lm, tmp_path):
+def test_the_api_token_never_reaches_the_access_log_and_a_post_keeps_it_out_of_the_query(service):
     """``/?api_token=SECRET`` opens the UI without the secret landing in uvicorn's access log, and a
     POST that carries it in the query is refused clearly (a 303 would drop its body)."""
     import logging
@@ -276,8 +266,7 @@ def test_the_api_token_never_reaches_the_access_log_and_a_post_keeps_it_out_of_t
     from petri.web.server import server_config
 
     secret = "s3cret-token-value-123"
-    svc = PetriService(tiny_lm, RunStore(tmp_path))
-    app = create_app(svc, ui=False, access=AccessPolicy(api_token=secret))
+    app = create_app(service, ui=False, access=AccessPolicy(api_token=secret))
     config = server_config(app, "127.0.0.1", 0)
     lines: list[str] = []
 
@@ -303,7 +292,7 @@ def test_the_api_token_never_reaches_the_access_log_and_a_post_keeps_it_out_of_t
     finally:
         server.should_exit = True
         thread.join(10)
-        svc.shutdown()
+        service.shutdown()
     assert any("api_token=***" in line for line in lines), lines
     assert not any(secret in line for line in lines), lines
 
@@ -351,20 +340,18 @@ def test_only_the_integer_1_is_a_schema_version(version):
         study_from_dict({**study, "schema": version})
 
 
-def test_deleting_a_shared_run_removes_only_the_callers_claim_until_the_last(tiny_lm, tmp_path):
+def test_deleting_a_shared_run_removes_only_the_callers_claim_until_the_last(service):
     """Two callers who posted the same study share its run: the first delete drops only that
     caller's claim; the last drops the run, its events and its claims."""
     from petri.core.dish import Dish
     from petri.app.service import SeedEvent
 
-    svc = PetriService(tiny_lm, RunStore(tmp_path))
     a, b = owner_of("a" * 43), owner_of("b" * 43)
-    run_id = svc.seed(svc.plan([SeedEvent(Dish(concepts=["order", "inventory"], event=EVENT))], 2), owner=a).run_id
-    svc.store.add_run_owner(run_id, b)
-    assert svc.store.remove_run(run_id, a) is True
-    assert svc.store.get_run(run_id) is not None and not svc.store.owns_run(run_id, a) and svc.store.owns_run(run_id, b)
-    assert svc.store.load_events(run_id)
-    assert svc.store.remove_run(run_id, b) is True
-    assert svc.store.get_run(run_id) is None and svc.store.load_events(run_id) == [] and not svc.store.owns_run(run_id, b)
-    assert svc.store.remove_run(run_id, b) is False
-    svc.shutdown()
+    run_id = service.seed(service.plan([SeedEvent(Dish(concepts=["order", "inventory"], event=EVENT))], 2), owner=a).run_id
+    service.store.add_run_owner(run_id, b)
+    assert service.store.remove_run(run_id, a) is True
+    assert service.store.get_run(run_id) is not None and not service.store.owns_run(run_id, a) and service.store.owns_run(run_id, b)
+    assert service.store.load_events(run_id)
+    assert service.store.remove_run(run_id, b) is True
+    assert service.store.get_run(run_id) is None and service.store.load_events(run_id) == [] and not service.store.owns_run(run_id, b)
+    assert service.store.remove_run(run_id, b) is False

@@ -12,14 +12,12 @@ import gradio as gr
 import pandas as pd
 import pytest
 
-from petri.app.service import PetriService
-from petri.runs.store import RunStore
 from petri.web.app import create_app
 from petri.web.errors import FieldError
 from petri.web.api.requests import SeedRequest, StudyRequest, prepare_seed, prepare_study
 from petri.web.ui.dish import DishController
 from petri.web.ui.study import StudyController
-from conftest import model_held
+from service_support import model_held
 
 WEB = Path(__file__).resolve().parents[2] / "petri" / "web"
 
@@ -43,11 +41,6 @@ REQUEST_FIELDS = {
 }
 RESPONSE_MODELS = {"AnchorOut", "EventOut", "HealthOut", "ModelOut", "PairOut", "PreservationOut", "RunOut",
                    "SampleOut", "SegmentOut", "StudyOut"}
-
-
-@pytest.fixture()
-def service(tiny_lm, tmp_path):
-    return PetriService(tiny_lm, RunStore(tmp_path / "store"))
 
 
 # --------------------------------------------------------------------------------- OpenAPI

@@ -52,7 +52,8 @@ from petri.engine.torch.decoder_hooks import self_conditioning_reason, soft_embe
 from petri.engine.torch.fast_tier import FastOptions
 from petri.engine.cuda.fp8 import embedding_columns, scaled_matmul
 from petri.engine.cuda.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
-from petri.engine.loop import run_loop
+from petri.engine.cuda.step_logs import StepLogs
+from petri.engine.loop import Record, run_loop
 from petri.engine.torch.step import TorchOps, _cache_kwarg, start_batch
 from petri.engine.families.uniform import StopRule, accept_and_renoise, stops, temperature_at
 from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory
@@ -90,7 +91,7 @@ def softcap_of(model) -> float | None:
 class _Session:
     """Static buffers and (optionally) captured graphs for one model, batch S, prompt length P,
     canvas length L, vocabulary V and sampler settings. Buffers: canvas (S, L) int64; self-
-    conditioning input (S, L, V) in the embedding dtype; logs (T, S, L); noise (S·L, V) float32,
+    conditioning input (S, L, V) in the embedding dtype; the record's rows (T, S, L); noise (S·L, V) float32,
     or with the inverse-CDF draw uniforms (S·L,) float32."""
 
     def __init__(self, lm, cache, batch: int, settings: SamplerSettings, has_anchors: bool, options: FastOptions):
@@ -137,17 +138,14 @@ class _Session:
         self.inv_temperatures = torch.tensor(
             [scalar_reciprocal(t) for t in self.temperatures], dtype=torch.float32, device=device
         )
-        # logs
-        self.log_argmax = torch.full((T, S, L), -1, dtype=torch.int32, device=device)
-        self.log_entropy = torch.full((T, S, L), float("nan"), dtype=torch.float32, device=device)
-        self.log_accepted = torch.zeros((T, S, L), dtype=torch.bool, device=device)
-        self.log_canvas = torch.full((T, S, L), -1, dtype=torch.int32, device=device)
-        self.log_steps = torch.zeros(S, dtype=torch.int32, device=device)
+        self.ops = TorchOps(device)
+        # the record: the loop's writer, its rows in (T, S, L) buffers a captured graph writes in place
+        self.record_rows = StepLogs(T, S, L, device)
+        self.step_record = Record(self.ops, S, self.record_rows)
         # adaptive stop
         self.has_stopper = self.can_stop = stops(settings)
         self.max_steps = T
         self.history = torch.full((max(1, settings.stability_threshold or 0), S, L), -1, dtype=torch.long, device=device)
-        self.ops = TorchOps(device)
         self.stop = (
             StopRule(self.ops, settings.stability_threshold, settings.confidence_threshold, self.anchor_mask,
                      has_anchors, history=self.history)
@@ -181,11 +179,7 @@ class _Session:
         self.step_counter.zero_()
         self.finished.fill_(False)
         self.last_entropy.zero_()
-        self.log_argmax.fill_(-1)
-        self.log_entropy.fill_(float("nan"))
-        self.log_accepted.fill_(False)
-        self.log_canvas.fill_(-1)
-        self.log_steps.zero_()
+        self.record_rows.reset()
         self.history.fill_(-1)
 
     # ---- the three phases of a step ----------------------------------------------------------
@@ -228,7 +222,7 @@ class _Session:
         ``index``: the step as a Python int (eager), or ``None`` inside a graph (device counter)."""
         S, L, V = self.batch, self.length, self.vocab
         running = ~self.finished
-        self.log_steps += running.to(torch.int32)
+        self.step_record.count(running)
         if self.options.inverse_cdf_draw:
             self.noise.uniform_()
             draw = {"log_noise": None, "uniforms": self.noise}
@@ -273,19 +267,10 @@ class _Session:
 
     def record(self, index: int | None) -> None:
         """Write the step's raw argmax, entropy, accept mask and the canvas it left (running samples
-        only) at the step."""
-        running = self.step_running[:, None]
-        rows = (
-            torch.where(running, self.step_argmax.to(torch.int32), -1),
-            torch.where(running, self.step_entropy.float(), float("nan")),
-            self.step_accepted & running,
-            torch.where(running, self.canvas.to(torch.int32), -1),
-        )
-        for log_array, row in zip((self.log_argmax, self.log_entropy, self.log_accepted, self.log_canvas), rows):
-            if index is None:
-                log_array.index_copy_(0, self.step_counter, row[None])
-            else:
-                log_array[index] = row
+        only) at the step: the loop's :meth:`~petri.engine.loop.Record.write`, at ``index`` or, inside
+        a graph (``None``), at the device counter."""
+        self.step_record.write(self.step_running, self.step_argmax, self.step_entropy, self.step_accepted,
+                               self.canvas, self.step_counter if index is None else index)
         self.step_counter += 1
 
     # ---- capture -----------------------------------------------------------------------------
@@ -334,21 +319,13 @@ class _Session:
         self.run_step(index, self.events)
 
     def live(self, index: int) -> LiveStep:
-        rows = (self.log_argmax[index], self.log_canvas[index], self.log_accepted[index], self.finished)
-        return LiveStep(index, *(row.cpu().numpy() for row in rows))
+        return self.step_record.live(index, self.finished)
 
     def all_finished(self) -> bool:
         return bool(self.finished.all())
 
     def result(self, steps_run: int) -> dict:
-        return {
-            "argmax": self.log_argmax[:steps_run].permute(1, 0, 2).cpu().numpy(),
-            "entropy": self.log_entropy[:steps_run].permute(1, 0, 2).cpu().numpy(),
-            "accepted": self.log_accepted[:steps_run].permute(1, 0, 2).cpu().numpy(),
-            "canvas": self.log_canvas[:steps_run].permute(1, 0, 2).cpu().numpy(),
-            "steps": self.log_steps.cpu().numpy(),
-            "final_ids": self.argmax_canvas.cpu().numpy(),
-        }
+        return {**self.step_record.host(steps_run), "final_ids": self.argmax_canvas.cpu().numpy()}
 
 
 def _event(device: torch.device):

@@ -3,10 +3,9 @@ the tab of its kind through one mapping (petri.web.ui.runs.REOPEN): nothing else
 
 from __future__ import annotations
 
-from petri.app.service import PetriService, SeedEvent
+from petri.app.service import SeedEvent
 from petri.core.dish import Dish
 from petri.core.trajectory import SamplerSettings
-from petri.runs.store import RunStore
 from petri.web.ui.build import RESULT_TABS, build_ui
 from petri.web.ui.runs import REOPEN, KIND_FILTERS, RunsController
 
@@ -16,8 +15,8 @@ def tab_labels(blocks) -> list[str]:
     return [c["props"]["label"] for c in config["components"] if c.get("type") == "tabitem"]
 
 
-def test_the_page_shows_the_result_tabs_in_their_order_then_runs_and_model(tiny_lm, tmp_path):
-    blocks = build_ui(PetriService(tiny_lm, RunStore(tmp_path / "store")))
+def test_the_page_shows_the_result_tabs_in_their_order_then_runs_and_model(service):
+    blocks = build_ui(service)
     assert tab_labels(blocks) == ["Dish", "Compare", "Study", "Probe", "Runs", "Model"]
     assert [t.label for t in RESULT_TABS] == ["Dish", "Compare", "Study", "Probe"]
 
@@ -26,9 +25,8 @@ def test_every_result_tab_reopens_its_kind_and_the_filter_offers_it():
     assert [t.kind for t in RESULT_TABS] == list(REOPEN) == KIND_FILTERS[1:]
 
 
-def test_a_run_reopens_through_the_mapping_of_its_kind(tiny_lm, tmp_path):
+def test_a_run_reopens_through_the_mapping_of_its_kind(service):
     """A stored dish run goes to the ``dish`` entry with that tab's controller; no other entry runs."""
-    service = PetriService(tiny_lm, RunStore(tmp_path / "store"))
     dish = Dish(("order", "person"), "The order shipped.", "{event}", positions=(2, 9))
     result = service.seed(service.plan([SeedEvent(dish)], 1, SamplerSettings(max_denoising_steps=3), seed=3))
     seen = []
@@ -53,10 +51,9 @@ def open_handler_of(blocks):
     return fn.fn, note
 
 
-def test_a_run_that_cannot_open_says_so_once_and_marks_nothing_else(tiny_lm, tmp_path):
+def test_a_run_that_cannot_open_says_so_once_and_marks_nothing_else(tiny_lm, service):
     """An unknown id and a run that stopped before its first event each give one message in the Runs
     tab; the handler returns nothing for any other component (a raised error would mark them all)."""
-    service = PetriService(tiny_lm, RunStore(tmp_path / "store"))
     handler, note = open_handler_of(build_ui(service))
     unknown = handler(None, "0123456789abcdef")
     assert list(unknown) == [note] and unknown[note].startswith("**Cannot open:**") and "0123456789abcdef" in unknown[note]
@@ -66,8 +63,7 @@ def test_a_run_that_cannot_open_says_so_once_and_marks_nothing_else(tiny_lm, tmp
     assert list(empty) == [note] and "(cancelled) stopped before its first event finished" in empty[note]
 
 
-def test_a_stored_run_opens_and_clears_the_status_line(tiny_lm, tmp_path):
-    service = PetriService(tiny_lm, RunStore(tmp_path / "store"))
+def test_a_stored_run_opens_and_clears_the_status_line(service):
     dish = Dish(("order", "person"), "The order shipped.", "{event}", positions=(2, 9))
     run_id = service.seed(service.plan([SeedEvent(dish)], 1, SamplerSettings(max_denoising_steps=3), seed=3)).run_id
     handler, note = open_handler_of(build_ui(service))

@@ -14,11 +14,7 @@ from petri.study.schema import StudyError
 from petri.web.ui.dish import DishController
 from petri.web.ui.views import highlighted_text, parse_concepts
 from petri.web.ui.study import StudyController, builtin_studies, fields_to_study, study_to_fields
-
-
-@pytest.fixture()
-def service(tiny_lm, tmp_path):
-    return PetriService(tiny_lm, RunStore(tmp_path / "store"))
+from study_support import study_fields, tab_study
 
 
 def dish_inputs(ctl: DishController, concepts="order, inventory, person", **changes):
@@ -131,14 +127,8 @@ def test_placement_helpers(service):
 
 
 def small_study_fields():
-    events = pd.DataFrame(
-        [["b1", "benign", "The order was packed.", ""], ["b2", "benign", "The stock was counted.", ""],
-         ["c1", "contradictory", "Ninety units in stock, none in stock.", ""],
-         ["c2", "contradictory", "The order arrived before it was placed.", "order, person"]],
-        columns=["id", "group", "text", "concepts"],
-    )
-    templates = pd.DataFrame([["t1", "Event: {event}"], ["t2", "{event} ({concepts})"]], columns=["id", "text"])
-    return {"id": "mini", "title": "mini", "language": "en"}, "order, inventory, person", events, templates
+    """The Study tab's small study, its event c2 with concepts of its own."""
+    return study_fields(tab_study(c2="order, person"))
 
 
 def test_study_tab_runs_a_study(service):

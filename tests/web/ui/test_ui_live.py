@@ -12,32 +12,18 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from petri.app.service import PetriService
-from petri.runs.store import RunStore
 from petri.study.analysis import analyze
 from petri.study.provisional import provisional_statistics, stored_batches
 from petri.measure.tables import segments_table
 from petri.web.ui import study as ui_study
 from petri.web.ui.study import StudyController, fields_to_study
+from study_support import study_fields, tab_study
 
 N_BOOT = 200
 
 
-@pytest.fixture()
-def service(tiny_lm, tmp_path):
-    return PetriService(tiny_lm, RunStore(tmp_path / "store"))
-
-
 def small_study():
-    events = pd.DataFrame(
-        [["b1", "benign", "The order was packed.", ""], ["b2", "benign", "The stock was counted.", ""],
-         ["c1", "contradictory", "Ninety units in stock, none in stock.", ""],
-         ["c2", "contradictory", "The order arrived before it was placed.", ""]],
-        columns=["id", "group", "text", "concepts"],
-    )
-    templates = pd.DataFrame([["t1", "Event: {event}"], ["t2", "{event} ({concepts})"]], columns=["id", "text"])
-    meta = {"id": "mini", "title": "mini", "language": "en"}
-    return meta, "order, inventory, person", events, templates
+    return study_fields(tab_study())
 
 
 @pytest.fixture()

@@ -10,24 +10,16 @@ import gradio as gr
 import pandas as pd
 import pytest
 
-from petri.app.service import PetriService
-from petri.runs.store import RunStore
 from petri.web.ui.stats import pairs_view, run_power
 from petri.web.ui.study import StudyController
+from study_support import study_fields, tab_study
 
 SHIPPED = Path(__file__).resolve().parents[3] / "assets" / "studies" / "results" / "inventory_order-en-petri-tiny"
 
 
-def test_finished_study_view_has_flagged_pairs_and_its_folder(tiny_lm, tmp_path):
-    service = PetriService(tiny_lm, RunStore(tmp_path / "store"))
-    events = pd.DataFrame(
-        [["b1", "benign", "The order was packed.", ""], ["b2", "benign", "The stock was counted.", ""],
-         ["c1", "contradictory", "Ninety units in stock, none in stock.", ""],
-         ["c2", "contradictory", "The order arrived before it was placed.", ""]],
-        columns=["id", "group", "text", "concepts"])
-    templates = pd.DataFrame([["t1", "Event: {event}"], ["t2", "{event} ({concepts})"]], columns=["id", "text"])
-    *_, final = StudyController(service).run({"id": "mini", "title": "mini", "language": "en"},
-                                                "order, inventory, person", events, templates,
+def test_finished_study_view_has_flagged_pairs_and_its_folder(service):
+    meta, concepts, events, templates = study_fields(tab_study())
+    *_, final = StudyController(service).run(meta, concepts, events, templates,
                                                 "benign, contradictory", "", ["t1", "t2"], 2, 0, 3)
     # 2 events per group: the headline and every pair are uninformative, not printed as a result
     assert "UNINFORMATIVE" in final["stats"] and "95% CI" not in final["stats"].split("Segment level")[0]
@@ -43,8 +35,7 @@ def test_finished_study_view_has_flagged_pairs_and_its_folder(tiny_lm, tmp_path)
 
     from petri.web.ui.study import fields_to_study
 
-    study = fields_to_study({"id": "mini", "title": "mini", "language": "en"}, "order, inventory, person", events,
-                            templates, "benign, contradictory", "")
+    study = fields_to_study(meta, concepts, events, templates, "benign, contradictory", "")
     run_id = final["status"].split("`")[1]
     ctl = StudyController(service)
     planned_more = ctl.live_views(study, run_id, ("t1", "t2"), SimpleNamespace(max_denoising_steps=3), 0, 16)
@@ -98,14 +89,13 @@ def test_shipped_pairs_table():
     assert pairs_view(None) is None
 
 
-def test_compare_view_gives_the_paired_tests(tiny_lm, tmp_path):
+def test_compare_view_gives_the_paired_tests(service):
     from scipy import stats as sps
 
     from petri.measure.tables import samples_table, segments_table
     from petri.web.ui.compare import CompareController
     from petri.web.ui.dish import DishController
 
-    service = PetriService(tiny_lm, RunStore(tmp_path / "store"))
     ctl = CompareController(service, DishController(service))
     *_, final = ctl.run("order, inventory, person", "benign", "The order was packed.", "contradictory",
                         "Ninety units in stock, none in stock.", "{event}", 8, 4, 5)

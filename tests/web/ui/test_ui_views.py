@@ -25,11 +25,6 @@ from petri.web.ui.study import StudyController
 from petri.web.ui.views import END_TOKEN_LABEL, highlighted_text
 
 
-@pytest.fixture()
-def service(tiny_lm, tmp_path):
-    return PetriService(tiny_lm, RunStore(tmp_path / "store"))
-
-
 def one_sample_dish(service, ctl):
     *_, final = ctl.run("order, person", "x", "{event}", 1, 0,
                         pd.DataFrame({"concept": ["order", "person"], "start": [2, 9], "tokens": [1, 1]}),
