@@ -4,11 +4,12 @@ process that starts next marks its run and job ``interrupted`` with those reads 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
 from petri.app.probe import EvalSettings
-from petri.app.service import PetriService
 from petri.core.probe import ProbeInputError, request_from_dict
 from petri.runs.formats import RESULT_TABLES
 from petri.runs.store import RunStore
@@ -19,8 +20,7 @@ REQUEST = {"prompt": "Only 90 units are in stock.", "frame": "ok {{consistent}}"
            "questions": [{"name": "consistent", "alternatives": ["yes", "no"]}]}
 
 
-def test_a_read_is_one_stored_probe_run_of_its_owner_and_a_refusal_stores_none(tiny_lm, tmp_path):
-    service = PetriService(tiny_lm, RunStore(tmp_path))
+def test_a_read_is_one_stored_probe_run_of_its_owner_and_a_refusal_stores_none(service):
     done = service.probe(request_from_dict(REQUEST), owner="alice")
     assert service.store.get_run(done.run_id)["kind"] == "probe"
     assert service.store.owns_run(done.run_id, "alice") and not service.store.owns_run(done.run_id, "bob")
@@ -28,18 +28,16 @@ def test_a_read_is_one_stored_probe_run_of_its_owner_and_a_refusal_stores_none(t
     with pytest.raises(ProbeInputError) as refused:
         service.probe(request_from_dict({**REQUEST, "frame": "no slot"}), owner="alice")
     assert refused.value.field == "frame" and len(service.store.list_runs()) == 1
-    service.shutdown()
 
 
-def test_an_evaluation_a_crash_stops_keeps_its_reads_and_is_marked_interrupted_after(tiny_lm, tmp_path):
+def test_an_evaluation_a_crash_stops_keeps_its_reads_and_is_marked_interrupted_after(service):
     questions = request_from_dict(REQUEST).questions
     items = tuple(LabelledItem(str(i), f"Event number {i}.", None, {"consistent": "no"}) for i in range(300))
     labelled = LabelledSet("many", questions, "ok {{consistent}}", None, items)
-    service = PetriService(tiny_lm, RunStore(tmp_path))
     job = service.submit_probe_eval(labelled, EvalSettings(steps=2))
     wait_until(lambda: job.done >= 3, "three items read", timeout=120)
     # the process dies here; the next one opens the same store (its start marks what was left running)
-    restarted = RunStore(tmp_path)
+    restarted = RunStore(Path(service.store_path).parent)
     runs, jobs = restarted.mark_unfinished_interrupted()
     assert (runs, jobs) == (1, 1)
     run = restarted.get_run(job.run_id)
@@ -47,4 +45,3 @@ def test_an_evaluation_a_crash_stops_keeps_its_reads_and_is_marked_interrupted_a
     kept = pd.concat(list(RESULT_TABLES["predictions"].chunks(restarted.load_results(job.run_id))))
     read = kept["item_id"].tolist()
     assert len(read) >= 3 and read == [str(i) for i in range(len(read))]  # every read before the crash, in order
-    service.shutdown()

@@ -7,11 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from petri.app.service import PetriService
 from petri.core.dish import Dish
 from petri.core.plan import SeedEvent
 from petri.core.trajectory import SamplerSettings
-from petri.runs.store import RunStore
 
 WEB = Path(__file__).resolve().parents[2] / "petri" / "web"
 REACH_THROUGH = re.compile(r"service\.(store|lm)\.")
@@ -24,8 +22,7 @@ def test_no_edge_reaches_through_the_service():
     assert found == []
 
 
-def test_the_services_reads_answer_as_the_store_and_model(tiny_lm, tmp_path):
-    service = PetriService(tiny_lm, RunStore(tmp_path / "store"))
+def test_the_services_reads_answer_as_the_store_and_model(service, tiny_lm, tmp_path):
     settings = SamplerSettings(max_denoising_steps=2)
     mine = service.seed(service.plan([SeedEvent(Dish(("order", "person"), "x"), "calm")], 1, settings), owner="a")
     theirs = service.seed(service.plan([SeedEvent(Dish(("order", "person"), "y"))], 1, settings), owner="b")

@@ -10,16 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 import petri.engine.seeding as seeding
-from petri.app.service import PetriService
 from petri.core.dish import Dish, layout_samples
 from petri.core.plan import SeedEvent, SeedPlan
 from petri.core.trajectory import SamplerSettings
-from petri.runs.store import RunStore
-
-
-@pytest.fixture()
-def service(tiny_lm, tmp_path):
-    return PetriService(tiny_lm, RunStore(tmp_path / "store"))
 
 
 @pytest.fixture()

@@ -11,14 +11,12 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from petri.app.service import PetriService
 from petri.core.dish import Dish
 from petri.engine.seeding import seed_dish
 from petri.measure.metrics import flip_counts
 from petri.measure.sample_metrics import (SampleMetric, register_sample_metric, sample_metrics, total,
                                           unregister_sample_metric)
 from petri.measure.tables import samples_table
-from petri.runs.store import RunStore
 from petri.study.analysis import events_table, study_tables
 from petri.study.report import _metrics_section
 from petri.study.runner import StudyBatch
@@ -57,8 +55,8 @@ def test_the_samples_table_and_the_ui_show_the_new_metric(new_metric, trajectory
     assert DishController.samples_view(trajectory)[NEW].tolist() == hand_totals(trajectory)
 
 
-def test_the_api_answers_and_documents_the_new_metric(new_metric, tiny_lm, tmp_path):
-    app = create_app(PetriService(tiny_lm, RunStore(tmp_path / "store")), ui=False)
+def test_the_api_answers_and_documents_the_new_metric(new_metric, service):
+    app = create_app(service, ui=False)
     with TestClient(app) as client:
         answer = client.post("/api/seed", json={"concepts": ["order", "person"], "event": "The order was packed.",
                                                  "samples": 2, "seed": 4})

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import model_held
+from service_support import model_held
 from petri.app.service import PetriService
 from petri.core.probe import request_from_dict
 from petri.engine.probe import read_slots
@@ -39,10 +39,9 @@ def set_body(**changes) -> dict:
 
 
 @pytest.fixture(scope="module")
-def service(tiny_lm, tmp_path_factory):
-    svc = PetriService(tiny_lm, RunStore(tmp_path_factory.mktemp("probe-api")))
-    yield svc
-    svc.shutdown()
+def service(served):
+    """The module's service (``served``, tests/web/conftest.py), under the name the tests read."""
+    return served
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +188,7 @@ def test_a_running_evaluation_cancelled_stops_keeps_what_it_read_and_its_run_say
 
 
 def test_on_a_public_server_another_caller_cannot_read_a_probe_run(tiny_lm, tmp_path):
-    svc = PetriService(tiny_lm, RunStore(tmp_path))
+    svc = PetriService(tiny_lm, RunStore(tmp_path))  # not the module's service: its own, public server
     with TestClient(create_app(svc, ui=False, access=AccessPolicy(public=True))) as c:
         answer = c.post("/api/probe", json=read_body())
         assert answer.status_code == 200, answer.text

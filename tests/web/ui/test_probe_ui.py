@@ -6,27 +6,17 @@ frame is drawn on the canvas control as pinned text and one chip per slot."""
 
 from __future__ import annotations
 
-import io
 import json
 import threading
 
 import pandas as pd
 import pytest
 
-from petri.app.service import PetriService
 from petri.runs.formats import RESULT_TABLES
-from petri.runs.store import RunStore
 from petri.web.ui.probe import ProbeController
 from petri.web.ui.runs import RunsController, runs_table
 
 QUESTIONS = [["consistent", "", "yes, no", "", ""]]
-
-
-@pytest.fixture()
-def service(tiny_lm, tmp_path):
-    svc = PetriService(tiny_lm, RunStore(tmp_path / "store"))
-    yield svc
-    svc.shutdown()
 
 
 def labelled_file(tmp_path) -> str:
