@@ -14,7 +14,8 @@ move) rather than ``change`` (which Gradio also fires when Python sets the value
 table → canvas → table loop from feeding itself.
 
 The value (a dict) is ``{"canvas_length": L, "prefix": P, "chips": [{"concept", "start", "tokens",
-"color"}, …], "error": str, "seq": int | None}``: :func:`canvas_value` makes it from a layout
+"color"}, …], "error": str, "seq": int | None}`` (and optionally ``"fixed": True``: the chips are
+shown where the server laid them out and cannot be moved, as the Probe tab's frame): :func:`canvas_value` makes it from a layout
 preview, :func:`placement_rows` reads the chips back. ``seq`` numbers the user's moves: the script
 counts them (1, 2, …) and writes the count into the value on each move; the slot table's redraw of
 the canvas (the echo of a move) carries the number of the newest move the table holds
@@ -137,7 +138,8 @@ function render(focusIndex) {
     chip.setAttribute('aria-label', `${c.concept}: ${c.tokens} token(s) starting at position ${c.start}`);
     chip.setAttribute('aria-valuemin', val.prefix); chip.setAttribute('aria-valuemax', L - c.tokens);
     chip.setAttribute('aria-valuenow', c.start);
-    chip.title = `${c.concept} @${c.start} (${c.tokens} token${c.tokens === 1 ? '' : 's'}) - drag, or arrow keys`;
+    chip.title = `${c.concept} @${c.start} (${c.tokens} token${c.tokens === 1 ? '' : 's'})` + (val.fixed ? '' : ' - drag, or arrow keys');
+    if (val.fixed) { chip.setAttribute('aria-readonly', 'true'); track.appendChild(chip); return; }
     chip.addEventListener('keydown', (e) => {
       const delta = {ArrowLeft: -1, ArrowRight: 1}[e.key];
       if (!delta) return;
@@ -152,7 +154,8 @@ function render(focusIndex) {
   stackLabels();
   const bad = refusal || val.error;
   msg.className = 'pc-msg' + (bad ? ' pc-bad' : '');
-  msg.textContent = bad || (L ? `canvas: ${L} positions; drag a chip or focus it and press the arrow keys (Shift: 5 at a time)` : '');
+  msg.textContent = bad || (!L ? '' : (val.fixed ? `canvas: ${L} positions, laid out from the text above (edit it to move what is pinned)`
+    : `canvas: ${L} positions; drag a chip or focus it and press the arrow keys (Shift: 5 at a time)`));
 }
 
 function stackLabels() {

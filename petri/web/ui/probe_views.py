@@ -71,9 +71,11 @@ def questions_of(rows) -> list[dict]:
 
 def frame_canvas(lm, request: ProbeRequest | None, error: str = "") -> dict:
     """The canvas control's value for ``request`` on ``lm``: the pinned prefix, each run of pinned
-    frame text a grey chip (its text as the label), each slot a coloured one-position chip; or an
-    empty canvas carrying ``error`` where the request cannot be laid out."""
-    empty = {"canvas_length": int(lm.canvas_length), "prefix": 0, "chips": [], "error": error, "seq": None}
+    frame text a grey chip (its text as the label), each slot a coloured one-position chip, all
+    ``fixed`` (the frame's text places them); or an empty canvas carrying ``error`` where the request
+    cannot be laid out."""
+    empty = {"canvas_length": int(lm.canvas_length), "prefix": 0, "chips": [], "error": error, "seq": None,
+             "fixed": True}
     if request is None:
         return empty
     try:

@@ -92,6 +92,13 @@ def test_a_frame_read_draws_its_bars_and_settling_and_fits_at_1440_and_420_px(se
             "els => els.map(e => [e.dataset.concept, +e.dataset.tokens])")
         assert [c for c, _ in chips].count("{{consistent}}") == 1 and len(chips) == 3, chips  # text, slot, text
         assert dict(chips)["{{consistent}}"] == 1
+        # the frame's text places the chips: the arrow keys move none, and the hint says where to edit
+        slot = page.locator("#petri-probe-canvas .pc-chip[data-concept='{{consistent}}']")
+        before = slot.get_attribute("data-start")
+        slot.focus()
+        page.keyboard.press("ArrowRight")
+        assert page.locator("#petri-probe-canvas .pc-chip[data-concept='{{consistent}}']").get_attribute("data-start") == before
+        assert "edit it to move" in page.inner_text("#petri-probe-canvas .pc-msg")
         page.wait_for_selector("#petri-probe-bars .main-svg")
         bars = page.locator("#petri-probe-bars g.trace.bars g.point").count()
         assert bars == 2, bars  # yes and no
