@@ -160,13 +160,20 @@ def evaluate(model, labelled: LabelledSet, *, samples=1, steps: int = 1, seed: i
 
 
 def compare_evaluations(a: ProbeEvaluation, b: ProbeEvaluation, labels: tuple[str, str] = ("a", "b")) -> dict:
-    """Exact McNemar per question on the items both scored (repeat 0, matched on ``item_id``), and
-    the discordant items: ``{"questions": [{question, n, a_correct, b_correct, mcnemar}],
-    "discordant": [{item_id, question, gold, answer_a, answer_b, correct_a, correct_b}]}``."""
+    """Exact McNemar per question between two evaluations of one labelled set:
+    :func:`compare_predictions` of their predictions tables."""
+    return compare_predictions(a.predictions, b.predictions, labels)
+
+
+def compare_predictions(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str] = ("a", "b")) -> dict:
+    """Exact McNemar per question on the items both prediction tables scored (repeat 0, matched on
+    ``item_id``), and the discordant items: ``{"questions": [{question, n, a_correct, b_correct,
+    mcnemar}], "discordant": [{item_id, question, gold, answer_a, answer_b, correct_a, correct_b}]}``.
+    ``a`` and ``b``: :attr:`ProbeEvaluation.predictions` tables, or a stored evaluation's."""
     keep = ["item_id", "question", "gold", "answer", "correct"]
 
-    def scored(ev: ProbeEvaluation) -> pd.DataFrame:
-        p = ev.predictions
+    def scored(p: pd.DataFrame) -> pd.DataFrame:
+        p = p.assign(item_id=p["item_id"].astype(str), gold=p["gold"].fillna("").astype(str))
         return p[(p["repeat"] == 0) & ~p["skipped"].astype(bool) & (p["gold"] != "")][keep]
 
     merged = scored(a).merge(scored(b), on=["item_id", "question", "gold"], suffixes=("_a", "_b"))

@@ -163,6 +163,48 @@ def test_a_labelled_set_is_a_job_whose_evaluation_the_runs_routes_read(client, s
     assert client.get(f"/api/runs/{state['run_id']}/reads.csv").status_code == 404
 
 
+def evaluation_run(client, **changes) -> str:
+    """The run id of a finished evaluation of ``set_body(**changes)``."""
+    answer = client.post("/api/probe", json=set_body(**changes))
+    assert answer.status_code == 202, answer.text
+    state = poll_final(client, answer.json()["job_id"])
+    assert state["status"] == "done", state
+    return state["run_id"]
+
+
+def test_two_stored_evaluations_compare_item_by_item_with_the_exact_mcnemar_test(client):
+    from scipy.stats import binomtest
+
+    items = [{"id": f"i{n}", "prompt": f"Event {n}: {EVENT}" if n % 2 else f"Event {n}: the order shipped.",
+              "gold": {"consistent": "no" if n % 2 else "yes"}} for n in range(8)]
+    first = evaluation_run(client, items=items)
+    # the alternatives listed the other way round: a model that follows the letter changes its answers
+    second = evaluation_run(client, items=items, questions=[{"name": "consistent", "alternatives": ["no", "yes"]}])
+    answer = client.get("/api/probe/compare", params={"a": first, "b": second})
+    assert answer.status_code == 200, answer.text
+    found = answer.json()
+    # worked from the two runs' own predictions CSVs: which items each got right, the discordant pairs
+    right = [pd.read_csv(io.StringIO(client.get(f"/api/runs/{run}/predictions.csv").text)).set_index("item_id")["correct"]
+             for run in (first, second)]
+    a_only = sorted(i for i in right[0].index if right[0][i] and not right[1][i])
+    b_only = sorted(i for i in right[0].index if right[1][i] and not right[0][i])
+    assert a_only and b_only  # the case exercises both kinds of discordant item
+    (question,) = found["questions"]
+    assert (question["n"], question["a_correct"], question["b_correct"]) == (8, right[0].sum(), right[1].sum())
+    assert sorted(d["item_id"] for d in found["discordant"]) == sorted(a_only + b_only)
+    expected_p = binomtest(len(a_only), len(a_only) + len(b_only), 0.5).pvalue if a_only or b_only else 1.0
+    assert question["mcnemar"]["p_value"] == pytest.approx(expected_p)
+    assert found["labels"] == [first[:8], second[:8]]
+
+
+def test_a_comparison_refuses_a_run_that_is_not_an_evaluation_naming_its_parameter(client):
+    evaluation = evaluation_run(client)
+    read = client.post("/api/probe", json=read_body()).json()["run_id"]
+    refused = client.get("/api/probe/compare", params={"a": evaluation, "b": read})
+    assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["query", "b"], refused.text
+    assert client.get("/api/probe/compare", params={"a": "f" * 32, "b": evaluation}).status_code == 404
+
+
 def test_a_queued_evaluation_cancelled_never_runs(client, service):
     with model_held(service):
         answer = client.post("/api/probe", json=set_body())
