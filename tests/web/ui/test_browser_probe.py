@@ -2,7 +2,8 @@
 (a tiny random one where it is absent; the real read either way): a frame typed into the editor is drawn on the canvas control (pinned text grey, the slot
 a chip of its own); Read draws one bar per alternative and the settling over the steps; nothing of
 the tab overflows its box at 1440 px or at 420 px (the page never scrolls sideways, every figure
-text lies inside its figure, every tab of the page stays in view); the read reopens from the Runs tab into the Probe tab.
+text lies inside its figure, every tab of the page stays in view); the read reopens from the Runs tab into the Probe tab;
+an uploaded labelled set evaluates into its summary and reliability diagram.
 ``PETRI_SCREENSHOT_DIR=assets/screenshots`` keeps the tab's screenshot (docs/web.md)."""
 
 from __future__ import annotations
@@ -129,3 +130,38 @@ def test_a_read_reopens_from_the_runs_tab_into_the_probe_tab(served):
         assert page.locator("#petri-probe-frame textarea").input_value() == FRAME
         assert page.locator("button[role=tab][aria-selected=true]").inner_text().strip() == "Probe"
         page.wait_for_selector("#petri-probe-bars g.trace.bars")
+
+
+def test_an_uploaded_set_evaluates_into_its_report_and_reliability_diagram(served, tmp_path):
+    """The evaluation half of the tab: a JSONL set uploaded through the file control, Evaluate, and
+    the per-question summary (its accuracy the share of the predictions that are correct) with the
+    reliability diagram drawn; nothing sticks out at 420 px."""
+    import json
+
+    from petri.runs.probe_results import document_frame
+
+    lines = [{"probe_set": "browser-set", "frame": "Consistent: {{consistent}}",
+              "questions": [{"name": "consistent", "alternatives": ["yes", "no"]}]},
+             {"id": "a", "prompt": "Only 90 units are in stock, but a customer ordered 120.", "gold": {"consistent": "no"}},
+             {"id": "b", "prompt": "The order was packed and shipped.", "gold": {"consistent": "yes"}},
+             {"id": "c", "prompt": "The shop sold 5 of its 3 chairs.", "gold": {"consistent": "no"}}]
+    path = tmp_path / "browser-set.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines), encoding="utf-8")
+    url, service = served
+    with opened_page(url, width=1440) as page:
+        tab(page, "Probe")
+        page.click("#petri-probe-eval button:has-text('Evaluate a labelled set')")
+        page.set_input_files("#petri-probe-upload input[type=file]", str(path))
+        page.wait_for_timeout(1000)  # the upload reaches the server
+        page.click("#petri-probe-eval-run")
+        page.wait_for_selector("#petri-probe-eval-status:has-text('Done:')", timeout=120_000)
+        run_id = re.search(r"run ([0-9a-f]{32})", page.inner_text("#petri-probe-eval-status")).group(1)
+        predictions = document_frame(service.load_results(run_id)["predictions"])
+        accuracy = predictions["correct"].astype(bool).mean()  # the share right, from the stored predictions
+        page.wait_for_selector("#petri-probe-reliability .main-svg")
+        summary = page.inner_text("#petri-probe-summary")
+        shown = [float(x) for x in re.findall(r"\d+\.\d+|\b[01]\b", summary)]
+        assert "consistent" in summary and any(abs(x - accuracy) < 1e-3 for x in shown), (summary, accuracy)
+        page.set_viewport_size({"width": 420, "height": 900})
+        page.wait_for_timeout(800)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 421
