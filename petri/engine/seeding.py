@@ -74,9 +74,11 @@ def seed_dish(
     seed: int = 0,
     on_step: StepCallback | None = None,
     cancel: CancelToken | None = None,
+    run_id: str | None = None,
 ) -> Trajectory:
     """Lay the dish's anchors out for ``n_samples`` samples (shuffled with ``seed``) and denoise
     them as one batch, the prompt encoded once. Layout errors are raised before any model work;
-    ``cancel`` stops the sampler within one step (:class:`~petri.core.cancel.Cancelled`)."""
-    plan = SeedPlan((plan_event(lm, SeedEvent(dish), n_samples, settings, seed),), n_samples, settings, seed)
+    ``cancel`` stops the sampler within one step (:class:`~petri.core.cancel.Cancelled`); ``on_step``
+    sees every step with the dish's pinned mask and ``run_id`` (the run it samples for, e.g. a study's)."""
+    plan = SeedPlan((plan_event(lm, SeedEvent(dish), n_samples, settings, seed),), n_samples, settings, seed, run_id)
     return sample_planned(lm, plan, 0, on_step, cancel)

@@ -38,6 +38,7 @@ class BatchJob:
     samples: int
     settings: SamplerSettings
     seed: int
+    run_id: str | None = None  # the study run it belongs to (every live step names it)
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,8 @@ def check_layouts(lm: SamplingModel, dishes: Sequence[Dish], settings: SamplerSe
 def sample_batch(lm: SamplingModel, job: BatchJob, on_step: StepCallback | None = None,
                  cancel: CancelToken | None = None) -> Trajectory:
     """One job's trajectory (S = ``job.samples`` samples) on ``lm``: what every executor runs."""
-    return seed_dish(lm, job.dish, job.samples, job.settings, seed=job.seed, on_step=on_step, cancel=cancel)
+    return seed_dish(lm, job.dish, job.samples, job.settings, seed=job.seed, on_step=on_step, cancel=cancel,
+                     run_id=job.run_id)
 
 
 class LocalExecutor(StudyExecutor):

@@ -254,7 +254,7 @@ def run_study(
     run_id = study_run_id(study, facts.model_id, settings, samples, seed, template_ids, fingerprint, facts.device_type)
     plan = [
         BatchJob(position, batch_key(e.id, t.id), e.id, t.id, e.group, Dish(study.event_concepts(e), e.text, t.text),
-                 samples, settings, batch_seed(seed, e.id, t.id))
+                 samples, settings, batch_seed(seed, e.id, t.id), run_id)
         for position, (e, t) in enumerate((e, t) for e in study.events for t in chosen)
     ]
     executor.check_layouts([job.dish for job in plan], settings)

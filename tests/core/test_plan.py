@@ -97,3 +97,26 @@ def test_a_plan_refuses_layouts_that_do_not_match_its_samples(service):
         SeedPlan(plan.events, 3, plan.settings)
     with pytest.raises(ValueError, match="events"):
         SeedPlan((), 2, plan.settings)
+
+
+def test_a_studys_steps_carry_its_run_id_and_each_batchs_pinned_mask(tiny_lm, tmp_path):
+    """A study's batches sample through seed_dish: every live step names the study's run (it named
+    none before), and its pinned mask is the batch's (the stored trajectory's anchor mask)."""
+    from study_support import study_dict
+
+    from petri.runs.store import RunStore
+    from petri.study.runner import run_study
+    from petri.study.schema import study_from_dict
+
+    study = study_from_dict(study_dict("plan-study", "Plan study", templates=1))
+    steps = []
+    result = run_study(tiny_lm, study, RunStore(tmp_path / "store"), samples=2, seed=1,
+                       settings=SamplerSettings(max_denoising_steps=3), on_step=steps.append, show_progress=False)
+    stored = [traj for _, _, traj in RunStore(tmp_path / "store").load_events(result.run_id)]
+    assert len(steps) == sum(int(t.steps.max()) for t in stored) and len(stored) == 4
+    assert {step.run_id for step in steps} == {result.run_id}
+    at = 0
+    for traj in stored:  # the batches ran in plan order, each for its own number of steps
+        for step in steps[at: at + int(traj.steps.max())]:
+            np.testing.assert_array_equal(step.pinned, traj.anchor_mask)
+        at += int(traj.steps.max())
