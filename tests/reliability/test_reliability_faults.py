@@ -172,7 +172,7 @@ def test_app_process_exits_2_on_an_unwritable_store(tmp_path):
 
 
 def test_full_disk_while_serving(tiny_lm, live_server):
-    with tmpfs("128k") as folder:  # the schema (runs, events, jobs, owners) and a run or two
+    with tmpfs("192k") as folder:  # the schema (runs, events, jobs, owners, results) and a run or two
         if folder is None:
             pytest.skip("mounting a tmpfs is not permitted here (needs root)")
         store = RunStore(folder)
@@ -187,7 +187,7 @@ def test_full_disk_while_serving(tiny_lm, live_server):
                     refused = r
                     break
                 stored.append(r.json()["run_id"])
-            assert refused is not None, "the 96 KiB disk never filled up"
+            assert refused is not None, "the 192 KiB disk never filled up"
             assert refused.status_code == 507, refused.text
             assert "database or disk is full" in refused.json()["detail"], refused.text
             assert stored, "not one run fitted before the disk was full"

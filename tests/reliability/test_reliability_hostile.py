@@ -529,10 +529,10 @@ def test_the_app_warns_when_it_binds_beyond_loopback(monkeypatch, capsys, tmp_pa
     are stand-ins here.)"""
     import types
 
-    lm = types.SimpleNamespace(model_id="stand-in", device="cpu")
+    service = types.SimpleNamespace(model_id="stand-in", model_info=lambda: {"model_id": "stand-in", "device": "cpu"})
     monkeypatch.delenv("PETRI_PUBLIC", raising=False)
     monkeypatch.delenv("PETRI_API_TOKEN", raising=False)
-    monkeypatch.setattr(app_module, "build_service", lambda args: (types.SimpleNamespace(lm=lm), None))
+    monkeypatch.setattr(app_module, "build_service", lambda args: (service, None))
     monkeypatch.setattr(app_module, "create_app", lambda service, **kwargs: ("the app", kwargs["access"]))
     served = []
     monkeypatch.setattr(app_module, "serve", lambda app, service, host, port: served.append((app, host, port)))
