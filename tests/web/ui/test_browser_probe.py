@@ -136,22 +136,16 @@ def test_an_uploaded_set_evaluates_into_its_report_and_reliability_diagram(serve
     """The evaluation half of the tab: a JSONL set uploaded through the file control, Evaluate, and
     the per-question summary (its accuracy the share of the predictions that are correct) with the
     reliability diagram drawn; nothing sticks out at 420 px."""
-    import json
+    from test_probe_ui import labelled_file
 
     from petri.runs.probe_results import document_frame
 
-    lines = [{"probe_set": "browser-set", "frame": "Consistent: {{consistent}}",
-              "questions": [{"name": "consistent", "alternatives": ["yes", "no"]}]},
-             {"id": "a", "prompt": "Only 90 units are in stock, but a customer ordered 120.", "gold": {"consistent": "no"}},
-             {"id": "b", "prompt": "The order was packed and shipped.", "gold": {"consistent": "yes"}},
-             {"id": "c", "prompt": "The shop sold 5 of its 3 chairs.", "gold": {"consistent": "no"}}]
-    path = tmp_path / "browser-set.jsonl"
-    path.write_text("\n".join(json.dumps(line) for line in lines), encoding="utf-8")
+    path = labelled_file(tmp_path)  # three items, one yes/no question
     url, service = served
     with opened_page(url, width=1440) as page:
         tab(page, "Probe")
         page.click("#petri-probe-eval button:has-text('Evaluate a labelled set')")
-        page.set_input_files("#petri-probe-upload input[type=file]", str(path))
+        page.set_input_files("#petri-probe-upload input[type=file]", path)
         page.wait_for_timeout(1000)  # the upload reaches the server
         page.click("#petri-probe-eval-run")
         page.wait_for_selector("#petri-probe-eval-status:has-text('Done:')", timeout=120_000)
