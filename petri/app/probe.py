@@ -89,9 +89,7 @@ def probe(service, request: ProbeRequest, *, wait_s: float | None = None, cancel
         result = read_slots(service.lm, request, cancel=token)
         document = read_document(result)
         run_id = uuid.uuid4().hex
-        service.store.create_run(run_id, PROBE_KIND, service.lm.model_id, {"probe": document["request"]})
-        if owner is not None:
-            service.store.add_run_owner(run_id, owner)
+        service.store.create_run(run_id, PROBE_KIND, service.lm.model_id, {"probe": document["request"]}, owner)
         service.store.save_result(run_id, "read", document)
         service.store.finish_run(run_id, "done")
     return ProbeRun(run_id, result, document, time.perf_counter() - started)
@@ -112,9 +110,7 @@ def submit_probe_eval(service, labelled: LabelledSet, settings: EvalSettings = E
         started = time.perf_counter()
         run_id = uuid.uuid4().hex
         request = {"set": labelled_to_dict(labelled), **asdict(settings)}
-        service.store.create_run(run_id, EVAL_KIND, service.lm.model_id, request)
-        if owner is not None:
-            service.store.add_run_owner(run_id, owner)
+        service.store.create_run(run_id, EVAL_KIND, service.lm.model_id, request, owner)
         ctx.set_run_id(run_id)
         ctx.progress(0, len(labelled.items) * settings.repeats, "item")
 

@@ -109,9 +109,7 @@ class PetriService(RunsView):
             plan = replace(plan, run_id=uuid.uuid4().hex)
         run_id = plan.run_id
         started = time.perf_counter()
-        self.store.create_run(run_id, "seed", self.lm.model_id, plan.stored_request())
-        if owner is not None:
-            self.store.add_run_owner(run_id, owner)
+        self.store.create_run(run_id, "seed", self.lm.model_id, plan.stored_request(), owner)
         if started_run is not None:
             started_run(run_id)
         trajectories = []

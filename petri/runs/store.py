@@ -165,8 +165,9 @@ class RunStore:
         with self._lock:
             return self._db.execute(sql, params).fetchall()
 
-    def create_run(self, run_id: str, kind: str, model_id: str, request: dict) -> bool:
-        """Register a run; returns False (and changes nothing) when it already exists (a resume)."""
+    def create_run(self, run_id: str, kind: str, model_id: str, request: dict, owner: str | None = None) -> bool:
+        """Register a run (``owner``, a token hash, may then open it on a public server:
+        :meth:`add_run_owner`); returns False (and changes nothing else) when it already exists (a resume)."""
         check_run_id(run_id)
         existed = bool(self._read("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)))
         if not existed:
@@ -176,6 +177,8 @@ class RunStore:
             )
         else:
             self._write("UPDATE runs SET status = 'running', error = NULL WHERE run_id = ?", (run_id,))
+        if owner is not None:
+            self.add_run_owner(run_id, owner)
         return not existed
 
     def save_event(self, run_id: str, position: int, event_key: str, traj: Trajectory, group: str | None = None) -> None:
