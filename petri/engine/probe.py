@@ -179,6 +179,15 @@ def slot_distributions(model: SamplingModel, plan: ProbePlan, pinned_ids: np.nda
     return np.stack(read)
 
 
+def label_distribution(full: np.ndarray, label_ids) -> tuple[np.ndarray, float]:
+    """A slot's distribution over its question's alternatives: ``full`` (V,) the slot's softmax,
+    ``label_ids`` the alternatives' label tokens (k,) → (the probabilities normalised over them (k,),
+    the raw mass on them); uniform where the mass is 0."""
+    label_probs = full[list(label_ids)]
+    mass = float(label_probs.sum())
+    return (label_probs / mass if mass > 0 else np.full(len(label_probs), 1 / len(label_probs))), mass
+
+
 def _entropy(probs: np.ndarray) -> float:
     nonzero = probs[probs > 0]
     return float(-(nonzero * np.log(nonzero)).sum())
@@ -216,9 +225,8 @@ def read_slots(model: SamplingModel, request: ProbeRequest, *, cancel: CancelTok
             uncertain = np.zeros(dist.shape[:2], dtype=bool)
             for i in asked:
                 col = positions.index(layout.slots[questions[i].slot])
-                label_probs = dist[:, col][:, list(layout.label_ids[i])]
-                normal = label_probs / label_probs.sum(-1, keepdims=True)
-                uncertain[:, col] |= [_entropy(row) > AUTO_ENTROPY for row in normal]
+                uncertain[:, col] |= [_entropy(label_distribution(full, layout.label_ids[i])[0]) > AUTO_ENTROPY
+                                      for full in dist[:, col]]
             if uncertain.any():
                 more = slot_distributions(model, plan, level_ids, level_pinned, positions, draws=AUTO_DRAWS,
                                           seed=request.seed + 1, steps=request.steps, cancel=cancel)
@@ -228,9 +236,7 @@ def read_slots(model: SamplingModel, request: ProbeRequest, *, cancel: CancelTok
             q, col = questions[i], positions.index(layout.slots[questions[i].slot])
             for step in range(request.steps):
                 full = dist[step, col]
-                label_probs = full[list(layout.label_ids[i])]
-                mass = float(label_probs.sum())
-                probs = label_probs / mass if mass > 0 else np.full(len(label_probs), 1 / len(label_probs))
+                probs, mass = label_distribution(full, layout.label_ids[i])
                 top = np.argsort(-full, kind="stable")[: request.top_k]
                 reads.append(SlotRead(
                     question=q.name, step=step, alternatives=q.alternatives, probs=probs, mass=mass,

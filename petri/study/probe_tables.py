@@ -5,7 +5,6 @@ comparison when there is one) and, with a comparison, ``discordant.csv``. CSVs a
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -53,8 +52,3 @@ def write_evaluation(evaluation: ProbeEvaluation, out_dir: str | Path, compariso
     if not predictions:
         written["predictions"] = Path(out_dir) / "predictions.csv"
     return written
-
-
-def read_evaluation_json(path: str | Path) -> dict:
-    """An ``evaluation.json`` as written by :func:`write_evaluation`."""
-    return json.loads(Path(path).read_text(encoding="utf-8"))
