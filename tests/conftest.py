@@ -93,3 +93,21 @@ def service(tiny_lm, tmp_path):
 def live_server():
     """``live_server(app)``: a context manager serving ``app`` on 127.0.0.1 (random free port)."""
     return LiveServer
+
+
+@pytest.fixture()
+def count_calls(monkeypatch):
+    """``count_calls(module, name)`` → a list that grows by one each time ``module.name`` is called
+    (the function still runs; the module's attribute is restored after the test)."""
+
+    def install(module, name: str) -> list:
+        calls, original = [], getattr(module, name)
+
+        def counting(*args, **kwargs):
+            calls.append(1)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counting)
+        return calls
+
+    return install

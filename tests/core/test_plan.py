@@ -10,22 +10,15 @@ import pytest
 from fastapi.testclient import TestClient
 
 import petri.engine.seeding as seeding
-from petri.core.dish import Dish, layout_samples
+from petri.core.dish import Dish
 from petri.core.plan import SeedEvent, SeedPlan
 from petri.core.trajectory import SamplerSettings
 
 
 @pytest.fixture()
-def layouts_made(monkeypatch):
+def layouts_made(count_calls):
     """How many times an event was laid out (layout_samples as the seeding module calls it)."""
-    calls = []
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return layout_samples(*args, **kwargs)
-
-    monkeypatch.setattr(seeding, "layout_samples", counting)
-    return calls
+    return count_calls(seeding, "layout_samples")
 
 
 def hand_pinned(planned, length: int) -> np.ndarray:

@@ -23,16 +23,9 @@ def trajectories(tiny_lm):
 
 
 @pytest.fixture()
-def counted(monkeypatch):
+def counted(count_calls):
     """How many times the flips were counted (flip_counts as the summary module calls it)."""
-    calls = []
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return flip_counts(*args, **kwargs)
-
-    monkeypatch.setattr(summary_module, "flip_counts", counting)
-    return calls
+    return count_calls(summary_module, "flip_counts")
 
 
 def test_a_runs_tables_count_each_events_flips_once(trajectories, counted):
