@@ -95,15 +95,12 @@ def full_size_config():
 
 
 def build_full_size(device: torch.device) -> LoadedModel:
-    from transformers import DiffusionGemmaForBlockDiffusion
+    """The full-size architecture with random bf16 weights on ``device``: built on the meta device and
+    materialised once there (:func:`petri.engine.torch.meta_build.build_random_on_device`; a build
+    straight under ``torch.device("cuda")`` ran out of memory on an 80 GB H100, issue 62)."""
+    from petri.engine.torch.meta_build import build_random_on_device
 
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
-    try:
-        with torch.device(device):
-            model = DiffusionGemmaForBlockDiffusion(full_size_config()).eval()
-    finally:
-        torch.set_default_dtype(previous)
+    model = build_random_on_device(full_size_config(), device, torch.bfloat16)
     return LoadedModel(model=model, tokenizer=None, model_id="diffusiongemma-26B-A4B-architecture-random", device=device, dtype=torch.bfloat16)
 
 
@@ -446,6 +443,10 @@ def main() -> None:
         "adaptive_stopping": args.adaptive,
         "canvas_length": lm.canvas_length,
         "build_s": round(build_s, 3),
+        "parameters": sum(p.numel() for p in lm.model.parameters()),
+        # issue 62: what the build left allocated, and the card's own figures (free, total) after it
+        "built_gpu_memory_gib": round(torch.cuda.memory_allocated() / 2**30, 2) if device.type == "cuda" else None,
+        "card_memory_gib": [round(v / 2**30, 2) for v in torch.cuda.mem_get_info()] if device.type == "cuda" else None,
         "inductor_cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
         "cublaslt_workspace_kib": os.environ.get("CUBLASLT_WORKSPACE_SIZE"),  # None: PyTorch's default (1 MiB)
     }

@@ -1,0 +1,38 @@
+#!/bin/bash
+# Issue 62's device runs (the full-size architecture on one H100 80 GB). Writes its files under $OUT (at most 8
+# come back), a summary in $OUT/all.log. Parts:
+#   memory: the meta-device build, then each tier at batch 1 × 1,600-token prompt and 12 × 200 (24 steps, 2 repeats):
+#           generate, the exact tier in bf16 and FP8, the compiled tier (small-batch experts) in bf16, FP8 and fp8-fast;
+#           peak GPU memory and speed of each (bench_h100_memory.json; MEMORY_CONFIGS overrides the list);
+#   speed:  the benchmark's shapes side by side with generate (bench_h100_shapes.json: 1x1600 and 12x200, 24 steps;
+#           bench_h100_b1_4096.json: 1 × 4,096, 16 steps, vLLM's published shape), one profile (SPEED_PROFILE);
+#   tests:  the GPU tests (tests/engine/cuda, test_loop, test_prompt_cache, test_probe) → pytest.log.
+# The inductor cache lives in /tmp/petri-inductor; INDUCTOR_TAR=path tars it into $OUT for a later call to carry.
+# Example:  bash experiments/issue62_device.sh memory
+set -o pipefail
+export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/petri-inductor}
+B="python3 experiments/bench.py --device cuda --model full"
+LOG=$OUT/all.log
+TIERS=petri_fast,petri_fast_fp8,petri_fast_compiled_small,petri_fast_compiled_small_fp8,petri_fast_compiled_small_fp8fast
+for part in "$@"; do
+  echo "== $part $(date -u +%T)" >> $LOG
+  nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader >> $LOG
+  case $part in
+    memory)
+      timeout ${MEMORY_TIMEOUT:-400} $B --shapes 1x1600,12x200 --steps 24 --repeats 2 --configs ${MEMORY_CONFIGS:-generate,$TIERS} \
+        --out $OUT/bench_h100_memory.json 2>&1 | grep -E "^(generate|petri)|Error|build" >> $LOG ;;
+    speed)
+      timeout ${SPEED_TIMEOUT:-300} $B --shapes 1x1600,12x200 --steps 24 --repeats 3 --configs ${SPEED_CONFIGS:-generate,$TIERS} \
+        --profile-configs ${SPEED_PROFILE:-petri_fast_compiled_small_fp8fast} \
+        --out $OUT/bench_h100_shapes.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG
+      timeout ${SPEED4K_TIMEOUT:-200} $B --shapes 1x4096 --steps 16 --repeats 3 --configs ${SPEED4K_CONFIGS:-generate,$TIERS} \
+        --out $OUT/bench_h100_b1_4096.json 2>&1 | grep -E "^(generate|petri)|Error" >> $LOG ;;
+    tests)
+      timeout ${TESTS_TIMEOUT:-540} python3 -m pytest -q -p no:cacheprovider tests/engine/cuda tests/engine/test_loop.py \
+        tests/engine/test_prompt_cache.py tests/engine/test_probe.py > $OUT/pytest.log 2>&1
+      tail -3 $OUT/pytest.log >> $LOG ;;
+  esac
+done
+[ -n "$INDUCTOR_TAR" ] && tar czf $OUT/$INDUCTOR_TAR -C /tmp petri-inductor 2>/dev/null && ls -la $OUT >> $LOG
+grep -E "^(FAILED|E  )" $OUT/pytest.log 2>/dev/null | head -12
+cat $LOG | tail -c 8000
