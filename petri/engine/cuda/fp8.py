@@ -391,6 +391,10 @@ def use_bf16(lm) -> None:
     model = lm.model
     if not is_fp8(lm):
         return
+    if lm.fast_tier.released_bf16:
+        from petri.engine.cuda.fp8_release import RELEASED_REASON
+
+        raise ValueError(f"precision: cannot leave {precision_of(lm)}: {RELEASED_REASON}")
     for _, module in dense_targets(model) + encoder_targets(model):
         if "_petri_fp8_weight" not in vars(module):  # an encoder linear the tier left in bf16
             continue
