@@ -19,11 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from petri.engine.cuda.fp8 import _experts_of, dense_targets, encoder_targets, is_fp8
+from petri.engine.cuda.fp8 import _experts_of, _forget_compiled_code, dense_targets, encoder_targets, is_fp8
 from petri.engine.cuda.stacked_projections import stacked_groups
-
-RELEASED_REASON = ("the bf16 weights were released to fit the FP8 tier on this card (petri.engine.cuda.fp8_release); "
-                   "reload the model to run another precision or tier")
 
 
 def released_tensors(model) -> list[torch.Tensor]:
@@ -59,3 +56,18 @@ def release_bf16(lm) -> int:
     if lm.device.type == "cuda":
         torch.cuda.empty_cache()
     return sum(storages.values())
+
+
+def set_accumulation(lm, precision: str) -> None:
+    """Between ``"fp8"`` and ``"fp8-fast"`` on a model in the FP8 tier, released or not: the same e4m3
+    copies, only the scaled products' accumulation flag changes (no bf16 weights needed);
+    ``ValueError`` naming ``precision`` for anything else."""
+    if precision not in ("fp8", "fp8-fast") or not is_fp8(lm):
+        raise ValueError(f"precision: set_accumulation switches between fp8 and fp8-fast in the FP8 tier, got "
+                         f"{precision!r} on {lm.fast_tier.precision}")
+    fast = precision == "fp8-fast"
+    for module in lm.model.modules():
+        if "_petri_fp8_fast" in vars(module):
+            module._petri_fp8_fast = fast
+    lm.fast_tier.precision = precision
+    _forget_compiled_code(lm)

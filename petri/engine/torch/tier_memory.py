@@ -5,7 +5,8 @@ Before a model loads on CUDA, :func:`plan_tier` counts the checkpoint's paramete
 workspace for the shape) and compares it with the card's free memory. A tier that does not fit is
 never started (no CUDA out-of-memory error midway): an FP8 tier that would fit with its bf16 copies
 released runs released (:attr:`Tier.released`: the decoder's bf16 matrices freed once quantized, so
-the prompt encoder, which shares them, runs in FP8 too: ``+enc-fp8``); anything else is refused with
+the prompt encoder, which shares them, runs in FP8 too: ``+enc-fp8``; the copies are made before the
+bf16 matrices are freed, so the kept tier's weights must fit for a moment); anything else is refused with
 a :class:`TierMemoryError` naming the memory the tier needs, what the card has and the fastest tier
 that fits.
 
@@ -161,6 +162,14 @@ def candidates(compile_ok: bool) -> list[Tier]:
     return [variant for t in tiers for variant in ((t, Tier(t.compiled, t.precision, True)) if t.fp8 else (t,))]
 
 
+def fits(counts: WeightCounts, tier: Tier, shape: tuple[int, int], room: int) -> bool:
+    """Whether ``tier`` fits ``room`` bytes at ``shape``; a released tier also while it is made (its
+    FP8 copies are made beside the bf16 weights, which are freed after: the kept tier's weights)."""
+    if estimate(counts, tier, *shape).total > room:
+        return False
+    return not tier.released or estimate(counts, Tier(tier.compiled, tier.precision), 1, 0).weights <= room
+
+
 def choose_tier(counts: WeightCounts, free: int, total: int, *, compile: bool | None, precision: str = "bf16",
                 compile_ok: bool = True, shape: tuple[int, int] = PLANNING_SHAPE, device: str = "cuda") -> Tier:
     """The tier to load: ``compile`` ``None`` (not named) takes the compiled tier where it fits and
@@ -179,13 +188,13 @@ def choose_tier(counts: WeightCounts, free: int, total: int, *, compile: bool | 
              for r in ((False, True) if fp8 else (False,))]
     asked = [t for t in dict.fromkeys(asked) if t.compiled or not t.sc_fp8]
     for tier in asked:
-        if estimate(counts, tier, batch, prompt).total <= room:
+        if fits(counts, tier, shape, room):
             return tier
     if not asked:  # +sc-fp8 without the compiled tier: load_backend_model refuses it, naming why
         asked = [Tier(False, choice.precision, False, choice.fp8_self_conditioning, choice.fp8_encoder)]
     first = min(asked, key=lambda t: estimate(counts, t, batch, prompt).total)  # the least it could need
     need = estimate(counts, first, batch, prompt)
-    fitting = [t for t in candidates(compile_ok) if estimate(counts, t, batch, prompt).total <= room]
+    fitting = [t for t in candidates(compile_ok) if fits(counts, t, shape, room)]
     advice = (f"the fastest tier that fits: {fitting[0].options} (about "
               f"{estimate(counts, fitting[0], batch, prompt).total / GIB:.1f} GiB)" if fitting
               else "no tier fits this card: use a larger GPU, or fewer samples or a shorter prompt")

@@ -9,7 +9,7 @@ import torch
 
 from petri.engine.base import SampleRequest
 from petri.engine.cuda.fp8 import set_precision
-from petri.engine.cuda.fp8_release import release_bf16, released_tensors
+from petri.engine.cuda.fp8_release import release_bf16, released_tensors, set_accumulation
 from petri.engine.torch.model import compile_for_sampling
 from petri.engine.torch.tiny import tiny_random_model
 from petri.core.trajectory import AnchorSpan, SamplerSettings
@@ -90,3 +90,19 @@ def test_a_released_model_stays_in_its_tier():
         with pytest.raises(ValueError, match="released"):
             change()
     set_precision(lm, "fp8", fp8_encoder=True)  # the tier it is in: nothing to do
+
+
+def test_a_released_model_switches_accumulation_without_its_bf16():
+    lm = fresh()
+    set_precision(lm, "fp8", fp8_encoder=True)
+    release_bf16(lm)
+    set_accumulation(lm, "fp8-fast")
+    flagged = [m for m in lm.model.modules() if "_petri_fp8_fast" in vars(m)]
+    assert lm.device_type == "cpu-enc-fp8-fp8-fast" and len(flagged) > 5 and all(m._petri_fp8_fast for m in flagged)
+    reference = fresh()  # the same weights, put straight into fp8-fast with the encoder in FP8
+    set_precision(reference, "fp8-fast", fp8_encoder=True)
+    assert torch.equal(tiny_logits(lm), tiny_logits(reference))
+    set_accumulation(lm, "fp8")
+    assert lm.device_type == "cpu-enc-fp8-fp8" and not any(m._petri_fp8_fast for m in flagged)
+    with pytest.raises(ValueError, match="precision"):
+        set_accumulation(lm, "bf16")
