@@ -46,6 +46,7 @@ def release_bf16(lm) -> int:
     if not tier.fp8_encoder:
         raise ValueError("precision: releasing the bf16 weights needs +enc-fp8 (the prompt encoder reads the "
                          "decoder's matrices; in FP8 it reads their FP8 copies)")
+    tier.released_fingerprint = lm.fingerprint()  # of the weights as loaded: a study's run id stays theirs
     storages: dict[int, int] = {}
     for tensor in released_tensors(lm.model):
         storage = tensor.untyped_storage()

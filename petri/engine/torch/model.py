@@ -116,8 +116,9 @@ class LoadedModel:
         }
 
     def fingerprint(self) -> str:
-        """:func:`weights_fingerprint` of this model."""
-        return weights_fingerprint(self.model, self.dtype)
+        """:func:`weights_fingerprint` of this model (of its weights as loaded, where the FP8 tier
+        released its bf16 copies since: :mod:`petri.engine.cuda.fp8_release`)."""
+        return self.fast_tier.released_fingerprint or weights_fingerprint(self.model, self.dtype)
 
     def eager_stepper(self, request: SampleRequest):
         """:func:`petri.engine.torch.sampler.eager_stepper` on this model: (stepper, pinned mask

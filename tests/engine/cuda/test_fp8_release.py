@@ -47,11 +47,13 @@ def hand_counted_release(model) -> int:
 def test_release_frees_the_quantized_bf16_and_keeps_the_logits(compiled):
     lm = fresh(compiled)
     expected_freed = hand_counted_release(lm.model)
+    fingerprint = lm.fingerprint()
     set_precision(lm, "fp8", fp8_encoder=True)
     kept = tiny_logits(lm)
     before = parameter_bytes(lm.model)
     freed = release_bf16(lm)
     assert freed == expected_freed
+    assert lm.fingerprint() == fingerprint  # the weights as loaded (a study's run id does not change)
     assert before - parameter_bytes(lm.model) == expected_freed
     assert torch.equal(tiny_logits(lm), kept)  # FP8 copies only: the same products
     embedding = lm.model.get_input_embeddings().weight
