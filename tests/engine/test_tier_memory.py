@@ -129,6 +129,9 @@ def test_refusal_names_the_need_the_card_and_the_tier_that_fits(full):
     with pytest.raises(TierMemoryError, match=r"^--no-compile --precision fp8\+enc-fp8 needs"):
         choose_tier(counts, *gib((40.0, 44.4)), compile=False, precision="fp8")
     assert choose_tier(counts, *gib((74.0, 75.0)), compile=True, precision="fp8").released  # 71.3 GiB fits a moment
+    # +sc-fp8 without the compiled tier is no memory question (the FP8 tier refuses it, naming why)
+    assert choose_tier(counts, *gib(CARD_24), compile=None, precision="fp8+sc-fp8", compile_ok=False) == Tier(
+        False, "fp8", sc_fp8=True)
 
 
 def test_a_tier_that_does_not_fit_is_refused_before_any_weight_loads(monkeypatch):

@@ -187,11 +187,11 @@ def choose_tier(counts: WeightCounts, free: int, total: int, *, compile: bool | 
              for c in ((compile_ok, False) if compile is None else (bool(compile),))
              for r in ((False, True) if fp8 else (False,))]
     asked = [t for t in dict.fromkeys(asked) if t.compiled or not t.sc_fp8]
+    if not asked:  # +sc-fp8 without the compiled tier: not a memory question; the FP8 tier refuses it, naming why
+        return Tier(False, choice.precision, False, choice.fp8_self_conditioning, choice.fp8_encoder)
     for tier in asked:
         if fits(counts, tier, shape, room):
             return tier
-    if not asked:  # +sc-fp8 without the compiled tier: load_backend_model refuses it, naming why
-        asked = [Tier(False, choice.precision, False, choice.fp8_self_conditioning, choice.fp8_encoder)]
     first = min(asked, key=lambda t: estimate(counts, t, batch, prompt).total)  # the least it could need
     need = estimate(counts, first, batch, prompt)
     fitting = [t for t in candidates(compile_ok) if fits(counts, t, shape, room)]
