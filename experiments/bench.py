@@ -95,15 +95,12 @@ def full_size_config():
 
 
 def build_full_size(device: torch.device) -> LoadedModel:
-    from transformers import DiffusionGemmaForBlockDiffusion
+    """The full-size architecture with random bf16 weights on ``device``: built on the meta device and
+    materialised once there (:func:`petri.engine.torch.meta_build.build_random_on_device`; a build
+    straight under ``torch.device("cuda")`` ran out of memory on an 80 GB H100, issue 62)."""
+    from petri.engine.torch.meta_build import build_random_on_device
 
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
-    try:
-        with torch.device(device):
-            model = DiffusionGemmaForBlockDiffusion(full_size_config()).eval()
-    finally:
-        torch.set_default_dtype(previous)
+    model = build_random_on_device(full_size_config(), device, torch.bfloat16)
     return LoadedModel(model=model, tokenizer=None, model_id="diffusiongemma-26B-A4B-architecture-random", device=device, dtype=torch.bfloat16)
 
 
@@ -241,6 +238,9 @@ MODES = {
 PLAIN = {"overlapped_mlp": False}
 #: what the model's layers were last set up with: (compiled, fused experts, the levers), see set_model_mode
 _current_layers: list = [None]
+#: issue 62 (--release-fp8): FP8 configurations run with the encoder in FP8 and the bf16 copies released
+#: (petri.engine.cuda.fp8_release: what fits an 80 GB card); after the first, only fp8 ↔ fp8-fast can follow
+_release_fp8: list = [False]
 
 
 def set_model_mode(lm: LoadedModel, compiled: bool = False, fused_experts: bool = False, softmax_sc: bool = False,
@@ -274,7 +274,17 @@ def set_model_mode(lm: LoadedModel, compiled: bool = False, fused_experts: bool 
                                  flash_sliding=flash_sliding, encoder_window=encoder_window)
         elif fused_experts:
             fuse_experts(lm.model)
-    set_precision(lm, precision, fp8_encoder=fp8_encoder)
+    if lm.fast_tier.released_bf16:  # issue 62: the e4m3 copies stay; only their accumulation can change
+        from petri.engine.cuda.fp8_release import set_accumulation
+
+        set_accumulation(lm, precision)
+    else:
+        release = _release_fp8[0] and precision != "bf16"
+        set_precision(lm, precision, fp8_encoder=fp8_encoder or release)
+        if release:
+            from petri.engine.cuda.fp8_release import release_bf16
+
+            release_bf16(lm)
     lm.fast_tier.set_options(FastOptions(softmax_self_conditioning=softmax_sc, inverse_cdf_draw=inverse_cdf,
                                          fp8_self_conditioning=fp8_self_conditioning))
     set_encoder_graph_lengths(lm, DEFAULT_ENCODER_GRAPH_LENGTHS if encoder_graphs else 0)
@@ -418,11 +428,15 @@ def main() -> None:
                         help="BATCHxPROMPT,...: measure every configuration at each shape in one run, e.g. 1x1600,12x200 "
                              "(instead of --batch/--prompt-tokens; results under 'shapes')")
     parser.add_argument("--out", default=None, help="also write the JSON here (after each configuration)")
+    parser.add_argument("--release-fp8", action="store_true",
+                        help="issue 62: FP8 configurations with the prompt encoder in FP8 and the bf16 copies freed "
+                             "(what fits an 80 GB card); list them after every bf16 one")
     args = parser.parse_args()
 
     from petri.engine.torch.device import resolve_device
 
     device = resolve_device(args.device)
+    _release_fp8[0] = args.release_fp8
     built = time.perf_counter()
     lm = build_full_size(device) if args.model == "full" else load_model(None if args.model == "embedded" else args.model, device=str(device))
     build_s = time.perf_counter() - built
@@ -446,8 +460,13 @@ def main() -> None:
         "adaptive_stopping": args.adaptive,
         "canvas_length": lm.canvas_length,
         "build_s": round(build_s, 3),
+        "parameters": sum(p.numel() for p in lm.model.parameters()),
+        # issue 62: what the build left allocated, and the card's own figures (free, total) after it
+        "built_gpu_memory_gib": round(torch.cuda.memory_allocated() / 2**30, 2) if device.type == "cuda" else None,
+        "card_memory_gib": [round(v / 2**30, 2) for v in torch.cuda.mem_get_info()] if device.type == "cuda" else None,
         "inductor_cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
         "cublaslt_workspace_kib": os.environ.get("CUBLASLT_WORKSPACE_SIZE"),  # None: PyTorch's default (1 MiB)
+        "release_fp8": args.release_fp8,
     }
 
     def write() -> None:

@@ -36,7 +36,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "stacked projections, the sampler's self-conditioning softmax and inverse-CDF "
         "draw (not bit-exact; see docs/performance.md). Default "
         "(env PETRI_COMPILE=1/0 overrides): on with CUDA and Triton, off elsewhere; the first request pays "
-        "the compilation (tens of seconds, cached on disk for the next start)",
+        "the compilation (tens of seconds, cached on disk for the next start). On CUDA the tier is planned against the "
+        "card's memory before the model loads: unnamed, the compiled tier where it fits, else the exact one; a tier that "
+        "fits in no form is refused, naming the tier that fits (docs/performance.md, \"On one 80 GB card\")",
     )
     parser.add_argument(  # issue 25
         "--precision", default=os.environ.get("PETRI_PRECISION") or "bf16", type=precision_text,
@@ -46,7 +48,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "+sc-fp8 (the self-conditioning product in FP8, compiled tier) and +enc-fp8 (the prompt encoder in FP8); "
         "fp8-fast+sc-fp8 is the benchmark's fastest configuration. Their samples differ in distribution from bf16 "
         "by the shift the README reports, and every output names the tier (sampler '+fp8', '+fp8-fast', "
-        "'+sc-fp8', '+enc-fp8'). Default bf16 (env PETRI_PRECISION)",
+        "'+sc-fp8', '+enc-fp8'). Where the FP8 tier fits the card only without its bf16 copies, it runs so, with "
+        "+enc-fp8. Default bf16 (env PETRI_PRECISION)",
     )
     parser.add_argument(
         "--trust-remote-code", action="store_true",

@@ -102,6 +102,19 @@ def checkpoint_family(name_or_path: str | os.PathLike | None) -> Family:
     return family_for_model_type(model_type_of(checkpoint_source(str(name_or_path))))
 
 
+def planned_tier(name_or_path, device: str, dtype: str, compile: bool | None, precision: str):
+    """Issue 62: on CUDA, the tier a DiffusionGemma checkpoint loads in
+    (:func:`petri.engine.torch.tier_memory.plan_cuda_tier`: one that fits the card, or a refusal naming
+    the one that does); ``None`` elsewhere and for other families."""
+    from petri.engine.torch.device import resolve_device
+
+    if resolve_device(device).type != "cuda" or checkpoint_family(name_or_path) != UNIFORM:
+        return None
+    from petri.engine.torch.tier_memory import plan_cuda_tier
+
+    return plan_cuda_tier(name_or_path, device, dtype, compile, precision)
+
+
 def load_backend_model(
     name_or_path: str | os.PathLike | None = None,
     backend: str | None = "auto",
@@ -120,7 +133,12 @@ def load_backend_model(
     ``None`` where it is the default (CUDA with Triton); the tier is chosen here, at load.
     ``trust_remote_code``: a masked-diffusion checkpoint's own code may run (LLaDA, Dream).
     ``precision``: ``"fp8"`` / ``"fp8-fast"`` is the opt-in FP8 tier, with its opt-in levers after it
-    (``"fp8-fast+sc-fp8"``, :mod:`petri.engine.precision_choice`; refused, naming why, where it cannot run)."""
+    (``"fp8-fast+sc-fp8"``, :mod:`petri.engine.precision_choice`; refused, naming why, where it cannot run).
+    On CUDA a DiffusionGemma's tier is planned before it loads
+    (:func:`petri.engine.torch.tier_memory.plan_cuda_tier`): ``compile=None`` takes the compiled tier where
+    it fits the card, else the exact one; an FP8 tier that fits only without its bf16 copies runs so
+    (``+enc-fp8``, :mod:`petri.engine.cuda.fp8_release`); a tier that does not fit is refused
+    (:class:`petri.engine.torch.tier_memory.TierMemoryError`, naming the tier that fits)."""
     from petri.engine.precision_choice import PrecisionChoice, parse_precision
 
     choice = parse_precision(precision)  # before anything loads: a typo costs no model load
@@ -144,6 +162,9 @@ def load_backend_model(
         return load_mlx_model(name_or_path, dtype=dtype, allow_download=allow_download)
     from petri.engine.torch.model import compile_for_sampling, compiles_by_default, load_model
 
+    tier = planned_tier(name_or_path, device, dtype, compile, choice.text)
+    if tier is not None:
+        compile, choice = tier.compiled, parse_precision(tier.precision_text)
     lm = load_model(name_or_path, device=device, dtype=dtype, allow_download=allow_download,
                     trust_remote_code=trust_remote_code)
     if lm.family != UNIFORM.id:  # the compiled and FP8 tiers are DiffusionGemma's
@@ -156,4 +177,8 @@ def load_backend_model(
         from petri.engine.cuda.fp8 import set_precision_choice
 
         set_precision_choice(lm, choice)
+    if tier is not None and tier.released:
+        from petri.engine.cuda.fp8_release import release_bf16
+
+        release_bf16(lm)
     return lm

@@ -55,6 +55,9 @@ from petri.engine.cuda.stacked_projections import is_stacked_member, stacked_gro
 
 log = logging.getLogger(__name__)
 
+#: why a model whose bf16 copies were released (:mod:`petri.engine.cuda.fp8_release`) cannot change tier
+RELEASED_REASON = ("the bf16 weights were released to fit the FP8 tier on this card (petri.engine.cuda.fp8_release); "
+                   "reload the model to run another precision or tier")
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # the largest finite e4m3 value
 INV_FP8_MAX = 1.0 / FP8_MAX  # multiplied (in float32), not divided: the kernels do the same
@@ -391,6 +394,8 @@ def use_bf16(lm) -> None:
     model = lm.model
     if not is_fp8(lm):
         return
+    if lm.fast_tier.released_bf16:
+        raise ValueError(f"precision: cannot leave {precision_of(lm)}: {RELEASED_REASON}")
     for _, module in dense_targets(model) + encoder_targets(model):
         if "_petri_fp8_weight" not in vars(module):  # an encoder linear the tier left in bf16
             continue

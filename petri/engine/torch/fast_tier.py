@@ -75,13 +75,18 @@ class FastTier:
     whenever what they captured changes. prompts: the encoded prompts kept for reuse by every torch
     sampler on this model, eager ones included (:class:`petri.engine.torch.prompt_cache.PromptCache`).
     encoder_graphs: the compiled tier's prompt encoder passes captured per prompt length
-    (:class:`petri.engine.cuda.encoder_graphs.EncoderGraphs`), dropped with the sessions.
+    (:class:`petri.engine.cuda.encoder_graphs.EncoderGraphs`), dropped with the sessions. released_bf16: the FP8
+    tier freed the bf16 weights it quantized (:func:`petri.engine.cuda.fp8_release.release_bf16`): no
+    going back to bf16, no compiling again; released_fingerprint: the weights' fingerprint taken just
+    before (what :meth:`petri.engine.torch.model.LoadedModel.fingerprint` answers from then on).
     """
 
     model: Any = field(repr=False)
     options: FastOptions = FastOptions()
     precision: str = "bf16"
     fp8_encoder: bool = False
+    released_bf16: bool = False
+    released_fingerprint: str | None = None
     compiled_layers: list = field(default_factory=list, repr=False)
     compiled_encoder_layers: list = field(default_factory=list, repr=False)
     small_batch_experts: bool = False

@@ -116,8 +116,9 @@ class LoadedModel:
         }
 
     def fingerprint(self) -> str:
-        """:func:`weights_fingerprint` of this model."""
-        return weights_fingerprint(self.model, self.dtype)
+        """:func:`weights_fingerprint` of this model (of its weights as loaded, where the FP8 tier
+        released its bf16 copies since: :mod:`petri.engine.cuda.fp8_release`)."""
+        return self.fast_tier.released_fingerprint or weights_fingerprint(self.model, self.dtype)
 
     def eager_stepper(self, request: SampleRequest):
         """:func:`petri.engine.torch.sampler.eager_stepper` on this model: (stepper, pinned mask
@@ -256,7 +257,11 @@ def load_diffusion_gemma(source: str, model_id: str, device: torch.device, dtype
     """The uniform family's loader (:mod:`petri.engine.families.registry`): a DiffusionGemma
     checkpoint (a folder, or a hub id in the local cache) as a :class:`LoadedModel`; a missing one
     raises :class:`ModelNotFoundError` naming it. ``trust_remote_code`` is not needed (transformers
-    has the class)."""
+    has the class). One copy of the weights at a time (issue 62): ``from_pretrained`` in the
+    checkpoint's dtype maps the safetensors files (nothing is copied until read) and ``.to(device)``
+    moves one parameter at a time, so a GPU never holds a weight twice (peak host memory over a load:
+    ``tests/engine/test_load_memory.py``); a checkpoint stored in another dtype costs a converted copy
+    in host memory, not on the device."""
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(source, local_files_only=True, dtype=dtype)
