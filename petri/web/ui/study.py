@@ -386,7 +386,8 @@ def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tu
     meta = gr.State(meta0)
     with gr.Accordion("Study set-up: concepts, events, templates", open=shipped is None):
         with gr.Row():
-            builtin = gr.Dropdown(list(studies), value=first, label="Bundled study", scale=2)
+            builtin = gr.Dropdown(list(studies), value=first, label="Bundled study", scale=2,
+                                  elem_id="petri-study-builtin")
             load_btn = gr.Button("Load", size="sm", scale=1)
             upload = gr.File(label="…or upload a study file (.json)", file_types=[".json"], type="filepath", scale=2,
                              elem_id="petri-study-upload")

@@ -62,8 +62,11 @@ def test_study_figures_text_never_overlaps(page, served, width):
         page.wait_for_timeout(500)
         for sel in ("#petri-study-instability", "#petri-study-events-fig"):
             assert_figure_text_apart(page, sel)
-        page.locator("#petri-study-instability").screenshot(
-            path=str(save_screenshot(page, Path(served[1].store.path).parent, f"study-figures-{width}.png")))
+        figure = page.locator("#petri-study-instability")
+        figure.scroll_into_view_if_needed()
+        box = figure.bounding_box()
+        save_screenshot(page, Path(served[1].store.path).parent, f"study-instability-{width}.png", full_page=False,
+                        clip={"x": 0, "y": max(0, box["y"]), "width": width, "height": min(900 - max(0, box["y"]), box["height"])})
     finally:
         page.set_viewport_size({"width": 1200, "height": 900})
 
@@ -97,12 +100,12 @@ def test_power_panel_names_its_run_and_a_new_one_clears_it(page, served, tmp_pat
         assert "size_held" in page.inner_text("#petri-study-power-table")
         if not page.locator("#petri-study-set-up-note").is_visible():
             page.click("button:has-text('Study set-up')")
+        assert page.input_value("#petri-study-builtin input") == "inventory_order.json"
         page.set_input_files("#petri-study-upload input[type=file]", str(small_study_file(tmp_path)))
         page.wait_for_selector("text=Loaded Browser study")
         note = page.inner_text("#petri-study-set-up-note")
         assert "1 template." in note and "templates." not in note and "uploaded" in note, note
-        assert "inventory_order" not in page.locator("#petri-study-set-up-note").evaluate(
-            "n => n.closest('.gradio-container').querySelector('input[role=listbox], .wrap input').value")
+        page.wait_for_function("document.querySelector('#petri-study-builtin input').value === ''")
         page.fill("#petri-study-samples input[type=number]", "2")
         page.fill("#petri-study-steps input[type=number]", "4")
         page.click("#petri-study-run")
