@@ -10,6 +10,15 @@ normal approximation with tie correction: resampled events repeat, so the exact 
 or Welch's t with ``test="t"``) is run at level ``alpha``; power is the share of ``n_sims`` studies that
 reject, with its Monte-Carlo standard error ``sqrt(power (1 - power) / n_sims)``.
 
+Size: every design is also simulated at effect 0 (group b's cells centred on group a's mean, the same
+draws as its power: the same generator seed), and the share that reject there is the test's size,
+with its Wilson 95 % interval over the ``n_sims`` studies. The resampled test need not hold its level
+(ranks see spread and skew that a mean shift leaves alone; a few drawn templates carry their own
+group difference), so a design's size is **held** when its estimated size is at most
+:data:`SIZE_FACTOR` × ``alpha`` (Bradley's liberal criterion, 1978: 0.075 at alpha 0.05). The
+recommended design (:func:`smallest_design`) is the smallest reaching :data:`TARGET_POWER` whose size
+is held; a smaller one that reaches the power with an inflated size is named as not recommended.
+
 Effect: by default the pilot's own (difference of the group means of the cells, b - a). With a
 given ``effect`` each group's cells are first centred on the pilot's grand mean of group a and group b
 is shifted by ``effect`` (instability units), keeping every spread, event and template structure.
@@ -28,18 +37,25 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from petri.core.wording import counted
+from petri.stats.calibration import wilson_interval
 from petri.stats.mixed import cell_matrix
 
-__all__ = ["PowerResult", "simulate_power", "power_from_cells", "smallest_design", "TARGET_POWER"]
+__all__ = ["PowerResult", "simulate_power", "power_from_cells", "smallest_design", "inflated_designs", "size_held",
+           "TARGET_POWER", "SIZE_FACTOR"]
 
 TARGET_POWER = 0.8
+#: A design's size (rejection rate at effect 0) is held when it is at most this many times alpha.
+SIZE_FACTOR = 1.5
 TESTS = ("mannwhitney", "t")
 
 
 @dataclass
 class PowerResult:
-    """The grid of designs with their simulated power (``designs``: rows with n_events, n_templates,
-    batches, power, mc_se) and the design facts a reader needs to trust it."""
+    """The grid of designs with their simulated power and size (``designs``: rows with n_events,
+    n_templates, batches, power, mc_se, size, size_low, size_high (its Wilson 95 % interval) and
+    size_held), the recommended design (``smallest``), the smaller designs that reach the power only
+    with an inflated size (``not_recommended``) and the design facts a reader needs to trust it."""
 
     group_a: str
     group_b: str
@@ -56,22 +72,47 @@ class PowerResult:
     smallest: dict[str, Any] | None
     target: float = TARGET_POWER
     method: str = field(default="")
+    size_limit: float = 0.0
+    not_recommended: list[dict[str, Any]] = field(default_factory=list)
 
     def table(self) -> pd.DataFrame:
         return pd.DataFrame(self.designs)
 
     def summary(self) -> str:
+        """One paragraph: what was simulated, the recommended design with its power and size, and the
+        designs that reach the power but are not recommended for their size."""
         head = (f"power of the event-level {self.test} test ({self.group_a} vs {self.group_b}, two-sided alpha "
                 f"{self.alpha:g}) for effect {self.effect:+.4g} ({self.effect_source}), {self.n_sims} simulated "
                 f"studies per design, seed {self.seed}")
+        held = (f"size held (at most {self.size_limit:.3g} of studies rejected at effect 0, "
+                f"{self.size_limit / self.alpha:g} x alpha)")
+        target = f"{100 * self.target:.0f}% power"
         if self.smallest is None:
-            return head + f"; no design in the grid reaches {100 * self.target:.0f}%"
-        s = self.smallest
-        return head + (f"; smallest design reaching {100 * self.target:.0f}%: {s['n_events']} events per group x "
-                       f"{s['n_templates']} templates (power {s['power']:.2f} +/- {s['mc_se']:.2f})")
+            text = head + f"; no design in the grid reaches {target} with its {held}"
+        else:
+            s = self.smallest
+            text = head + (f"; smallest design reaching {target} with its {held}: {_design(s)} (power "
+                           f"{s['power']:.2f} +/- {s['mc_se']:.2f}, size {_size(s)})")
+            if s["size_high"] > self.size_limit:
+                text += (f"; its size's 95% interval reaches above {self.size_limit:.3g}: more simulated studies "
+                         "would settle whether it holds")
+        if self.not_recommended:
+            d, more = self.not_recommended[0], len(self.not_recommended) - 1
+            text += (f"; NOT recommended: {_design(d)} reaches power {d['power']:.2f} but its test rejects "
+                     f"{_size(d)} of studies at effect 0, above {self.size_limit:.3g}"
+                     + (f" (so do {counted(more, 'other smaller design')})" if more else ""))
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "summary": self.summary()}
+
+
+def _design(d: dict[str, Any]) -> str:
+    return f"{counted(d['n_events'], 'event')} per group x {counted(d['n_templates'], 'template')}"
+
+
+def _size(d: dict[str, Any]) -> str:
+    return f"{d['size']:.3f} [95% {d['size_low']:.3f}, {d['size_high']:.3f}]"
 
 
 def _event_values(y: np.ndarray, ev: np.ndarray, tpl: np.ndarray) -> np.ndarray:
@@ -104,10 +145,29 @@ def simulate_power(ya: np.ndarray, yb: np.ndarray, n_events: int, n_templates: i
     return float(np.mean(np.nan_to_num(p, nan=1.0) < alpha))
 
 
+def size_held(size: float, alpha: float) -> bool:
+    """Whether a test whose estimated size (rejection rate at effect 0) is ``size`` holds level
+    ``alpha``: ``size <= SIZE_FACTOR * alpha``."""
+    return size <= SIZE_FACTOR * alpha + 1e-12
+
+
+def _order(d: dict[str, Any]) -> tuple:
+    return d["batches"], d["n_templates"], d["n_events"]
+
+
 def smallest_design(designs: Sequence[dict[str, Any]], target: float = TARGET_POWER) -> dict[str, Any] | None:
-    """The design with power >= ``target`` and the fewest batches (then fewest templates), or None."""
-    ok = [d for d in designs if d["power"] >= target]
-    return min(ok, key=lambda d: (d["batches"], d["n_templates"], d["n_events"])) if ok else None
+    """The design with power >= ``target`` whose size is held (``size_held``, where the rows have it)
+    and the fewest batches (then fewest templates), or None."""
+    ok = [d for d in designs if d["power"] >= target and d.get("size_held", True)]
+    return min(ok, key=_order) if ok else None
+
+
+def inflated_designs(designs: Sequence[dict[str, Any]], chosen: dict[str, Any] | None,
+                     target: float) -> list[dict[str, Any]]:
+    """The designs reaching ``target`` with an inflated size that are smaller than ``chosen`` (all of
+    them when nothing is chosen), smallest first."""
+    bad = [d for d in designs if d["power"] >= target and not d["size_held"]]
+    return sorted((d for d in bad if chosen is None or _order(d) < _order(chosen)), key=_order)
 
 
 def power_from_cells(cells: pd.DataFrame, groups: tuple[str, str], *, events: Sequence[int] = (6, 12, 24, 48, 96),
@@ -134,6 +194,7 @@ def power_from_cells(cells: pd.DataFrame, groups: tuple[str, str], *, events: Se
         if y.shape[0] < 2:
             raise ValueError(f"group {g!r} has {y.shape[0]} pilot events; power needs at least 2")
     pilot_effect = float(np.nanmean(yb) - np.nanmean(ya))
+    y_null = yb - pilot_effect  # group b centred on group a's mean: effect 0
     if effect is None:
         source = "the pilot's"
         eff = pilot_effect
@@ -141,15 +202,17 @@ def power_from_cells(cells: pd.DataFrame, groups: tuple[str, str], *, events: Se
         if not math.isfinite(effect):
             raise ValueError(f"effect must be a finite number, got {effect!r}")
         source, eff = "given", float(effect)
-        yb = yb - pilot_effect + eff
+        yb = y_null + eff
     templates = tuple(templates) if templates else tuple(sorted({1, len(tpl_ids), 2 * len(tpl_ids)}))
     designs = []
     for k in templates:
         for n in events:
-            rng = np.random.default_rng([seed, int(n), int(k)])
-            power = simulate_power(ya, yb, int(n), int(k), n_sims=n_sims, alpha=alpha, rng=rng, test=test)
+            power, size = (simulate_power(ya, y, int(n), int(k), n_sims=n_sims, alpha=alpha, test=test,
+                                          rng=np.random.default_rng([seed, int(n), int(k)])) for y in (yb, y_null))
+            low, high = wilson_interval(round(size * n_sims), n_sims)
             designs.append({"n_events": int(n), "n_templates": int(k), "batches": 2 * int(n) * int(k),
-                            "power": power, "mc_se": math.sqrt(power * (1 - power) / n_sims)})
+                            "power": power, "mc_se": math.sqrt(power * (1 - power) / n_sims),
+                            "size": size, "size_low": low, "size_high": high, "size_held": size_held(size, alpha)})
     method = (
         "simulation from the pilot: per simulated study, templates drawn with replacement from the pilot's "
         f"{len(tpl_ids)} (shared by both groups) and events with replacement within each group "
@@ -160,6 +223,10 @@ def power_from_cells(cells: pd.DataFrame, groups: tuple[str, str], *, events: Se
         + f" at alpha {alpha:g}; "
         + ("effect as in the pilot" if effect is None else f"group {b} shifted so that mean({b}) - mean({a}) = {eff:+.4g}")
         + f"; samples per batch as in the pilot; numpy default_rng([seed={seed}, n_events, n_templates]) per design"
+        + f"; size: the same draws at effect 0, held when at most {SIZE_FACTOR:g} x alpha (Bradley's liberal "
+          "criterion), with its Wilson 95% interval"
     )
+    smallest = smallest_design(designs)
     return PowerResult(str(a), str(b), eff, source, int(ya.shape[0]), int(yb.shape[0]), len(tpl_ids), int(n_sims),
-                       float(alpha), int(seed), test, designs, smallest_design(designs), method=method)
+                       float(alpha), int(seed), test, designs, smallest, method=method, size_limit=SIZE_FACTOR * alpha,
+                       not_recommended=inflated_designs(designs, smallest, TARGET_POWER))

@@ -58,6 +58,10 @@ def run_tag(run_id: str) -> str:
     return f"run {run_id[:8]}" if run_id else ""
 
 
+#: Characters a line of a compact figure's title holds (a 420 px screen draws about 50 of them).
+COMPACT_WRAP = 46
+
+
 def _wrap(text: str, width: int = 110) -> str:
     """Break a long line for a plotly title/annotation (which only knows <br>)."""
     words, lines, line = text.split(" "), [], ""
@@ -85,18 +89,25 @@ def instability_figure(
     provisional: str = "",
     waiting: str = "",
     run_id: str = "",
+    compact: bool = False,
 ) -> go.Figure:
     """Left: one point per event (its mean segment instability: the independent unit of the test)
     with a box per group. Right: every segment (non-independent), as violins. The event-level test
     is the title; the segment-level one is written under the right panel. While a study runs,
     ``provisional`` (e.g. ``"provisional: 12 of 36 batches; …"``) heads the title, and with no
     comparison yet (``None``) ``waiting`` says why in its place. ``run_id`` names the run under the
-    figure."""
+    figure. ``compact``: the two panels one above the other, every text wrapped to 46 characters and
+    no legend (the groups are the x axis): a figure for a page, readable from a 420 px phone screen
+    (where the side-by-side panels' titles and axes overlap) to a wide one (:data:`COMPACT_WRAP`)."""
     colors = group_colors(groups)
+    wrap = COMPACT_WRAP if compact else None
     fig = make_subplots(
-        rows=1, cols=2, column_widths=[0.45, 0.55], horizontal_spacing=0.08,
-        subplot_titles=("events: one point per event (the test's unit)", "segments (non-independent)"),
+        rows=2 if compact else 1, cols=1 if compact else 2, column_widths=None if compact else [0.45, 0.55],
+        horizontal_spacing=0.08, vertical_spacing=0.2,
+        subplot_titles=("events: one point each (the test's unit)" if compact else
+                        "events: one point per event (the test's unit)", "segments (non-independent)"),
     )
+    second = {"row": 2, "col": 1} if compact else {"row": 1, "col": 2}
     for g in groups:
         ev = events.loc[events["group"] == g]
         fig.add_trace(
@@ -111,13 +122,17 @@ def instability_figure(
         fig.add_trace(
             go.Violin(y=seg, x=[g] * len(seg), name=g, line_color=colors[g], box_visible=True, meanline_visible=True,
                       points=False, showlegend=False, legendgroup=g, hoverinfo="y"),
-            row=1, col=2,
+            **second,
         )
-    fig.update_yaxes(title_text="instability (mean flips per free position)", row=1, col=1)
-    fig.update_yaxes(title_text="segment instability", row=1, col=2)
-    title = _wrap(comparison.event.summary() if comparison is not None else (waiting or "no comparison yet"))
+    fig.update_yaxes(title_text="instability (flips / free position)" if compact else
+                     "instability (mean flips per free position)", row=1, col=1)
+    fig.update_yaxes(title_text="segment instability", **second)
+    title = _wrap(comparison.event.summary() if comparison is not None else (waiting or "no comparison yet"),
+                  wrap or 110)
     if provisional:
-        title = f"<span style='color:#b45309'>{provisional}</span><br>{title}"
+        title = f"<span style='color:#b45309'>{_wrap(provisional, wrap) if wrap else provisional}</span><br>{title}"
+    segment_line = _wrap(comparison.segment.summary(), wrap or 150) if comparison is not None else ""
+    under = segment_line + "".join(f"<br>{part}" for part in (f"model: {model_id}" if model_id else "", run_tag(run_id)) if part)
     fig.update_layout(
         title={"text": f"<b>{title}</b>", "font": {"size": 13}, "x": 0.01, "xanchor": "left"},
         template="plotly_white",
@@ -126,19 +141,25 @@ def instability_figure(
         margin={"t": 110, "b": 150, "l": 70, "r": 30},
         showlegend=True,
     )
-    segment_line = _wrap(comparison.segment.summary(), 150) if comparison is not None else ""
+    if compact:  # room for the wrapped title above and the wrapped lines below, and no legend
+        fig.update_layout(width=700, height=1000, showlegend=False, title_y=1, title_yanchor="top",
+                          title_pad_t=30,  # below the plot's tool bar
+                          margin={"t": 70 + 17 * (title.count("<br>") + 1), "l": 60, "r": 20,
+                                  "b": 80 + 14 * (under.count("<br>") + 1)})
+        fig.update_annotations(font_size=13)  # the two panel titles (the line under them comes next)
     fig.add_annotation(
-        text=segment_line + "".join(f"<br>{part}" for part in (f"model: {model_id}" if model_id else "", run_tag(run_id)) if part),
-        xref="paper", yref="paper", x=0, y=-0.13, yanchor="top", showarrow=False, align="left", xanchor="left",
-        font={"size": 11, "color": "#555"},
+        text=under, xref="paper", yref="paper", x=0, y=0 if compact else -0.13, yshift=-75 if compact else 0,
+        yanchor="top", showarrow=False, align="left", xanchor="left", font={"size": 11, "color": "#555"},
     )
     return tag_run(fig, run_id)
 
 
 def event_ranking_figure(events: pd.DataFrame, groups: Sequence[str] | None = None, *, confidence: float = 0.95, model_id: str = "",
-                         provisional: str = "", run_id: str = "") -> go.Figure:
+                         provisional: str = "", run_id: str = "", compact: bool = False) -> go.Figure:
     """Mean instability per event, highest first, with its bootstrap CI, coloured by group
-    (``provisional``: a label heading the title while the study runs; ``run_id``: named in it)."""
+    (``provisional``: a label heading the title while the study runs; ``run_id``: named in it;
+    ``compact``: the title and axis title wrapped to :data:`COMPACT_WRAP` characters and the legend
+    above the plot, so that it reads on a 420 px screen)."""
     groups = list(groups) if groups is not None else list(dict.fromkeys(events["group"]))
     colors = group_colors(groups)
     ranked = events.sort_values("instability", ascending=True)  # plotly draws the first row at the bottom
@@ -155,13 +176,19 @@ def event_ranking_figure(events: pd.DataFrame, groups: Sequence[str] | None = No
         )
     ids = list(ranked["event_id"])
     fig.update_yaxes(categoryorder="array", categoryarray=ids, tickmode="array", tickvals=ids, ticktext=ids, title_text="event")
-    fig.update_xaxes(title_text=f"mean segment instability ({100 * confidence:g}% cluster-bootstrap CI over samples)")
-    fig.update_layout(
-        title=(f"<span style='color:#b45309'>{provisional}</span><br>" if provisional else "")
-        + "Mean instability per event, ranked" + (f" — model {model_id}" if model_id else "")
-        + (f" — {run_tag(run_id)}" if run_id else ""),
-        template="plotly_white", width=900, height=max(420, 22 * len(events) + 160), legend={"title": "group"},
-    )
+    axis = f"mean segment instability ({100 * confidence:g}% cluster-bootstrap CI over samples)"
+    fig.update_xaxes(title_text=_wrap(axis, COMPACT_WRAP) if compact else axis)
+    head = ("Mean instability per event, ranked" + (f" — model {model_id}" if model_id else "")
+            + (f" — {run_tag(run_id)}" if run_id else ""))
+    label = (_wrap(provisional, COMPACT_WRAP) if compact else provisional) if provisional else ""
+    title = (f"<span style='color:#b45309'>{label}</span><br>" if label else "") + (_wrap(head, COMPACT_WRAP) if compact else head)
+    fig.update_layout(title=title, template="plotly_white", width=900, height=max(420, 22 * len(events) + 160),
+                      legend={"title": "group"})
+    if compact:
+        lines = title.count("<br>") + 1
+        fig.update_layout(width=700, height=max(460, 22 * len(events) + 200 + 22 * lines), title_font_size=15,
+                          title_pad_t=30, title_y=1, title_yanchor="top", margin={"t": 90 + 20 * lines, "l": 60, "r": 20},
+                          legend={"title": "", "orientation": "h", "x": 0, "y": 1, "yanchor": "bottom"})
     return tag_run(fig, run_id)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from petri.core.wording import counted
 from petri.stats.groups import LevelComparisons, compare_levels
 from petri.runs.store import RunStore
 from petri.study.analysis import batch_tables, events_table, group_summary_table, study_tables
@@ -64,7 +65,7 @@ class ProvisionalStatistics:
         """``"provisional: 12 of 36 batches; events so far: benign 3, contradictory 2"`` or ``"final: …"``."""
         counts = ", ".join(f"{g} {n}" for g, n in self.events_per_group.items())
         state = "final" if self.final else "provisional"
-        return f"{state}: {self.batches_done} of {self.batches_total} batches; events so far: {counts}"
+        return f"{state}: {self.batches_done} of {counted(self.batches_total, 'batch')}; events so far: {counts}"
 
 
 def provisional_statistics(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from petri.core.wording import counted
 from petri.measure.sample_metrics import sample_metrics
 from petri.study.analysis import StudyAnalysis, analyze
 from petri.runs.export import TokenText, package_versions, with_final_token, write_csv, write_tables
@@ -116,9 +117,9 @@ def render_report(result: StudyResult, analysis: StudyAnalysis, figures: dict[st
         f"> {model_label(result.model_id)}",
         "",
         f"Study `{study.id}` ({study.language}) from `{study.source}`: concepts {', '.join(f'`{x}`' for x in study.concepts)}; "
-        f"{len(study.events)} events ({', '.join(f'{g} {len(study.events_in(g))}' for g in study.groups)}), "
-        f"{len(result.template_ids)} templates, {result.samples} shuffled samples per (event, template): "
-        f"{len(result.batches) * result.samples} samples in all.",
+        f"{counted(len(study.events), 'event')} ({', '.join(f'{g} {len(study.events_in(g))}' for g in study.groups)}), "
+        f"{counted(len(result.template_ids), 'template')}, {counted(result.samples, 'shuffled sample')} per (event, "
+        f"template): {counted(len(result.batches) * result.samples, 'sample')} in all.",
         "",
         "## Headline (event level: the independent unit)",
         "",
@@ -167,7 +168,7 @@ def render_report(result: StudyResult, analysis: StudyAnalysis, figures: dict[st
         "## Template sensitivity",
         "",
         f"Mean off-diagonal Jaccard of the top-{analysis.top_n} nouns per template: **{_fmt(analysis.jaccard_mean, 3)}** "
-        f"over {len(result.template_ids)} templates. Tagger: {analysis.tagger}.",
+        f"over {counted(len(result.template_ids), 'template')}. Tagger: {analysis.tagger}.",
         "",
         _md_table(analysis.jaccard.reset_index(names="template"), 3),
         "",

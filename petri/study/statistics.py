@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from petri.core.wording import counted
 from petri.runs.export import write_csv
 from petri.stats.mixed import BootstrapResult, MixedResult, cell_values, crossed_mixed_model, two_way_cluster_bootstrap
 from petri.stats.multiple import pair_comparisons
@@ -111,7 +112,7 @@ class StudyStatistics:
             conf = f"{100 * m.confidence:g}%"
             lines += [
                 f"Unit: one (event, template) cell = the mean segment instability of one batch; {m.n_cells} cells "
-                f"({m.n_events_a} {a} and {m.n_events_b} {b} events × {m.n_templates} templates). Model: instability "
+                f"({m.n_events_a} {a} and {m.n_events_b} {b} events × {counted(m.n_templates, 'template')}). Model: instability "
                 f"~ group + (1 | event) + (1 | template), REML (statsmodels MixedLM).",
                 "",
                 "| quantity | estimate |", "|---|---|",

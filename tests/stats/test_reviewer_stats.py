@@ -208,10 +208,78 @@ def test_power_is_seeded_and_names_its_method_and_smallest_design():
     a, b = (power_from_cells(cells, ("benign", "contradictory"), **kw) for _ in range(2))
     assert a.designs == b.designs
     assert "Mann-Whitney" in a.method and "seed=9" in a.method and a.effect_source == "the pilot's"
-    ok = [d for d in a.designs if d["power"] >= 0.8]
+    ok = [d for d in a.designs if d["power"] >= 0.8 and d["size"] <= 1.5 * 0.05]  # issue 60: and its size held
     assert a.smallest == min(ok, key=lambda d: (d["batches"], d["n_templates"])) if ok else a.smallest is None
     powers = {(d["n_events"], d["n_templates"]): d["power"] for d in a.designs}
     assert powers[(32, 4)] > powers[(4, 1)]
+
+
+def design_row(n, k, power, size, sims=500):
+    """A hand-written row of a power table (``size``: its rejection rate at effect 0 over ``sims``)."""
+    from petri.stats.calibration import wilson_interval
+    from petri.stats.power import size_held
+
+    low, high = wilson_interval(round(size * sims), sims)
+    return {"n_events": n, "n_templates": k, "batches": 2 * n * k, "power": power, "mc_se": 0.01, "size": size,
+            "size_low": low, "size_high": high, "size_held": size_held(size, 0.05)}
+
+
+def test_the_recommended_design_is_the_smallest_reaching_80_percent_whose_size_is_held():
+    """Issue 60 item 2, by hand: 48 x 10 reaches 0.83 but rejects 0.204 of studies at effect 0 (above
+    1.5 x 0.05 = 0.075); 96 x 10 reaches 0.93 at size 0.060: the headline recommends 96 x 10 and
+    names 48 x 10 as not recommended. (It recommended 48 x 10 before.)"""
+    from petri.stats.power import PowerResult, inflated_designs, size_held, smallest_design
+
+    # "held" at alpha 0.05: at most 0.075
+    assert size_held(0.075, 0.05) and not size_held(0.0751, 0.05) and size_held(0.0, 0.05)
+    assert size_held(0.015, 0.01) and not size_held(0.016, 0.01)
+    designs = [design_row(24, 10, 0.66, 0.154), design_row(48, 10, 0.83, 0.204), design_row(96, 10, 0.93, 0.060),
+               design_row(96, 20, 0.99, 0.050)]
+    assert [d["size_held"] for d in designs] == [False, False, True, True]
+    chosen = smallest_design(designs)
+    assert (chosen["n_events"], chosen["n_templates"]) == (96, 10)
+    bad = inflated_designs(designs, chosen, 0.8)
+    assert [(d["n_events"], d["n_templates"]) for d in bad] == [(48, 10)]
+    result = PowerResult("benign", "contradictory", 0.1231, "the pilot's", 12, 12, 5, 500, 0.05, 0, "mannwhitney",
+                         designs, chosen, size_limit=0.075, not_recommended=bad)
+    text = result.summary()
+    assert "smallest design reaching 80% power with its size held" in text
+    assert "96 events per group x 10 templates (power 0.93 +/- 0.01, size 0.060" in text
+    assert "NOT recommended: 48 events per group x 10 templates reaches power 0.83 but its test rejects 0.204" in text
+    # nothing held: no recommendation, and every design reaching the power is named
+    none = [design_row(48, 10, 0.83, 0.204), design_row(6, 1, 0.90, 0.10)]
+    assert smallest_design(none) is None
+    assert [(d["n_events"], d["n_templates"]) for d in inflated_designs(none, None, 0.8)] == [(6, 1), (48, 10)]
+    lone = PowerResult("a", "b", 0.1, "given", 12, 12, 1, 500, 0.05, 0, "mannwhitney", none, None, size_limit=0.075,
+                       not_recommended=inflated_designs(none, None, 0.8)).summary()
+    assert "no design in the grid reaches 80% power with its size held" in lone
+    assert "6 events per group x 1 template reaches" in lone and "(so do 1 other smaller design)" in lone
+
+
+def test_each_designs_size_is_its_rejection_rate_at_effect_0_with_a_wilson_interval():
+    """The size column is the share rejecting at effect 0 with the same draws (an independent run at
+    effect 0 gives it as its power), its interval statsmodels' Wilson interval; a pilot whose groups
+    differ in skew at equal means inflates the rank test's size, and the recommendation skips it."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    rng = np.random.default_rng(5)
+    n_pilot = 40
+    skewed = rng.exponential(1.0, n_pilot)
+    cells = pd.DataFrame({"event_id": [f"e{i}" for i in range(2 * n_pilot)], "template_id": "t",
+                          "group": ["benign"] * n_pilot + ["contradictory"] * n_pilot,
+                          "instability": np.r_[rng.normal(1.0, 0.05, n_pilot), skewed - skewed.mean() + 1.0]})
+    kw = dict(events=(8, 64), templates=(1,), n_sims=400, seed=3)
+    r = power_from_cells(cells, ("benign", "contradictory"), effect=0.5, **kw)
+    null = power_from_cells(cells, ("benign", "contradictory"), effect=0.0, **kw)
+    for d, z in zip(r.designs, null.designs):
+        assert d["size"] == z["power"] == z["size"]
+        low, high = proportion_confint(round(d["size"] * 400), 400, alpha=0.05, method="wilson")
+        assert (d["size_low"], d["size_high"]) == pytest.approx((low, high), abs=1e-12)
+        assert d["size_held"] == (d["size"] <= 1.5 * 0.05)
+    big = r.designs[1]
+    assert big["size"] > 0.2 and not big["size_held"]  # medians differ at equal means: the rank test rejects
+    assert r.smallest is None or r.smallest["size_held"]
+    assert r.size_limit == pytest.approx(0.075) and "NOT recommended: 64 events per group x 1 template" in r.summary()
 
 
 # ------------------------------------------------------------------ peeking, small groups, the shipped study

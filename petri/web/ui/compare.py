@@ -19,6 +19,7 @@ import gradio as gr
 import pandas as pd
 from pydantic import ValidationError
 
+from petri.core.wording import counted
 from petri.core.dish import DEFAULT_TEMPLATE
 from petri.measure.metrics import flip_grid
 from petri.app.jobs import QueueFull
@@ -92,7 +93,7 @@ def summary_line(paired: pd.DataFrame, labels: tuple[str, str]) -> str:
     if diff.empty:
         return "No sample has a measured segment in both events."
     return (f"Paired difference of per-sample instability ({labels[1]} − {labels[0]}): mean {diff.mean():+.4f} over "
-            f"{len(diff)} samples; {labels[1]} higher in {int((diff > 0).sum())}, lower in {int((diff < 0).sum())}, "
+            f"{counted(len(diff), 'sample')}; {labels[1]} higher in {int((diff > 0).sum())}, lower in {int((diff < 0).sum())}, "
             f"equal in {int((diff == 0).sum())}.")
 
 
@@ -183,7 +184,7 @@ class CompareController:
             yield {"status": f"Stopped: {stop}."}
             return
         yield {**self.views(result.run_id, *result.trajectories, labels),
-               "status": f"Done: run `{result.run_id}` — {labels[0]} and {labels[1]}, {request.samples} samples "
+               "status": f"Done: run `{result.run_id}` — {labels[0]} and {labels[1]}, {counted(request.samples, 'sample')} "
                          f"each, seed {request.seed}, {result.wall_s:.2f} s. Stored; also at `/api/runs/{result.run_id}`."}
 
     def controls_of(self, request: dict, a: Trajectory) -> dict:

@@ -23,6 +23,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from pydantic import ValidationError
 
+from petri.core.wording import counted
 from petri.core.dish import DEFAULT_TEMPLATE
 from petri.runs.export import token_decoder
 from petri.measure.metrics import flip_grid
@@ -302,7 +303,7 @@ class DishController:
         traj = result.trajectories[0]
         yield {
             **self.result_views(result.run_id, result.trajectories, result.groups, caller),
-            "status": (f"Done: run `{result.run_id}` — {traj.n_samples} samples, steps {traj.steps.tolist()}, "
+            "status": (f"Done: run `{result.run_id}` — {counted(traj.n_samples, 'sample')}, steps {traj.steps.tolist()}, "
                        f"{result.wall_s:.2f} s on {traj.device}. Stored; also at `/api/runs/{result.run_id}`."),
         }
 
@@ -334,7 +335,7 @@ class DishController:
             flip_grid(traj.argmax, traj.steps, traj.anchor_mask).sum(axis=0), n_samples=traj.n_samples,
             anchors=aggregate_anchor_boxes(traj.anchors), pinned=traj.anchor_mask.all(axis=0), blank_pinned=True,
             tokens=token_texts(self.tokens, traj.argmax[0]), colors=concept_colors([a.concept for a in traj.anchors[0]]),
-            title=f"{run_label(run_id)}flips per step and position ({traj.n_samples} samples)",
+            title=f"{run_label(run_id)}flips per step and position ({counted(traj.n_samples, 'sample')})",
         )
 
     def cleared_views(self) -> dict:

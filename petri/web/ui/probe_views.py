@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from petri.core.probe import ProbeInputError, ProbeRequest
+from petri.core.wording import counted
 from petri.engine.probe import plan_probe
 from petri.runs.probe_results import EVAL_KIND, PROBE_KIND
 from petri.web.tokens import PALETTE
@@ -204,11 +205,11 @@ def probe_row(run: dict) -> tuple[str, str, str]:
         labelled = request.get("set", {})
         questions = [q["name"] for q in labelled.get("questions", [])]
         return (f"evaluation of {labelled.get('name', '')}",
-                f"{len(labelled.get('items', []))} items × {request.get('repeats', 1)} repeats, "
+                f"{counted(len(labelled.get('items', [])), 'item')} × {counted(request.get('repeats', 1), 'repeat')}, "
                 f"samples {request.get('samples')}, steps {request.get('steps')}", ", ".join(questions))
     probe = request.get("probe", {})
     questions = [q["name"] for q in probe.get("questions", [])]
-    return (probe.get("prompt", "")[:80], f"{len(questions)} questions × {probe.get('steps', 1)} steps, "
+    return (probe.get("prompt", "")[:80], f"{counted(len(questions), 'question')} × {counted(probe.get('steps', 1), 'step')}, "
             f"samples {probe.get('samples', 1)}, seed {probe.get('seed', 0)}", ", ".join(questions))
 
 

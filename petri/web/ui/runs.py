@@ -25,6 +25,7 @@ import pandas as pd
 
 from petri.app.service import PetriService
 from petri.measure.summary import EventSummary
+from petri.core.wording import counted
 from petri.study.provisional import stored_batches
 from petri.study.runner import StudyResult
 from petri.study.schema import StudyError, study_from_dict
@@ -62,13 +63,13 @@ def run_row(run: dict, headline: str = "") -> list:
         study = request.get("study", {})
         concepts = study.get("concepts", [])
         what = study.get("title", study.get("id", ""))
-        design = (f"{len(study.get('events', []))} events × {len(request.get('templates', []))} templates × "
-                  f"{request.get('samples')} samples")
+        design = (f"{counted(len(study.get('events', [])), 'event')} × {counted(len(request.get('templates', [])), 'template')} × "
+                  f"{counted(request.get('samples'), 'sample')}")
     else:
         events = request.get("events", [])
         concepts = events[0]["concepts"] if events else []
         what = " vs ".join(f"{e.get('group') or ''}{': ' if e.get('group') else ''}{e['event'][:60]}" for e in events)
-        design = f"{len(events)} event{'s' if len(events) != 1 else ''} × {request.get('n_samples')} samples, seed {request.get('seed')}"
+        design = f"{counted(len(events), 'event')} × {counted(request.get('n_samples'), 'sample')}, seed {request.get('seed')}"
     return [kind, what, design, headline, run["status"], run["run_id"], run["created_at"], run["model_id"],
             ", ".join(concepts)]
 

@@ -3,13 +3,17 @@ groups flagged) of the study on screen, and a power planner that simulates desig
 (:func:`petri.stats.power.power_from_cells`, as ``petri power RESULTS_DIR``).
 
 The panel reads the output folder of the study shown (the shipped study's, then each finished run's),
-kept in a ``gr.State`` that the Study tab's final view updates (:func:`stats_views`).
+kept in a ``gr.State`` that the Study tab's final view updates (:func:`stats_views`). Every result in
+it names its run: the pair table's label, and the power estimate's text and table label
+(:func:`run_power`); when another run comes on screen the power estimate is cleared
+(:func:`power_cleared`), and an estimate that lands after that says it is not of the run on screen
+(:func:`power_still_current`).
 """
 
 from __future__ import annotations
 
+import json
 import math
-
 from pathlib import Path
 
 import gradio as gr
@@ -34,9 +38,25 @@ def pairs_view(folder: str | Path | None) -> pd.DataFrame | None:
     return df[[c for c in PAIR_VIEW if c in df.columns]].round(4)
 
 
+def run_of(folder: str | Path | None) -> str:
+    """The run id of the study written to ``folder`` (its ``run.json``), or ``""``."""
+    try:
+        return str(json.loads((Path(folder) / "run.json").read_text(encoding="utf-8"))["run_id"]) if folder else ""
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+
+
+def power_cleared(run_id: str, why: str) -> dict:
+    """The power panel's text and table cleared for study run ``run_id`` (``why``: when it can be estimated)."""
+    return {"power": f"Power from study run `{run_id}` as a pilot: {why}.",
+            "power_table": gr.update(value=None, visible=False, label=f"Power per design (pilot: run {run_id})")}
+
+
 def stats_views(folder: str | Path) -> dict:
-    """The panel's updates for a study written to ``folder`` (merged into the Study tab's final views)."""
-    return {"pairs": pairs_view(folder), "results_dir": str(folder)}
+    """The panel's updates for a study written to ``folder`` (merged into the Study tab's final views):
+    its pair table and folder, the power estimate of another run cleared."""
+    return {"pairs": pairs_view(folder), "results_dir": str(folder),
+            **power_cleared(run_of(folder), "press **Estimate power**")}
 
 
 def _ints(text: str, name: str) -> tuple[int, ...]:
@@ -62,9 +82,11 @@ def _effect(text) -> float | None:
     return value
 
 
-def run_power(folder: str | None, events: str, templates: str, effect, sims, seed) -> tuple[pd.DataFrame, str]:
-    """The power table and its summary + method for the study in ``folder`` as the pilot. ``effect``:
-    the Effect box's text (empty: the pilot's own effect)."""
+def run_power(folder: str | None, events: str, templates: str, effect, sims,
+              seed) -> tuple[pd.DataFrame, str, str | None]:
+    """The power table (with each design's size), its summary naming the pilot run, the method, and
+    the pilot's folder, for the study in ``folder`` as the pilot. ``effect``: the Effect box's text
+    (empty: the pilot's own effect)."""
     if not folder:
         raise gr.Error("Power: no study results on screen yet; run or reopen a study first")
     try:
@@ -72,35 +94,46 @@ def run_power(folder: str | None, events: str, templates: str, effect, sims, see
         design = dict(events=_ints(events, "events per group") or (6, 12, 24, 48),
                       templates=_ints(templates, "templates") or None, n_sims=min(int(sims or 500), MAX_SIMS),
                       seed=int(seed or 0))
-        cells = cell_values(segments)
-        result = power_from_cells(cells, groups, effect=_effect(effect), **design)
-        null = power_from_cells(cells, groups, effect=0.0, **design)
+        result = power_from_cells(cell_values(segments), groups, effect=_effect(effect), **design)
     except ValueError as err:
         raise gr.Error(f"Power: {err}") from None
-    table = result.table()
-    table.insert(table.columns.get_loc("power") + 1, "rejects_at_effect_0", null.table()["power"].to_numpy())
-    return table.round(4), f"**{result.summary()}.**\n\n{NULL_RATE_NOTE}\n\nMethod: {result.method}."
+    run_id = run_of(folder)
+    text = f"**Pilot: study run `{run_id}`.** **{result.summary()}.**\n\n{SIZE_NOTE}\n\nMethod: {result.method}."
+    return (gr.update(value=result.table().round(4), visible=True, label=f"Power per design (pilot: run {run_id})"), text,
+            str(folder))
 
 
-#: Why the test rejects at effect 0 more often than 5 % (the ``rejects_at_effect_0`` column).
-NULL_RATE_NOTE = (
-    "`rejects_at_effect_0`: how often the same simulation rejects with the groups' means made equal. It can "
-    "exceed 5 %: the effect is a shift of the mean, while the Mann-Whitney test compares ranks, so groups "
-    "whose events differ in spread or skew still differ at equal means; and with few templates, the "
-    "templates drawn carry their own group difference (a template × group interaction) that more "
-    "templates average out. Read a design's power against this rate, not against 5 %."
+def power_still_current(shown: str | None, estimated: str | None, text: str):
+    """The power text, marked when the estimate (of the study in ``estimated``) landed after another
+    run (``shown``) came on screen."""
+    if not estimated or shown == estimated:
+        return gr.update()
+    return (f"**⚠ Not the run on screen:** this estimate is of study run `{run_of(estimated)}`; the run on screen "
+            f"is `{run_of(shown) or 'none yet'}`. Press **Estimate power** again.\n\n{text}")
+
+
+#: What the ``size`` columns are, and why the test's size can exceed alpha.
+SIZE_NOTE = (
+    "`size`: how often the same simulated studies (the same draws) reject with the groups' means made equal, "
+    "with its Wilson 95% interval (`size_low`, `size_high`); `size_held`: at most 1.5 × alpha (Bradley's liberal "
+    "criterion). A design whose size is not held is never recommended. The size can exceed 5 %: the effect is a "
+    "shift of the mean, while the Mann-Whitney test compares ranks, so groups whose events differ in spread or "
+    "skew still differ at equal means; and with few templates, the templates drawn carry their own group "
+    "difference (a template × group interaction) that more templates average out."
 )
 
 
 def build_stats_panel(folder: str | Path | None) -> dict:
     """The panel's components (inside the Study tab); returns those the final views update by name."""
     results_dir = gr.State(str(folder) if folder else None)
+    estimated = gr.State(None)  # the folder of the study the power estimate on screen is of
+    run_id = run_of(folder)
     with gr.Accordion("Per-pair comparisons (event level, Holm and Benjamini-Hochberg)", open=False):
         gr.Markdown(f"One Mann-Whitney test per concept pair on the event values of that pair's segments; Holm "
                     f"controls the family-wise error rate, BH the false discovery rate. A pair with a group below "
                     f"{MIN_INFORMATIVE_N} events is marked `informative = False`: its test and interval mean nothing.")
-        pairs = gr.Dataframe(pairs_view(folder), label="Pairs (pair_tests.csv)", interactive=False, wrap=True,
-                             elem_id="petri-study-pairs")
+        pairs = gr.Dataframe(pairs_view(folder), label=f"Pairs of run {run_id} (pair_tests.csv)" if run_id else
+                             "Pairs (pair_tests.csv)", interactive=False, wrap=True, elem_id="petri-study-pairs")
     with gr.Accordion("Power from this study as a pilot", open=False):
         gr.Markdown("Simulates studies by resampling this study's events (within group) and templates, and "
                     "counts how often the event-level Mann-Whitney test rejects at 5%. Leave the effect empty "
@@ -115,11 +148,14 @@ def build_stats_panel(folder: str | Path | None) -> dict:
             sims = gr.Slider(100, MAX_SIMS, value=500, step=100, label="Simulated studies per design")
             seed = gr.Number(0, precision=0, label="Seed")
         power_btn = gr.Button("Estimate power", size="sm", elem_id="petri-study-power-run")
-        power_text = gr.Markdown("", elem_id="petri-study-power")
-        power_table = gr.Dataframe(None, label="Power per design", interactive=False, elem_id="petri-study-power-table")
-    power_btn.click(run_power, [results_dir, events, templates, effect, sims, seed], [power_table, power_text],
-                    concurrency_limit=1, concurrency_id="power")
-    return {"pairs": pairs, "results_dir": results_dir}
+        cleared = power_cleared(run_id, "press **Estimate power**") if run_id else {"power": "", "power_table": None}
+        power_text = gr.Markdown(cleared["power"], elem_id="petri-study-power")
+        power_table = gr.Dataframe(None, label=f"Power per design (pilot: run {run_id})" if run_id else "Power per design",
+                                   interactive=False, visible=False, elem_id="petri-study-power-table")
+    power_btn.click(run_power, [results_dir, events, templates, effect, sims, seed], [power_table, power_text, estimated],
+                    concurrency_limit=1, concurrency_id="power").then(
+        power_still_current, [results_dir, estimated, power_text], power_text, show_progress="hidden")
+    return {"pairs": pairs, "results_dir": results_dir, "power": power_text, "power_table": power_table}
 
 
 def paired_tests_line(a, b, labels: tuple[str, str]) -> str:

@@ -13,7 +13,6 @@ job (:meth:`~petri.app.service.PetriService.submit_study`, as ``POST /api/jobs/s
 
 from __future__ import annotations
 
-import math
 import re
 import tempfile
 import threading
@@ -25,6 +24,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from petri.core.paths import studies_dir
+from petri.core.wording import counted
 from petri.app.jobs import QueueFull
 from petri.app.service import PetriService
 from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap
@@ -39,7 +39,8 @@ from petri.web.ui.access import UiAccess, export_dir
 from petri.web.ui.figure_files import add_shown_figure_downloads
 from petri.web.ui.live import JobCancelled, JobFailed, field_validation, stream, wire_run
 from petri.web.ui.shipped import load_shipped, report_markdown, shipped_figures, shipped_files, shipped_markdown
-from petri.web.ui.stats import build_stats_panel, stats_views
+from petri.web.ui.stats import build_stats_panel, power_cleared, stats_views
+from petri.web.ui.study_summary import jaccard_views, mixed_model_lines, statistics_markdown  # noqa: F401 (their home was here)
 from petri.web.ui.views import request_error_message, responsive
 
 STUDY_DIR = studies_dir()
@@ -68,15 +69,19 @@ def pending_views(run_id: str, done: int, total: int) -> dict:
     """The views of study run ``run_id`` that only a complete run has (the template-sensitivity
     figure, the downloads, the report), cleared and naming the run, so nothing of another run stays
     on screen; the figures and the statistics are cleared too while no batch is in (``done == 0``)."""
-    when = f"when all {total} batches of run `{run_id}` are in ({done} so far)"
+    every = f"all {counted(total, 'batch')}" if total != 1 else "its batch"
+    when = f"when {every} of run `{run_id}` {'are' if total != 1 else 'is'} in ({done} so far)"
     views = {
-        "jaccard": None,
-        "files": gr.update(value=None, label=f"Downloads of run {run_id}: written when all {total} batches are in "
+        "jaccard": gr.update(value=None, visible=False),
+        "jaccard_note": gr.update(value=f"The template-sensitivity figure of study run `{run_id}` is drawn {when}.",
+                                  visible=True),
+        "files": gr.update(value=None, label=f"Downloads of run {run_id}: written when {every} {'are' if total != 1 else 'is'} in "
                                              f"({done} so far)"),
         "report": f"The report of study run `{run_id}` is written {when}.",
-        "pairs": gr.update(value=None, label=f"Pairs of run {run_id}: tested when all {total} batches are in "
+        "pairs": gr.update(value=None, label=f"Pairs of run {run_id}: tested when {every} {'are' if total != 1 else 'is'} in "
                                              f"({done} so far)"),
         "results_dir": None,  # the power panel has no pilot until the run is complete
+        **power_cleared(run_id, f"estimated {when}"),
     }
     if done == 0:
         views.update(instability=None, events=None, groups=gr.update(value=None, label=f"Groups of run {run_id}"),
@@ -148,54 +153,6 @@ def fields_to_study(meta: dict | None, concepts: str, events, templates, compari
     return study_from_dict(fields_to_dict(meta, concepts, events, templates, comparison, show), source="study (UI)")
 
 
-def mixed_model_lines(statistics) -> list[str]:
-    """The crossed mixed model's effect, in view beside the headline (the report holds the whole fit);
-    a fit that did not converge says so first, so its Wald p is not read as a result."""
-    m = getattr(statistics, "mixed", None)
-    if m is None:
-        return []
-    a, b = statistics.groups
-    line = (f"Mixed model (events × templates): {b} − {a} = {m.effect:+.4g} (SE {m.se:.3g}, Wald p = {m.p_value:.3g}); "
-            "the whole fit is in the report below.")
-    if not m.converged:
-        line = ("**Caveat: the mixed model did NOT converge**, so its estimate and Wald p are not to be trusted; "
-                "read the event-level test and the cluster bootstrap instead. " + line)
-    return ["", line]
-
-
-def statistics_markdown(result, analysis) -> str:
-    """The statistics summary: the event-level test (the headline), the segment-level one beside it,
-    secondary comparisons, preservation, template sensitivity, convergence and notes."""
-    c = analysis.comparison
-    lines = [
-        f"**Run** `{result.run_id}` — model `{result.model_id}` on `{result.device}`, {len(result.batches)} batches "
-        f"× {result.samples} samples ({result.computed} computed, {result.resumed} from the store), "
-        + (f"{result.wall_s:.1f} s." if result.computed else f"{result.wall_s:.1f} s of sampling, as stored."),
-        "",
-        f"**Headline (event level, independent units):** {c.event.summary()}",
-        "",
-        f"Segment level (segments of one event are not independent; shown beside it): {c.segment.summary()}",
-    ]
-    for comp in analysis.secondary:
-        lines += ["", f"Secondary: {comp.summary()}"]
-    lines += mixed_model_lines(analysis.statistics)
-    p = analysis.preservation
-    lines += [
-        "",
-        f"**Anchor preservation:** {p['anchors_intact']}/{p['anchors_total']} anchors intact in the final text "
-        f"(reading 1); mean model agreement {p['mean_agreement']:.3f} (reading 2).",
-    ]
-    if math.isfinite(analysis.jaccard_mean):
-        lines += ["", f"**Template sensitivity:** mean off-diagonal Jaccard of the top-{analysis.top_n} nouns "
-                      f"{analysis.jaccard_mean:.3f} ({analysis.tagger})."]
-    conv = analysis.convergence
-    lines += ["", f"**Convergence:** mean {conv['mean_steps']:.1f} of {conv['max_denoising_steps']} steps; "
-                  f"{100 * conv['stopped_early_share']:.0f}% of samples stopped early."]
-    for note in analysis.notes:
-        lines += ["", f"_Note: {note}_"]
-    return "\n".join(lines)
-
-
 class StudyController:
     """The Study tab's handlers (kept apart from the layout code so they can be called directly)."""
 
@@ -204,26 +161,29 @@ class StudyController:
         self.workdir = Path(tempfile.mkdtemp(prefix="petri-study-"))
 
     def load_builtin(self, name: str):
+        """The set-up fields (:meth:`_loaded`) of bundled study ``name``, the Bundled-study box left on it."""
         studies = builtin_studies()
         if name not in studies:
-            raise gr.Error(f"study: {name!r} is not a bundled study")
-        return self._loaded(load_study(studies[name]))
+            raise gr.Error(f"study: {name!r} is not a bundled study" if name else "study: choose a bundled study")
+        return (*self._loaded(load_study(studies[name]), f"bundled `{name}`"), gr.update())
 
     def load_upload(self, file):
+        """The set-up fields of an uploaded study file, the Bundled-study box emptied (it no longer
+        names the study in the set-up)."""
         if not file:
-            return [gr.update()] * 8
+            return [gr.update()] * 9
         path = file if isinstance(file, str) else getattr(file, "name", None)
         try:
             study = load_study(path)
         except StudyError as err:
             raise gr.Error(f"{Path(err.file).name}: {err.entry}: {err.reason}", title="Study file") from None
-        return self._loaded(study)
+        return (*self._loaded(study, f"uploaded `{Path(path).name}`"), gr.update(value=None))
 
     @staticmethod
-    def _loaded(study: Study):
+    def _loaded(study: Study, source: str):
         meta, concepts, events, templates, comparison, show, ids = study_to_fields(study)
-        note = f"Loaded **{study.title}** — {len(study.events)} events in groups {', '.join(study.groups)}, " \
-               f"{len(study.templates)} templates."
+        note = (f"Loaded **{study.title}** ({source}) — {counted(len(study.events), 'event')} in groups "
+                f"{', '.join(study.groups)}, {counted(len(study.templates), 'template')}.")
         return (meta, concepts, events, templates, comparison, show,
                 gr.update(choices=ids, value=ids[:1]), note)
 
@@ -239,6 +199,7 @@ class StudyController:
             "samples": int(request["samples"]), "seed": int(request["seed"]),
             "steps": int(request["settings"]["max_denoising_steps"]),
             "loaded": f"Reopened **{study.title}** from run `{run['run_id']}` with its settings: run it again to resume it.",
+            "builtin": gr.update(value=None),  # the set-up holds the run's study, not a bundled file
         }
 
     @staticmethod
@@ -308,7 +269,7 @@ class StudyController:
                 if kind == "done":
                     result = payload
                     break
-                status = (f"Study run `{run_id}`: {payload.done} of {payload.total} batches — {payload.event_id} / "
+                status = (f"Study run `{run_id}`: {payload.done} of {counted(payload.total, 'batch')} — {payload.event_id} / "
                           f"{payload.template_id}" + (" (from the store)" if payload.skipped else ""))
                 now = time.monotonic()
                 if payload.done < payload.total and redraw_due(now, last_draw, last_cost):
@@ -343,14 +304,14 @@ class StudyController:
         shown = [*study.comparison, *study.show]
         run_id = result.run_id
         return {
-            "status": f"Done: study run `{run_id}` — final ({len(result.batches)} of {total} batches).",
+            "status": f"Done: study run `{run_id}` — final ({len(result.batches)} of {counted(total, 'batch')}).",
             "instability": responsive(instability_figure(analysis.tables["segments"], analysis.events,
                                                          analysis.comparison, shown, model_id=result.model_id,
-                                                         run_id=run_id)),
+                                                         run_id=run_id, compact=True)),
             "events": responsive(event_ranking_figure(analysis.events, list(study.groups), model_id=result.model_id,
-                                                      run_id=run_id)),
-            "jaccard": responsive(jaccard_heatmap(analysis.jaccard, analysis.jaccard_mean, tagger=analysis.tagger,
-                                                  top_n=analysis.top_n, run_id=run_id)),
+                                                      run_id=run_id, compact=True)),
+            **jaccard_views(analysis.jaccard, run_id, lambda: jaccard_heatmap(
+                analysis.jaccard, analysis.jaccard_mean, tagger=analysis.tagger, top_n=analysis.top_n, run_id=run_id)),
             "stats": "**Final** (every batch is in).\n\n" + statistics_markdown(result, analysis),
             "groups": gr.update(value=analysis.group_summary.round(4), label=f"Groups of run {run_id}"),
             "files": gr.update(value=[str(p) for p in outputs.tables.values()] + [str(outputs.report)],
@@ -384,9 +345,9 @@ class StudyController:
             **views,
             "instability": responsive(instability_figure(prov.segments, prov.events, prov.comparison, shown,
                                                          model_id=model_id, provisional=label, waiting=prov.waiting,
-                                                         run_id=run_id)),
+                                                         run_id=run_id, compact=True)),
             "events": responsive(event_ranking_figure(prov.events, list(study.groups), model_id=model_id,
-                                                      provisional=label, run_id=run_id)),
+                                                      provisional=label, run_id=run_id, compact=True)),
             "groups": gr.update(value=prov.groups_table.round(4), label=f"Groups of run {run_id} ({label})"),
             "stats": (f"**Run `{run_id}` — {label}** — provisional numbers, final when every batch is in.\n\n"
                       + (f"> ⚠ {prov.warning}\n\n" if prov.warning else "")
@@ -407,7 +368,7 @@ def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tu
     meta0, concepts0, events0, templates0, comparison0, show0, ids0 = initial
     shipped = load_shipped()
     if shipped is not None:
-        figures0, stats0 = tuple(responsive(f) for f in shipped_figures(shipped)), shipped_markdown(shipped)
+        figures0, stats0 = tuple(responsive(f) for f in shipped_figures(shipped, compact=True)), shipped_markdown(shipped)
         groups0, files0 = pd.DataFrame(shipped.analysis["groups"]).round(4), shipped_files(shipped, ctl.workdir)
         report0 = report_markdown(shipped)
         shown_run = f" of run {shipped.run['run_id']}"
@@ -425,7 +386,8 @@ def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tu
     meta = gr.State(meta0)
     with gr.Accordion("Study set-up: concepts, events, templates", open=shipped is None):
         with gr.Row():
-            builtin = gr.Dropdown(list(studies), value=first, label="Bundled study", scale=2)
+            builtin = gr.Dropdown(list(studies), value=first, label="Bundled study", scale=2,
+                                  elem_id="petri-study-builtin")
             load_btn = gr.Button("Load", size="sm", scale=1)
             upload = gr.File(label="…or upload a study file (.json)", file_types=[".json"], type="filepath", scale=2,
                              elem_id="petri-study-upload")
@@ -454,6 +416,7 @@ def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tu
     fig_instability = gr.Plot(figures0[0], show_label=False, elem_id="petri-study-instability")
     fig_events = gr.Plot(figures0[1], show_label=False, elem_id="petri-study-events-fig")
     fig_jaccard = gr.Plot(figures0[2], show_label=False, elem_id="petri-study-jaccard")
+    jaccard_note = gr.Markdown("", visible=False, elem_id="petri-study-jaccard-note")
     add_shown_figure_downloads({"instability": fig_instability, "events": fig_events, "jaccard": fig_jaccard},
                                access, "petri-study-figures")
     groups = gr.Dataframe(groups0, label=f"Groups{shown_run}", interactive=False, elem_id="petri-study-groups")
@@ -463,12 +426,12 @@ def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tu
         report = gr.Markdown(report0, elem_id="petri-study-report")
     panel = build_stats_panel(shipped.folder if shipped is not None else None)  # per-pair tests, power
 
-    fields = [meta, concepts, events, templates, comparison, show, template_ids, loaded]
+    fields = [meta, concepts, events, templates, comparison, show, template_ids, loaded, builtin]
     load_btn.click(ctl.load_builtin, builtin, fields)
     upload.upload(ctl.load_upload, upload, fields)
     templates.change(ctl.template_choices, [templates, template_ids], template_ids, show_progress="hidden")
     names = {"status": status, "instability": fig_instability, "events": fig_events, "jaccard": fig_jaccard,
-             "stats": stats, "groups": groups, "files": files, "report": report, **panel}
+             "jaccard_note": jaccard_note, "stats": stats, "groups": groups, "files": files, "report": report, **panel}
 
     wire_run(run_btn, cancel_btn, ctl.run,
              [meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps],
@@ -476,5 +439,5 @@ def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tu
              concurrency_limit=1, concurrency_id="model", show_progress="minimal")
     controls = {"meta": meta, "concepts": concepts, "events_table": events, "templates_table": templates,
                 "comparison": comparison, "show": show, "template_ids": template_ids, "samples": samples, "seed": seed,
-                "steps": steps, "loaded": loaded}
+                "steps": steps, "loaded": loaded, "builtin": builtin}
     return ctl, {**names, **controls}

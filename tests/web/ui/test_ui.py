@@ -135,7 +135,8 @@ def test_study_tab_runs_a_study(service):
     meta, concepts, events, templates = small_study_fields()
     *_, final = StudyController(service).run(meta, concepts, events, templates, "benign, contradictory", "",
                                              ["t1", "t2"], 2, 0, 3)
-    assert all(isinstance(final[k], go.Figure) for k in ("instability", "events", "jaccard"))
+    assert all(isinstance(final[k], go.Figure) for k in ("instability", "events"))
+    assert isinstance(final["jaccard"]["value"], go.Figure) and final["jaccard"]["visible"]  # two templates or more
     assert "Headline (event level" in final["stats"] and "Segment level" in final["stats"]
     assert list(final["groups"]["value"]["group"]) == ["benign", "contradictory"]
     names = {p.rsplit("/", 1)[-1] for p in final["files"]["value"]}

@@ -85,7 +85,7 @@ def test_study_tab_redraws_provisional_figures_as_batches_land(service, monkeypa
     live = [u for u in updates[:-1] if u.get("instability") is not None]
     final = updates[-1]
     assert len(live) == 7  # one redraw per stored batch but the last (the final views follow it)
-    titles = [u["instability"].layout.title.text for u in live]
+    titles = [u["instability"].layout.title.text.replace("<br>", " ") for u in live]  # a page's title is wrapped
     # each redraw shows the batches stored when it read the store (the run may be a batch or two
     # ahead of the progress report); in run order (template t1 first, the groups taking turns,
     # benign first) k stored batches hold ceil(k/2) benign and floor(k/2) contradictory events, 2 at most
@@ -162,7 +162,8 @@ def test_the_dish_tab_runs_a_job_and_its_cancel_stops_it(service):
     assert last["heatmap"].layout.yaxis.dtick == 1 and last["heatmap"].layout.yaxis.tick0 == 0  # whole steps only
 
 
-STUDY_VIEWS = {"status", "instability", "events", "jaccard", "stats", "groups", "files", "report", "pairs"}
+STUDY_VIEWS = {"status", "instability", "events", "jaccard", "jaccard_note", "stats", "groups", "files", "report",
+               "pairs", "power", "power_table"}
 
 
 def assert_views_of(update: dict, run_id: str) -> None:
@@ -172,12 +173,15 @@ def assert_views_of(update: dict, run_id: str) -> None:
     assert STUDY_VIEWS <= set(update), STUDY_VIEWS - set(update)
     tag = f"run {run_id[:8]}"
     for name in ("instability", "events", "jaccard"):
-        fig = update[name]
+        fig = update[name]["value"] if isinstance(update[name], dict) else update[name]  # jaccard: shown or hidden
         if fig is not None:
             texts = [fig.layout.title.text or ""] + [a.text or "" for a in fig.layout.annotations]
             assert any(tag in t for t in texts), (name, texts)
     assert run_id in update["groups"]["label"] and run_id in update["files"]["label"]
     assert run_id in update["pairs"]["label"]
+    assert run_id in update["power"] and update["power_table"]["value"] is None  # issue 60: no other run's estimate
+    if isinstance(update["jaccard"], dict) and not update["jaccard"]["visible"]:  # a sentence in its place, naming the run
+        assert run_id in update["jaccard_note"]["value"]
     for path in update["files"]["value"] or []:
         assert f"/{run_id}/" in path
     assert run_id in update["stats"] and run_id in update["report"] and run_id in update["status"]
@@ -197,8 +201,9 @@ def test_every_study_view_holds_the_run_on_screen(service):
     run_id = service.store.list_runs(1)[0]["run_id"]
     for update in (updates[0], updates[-1]):
         assert_views_of(update, run_id)
-    assert updates[0]["files"]["value"] is None and updates[0]["jaccard"] is None  # nothing of another run
-    assert all(update[k] is not None for k in ("instability", "events", "jaccard") for update in updates[-1:])
+    assert updates[0]["files"]["value"] is None and updates[0]["jaccard"]["value"] is None  # nothing of another run
+    assert all(update[k] is not None for k in ("instability", "events") for update in updates[-1:])
+    assert updates[-1]["jaccard"]["value"] is not None  # two templates: the heatmap
     for update in updates[1:-1]:  # live: a redraw replaces every view, a status line alone touches nothing else
         assert set(update) == {"status"} or STUDY_VIEWS <= set(update)
         if len(update) > 1:
@@ -218,7 +223,7 @@ def test_every_study_view_holds_the_run_on_screen(service):
     kind, note, views = RunsController(service, {"study": ctl}).open(other)
     assert kind == "study"
     assert_views_of({**{k: v for k, v in views.items() if k in STUDY_VIEWS}, "status": note}, other)
-    assert views["files"]["value"] is None and views["jaccard"] is None
+    assert views["files"]["value"] is None and views["jaccard"]["value"] is None
 
 
 def test_a_redraw_waits_four_times_its_own_cost_and_the_reader_decodes_each_batch_once(service, finished, monkeypatch):

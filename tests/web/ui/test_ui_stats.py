@@ -44,20 +44,31 @@ def test_finished_study_view_has_flagged_pairs_and_its_folder(service):
         study, run_id, ("t1", "t2"), SimpleNamespace(max_denoising_steps=3), 0, 8)["stats"]
 
 
+def power(*args):
+    """run_power's table (a DataFrame) and text."""
+    update, text, _ = run_power(*args)
+    return update["value"], text
+
+
 def test_power_panel_simulates_from_the_study_on_screen():
-    table, text = run_power(str(SHIPPED), "6, 12", "1, 5", None, 100, 0)
+    update, text, folder = run_power(str(SHIPPED), "6, 12", "1, 5", None, 100, 0)
+    table = update["value"]
     assert list(table["n_events"]) == [6, 12, 6, 12] and table["power"].between(0, 1).all()
     assert "Method: simulation from the pilot" in text
-    # issue 49: the rate at effect 0 beside each design's power, from the same simulation at effect 0
+    # issue 60: the text and the table name the pilot run; the folder goes back for the staleness check
+    assert text.startswith("**Pilot: study run `d894fb59657f4120473aeb68`.**") and folder == str(SHIPPED)
+    assert update["label"] == "Power per design (pilot: run d894fb59657f4120473aeb68)" and update["visible"]
+    # issue 49 / 60: the size (rate at effect 0) beside each design's power, from the same simulation at effect 0
     from petri.stats.power import power_from_cells
     from petri.stats.mixed import cell_values
     from petri.study.statistics import load_results
 
     segments, groups, _, _ = load_results(SHIPPED)
     null = power_from_cells(cell_values(segments), groups, events=(6, 12), templates=(1, 5), effect=0.0, n_sims=100, seed=0)
-    assert table["rejects_at_effect_0"].tolist() == null.table()["power"].round(4).tolist()
-    assert "`rejects_at_effect_0`" in text and "ranks" in text and "template × group" in text
-    again, _ = run_power(str(SHIPPED), "6, 12", "1, 5", None, 100, 0)
+    assert table["size"].tolist() == null.table()["power"].round(4).tolist()
+    assert {"size_low", "size_high", "size_held"} <= set(table.columns)
+    assert "`size`" in text and "ranks" in text and "template × group" in text and "never recommended" in text
+    again, _ = power(str(SHIPPED), "6, 12", "1, 5", None, 100, 0)
     pd.testing.assert_frame_equal(table, again)
     with pytest.raises(gr.Error, match="events per group"):
         run_power(str(SHIPPED), "six", "", None, 100, 0)
@@ -65,16 +76,35 @@ def test_power_panel_simulates_from_the_study_on_screen():
         run_power(None, "6", "", None, 100, 0)
 
 
+def test_a_power_estimate_of_another_run_is_cleared_or_marked(tmp_path):
+    """Issue 60 item 1: a new run on screen clears the estimate (naming the new run); an estimate that
+    lands after another run came on screen says it is not of the run on screen."""
+    from petri.web.ui.stats import power_cleared, power_still_current, stats_views
+    from petri.web.ui.study import pending_views
+
+    pending = pending_views("f" * 24, 2, 6)
+    assert pending["results_dir"] is None and "f" * 24 in pending["power"] and "all 6 batches" in pending["power"]
+    assert pending["power_table"]["value"] is None and not pending["power_table"]["visible"]
+    final = stats_views(SHIPPED)
+    assert "d894fb59657f4120473aeb68" in final["power"] and final["power_table"]["value"] is None
+    assert power_cleared("abc", "x")["power"] == "Power from study run `abc` as a pilot: x."
+    _, text, folder = run_power(str(SHIPPED), "6", "1", None, 100, 0)
+    assert power_still_current(str(SHIPPED), folder, text) == gr.update()  # still the run on screen: unchanged
+    marked = power_still_current(None, folder, text)  # a new run started meanwhile (no results yet)
+    assert marked.startswith("**⚠ Not the run on screen:**") and "d894fb59657f4120473aeb68" in marked
+    assert marked.endswith(text)
+
+
 def test_power_panel_empty_effect_means_the_pilots():
     """Issue 49: the Effect box pre-filled 0 and the answer read "for effect +0 (given)". Empty now
     means the pilot's own effect; a typed number is used as given; anything else names the field."""
-    _, text = run_power(str(SHIPPED), "6", "1", "", 100, 0)
+    _, text = power(str(SHIPPED), "6", "1", "", 100, 0)
     assert "(the pilot's)" in text and "(given)" not in text
-    _, text_none = run_power(str(SHIPPED), "6", "1", None, 100, 0)
+    _, text_none = power(str(SHIPPED), "6", "1", None, 100, 0)
     assert text_none == text
-    _, given = run_power(str(SHIPPED), "6", "1", "0", 100, 0)
+    _, given = power(str(SHIPPED), "6", "1", "0", 100, 0)
     assert "for effect +0 (given)" in given
-    _, unicode_minus = run_power(str(SHIPPED), "6", "1", "\u22120.5", 100, 0)
+    _, unicode_minus = power(str(SHIPPED), "6", "1", "\u22120.5", 100, 0)
     assert "for effect -0.5 (given)" in unicode_minus
     with pytest.raises(gr.Error, match="effect"):
         run_power(str(SHIPPED), "6", "1", "big", 100, 0)
