@@ -16,7 +16,7 @@ fused experts op and the FP8 tier's op.
 ``--dense``: the decoder's linears at one canvas instead (``DENSE_SHAPES``: attention q / k / o,
 the dense MLP, the lm head), each as a grouped GEMM of one expert, in bf16 and FP8, against
 ``torch.mm`` / ``torch._scaled_mm``: whether the small-batch kernel can take them too (its first,
-unswept try lost to ``torch._scaled_mm``: docs/performance.md, "Levers not taken").
+unswept try lost to ``torch._scaled_mm``: docs/performance-log.md, "Levers not taken").
 
 The configurations are compiled first by ``--jobs`` processes in parallel (Triton's disk cache),
 then timed one by one in this process.

@@ -9,9 +9,10 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 #: marker → the paths under tests/ (a folder ends in "/"; else a file name's start) whose tests carry it
 MARKED_PATHS = {
-    "browser": ("web/ui/test_browser",),
+    "browser": ("web/ui/test_browser", "docs/test_browser"),
     "process": ("reliability/", "cli/test_install.py", "app/test_shutdown.py", "study/test_study_kill.py",
-                "study/test_study_ray.py", "docs/test_site.py", "docs/test_getting_started.py"),
+                "study/test_study_ray.py", "docs/test_site.py", "docs/test_getting_started.py",
+                "docs/test_browser_site.py"),
     "fuzz": ("reliability/test_reliability_hostile.py",),
     "gpu": ("engine/cuda/",),
 }

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import site
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -105,21 +107,40 @@ def test_the_page_has_its_blocks_and_the_readmes_install_command():
 
 
 def python_on_path(folder: Path) -> Path:
-    """A folder holding ``python``: this interpreter, so the page's ``python`` is the one under test."""
+    """A folder holding ``python``: this interpreter, so the page's ``python`` is the one under test.
+    A script that execs ``sys.executable``, not a symlink to it: a symlinked interpreter outside a
+    virtualenv's ``bin`` finds no ``pyvenv.cfg`` and runs without the virtualenv's packages."""
     bin_dir = folder / "bin"
     bin_dir.mkdir()
-    (bin_dir / "python").symlink_to(sys.executable)
+    python = bin_dir / "python"
+    python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n', encoding="utf-8")
+    python.chmod(0o755)
     return bin_dir
+
+
+def page_env(folder: Path) -> dict[str, str]:
+    """The environment the page's commands run in: this interpreter as ``python``, this checkout
+    importable, and the page's defaults rather than the caller's ``PETRI_*`` settings."""
+    env = {**os.environ, "PATH": f"{python_on_path(folder)}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(REPO)}
+    for name in ("PETRI_MODEL", "PETRI_ALLOW_DOWNLOAD", "PETRI_ASSETS"):
+        env.pop(name, None)
+    return env
+
+
+def test_the_pages_python_is_this_interpreter_with_its_packages(tmp_path):
+    """In a virtualenv too: the page's ``python`` has this interpreter's prefix and site-packages."""
+    show = "import sys, site; print(sys.prefix); print(site.getsitepackages())"
+    done = subprocess.run(["bash", "-c", f"python -c {shlex.quote(show)}"], env=page_env(tmp_path),
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split("\n")[:2] == [sys.prefix, str(site.getsitepackages())], done.stdout
 
 
 def test_every_command_of_the_page_prints_what_the_page_shows(tmp_path):
     work = tmp_path / "checkout"
     work.mkdir()
     (work / "assets").symlink_to(REPO / "assets")
-    env = {**os.environ, "PATH": f"{python_on_path(tmp_path)}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": str(REPO)}
-    for name in ("PETRI_MODEL", "PETRI_ALLOW_DOWNLOAD", "PETRI_ASSETS"):  # the page's defaults, not the caller's
-        env.pop(name, None)
+    env = page_env(tmp_path)
     ran = 0
     for kind, body in blocks(PAGE.read_text(encoding="utf-8")):
         if kind != "run":

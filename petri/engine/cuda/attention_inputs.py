@@ -11,7 +11,7 @@ they took about 2.1 ms of a 47.7 ms step (issue 25's profiles, the kernels named
 it is one Triton launch: a program per canvas token and group of heads computes q heads, or k heads
 and their v, and writes them where the attention reads them; a program per (sample, key/value head)
 and group of prompt positions copies those rows of the prompt's keys and values. Measured on an
-H200 (``experiments/kernel_levers.py --parts attention_inputs``; docs/performance.md, "Levers taken"):
+H200 (``experiments/kernel_levers.py --parts attention_inputs``; docs/performance-log.md, "Levers taken"):
 1.1 ms a 12-sample step over the 30 layers where the library's ops compiled alone take 5.0, and
 the fastest configuration's 12 × 24 seed 1.177 → 1.161 s side by side with the first launch form.
 

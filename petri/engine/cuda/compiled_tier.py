@@ -78,7 +78,7 @@ def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, s
     the band mask (:mod:`petri.engine.cuda.encoder_attention`). ``stacked_projections`` (on by default; issue 25):
     each decoder layer's q, k, v and its MLP's gate and up as one product each
     (:mod:`petri.engine.cuda.stacked_projections`). ``fp8_self_conditioning`` (opt-in; issue 25, measured
-    faster at 12 samples on an H200, its distribution shift in docs/performance.md): in the FP8 tier, the
+    faster at 12 samples on an H200, its distribution shift in docs/performance-log.md): in the FP8 tier, the
     self-conditioning probabilities and their product with the embedding in e4m3
     (:class:`FastOptions`). ``fused_norms`` (on by default; issue 25, measured faster at 12 samples
     on an H200 in bf16 and fp8-fast, even at one in bf16): each decoder layer's norms between its

@@ -14,7 +14,7 @@ compiled tier (:func:`petri.engine.cuda.compiled_tier.compile_regions`, what ``-
 compiled decoder layers, the fused experts op (:mod:`petri.engine.cuda.fused_experts`), the decoder's
 self-conditioning softmax done in the logits pass, and an inverse-CDF draw from one uniform per
 position instead of the race over S·L·V exponentials: each the same computation up to float
-rounding (tolerances in docs/performance.md, "The GPU fast path"), so its tokens are statistically, not bitwise,
+rounding (tolerances in docs/performance-log.md, "The GPU fast path"), so its tokens are statistically, not bitwise,
 those of the exact tier.
 
 Per step the work is three graphs replayed back to back, with no host synchronisation unless

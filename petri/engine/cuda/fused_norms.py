@@ -13,7 +13,7 @@ into looped reductions that re-read their rows once per reduction: at 12 samples
 (issue 25's notes). Here each stretch is one Triton program per row, the row held in registers
 (alone on an H200 at 3,072 rows: 26 and 23 µs in bf16, 34 µs with the FP8 quantization, against 30,
 36 and 54 for the library's ops compiled by Inductor, ``experiments/results/kernel_levers_h200_norms.json``;
-a 12 × 24 seed of the full-size architecture 2 % faster in bf16, 2.6 % in fp8-fast, docs/performance.md's
+a 12 × 24 seed of the full-size architecture 2 % faster in bf16, 2.6 % in fp8-fast, docs/performance-log.md's
 run log):
 
 - :func:`feedforward_inputs`: attention (R, H), residual (R, H) → ``r`` (R, H), the MLP's input,

@@ -37,7 +37,7 @@ class FastOptions:
     differences where the sum rounds differently). inverse_cdf_draw: the token drawn by inverse
     CDF from one uniform per position instead of the race over S·L·V noise (same distribution;
     no (S·L, V) float32 noise buffer). fp8_self_conditioning (issue 25, opt-in, off in every tier:
-    faster at 12 samples, not at one; its distribution shift is in docs/performance.md): in the FP8 tier,
+    faster at 12 samples, not at one; its distribution shift is in docs/performance-log.md): in the FP8 tier,
     with softmax_self_conditioning, the pass writes the probabilities in e4m3 with a scale per row
     and the decoder's soft embeddings are one FP8 product with the embedding matrix quantized per
     hidden column (:func:`petri.engine.cuda.fp8.embedding_columns`); about 3 % relative error in the

@@ -141,7 +141,7 @@ class LoadedModel:
 
 def compiles_by_default(lm: LoadedModel) -> bool:
     """Whether ``--compile`` is on unless turned off: on CUDA with Triton, where the compiled tier
-    is the fastest path measured (``experiments/bench.py``; docs/performance.md, "The GPU fast path")."""
+    is the fastest path measured (``experiments/bench.py``; docs/performance-log.md, "The GPU fast path")."""
     from petri.engine.cuda.fused_logits import HAVE_TRITON
 
     return lm.device.type == "cuda" and HAVE_TRITON

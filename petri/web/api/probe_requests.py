@@ -25,6 +25,7 @@ from petri.app.probe import EvalSettings
 from petri.core.paths import probe_set_path
 from petri.core.probe import ProbeRequest, request_from_dict
 from petri.study.probe_set import LabelledSet, load_labelled_set, parse_jsonl
+from petri.web.api import examples
 from petri.web.api.requests import group_check, text_check
 from petri.web.errors import FieldError
 from petri.web.limits import (
@@ -86,6 +87,8 @@ Draws = Annotated[int, Field(ge=1, le=MAX_PROBE_DRAWS)]
 class ProbeIn(_Strict):
     """A slot read (``prompt``, ``frame``, ``questions``: answered at once) or a labelled set's
     evaluation (``frame``, ``questions`` and ``items``, or a shipped ``set``: a job, 202)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": examples.PROBE})
 
     prompt: Text | None = Field(None, examples=["Only 90 units are in stock, but a customer ordered 120."])
     frame: Text | None = Field(None, examples=["Is this consistent? {{consistent}}"],

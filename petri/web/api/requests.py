@@ -28,6 +28,7 @@ from petri.study.schema import Study, StudyError, study_from_dict
 from petri.core.settings import FamilySettings
 from petri.core.trajectory import AnchorSpan
 from petri.web import limits
+from petri.web.api import examples
 from petri.web.api.settings import Settings, SettingsIn, settings_model
 from petri.web.errors import FieldError, clean_text
 from petri.web.limits import (
@@ -111,6 +112,8 @@ class EventIn(_Strict):
 class SeedRequest(_Strict):
     """A seeding request. Give ``event`` (and optionally ``group``) or ``events``, not both."""
 
+    model_config = ConfigDict(json_schema_extra={"examples": examples.SEED})
+
     concepts: list[Concept] = Field(min_length=MIN_CONCEPTS, max_length=MAX_CONCEPTS, examples=[["order", "inventory", "person"]])
     event: Text | None = Field(None, examples=["Only 90 units are in stock, but a customer ordered 120."])
     group: Group | None = None
@@ -129,6 +132,8 @@ class SeedRequest(_Strict):
 class StudyRequest(_Strict):
     """A study to run on the served model: ``study`` is what a study file holds (id, title, language,
     concepts, templates, events with group labels; see ``assets/studies/README.md``)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": examples.STUDY})
 
     study: dict[str, Any] = Field(description="the study, in the study-file schema (schema version 1)")
     samples: int = Field(12, ge=1, le=MAX_SAMPLES, description="shuffled samples per (event, template) batch")

@@ -38,3 +38,32 @@ def test_the_api_docs_draw_offline(tiny_lm, tmp_path, live_server):
         browser.close()
     assert "/api/seed" in " ".join(paths) and "/api/runs" in " ".join(paths)
     assert refused == []  # nothing was asked of another host
+
+
+def test_try_it_out_fills_in_the_first_body_the_schema_offers(tiny_lm, tmp_path, live_server):
+    """What Swagger UI's "Try it out" puts in each POST's body box is the first body
+    :func:`~tests.web.api.test_openapi_examples.swagger_bodies` takes from the schema, so the test that
+    sends those bodies sends what a user would."""
+    import json
+
+    from playwright.sync_api import sync_playwright
+
+    from tests.web.api.test_openapi_examples import swagger_bodies
+
+    app = create_app(PetriService(tiny_lm, RunStore(tmp_path / "store")), ui=False)
+    spec = app.openapi()
+    filled = {}
+    with live_server(app) as live, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.goto(f"{live.url}/docs")
+        page.wait_for_selector(".swagger-ui .opblock", timeout=60_000)
+        for block in page.locator(".swagger-ui .opblock-post").all():
+            path = block.locator(".opblock-summary-path").inner_text().strip()
+            block.locator(".opblock-summary").click()
+            block.locator("button.try-out__btn").click()
+            filled[path] = json.loads(block.locator("textarea.body-param__text").input_value())
+        browser.close()
+    offered = {path: swagger_bodies(ops["post"], spec)[0] for path, ops in spec["paths"].items()
+               if "requestBody" in ops.get("post", {})}
+    assert filled == offered
