@@ -239,8 +239,11 @@ def cmd_study(args) -> int:
     outputs = write_study(result, out, top_n=args.top_n, images=not args.no_images, command=command, token_text=decoder)
     comp = outputs.analysis.comparison
     print(f"model: {result.model_id} on {result.device}; run {result.run_id}: {result.computed} batches computed, {result.resumed} resumed")
-    print(comp.event.summary())
-    print(comp.segment.summary())
+    if outputs.analysis.paired is not None:
+        print("\n".join(outputs.analysis.paired.lines()))
+    if comp is not None:
+        print(comp.event.summary())
+        print(comp.segment.summary())
     for note in outputs.notes:
         print(f"note: {note}")
     n_csv = sum(p.suffix == ".csv" for p in outputs.tables.values())
