@@ -31,7 +31,7 @@ from petri.stats.mixed import MixedResult, cell_values, crossed_mixed_model, dos
 from petri.stats.paired_power import PairedPowerResult, paired_power
 from petri.stats.within import PageResult, PairedComparison, event_condition_means, page_trend, paired_comparison
 
-__all__ = ["PairedStatistics", "paired_statistics", "write_paired", "PAIRED_VALUES", "SUMMARY_COLUMNS"]
+__all__ = ["PairedStatistics", "paired_statistics", "write_paired", "paired_from_folder", "PAIRED_VALUES", "SUMMARY_COLUMNS"]
 
 PAIRED_VALUES = (("instability", "segments", "mean pair instability"),
                  ("mean_flips_free", "samples", "flips per free position"))
@@ -146,10 +146,14 @@ def _means(segments: pd.DataFrame, samples: pd.DataFrame, conditions: Sequence[s
 
 def paired_statistics(segments: pd.DataFrame, samples: pd.DataFrame, conditions: Sequence[str], *,
                       doses: dict[str, float] | None = None, confidence: float = 0.95, seed: int = 0,
-                      n_sims: int = 1000, power_events: Sequence[int] = (6, 12, 24, 48, 96)) -> PairedStatistics:
+                      n_sims: int = 1000, power_events: Sequence[int] = (6, 12, 24, 48, 96),
+                      power_condition: str | None = None, effect: float | None = None,
+                      alpha: float = 0.05) -> PairedStatistics:
     """Every paired statistic from a paired study's ``segments`` and ``samples`` tables (with a
     ``condition`` column); ``conditions`` in study order (the first is the reference), ``doses``
-    condition -> dose for a dose study."""
+    condition -> dose for a dose study. The power is that of ``power_condition`` (default: the last
+    condition) against the reference on the instability, for a mean difference ``effect`` (default
+    the pilot's), at ``alpha``."""
     conditions = tuple(conditions)
     if len(conditions) < 2:
         raise ValueError(f"a paired study needs at least 2 conditions, got {list(conditions)}")
@@ -190,10 +194,14 @@ def paired_statistics(segments: pd.DataFrame, samples: pd.DataFrame, conditions:
                 except ValueError as err:
                     notes.append(f"Page's test on {value} skipped: {err}")
     power = None
+    target = power_condition or conditions[-1]
+    if target not in conditions[1:]:
+        raise ValueError(f"condition {target!r} is not a non-reference condition of the study; have {list(conditions[1:])}")
     wide = event_condition_means(segments, "instability", conditions=conditions)
-    d = (wide[conditions[-1]] - wide[ref]).to_numpy(float)
+    d = (wide[target] - wide[ref]).to_numpy(float)
     if np.isfinite(d).sum() >= 2:
-        power = paired_power(d, events=power_events, n_sims=n_sims, seed=seed, labels=(ref, conditions[-1]))
+        power = paired_power(d, events=power_events, n_sims=n_sims, seed=seed, labels=(ref, target), effect=effect,
+                             alpha=alpha)
     else:
         notes.append("power skipped: fewer than 2 events with both conditions")
     return PairedStatistics(conditions, dict(doses) if doses else None, comparisons, mixed, dose_mixed, page, power,
@@ -211,3 +219,21 @@ def write_paired(stats: PairedStatistics, out_dir: str | Path) -> dict[str, Path
     paths["paired_statistics"].write_text(json.dumps(_num(stats.to_dict()), indent=1, allow_nan=False) + "\n",
                                           encoding="utf-8")
     return paths
+
+
+def paired_from_folder(results_dir: str | Path, **kwargs: Any) -> PairedStatistics | None:
+    """The paired statistics of a stored study folder (its ``run.json``, ``segments.csv`` and
+    ``samples.csv``), or None when the study has no conditions. ``kwargs`` go to :func:`paired_statistics`."""
+    folder = Path(results_dir)
+    for name in ("run.json", "segments.csv", "samples.csv"):
+        if not (folder / name).is_file():
+            raise ValueError(f"RESULTS_DIR {folder}: no {name} (is it the output folder of `petri study`?)")
+    meta = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    conditions = meta["study"].get("conditions")
+    if not conditions:
+        return None
+    ids = [c["id"] for c in conditions]
+    doses = {c["id"]: float(c["dose"]) for c in conditions} if "dose" in conditions[0] else None
+    kwargs.setdefault("seed", int(meta.get("seed", 0)))
+    return paired_statistics(pd.read_csv(folder / "segments.csv"), pd.read_csv(folder / "samples.csv"), ids,
+                             doses=doses, **kwargs)

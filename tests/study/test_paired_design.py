@@ -307,3 +307,28 @@ def test_a_dose_study_gets_the_dose_slope_and_pages_test(tiny_lm, tmp_path):
     assert paired.dose_mixed is not None and paired.dose_mixed.effect_label == "slope of instability per unit dose"
     assert [p.conditions for p in paired.page] == [("d000", "d025", "d050", "d100")] * 2  # ordered by dose
     assert paired.page[0].n_events == 3
+
+
+def test_petri_power_and_restat_read_a_paired_folder(paired_run, tmp_path, capsys):
+    from scipy import stats as sps
+
+    from petri.cli.main import main
+    from petri.study.report import write_study
+
+    out = tmp_path / "out"
+    outputs = write_study(paired_run, out, images=False)
+    (out / "paired_summary.csv").unlink()
+    assert main(["power", str(out), "--sims", "40", "--events", "6,12", "--condition", "unrelated", "--seed", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "power of the paired Wilcoxon test on instability (unrelated - fitting" in printed
+    # the 6-event design, recomputed here from events.csv with scipy on the same draws
+    ev = outputs.analysis.events.pivot(index="event_id", columns="condition", values="instability")
+    d = (ev["unrelated"] - ev["fitting"]).to_numpy()
+    draws = d[np.random.default_rng([2, 6]).integers(0, d.size, size=(40, 6))]
+    with np.errstate(all="ignore"):
+        p = [sps.wilcoxon(r, zero_method="wilcox", method="asymptotic").pvalue if (r != 0).any() else 1.0 for r in draws]
+    assert f"        6  {np.mean(np.nan_to_num(p, nan=1.0) < 0.05):.3f}" in printed
+    assert main(["power", str(out), "--templates", "1"]) == 2
+    assert "error: --templates: a paired study" in capsys.readouterr().err
+    assert main(["restat", str(out)]) == 0
+    assert (out / "paired_summary.csv").is_file() and "wrote paired_summary.csv" in capsys.readouterr().out
