@@ -342,3 +342,14 @@ def test_the_slope_chart_draws_one_line_per_event_coloured_by_direction():
     assert fig.layout.meta["run_id"] == "r1"
     dosed = paired_slope_figure(events, ["a", "b"], doses={"a": 0.0, "b": 0.5})
     assert list(dosed.data[0].x) == [0.0, 0.5] and dosed.layout.xaxis.title.text == "dose"
+
+
+def test_petri_paired_matches_two_runs_of_a_paired_study_on_event_and_condition(paired_run, tmp_path):
+    from petri.study.paired_runs import compare_runs
+    from petri.study.report import write_study
+
+    for name in ("a", "b"):
+        write_study(paired_run, tmp_path / name, images=False)
+    out = compare_runs(tmp_path / "a", tmp_path / "b")
+    assert out["wilcoxon"]["n_pairs"] == 3 * 3 and out["wilcoxon"]["n_nonzero"] == 0  # (event, condition) units
+    assert out["mcnemar"]["n_pairs"] == 3 * 2 * 3 * SAMPLES
