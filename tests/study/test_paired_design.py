@@ -353,3 +353,19 @@ def test_petri_paired_matches_two_runs_of_a_paired_study_on_event_and_condition(
     out = compare_runs(tmp_path / "a", tmp_path / "b")
     assert out["wilcoxon"]["n_pairs"] == 3 * 3 and out["wilcoxon"]["n_nonzero"] == 0  # (event, condition) units
     assert out["mcnemar"]["n_pairs"] == 3 * 2 * 3 * SAMPLES
+
+
+def test_a_paired_study_with_two_groups_tests_the_groups_under_the_reference_condition(tiny_lm, tmp_path):
+    data = copy.deepcopy(PAIRED)
+    data["templates"] = data["templates"][:1]
+    data["events"] += [{"id": f"k0{i}", "group": "other", "text": text, "concepts": ["order", "inventory", "person"]}
+                       for i, text in enumerate(["A clerk filed the order.", "The shop sold its stock.",
+                                                 "A person closed the till."], start=1)]
+    study = study_from_dict(data)
+    assert study.comparison == ("everyday", "other")
+    result = runner.run_study(tiny_lm, study, RunStore(tmp_path), samples=2, seed=1, settings=SETTINGS, show_progress=False)
+    analysis = analyze(result, n_bootstrap=50)
+    ev = analysis.events[analysis.events.condition == "fitting"]
+    assert analysis.comparison.event.n_a == 3 and analysis.comparison.event.n_b == 3
+    assert analysis.comparison.event.median_a == pytest.approx(ev[ev.group == "everyday"].instability.median())
+    assert any("reference condition 'fitting'" in n for n in analysis.notes) and analysis.paired is not None
