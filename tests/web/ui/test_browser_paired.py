@@ -4,21 +4,16 @@ Playwright): uploaded, run, and shown as one line per event with the paired stat
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from tests.web.test_paired_api import STUDY
-
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+from tests.web.ui.test_browser import CHROMIUM, opened_page
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")
 
 
 def test_the_study_tab_runs_a_paired_study_and_draws_one_line_per_event(tmp_path, live_server):
-    from playwright.sync_api import sync_playwright
-
     from petri.app.service import PetriService
     from petri.engine.torch.tiny import tiny_random_model
     from petri.runs.store import RunStore
@@ -28,11 +23,7 @@ def test_the_study_tab_runs_a_paired_study_and_draws_one_line_per_event(tmp_path
     path.write_text(json.dumps(STUDY), encoding="utf-8")
     service = PetriService(tiny_random_model(canvas_length=16), RunStore(tmp_path / "store"))
     try:
-        with live_server(create_app(service)) as live, sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
-            page.set_default_timeout(120_000)
-            page.goto(live.url)
+        with live_server(create_app(service)) as live, opened_page(live.url) as page:
             page.click("button[role=tab]:has-text('Study')")
             page.click("button:has-text('Study set-up')")
             page.set_input_files("#petri-study-upload input[type=file]", str(path))
@@ -47,6 +38,5 @@ def test_the_study_tab_runs_a_paired_study_and_draws_one_line_per_event(tmp_path
             assert "Paired design: every event ran under 2 conditions" in stats and "unrelated vs fitting" in stats
             chart = page.locator("#petri-study-instability .js-plotly-plot").text_content()
             assert "mean over events" in chart and "fitting" in chart and "unrelated" in chart
-            browser.close()
     finally:
         service.shutdown()
