@@ -42,12 +42,25 @@ from petri.stats.calibration import wilson_interval
 from petri.stats.mixed import cell_matrix
 
 __all__ = ["PowerResult", "simulate_power", "power_from_cells", "smallest_design", "inflated_designs", "size_held",
-           "TARGET_POWER", "SIZE_FACTOR"]
+           "TARGET_POWER", "SIZE_FACTOR", "power_summary", "power_dict"]
 
 TARGET_POWER = 0.8
 #: A design's size (rejection rate at effect 0) is held when it is at most this many times alpha.
 SIZE_FACTOR = 1.5
 TESTS = ("mannwhitney", "t")
+
+
+def power_summary(result) -> str:
+    """A power result's line: its ``head()``, then the smallest design reaching its target
+    (``reached(design)``) or that none in the grid does (``none_reached``)."""
+    if result.smallest is None:
+        return result.head() + f"; {result.none_reached} reaches {100 * result.target:.0f}%"
+    return result.head() + "; " + result.reached(result.smallest)
+
+
+def power_dict(result) -> dict[str, Any]:
+    """A power result as JSON-ready data with its summary."""
+    return {**asdict(result), "summary": result.summary()}
 
 
 @dataclass
@@ -78,12 +91,15 @@ class PowerResult:
     def table(self) -> pd.DataFrame:
         return pd.DataFrame(self.designs)
 
+    def head(self) -> str:
+        return (f"power of the event-level {self.test} test ({self.group_a} vs {self.group_b}, two-sided alpha "
+                f"{self.alpha:g}) for effect {self.effect:+.4g} ({self.effect_source}), {self.n_sims} simulated "
+                f"studies per design, seed {self.seed}")
+
     def summary(self) -> str:
         """One paragraph: what was simulated, the recommended design with its power and size, and the
         designs that reach the power but are not recommended for their size."""
-        head = (f"power of the event-level {self.test} test ({self.group_a} vs {self.group_b}, two-sided alpha "
-                f"{self.alpha:g}) for effect {self.effect:+.4g} ({self.effect_source}), {self.n_sims} simulated "
-                f"studies per design, seed {self.seed}")
+        head = self.head()
         held = (f"size held (at most {self.size_limit:.3g} of studies rejected at effect 0, "
                 f"{self.size_limit / self.alpha:g} x alpha)")
         target = f"{100 * self.target:.0f}% power"
@@ -103,8 +119,7 @@ class PowerResult:
                      + (f" (so do {counted(more, 'other smaller design')})" if more else ""))
         return text
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "summary": self.summary()}
+    to_dict = power_dict
 
 
 def _design(d: dict[str, Any]) -> str:

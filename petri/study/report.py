@@ -20,6 +20,8 @@ from petri.runs.export import TokenText, package_versions, with_final_token, wri
 from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap, save_figures
 from petri.stats.groups import GroupComparison, too_small_note
 from petri.study.statistics import write_statistics
+from petri.study.paired_statistics import write_paired
+from petri.study.paired_plots import paired_slope_figure
 
 if TYPE_CHECKING:
     from petri.study.runner import StudyResult
@@ -30,6 +32,7 @@ FIGURE_TITLES = {
     "instability": "(1) instability distributions",
     "events": "(2) mean instability per event, ranked",
     "jaccard": "(3) template Jaccard heatmap",
+    "paired": "(4) paired: one line per event across the conditions",
 }
 
 
@@ -93,6 +96,50 @@ def _metrics_section(samples: pd.DataFrame) -> list[str]:
     return lines + ["", "Means per group:", "", _md_table(means.astype(float).reset_index(names="group"))]
 
 
+def _conditions_lines(study) -> list[str]:
+    """A paired study's conditions (the first is the reference of every paired comparison)."""
+    if not study.paired:
+        return []
+    lines = ["## Conditions (within each event: same templates, slot positions and seeds)", "",
+             "| condition | dose | transform | description |", "|---|---|---|---|"]
+    for i, cond in enumerate(study.conditions):
+        dose = "" if cond.dose is None else f"{cond.dose:g}"
+        ref = " (reference)" if i == 0 else ""
+        lines.append(f"| {cond.id}{ref} | {dose} | {cond.transform or ''} | {cond.description} |")
+    return lines + [""]
+
+
+def _group_headline(c, groups: tuple[str, ...], headline: bool = True) -> list[str]:
+    """The group test (event level; the headline unless the study is paired) with the segment level beside it."""
+    a, b = groups
+    return [
+        "## Headline (event level: the independent unit)" if headline else
+        "## Group test (reference condition, event level)",
+        "",
+        f"**{c.event.summary()}**",
+        "",
+        "Segments of one event share that event, so they are not independent; the segment-level test is shown beside "
+        "the headline for comparison with the original study, not as evidence on its own.",
+        "",
+        "| level | n | median | U | p | rank-biserial r [CI] |",
+        "|---|---|---|---|---|---|",
+        _comparison_row(c.event),
+        _comparison_row(c.segment),
+        "",
+        f"Effect size: rank-biserial r = Cliff's delta = P({b} > {a}) - P({b} < {a}); positive means {b} events are less stable.",
+        "",
+    ]
+
+
+def paired_figure(result: StudyResult, analysis: StudyAnalysis):
+    """The paired study's slope chart of the event instabilities, titled with the headline paired test."""
+    study, paired = result.study, analysis.paired
+    head = paired.headline
+    return paired_slope_figure(analysis.events, [c.id for c in study.conditions], doses=paired.doses,
+                               title=head.summary() if head is not None else "", model_id=result.model_id,
+                               run_id=result.run_id)
+
+
 def model_label(model_id: str) -> str:
     """The sentence that says which model the numbers belong to."""
     if "diffusiongemma" in model_id.lower():
@@ -107,7 +154,6 @@ def model_label(model_id: str) -> str:
 def render_report(result: StudyResult, analysis: StudyAnalysis, figures: dict[str, dict[str, Path]], out_dir: Path, command: str | None = None, notes: list[str] | None = None) -> str:
     study = result.study
     c = analysis.comparison
-    a, b = study.comparison
     pres = analysis.preservation
     conv = analysis.convergence
     ev = analysis.events
@@ -118,23 +164,13 @@ def render_report(result: StudyResult, analysis: StudyAnalysis, figures: dict[st
         "",
         f"Study `{study.id}` ({study.language}) from `{study.source}`: concepts {', '.join(f'`{x}`' for x in study.concepts)}; "
         f"{counted(len(study.events), 'event')} ({', '.join(f'{g} {len(study.events_in(g))}' for g in study.groups)}), "
-        f"{counted(len(result.template_ids), 'template')}, {counted(result.samples, 'shuffled sample')} per (event, "
-        f"template): {counted(len(result.batches) * result.samples, 'sample')} in all.",
+        f"{counted(len(result.template_ids), 'template')}, {counted(result.samples, 'shuffled sample')} per "
+        f"{'(event, template, condition)' if study.paired else '(event, template)'}: "
+        f"{counted(len(result.batches) * result.samples, 'sample')} in all.",
         "",
-        "## Headline (event level: the independent unit)",
-        "",
-        f"**{c.event.summary()}**",
-        "",
-        "Segments of one event share that event, so they are not independent; the segment-level test is shown beside "
-        "the headline for comparison with the original study, not as evidence on its own.",
-        "",
-        "| level | n | median | U | p | rank-biserial r [CI] |",
-        "|---|---|---|---|---|---|",
-        _comparison_row(c.event),
-        _comparison_row(c.segment),
-        "",
-        f"Effect size: rank-biserial r = Cliff's delta = P({b} > {a}) - P({b} < {a}); positive means {b} events are less stable.",
-        "",
+        *_conditions_lines(study),
+        *(analysis.paired.markdown() if analysis.paired is not None else []),
+        *(_group_headline(c, study.comparison, not study.paired) if c is not None else []),
         *(analysis.statistics.markdown() + [""] if analysis.statistics is not None else []),
         "## Groups",
         "",
@@ -148,12 +184,13 @@ def render_report(result: StudyResult, analysis: StudyAnalysis, figures: dict[st
                   "| level | n | median | U | p | rank-biserial r [CI] |", "|---|---|---|---|---|---|"]
         lines += [_comparison_row(s) for s in analysis.secondary]
     top = ev.sort_values("instability", ascending=False)
-    show = pd.concat([top.head(5), top.tail(5)]).drop_duplicates("event_id")
+    unit = ["event_id", "condition"] if study.paired else ["event_id"]
+    show = pd.concat([top.head(5), top.tail(5)]).drop_duplicates(unit)
     lines += [
         "",
         "## Events (most and least unstable)",
         "",
-        _md_table(show[["rank", "event_id", "group", "instability", "ci_low", "ci_high", "event"]]),
+        _md_table(show[["rank", *unit, "group", "instability", "ci_low", "ci_high", "event"]]),
         "",
         "CI: 95% cluster bootstrap over the event's samples. All events: `events.csv`.",
         "",
@@ -264,13 +301,20 @@ def write_study(
     fig_dir = out / "figures"
     study = result.study
     shown = [g for g in (*study.comparison, *study.show)]
+    segments, events = analysis.tables["segments"], analysis.events
+    if study.paired:  # one box per condition (the paired lines: the paired figure)
+        shown = [c.id for c in study.conditions]
+        segments, events = segments.assign(group=segments["condition"]), events.assign(group=events["condition"])
     figs = {
-        "instability": instability_figure(analysis.tables["segments"], analysis.events, analysis.comparison, shown, model_id=result.model_id,
-                                          run_id=result.run_id),
+        "instability": instability_figure(segments, events, None if study.paired else analysis.comparison, shown,
+                                          model_id=result.model_id, run_id=result.run_id,
+                                          waiting="conditions of a paired study, one point per (event, condition)"),
         "events": event_ranking_figure(analysis.events, list(study.groups), model_id=result.model_id, run_id=result.run_id),
         "jaccard": jaccard_heatmap(analysis.jaccard, analysis.jaccard_mean, tagger=analysis.tagger, top_n=analysis.top_n,
                                    run_id=result.run_id),
     }
+    if analysis.paired is not None:
+        figs["paired"] = paired_figure(result, analysis)
     paths, notes = save_figures(figs, fig_dir, images=("png", "svg") if images else ())
     figures = {FIGURE_TITLES[name]: p for name, p in paths.items()}
     tables = {name: analysis.tables[name] for name in STUDY_TABLES}
@@ -286,6 +330,8 @@ def write_study(
     written["jaccard"] = jac
     if analysis.statistics is not None:
         written.update(write_statistics(analysis.statistics, out))
+    if analysis.paired is not None:
+        written.update(write_paired(analysis.paired, out))
     report = out / "report.md"
     report.write_text(render_report(result, analysis, figures, out, command=command, notes=notes), encoding="utf-8")
     return StudyOutputs(out, report, written, figures, analysis, notes)
