@@ -145,7 +145,7 @@ def test_a_read_reopens_from_the_runs_tab_into_the_probe_tab(served):
 
 
 def test_an_uploaded_set_evaluates_into_its_report_and_reliability_diagram(served, tmp_path):
-    """The evaluation half of the tab: a JSONL set uploaded through the file control, Evaluate, and
+    """The evaluation half of the tab: a JSONL set uploaded through the file control, least mass 0, Evaluate, and
     the per-question summary (its accuracy the share of the predictions that are correct) with the
     reliability diagram drawn; nothing sticks out at 420 px."""
     from test_probe_ui import labelled_file
@@ -159,6 +159,10 @@ def test_an_uploaded_set_evaluates_into_its_report_and_reliability_diagram(serve
         page.click("#petri-probe-eval button:has-text('Evaluate a labelled set')")
         page.set_input_files("#petri-probe-upload input[type=file]", path)
         page.wait_for_timeout(1000)  # the upload reaches the server
+        least = page.locator("#petri-probe-eval-min-mass input")  # every item answered: the diagram has points
+        least.fill("0")
+        least.press("Enter")
+        page.wait_for_timeout(300)
         page.click("#petri-probe-eval-run")
         page.wait_for_selector("#petri-probe-eval-status:has-text('Done:')", timeout=120_000)
         run_id = re.search(r"run ([0-9a-f]{32})", page.inner_text("#petri-probe-eval-status")).group(1)
@@ -166,8 +170,8 @@ def test_an_uploaded_set_evaluates_into_its_report_and_reliability_diagram(serve
         accuracy = predictions["correct"].astype(bool).mean()  # the share right, from the stored predictions
         page.wait_for_selector("#petri-probe-reliability .main-svg")
         summary = page.inner_text("#petri-probe-summary")
-        shown = [float(x) for x in re.findall(r"\d+\.\d+|\b[01]\b", summary)]
-        assert "consistent" in summary and any(abs(x - accuracy) < 1e-3 for x in shown), (summary, accuracy)
+        # two significant digits with its Wilson interval, all three items answered
+        assert "consistent" in summary and f"{accuracy:.2g} [" in summary and "3 of 3" in summary, (summary, accuracy)
         page.set_viewport_size({"width": 420, "height": 900})
         page.wait_for_timeout(800)
         assert page.evaluate("document.documentElement.scrollWidth") <= 421
