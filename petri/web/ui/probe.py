@@ -44,7 +44,8 @@ from petri.web.ui.probe_views import (
     ANSWER_WIDTHS,
     PREDICTION_VIEW,
     QUESTION_COLUMNS,
-    SUMMARY_VIEW,
+    SUMMARY_VIEW_COLUMNS,
+    SUMMARY_VIEW_WIDTHS,
     answer_words,
     answers_table,
     bars_figure,
@@ -294,11 +295,11 @@ def build_probe_tab(service: PetriService, access: UiAccess | None = None) -> tu
             eval_cancel = gr.Button("Cancel", variant="stop", scale=1, elem_id="petri-probe-eval-cancel")
         eval_status = gr.Markdown("", elem_id="petri-probe-eval-status")
         eval_run_id = gr.State("")
-        summary = gr.Dataframe(pd.DataFrame(columns=list(SUMMARY_VIEW.values())), label="Per question, with 95 % Wilson "
+        summary = gr.Dataframe(pd.DataFrame(columns=SUMMARY_VIEW_COLUMNS), label="Per question, with 95 % Wilson "
                                "intervals: how many were answered, accuracy over the answered and with no answer "
                                "counted wrong, how often the first listed alternative was answered against how often "
                                "it is the gold answer, the accuracy of always giving the commonest gold answer",
-                               interactive=False, wrap=True, column_widths=["9%"] + ["10%"] * 8 + ["11%"],
+                               interactive=False, wrap=True, column_widths=SUMMARY_VIEW_WIDTHS,
                                elem_id="petri-probe-summary")
         reliability = gr.Plot(show_label=False, elem_id="petri-probe-reliability")
         predictions = gr.Dataframe(pd.DataFrame(columns=list(PREDICTION_VIEW.values())), label="Predictions per item "

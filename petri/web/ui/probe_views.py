@@ -136,7 +136,7 @@ def number(value, digits: int = 2) -> str:
     """``value`` rounded to ``digits`` significant digits ("0.67", "0.034", "1"); "–" for none."""
     if value is None or (isinstance(value, float) and not np.isfinite(value)):
         return "–"
-    return f"{float(value):.{digits}g}"
+    return f"{float(value):.{digits}g}" if abs(float(value)) >= 1e-9 else "0"  # an interval's 5.6e-17 is 0
 
 
 def _labelled(read: dict) -> list[str]:
@@ -219,31 +219,37 @@ def _share(row: dict, name: str, low: str, high: str) -> str:
     return f"{number(row.get(name))} [{number(row.get(low))}, {number(row.get(high))}]"
 
 
-#: the evaluation summary as shown: short headers (the CSV keeps the long names, docs/probe.md)
-SUMMARY_VIEW = {"question": "question", "answered": "answered of n (coverage)",
+#: the evaluation summary's measures as shown, one row each (the CSV keeps the long names, docs/probe.md)
+SUMMARY_VIEW = {"question": "measure", "answered": "answered of n (coverage)",
                 "accuracy": "accuracy, answered", "with_abstentions": "accuracy, no answer = wrong",
                 "first": "first listed: answers vs gold", "commonest": "always the commonest gold",
                 "calibration": "ECE / Brier (answered)", "mass": "mass on labels", "spread": "order spread",
                 "changed": "changed over repeats"}
 
 
+SUMMARY_VIEW_COLUMNS = ["question", "measure", "value"]
+SUMMARY_VIEW_WIDTHS = ["22%", "38%", "40%"]
+
+
 def summary_view(summary: pd.DataFrame) -> pd.DataFrame:
     """An evaluation's summary (:data:`petri.study.probe_eval.SUMMARY_COLUMNS`) as the tab shows it:
-    one row per question, each share rounded to two significant digits with its Wilson interval,
-    under the short headers of :data:`SUMMARY_VIEW`."""
-    rows = []
+    one row per question and measure (:data:`SUMMARY_VIEW`'s words), so it stays three columns
+    wide on a phone; each share rounded to two significant digits with its Wilson interval."""
+    columns = {}
     for row in summary.to_dict("records"):
-        rows.append([row["question"], f"{row.get('answered', row['n'])} of {row['n']} "
-                     f"({_share(row, 'coverage', 'coverage_low', 'coverage_high')})",
-                     _share(row, "accuracy", "wilson_low", "wilson_high"),
-                     _share(row, "accuracy_with_abstentions", "with_abstentions_low", "with_abstentions_high"),
-                     f"{_share(row, 'answers_first', 'answers_first_low', 'answers_first_high')} vs "
-                     f"{_share(row, 'gold_first', 'gold_first_low', 'gold_first_high')}",
-                     number(row.get("commonest_gold_share")), f"{number(row.get('ece'))} / {number(row.get('brier'))}",
-                     f"{percent(row['mean_mass'])} %" if row.get("mean_mass") is not None and
-                     np.isfinite(row["mean_mass"]) else "–", number(row.get("mean_order_spread")),
-                     f"{number(row.get('changed_share'))} over {row.get('repeats')}"])
-    return pd.DataFrame(rows, columns=list(SUMMARY_VIEW.values()))
+        mass = row.get("mean_mass")
+        columns[str(row["question"])] = [
+            f"{row.get('answered', row['n'])} of {row['n']} ({_share(row, 'coverage', 'coverage_low', 'coverage_high')})",
+            _share(row, "accuracy", "wilson_low", "wilson_high"),
+            _share(row, "accuracy_with_abstentions", "with_abstentions_low", "with_abstentions_high"),
+            f"{_share(row, 'answers_first', 'answers_first_low', 'answers_first_high')} vs "
+            f"{_share(row, 'gold_first', 'gold_first_low', 'gold_first_high')}",
+            number(row.get("commonest_gold_share")), f"{number(row.get('ece'))} / {number(row.get('brier'))}",
+            f"{percent(mass)} %" if mass is not None and np.isfinite(mass) else "–", number(row.get("mean_order_spread")),
+            f"{number(row.get('changed_share'))} over {row.get('repeats')}"]
+    rows = [[question, measure, value] for question, values in columns.items()
+            for measure, value in zip(list(SUMMARY_VIEW.values())[1:], values)]
+    return pd.DataFrame(rows, columns=SUMMARY_VIEW_COLUMNS)
 
 
 #: the predictions as shown (the full table is in the downloads), short headers

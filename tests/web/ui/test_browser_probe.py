@@ -175,13 +175,16 @@ def test_an_uploaded_set_evaluates_into_its_report_and_reliability_diagram(serve
         page.set_viewport_size({"width": 420, "height": 900})
         page.wait_for_timeout(800)
         assert page.evaluate("document.documentElement.scrollWidth") <= 421
+        found = answer_cells(page, "#petri-probe-summary")  # one row per measure: three columns fit a phone
+        assert found["texts"] and not found["clipped"], found["clipped"]
+        assert all(height < 60 for _, height in found["headers"]), found["headers"]
 
 
-def answer_cells(page) -> dict:
-    """The answers table's cells as shown: their text, and those whose text is clipped (wider than
-    its cell, or its cell past the table's box) at the current width."""
-    return page.evaluate("""() => {
-        const table = document.querySelector('#petri-probe-answers');
+def answer_cells(page, table: str = "#petri-probe-answers") -> dict:
+    """A table's cells as shown (the answers table unless told): their text, and those whose text
+    is clipped (wider than its cell, or its cell past the table's box) at the current width."""
+    return page.evaluate("""(selector) => {
+        const table = document.querySelector(selector);
         const box = table.getBoundingClientRect();
         const cells = [...table.querySelectorAll('.virtual-body .body-cell')].filter((c) => c.getBoundingClientRect().width);
         const clipped = cells.filter((c) => {
@@ -191,7 +194,7 @@ def answer_cells(page) -> dict:
         return {texts: cells.map((c) => c.innerText.trim()), clipped,
                 headers: [...table.querySelectorAll('thead th')].filter((h) => h.innerText.trim())
                     .map((h) => [h.innerText.trim(), h.getBoundingClientRect().height])};
-    }""")
+    }""", table)
 
 
 def shows(page, text: str) -> None:

@@ -40,8 +40,10 @@ def test_an_uploaded_set_evaluates_into_the_report_the_store_serves(service, tmp
     first = predictions[predictions["repeat"] == 0]
     accuracy = first["right"].astype(bool).mean()
     # shown to two significant digits with its Wilson interval, under a header that says what it is
-    assert summary["accuracy, answered"].iloc[0].startswith(f"{accuracy:.2g} [")
-    assert summary["answered of n (coverage)"].iloc[0].startswith("3 of 3 (1 [")
+    shown = dict(zip(summary["measure"], summary["value"]))  # one row per question and measure (one question here)
+    assert set(summary["question"]) == {"consistent"}
+    assert shown["accuracy, answered"].startswith(f"{accuracy:.2g} [")
+    assert shown["answered of n (coverage)"].startswith("3 of 3 (1 [")
     assert last["reliability"] is not None and len(last["reliability"].data) >= 2  # the diagonal and the question
     stored = service.store.load_results(last["eval_run_id"])
     served = pd.concat(list(RESULT_TABLES["summary"].chunks(stored)))
