@@ -2,6 +2,7 @@
 
     python3 experiments/probe_eval.py                       # petri-small and petri-small-mdm, 2 repeats
     python3 experiments/probe_eval.py --models petri-small --repeats 1
+    python3 experiments/probe_eval.py --repeats 1 --order cyclic   # every cyclic order of the alternatives
 
 For each model: ``petri.study.probe_eval.evaluate`` on ``assets/probe/events.jsonl`` (108 items: 36
 events × 3 pinned concepts; questions ``consistent`` and ``category``), its files under
@@ -18,6 +19,13 @@ better (and contradictory from their matched controls):
 AUC (contradictory = positive) with DeLong 95% intervals (:func:`petri.stats.calibration.auc_with_interval`),
 and the exact McNemar test between the two models' answers. Everything goes to
 ``experiments/results/probe_eval.json``.
+
+``--order`` (default ``as_listed``; ``cyclic`` or ``permutations:N``) and ``--min-mass`` (default
+0.5) are the probe's own (docs/probe.md); another order than as listed writes
+``probe_eval_<order>.json`` and ``probe_eval/<model>-<order>/``. The summary counts abstentions apart
+(accuracy over answered items, coverage, accuracy with abstentions counted wrong) and gives the
+position-bias index; the AUC of p(no) uses every item's order-averaged probability, abstentions
+included (an abstention still has a probability).
 
 ``--swap``: the same set with every question's alternatives in reverse order (so the labels A, B, ...
 stand for other answers), into ``probe_eval/<model>-swapped/`` and ``probe_eval_swapped.json``, with
@@ -94,9 +102,12 @@ def main() -> int:
     parser.add_argument("--samples", default="1")
     parser.add_argument("--limit", type=int, default=None, help="first N items only (a quick run)")
     parser.add_argument("--swap", action="store_true", help="reverse every question's alternatives (label bias)")
+    parser.add_argument("--order", default="as_listed", help="as_listed, cyclic or permutations:N")
+    parser.add_argument("--min-mass", type=float, default=0.5, help="abstain below this mass on the labels")
     parser.add_argument("--out", default=None, help="default: results/probe_eval.json (_swapped with --swap)")
     args = parser.parse_args()
-    args.out = args.out or str(RESULTS / ("probe_eval_swapped.json" if args.swap else "probe_eval.json"))
+    tag = ("-swapped" if args.swap else "") + ("" if args.order == "as_listed" else "-" + args.order.replace(":", "-"))
+    args.out = args.out or str(RESULTS / f"probe_eval{tag.replace('-', '_')}.json")
     samples = "auto" if args.samples == "auto" else int(args.samples)
     labelled = load_labelled_set(probe_set_path())
     if args.limit:
@@ -108,11 +119,12 @@ def main() -> int:
 
     result = {"command": "python3 experiments/probe_eval.py " + " ".join(sys.argv[1:]), "set": str(probe_set_path().
               relative_to(ROOT)), "items": len(labelled.items), "repeats": args.repeats, "samples": samples,
+              "order": args.order, "min_mass": args.min_mass,
               "machine": {"platform": platform.platform(), "torch_threads": torch.get_num_threads()}, "models": {}}
     evaluations = {}
     for model_name in args.models.split(","):
         model = load_model(model_name, device="cpu")
-        folder = RESULTS / "probe_eval" / (model_name + ("-swapped" if args.swap else ""))
+        folder = RESULTS / "probe_eval" / (model_name + tag)
         writer = PredictionWriter(folder / "predictions.csv", prediction_columns(labelled))
         started = time.perf_counter()
 
@@ -121,8 +133,8 @@ def main() -> int:
                   file=sys.stderr, flush=True)
 
         try:
-            evaluation = evaluate(model, labelled, samples=samples, repeats=args.repeats, on_rows=writer,
-                                  on_item=progress)
+            evaluation = evaluate(model, labelled, samples=samples, repeats=args.repeats, order=args.order,
+                                  min_mass=args.min_mass, on_rows=writer, on_item=progress)
         finally:
             writer.close()
         print(file=sys.stderr)
@@ -131,7 +143,7 @@ def main() -> int:
         result["models"][model_name] = {
             "summary": evaluation.to_dict()["summary"], "seconds_per_read": evaluation.meta["seconds_per_read"],
             "answer_counts": {q: evaluation.predictions.query(f"question == '{q}' and repeat == 0")["answer"]
-                              .value_counts().to_dict() for q in ("consistent", "category")},
+                              .fillna("(no answer)").value_counts().to_dict() for q in ("consistent", "category")},
             "separation": separation(evaluation, labelled, stored_events(model_name)),
             "sensor_source": f"experiments/results/inventory_order-en-{model_name}/events.csv"}
         if args.swap:

@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass
 
 from petri.app.jobs import Job, JobContext, recorded_run
 from petri.core.cancel import CancelToken
-from petri.core.probe import ProbeInputError, ProbeRequest
+from petri.core.probe import DEFAULT_MIN_MASS, ProbeInputError, ProbeRequest
 from petri.engine.probe import ProbeResult, plan_probe, read_slots
 from petri.runs.probe_results import EVAL_KIND, EVAL_TABLES, PARTIAL_PREFIX, PROBE_KIND, frame_document, plain, read_document
-from petri.study.probe_eval import ProbeEvaluation, evaluate, item_request
+from petri.study.probe_eval import EVAL_ORDER, ProbeEvaluation, evaluate, item_request
 from petri.study.probe_set import LabelledSet, labelled_set_lines
 
 
@@ -47,13 +47,17 @@ class ProbeEvalRun:
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """How a labelled set is read: noise draws (an int or ``"auto"``), denoising steps, the seed and
-    how many times the whole set is read (repeatability)."""
+    """How a labelled set is read: noise draws (an int or ``"auto"``), denoising steps, the seed,
+    how many times the whole set is read (repeatability), the order of the alternatives
+    (:func:`petri.core.probe.listing_orders`; every cyclic order unless told) and the mass on the
+    labels below which a read answers None."""
 
     samples: int | str = 1
     steps: int = 1
     seed: int = 0
     repeats: int = 1
+    order: str = EVAL_ORDER
+    min_mass: float = DEFAULT_MIN_MASS
 
 
 def labelled_to_dict(labelled: LabelledSet) -> dict:
@@ -70,7 +74,7 @@ def check_labelled(lm, labelled: LabelledSet, settings: EvalSettings) -> None:
     for index, item in enumerate(labelled.items):
         try:
             plan_probe(lm, item_request(labelled, item, samples=settings.samples, steps=settings.steps,
-                                        seed=settings.seed))
+                                        seed=settings.seed, order=settings.order, min_mass=settings.min_mass))
         except ProbeInputError as err:
             own = err.field == "prompt" or (err.field == "frame" and item.frame is not None)
             if not own:
@@ -127,8 +131,8 @@ def submit_probe_eval(service, labelled: LabelledSet, settings: EvalSettings = E
 
         with recorded_run(service.store, run_id):
             evaluation = evaluate(service.lm, labelled, samples=settings.samples, steps=settings.steps,
-                                  seed=settings.seed, repeats=settings.repeats, on_item=item_done, on_rows=rows_done,
-                                  cancel=ctx.cancel)
+                                  seed=settings.seed, repeats=settings.repeats, order=settings.order,
+                                  min_mass=settings.min_mass, on_item=item_done, on_rows=rows_done, cancel=ctx.cancel)
             for name in EVAL_TABLES:
                 service.store.save_result(run_id, name, frame_document(getattr(evaluation, name)))
             service.store.save_result(run_id, "evaluation", {"meta": plain(evaluation.meta)})

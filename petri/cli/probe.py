@@ -8,6 +8,10 @@
   ``--compare-to`` another model (a name or folder) or another prompt configuration (a labelled-set
   file over the same items, e.g. other instructions or frame) evaluates that too and adds the exact
   McNemar test with the discordant items (``discordant.csv``, the second run under ``DIR/compare``).
+
+``--order`` (``as_listed``, ``cyclic`` or ``permutations:N``; a request's default is its own field,
+else as listed; a set's default is cyclic) and ``--min-mass`` (a read with less of the model's
+probability on its labels answers null, "no answer"; default 0.5) apply to both.
 """
 
 from __future__ import annotations
@@ -51,6 +55,13 @@ def add_probe_command(commands) -> None:
     probe.add_argument("--compare-to", default=None, metavar="MODEL_OR_SET",
                        help="--set: a second configuration, tested against the first by exact McNemar: a labelled-set "
                        "file (.jsonl/.csv) over the same items (another prompt, frame or instructions) or a model")
+    probe.add_argument("--order", default=None, help="as_listed, cyclic (every rotation of the alternatives, the "
+                       "labels re-assigned) or permutations:N (N seeded random orders, N 2-32); an order-averaged read "
+                       "averages each alternative's probability over the orders. Default: the request's own (as "
+                       "listed), cyclic for --set")
+    probe.add_argument("--min-mass", type=float, default=None, help="answer null (no answer) where less of the "
+                       "model's probability than this lies on the labels (the mean over the orders); default: the "
+                       "request's own, 0.5")
     probe.add_argument("--quiet", action="store_true", help="no progress on stderr")
     add_model_arguments(probe)
 
@@ -69,24 +80,34 @@ def _progress(label: str, quiet: bool):
 
 
 def _evaluate(model, labelled, args, out: Path, label: str):
-    from petri.study.probe_eval import evaluate, prediction_columns
+    from petri.core.probe import DEFAULT_MIN_MASS
+    from petri.study.probe_eval import EVAL_ORDER, evaluate, prediction_columns
     from petri.study.probe_tables import PredictionWriter
 
     writer = PredictionWriter(out / "predictions.csv", prediction_columns(labelled))
     try:
         return evaluate(model, labelled, samples=args.samples, steps=args.steps, seed=args.seed,
-                        repeats=args.repeats, on_item=_progress(label, args.quiet), on_rows=writer)
+                        repeats=args.repeats, order=args.order or EVAL_ORDER,
+                        min_mass=DEFAULT_MIN_MASS if args.min_mass is None else args.min_mass,
+                        on_item=_progress(label, args.quiet), on_rows=writer)
     finally:
         writer.close()
 
 
 def _print_summary(evaluation, label: str) -> None:
-    print(f"{label}: {evaluation.meta['model']['model_id']}, {evaluation.meta['items']} items, "
-          f"{evaluation.meta['seconds_per_read']:.2f} s per read")
+    meta = evaluation.meta
+    print(f"{label}: {meta['model']['model_id']}, {meta['items']} items, order {meta['order']}, min_mass "
+          f"{meta['min_mass']:g}, {meta['seconds_per_read']:.2f} s per read")
     for row in evaluation.summary.to_dict("records"):
-        print(f"  {row['question']}: accuracy {row['accuracy']:.3f} [{row['wilson_low']:.3f}, {row['wilson_high']:.3f}]"
-              f" (n={row['n']}, majority {row['majority_share']:.3f}), ECE {row['ece']:.3f}, Brier {row['brier']:.3f}"
-              + (f", changed {row['changed_share']:.3f} over {row['repeats']} repeats" if row["repeats"] > 1 else ""))
+        share = lambda name, low, high: f"{row[name]:.2f} [{row[low]:.2f}, {row[high]:.2f}]"  # noqa: E731
+        print(f"  {row['question']}: accuracy {share('accuracy', 'wilson_low', 'wilson_high')} over "
+              f"{row['answered']} answered of {row['n']} (coverage {share('coverage', 'coverage_low', 'coverage_high')};"
+              f" with abstentions counted wrong {share('accuracy_with_abstentions', 'with_abstentions_low', 'with_abstentions_high')};"
+              f" always the commonest gold answer {row['commonest_gold_share']:.2f})")
+        print(f"    first listed answered {share('answers_first', 'answers_first_low', 'answers_first_high')} against "
+              f"{share('gold_first', 'gold_first_low', 'gold_first_high')} for the gold answers; ECE {row['ece']:.2f}, "
+              f"Brier {row['brier']:.2f} (answered items)"
+              + (f", changed {row['changed_share']:.2f} over {row['repeats']} repeats" if row["repeats"] > 1 else ""))
 
 
 def cmd_probe(args) -> int:
@@ -99,7 +120,10 @@ def cmd_probe(args) -> int:
             payload = json.loads(Path(args.request).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as err:
             raise ValueError(f"--request: cannot read {args.request}: {err}") from None
-        request = request_from_dict(payload)
+        if not isinstance(payload, dict):
+            raise ValueError(f"--request: {args.request} holds no JSON object")
+        overrides = {"order": args.order, "min_mass": args.min_mass}
+        request = request_from_dict({**payload, **{k: v for k, v in overrides.items() if v is not None}})
         model = load_from_args(args)
         text = json.dumps(read_slots(model, request).to_dict(), indent=1, ensure_ascii=False)
         print(text)

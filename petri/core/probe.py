@@ -19,14 +19,22 @@ How a request lands on the canvas (docs/probe.md):
 - The prompt the model reads is ``instructions`` (one line, if any), the ``prompt``, then one line
   per question listing its alternatives with their labels: ``"<text>: A) yes  B) no"``
   (:func:`render_prompt`), so the model can see which label stands for which alternative.
+- ``order`` (issue 59): ``"as_listed"`` reads the alternatives in the order given; ``"cyclic"``
+  reads every cyclic rotation (the labels stay in place, so label A stands for another alternative
+  in each); ``"permutations:N"`` reads N seeded random orders (:func:`listing_orders`). An
+  order-averaged read averages each *alternative's* probability over the orders.
+- ``min_mass``: a read whose probability mass on its label tokens (for an order-averaged read, the
+  mean over the orders) is below it answers ``None`` ("no answer").
 """
 
 from __future__ import annotations
 
+import math
+import random
 import re
 import string
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 #: Limits of one request and of a labelled set (the HTTP layer applies the same ones).
@@ -37,6 +45,13 @@ MAX_SAMPLES = 32
 MAX_STEPS = 64
 MAX_TOP_K = 50
 MAX_TEXT_CHARS = 20_000
+#: ``order``: how a read lists the alternatives (docs/probe.md). ``"permutations:N"`` takes N in
+#: MIN_ORDERS..MAX_ORDERS; ``"cyclic"`` reads as many orders as its largest question has
+#: alternatives, at most MAX_ORDERS.
+ORDER_AS_LISTED, ORDER_CYCLIC, ORDER_PERMUTATIONS = "as_listed", "cyclic", "permutations"
+MIN_ORDERS, MAX_ORDERS = 2, 32
+#: ``min_mass``: its bounds and default (a read below it on its labels answers None)
+MIN_MASS_LOW, MIN_MASS_HIGH, DEFAULT_MIN_MASS = 0.0, 1.0, 0.5
 #: ``samples="auto"``: one read, then this many draws where the entropy exceeds the threshold.
 AUTO_DRAWS = 4
 AUTO_ENTROPY = 0.1
@@ -95,6 +110,8 @@ class ProbeRequest:
     seed: int = 0
     top_k: int = 5
     pins: tuple[Pin, ...] = field(default=())
+    order: str = ORDER_AS_LISTED
+    min_mass: float = DEFAULT_MIN_MASS
 
 
 def _text(payload: Mapping, key: str, where: str, *, required: bool = True, default: Any = None) -> Any:
@@ -117,6 +134,29 @@ def _int(payload: Mapping, key: str, default: int, low: int, high: int) -> int:
     if not low <= value <= high:
         raise ProbeInputError(key, f"must be between {low} and {high}, got {value}")
     return value
+
+
+def parse_order(order: Any) -> tuple[str, int]:
+    """``order`` as (kind, N): ``("as_listed", 1)``, ``("cyclic", 0)`` (N follows the questions) or
+    ``("permutations", N)`` with N in MIN_ORDERS..MAX_ORDERS. Raises :class:`ProbeInputError`
+    naming ``order``."""
+    if order in (ORDER_AS_LISTED, ORDER_CYCLIC):
+        return order, 1 if order == ORDER_AS_LISTED else 0
+    if isinstance(order, str) and order.startswith(ORDER_PERMUTATIONS + ":"):
+        count = order.split(":", 1)[1]
+        if not count.isdigit() or not MIN_ORDERS <= int(count) <= MAX_ORDERS:
+            raise ProbeInputError("order", f"permutations:N takes N from {MIN_ORDERS} to {MAX_ORDERS}, got {count!r}")
+        return ORDER_PERMUTATIONS, int(count)
+    raise ProbeInputError("order", f'must be "{ORDER_AS_LISTED}", "{ORDER_CYCLIC}" or "{ORDER_PERMUTATIONS}:N" '
+                          f"(N {MIN_ORDERS}-{MAX_ORDERS}), got {order!r}")
+
+
+def check_min_mass(value: Any) -> float:
+    """``min_mass`` as a float in [MIN_MASS_LOW, MIN_MASS_HIGH]; raises :class:`ProbeInputError` naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not MIN_MASS_LOW <= value <= MIN_MASS_HIGH:
+        raise ProbeInputError("min_mass", f"must be a number from {MIN_MASS_LOW:g} to {MIN_MASS_HIGH:g}, got {value!r}")
+    return float(value)
 
 
 def _strings(value: Any, where: str) -> tuple[str, ...]:
@@ -154,12 +194,12 @@ def request_from_dict(payload: Any) -> ProbeRequest:
     """The request of the example server's JSON shape: ``prompt``, ``frame``, ``questions`` (each
     ``name``, ``alternatives``, optional ``slot``, ``labels``, ``ask_if``, ``text``),
     ``instructions``, ``samples`` (int or ``"auto"``), ``steps``, ``seed``, ``top_k``, ``pins``
-    (``[{"text", "at"}]``). Structure only; :func:`validate_request` checks it against a model.
+    (``[{"text", "at"}]``), ``order`` (:func:`parse_order`), ``min_mass`` (:func:`check_min_mass`). Structure only; :func:`validate_request` checks it against a model.
     Raises :class:`ProbeInputError`."""
     if not isinstance(payload, Mapping):
         raise ProbeInputError("request", "must be a JSON object")
     unknown = set(payload) - {"prompt", "frame", "questions", "instructions", "samples", "steps", "seed", "top_k",
-                              "pins"}
+                              "pins", "order", "min_mass"}
     if unknown:
         raise ProbeInputError(sorted(unknown)[0], "unknown field")
     prompt, frame = _text(payload, "prompt", "prompt"), _text(payload, "frame", "frame")
@@ -179,12 +219,16 @@ def request_from_dict(payload: Any) -> ProbeRequest:
         if not isinstance(pin, Mapping) or not isinstance(pin.get("at"), int) or isinstance(pin.get("at"), bool):
             raise ProbeInputError(f"pins[{i}]", "must be an object with text (string) and at (integer)")
         parsed_pins.append(Pin(_text(pin, "text", f"pins[{i}].text"), int(pin["at"])))
+    order = payload.get("order", ORDER_AS_LISTED)
+    parse_order(order)
     return ProbeRequest(
         prompt=prompt, frame=frame,
         questions=tuple(question_from_dict(q, i) for i, q in enumerate(questions)),
         instructions=_text(payload, "instructions", "instructions", required=False), samples=samples,
         steps=_int(payload, "steps", 1, 1, MAX_STEPS), seed=_int(payload, "seed", 0, 0, 2**31 - 1),
-        top_k=_int(payload, "top_k", 5, 1, MAX_TOP_K), pins=tuple(parsed_pins))
+        top_k=_int(payload, "top_k", 5, 1, MAX_TOP_K), pins=tuple(parsed_pins),
+        order=order,
+        min_mass=check_min_mass(payload.get("min_mass", DEFAULT_MIN_MASS)))
 
 
 def request_to_dict(request: ProbeRequest) -> dict:
@@ -201,7 +245,8 @@ def request_to_dict(request: ProbeRequest) -> dict:
         out["questions"].append(entry)
     if request.instructions is not None:
         out["instructions"] = request.instructions
-    out.update(samples=request.samples, steps=request.steps, seed=request.seed, top_k=request.top_k)
+    out.update(samples=request.samples, steps=request.steps, seed=request.seed, top_k=request.top_k,
+               order=request.order, min_mass=request.min_mass)
     if request.pins:
         out["pins"] = [{"text": p.text, "at": p.at} for p in request.pins]
     return out
@@ -270,7 +315,7 @@ class FrameLayout:
     levels: tuple[tuple[int, ...], ...]
 
 
-def _check_questions(request: ProbeRequest, slot_names: set[str]) -> None:
+def _check_questions(request: ProbeRequest, slot_names: list[str]) -> None:
     names: set[str] = set()
     for i, q in enumerate(request.questions):
         where = f"questions[{i}]"
@@ -290,6 +335,11 @@ def _check_questions(request: ProbeRequest, slot_names: set[str]) -> None:
                                   f"({len(q.alternatives)}), got {len(q.labels)}")
         if q.slot not in slot_names:
             raise ProbeInputError(f"{where}.slot", f"slot {q.slot!r} is not in the frame (write it as {{{{{q.slot}}}}})")
+    read = {q.slot for q in request.questions}
+    for name in slot_names:
+        if name not in read:
+            raise ProbeInputError("frame", f"slot {{{{{name}}}}} is read by no question; add a question with slot "
+                                  f"{name!r} or take the slot out of the frame")
 
 
 def layout_frame(request: ProbeRequest, *, canvas_length: int, encode: Callable[[str], Sequence[int]],
@@ -310,8 +360,10 @@ def layout_frame(request: ProbeRequest, *, canvas_length: int, encode: Callable[
         raise ProbeInputError("frame", "a slot appears twice in the frame")
     if not slot_names:
         raise ProbeInputError("frame", "has no slot; write one as {{name}}")
-    _check_questions(request, set(slot_names))
+    _check_questions(request, slot_names)
     levels = question_order(request.questions)
+    listing_orders(request)  # the order and min_mass, for a request not built by request_from_dict
+    check_min_mass(request.min_mass)
     ids: list[int | None] = list(prefix_ids)
     slots: dict[str, int] = {}
     spaced: dict[str, bool] = {}
@@ -396,3 +448,43 @@ def render_prompt(request: ProbeRequest, labels: Sequence[Sequence[str]]) -> str
         listing = "  ".join(f"{label}) {alt}" for label, alt in zip(question_labels, q.alternatives))
         lines.append(f"{q.text or q.name}: {listing}")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ListingOrder:
+    """One order in which a read lists the alternatives: ``listing[i][j]`` is the index (in the
+    request) of the alternative question i lists at position j, labelled by its j-th label;
+    ``counts[i]``: whether this order enters question i's average (a cyclic read of questions of
+    different sizes reads max(n) rotations, and question i averages its first n_i)."""
+
+    listing: tuple[tuple[int, ...], ...]
+    counts: tuple[bool, ...]
+
+
+def listing_orders(request: ProbeRequest) -> tuple[ListingOrder, ...]:
+    """The orders ``request.order`` reads, the first as listed for ``"as_listed"`` and
+    ``"cyclic"``: cyclic rotation r lists alternative (j + r) mod n at position j; permutation k is
+    drawn by ``random.Random(request.seed)`` (the same request draws the same orders). Raises
+    :class:`ProbeInputError` naming ``order`` (an unknown order, N out of range, a cyclic read of a
+    question with more than MAX_ORDERS alternatives)."""
+    kind, count = parse_order(request.order)
+    sizes = [len(q.alternatives) for q in request.questions]
+    if kind == ORDER_AS_LISTED:
+        return (ListingOrder(tuple(tuple(range(n)) for n in sizes), tuple(True for _ in sizes)),)
+    if kind == ORDER_CYCLIC:
+        if max(sizes) > MAX_ORDERS:
+            raise ProbeInputError("order", f"a cyclic read reads one order per alternative, at most {MAX_ORDERS}; "
+                                  f"a question has {max(sizes)}: use permutations:N")
+        return tuple(ListingOrder(tuple(tuple((j + r) % n for j in range(n)) for n in sizes),
+                                  tuple(r < n for n in sizes)) for r in range(max(sizes)))
+    rng = random.Random(request.seed)
+    return tuple(ListingOrder(tuple(tuple(rng.sample(range(n), n)) for n in sizes), tuple(True for _ in sizes))
+                 for _ in range(count))
+
+
+def listed_request(request: ProbeRequest, order: ListingOrder) -> ProbeRequest:
+    """``request`` with each question's alternatives in ``order`` (labels stay in place: the j-th
+    label names whatever is listed j-th), read as listed."""
+    questions = tuple(replace(q, alternatives=tuple(q.alternatives[k] for k in listing))
+                      for q, listing in zip(request.questions, order.listing))
+    return replace(request, questions=questions, order=ORDER_AS_LISTED)

@@ -12,7 +12,9 @@ are pinned. Masked diffusion: slots and free positions start as the mask token.
 
 ``ask_if``: questions are read in levels (:func:`petri.core.probe.question_order`); a question is
 read only where every earlier answer its ``ask_if`` names matched, with those answers' label
-tokens pinned at their slots; otherwise it is listed in ``skipped``.
+tokens pinned at their slots; otherwise (an earlier "no answer" included) it is listed in ``skipped``.
+
+``order`` and ``min_mass`` (issue 59): see :func:`read_slots`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import numpy as np
 from petri.core.cancel import CancelToken
 from petri.core.dish import encode_prompt
 from petri.core.probe import AUTO_DRAWS, AUTO_ENTROPY, FrameLayout, ProbeInputError, ProbeRequest, \
-    layout_frame, render_prompt, request_to_dict
+    layout_frame, listed_request, listing_orders, render_prompt, request_to_dict
 from petri.core.trajectory import AnchorSpan
 from petri.engine.base import SampleRequest, SamplingModel
 
@@ -33,9 +35,12 @@ from petri.engine.base import SampleRequest, SamplingModel
 @dataclass(frozen=True)
 class SlotRead:
     """One question's read at one step: ``probs`` (n_alternatives,) float64 normalised over the
-    alternatives' label tokens, ``mass`` the raw probability on those tokens before normalising,
-    ``entropy`` (nats) of ``probs``, ``top_k`` the slot's full-vocabulary top-k (token text,
-    probability), ``draws`` the noise draws averaged, ``answer`` the most probable alternative."""
+    alternatives' label tokens (averaged over the orders read, in the request's order of the
+    alternatives), ``mass`` the raw probability on those tokens before normalising (the mean over
+    the orders), ``entropy`` (nats) of ``probs``, ``top_k`` the slot's full-vocabulary top-k (token
+    text, probability), ``draws`` the noise draws averaged (per order), ``answer`` the most
+    probable alternative, or ``None`` ("no answer") where ``mass`` is below ``min_mass``;
+    ``order_probs`` (n_orders, n_alternatives) each order's ``probs``."""
 
     question: str
     step: int
@@ -48,11 +53,22 @@ class SlotRead:
     answer: str
     labels: tuple[str, ...] = ()
     position: int = -1
+    order_probs: np.ndarray | None = None
+    min_mass: float = 0.0
+
+    @property
+    def spread(self) -> np.ndarray:
+        """(n_alternatives,) each alternative's range (max - min) over the orders read (0 for one order)."""
+        rows = self.order_probs if self.order_probs is not None else self.probs[None]
+        return rows.max(axis=0) - rows.min(axis=0)
 
     def to_dict(self) -> dict:
+        rows = self.order_probs if self.order_probs is not None else self.probs[None]
         return {"question": self.question, "step": self.step, "answer": self.answer,
                 "alternatives": list(self.alternatives), "labels": list(self.labels),
-                "probs": [float(p) for p in self.probs], "mass": self.mass, "entropy": self.entropy,
+                "probs": [float(p) for p in self.probs], "spread": [float(p) for p in self.spread],
+                "orders": int(len(rows)), "order_probs": rows.tolist(), "mass": self.mass,
+                "min_mass": self.min_mass, "entropy": self.entropy,
                 "top_k": [[text, prob] for text, prob in self.top_k], "draws": self.draws, "position": self.position}
 
 
@@ -75,7 +91,7 @@ class ProbeResult:
             last[read.question] = read
         return last
 
-    def answers(self) -> dict[str, str]:
+    def answers(self) -> dict[str, str | None]:
         return {name: read.answer for name, read in self.final().items()}
 
     def to_dict(self) -> dict:
@@ -193,16 +209,49 @@ def _entropy(probs: np.ndarray) -> float:
     return float(-(nonzero * np.log(nonzero)).sum())
 
 
+def _level_read(model: SamplingModel, plan: ProbePlan, ids: np.ndarray, pinned: np.ndarray, positions: list[int],
+                asked: list[int], request: ProbeRequest, cancel) -> tuple[np.ndarray, np.ndarray]:
+    """One order's read of one level: (dist (steps, len(positions), V) float64, draws (steps,
+    len(positions)) int); with ``samples="auto"`` the uncertain (step, slot) reads are taken again
+    with AUTO_DRAWS draws at ``seed + 1``."""
+    layout = plan.layout
+    first = 1 if request.samples == "auto" else int(request.samples)
+    dist = slot_distributions(model, plan, ids, pinned, positions, draws=first, seed=request.seed,
+                              steps=request.steps, cancel=cancel)
+    counts = np.full(dist.shape[:2], first)
+    if request.samples == "auto":
+        uncertain = np.zeros(dist.shape[:2], dtype=bool)
+        for i in asked:
+            col = positions.index(layout.slots[request.questions[i].slot])
+            uncertain[:, col] |= [_entropy(label_distribution(full, layout.label_ids[i])[0]) > AUTO_ENTROPY
+                                  for full in dist[:, col]]
+        if uncertain.any():
+            more = slot_distributions(model, plan, ids, pinned, positions, draws=AUTO_DRAWS, seed=request.seed + 1,
+                                      steps=request.steps, cancel=cancel)
+            dist = np.where(uncertain[..., None], more, dist)
+            counts = np.where(uncertain, AUTO_DRAWS, counts)
+    return dist, counts
+
+
 def read_slots(model: SamplingModel, request: ProbeRequest, *, cancel: CancelToken | None = None) -> ProbeResult:
     """Read every question of ``request`` at its slot (see the module docstring). Validates first
-    (:class:`ProbeInputError`); ``cancel`` is checked before every step."""
+    (:class:`ProbeInputError`); ``cancel`` is checked before every step.
+
+    Each order of :func:`petri.core.probe.listing_orders` is read with the same noise (the same
+    seed): its prompt lists the alternatives in that order, label j naming the j-th listed. Per
+    (question, step), each order's distribution over the labels is mapped back to the
+    alternatives and averaged over the orders that count for the question (``probs``; ``spread``
+    the range over them), ``mass`` is the mean mass, ``top_k`` that of the mean full distribution.
+    An earlier answer is pinned, in each order, as the label that order gives it."""
     started = time.perf_counter()
     plan = plan_probe(model, request)
     layout = plan.layout
+    orders = listing_orders(request)
+    plans = [plan_probe(model, listed_request(request, order)) for order in orders]
     pinned_ids, pinned = np.array(layout.pinned_ids, dtype=np.int64), np.array(layout.pinned, dtype=bool)
     questions = request.questions
     reads: list[SlotRead] = []
-    answers: dict[str, str] = {}
+    answers: dict[str, str | None] = {}
     skipped: list[str] = []
     decode = model.tokenizer.decode
     for level in layout.levels:
@@ -211,38 +260,35 @@ def read_slots(model: SamplingModel, request: ProbeRequest, *, cancel: CancelTok
         if not asked:
             continue
         positions = sorted({layout.slots[questions[i].slot] for i in asked})
-        level_ids, level_pinned = pinned_ids.copy(), pinned.copy()
-        for name, answer in answers.items():  # earlier answers pinned at their slots
-            j = next(k for k, q in enumerate(questions) if q.name == name)
-            at = layout.slots[questions[j].slot]
-            if at not in positions:
-                level_pinned[at], level_ids[at] = True, layout.label_ids[j][questions[j].alternatives.index(answer)]
-        first = 1 if request.samples == "auto" else int(request.samples)
-        dist = slot_distributions(model, plan, level_ids, level_pinned, positions, draws=first, seed=request.seed,
-                                  steps=request.steps, cancel=cancel)
-        counts = np.full(dist.shape[:2], first)
-        if request.samples == "auto":
-            uncertain = np.zeros(dist.shape[:2], dtype=bool)
-            for i in asked:
-                col = positions.index(layout.slots[questions[i].slot])
-                uncertain[:, col] |= [_entropy(label_distribution(full, layout.label_ids[i])[0]) > AUTO_ENTROPY
-                                      for full in dist[:, col]]
-            if uncertain.any():
-                more = slot_distributions(model, plan, level_ids, level_pinned, positions, draws=AUTO_DRAWS,
-                                          seed=request.seed + 1, steps=request.steps, cancel=cancel)
-                dist = np.where(uncertain[..., None], more, dist)
-                counts = np.where(uncertain, AUTO_DRAWS, counts)
+        per_order = []
+        for order, listed in zip(orders, plans):
+            level_ids, level_pinned = pinned_ids.copy(), pinned.copy()
+            for name, answer in answers.items():  # earlier answers pinned at their slots, as this order labels them
+                j = next(k for k, q in enumerate(questions) if q.name == name)
+                at = layout.slots[questions[j].slot]
+                if answer is not None and at not in positions:
+                    listed_at = order.listing[j].index(questions[j].alternatives.index(answer))
+                    level_pinned[at], level_ids[at] = True, layout.label_ids[j][listed_at]
+            per_order.append(_level_read(model, listed, level_ids, level_pinned, positions, asked, request, cancel))
         for i in asked:
             q, col = questions[i], positions.index(layout.slots[questions[i].slot])
+            counted = [k for k, order in enumerate(orders) if order.counts[i]]
             for step in range(request.steps):
-                full = dist[step, col]
-                probs, mass = label_distribution(full, layout.label_ids[i])
+                by_order, masses = np.zeros((len(counted), len(q.alternatives))), []
+                for row, k in enumerate(counted):
+                    listed_probs, mass = label_distribution(per_order[k][0][step, col], layout.label_ids[i])
+                    by_order[row, list(orders[k].listing[i])] = listed_probs
+                    masses.append(mass)
+                probs, mass = by_order.mean(axis=0), float(np.mean(masses))
+                full = np.mean([per_order[k][0][step, col] for k in counted], axis=0)
                 top = np.argsort(-full, kind="stable")[: request.top_k]
                 reads.append(SlotRead(
                     question=q.name, step=step, alternatives=q.alternatives, probs=probs, mass=mass,
                     entropy=_entropy(probs), top_k=tuple((decode([int(t)]), float(full[t])) for t in top),
-                    draws=int(counts[step, col]), answer=q.alternatives[int(np.argmax(probs))],
-                    labels=layout.labels[i], position=layout.slots[q.slot]))
+                    draws=int(max(per_order[k][1][step, col] for k in counted)),
+                    answer=q.alternatives[int(np.argmax(probs))] if mass >= request.min_mass else None,
+                    labels=layout.labels[i], position=layout.slots[q.slot], order_probs=by_order,
+                    min_mass=request.min_mass))
             answers[q.name] = reads[-1].answer
     return ProbeResult(request, tuple(reads), tuple(skipped), time.perf_counter() - started, plan.prompt_text,
                        dict(model.describe()))

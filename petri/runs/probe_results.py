@@ -74,18 +74,27 @@ def slot_of(read: dict, request: dict) -> str:
     return read["question"]
 
 
+READ_COLUMNS = ["question", "slot", "position", "step", "alternative", "label", "probability", "spread", "orders",
+                "mass", "min_mass", "answered", "entropy", "draws", "answer", "chosen"]
+
+
 def reads_table(results: dict[str, dict]) -> Iterator[pd.DataFrame]:
-    """A probe run's ``reads`` table: ``question, slot, position, step, alternative, label,
-    probability, mass, entropy, draws, answer, chosen`` (one row per question × step × alternative;
-    ``label`` the token read for the alternative, ``mass`` the raw probability on all its question's labels)."""
+    """A probe run's ``reads`` table (:data:`READ_COLUMNS`): one row per question × step ×
+    alternative; ``label`` the token read for the alternative (as listed; an order-averaged read
+    moves it), ``probability`` the alternative's mean over the ``orders`` read and ``spread`` its
+    range over them, ``mass`` the raw probability on all its question's labels (the mean over the
+    orders), ``answer`` null ("no answer", ``answered`` false) where ``mass`` is below
+    ``min_mass``."""
     document = results.get("read", {})
     rows = [{"question": r["question"], "slot": slot_of(r, document.get("request", {})), "position": r.get("position"),
-             "step": r["step"], "alternative": alternative, "label": label, "probability": p, "mass": r["mass"],
-             "entropy": r["entropy"], "draws": r["draws"], "answer": r["answer"], "chosen": alternative == r["answer"]}
+             "step": r["step"], "alternative": alternative, "label": label, "probability": p, "spread": spread,
+             "orders": r.get("orders", 1), "mass": r["mass"], "min_mass": r.get("min_mass", 0.0),
+             "answered": r["answer"] is not None, "entropy": r["entropy"], "draws": r["draws"], "answer": r["answer"],
+             "chosen": alternative == r["answer"]}
             for r in document.get("reads", [])
-            for alternative, label, p in zip(r["alternatives"], r.get("labels") or [""] * len(r["probs"]), r["probs"])]
-    yield pd.DataFrame(rows, columns=["question", "slot", "position", "step", "alternative", "label", "probability",
-                                      "mass", "entropy", "draws", "answer", "chosen"])
+            for alternative, label, p, spread in zip(r["alternatives"], r.get("labels") or [""] * len(r["probs"]),
+                                                     r["probs"], r.get("spread") or [0.0] * len(r["probs"]))]
+    yield pd.DataFrame(rows, columns=READ_COLUMNS)
 
 
 def top_k_table(results: dict[str, dict]) -> Iterator[pd.DataFrame]:

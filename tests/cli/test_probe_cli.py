@@ -21,7 +21,8 @@ REQUEST = {"prompt": "Event: Only 90 units are in stock, but the customer ordere
 def test_request_prints_reads(tmp_path, capsys):
     path = tmp_path / "r.json"
     path.write_text(json.dumps(REQUEST))
-    assert main(["probe", "--request", str(path), "--model", "petri-tiny", "--out", str(tmp_path / "o.json")]) == 0
+    assert main(["probe", "--request", str(path), "--model", "petri-tiny", "--out", str(tmp_path / "o.json"),
+                 "--min-mass", "0"]) == 0
     printed = json.loads(capsys.readouterr().out)
     (read,) = printed["reads"]
     assert read["labels"] == ["A", "B"] and sum(read["probs"]) == pytest.approx(1.0)
@@ -34,6 +35,25 @@ def test_request_refusal_names_the_field(tmp_path, capsys):
     path.write_text(json.dumps({**REQUEST, "questions": [{"name": "consistent", "alternatives": ["yes"]}]}))
     assert main(["probe", "--request", str(path), "--model", "petri-tiny"]) == 2
     assert "questions[0].alternatives" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, field", [(["--order", "sorted"], "order"), (["--order", "permutations:40"], "order"),
+                                          (["--min-mass", "1.5"], "min_mass"), (["--min-mass", "-1"], "min_mass")])
+def test_order_and_min_mass_refusals_name_the_flag_field(tmp_path, capsys, flags, field):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(REQUEST))
+    assert main(["probe", "--request", str(path), "--model", "petri-tiny", *flags]) == 2
+    assert f"{field}:" in capsys.readouterr().err
+
+
+def test_request_order_and_min_mass_flags(tmp_path, capsys):
+    """--order cyclic reads both orders of two alternatives; --min-mass 1 leaves no answer (the
+    mass on two labels is below 1), printed as null."""
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(REQUEST))
+    assert main(["probe", "--request", str(path), "--model", "petri-tiny", "--order", "cyclic", "--min-mass", "1"]) == 0
+    (read,) = json.loads(capsys.readouterr().out)["reads"]
+    assert read["orders"] == 2 and read["answer"] is None and read["mass"] < 1 and len(read["order_probs"]) == 2
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +76,7 @@ def test_set_evaluation_and_comparison(small_sets, tmp_path, capsys):
     assert code == 0
     text = capsys.readouterr().out
     assert "consistent: accuracy" in text and "ECE" in text and "Brier" in text and "exact McNemar" in text
+    assert "order cyclic, min_mass 0.5" in text and "coverage" in text and "first listed answered" in text
     predictions = pd.read_csv(out / "predictions.csv")
     assert len(predictions) == 4 * 2 * 2  # items × questions × repeats
     summary = pd.read_csv(out / "summary.csv")

@@ -48,6 +48,7 @@ def refusal(request, canvas=32, single=encode_single):
 def test_round_trip_and_defaults():
     payload = {"prompt": "p", "frame": "A: {{a}} B:{{b}}", "instructions": "Answer with one letter.",
                "samples": "auto", "steps": 3, "seed": 4, "top_k": 7, "pins": [{"text": "order", "at": 20}],
+               "order": "permutations:5", "min_mass": 0.25,
                "questions": [{"name": "a", "slot": "a", "alternatives": ["x", "y"], "labels": ["P", "Q"], "text": "A?"},
                              {"name": "b", "slot": "b", "alternatives": ["u", "v"], "ask_if": {"a": "x"}}]}
     request = request_from_dict(payload)
@@ -55,6 +56,7 @@ def test_round_trip_and_defaults():
     assert request_from_dict(request_to_dict(request)) == request
     plain = req()
     assert (plain.samples, plain.steps, plain.seed, plain.top_k, plain.questions[0].slot) == (1, 1, 0, 5, "ok")
+    assert (plain.order, plain.min_mass) == ("as_listed", 0.5)
     assert request_from_dict({**BASE, "questions": [{"name": "ok", "choices": ["a", "b"]}]}).questions[0].alternatives \
         == ("a", "b")
 
@@ -152,3 +154,54 @@ def test_structure_refusals(payload, field):
     with pytest.raises(ProbeInputError) as caught:
         request_from_dict(payload)
     assert caught.value.field == field
+
+
+@pytest.mark.parametrize("payload, field, words", [
+    ({"order": "sorted"}, "order", "'sorted'"),
+    ({"order": "permutations:1"}, "order", "from 2 to 32"),
+    ({"order": "permutations:33"}, "order", "'33'"),
+    ({"order": "permutations:x"}, "order", "'x'"),
+    ({"order": 3}, "order", "3"),
+    ({"min_mass": -0.01}, "min_mass", "-0.01"),
+    ({"min_mass": 1.01}, "min_mass", "1.01"),
+    ({"min_mass": "0.5"}, "min_mass", "'0.5'"),
+    ({"min_mass": True}, "min_mass", "True"),
+    ({"min_mass": float("nan")}, "min_mass", "nan"),
+])
+def test_order_and_min_mass_refusals_name_their_field(payload, field, words):
+    with pytest.raises(ProbeInputError) as caught:
+        req(**payload)
+    assert caught.value.field == field and words in str(caught.value)
+
+
+def test_order_and_min_mass_bounds_are_accepted():
+    assert req(order="permutations:2").order == "permutations:2" and req(order="permutations:32").order
+    assert (req(min_mass=0).min_mass, req(min_mass=1).min_mass, req(order="cyclic").order) == (0.0, 1.0, "cyclic")
+
+
+def test_a_request_built_directly_is_checked_too():
+    from dataclasses import replace
+
+    assert refusal(replace(req(), order="backwards")).field == "order"
+    assert refusal(replace(req(), min_mass=2.0)).field == "min_mass"
+    many = req(questions=[{"name": "ok", "alternatives": [f"a{i}" for i in range(33)]}], order="cyclic")
+    assert refusal(many, canvas=64).field == "order"
+
+
+def test_a_slot_no_question_reads_is_refused_naming_it():
+    error = refusal(req(frame="Consistent: {{c}} Why: {{why}}", questions=[{"name": "c", "alternatives": ["yes", "no"]}]))
+    assert error.field == "frame" and "{{why}}" in str(error) and "no question" in str(error)
+
+
+def test_listing_orders_hand_worked():
+    from petri.core.probe import listing_orders
+
+    two_three = req(frame="{{a}} {{b}}", order="cyclic", questions=[{"name": "a", "alternatives": ["x", "y"]},
+                                                                    {"name": "b", "alternatives": ["p", "q", "r"]}])
+    orders = listing_orders(two_three)
+    assert [o.listing for o in orders] == [((0, 1), (0, 1, 2)), ((1, 0), (1, 2, 0)), ((0, 1), (2, 0, 1))]
+    assert [o.counts for o in orders] == [(True, True), (True, True), (False, True)]
+    assert [o.listing for o in listing_orders(req())] == [((0, 1),)]
+    drawn = listing_orders(req(order="permutations:6", seed=9))
+    assert len(drawn) == 6 and drawn == listing_orders(req(order="permutations:6", seed=9))
+    assert all(sorted(o.listing[0]) == [0, 1] and all(o.counts) for o in drawn)

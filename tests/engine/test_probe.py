@@ -31,7 +31,8 @@ def masked():
 
 
 def _request(**extra):
-    payload = {"prompt": "The customer placed an order.", "frame": "Answer:{{ok}} done",
+    """A one-question request; ``min_mass`` 0 (always an answer) unless given."""
+    payload = {"prompt": "The customer placed an order.", "frame": "Answer:{{ok}} done", "min_mass": 0.0,
                "questions": [{"name": "ok", "alternatives": ["yes", "no"], "labels": ["A", "B"]}]}
     payload.update(extra)
     return request_from_dict(payload)
@@ -80,6 +81,105 @@ def test_uniform_read_is_the_softmax_of_the_models_logits(uniform, draws):
     assert [t for t, _ in read.top_k] == [uniform.tokenizer.decode([int(t)]) for t in top]
     np.testing.assert_allclose([p for _, p in read.top_k], probs[top], rtol=1e-5)
     assert read.answer == ("yes" if expected[0] > expected[1] else "no")
+
+
+def _hand_slot(lm, prompt_text, draws=1, seed=0):
+    """The model's own softmax at the slot of ``Answer:{{ok}} done`` for ``prompt_text``, by a full
+    forward: (V,) float64, averaged over ``draws`` (the uniform family's noise from ``seed``; the
+    masked family reads the mask token)."""
+    prompt = _prompt_ids(lm, prompt_text)
+    with torch.no_grad():
+        if getattr(lm, "mask_token_id", None) is None:
+            canvas, slot = _hand_canvas(lm, None, draws, seed)
+            logits = lm.model(input_ids=torch.tensor([prompt] * draws), decoder_input_ids=canvas).logits.double()
+            return torch.softmax(logits[:, slot], -1).mean(0).numpy()
+        tok = lm.tokenizer
+        ids, tail = tok.encode("Answer:", add_special_tokens=False), tok.encode(" done", add_special_tokens=False)
+        canvas = [*ids, lm.mask_token_id, *tail]
+        canvas += [lm.mask_token_id] * (CANVAS - len(canvas))
+        logits = lm.model(input_ids=torch.tensor([prompt + canvas])).logits.double()[0, len(prompt):]
+        return torch.softmax(logits[len(ids)], -1).numpy()
+
+
+def _listing(alternatives, labels="ABC"):
+    return "The customer placed an order.\nok: " + "  ".join(f"{l}) {a}" for l, a in zip(labels, alternatives))
+
+
+@pytest.mark.parametrize("family", ["uniform", "masked"])
+def test_cyclic_read_is_the_mean_over_orders_of_the_models_logits(family, request):
+    """Three alternatives, cyclic: rotation r lists alternative (j + r) mod 3 at label j; each
+    rotation's prompt is run through the model's full forward here (the same noise), its label
+    distribution mapped back to the alternatives, and the three averaged."""
+    lm = request.getfixturevalue(family)
+    alternatives = ["yes", "no", "maybe"]
+    read = read_slots(lm, _request(order="cyclic", samples=2, seed=4, questions=[
+        {"name": "ok", "alternatives": alternatives, "labels": ["A", "B", "C"]}])).reads[0]
+    label_ids = [lm.tokenizer.encode(x, add_special_tokens=False)[0] for x in "ABC"]
+    by_order, masses = [], []
+    for r in range(3):
+        listed = [alternatives[(j + r) % 3] for j in range(3)]
+        full = _hand_slot(lm, _listing(listed), draws=2, seed=4)[label_ids]
+        by_label = full / full.sum()
+        by_order.append([by_label[listed.index(a)] for a in alternatives])
+        masses.append(full.sum())
+    by_order = np.array(by_order)
+    np.testing.assert_allclose(read.order_probs, by_order, rtol=1e-5)
+    np.testing.assert_allclose(read.probs, by_order.mean(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(read.spread, by_order.max(axis=0) - by_order.min(axis=0), rtol=1e-4, atol=1e-9)
+    assert read.mass == pytest.approx(np.mean(masses), rel=1e-5)
+    assert read.answer == alternatives[int(np.argmax(by_order.mean(axis=0)))]
+
+
+def test_two_alternatives_cyclic_is_the_same_whichever_order_they_are_listed_in(uniform):
+    listed = {}
+    for alternatives in (["yes", "no"], ["no", "yes"]):
+        read = read_slots(uniform, _request(order="cyclic", seed=2, questions=[
+            {"name": "ok", "alternatives": alternatives, "labels": ["A", "B"]}])).reads[0]
+        listed[tuple(alternatives)] = dict(zip(read.alternatives, read.probs))
+    as_listed = [dict(zip(r.alternatives, r.probs)) for r in (
+        read_slots(uniform, _request(seed=2, questions=[{"name": "ok", "alternatives": a, "labels": ["A", "B"]}])).reads[0]
+        for a in (["yes", "no"], ["no", "yes"]))]
+    assert as_listed[0]["yes"] != pytest.approx(as_listed[1]["yes"], abs=1e-6)  # the listing moves an as-listed read
+    assert listed[("yes", "no")]["yes"] == pytest.approx(listed[("no", "yes")]["yes"], abs=1e-12)
+    assert listed[("yes", "no")]["no"] == pytest.approx(listed[("no", "yes")]["no"], abs=1e-12)
+
+
+def test_permutations_read_n_seeded_orders(uniform):
+    from petri.core.probe import listing_orders
+
+    request = _request(order="permutations:4", seed=3)
+    read = read_slots(uniform, request).reads[0]
+    assert read.order_probs.shape == (4, 2)
+    label_ids = [uniform.tokenizer.encode(x, add_special_tokens=False)[0] for x in "AB"]
+    expected = []
+    for order in listing_orders(request):
+        listed = [("yes", "no")[k] for k in order.listing[0]]
+        full = _hand_slot(uniform, _listing(listed), seed=3)[label_ids]
+        expected.append([full[listed.index(a)] / full.sum() for a in ("yes", "no")])
+    np.testing.assert_allclose(read.order_probs, expected, rtol=1e-5)
+
+
+def test_abstains_below_min_mass_just_below_at_and_above(uniform):
+    mass = read_slots(uniform, _request(seed=1)).reads[0].mass
+    assert 0 < mass < 0.5  # a random tiny model puts little of its probability on two labels
+    below = read_slots(uniform, _request(seed=1, min_mass=mass * (1 - 1e-9))).reads[0]
+    at = read_slots(uniform, _request(seed=1, min_mass=mass)).reads[0]
+    above = read_slots(uniform, _request(seed=1, min_mass=mass * (1 + 1e-9))).reads[0]
+    assert below.answer is not None and at.answer is not None and above.answer is None
+    assert above.to_dict()["answer"] is None and above.to_dict()["mass"] == pytest.approx(mass)
+    np.testing.assert_allclose(above.probs, at.probs)  # the probabilities stay; only the answer is withheld
+    payload = {"prompt": "The customer placed an order.", "frame": "Answer:{{ok}} done",
+               "questions": [{"name": "ok", "alternatives": ["yes", "no"], "labels": ["A", "B"]}], "seed": 1}
+    default = read_slots(uniform, request_from_dict(payload))  # min_mass 0.5 unless told
+    assert default.reads[0].answer is None and default.reads[0].min_mass == 0.5
+
+
+def test_an_abstained_answer_skips_the_questions_that_ask_if_it(uniform):
+    from dataclasses import replace
+
+    request = _two_questions({"ok": "yes"})
+    result = read_slots(uniform, replace(request, min_mass=1.0))
+    assert result.answers() == {"ok": None} and result.skipped == ("kind",)
 
 
 def test_masked_read_is_the_softmax_of_the_models_logits(masked):

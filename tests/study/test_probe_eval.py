@@ -110,8 +110,39 @@ def test_summary_hand_worked():
     # confidences .9 (right), .6 (wrong), .8 (right), .7 (wrong): bins 9, 6, 8, 7 each alone
     assert row["ece"] == pytest.approx((0.1 + 0.6 + 0.2 + 0.7) / 4)
     assert row["changed_share"] == 0.25 and row["repeats"] == 2  # item 1: no → yes
-    assert row["majority_share"] == 0.5
+    assert row["commonest_gold_share"] == 0.5
     assert reliability["n"].sum() == 4 and set(reliability["question"]) == {"ok"}
+
+
+def test_abstentions_and_position_bias_hand_worked():
+    """Six items, gold yes yes no no yes no; answers yes yes yes (none) yes no (the fourth read's
+    mass under min_mass). Answered 5 of 6; right 4 (items 0, 1, 4, 5); the first listed
+    alternative (yes) is answered 4 of 5 times where the gold answers of those 5 give it 3 of 5."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    golds, answers = ["yes", "yes", "no", "no", "yes", "no"], ["yes", "yes", "yes", None, "yes", "no"]
+    rows = [{"item_id": str(i), "question": "ok", "repeat": 0, "gold": g, "answer": a, "answered": a is not None,
+             "correct": a == g, "skipped": False, "p_answer": 0.6 if a else np.nan,
+             "p_gold": 0.6 if a == g else 0.4, "mass": 0.9 if a else 0.1, "order_spread": 0.0, "orders": 2,
+             "entropy": 0.6, "draws": 1, "p_yes": 0.6 if a == "yes" else 0.4, "p_no": 0.6 if a == "no" else 0.4}
+            for i, (g, a) in enumerate(zip(golds, answers))]
+    labelled = LabelledSet("toy", (QUESTION,), "Ok:{{ok}}", None,
+                           tuple(LabelledItem(str(i), "x", None, {"ok": g}) for i, g in enumerate(golds)))
+    summary, reliability = summarise(labelled, pd.DataFrame(rows))
+    row = summary.iloc[0]
+    expected = {"coverage": (5, 6), "accuracy": (4, 5), "accuracy_with_abstentions": (4, 6),
+                "answers_first": (4, 5), "gold_first": (3, 5)}
+    bounds = {"coverage": "coverage", "accuracy": "wilson", "accuracy_with_abstentions": "with_abstentions",
+              "answers_first": "answers_first", "gold_first": "gold_first"}
+    for name, (hits, n) in expected.items():
+        assert row[name] == pytest.approx(hits / n), name
+        low, high = proportion_confint(hits, n, alpha=0.05, method="wilson")
+        assert (row[f"{bounds[name]}_low"], row[f"{bounds[name]}_high"]) == (pytest.approx(low), pytest.approx(high))
+    assert (row["n"], row["answered"], row["correct"]) == (6, 5, 4)
+    assert row["position_bias"] == pytest.approx(0.8 - 0.6)
+    assert reliability["n"].sum() == 5  # calibration over the answered items only
+    # Brier over the answered: right at .6 → (.4² + .4²), wrong (item 2) at .6 on yes → (.6² + .6²)
+    assert row["brier"] == pytest.approx((4 * 0.32 + 0.72) / 5)
 
 
 def test_compare_hand_worked():
@@ -137,13 +168,15 @@ def test_evaluate_on_a_tiny_model_reports_what_read_slots_reads(tiny, tmp_path):
                            TOY.items)
     written = PredictionWriter(tmp_path / "predictions.csv", prediction_columns(labelled))
     progress = []
-    evaluation = evaluate(tiny, labelled, samples=2, repeats=2, seed=3, on_rows=written,
+    evaluation = evaluate(tiny, labelled, samples=2, repeats=2, seed=3, on_rows=written, min_mass=0.0,
                           on_item=lambda done, total: progress.append((done, total)))
     written.close()
     assert progress[-1] == (8, 8)
     for item in labelled.items:
         for repeat in range(2):
-            read = read_slots(tiny, item_request(labelled, item, samples=2, steps=1, seed=3 + repeat)).reads[0]
+            read = read_slots(tiny, item_request(labelled, item, samples=2, steps=1, seed=3 + repeat,
+                                                 min_mass=0.0)).reads[0]
+            assert read.order_probs.shape == (2, 2)  # an evaluation reads both cyclic orders unless told
             row = evaluation.predictions.query(f"item_id == '{item.item_id}' and repeat == {repeat}").iloc[0]
             assert row["p_yes"] == pytest.approx(read.probs[0]) and row["answer"] == read.answer
             assert row["draws"] == 2
@@ -154,6 +187,23 @@ def test_evaluate_on_a_tiny_model_reports_what_read_slots_reads(tiny, tmp_path):
     saved = json.loads(files["evaluation"].read_text())
     assert saved["summary"][0]["n"] == 4 and saved["meta"]["repeats"] == 2
     assert pd.read_csv(files["summary"])["accuracy"].iloc[0] == pytest.approx(evaluation.summary["accuracy"].iloc[0])
+
+
+def test_abstentions_are_exported_as_null(tiny, tmp_path):
+    """A random tiny model puts far less than half its probability on two labels: at the default
+    min_mass (0.5) every read abstains; the files say so (an empty CSV cell, JSON null)."""
+    labelled = LabelledSet("toy", (Question("ok", "ok", ("yes", "no"), labels=("A", "B")),), "Ok:{{ok}}", None,
+                           TOY.items[:2])
+    evaluation = evaluate(tiny, labelled, order="as_listed")
+    assert evaluation.predictions["answer"].isna().all() and not evaluation.predictions["answered"].any()
+    row = evaluation.summary.iloc[0]
+    assert (row["answered"], row["coverage"], row["accuracy_with_abstentions"]) == (0, 0.0, 0.0)
+    assert np.isnan(row["accuracy"]) and (row["wilson_low"], row["wilson_high"]) == (0.0, 1.0)
+    files = write_evaluation(evaluation, tmp_path)
+    table = pd.read_csv(files["predictions"], keep_default_na=False)
+    assert list(table["answer"]) == ["", ""] and list(table["answered"].astype(str)) == ["False", "False"]
+    saved = json.loads(files["evaluation"].read_text())
+    assert [p["answer"] for p in saved["predictions"]] == [None, None]
 
 
 def test_evaluate_refuses_before_reading(tiny):

@@ -2,7 +2,9 @@
 
 The body is shaped like vLLM's structured-diffusion example server's request (``prompt``, ``frame``,
 ``questions`` with ``name``, ``alternatives``, ``labels``, ``ask_if``; ``instructions``,
-``samples`` as an int or ``"auto"``, ``steps``, ``seed``), so one JSON can be sent to both. Two
+``samples`` as an int or ``"auto"``, ``steps``, ``seed``), so one JSON can be sent to both, and
+``order`` and ``min_mass`` (issue 59; their rules are the probe's own, :func:`petri.core.probe.parse_order`,
+and ``min_mass``'s bounds are :data:`petri.core.probe.MIN_MASS_LOW` .. ``MIN_MASS_HIGH``). Two
 additions make it a labelled set's evaluation (a job): ``items`` (each a prompt with its gold
 answers) or ``set`` (the name of a labelled set the project ships, ``assets/probe/``; never a path).
 
@@ -23,7 +25,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from petri.app.probe import EvalSettings
 from petri.core.paths import probe_set_path
-from petri.core.probe import ProbeRequest, request_from_dict
+from petri.core.probe import DEFAULT_MIN_MASS, MIN_MASS_HIGH, MIN_MASS_LOW, ORDER_AS_LISTED, ProbeRequest, \
+    request_from_dict
+from petri.study.probe_eval import EVAL_ORDER
 from petri.study.probe_set import LabelledSet, load_labelled_set, parse_jsonl
 from petri.web.api import examples
 from petri.web.api.requests import group_check, text_check
@@ -106,6 +110,14 @@ class ProbeIn(_Strict):
                                        description="a labelled set to evaluate (a job)")
     set: Name | None = Field(None, description="the name of a shipped labelled set to evaluate (a job)")
     repeats: int = Field(1, ge=1, le=MAX_PROBE_REPEATS, description="an evaluation reads the set this many times")
+    order: str | None = Field(None, max_length=MAX_PROBE_NAME_CHARS, examples=["cyclic"],
+                              description='how the alternatives are listed: "as_listed" (a read\'s default), '
+                              '"cyclic" (every rotation, each read with the same noise; an evaluation\'s default) '
+                              'or "permutations:N" (N seeded random orders, N 2-32); an order-averaged read '
+                              "averages each alternative's probability over the orders")
+    min_mass: float = Field(DEFAULT_MIN_MASS, ge=MIN_MASS_LOW, le=MIN_MASS_HIGH,
+                            description="a read with less of the model's probability than this on its labels "
+                            "answers null (no answer)")
 
     @property
     def is_evaluation(self) -> bool:
@@ -124,7 +136,8 @@ def _require(body: ProbeIn, present: tuple[str, ...], absent: tuple[str, ...], m
 def request_dict(body: ProbeIn, prompt: str | None = None) -> dict:
     """The example server's JSON of one read (what :func:`petri.core.probe.request_from_dict` reads)."""
     payload = body.model_dump(include={"prompt", "frame", "questions", "instructions", "samples", "steps", "seed",
-                                       "top_k", "pins"}, exclude_none=True)
+                                       "top_k", "pins", "min_mass"}, exclude_none=True)
+    payload["order"] = body.order or ORDER_AS_LISTED
     if prompt is not None:
         payload["prompt"] = prompt
     for question in payload.get("questions", []):
@@ -153,7 +166,8 @@ def prepare_evaluation(body: ProbeIn) -> tuple[LabelledSet, EvalSettings]:
     """The labelled set (inline ``items`` with ``frame`` and ``questions``, or a shipped ``set`` by
     name; never a path) and how to read it. Sizes over the limits and an unknown set are refused
     naming the field; the set's meaning is checked by the service before it is queued."""
-    settings = EvalSettings(samples=body.samples, steps=body.steps, seed=body.seed, repeats=body.repeats)
+    settings = EvalSettings(samples=body.samples, steps=body.steps, seed=body.seed, repeats=body.repeats,
+                            order=body.order or EVAL_ORDER, min_mass=body.min_mass)
     if body.set is not None:
         _require(body, (), ("prompt", "items", "frame", "questions", "instructions", "pins"), "a shipped set")
         sets = shipped_sets()

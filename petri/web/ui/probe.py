@@ -28,9 +28,10 @@ from petri.app.jobs import QueueFull
 from petri.app.probe import EvalSettings
 from petri.app.service import BusyError, PetriService
 from petri.core.cancel import Cancelled, CancelToken
-from petri.core.probe import ProbeInputError
+from petri.core.probe import DEFAULT_MIN_MASS, ORDER_AS_LISTED, ORDER_CYCLIC, ProbeInputError
 from petri.runs.formats import RESULT_TABLES, result_table_bytes
 from petri.runs.probe_results import EVAL_KIND, EVAL_TABLES, PROBE_KIND, frame_document
+from petri.study.probe_eval import EVAL_ORDER
 from petri.study.probe_set import load_labelled_set
 from petri.web.access import Caller
 from petri.web.api.probe_requests import ProbeIn, prepare_probe, shipped_sets
@@ -39,14 +40,22 @@ from petri.web.ui.access import UiAccess, export_dir
 from petri.web.ui.canvas import canvas_control
 from petri.web.ui.live import JobCancelled, JobFailed, stream, wire_run
 from petri.web.ui.probe_views import (
+    ANSWER_COLUMNS,
+    ANSWER_WIDTHS,
+    PREDICTION_VIEW,
     QUESTION_COLUMNS,
+    SUMMARY_VIEW_COLUMNS,
+    SUMMARY_VIEW_WIDTHS,
+    answer_words,
     answers_table,
     bars_figure,
     frame_canvas,
+    predictions_view,
     question_rows,
     questions_of,
     reliability_figure,
     settling_figure,
+    summary_view,
 )
 from petri.web.ui.views import request_error_message
 
@@ -54,6 +63,20 @@ EXAMPLE_PROMPT = "Only 90 units are in stock, but a customer ordered 120."
 EXAMPLE_FRAME = "Consistent: {{consistent}}"
 EXAMPLE_QUESTIONS = [{"name": "consistent", "alternatives": ["yes", "no"]}]
 SAMPLE_CHOICES = ["1", "2", "4", "8", "auto"]
+ORDER_CHOICES = [ORDER_AS_LISTED, ORDER_CYCLIC, "permutations:6"]
+#: what the tab's words mean, one sentence each (docs/probe.md says more)
+EXPLAINED = (
+    "Ask the model a question without letting it write: the answer is read from its probabilities.\n\n"
+    "- **Frame**: the text written on the canvas and pinned there, with a slot for each answer.\n"
+    "- **Slot**: one canvas position (`{{name}}` in the frame) left free, where the model's probability over the "
+    "question's labels (A, B, …) is read after a few denoising steps from noise.\n"
+    "- **Draws**: how many noise canvases are read and averaged; more draws average out the noise the model starts "
+    "from.\n"
+    "- **Order**: *as_listed* reads the alternatives in the order given; *cyclic* reads every rotation (label A stands "
+    "for each alternative in turn) and averages each alternative over them, so a model that always picks the first "
+    "label cannot pass that off as an answer.\n"
+    "- **Mass**: the share of the model's whole probability that lies on the labels at all; below the least mass "
+    "asked, the read gives *no answer*.")
 #: How long a read from the UI waits for a job that holds the model (seconds).
 UI_WAIT_S = 300.0
 
@@ -71,14 +94,16 @@ class ProbeController:
     def __init__(self, service: PetriService):
         self.service = service
 
-    def request_of(self, prompt, instructions, frame, questions, samples, steps, seed):
+    def request_of(self, prompt, instructions, frame, questions, samples, steps, seed, order=ORDER_AS_LISTED,
+                   min_mass=DEFAULT_MIN_MASS):
         """The :class:`~petri.core.probe.ProbeRequest` the inputs stand for, checked as
         ``POST /api/probe`` checks a read (pydantic's ``ValidationError``, a :class:`FieldError` or a
         :class:`ProbeInputError`)."""
         body = ProbeIn.model_validate({
             "prompt": prompt or None, "frame": frame or None, "questions": questions_of(questions) or None,
             "instructions": (instructions or "").strip() or None,
-            "samples": "auto" if str(samples) == "auto" else int(samples), "steps": int(steps), "seed": int(seed or 0)})
+            "samples": "auto" if str(samples) == "auto" else int(samples), "steps": int(steps), "seed": int(seed or 0),
+            "order": order or ORDER_AS_LISTED, "min_mass": float(DEFAULT_MIN_MASS if min_mass is None else min_mass)})
         return prepare_probe(body)
 
     def canvas(self, prompt, instructions, frame, questions) -> dict:
@@ -90,12 +115,13 @@ class ProbeController:
             return frame_canvas(self.service.lm, None, problem_message(err))
         return frame_canvas(self.service.lm, request)
 
-    def read(self, prompt, instructions, frame, questions, samples, steps, seed, *,
+    def read(self, prompt, instructions, frame, questions, samples, steps, seed, order=ORDER_AS_LISTED,
+             min_mass=DEFAULT_MIN_MASS, *,
              cancel: threading.Event | None = None, caller: Caller | None = None):
         """Generator: check, read the slots (the service's lock held, stored as a ``probe`` run),
         then yield every view of the read."""
         try:
-            request = self.request_of(prompt, instructions, frame, questions, samples, steps, seed)
+            request = self.request_of(prompt, instructions, frame, questions, samples, steps, seed, order, min_mass)
         except (ValidationError, FieldError, ProbeInputError) as err:
             raise gr.Error(problem_message(err), title="Check the probe") from None
         yield {"status": "Reading the slots…"}
@@ -111,7 +137,8 @@ class ProbeController:
             raise gr.Error(problem_message(err), title="Check the probe") from None
         except BusyError as err:
             raise gr.Error(f"The model is busy: {err}", title="Busy") from None
-        answers = ", ".join(f"{name} = {read.answer}" for name, read in done.result.final().items()) or "none asked"
+        answers = "; ".join(f"{read['question']} = {answer_words(read)}" for read in
+                            (r.to_dict() for r in done.result.final().values())) or "none asked"
         yield {**self.read_views(done.run_id, {"read": done.document}, caller),
                "status": f"Done: run `{done.run_id}` — {answers}; {done.wall_s:.2f} s. Stored; also at "
                          f"`/api/runs/{done.run_id}`."}
@@ -136,7 +163,7 @@ class ProbeController:
         return {"run_id": run_id, "bars": bars_figure(document), "settling": settling_figure(document),
                 "answers": answers_table(document), "files": self.downloads(run_id, PROBE_KIND, results, caller)}
 
-    def evaluate(self, set_name, upload, samples, steps, repeats, seed, *,
+    def evaluate(self, set_name, upload, samples, steps, repeats, seed, order=EVAL_ORDER, min_mass=DEFAULT_MIN_MASS, *,
                  cancel: threading.Event | None = None, caller: Caller | None = None):
         """Generator: load the labelled set (an uploaded file, else the shipped one named), queue
         its evaluation (a ``probe-eval`` job), report each item, then yield the report."""
@@ -147,7 +174,8 @@ class ProbeController:
         except ProbeInputError as err:
             raise gr.Error(problem_message(err), title="Check the set") from None
         settings = EvalSettings(samples="auto" if str(samples) == "auto" else int(samples), steps=int(steps),
-                                seed=int(seed or 0), repeats=int(repeats))
+                                seed=int(seed or 0), repeats=int(repeats), order=order or EVAL_ORDER,
+                                min_mass=float(DEFAULT_MIN_MASS if min_mass is None else min_mass))
         yield {"status": f"Evaluating {labelled.name}: {len(labelled.items)} items × {settings.repeats}…"}
 
         def submit(emit):
@@ -179,15 +207,18 @@ class ProbeController:
     def eval_views(self, run_id: str, results: dict, caller: Caller | None = None) -> dict:
         """The views of an evaluation (after a run, and when a stored one is reopened)."""
         tables = {name: pd.concat(list(RESULT_TABLES[name].chunks(results)), ignore_index=True) for name in EVAL_TABLES}
-        return {"eval_run_id": run_id, "summary": tables["summary"], "reliability": reliability_figure(tables["reliability"]),
-                "predictions": tables["predictions"], "eval_files": self.downloads(run_id, EVAL_KIND, results, caller)}
+        return {"eval_run_id": run_id, "summary": summary_view(tables["summary"]),
+                "reliability": reliability_figure(tables["reliability"]),
+                "predictions": predictions_view(tables["predictions"]),
+                "eval_files": self.downloads(run_id, EVAL_KIND, results, caller)}
 
     def controls_of(self, request: dict) -> dict:
         """The read's inputs set back to a stored read's request."""
         return {"prompt": request.get("prompt", ""), "instructions": request.get("instructions") or "",
                 "frame": request.get("frame", ""), "questions": question_rows(request.get("questions", [])),
                 "samples": str(request.get("samples", 1)), "steps": int(request.get("steps", 1)),
-                "seed": int(request.get("seed", 0))}
+                "seed": int(request.get("seed", 0)), "order": request.get("order", ORDER_AS_LISTED),
+                "min_mass": float(request.get("min_mass", DEFAULT_MIN_MASS))}
 
     def reopen(self, run: dict, caller: Caller | None = None) -> dict:
         """A stored probe run's views (a read with its inputs set back, or an evaluation)."""
@@ -206,9 +237,7 @@ def build_probe_tab(service: PetriService, access: UiAccess | None = None) -> tu
     """The Probe tab's components and events (inside an open ``gr.Tab``); returns the controller and
     its components by name (the Runs tab reopens a stored probe run into them)."""
     ctl = ProbeController(service)
-    gr.Markdown("Write an answer **frame** on the canvas with one or more slots (`{{name}}`); the rest of the frame "
-                "is pinned. The model runs a few denoising steps from noise and each slot's distribution over its "
-                "question's alternatives is read: a decision with a probability, with no generation.")
+    gr.Markdown(EXPLAINED, elem_id="petri-probe-explained")
     with gr.Row():
         prompt = gr.Textbox(EXAMPLE_PROMPT, label="Prompt (the input the model reads)", lines=2, scale=3,
                             min_width=320, elem_id="petri-probe-prompt")
@@ -227,15 +256,19 @@ def build_probe_tab(service: PetriService, access: UiAccess | None = None) -> tu
         steps = gr.Slider(1, 8, value=1, step=1, label="Denoising steps read", elem_id="petri-probe-steps")
         seed = gr.Number(0, precision=0, minimum=0, label="Seed", elem_id="petri-probe-seed")
     with gr.Row():
+        order = gr.Dropdown(ORDER_CHOICES, value=ORDER_AS_LISTED, allow_custom_value=True, label="Order of the "
+                            "alternatives (permutations:N, N 2-32)", elem_id="petri-probe-order")
+        min_mass = gr.Number(DEFAULT_MIN_MASS, minimum=0, maximum=1, step=0.05, label="Least mass on the labels for "
+                             "an answer (0-1)", elem_id="petri-probe-min-mass")
+    with gr.Row():
         run_btn = gr.Button("Read the slots", variant="primary", scale=4, elem_id="petri-probe-run")
         cancel_btn = gr.Button("Cancel", variant="stop", scale=1, elem_id="petri-probe-cancel")
     status = gr.Markdown("", elem_id="petri-probe-status")
     run_id = gr.State("")
     bars = gr.Plot(show_label=False, elem_id="petri-probe-bars")
     settling = gr.Plot(show_label=False, elem_id="petri-probe-settling")
-    answers = gr.Dataframe(pd.DataFrame(columns=["question", "answer", "probability", "mass on labels", "entropy",
-                                                 "draws", "steps"]), label="Answers", interactive=False, wrap=True,
-                           column_widths=["140px", "200px", "110px", "130px", "90px", "70px", "70px"],
+    answers = gr.Dataframe(pd.DataFrame(columns=ANSWER_COLUMNS), label="Answers (each with the share of the model's "
+                           "probability on its labels)", interactive=False, wrap=True, column_widths=ANSWER_WIDTHS,
                            elem_id="petri-probe-answers")
     files = gr.File(label="Downloads (reads.csv, top_k.csv, the read as JSON)", file_count="multiple",
                     interactive=False, elem_id="petri-probe-files")
@@ -253,20 +286,31 @@ def build_probe_tab(service: PetriService, access: UiAccess | None = None) -> tu
             repeats = gr.Slider(1, 10, value=1, step=1, label="Repeats (repeatability)")
             eval_seed = gr.Number(0, precision=0, minimum=0, label="Seed")
         with gr.Row():
+            eval_order = gr.Dropdown(ORDER_CHOICES, value=EVAL_ORDER, allow_custom_value=True, label="Order of the "
+                                     "alternatives", elem_id="petri-probe-eval-order")
+            eval_min_mass = gr.Number(DEFAULT_MIN_MASS, minimum=0, maximum=1, step=0.05, label="Least mass on the "
+                                      "labels for an answer (0-1)", elem_id="petri-probe-eval-min-mass")
+        with gr.Row():
             eval_btn = gr.Button("Evaluate", variant="primary", scale=4, elem_id="petri-probe-eval-run")
             eval_cancel = gr.Button("Cancel", variant="stop", scale=1, elem_id="petri-probe-eval-cancel")
         eval_status = gr.Markdown("", elem_id="petri-probe-eval-status")
         eval_run_id = gr.State("")
-        summary = gr.Dataframe(label="Per question: accuracy (Wilson interval), calibration, repeatability",
-                               interactive=False, wrap=True, elem_id="petri-probe-summary")
+        summary = gr.Dataframe(pd.DataFrame(columns=SUMMARY_VIEW_COLUMNS), label="Per question, with 95 % Wilson "
+                               "intervals: how many were answered, accuracy over the answered and with no answer "
+                               "counted wrong, how often the first listed alternative was answered against how often "
+                               "it is the gold answer, the accuracy of always giving the commonest gold answer",
+                               interactive=False, wrap=True, column_widths=SUMMARY_VIEW_WIDTHS,
+                               elem_id="petri-probe-summary")
         reliability = gr.Plot(show_label=False, elem_id="petri-probe-reliability")
-        predictions = gr.Dataframe(label="Predictions per item", interactive=False, wrap=True, max_height=400,
-                                   elem_id="petri-probe-predictions")
+        predictions = gr.Dataframe(pd.DataFrame(columns=list(PREDICTION_VIEW.values())), label="Predictions per item "
+                                   "(p: the answer's share of the labels' probability; mass: the model's probability "
+                                   "on the labels; the downloads hold every column)", interactive=False, wrap=True,
+                                   max_height=400, elem_id="petri-probe-predictions")
         eval_files = gr.File(label="Downloads (predictions, summary, reliability as CSV; the evaluation as JSON)",
                              file_count="multiple", interactive=False, elem_id="petri-probe-eval-files")
 
     read_inputs = {"prompt": prompt, "instructions": instructions, "frame": frame, "questions": questions,
-                   "samples": samples, "steps": steps, "seed": seed}
+                   "samples": samples, "steps": steps, "seed": seed, "order": order, "min_mass": min_mass}
     names = {"status": status, "run_id": run_id, "bars": bars, "settling": settling, "answers": answers, "files": files}
     eval_names = {"status": eval_status, "eval_run_id": eval_run_id, "summary": summary, "reliability": reliability,
                   "predictions": predictions, "eval_files": eval_files}
@@ -276,7 +320,8 @@ def build_probe_tab(service: PetriService, access: UiAccess | None = None) -> tu
     canvas.input(ctl.canvas, layout_inputs, canvas, show_progress="hidden")  # the layout follows the text
     wire_run(run_btn, cancel_btn, ctl.read, list(read_inputs.values()), names, access, busy=lambda: service.busy,
              concurrency_limit=1, concurrency_id="model", show_progress="minimal")
-    wire_run(eval_btn, eval_cancel, ctl.evaluate, [set_name, upload, eval_samples, eval_steps, repeats, eval_seed],
+    wire_run(eval_btn, eval_cancel, ctl.evaluate, [set_name, upload, eval_samples, eval_steps, repeats, eval_seed,
+                                                   eval_order, eval_min_mass],
              eval_names, access, busy=lambda: service.busy, concurrency_limit=1, concurrency_id="model",
              show_progress="minimal")
     return ctl, {**names, **{k: v for k, v in eval_names.items() if k != "status"}, "eval_status": eval_status,

@@ -9,6 +9,7 @@ question × step, with ``alternatives`` and ``probs``); an evaluation's tables a
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -112,6 +113,33 @@ def _final_reads(document: dict) -> list[dict]:
     return list(last.values())
 
 
+def percent(share: float) -> str:
+    """A share as a percentage of two significant digits ("13", "0.48", "100")."""
+    value = 100 * float(share)
+    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
+
+
+def mass_words(read: dict) -> str:
+    """The mass on a read's labels in words: "13 % of the model's probability is on these labels"."""
+    return f"{percent(read['mass'])} % of the model's probability is on these labels"
+
+
+def answer_words(read: dict) -> str:
+    """A read's answer with its share of the labels' probability and, always, its mass in words; a
+    null answer as "no answer (only 13 % … ; 50 % needed)"."""
+    if read["answer"] is None:
+        return (f"no answer (only {mass_words(read)}; {percent(read.get('min_mass', 0.0))} % needed for an answer)")
+    share = read["probs"][read["alternatives"].index(read["answer"])]
+    return f"{read['answer']}: {share:.2f} of the labels' probability; {mass_words(read)}"
+
+
+def number(value, digits: int = 2) -> str:
+    """``value`` rounded to ``digits`` significant digits ("0.67", "0.034", "1"); "–" for none."""
+    if value is None or (isinstance(value, float) and not np.isfinite(value)):
+        return "–"
+    return f"{float(value):.{digits}g}" if abs(float(value)) >= 1e-9 else "0"  # an interval's 5.6e-17 is 0
+
+
 def _labelled(read: dict) -> list[str]:
     labels = read.get("labels") or [""] * len(read["alternatives"])
     return [f"{alt} ({label})" if label else alt for alt, label in zip(read["alternatives"], labels)]
@@ -125,8 +153,9 @@ def bars_figure(document: dict) -> go.Figure | None:
         return None
     heights = [max(1, len(r["alternatives"])) for r in finals]
     fig = make_subplots(rows=len(finals), cols=1, row_heights=heights, vertical_spacing=0.35 / max(1, len(finals)),
-                        subplot_titles=[f"{r['question']}: {r['answer']} ({max(r['probs']):.2f}; step {r['step'] + 1}, "
-                                        f"{r['draws']} draw{'s' if r['draws'] != 1 else ''})" for r in finals])
+                        subplot_titles=[f"{r['question']}: {r['answer'] if r['answer'] is not None else 'no answer'} "
+                                        f"(step {r['step'] + 1}, {r.get('orders', 1)} order"
+                                        f"{'s' if r.get('orders', 1) != 1 else ''})<br>{mass_words(r)}" for r in finals])
     for row, (read, color) in enumerate(zip(finals, PALETTE * len(finals)), 1):
         colors = [color if alt == read["answer"] else "#cbd5e1" for alt in read["alternatives"]]
         fig.add_trace(go.Bar(x=read["probs"], y=_labelled(read), orientation="h", marker_color=colors,
@@ -134,9 +163,10 @@ def bars_figure(document: dict) -> go.Figure | None:
                              hovertemplate="%{y}: %{x:.3f}<extra></extra>"), row=row, col=1)
         fig.update_xaxes(range=[0, 1], row=row, col=1)
         fig.update_yaxes(autorange="reversed", automargin=True, row=row, col=1)
-    fig.update_layout(showlegend=False, height=140 + 26 * sum(heights) + 60 * len(finals),
-                      margin={"l": 10, "r": 10, "t": TITLE_ROOM_PX, "b": 30},
-                      title=figure_title("Probability of each alternative at the slot"))
+    fig.update_annotations(font={"size": 12})
+    fig.update_layout(showlegend=False, height=140 + 26 * sum(heights) + 80 * len(finals),
+                      margin={"l": 10, "r": 10, "t": TITLE_ROOM_PX + 16, "b": 30},
+                      title=figure_title("Each alternative's share of the labels' probability"))
     return responsive(fig)
 
 
@@ -169,13 +199,73 @@ def settling_figure(document: dict) -> go.Figure | None:
     return responsive(fig)
 
 
+ANSWER_COLUMNS = ["question", "answer", "orders", "read"]
+#: the answers table's column widths (shares of the table, so it fits a 420 px screen)
+ANSWER_WIDTHS = ["18%", "48%", "17%", "17%"]
+
+
 def answers_table(document: dict) -> pd.DataFrame:
-    """Each question read: its answer, that answer's probability, the mass on its labels, the
-    entropy over its alternatives, the draws; then the skipped ones."""
-    rows = [[r["question"], r["answer"], round(max(r["probs"]), 4), round(r["mass"], 6), round(r["entropy"], 4),
-             r["draws"], r["step"] + 1] for r in _final_reads(document)]
-    rows += [[name, "(skipped: ask_if did not match)", None, None, None, None, None] for name in document.get("skipped", [])]
-    return pd.DataFrame(rows, columns=["question", "answer", "probability", "mass on labels", "entropy", "draws", "steps"])
+    """Each question read: its answer in words (:func:`answer_words`: the answer's share of the
+    labels' probability and the mass on the labels, or "no answer"), the orders read with the
+    largest spread of an alternative over them, the draws and steps; then the skipped ones."""
+    rows = [[r["question"], answer_words(r),
+             f"{r.get('orders', 1)}" + (f", spread {number(max(r['spread']))}" if r.get("orders", 1) > 1 else ""),
+             f"{r['draws']} draw{'s' if r['draws'] != 1 else ''}, {r['step'] + 1} step{'s' if r['step'] else ''}"]
+            for r in _final_reads(document)]
+    rows += [[name, "(skipped: ask_if did not match)", "", ""] for name in document.get("skipped", [])]
+    return pd.DataFrame(rows, columns=ANSWER_COLUMNS)
+
+
+def _share(row: dict, name: str, low: str, high: str) -> str:
+    return f"{number(row.get(name))} [{number(row.get(low))}, {number(row.get(high))}]"
+
+
+#: the evaluation summary's measures as shown, one row each (the CSV keeps the long names, docs/probe.md)
+SUMMARY_VIEW = {"question": "measure", "answered": "answered of n (coverage)",
+                "accuracy": "accuracy, answered", "with_abstentions": "accuracy, no answer = wrong",
+                "first": "first listed: answers vs gold", "commonest": "always the commonest gold",
+                "calibration": "ECE / Brier (answered)", "mass": "mass on labels", "spread": "order spread",
+                "changed": "changed over repeats"}
+
+
+SUMMARY_VIEW_COLUMNS = ["question", "measure", "value"]
+SUMMARY_VIEW_WIDTHS = ["22%", "38%", "40%"]
+
+
+def summary_view(summary: pd.DataFrame) -> pd.DataFrame:
+    """An evaluation's summary (:data:`petri.study.probe_eval.SUMMARY_COLUMNS`) as the tab shows it:
+    one row per question and measure (:data:`SUMMARY_VIEW`'s words), so it stays three columns
+    wide on a phone; each share rounded to two significant digits with its Wilson interval."""
+    columns = {}
+    for row in summary.to_dict("records"):
+        mass = row.get("mean_mass")
+        columns[str(row["question"])] = [
+            f"{row.get('answered', row['n'])} of {row['n']} ({_share(row, 'coverage', 'coverage_low', 'coverage_high')})",
+            _share(row, "accuracy", "wilson_low", "wilson_high"),
+            _share(row, "accuracy_with_abstentions", "with_abstentions_low", "with_abstentions_high"),
+            f"{_share(row, 'answers_first', 'answers_first_low', 'answers_first_high')} vs "
+            f"{_share(row, 'gold_first', 'gold_first_low', 'gold_first_high')}",
+            number(row.get("commonest_gold_share")), f"{number(row.get('ece'))} / {number(row.get('brier'))}",
+            f"{percent(mass)} %" if mass is not None and np.isfinite(mass) else "–", number(row.get("mean_order_spread")),
+            f"{number(row.get('changed_share'))} over {row.get('repeats')}"]
+    rows = [[question, measure, value] for question, values in columns.items()
+            for measure, value in zip(list(SUMMARY_VIEW.values())[1:], values)]
+    return pd.DataFrame(rows, columns=SUMMARY_VIEW_COLUMNS)
+
+
+#: the predictions as shown (the full table is in the downloads), short headers
+PREDICTION_VIEW = {"item_id": "item", "question": "question", "repeat": "repeat", "gold": "gold", "answer": "answer",
+                   "p_answer": "p", "mass": "mass", "order_spread": "spread", "correct": "right"}
+
+
+def predictions_view(predictions: pd.DataFrame) -> pd.DataFrame:
+    """The predictions under short headers, numbers to three significant digits, a null answer as
+    "no answer"."""
+    shown = predictions.reindex(columns=list(PREDICTION_VIEW)).copy()
+    shown["answer"] = shown["answer"].where(shown["answer"].notna(), "no answer")
+    for column in ("p_answer", "mass", "order_spread"):
+        shown[column] = [number(v, 3) for v in shown[column]]
+    return shown.rename(columns=PREDICTION_VIEW)
 
 
 def reliability_figure(reliability: pd.DataFrame) -> go.Figure | None:
@@ -214,10 +304,12 @@ def probe_row(run: dict) -> tuple[str, str, str]:
 
 
 def probe_headline(results: dict[str, dict], kind: str) -> str:
-    """A probe run's headline: each question's answer and its probability (a read), or each
-    question's accuracy (an evaluation); ``""`` before anything is stored."""
+    """A probe run's headline: each question's answer and the mass on its labels (a read), or
+    each question's accuracy (an evaluation); ``""`` before anything is stored."""
     if kind == PROBE_KIND:
-        return " · ".join(f"{r['question']} {r['answer']} {max(r['probs']):.2f}" for r in _final_reads(results.get("read", {})))
+        return " · ".join(f"{r['question']} {r['answer'] if r['answer'] is not None else 'no answer'} "
+                          f"({percent(r['mass'])} % on its labels)" for r in _final_reads(results.get("read", {})))
     summary = results.get("summary", {})
     rows = [dict(zip(summary.get("columns", []), row)) for row in summary.get("data", [])]
-    return " · ".join(f"{r.get('question', '')} accuracy {r['accuracy']:.2f}" for r in rows if r.get("accuracy") is not None)
+    return " · ".join(f"{r.get('question', '')} accuracy {number(r.get('accuracy'))} ({r.get('answered', r.get('n'))} of "
+                      f"{r.get('n')} answered)" for r in rows)

@@ -132,7 +132,47 @@ BAD = {
     "an unknown shipped set": ({"set": "no-such-set"}, ["body", "set"]),
     "a shipped set given a frame": ({"set": "x", "frame": "{{a}}"}, ["body", "frame"]),
     "a read given repeats": (read_body(repeats=3), ["body", "repeats"]),
+    # issue 59: the order, its N, min_mass and a slot that no question reads
+    "an unknown order": (read_body(order="sorted"), ["body", "order"]),
+    "permutations with N below the range": (read_body(order="permutations:1"), ["body", "order"]),
+    "permutations with N above the range": (read_body(order="permutations:33"), ["body", "order"]),
+    "a set's unknown order": (set_body(order="backwards"), ["body", "order"]),
+    "a set's N out of range": (set_body(order="permutations:0"), ["body", "order"]),
+    "min_mass below 0": (read_body(min_mass=-0.1), ["body", "min_mass"]),
+    "min_mass above 1": (read_body(min_mass=1.5), ["body", "min_mass"]),
+    "a set's min_mass above 1": (set_body(min_mass=2), ["body", "min_mass"]),
+    "min_mass as text": (read_body(min_mass="0.5"), ["body", "min_mass"]),
+    "a frame slot no question reads": (read_body(frame="Consistent: {{consistent}} Why: {{why}}"), ["body", "frame"]),
+    "a set's frame slot no question reads": (set_body(frame="{{consistent}} {{why}}"), ["body", "frame"]),
 }
+
+
+def test_the_unread_slot_and_the_order_are_named_in_the_message(client):
+    detail = client.post("/api/probe", json=read_body(frame="Consistent: {{c}} Why: {{why}}", questions=[
+        {"name": "c", "alternatives": ["yes", "no"]}])).json()["detail"]
+    assert any("{{why}}" in d["msg"] for d in detail), detail
+    detail = client.post("/api/probe", json=read_body(order="permutations:99")).json()["detail"]
+    assert any("2 to 32" in d["msg"] for d in detail), detail
+
+
+def test_a_cyclic_read_with_min_mass_answers_null_below_it_and_says_so_in_its_tables(client, service, tiny_lm):
+    """The tiny model's mass on two labels is far under 0.5: the default min_mass answers null,
+    min_mass 0 answers; the read is cyclic (two orders), as the engine reads it."""
+    body = read_body(order="cyclic", steps=1)
+    out = client.post("/api/probe", json=body).json()
+    (read,) = out["read"]["reads"]
+    direct = read_slots(tiny_lm, request_from_dict(body)).reads[0]
+    assert read["answer"] is None and read["min_mass"] == 0.5 and read["orders"] == 2
+    assert read["probs"] == pytest.approx(direct.probs.tolist(), abs=1e-12)
+    assert read["spread"] == pytest.approx(direct.spread.tolist(), abs=1e-12)
+    assert out["read"]["answers"] == {"consistent": None}
+    table = pd.read_csv(io.StringIO(client.get(out["csv"]["reads"]).text), keep_default_na=False)
+    assert set(table["answer"]) == {""} and not table["answered"].astype(str).eq("True").any()
+    parquet = pd.read_parquet(io.BytesIO(client.get(out["csv"]["reads"].replace(".csv", ".parquet")).content))
+    assert parquet["answer"].isna().all()
+    assert list(table["spread"]) == pytest.approx(read["spread"])
+    answered = client.post("/api/probe", json=read_body(order="cyclic", steps=1, min_mass=0)).json()
+    assert answered["read"]["reads"][0]["answer"] in ("yes", "no")
 
 
 @pytest.mark.parametrize("case", list(BAD))
@@ -146,7 +186,7 @@ def test_each_bad_input_is_a_422_naming_the_field_and_stores_nothing(client, ser
 
 
 def test_a_labelled_set_is_a_job_whose_evaluation_the_runs_routes_read(client, service):
-    answer = client.post("/api/probe", json=set_body())
+    answer = client.post("/api/probe", json=set_body(min_mass=0))
     assert answer.status_code == 202, answer.text
     state = poll_final(client, answer.json()["job_id"])
     assert state["status"] == "done" and state["kind"] == "probe-eval", state
@@ -159,6 +199,8 @@ def test_a_labelled_set_is_a_job_whose_evaluation_the_runs_routes_read(client, s
     assert (predictions["correct"] == (predictions["answer"] == predictions["gold"])).all()
     summary = pd.read_csv(io.StringIO(client.get(run["csv"]["summary"]).text))
     assert summary["n"].tolist() == [2] and summary["accuracy"].tolist() == [predictions["correct"].mean()]
+    assert predictions["orders"].tolist() == [2, 2]  # a labelled set is read in every cyclic order unless told
+    assert summary["coverage"].tolist() == [1.0]
     # a probe read's table of an evaluation run: not its kind's
     assert client.get(f"/api/runs/{state['run_id']}/reads.csv").status_code == 404
 
@@ -177,9 +219,10 @@ def test_two_stored_evaluations_compare_item_by_item_with_the_exact_mcnemar_test
 
     items = [{"id": f"i{n}", "prompt": f"Event {n}: {EVENT}" if n % 2 else f"Event {n}: the order shipped.",
               "gold": {"consistent": "no" if n % 2 else "yes"}} for n in range(8)]
-    first = evaluation_run(client, items=items)
-    # the alternatives listed the other way round: a model that follows the letter changes its answers
-    second = evaluation_run(client, items=items, questions=[{"name": "consistent", "alternatives": ["no", "yes"]}])
+    # as listed, always answering: the alternatives listed the other way round move a model that follows the letter
+    first = evaluation_run(client, items=items, order="as_listed", min_mass=0)
+    second = evaluation_run(client, items=items, questions=[{"name": "consistent", "alternatives": ["no", "yes"]}],
+                            order="as_listed", min_mass=0)
     answer = client.get("/api/probe/compare", params={"a": first, "b": second})
     assert answer.status_code == 200, answer.text
     found = answer.json()

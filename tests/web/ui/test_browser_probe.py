@@ -38,8 +38,9 @@ def served(tmp_path_factory, live_server):
     service.shutdown()
 
 
-def fill_and_read(page, steps: int = 3) -> str:
-    """Type the prompt and frame, set the steps, press Read; the run id the status line names."""
+def fill_and_read(page, steps: int = 3, min_mass: float | None = None) -> str:
+    """Type the prompt and frame, set the steps (and the least mass), press Read; the run id the
+    status line names."""
     tab(page, "Probe")
     page.fill("#petri-probe-prompt textarea", PROMPT)
     page.fill("#petri-probe-frame textarea", FRAME)
@@ -48,9 +49,20 @@ def fill_and_read(page, steps: int = 3) -> str:
     steps_box = page.locator("#petri-probe-steps input[type=number]")
     steps_box.fill(str(steps))
     steps_box.press("Enter")
+    if min_mass is not None:
+        mass_box = page.locator("#petri-probe-min-mass input")
+        mass_box.fill(str(min_mass))
+        mass_box.press("Enter")
+        page.wait_for_timeout(300)
+    before = re.findall(r"run ([0-9a-f]{32})", page.inner_text("#petri-probe-status"))
     page.click("#petri-probe-run")
-    page.wait_for_selector("#petri-probe-status:has-text('Done:')")
-    return re.search(r"run ([0-9a-f]{32})", page.inner_text("#petri-probe-status")).group(1)
+    page.wait_for_function("""(before) => { const t = document.querySelector('#petri-probe-status').innerText;
+        const run = t.match(/run ([0-9a-f]{32})/);
+        return t.includes('Done:') && run && !before.includes(run[1]); }""", arg=before)
+    status = page.inner_text("#petri-probe-status")
+    found = re.search(r"run ([0-9a-f]{32})", status)
+    assert found, status
+    return found.group(1)
 
 
 def overflow(page) -> dict:
@@ -133,7 +145,7 @@ def test_a_read_reopens_from_the_runs_tab_into_the_probe_tab(served):
 
 
 def test_an_uploaded_set_evaluates_into_its_report_and_reliability_diagram(served, tmp_path):
-    """The evaluation half of the tab: a JSONL set uploaded through the file control, Evaluate, and
+    """The evaluation half of the tab: a JSONL set uploaded through the file control, least mass 0, Evaluate, and
     the per-question summary (its accuracy the share of the predictions that are correct) with the
     reliability diagram drawn; nothing sticks out at 420 px."""
     from test_probe_ui import labelled_file
@@ -147,6 +159,10 @@ def test_an_uploaded_set_evaluates_into_its_report_and_reliability_diagram(serve
         page.click("#petri-probe-eval button:has-text('Evaluate a labelled set')")
         page.set_input_files("#petri-probe-upload input[type=file]", path)
         page.wait_for_timeout(1000)  # the upload reaches the server
+        least = page.locator("#petri-probe-eval-min-mass input")  # every item answered: the diagram has points
+        least.fill("0")
+        least.press("Enter")
+        page.wait_for_timeout(300)
         page.click("#petri-probe-eval-run")
         page.wait_for_selector("#petri-probe-eval-status:has-text('Done:')", timeout=120_000)
         run_id = re.search(r"run ([0-9a-f]{32})", page.inner_text("#petri-probe-eval-status")).group(1)
@@ -154,8 +170,67 @@ def test_an_uploaded_set_evaluates_into_its_report_and_reliability_diagram(serve
         accuracy = predictions["correct"].astype(bool).mean()  # the share right, from the stored predictions
         page.wait_for_selector("#petri-probe-reliability .main-svg")
         summary = page.inner_text("#petri-probe-summary")
-        shown = [float(x) for x in re.findall(r"\d+\.\d+|\b[01]\b", summary)]
-        assert "consistent" in summary and any(abs(x - accuracy) < 1e-3 for x in shown), (summary, accuracy)
+        # two significant digits with its Wilson interval, all three items answered
+        assert "consistent" in summary and f"{accuracy:.2g} [" in summary and "3 of 3" in summary, (summary, accuracy)
         page.set_viewport_size({"width": 420, "height": 900})
         page.wait_for_timeout(800)
         assert page.evaluate("document.documentElement.scrollWidth") <= 421
+        found = answer_cells(page, "#petri-probe-summary")  # one row per measure: three columns fit a phone
+        assert found["texts"] and not found["clipped"], found["clipped"]
+        assert all(height < 60 for _, height in found["headers"]), found["headers"]
+
+
+def answer_cells(page, table: str = "#petri-probe-answers") -> dict:
+    """A table's cells as shown (the answers table unless told): their text, and those whose text
+    is clipped (wider than its cell, or its cell past the table's box) at the current width."""
+    return page.evaluate("""(selector) => {
+        const table = document.querySelector(selector);
+        const box = table.getBoundingClientRect();
+        const cells = [...table.querySelectorAll('.virtual-body .body-cell')].filter((c) => c.getBoundingClientRect().width);
+        const clipped = cells.filter((c) => {
+            const r = c.getBoundingClientRect();
+            return r.right > box.right + 1 || r.left < box.left - 1 || c.scrollWidth > c.clientWidth + 1;
+        }).map((c) => c.innerText);
+        return {texts: cells.map((c) => c.innerText.trim()), clipped,
+                headers: [...table.querySelectorAll('thead th')].filter((h) => h.innerText.trim())
+                    .map((h) => [h.innerText.trim(), h.getBoundingClientRect().height])};
+    }""", table)
+
+
+def shows(page, text: str) -> None:
+    """Wait until a visible cell of the answers table holds ``text``."""
+    page.wait_for_function("""(text) => [...document.querySelectorAll('#petri-probe-answers .virtual-body .body-cell')]
+        .some((c) => c.getBoundingClientRect().width && c.innerText.includes(text))""", arg=text)
+
+
+def test_every_answer_shows_its_mass_in_words_and_no_answer_shows_at_1440_and_420_px(served):
+    """Issue 59: the mass on the labels in words beside the answer; min_mass 1 leaves no answer and
+    says how little lay on the labels; the answers table keeps every value column in view at 420 px
+    (issue 60 item 6), the explanation of frame, slot, draws and order is in the tab."""
+    url, service = served
+    with opened_page(url, width=1440) as page:
+        answered = fill_and_read(page, steps=1, min_mass=0)
+        mass = service.store.load_results(answered)["read"]["reads"][-1]["mass"]
+        words = f"{100 * mass:.0f}" if mass >= 0.1 else f"{100 * mass:.2g}"
+        page.wait_for_timeout(3000)
+        shows(page, "of the model")
+        shown = " ".join(answer_cells(page)["texts"])
+        assert f"{words} % of the model's probability is on these labels" in shown, shown
+        assert "no answer" not in shown
+        explained = page.inner_text("#petri-probe-explained")
+        for word in ("Frame", "Slot", "Draws", "Order", "Mass"):
+            assert word in explained, explained
+        refused = fill_and_read(page, steps=1, min_mass=1)
+        got = service.store.load_results(refused)["read"]
+        assert got["reads"][-1]["answer"] is None, (got["request"], got["reads"][-1]["mass"])
+        shows(page, "no answer")
+        for width in (1440, 420):
+            page.set_viewport_size({"width": width, "height": 900})
+            page.wait_for_timeout(800)
+            found = answer_cells(page)
+            shown = " ".join(found["texts"])
+            assert f"no answer (only {words} % of the model's probability is on these labels" in shown, (width, shown)
+            assert not found["clipped"], (width, found["clipped"])
+            assert page.evaluate("document.documentElement.scrollWidth") <= width + 1
+            # a header stays on one or two lines, never wrapped letter by letter
+            assert all(height < 60 for _, height in found["headers"]), (width, found["headers"])

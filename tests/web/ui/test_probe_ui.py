@@ -32,37 +32,48 @@ def labelled_file(tmp_path) -> str:
 
 def test_an_uploaded_set_evaluates_into_the_report_the_store_serves(service, tmp_path):
     ctl = ProbeController(service)
-    updates = list(ctl.evaluate(None, labelled_file(tmp_path), "1", 1, 2, 0))
+    updates = list(ctl.evaluate(None, labelled_file(tmp_path), "1", 1, 2, 0, "cyclic", 0.0))
     last = updates[-1]
     assert last["status"].startswith("Done: run") and any("item 3 of 6" in u["status"] for u in updates)
     predictions, summary = last["predictions"], last["summary"]
-    assert len(predictions) == 3 * 2 and sorted(set(predictions["item_id"])) == ["a", "b", "c"]  # 2 repeats
+    assert len(predictions) == 3 * 2 and sorted(set(predictions["item"])) == ["a", "b", "c"]  # 2 repeats
     first = predictions[predictions["repeat"] == 0]
-    assert summary["accuracy"].tolist() == pytest.approx([first["correct"].astype(bool).mean()])
-    assert summary["n"].tolist() == [3]
+    accuracy = first["right"].astype(bool).mean()
+    # shown to two significant digits with its Wilson interval, under a header that says what it is
+    shown = dict(zip(summary["measure"], summary["value"]))  # one row per question and measure (one question here)
+    assert set(summary["question"]) == {"consistent"}
+    assert shown["accuracy, answered"].startswith(f"{accuracy:.2g} [")
+    assert shown["answered of n (coverage)"].startswith("3 of 3 (1 [")
     assert last["reliability"] is not None and len(last["reliability"].data) >= 2  # the diagonal and the question
     stored = service.store.load_results(last["eval_run_id"])
     served = pd.concat(list(RESULT_TABLES["summary"].chunks(stored)))
-    assert served["accuracy"].tolist() == summary["accuracy"].tolist()
+    assert served["accuracy"].tolist() == pytest.approx([accuracy])
+    assert all(len(text) <= 6 for text in predictions["p"])  # three significant digits, not ten
     csv = next(p for p in last["eval_files"] if p.endswith("-predictions.csv"))
     assert len(pd.read_csv(csv)) == 6
 
 
 def test_the_runs_tab_lists_probe_runs_and_reopens_them_in_the_probe_tab(service, tmp_path):
     ctl = ProbeController(service)
-    read = list(ctl.read("Only 90 units", "", "ok {{consistent}}", QUESTIONS, "1", 2, 0))[-1]
+    read = list(ctl.read("Only 90 units", "", "ok {{consistent}}", QUESTIONS, "1", 2, 0, "cyclic", 0.5))[-1]
     evaluation = list(ctl.evaluate(None, labelled_file(tmp_path), "1", 1, 1, 0))[-1]
     table = runs_table(service, kind="probe")
     rows = {r.run_id: r for r in table.itertuples()}
     assert set(rows) == {read["run_id"], evaluation["eval_run_id"]}
     assert rows[read["run_id"]].what == "Only 90 units" and rows[read["run_id"]].concepts == "consistent"
-    answer = read["answers"].iloc[0]
-    assert rows[read["run_id"]].headline == f"consistent {answer['answer']} {answer['probability']:.2f}"
-    accuracy = evaluation["summary"]["accuracy"].iloc[0]
-    assert rows[evaluation["eval_run_id"]].headline == f"consistent accuracy {accuracy:.2f}"
+    stored = service.store.load_results(read["run_id"])["read"]["reads"][-1]
+    mass = f"{100 * stored['mass']:.2g}"  # the tiny model's mass on two labels is well under 10 %
+    assert stored["answer"] is None and stored["orders"] == 2
+    assert rows[read["run_id"]].headline == f"consistent no answer ({mass} % on its labels)"
+    assert read["answers"].iloc[0]["answer"] == (f"no answer (only {mass} % of the model's probability is on these "
+                                                 "labels; 50 % needed for an answer)")
+    assert f"consistent = no answer (only {mass} %" in read["status"]
+    # the default evaluation (cyclic, min_mass 0.5) abstains on every item: none answered
+    assert rows[evaluation["eval_run_id"]].headline == "consistent accuracy – (0 of 3 answered)"
     runs = RunsController(service, {"probe": ctl})
     kind, note, views = runs.open(read["run_id"])
     assert kind == "probe" and views["frame"] == "ok {{consistent}}" and views["steps"] == 2
+    assert (views["order"], views["min_mass"]) == ("cyclic", 0.5)
     assert views["answers"].equals(read["answers"])
     kind, _, views = runs.open(evaluation["eval_run_id"])
     assert kind == "probe" and views["summary"].equals(evaluation["summary"])
