@@ -50,6 +50,17 @@ MASK_FILL = "#e5e7eb"
 CHAR_PX = 0.62 * CELL_FONT_PX
 
 
+def shown_mode(traj: Trajectory, mode: str) -> str:
+    """The mode (:data:`FIGURE_MODES`) a figure of ``traj`` shows when ``mode`` is asked for: the raw
+    argmax for a run stored before the canvas was recorded, the canvas for ``peek`` on a uniform-
+    diffusion run (nothing is masked there). Raises ``ValueError`` naming ``mode`` when it is none."""
+    if mode not in FIGURE_MODES:
+        raise ValueError(f"mode: must be one of {', '.join(FIGURE_MODES)}, got {mode!r}")
+    if traj.canvas is None:
+        return "argmax"
+    return "canvas" if mode == "peek" and traj.family != MASKED_FAMILY else mode
+
+
 def figure_rows(traj: Trajectory, sample: int, mode: str = "canvas") -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
     """What the figure's rows show for sample ``sample``: ``ids`` ``(n_steps + 1, L)`` (each step's
     row, then the returned canvas, the final text), ``masked`` and ``peek`` ``(n_steps + 1, L)``
@@ -57,15 +68,10 @@ def figure_rows(traj: Trajectory, sample: int, mode: str = "canvas") -> tuple[np
     under that mask), and the mode shown (``"argmax"`` where ``mode`` asks for a canvas the run did
     not record). Anchors always show their own token (the viewer's rule); ``mode`` one of
     :data:`FIGURE_MODES`."""
-    if mode not in FIGURE_MODES:
-        raise ValueError(f"mode: must be one of {', '.join(FIGURE_MODES)}, got {mode!r}")
+    mode = shown_mode(traj, mode)
     s = int(sample)
     n_steps = int(traj.steps[s])
     argmax = traj.argmax[s, :n_steps]
-    if traj.canvas is None:
-        mode = "argmax"  # stored before the canvas was recorded
-    elif mode == "peek" and traj.family != MASKED_FAMILY:
-        mode = "canvas"  # nothing is masked on a uniform-diffusion canvas
     ids = argmax.copy() if mode == "argmax" else traj.canvas[s, :n_steps].copy()
     anchors = traj.anchor_mask[s]
     ids[:, anchors] = traj.final_ids[s][anchors]

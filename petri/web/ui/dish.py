@@ -333,13 +333,19 @@ class DishController:
 
     def final_heatmap(self, traj: Trajectory, run_id: str = "") -> go.Figure:
         """The finished dish's flip map: samples flipping per step and free position (titled with
-        ``run_id``, when given)."""
-        return flip_heatmap(
+        ``run_id``, when given, on a line of its own; the title at the figure's top, clear of the
+        anchor labels stacked above the plot)."""
+        fig = flip_heatmap(
             flip_grid(traj.argmax, traj.steps, traj.anchor_mask).sum(axis=0), n_samples=traj.n_samples,
             anchors=aggregate_anchor_boxes(traj.anchors), pinned=traj.anchor_mask.all(axis=0), blank_pinned=True,
             tokens=token_texts(self.tokens, traj.argmax[0]), colors=concept_colors([a.concept for a in traj.anchors[0]]),
-            title=f"{run_label(run_id)}flips per step and position ({traj.n_samples} samples)",
+            # the run on a line of its own: on one line the title ran past a 420 px screen's figure
+            title=(f"{run_label(run_id).removesuffix(' · ')}<br>" if run_id else "")
+            + f"flips per step and position ({traj.n_samples} samples)",
         )
+        # plotly centres a title in the top margin, where it met the top row of labels on a phone; at the
+        # top instead (plotly anchors a two-line title's top one line too high: the pad makes up for it)
+        return fig.update_layout(title={"yref": "container", "y": 1, "yanchor": "top", "pad": {"t": 20}})
 
     def cleared_views(self) -> dict:
         """Every result panel emptied, as a Run starts (the run badge says a run is sampling)."""

@@ -280,7 +280,7 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
     with gr.Row():
         # no run picked when the page is built (at the server's start: a run stored since is newer, so
         # the build's newest was the oldest one by the time the tab opened); the tab's refresh picks the newest
-        choice = gr.Dropdown(initial_choices, value=None, label="Run",
+        choice = gr.Dropdown(initial_choices, value=None, label="Run", min_width=300,  # a phone's whole row
                              allow_custom_value=True, scale=3, elem_id="petri-runs-choice")
         open_btn = gr.Button(OPEN_LABEL, variant="primary", scale=0, elem_id="petri-runs-open")
         delete_btn = gr.Button("Delete", variant="stop", scale=0, elem_id="petri-runs-delete")
@@ -338,10 +338,10 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
 
     filters = [search, kind_filter]
     listing = [table, choice, runs_note, picked_note]
-    for event in (refresh.click, search.submit, kind_filter.change):
+    for event in (refresh.click, kind_filter.change):
         event(listed, [*filters, choice], listing, show_progress="hidden")
     # the search filters as the visitor types (not only on Enter)
-    search.input(listed, [*filters, choice], listing, show_progress="hidden", trigger_mode="always_last")
+    search.change(listed, [*filters, choice], listing, show_progress="hidden", trigger_mode="always_last")
     delete_btn.click(deleted, [choice, *filters, armed], [runs_note, table, choice, picked_note, armed],
                      show_progress="hidden")
     choice.change(lambda: None, None, armed, show_progress="hidden")  # another run picked: ask again

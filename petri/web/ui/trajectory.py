@@ -36,7 +36,7 @@ from petri.study.trajectory_plots import (
     CONFIDENCE_SCALE,
     FIGURE_MODES,
     READABLE_CELL_PX,
-    figure_rows,
+    shown_mode,
     step_curves_figure,
     trajectory_figure,
 )
@@ -317,7 +317,7 @@ class TrajectoryView:
         the viewer's choice sends back)."""
         rec = sample_record(traj, sample, self.tokens, self.tokens.is_special)
         return {**rec, **view_modes(rec["family"], rec["canvas"] is not None), "key": f"{key}:{sample}", "live": False,
-                "mode": figure_rows(traj, sample, mode)[3],
+                "mode": shown_mode(traj, mode if mode in FIGURE_MODES else "canvas"),
                 "colors": run_colors(traj), "scale": CONFIDENCE_SCALE, "status": status,
                 "title": f"{title}sample {rec['sample']} of {rec['n_samples']}"}
 

@@ -7,11 +7,14 @@ trajectory itself (``service.load_events``), never from the figure code."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from petri.measure.replay import visible_text
 
-from test_browser import CHROMIUM, CHROMIUM_ARGS, open_settings, save_screenshot, tab, wait_new_done
+from test_browser import CHROMIUM, open_settings, run_compare, save_screenshot, tab, wait_new_done
+from test_browser_legibility import browser  # noqa: F401  (a fixture: one chromium for the module)
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")
 
@@ -31,16 +34,6 @@ def app(request, tmp_path_factory, live_server):
     with live_server(create_app(service, model_source=MODELS[request.param])) as live:
         yield request.param, live.url, service
     service.shutdown()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 def open_dish(browser, url: str, width: int):
@@ -241,7 +234,8 @@ def test_the_dish_keeps_the_users_layout_and_reads_whole_at_each_width(app, brow
             assert a["left"] >= found["svg"]["left"] - 0.5 and a["right"] <= found["svg"]["right"] + 0.5, a
             for b in found["labels"][i + 1:]:
                 assert apart(a, b), (a, b)
-        assert found["title"]["right"] <= found["svg"]["right"] + 0.5, found["title"]  # the title is not cut
+        title, svg = found["title"], found["svg"]
+        assert title["right"] <= svg["right"] + 0.5 and title["top"] >= svg["top"] - 0.5, (title, svg)  # not cut
         save_screenshot(page, tmp_path, f"dish-shuffled-{width}.png")
     finally:
         page.close()
@@ -323,7 +317,7 @@ def test_runs_open_says_it_is_working_shows_the_result_and_the_list_reads_whole(
         page.wait_for_selector(f"#petri-runs-table:has-text('{newer}')")
         # a run deleted behind the page: Open fails with one line, and the list no longer holds it
         page.wait_for_function(f"document.querySelector('#petri-runs-choice input').value.includes('{newer[:12]}')")
-        service.remove_run(newer)
+        service.remove_run(newer, None)
         page.click("#petri-runs-open")
         page.wait_for_selector("#petri-runs-status:has-text('Cannot open')")
         page.wait_for_function(f"!document.querySelector('#petri-runs-table').innerText.includes('{newer}')")
@@ -351,14 +345,8 @@ def test_compare_ties_each_text_and_trajectory_to_one_sample(app, browser):
         pytest.skip("the Compare tab: one family is enough")
     page = open_dish(browser, url, 1440)
     try:
-        before = {r["run_id"] for r in service.store.list_runs(200)}
-        tab(page, "Compare")
-        page.fill("#petri-cmp-samples input[type=number]", "3")
-        open_settings(page, "petri-cmp")
-        page.fill("#petri-cmp-steps input[type=number]", "4")
-        page.click("#petri-cmp-run")
-        wait_new_done(page, "#petri-cmp-status", before)
-        assert page.locator("#petri-cmp-traj-a-sample").count() == 0 or not page.locator("#petri-cmp-traj-a-sample").is_visible()
+        run_compare(page, {r["run_id"] for r in service.store.list_runs(200)}, samples=3, steps=4)
+        assert not page.locator("#petri-traj-a-sample").is_visible()  # the views' own selectors are gone
         box = page.locator("#petri-cmp-sample input[type=number]")
         box.fill("2")
         box.press("Enter")
@@ -392,13 +380,28 @@ def test_downloads_and_cancel_say_what_they_do_where_the_user_clicked(app, brows
             return {gap: f.top - b.bottom, inView: f.top >= -1 && f.top < innerHeight}; }""")
         assert near["gap"] < 150 and near["inView"], near
         assert page.get_attribute("#petri-sample input[type=range]", "max") == "3"
-        # a long run, cancelled: the status line says so, then says it stopped; no toast stays
-        page.fill("#petri-samples input[type=number]", "8")
-        page.fill("#petri-steps input[type=number]", "200")
-        page.click("#petri-run")
-        page.wait_for_function("(document.querySelector('#petri-status').innerText || '').includes('Sampling… step')")
-        assert page.get_attribute("#petri-sample input[type=range]", "max") == "1"  # not the last run's 0..3
-        page.click("#petri-cancel")
+        # a run held after each step (the gate), cancelled: the status line says so, then that it
+        # stopped; no toast stays
+        gate, submit = threading.Event(), service.submit_seed
+
+        def held(plan, owner=None, on_step=None, on_event=None):
+            def step(*args):
+                on_step(*args)
+                gate.wait(120)
+
+            return submit(plan, owner, on_step=step if on_step else None, on_event=on_event)
+
+        service.submit_seed = held
+        try:
+            page.fill("#petri-samples input[type=number]", "2")
+            page.click("#petri-run")
+            page.wait_for_function("(document.querySelector('#petri-status').innerText || '').includes('Sampling… step')")
+            assert page.get_attribute("#petri-sample input[type=range]", "max") == "1"  # not the last run's 0..3
+            page.click("#petri-cancel")
+            page.wait_for_selector("#petri-status:has-text('Cancelling')")
+        finally:
+            gate.set()
+            del service.submit_seed
         page.wait_for_function("(document.querySelector('#petri-status').innerText || '').includes('Stopped')")
         page.wait_for_timeout(500)
         toasts = page.evaluate("[...document.querySelectorAll('.toast-body, [data-testid=toast-body]')].map((t) => t.innerText)")

@@ -105,3 +105,43 @@ def test_the_canvas_value_says_when_each_sample_shuffles(service):
     table = pd.DataFrame({"concept": ["order", "person"], "start": [2, 9], "tokens": [1, 1]})
     assert ctl.canvas(table, True)["shuffled"] is False
     assert ctl.canvas(table, True, None, True)["shuffled"] is True
+
+
+def test_the_token_figures_rows_are_the_viewers_cells_then_the_final_text(tiny_lm):
+    """Issue 60, item 3, on the figure alone: its rows are the stored canvas (``[MASK]`` where a masked
+    canvas is still masked) or the raw argmax, anchors their own token, then the returned canvas."""
+    from dataclasses import replace
+
+    import pytest
+
+    from petri.engine.families.masked import MaskedSettings
+    from petri.engine.seeding import seed_dish
+    from petri.engine.torch.tiny import tiny_masked_model
+    from petri.measure.replay import visible_text
+    from petri.study.trajectory_plots import figure_rows, shown_mode, trajectory_figure
+    from petri.web.tokens import TokenText
+
+    dish = Dish(("order", "person"), "Only 90 units are in stock, but the customer ordered 120.")
+    lm = tiny_masked_model(canvas_length=16, seed=2)
+    traj = seed_dish(lm, dish, 1, MaskedSettings(max_denoising_steps=8), seed=1)
+    steps, anchors = int(traj.steps[0]), traj.anchor_mask[0]
+    ids, masked, peek, mode = figure_rows(traj, 0, "canvas")
+    want = traj.canvas[0, :steps].copy()
+    want[:, anchors] = traj.final_ids[0][anchors]
+    assert mode == "canvas" and ids[:-1].tolist() == want.tolist() and ids[-1].tolist() == traj.final_ids[0].tolist()
+    assert masked[:-1].tolist() == ((want == lm.mask_token_id) & ~anchors).tolist() and masked[:-1].any()
+    assert not masked[-1].any() and not peek.any()
+    ids, masked, peek, _ = figure_rows(traj, 0, "peek")
+    assert ids[:-1][peek[:-1]].tolist() == traj.argmax[0, :steps][peek[:-1]].tolist() and peek.any()
+    fig = trajectory_figure(traj, 0, TokenText(lm.tokenizer), mode="canvas")
+    assert "renoised" not in fig.layout.title.text and "[MASK]" in fig.layout.title.text
+    uniform = seed_dish(tiny_lm, dish, 1, SamplerSettings(max_denoising_steps=4), seed=3)
+    tokens = TokenText(tiny_lm.tokenizer)
+    fig = trajectory_figure(uniform, 0, tokens, mode="argmax")
+    shown = np.asarray(fig.data[-2].text if fig.data[-1].type == "scatter" else fig.data[-1].text, dtype=object)
+    assert shown[-1].tolist() == [visible_text(tokens(int(i))).replace("<", "&lt;").replace(">", "&gt;")
+                                  for i in uniform.final_ids[0]]  # whole tokens, the final text
+    assert "renoised" in fig.layout.title.text and "raw argmax" in fig.layout.title.text
+    assert shown_mode(uniform, "peek") == "canvas" and shown_mode(replace(uniform, canvas=None), "canvas") == "argmax"
+    with pytest.raises(ValueError, match="mode"):
+        shown_mode(uniform, "sideways")
