@@ -89,8 +89,9 @@ def template_control(text: str) -> str:
     return text if text in TEMPLATES else text.replace("\n", NEWLINE_MARK)
 
 
-#: The pair-instability table's columns' shares of its width (pair, n_segments, instability).
-PAIRS_COLUMN_WIDTHS = ["46%", "26%", "28%"]
+#: The pair-instability table's columns as shown and their shares of its width.
+PAIRS_COLUMNS = ["pair", "segments", "instability"]
+PAIRS_COLUMN_WIDTHS = ["38%", "28%", "34%"]
 
 EXAMPLE_EVENT = "Only 90 units are in stock, but a customer ordered 120."
 EXAMPLE_CONCEPTS = "order, inventory, person"
@@ -352,7 +353,7 @@ class DishController:
         return {
             "run_badge": "**Results below:** the run now sampling (its id comes when it is stored).",
             "heatmap": None, "run_id": "", "final_text": gr.update(value=[]), "flips": None,
-            "pairs": pd.DataFrame(columns=["pair", "n_segments", "instability"]),
+            "pairs": pd.DataFrame(columns=PAIRS_COLUMNS),
             "samples_table": pd.DataFrame(columns=list(samples_columns())), "files": None,
             "sample": gr.update(value=0, maximum=1, interactive=False),  # not the last run's range
             **self.trajectory.cleared("Sampling: the trajectory follows."),
@@ -393,7 +394,11 @@ class DishController:
 
     @staticmethod
     def pairs_view(traj: Trajectory) -> pd.DataFrame:
-        table = pairs_table(traj)[["pair", "n_segments", "instability"]]
+        """The pair-instability table as shown (:data:`PAIRS_COLUMNS`; the CSV keeps ``n_segments``
+        and ``a|b``): a pair's names with spaces around the bar, so a narrow column wraps between
+        the words, and headers short enough to stay whole on a 420 px screen."""
+        table = pairs_table(traj)[["pair", "n_segments", "instability"]].rename(columns={"n_segments": "segments"})
+        table["pair"] = table["pair"].str.replace("|", " | ", regex=False)
         return table.sort_values("instability", ascending=False, na_position="last").round(3)
 
     @classmethod
@@ -453,7 +458,7 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
                                     show_legend=True, elem_id="petri-final", elem_classes=["petri-text"])
     flips = gr.Plot(label="Flips per position", show_label=False, elem_id="petri-flips")
     with gr.Row():
-        pairs = gr.Dataframe(pd.DataFrame(columns=["pair", "n_segments", "instability"]),
+        pairs = gr.Dataframe(pd.DataFrame(columns=PAIRS_COLUMNS),
                              label="Pair instability (mean flips between adjacent anchors)", wrap=True,
                              interactive=False, elem_id="petri-pairs", min_width=320,
                              # every column in view on a 420 px screen: the pair's names wrap, the values stay whole

@@ -38,7 +38,7 @@ def app(request, tmp_path_factory, live_server):
 
 def open_dish(browser, url: str, width: int):
     page = browser.new_page(viewport={"width": width, "height": 900})
-    page.set_default_timeout(120_000)
+    page.set_default_timeout(300_000)  # a run on a 2-core machine beside two busy loops
     page.goto(url)
     page.wait_for_selector("#petri-run")
     return page
@@ -107,7 +107,7 @@ def test_the_token_figure_shows_what_the_viewer_shows_and_ends_on_the_final_text
     mask_id = service.lm.mask_token_id if family == "masked" else None
     page = open_dish(browser, url, 1440)
     try:
-        run_id, traj = run_dish(page, service)
+        run_id, traj = run_dish(page, service, steps=8)
         page.wait_for_function(f"document.querySelector('{FIGURE}') && document.querySelector('{FIGURE}').layout.meta")
         shown = figure_cells(page)
         assert shown["mode"] == "canvas" and page.locator("#petri-traj .pt-mode").input_value() == "canvas"
@@ -140,8 +140,9 @@ def test_the_token_figure_shows_what_the_viewer_shows_and_ends_on_the_final_text
         page.close()
 
 
-#: The final text ``sel``: words whose letters lie on more than one line, and anchors alone on their
-#: line (no other piece's text shares it).
+#: The final text ``sel``: words whose letters lie on more than one line, anchors alone on their line
+#: (no other piece's text shares it), and pieces that start a new line though their first word fits
+#: after the piece before (the pieces are boxes, not one running text).
 FINAL_TEXT_PROBE = """(sel) => {
   const field = document.querySelector(sel + ' .textfield');
   const broken = [];
@@ -154,12 +155,26 @@ FINAL_TEXT_PROBE = """(sel) => {
       if (new Set([...r.getClientRects()].map((b) => Math.round(b.top))).size > 1) broken.push(m[0]);
     }
   }
+  // a piece that starts on a new line although its first word fits after the piece before it: the
+  // pieces do not flow as one text (each a box of its own)
+  const right = field.getBoundingClientRect().right, pieces = [...field.querySelectorAll('.token .text')];
+  const unflowed = [];
+  for (let i = 1; i < pieces.length; i++) {
+    const prev = pieces[i - 1], next = pieces[i], node = next.firstChild;
+    if (!node || node.nodeType !== 3 || /\\n\\s*$/.test(prev.textContent) || /^\\s*\\n/.test(node.textContent)) continue;
+    const a = [...prev.getClientRects()].pop(), b = next.getClientRects()[0];
+    const m = /\\S+/.exec(node.textContent);
+    if (!a || !b || !m) continue;
+    const r = document.createRange(); r.setStart(node, 0); r.setEnd(node, m.index + m[0].length);
+    const first = r.getClientRects()[0];
+    if (b.top > a.top + 2 && a.right + (first ? first.width : 0) + 8 < right) unflowed.push(next.textContent.slice(0, 20));
+  }
   const plain = [...field.querySelectorAll('.token:not(.highlighted) .text')].flatMap((e) => [...e.getClientRects()]);
   const alone = [...field.querySelectorAll('.token.highlighted')].filter((a) => {
     const box = a.getClientRects()[0];
     return !plain.some((b) => b.bottom > box.top + 2 && b.top < box.bottom - 2);
   }).map((a) => a.textContent.trim());
-  return {broken, alone, anchors: field.querySelectorAll('.token.highlighted').length};
+  return {broken, alone, unflowed, anchors: field.querySelectorAll('.token.highlighted').length};
 }"""
 
 #: The table ``sel``'s header cells and its drawn value cells, each with whether it is wholly inside the
@@ -171,6 +186,25 @@ TABLE_IN_VIEW = """(sel) => {
   const drawn = (e) => e.getBoundingClientRect().height > 0 && e.getBoundingClientRect().width > 0 && e.innerText.trim();
   return {heads: [...block.querySelectorAll('thead th')].filter(drawn).map((h) => [h.innerText.trim(), whole(h)]),
           cells: [...block.querySelectorAll('[role=gridcell]')].filter(drawn).map((c) => [c.innerText.trim(), whole(c)])};
+}"""
+
+
+#: The words (of the elements ``sel`` matches) whose letters lie on more than one line.
+BROKEN_WORDS = """(sel) => {
+  const broken = [];
+  for (const el of document.querySelectorAll(sel)) {
+    if (!el.getBoundingClientRect().height) continue;
+    const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    let node;
+    while ((node = walk.nextNode())) {
+      const re = /\\S+/g; let m;
+      while ((m = re.exec(node.textContent))) {
+        const r = document.createRange(); r.setStart(node, m.index); r.setEnd(node, m.index + m[0].length);
+        if (new Set([...r.getClientRects()].map((b) => Math.round(b.top))).size > 1) broken.push(m[0]);
+      }
+    }
+  }
+  return broken;
 }"""
 
 
@@ -209,11 +243,18 @@ def test_the_dish_keeps_the_users_layout_and_reads_whole_at_each_width(app, brow
             assert {a.concept: a.start for a in spans} == chips
         page.wait_for_selector("#petri-final .token.highlighted")
         text = page.evaluate(FINAL_TEXT_PROBE, "#petri-final")
-        assert text["anchors"] >= 3 and not text["broken"] and not text["alone"], text
+        assert text["anchors"] >= 3 and not text["broken"] and not text["alone"] and not text["unflowed"], text
         page.wait_for_function("[...document.querySelectorAll('#petri-pairs [role=gridcell]')].some((c) => c.innerText.includes('|'))")
         pairs = page.evaluate(TABLE_IN_VIEW, "#petri-pairs")
         assert len(pairs["heads"]) == 3 and len(pairs["cells"]) >= 3, pairs
         assert all(whole for _, whole in pairs["heads"] + pairs["cells"]), pairs
+        # no header or pair broken mid-word ("n_segment/s", "instabili/ty")
+        assert not page.evaluate(BROKEN_WORDS, "#petri-pairs thead th, #petri-pairs [role=gridcell]")
+        # the flips chart: its title whole inside the figure, clear of its anchor labels
+        page.wait_for_selector("#petri-flips .gtitle")
+        bars = page.evaluate(HEATMAP_LABELS, "#petri-flips")
+        assert bars["title"]["right"] <= bars["svg"]["right"] + 0.5 and bars["title"]["top"] >= bars["svg"]["top"] - 0.5, bars
+        assert all(apart(label, bars["title"]) for label in bars["labels"]), bars
         save_screenshot(page, tmp_path, f"dish-{width}.png")
         # shuffled per sample: the canvas says so, the flip map's slot labels say what each sample had there
         page.check("#petri-shuffle-per-sample input")
