@@ -304,6 +304,12 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
         value = ids[0] if ids else None
         return frame, gr.update(choices=choices, value=value), note, run_details(frame, value)
 
+    def relisted(request: gr.Request, query: str, kind: str, current: str | None):
+        """The list read again after an Open (a run deleted meanwhile, which a failed Open usually
+        means, leaves it), the note under it (an Open's message) left alone."""
+        frame, choices, _, details = listed(request, query, kind, current)
+        return frame, choices, details
+
     armed = gr.State(None)  # the run a first Delete press asked about
 
     def deleted(request: gr.Request, run_id: str, query: str, kind: str, asked: str | None):
@@ -323,13 +329,11 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
 
     flat = [(kind, name, comp) for kind, comps in outputs.items() for name, comp in comps.items()]
 
-    def open_handler(request: gr.Request, run_id, query: str = "", kind_shown: str = "all"):
+    def open_handler(request: gr.Request, run_id):
         try:
             kind, note, views = runs.open(run_id, access.caller(request))
         except gr.Error as err:  # one message here: no other tab's component is touched (a raised error marks them all)
-            # and the list is read again: a run deleted meanwhile (the usual reason) leaves it
-            frame, choices, _, details = listed(request, query, kind_shown, run_id)
-            return {runs_note: f"**Cannot open:** {err.message}", table: frame, choice: choices, picked_note: details}
+            return {runs_note: f"**Cannot open:** {err.message}"}
         updates = {comp: views[name] for k, name, comp in flat if k == kind and name in views}
         updates[outputs[kind]["status"]] = note
         updates[tabs] = gr.Tabs(selected=kind)  # a kind's tab has the kind's id (RESULT_TABS)
@@ -351,7 +355,7 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
     # with its results in view
     open_btn.click(lambda: gr.update(value=OPEN_BUSY_LABEL, interactive=False), None, open_btn, queue=False,
                    show_progress="hidden").then(
-        open_handler, [choice, *filters], [tabs, runs_note, table, choice, picked_note,
-                                                      *[comp for _, _, comp in flat]], show_progress="minimal").then(
+        open_handler, choice, [tabs, runs_note, *[comp for _, _, comp in flat]], show_progress="minimal").then(
+        relisted, [*filters, choice], [table, choice, picked_note], show_progress="hidden").then(
         lambda: gr.update(value=OPEN_LABEL, interactive=True), None, open_btn, show_progress="hidden", js=SHOW_OPENED_JS)
     return listed, listing, [*filters, choice]

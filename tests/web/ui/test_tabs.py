@@ -44,10 +44,6 @@ def test_a_run_reopens_through_the_mapping_of_its_kind(service):
     assert seen == [("the dish controller", service, result.run_id)]
 
 
-#: The Runs tab's own components a failed Open writes: its note, the list, the choice and the picked run's row.
-RUNS_LIST = {"petri-runs-status", "petri-runs-table", "petri-runs-choice", "petri-runs-picked"}
-
-
 def open_handler_of(blocks):
     """The Runs tab's Open handler and the status line it writes to (from the built Blocks)."""
     (fn,) = [f for f in blocks.fns.values() if getattr(f.fn, "__name__", "") == "open_handler"]
@@ -57,16 +53,14 @@ def open_handler_of(blocks):
 
 def test_a_run_that_cannot_open_says_so_once_and_marks_nothing_else(tiny_lm, service):
     """An unknown id and a run that stopped before its first event each give one message in the Runs
-    tab; the handler returns nothing for any other tab's component (a raised error would mark them all),
-    only the Runs tab's list read again (issue 60: a run deleted meanwhile stayed listed)."""
+    tab; the handler returns nothing for any other component (a raised error would mark them all)."""
     handler, note = open_handler_of(build_ui(service))
     unknown = handler(None, "0123456789abcdef")
-    assert {getattr(c, "elem_id", None) for c in unknown} == RUNS_LIST
-    assert unknown[note].startswith("**Cannot open:**") and "0123456789abcdef" in unknown[note]
+    assert list(unknown) == [note] and unknown[note].startswith("**Cannot open:**") and "0123456789abcdef" in unknown[note]
     service.store.create_run("fedcba9876543210", "seed", tiny_lm.model_id, {"events": [{"event": "x"}]})
     service.store.finish_run("fedcba9876543210", status="cancelled")
     empty = handler(None, "fedcba9876543210")
-    assert {getattr(c, "elem_id", None) for c in empty} == RUNS_LIST and "(cancelled) stopped before its first event finished" in empty[note]
+    assert list(empty) == [note] and "(cancelled) stopped before its first event finished" in empty[note]
 
 
 def test_a_stored_run_opens_and_clears_the_status_line(service):
