@@ -49,7 +49,7 @@ def aggregate_anchor_boxes(anchors: Sequence[Sequence[AnchorSpan]]) -> list:
         names = "/".join(dict.fromkeys(concept for _, _, concept in slot))
         short = names if len(names) <= SLOT_NAMES_CHARS else names[: SLOT_NAMES_CHARS - 1] + "…"
         boxes.append(Box(f"slot {k + 1}: {short}", min(x for x, _, _ in slot), max(y for _, y, _ in slot),
-                         f"slot {k + 1}, per sample: {per_sample(concept for _, _, concept in slot)}"))
+                         f"slot {k + 1}: {names}; per sample: {per_sample(concept for _, _, concept in slot)}"))
     return boxes
 
 

@@ -27,8 +27,8 @@ def test_a_shuffled_slots_hover_says_per_sample_what_sat_there():
     order3, person8 = AnchorSpan("order", 3, (11,)), AnchorSpan("person", 8, (12,))
     person3, order8 = AnchorSpan("person", 3, (12,)), AnchorSpan("order", 8, (11,))
     boxes = aggregate_anchor_boxes([[order3, person8], [person3, order8], [order3, person8]])
-    assert [b.detail for b in boxes] == ["slot 1, per sample: 0 order · 1 person · 2 order",
-                                         "slot 2, per sample: 0 person · 1 order · 2 person"]
+    assert [b.detail for b in boxes] == ["slot 1: order/person; per sample: 0 order · 1 person · 2 order",
+                                         "slot 2: person/order; per sample: 0 person · 1 order · 2 person"]
 
 
 def test_the_masked_models_tab_finds_its_model_card_by_name():
