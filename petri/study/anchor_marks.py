@@ -39,7 +39,8 @@ def aggregate_anchor_boxes(anchors: Sequence[Sequence[AnchorSpan]]) -> list:
     """The anchor boxes of a figure over every sample (``anchors[s]``: sample ``s``'s spans): the
     concepts themselves when every sample pins them at the same positions, else one box per *slot*
     (the k-th anchor in canvas order), ``"slot k: a/b"`` naming the concepts the samples put there
-    and covering each of their spans (a shuffled layout: sample 0's boxes would mislabel the rest)."""
+    and covering each of their spans (a shuffled layout: sample 0's boxes would mislabel the rest);
+    its hover (``detail``) says per sample which concept sat there (:func:`per_sample`)."""
     layouts = [sorted((a.start, a.end, a.concept) for a in spans) for spans in anchors]
     if not layouts or all(layout == layouts[0] for layout in layouts):
         return list(anchors[0]) if anchors else []
@@ -48,8 +49,21 @@ def aggregate_anchor_boxes(anchors: Sequence[Sequence[AnchorSpan]]) -> list:
         names = "/".join(dict.fromkeys(concept for _, _, concept in slot))
         short = names if len(names) <= SLOT_NAMES_CHARS else names[: SLOT_NAMES_CHARS - 1] + "…"
         boxes.append(Box(f"slot {k + 1}: {short}", min(x for x, _, _ in slot), max(y for _, y, _ in slot),
-                         f"slot {k + 1}: {names}"))
+                         f"slot {k + 1}: {names}; per sample: {per_sample(concept for _, _, concept in slot)}"))
     return boxes
+
+
+#: A slot label's hover lists what this many samples put there (then how many more).
+SLOT_SAMPLES_LISTED = 16
+
+
+def per_sample(concepts) -> str:
+    """``"0 person · 1 order · …"``: the concept each sample put in a slot, in sample order (the
+    first :data:`SLOT_SAMPLES_LISTED`, then how many more)."""
+    names = list(concepts)
+    listed = " · ".join(f"{s} {c}" for s, c in enumerate(names[:SLOT_SAMPLES_LISTED]))
+    more = len(names) - SLOT_SAMPLES_LISTED
+    return listed + (f" · … ({more} more samples)" if more > 0 else "")
 
 
 def label_width_px(text: str, size: int) -> float:

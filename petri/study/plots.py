@@ -30,7 +30,7 @@ from plotly.subplots import make_subplots
 from petri.measure.metrics import flip_counts, flip_grid
 from petri.stats.groups import LevelComparisons
 from petri.core.trajectory import AnchorSpan, Trajectory
-from petri.study.anchor_marks import ANCHOR_COLOR, mark_anchors, top_margin
+from petri.study.anchor_marks import ANCHOR_COLOR, LABEL_ROW_PX, mark_anchors, top_margin
 
 log = logging.getLogger(__name__)
 
@@ -367,12 +367,15 @@ def flips_bar(traj: Trajectory, sample: int, tokenizer=None) -> go.Figure:
         custom = token_texts(_decoder(tokenizer), traj.final_ids[s])
         hover += "<br>final token: %{customdata}"
     fig = go.Figure(go.Bar(x=np.arange(traj.canvas_length), y=flips, marker_color=list(colors), customdata=custom, hovertemplate=hover + "<extra></extra>"))
-    mark_anchors(fig, traj.anchors[s], traj.anchor_mask[s])
+    label_rows = mark_anchors(fig, traj.anchors[s], traj.anchor_mask[s])
     free = ~traj.anchor_mask[s]
     mean_free = float(flips[free].mean()) if free.any() else float("nan")
-    fig.update_layout(
-        title=f"Flips per position, sample {s} ({int(traj.steps[s])} steps; mean over free positions {mean_free:.3f})",
-        template="plotly_white", height=380, bargap=0.1,
+    fig.update_layout(  # two short title lines at the top, clear of the labels: one line ran off a 420 px screen
+        title={"text": f"Flips per position, sample {s} ({int(traj.steps[s])} steps)<br><sup>mean over free positions "
+                       f"{mean_free:.3f}</sup>", "font": {"size": 14}, "yref": "container", "y": 1, "yanchor": "top",
+               "pad": {"t": 20}},
+        template="plotly_white", height=380 + LABEL_ROW_PX * max(0, label_rows - 1), bargap=0.1,
+        margin={"t": top_margin(label_rows) + 10},
     )
     fig.update_xaxes(title_text="canvas position")
     fig.update_yaxes(title_text="flips")

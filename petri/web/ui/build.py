@@ -35,6 +35,12 @@ td.filename .stem { white-space: normal; overflow-wrap: anywhere; text-overflow:
 /* the whole-trajectory figure keeps readable cells: a canvas wider than the page scrolls sideways */
 .petri-wide-figure { overflow-x: auto !important; }
 .petri-wide-figure .js-plotly-plot, .petri-wide-figure .plot-container { width: max-content !important; }
+/* a final text reads as running text (issue 60): its pieces inline, a word broken only where it is
+   longer than the line (Gradio's flex pieces put each anchor on a line of its own and broke words anywhere) */
+.petri-text .textfield { display: block !important; word-break: normal !important; overflow-wrap: break-word !important; line-height: 2; }
+.petri-text .token-container, .petri-text .token, .petri-text .token .text { display: inline !important; }
+.petri-text .token .text { white-space: pre-wrap !important; }
+.petri-text .token.highlighted { padding: 1px 3px; border-radius: 4px; }
 /* six tabs in one row of a 420 px screen's tab bar (with their default 16 px padding they took two) */
 @media (max-width: 600px) { #petri-tabs button[role=tab] { padding-left: 7px !important; padding-right: 7px !important; } }
 """

@@ -56,6 +56,8 @@ CANVAS_CSS = """
   display: flex; align-items: center; justify-content: center; white-space: nowrap; overflow: visible; cursor: grab;
   box-shadow: 0 1px 2px rgba(0,0,0,.3); touch-action: none; outline-offset: 2px; }
 .pc-chip:focus { outline: 3px solid #111827; }
+.pc-chip.pc-shuffled { background-image: repeating-linear-gradient(135deg, rgba(255,255,255,.35) 0 4px, transparent 4px 8px); }
+.pc-msg.pc-shuffle-note { color: #92400e; }
 .pc-label { position: absolute; bottom: calc(100% + 6px); left: 0; font-size: 12px; line-height: 14px;
   font-weight: 700; white-space: nowrap; pointer-events: none; }
 .pc-chip.pc-dragging { cursor: grabbing; opacity: .85; z-index: 3; }
@@ -109,7 +111,7 @@ function commit(index, start) {
 function render(focusIndex) {
   const val = current(), L = val.canvas_length;
   track.innerHTML = ''; axis.innerHTML = '';
-  track.dataset.length = L; track.dataset.prefix = val.prefix;
+  track.dataset.length = L; track.dataset.prefix = val.prefix; track.dataset.shuffled = val.shuffled ? '1' : '0';
   const step = L > 128 ? 16 : (L > 48 ? 8 : 4);
   for (let p = 0; p <= L; p++) {
     const t = document.createElement('div');
@@ -129,7 +131,8 @@ function render(focusIndex) {
   }
   val.chips.forEach((c, i) => {
     const chip = document.createElement('div');
-    chip.className = 'pc-chip' + (conflict(val.chips, i, c.start) ? ' pc-invalid' : '') + (i === refusedIndex ? ' pc-refused' : '');
+    chip.className = 'pc-chip' + (conflict(val.chips, i, c.start) ? ' pc-invalid' : '') + (i === refusedIndex ? ' pc-refused' : '') +
+      (val.shuffled ? ' pc-shuffled' : '');
     chip.style.left = pct(c.start); chip.style.width = pct(c.tokens); chip.style.background = c.color;
     const label = document.createElement('span'); label.className = 'pc-label'; label.style.color = c.color;
     label.textContent = `${c.concept} @${c.start}`; chip.appendChild(label);
@@ -155,7 +158,10 @@ function render(focusIndex) {
   const bad = refusal || val.error;
   msg.className = 'pc-msg' + (bad ? ' pc-bad' : '');
   msg.textContent = bad || (!L ? '' : (val.fixed ? `canvas: ${L} positions, laid out from the text above (edit it to move what is pinned)`
-    : `canvas: ${L} positions; drag a chip or focus it and press the arrow keys (Shift: 5 at a time)`));
+    : `canvas: ${L} positions; drag a chip or focus it and press the arrow keys (Shift: 5 at a time)` +
+      (val.shuffled ? '. Shuffled per sample: the chips mark the slots; each sample puts the concepts into them in its own ' +
+                      'order (the flip map names, per sample, what sat in each slot)' : '')));
+  msg.classList.toggle('pc-shuffle-note', !bad && !!val.shuffled);
 }
 
 function stackLabels() {
@@ -221,14 +227,16 @@ new ResizeObserver(() => stackLabels()).observe(track);
 """
 
 
-def canvas_value(preview: LayoutPreview, colors: dict[str, str], seq: int | None = None) -> dict:
+def canvas_value(preview: LayoutPreview, colors: dict[str, str], seq: int | None = None, shuffled: bool = False) -> dict:
     """The control's value for a layout preview: the canvas, its pinned prefix, one chip per span
-    (``colors`` by concept), the layout check's error ("" when accepted) and ``seq``, the number of
-    the newest user move the layout holds (None: a layout the server set, drawn whatever the canvas did)."""
+    (``colors`` by concept), the layout check's error ("" when accepted), ``seq``, the number of
+    the newest user move the layout holds (None: a layout the server set, drawn whatever the canvas did),
+    and ``shuffled``: each sample shuffles the concepts over these slots (the strip says so and
+    labels each chip as its slot)."""
     chips = [{"concept": s.concept, "start": int(s.start), "tokens": len(s.token_ids),
               "color": colors.get(s.concept, PALETTE[i % len(PALETTE)])} for i, s in enumerate(preview.spans)]
     return {"canvas_length": int(preview.canvas_length), "prefix": int(preview.prefix), "chips": chips,
-            "error": preview.error, "seq": seq}
+            "error": preview.error, "seq": seq, "shuffled": bool(shuffled)}
 
 
 def canvas_seq(value: dict | None) -> int | None:

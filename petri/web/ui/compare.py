@@ -47,7 +47,7 @@ from petri.web.ui.dish_live import LiveDish, throttled
 from petri.web.ui.figure_files import add_figure_downloads
 from petri.web.ui.live import QUEUED_LINE, JobCancelled, stream, wire_run
 from petri.web.ui.stats import paired_tests_line
-from petri.web.ui.trajectory import TrajectoryView, run_label
+from petri.web.ui.trajectory import TrajectoryView, mode_of, run_label
 from petri.web.ui.views import END_TOKEN_COLOR, END_TOKEN_LABEL, concept_colors, highlighted_text, request_error_message
 
 EXAMPLE_A = ("benign", "The customer placed an order, and the warehouse packed it the same afternoon.")
@@ -151,7 +151,8 @@ class CompareController:
         except (ValidationError, FieldError) as err:
             raise gr.Error(request_error_message(err), title="Check the comparison") from None
         yield {"status": QUEUED_LINE if self.service.busy else "Sampling both events…",
-               "heatmap_a": None, "heatmap_b": None, "difference": None, "summary": ""}
+               "heatmap_a": None, "heatmap_b": None, "difference": None, "summary": "",
+               "sample": gr.update(value=0, maximum=1, interactive=False)}
         lives = [LiveDish(self.service.lm, self.dish.tokens, planned) for planned in plan.events]
 
         def take(payload) -> None:  # (event, LiveStep)
@@ -216,7 +217,6 @@ class CompareController:
             fig.update_yaxes(range=[steps - 0.5, -0.5], autorange=False)
             fig.update_layout(height=max(400, min(900, 12 * steps + 160)))
         concepts = concept_colors(sorted({s.concept for s in a.anchors[0]}))
-        colors = {**concepts, END_TOKEN_LABEL: END_TOKEN_COLOR}
         layout_note = ("same layouts and seed in both events" if same_layouts(a, b)
                        else "**the layouts differ between the events** (not a paired comparison)")
         return {
@@ -230,11 +230,39 @@ class CompareController:
             "pairs": compare_pairs(a, b, labels).round(4),
             "paired": paired.round(4),
             "summary": f"{f'Run `{run_id}`: ' if run_id else ''}{summary_line(paired, labels)} {paired_tests_line(a, b, labels)} ({layout_note}.)",
-            "text_a": gr.update(value=highlighted_text(a, 0, self.dish.tokens), color_map=colors, label=f"{labels[0]}: sample 0"),
-            "text_b": gr.update(value=highlighted_text(b, 0, self.dish.tokens), color_map=colors, label=f"{labels[1]}: sample 0"),
-            **self.trajectories[0].views(run_id, 0, a, title=f"{labels[0]}: "),
-            **self.trajectories[1].views(run_id, 1, b, title=f"{labels[1]}: "),
+            "sample": gr.update(maximum=max(a.n_samples - 1, 1), value=0, interactive=a.n_samples > 1),
+            **self.sample_views(run_id, a, b, labels, 0),
         }
+
+    def sample_views(self, run_id: str, a: Trajectory, b: Trajectory, labels: tuple[str, str], sample: int,
+                     modes: tuple[str, str] = ("canvas", "canvas")) -> dict:
+        """Both events' final text and trajectory at sample ``sample`` (the tab's one sample selector:
+        a text and the trajectory beside it always show the same sample); ``modes``: what each
+        viewer's cells show."""
+        sample = min(max(int(sample), 0), a.n_samples - 1)
+        concepts = concept_colors(sorted({s.concept for s in a.anchors[0]}))
+        views = {}
+        for name, traj, label in (("text_a", a, labels[0]), ("text_b", b, labels[1])):
+            pieces = highlighted_text(traj, sample, self.dish.tokens)
+            # the end-of-turn chip only where the text has such a token (a chip for nothing misleads)
+            ends = {END_TOKEN_LABEL: END_TOKEN_COLOR} if any(l == END_TOKEN_LABEL for _, l in pieces) else {}
+            views[name] = gr.update(value=pieces, color_map={**concepts, **ends}, label=f"{label}: sample {sample}")
+        for i, (view, traj, label) in enumerate(zip(self.trajectories, (a, b), labels)):
+            views.update(view.views(run_id, i, traj, sample, title=f"{label}: ", mode=modes[i]))
+            views.pop(view.name("sample"))
+        return views
+
+    def show_sample(self, run_id: str, sample, modes: tuple[str, str], caller: Caller | None = None) -> dict:
+        """Sample ``sample`` of a stored comparison in both texts and both viewers (the sample
+        selector), if ``caller`` (None: local) may open the run."""
+        if not run_id:
+            return {}
+        UiAccess.open_run(self.service, caller or Caller(public=False), run_id)
+        stored = self.service.load_events(run_id)
+        if len(stored) < 2:
+            return {}
+        (_, group_a, a), (_, group_b, b) = stored[:2]
+        return self.sample_views(run_id, a, b, (group_a or "A", group_b or "B"), int(sample or 0), modes)
 
 
 def build_compare_tab(service: PetriService, dish: DishController, access: UiAccess | None = None
@@ -285,13 +313,20 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
                                                     "flips A", "instability B", "flips B", "layout"]),
                               label="Paired difference per sample (same layout in both events)", interactive=False,
                               elem_id="petri-cmp-paired", min_width=320, wrap=True)
+    # one sample selector for both texts and both trajectories: each shows the sample it names
+    sample = gr.Slider(0, 1, value=0, step=1, label="Sample (numbered from 0): both events' final text and trajectory",
+                       interactive=False, elem_id="petri-cmp-sample")
     with gr.Row():
-        text_a = gr.HighlightedText(label="A: sample 0", combine_adjacent=True, show_legend=True, min_width=320)
-        text_b = gr.HighlightedText(label="B: sample 0", combine_adjacent=True, show_legend=True, min_width=320)
-    trajectories = {k: v for view, x in zip(ctl.trajectories, "AB") for k, v in view.build(f"Event {x}'s trajectory", access, empty_note="No trajectory yet: compare the two events.").items()}
+        text_a = gr.HighlightedText(label="A: sample 0", combine_adjacent=True, show_legend=True, min_width=320,
+                                    elem_id="petri-cmp-text-a", elem_classes=["petri-text"])
+        text_b = gr.HighlightedText(label="B: sample 0", combine_adjacent=True, show_legend=True, min_width=320,
+                                    elem_id="petri-cmp-text-b", elem_classes=["petri-text"])
+    trajectories = {k: v for view, x in zip(ctl.trajectories, "AB")
+                    for k, v in view.build(f"Event {x}'s trajectory", access, sample_selector=False,
+                                           empty_note="No trajectory yet: compare the two events.").items()}
     names = {"status": status, "summary": summary, "run_id": run_id, "heatmap_a": heatmap_a, "heatmap_b": heatmap_b,
              "difference": difference, "pairs": pairs, "paired": paired, "text_a": text_a, "text_b": text_b,
-             **trajectories}
+             "sample": sample, **trajectories}
 
     # in the order of CompareController.run's inputs
     controls = {"concepts": concepts, "label_a": label_a, "event_a": event_a, "label_b": label_b, "event_b": event_b,
@@ -301,4 +336,12 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
     wire_placement(dish, concepts, slots, canvas, settings[control_of(dish.defaults, "pin_thought_channel")])
     wire_run(run_btn, cancel_btn, ctl.run, list(controls.values()), names, access, busy=lambda: service.busy,
              validator=ctl.validate, concurrency_limit=1, concurrency_id="model", show_progress="minimal")
+    views = [trajectories[v.name("view")] for v in ctl.trajectories]
+    shown = [text_a, text_b, *(trajectories[v.name(p)] for v in ctl.trajectories for p in ("view", "key", "figure", "curves", "files"))]
+
+    def sample_handler(request: gr.Request, rid, s, view_a, view_b):
+        update = ctl.show_sample(rid, s, (mode_of(view_a), mode_of(view_b)), access.caller(request))
+        return {names[k]: v for k, v in update.items()}
+
+    sample.input(sample_handler, [run_id, sample, *views], shown, show_progress="hidden", trigger_mode="always_last")
     return ctl, {**names, **controls}

@@ -55,7 +55,7 @@ from petri.web.ui.dish_controls import (
 from petri.web.ui.dish_live import LiveDish, throttled
 from petri.web.ui.figure_files import add_figure_downloads
 from petri.web.ui.live import QUEUED_LINE, JobCancelled, field_validation, stream, wire_run
-from petri.web.ui.trajectory import TrajectoryView, run_label
+from petri.web.ui.trajectory import TrajectoryView, mode_of, run_label
 from petri.web.ui.views import (
     END_TOKEN_COLOR,
     END_TOKEN_LABEL,
@@ -89,6 +89,10 @@ def template_control(text: str) -> str:
     else the text with its newlines marked (so the one-line box keeps them)."""
     return text if text in TEMPLATES else text.replace("\n", NEWLINE_MARK)
 
+
+#: The pair-instability table's columns as shown and their shares of its width.
+PAIRS_COLUMNS = ["pair", "segments", "instability"]
+PAIRS_COLUMN_WIDTHS = ["38%", "28%", "34%"]
 
 EXAMPLE_EVENT = "Only 90 units are in stock, but a customer ordered 120."
 EXAMPLE_CONCEPTS = "order, inventory, person"
@@ -191,14 +195,15 @@ class DishController:
             "shuffle": bool(shuffle), **settings,
         }
 
-    def canvas(self, placement, pin_thought: bool = True, seq: int | None = None) -> dict:
+    def canvas(self, placement, pin_thought: bool = True, seq: int | None = None, shuffled: bool = False) -> dict:
         """The canvas control's value for the slot table: its chips where the table puts them, the
-        layout check's error (the seed check's refusal) if the table's layout fails it, and ``seq``
-        (the newest chip move the table holds, None: a table the server set; see :mod:`petri.web.ui.canvas`)."""
+        layout check's error (the seed check's refusal) if the table's layout fails it, ``seq``
+        (the newest chip move the table holds, None: a table the server set; see :mod:`petri.web.ui.canvas`)
+        and whether each sample shuffles the concepts over these slots (the canvas says so)."""
         table = self._clean(placement)
         concepts = list(table["concept"])
         preview = preview_layout(self.lm, concepts, [int(s) for s in table["start"]], pin_thought)
-        return canvas_value(preview, concept_colors(concepts), seq)
+        return canvas_value(preview, concept_colors(concepts), seq, shuffled)
 
     def from_canvas(self, value: dict | None) -> pd.DataFrame:
         """The slot table after a move on the canvas (the chips' starts, in chip order)."""
@@ -330,22 +335,29 @@ class DishController:
 
     def final_heatmap(self, traj: Trajectory, run_id: str = "") -> go.Figure:
         """The finished dish's flip map: samples flipping per step and free position (titled with
-        ``run_id``, when given)."""
-        return flip_heatmap(
+        ``run_id``, when given, on a line of its own; the title at the figure's top, clear of the
+        anchor labels stacked above the plot)."""
+        fig = flip_heatmap(
             flip_grid(traj.argmax, traj.steps, traj.anchor_mask).sum(axis=0), n_samples=traj.n_samples,
             anchors=aggregate_anchor_boxes(traj.anchors), pinned=traj.anchor_mask.all(axis=0), blank_pinned=True,
             tokens=token_texts(self.tokens, traj.argmax[0]), colors=concept_colors([a.concept for a in traj.anchors[0]]),
-            title=f"{run_label(run_id)}flips per step and position ({counted(traj.n_samples, 'sample')})",
+            # the run on a line of its own: on one line the title ran past a 420 px screen's figure
+            title=(f"{run_label(run_id).removesuffix(' · ')}<br>" if run_id else "")
+            + f"flips per step and position ({counted(traj.n_samples, 'sample')})",
         )
+        # plotly centres a title in the top margin, where it met the top row of labels on a phone; at the
+        # top instead (plotly anchors a two-line title's top one line too high: the pad makes up for it)
+        return fig.update_layout(title={"yref": "container", "y": 1, "yanchor": "top", "pad": {"t": 20}})
 
     def cleared_views(self) -> dict:
         """Every result panel emptied, as a Run starts (the run badge says a run is sampling)."""
         return {
             "run_badge": "**Results below:** the run now sampling (its id comes when it is stored).",
             "heatmap": None, "run_id": "", "final_text": gr.update(value=[]), "flips": None,
-            "pairs": pd.DataFrame(columns=["pair", "n_segments", "instability"]),
+            "pairs": pd.DataFrame(columns=PAIRS_COLUMNS),
             "samples_table": pd.DataFrame(columns=list(samples_columns())), "files": None,
-            "sample": gr.update(value=0, interactive=False), **self.trajectory.cleared("Sampling: the trajectory follows."),
+            "sample": gr.update(value=0, maximum=1, interactive=False),  # not the last run's range
+            **self.trajectory.cleared("Sampling: the trajectory follows."),
         }
 
     def cancelled_views(self, live: LiveDish, last_step: int, stop: Exception, run_id: str | None = None) -> dict:
@@ -383,15 +395,20 @@ class DishController:
 
     @staticmethod
     def pairs_view(traj: Trajectory) -> pd.DataFrame:
-        table = pairs_table(traj)[["pair", "n_segments", "instability"]]
+        """The pair-instability table as shown (:data:`PAIRS_COLUMNS`; the CSV keeps ``n_segments``
+        and ``a|b``): a pair's names with spaces around the bar, so a narrow column wraps between
+        the words, and headers short enough to stay whole on a 420 px screen."""
+        table = pairs_table(traj)[["pair", "n_segments", "instability"]].rename(columns={"n_segments": "segments"})
+        table["pair"] = table["pair"].str.replace("|", " | ", regex=False)
         return table.sort_values("instability", ascending=False, na_position="last").round(3)
 
     @classmethod
     def samples_view(cls, traj: Trajectory) -> pd.DataFrame:
         return samples_table(traj)[list(samples_columns())].copy().round(3)
 
-    def show_sample(self, run_id: str, sample: int, caller: Caller | None = None) -> dict:
-        """A stored run's sample (the sample slider), if ``caller`` (None: local) may open the run."""
+    def show_sample(self, run_id: str, sample: int, caller: Caller | None = None, mode: str = "canvas") -> dict:
+        """A stored run's sample (the sample slider), if ``caller`` (None: local) may open the run;
+        the viewer and its figure keep showing ``mode`` (the viewer's choice)."""
         if not run_id:
             return {}
         UiAccess.open_run(self.service, caller or Caller(public=False), run_id)
@@ -400,7 +417,7 @@ class DishController:
             return {}
         traj = stored[0][2]
         sample = min(max(int(sample), 0), traj.n_samples - 1)
-        views = self.trajectory.views(run_id, 0, traj, sample)  # the one selector moves the viewer too
+        views = self.trajectory.views(run_id, 0, traj, sample, mode=mode)  # the one selector moves the viewer too
         views[self.trajectory.name("sample")] = sample
         return {**self.sample_views(traj, sample), **views}
 
@@ -439,12 +456,14 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
                            elem_id="petri-sample")
     final_text = gr.HighlightedText(label="Final text: what the model wrote (anchors highlighted, special tokens "
                                     "hidden, end-of-turn tokens marked)", combine_adjacent=True,
-                                    show_legend=True, elem_id="petri-final")
+                                    show_legend=True, elem_id="petri-final", elem_classes=["petri-text"])
     flips = gr.Plot(label="Flips per position", show_label=False, elem_id="petri-flips")
     with gr.Row():
-        pairs = gr.Dataframe(pd.DataFrame(columns=["pair", "n_segments", "instability"]),
-                             label="Pair instability (mean flips between adjacent anchors)",
-                             interactive=False, elem_id="petri-pairs", min_width=320)
+        pairs = gr.Dataframe(pd.DataFrame(columns=PAIRS_COLUMNS),
+                             label="Pair instability (mean flips between adjacent anchors)", wrap=True,
+                             interactive=False, elem_id="petri-pairs", min_width=320,
+                             # every column in view on a 420 px screen: the pair's names wrap, the values stay whole
+                             column_widths=PAIRS_COLUMN_WIDTHS)
         files = gr.File(label="CSV downloads (tidy tables + run.json)", file_count="multiple",
                         interactive=False, elem_id="petri-files", min_width=280)
     with gr.Accordion("Samples", open=False):
@@ -463,11 +482,11 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
     wire_run(run_btn, cancel_btn, ctl.run, run_inputs, names, access, busy=lambda: service.busy,
              validator=ctl.validate, concurrency_limit=1, concurrency_id="model", show_progress="minimal")
 
-    def sample_handler(request: gr.Request, rid, s):
-        return {names[k]: v for k, v in ctl.show_sample(rid, s, access.caller(request)).items()}
+    def sample_handler(request: gr.Request, rid, s, shown_view):
+        return {names[k]: v for k, v in ctl.show_sample(rid, s, access.caller(request), mode_of(shown_view)).items()}
 
     # every way the value moves (drag, arrow keys, a number typed in its box); the last one wins.
     # One selector for every panel: the final text, the flips chart, the viewer and its downloads
     shown = [final_text, flips, *(trajectory[ctl.trajectory.name(p)] for p in ("view", "key", "figure", "curves", "files", "sample"))]
-    sample.input(sample_handler, [run_id, sample], shown, show_progress="hidden", trigger_mode="always_last")
+    sample.input(sample_handler, [run_id, sample, trajectory[ctl.trajectory.name("view")]], shown, show_progress="hidden", trigger_mode="always_last")
     return ctl, {**names, **controls}

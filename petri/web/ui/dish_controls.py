@@ -35,7 +35,9 @@ def placement_controls(ctl, concepts_text: str, elem: str = "petri") -> dict:
     with gr.Row():
         spread_btn = gr.Button("Spread evenly", size="sm", elem_id=f"{elem}-spread")
         shuffle_btn = gr.Button("Shuffle", size="sm", elem_id=f"{elem}-shuffle")
-    shuffle = gr.Checkbox(True, label="Shuffle concepts over the slots per sample (every pair becomes adjacent somewhere)",
+    # off by default: every sample keeps the layout the user placed (on, the canvas and the heatmap say so)
+    shuffle = gr.Checkbox(False, label="Shuffle concepts over the slots per sample (every pair becomes adjacent somewhere; "
+                          "the chips then mark the slots, not which concept each sample put there)",
                           elem_id=f"{elem}-shuffle-per-sample")
     return {"placement": placement, "spread_btn": spread_btn, "shuffle_btn": shuffle_btn, "shuffle": shuffle}
 
@@ -126,7 +128,8 @@ def server_table(table) -> tuple:
 def wire_placement(ctl, concepts, parts: dict, canvas, pin_thought) -> None:
     """Keep the slot table, the canvas and the concept field in sync: a new concept list or
     thought-block pin respreads the table (kept when it still fits), the buttons spread or shuffle
-    it, a table edit redraws the chips, a chip move rewrites the table.
+    it, a table edit (or the per-sample shuffle box, which the canvas names when on) redraws the
+    chips, a chip move rewrites the table.
 
     A hidden number holds the number of the newest chip move the table holds (None when the server
     set the table), which the table's redraw of the canvas carries (:mod:`petri.web.ui.canvas`: the
@@ -146,8 +149,8 @@ def wire_placement(ctl, concepts, parts: dict, canvas, pin_thought) -> None:
     def shuffle(table, pin):
         return server_table(ctl.shuffle(table, pin))
 
-    def redraw(table, pin, move):
-        return ctl.canvas(table, pin, None if move is None else int(move))
+    def redraw(table, pin, move, shuffled=False):
+        return ctl.canvas(table, pin, None if move is None else int(move), bool(shuffled))
 
     def from_canvas(value):
         return canvas_seq(value), ctl.from_canvas(value)
@@ -156,7 +159,8 @@ def wire_placement(ctl, concepts, parts: dict, canvas, pin_thought) -> None:
         source.change(respread, [concepts, pin_thought, placement], [seq, placement], show_progress="hidden")
     parts["spread_btn"].click(spread, [concepts, pin_thought], [seq, placement], show_progress="hidden")
     parts["shuffle_btn"].click(shuffle, [placement, pin_thought], [seq, placement], show_progress="hidden")
-    placement.change(redraw, [placement, pin_thought, seq], canvas, show_progress="hidden")
+    placement.change(redraw, [placement, pin_thought, seq, parts["shuffle"]], canvas, show_progress="hidden")
+    parts["shuffle"].change(redraw, [placement, pin_thought, seq, parts["shuffle"]], canvas, show_progress="hidden")
     # a second move while the first one's table update is pending runs after it ("always_last";
     # Gradio's default for ``input``, "once", drops it: the chips then show a layout the table, and
     # so the run, does not have). ``change`` events are "always_last" by default.

@@ -82,6 +82,8 @@ def stream(
 #: The status a Run click shows at once while another job holds the model: the run waits behind it
 #: (in Gradio's queue, whose counter shows beside the line, or in the service's job queue).
 QUEUED_LINE = "⏳ Queued: another job is using the model; this run starts when it ends."
+#: The status line while a cancelled run stops.
+CANCELLING_LINE = "Cancelling: the run stops within one denoising step…"
 
 
 def queued_status(busy: bool):
@@ -164,13 +166,14 @@ def wire_run(run_btn, cancel_btn, run: Callable[..., Iterator[dict]], inputs: li
             cancels.finish(request.session_hash, event)
 
     def cancel_handler(request: gr.Request):
+        # on the status line, which the stopped run then rewrites (a toast stayed after the run had stopped)
         if cancels.cancel(request.session_hash):
-            gr.Info("Cancelling: the run stops within one denoising step.")
-        else:
-            gr.Info("Nothing to cancel: no run of this tab is going on in this browser.")
+            return CANCELLING_LINE
+        gr.Info("Nothing to cancel: no run of this tab is going on in this browser.")
+        return gr.update()
 
     run_btn.click(run_handler, inputs, list(names.values()), validator=validator if mark_fields else None, **click)
-    cancel_btn.click(cancel_handler, None, None, concurrency_limit=None, show_progress="hidden")
+    cancel_btn.click(cancel_handler, None, names["status"], concurrency_limit=None, show_progress="hidden")
 
 
 class CancelButtons:

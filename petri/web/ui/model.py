@@ -5,16 +5,18 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from petri.core.paths import checkpoint_source
 from petri.engine.torch.prompt_cache import PROMPT_CACHE_ENV, kept_prompts
 from petri.app.service import PetriService
 from petri.web.limits import LIMITS
 
 
 def model_card(model_source: str | None) -> str:
-    """The model folder's README.md (a model card), if the model came from a local folder."""
+    """The model folder's README.md (a model card), if the model came from a local folder (an
+    embedded model's name, e.g. ``petri-small-mdm``, is its folder)."""
     if not model_source:
         return ""
-    folder = Path(model_source).expanduser()
+    folder = Path(checkpoint_source(model_source)).expanduser()
     readme = folder / "README.md"
     try:
         if folder.is_dir() and readme.is_file():

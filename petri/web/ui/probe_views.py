@@ -294,7 +294,9 @@ def probe_row(run: dict) -> tuple[str, str, str]:
     if run["kind"] == EVAL_KIND:
         labelled = request.get("set", {})
         questions = [q["name"] for q in labelled.get("questions", [])]
-        return (f"evaluation of {labelled.get('name', '')}",
+        # the set's name is its JSONL header's "probe_set" (a run row read "evaluation of" and nothing)
+        name = labelled.get("probe_set") or labelled.get("name") or "an unnamed set"
+        return (f"evaluation of {name}",
                 f"{counted(len(labelled.get('items', [])), 'item')} × {counted(request.get('repeats', 1), 'repeat')}, "
                 f"samples {request.get('samples')}, steps {request.get('steps')}", ", ".join(questions))
     probe = request.get("probe", {})

@@ -67,7 +67,7 @@ def run_row(run: dict, headline: str = "") -> list:
                   f"{counted(request.get('samples'), 'sample')}")
     else:
         events = request.get("events", [])
-        concepts = events[0]["concepts"] if events else []
+        concepts = events[0].get("concepts", []) if events else []
         what = " vs ".join(f"{e.get('group') or ''}{': ' if e.get('group') else ''}{e['event'][:60]}" for e in events)
         design = f"{counted(len(events), 'event')} × {counted(request.get('n_samples'), 'sample')}, seed {request.get('seed')}"
     return [kind, what, design, headline, run["status"], run["run_id"], run["created_at"], run["model_id"],
@@ -122,6 +122,32 @@ def searchable(run: dict, row: list) -> str:
     events = request.get("events", []) if run_kind(run) != "study" else request.get("study", {}).get("events", [])
     texts = [e.get("event", e.get("text", "")) if isinstance(e, dict) else str(e) for e in events]
     return " ".join([*map(str, row), *texts]).lower()
+
+
+OPEN_LABEL, OPEN_BUSY_LABEL = "Open", "Opening…"
+#: After a reopen: the opened tab's first result line scrolled into view (the page stayed where the Open button was).
+SHOW_OPENED_JS = """() => { setTimeout(() => {
+  const shown = [...document.querySelectorAll('#petri-tabs [role=tabpanel]')].find((p) => p.offsetParent !== null);
+  const target = shown && shown.querySelector('[id$="-run-badge"], [id$="-status"]');
+  if (target && !document.getElementById('petri-runs-status').textContent.trim()) target.scrollIntoView({block: 'start'});
+}, 300); }"""
+
+
+def empty_note(query: str, kind: str) -> str:
+    """What the Runs tab says when no stored run matches (an empty table said nothing)."""
+    narrowed = f" of kind *{kind}*" if kind not in (None, "", "all") else ""
+    if (query or "").strip():
+        return f"No stored run{narrowed} matches *{query.strip()}*."
+    return f"No stored run{narrowed} yet."
+
+
+def run_details(frame: pd.DataFrame, run_id: str | None) -> str:
+    """The picked run's row, every column on its own line (``""`` when none is picked)."""
+    rows = frame[frame["run_id"] == run_id] if run_id and not frame.empty else frame.iloc[0:0]
+    if rows.empty:
+        return ""
+    row = rows.iloc[0]
+    return "**Picked:** " + " · ".join(f"{column}: {row[column]}" for column in RUN_COLUMNS if str(row[column]))
 
 
 def run_choices(frame: pd.DataFrame) -> list[tuple[str, str]]:
@@ -253,24 +279,37 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
     initial = runs_table(service) if not access.policy.public else pd.DataFrame(columns=RUN_COLUMNS)
     initial_choices = run_choices(initial)
     with gr.Row():
-        choice = gr.Dropdown(initial_choices, value=initial_choices[0][1] if initial_choices else None, label="Run",
+        # no run picked when the page is built (at the server's start: a run stored since is newer, so
+        # the build's newest was the oldest one by the time the tab opened); the tab's refresh picks the newest
+        choice = gr.Dropdown(initial_choices, value=None, label="Run", min_width=300,  # a phone's whole row
                              allow_custom_value=True, scale=3, elem_id="petri-runs-choice")
-        open_btn = gr.Button("Open", variant="primary", scale=0, elem_id="petri-runs-open")
+        open_btn = gr.Button(OPEN_LABEL, variant="primary", scale=0, elem_id="petri-runs-open")
         delete_btn = gr.Button("Delete", variant="stop", scale=0, elem_id="petri-runs-delete")
+    # the picked run whole (a narrow screen cuts the choice's label and shows only the table's first columns)
+    picked_note = gr.Markdown("", elem_id="petri-runs-picked")
     runs_note = gr.Markdown("", elem_id="petri-runs-status")
     table = gr.Dataframe(initial, interactive=False, wrap=True, label=f"Stored runs (headline: {HEADLINE})",
                          column_widths=RUN_COLUMN_WIDTHS, elem_id="petri-runs-table")
 
     def listed(request: gr.Request, query: str = "", kind: str = "all", current: str | None = None):
-        """The table and the run choices. While the run the visitor had picked is still listed the
-        choice is left alone, so a refresh that lands after a click on a row (its inputs were read
-        before the click) cannot move the choice to another run; otherwise the newest run is picked."""
+        """The table, the run choices, the note under them (what an empty result means) and the
+        picked run's details. While the run the visitor had picked is still listed the choice is left
+        alone, so a refresh that lands after a click on a row (its inputs were read before the click)
+        cannot move the choice to another run; otherwise the newest run is picked."""
         frame = runs_table(service, caller=access.caller(request), search=query, kind=kind)
         choices = run_choices(frame)
         ids = [run_id for _, run_id in choices]
+        note = "" if ids else empty_note(query, kind)
         if current in ids:
-            return frame, gr.update(choices=choices)
-        return frame, gr.update(choices=choices, value=ids[0] if ids else None)
+            return frame, gr.update(choices=choices), note, run_details(frame, current)
+        value = ids[0] if ids else None
+        return frame, gr.update(choices=choices, value=value), note, run_details(frame, value)
+
+    def relisted(request: gr.Request, query: str, kind: str, current: str | None):
+        """The list read again after an Open (a run deleted meanwhile, which a failed Open usually
+        means, leaves it), the note under it (an Open's message) left alone."""
+        frame, choices, _, details = listed(request, query, kind, current)
+        return frame, choices, details
 
     armed = gr.State(None)  # the run a first Delete press asked about
 
@@ -278,14 +317,16 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
         try:
             note, now_armed = runs.confirm_delete(run_id, asked, access.caller(request))
         except gr.Error as err:
-            return f"**Cannot delete:** {err.message}", gr.update(), gr.update(), None
+            return f"**Cannot delete:** {err.message}", gr.update(), gr.update(), gr.update(), None
         if now_armed is not None:  # asked, nothing deleted yet
-            return note, gr.update(), gr.update(), now_armed
-        return (note, *listed(request, query, kind), None)
+            return note, gr.update(), gr.update(), gr.update(), now_armed
+        frame, choices, _, details = listed(request, query, kind)
+        return note, frame, choices, details, None
 
     def picked(frame, evt: gr.SelectData):
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
-        return gr.update(value=frame.iloc[row]["run_id"])
+        run_id = frame.iloc[row]["run_id"]
+        return gr.update(value=run_id), run_details(frame, run_id)
 
     flat = [(kind, name, comp) for kind, comps in outputs.items() for name, comp in comps.items()]
 
@@ -301,10 +342,21 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
         return updates
 
     filters = [search, kind_filter]
-    for event in (refresh.click, search.submit, kind_filter.change):
-        event(listed, [*filters, choice], [table, choice], show_progress="hidden")
-    delete_btn.click(deleted, [choice, *filters, armed], [runs_note, table, choice, armed], show_progress="hidden")
+    listing = [table, choice, runs_note, picked_note]
+    for event in (refresh.click, kind_filter.change):
+        event(listed, [*filters, choice], listing, show_progress="hidden")
+    # the search filters as the visitor types (not only on Enter)
+    search.change(listed, [*filters, choice], listing, show_progress="hidden", trigger_mode="always_last")
+    delete_btn.click(deleted, [choice, *filters, armed], [runs_note, table, choice, picked_note, armed],
+                     show_progress="hidden")
     choice.change(lambda: None, None, armed, show_progress="hidden")  # another run picked: ask again
-    table.select(picked, table, choice, show_progress="hidden")
-    open_btn.click(open_handler, choice, [tabs, runs_note, *[comp for _, _, comp in flat]], show_progress="minimal")
-    return listed, [table, choice], [*filters, choice]
+    choice.input(run_details, [table, choice], picked_note, show_progress="hidden")
+    table.select(picked, table, [choice, picked_note], show_progress="hidden")
+    # a reopen takes seconds: the button says so at once (outside the queue), then the opened tab is shown
+    # with its results in view
+    open_btn.click(lambda: gr.update(value=OPEN_BUSY_LABEL, interactive=False), None, open_btn, queue=False,
+                   show_progress="hidden").then(
+        open_handler, choice, [tabs, runs_note, *[comp for _, _, comp in flat]], show_progress="minimal").then(
+        relisted, [*filters, choice], [table, choice, picked_note], show_progress="hidden").then(
+        lambda: gr.update(value=OPEN_LABEL, interactive=True), None, open_btn, show_progress="hidden", js=SHOW_OPENED_JS)
+    return listed, listing, [*filters, choice]

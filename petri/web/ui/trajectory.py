@@ -32,7 +32,14 @@ import numpy as np
 
 from petri.measure.metrics import anchor_concepts
 from petri.measure.replay import CONFIDENCE_LEGEND, live_record, sample_record
-from petri.study.trajectory_plots import CONFIDENCE_SCALE, READABLE_CELL_PX, step_curves_figure, trajectory_figure
+from petri.study.trajectory_plots import (
+    CONFIDENCE_SCALE,
+    FIGURE_MODES,
+    READABLE_CELL_PX,
+    shown_mode,
+    step_curves_figure,
+    trajectory_figure,
+)
 from petri.core.trajectory import MASKED_FAMILY, UNIFORM_FAMILY, Trajectory
 from petri.web.access import Caller
 from petri.web.replay_files import export_bundle, run_colors
@@ -82,6 +89,10 @@ VIEW_CSS = """
 .pt-canvas.pt-flow { display: block; gap: 0; font-family: inherit; font-size: 14px; line-height: 1.9; white-space: pre-wrap; }
 .pt-flow .pt-tok { padding: 0; border: none; border-radius: 0; min-width: 0; white-space: pre-wrap; }
 .pt-flow .pt-anchor { border: none; border-bottom: 3px solid; font-weight: 700; }
+/* flowing text: a renoised piece is a random token, not part of a word: set apart, not run into its neighbours */
+.pt-flow .pt-renoised { margin: 0 0.3em; text-decoration: underline dotted; }
+.pt-pause-mark { display: inline-block; width: 3px; height: 0.8em; border-left: 3px solid currentColor;
+  border-right: 3px solid currentColor; vertical-align: -0.05em; }
 """
 
 VIEW_JS = r"""
@@ -112,14 +123,16 @@ function shade(stops, x) {
   return rgb(stops[stops.length - 1][1]);
 }
 
-function setModes(v) {  // the choices of what the cells show: the family's (v.modes), the canvas first
-  const modes = (v && v.modes) || [], keep = mode.value;
+function setModes(v) {  // the choices of what the cells show: the family's (v.modes), the canvas first;
+  // a record that names its mode (v.mode: the one the figure below was drawn with) sets it
+  const modes = (v && v.modes) || [], keep = (v && v.mode) || mode.value;
   const names = modes.map((m) => m[0]).join('|');
   if (mode.dataset.names !== names) {
     mode.replaceChildren(...modes.map(([value, text]) => { const o = document.createElement('option'); o.value = value; o.textContent = text; return o; }));
     mode.dataset.names = names;
-    mode.value = modes.some((m) => m[0] === keep) ? keep : (modes.length ? modes[0][0] : '');
   }
+  if (mode.value !== keep || !modes.some((m) => m[0] === mode.value))
+    mode.value = modes.some((m) => m[0] === keep) ? keep : (modes.length ? modes[0][0] : '');
   mode.disabled = modes.length < 2;
 }
 
@@ -193,7 +206,8 @@ function play() {
   if (count() < 2) return;
   if (step >= count() - 1) step = 0;
   render();
-  playBtn.textContent = '⏸ Pause'; playBtn.setAttribute('aria-pressed', 'true'); root.dataset.playing = '1';
+  // the pause mark is drawn (two bars), not a glyph: U+23F8 was a box in fonts without it
+  playBtn.innerHTML = '<span class="pt-pause-mark" aria-hidden="true"></span> Pause'; playBtn.setAttribute('aria-pressed', 'true'); root.dataset.playing = '1';
   timer = setInterval(() => { if (step >= count() - 1) { stop(); return; } go(step + 1); }, +speed.value);
 }
 const toggle = () => (timer ? stop() : play());
@@ -203,7 +217,15 @@ element.querySelector('.pt-prev').addEventListener('click', () => { stop(); go(s
 element.querySelector('.pt-next').addEventListener('click', () => { stop(); go(step + 1); });
 playBtn.addEventListener('click', toggle);
 speed.addEventListener('change', () => { if (timer) { stop(); play(); } });
-mode.addEventListener('change', () => render());
+mode.addEventListener('change', () => {
+  // the step-by-step figure follows: the record, with the mode now shown, goes back to the server
+  const v = cur();
+  if (v && v.mode !== undefined && v.mode !== mode.value) {
+    props.value = {...v, mode: mode.value};
+    if (typeof trigger === 'function') trigger('input');
+  }
+  render();
+});
 flow.addEventListener('change', () => render());
 root.addEventListener('keydown', (e) => {
   if (e.target === speed || e.target === mode || e.target === flow) return;
@@ -261,10 +283,18 @@ def view_modes(family: str, has_canvas: bool) -> dict:
     return {"modes": modes, "legends": legends}
 
 
+def mode_of(record) -> str:
+    """What a viewer value's cells show (its ``mode``; the canvas by default)."""
+    return str(record.get("mode") or "canvas") if isinstance(record, dict) else "canvas"
+
+
 def run_label(run_id: str) -> str:
     """The run a panel shows, as its title starts (``""`` without a run id)."""
     return f"run {run_id[:12]} · " if run_id else ""
 
+
+EXPORT_LABEL = "Prepare downloads (GIF, figures as PNG/SVG/HTML, steps CSV/Parquet)"
+EXPORT_BUSY_LABEL = "Preparing the downloads… (GIF and figures take several seconds)"
 
 #: The component names a tab adds to its result views (prefixed per view).
 PARTS = ("view", "key", "sample", "figure", "curves", "files")
@@ -280,11 +310,14 @@ class TrajectoryView:
         return f"{self.prefix}_{part}"
 
     # -- values ---------------------------------------------------------------------------
-    def record(self, traj: Trajectory, sample: int, key: str, title: str = "", status: str = "") -> dict:
+    def record(self, traj: Trajectory, sample: int, key: str, title: str = "", status: str = "",
+               mode: str = "canvas") -> dict:
         """The view's value for one stored sample (``status``: a note the step line carries, e.g.
-        that the run was cancelled)."""
+        that the run was cancelled; ``mode``: what its cells show, as the figure beside it, which
+        the viewer's choice sends back)."""
         rec = sample_record(traj, sample, self.tokens, self.tokens.is_special)
         return {**rec, **view_modes(rec["family"], rec["canvas"] is not None), "key": f"{key}:{sample}", "live": False,
+                "mode": shown_mode(traj, mode if mode in FIGURE_MODES else "canvas"),
                 "colors": run_colors(traj), "scale": CONFIDENCE_SCALE, "status": status,
                 "title": f"{title}sample {rec['sample']} of {rec['n_samples']}"}
 
@@ -304,23 +337,28 @@ class TrajectoryView:
         """Every part emptied (a run starts), the view saying ``note``."""
         return {self.name("view"): {"note": note}, self.name("key"): None, self.name("figure"): None,
                 self.name("curves"): None, self.name("files"): None,
-                self.name("sample"): gr.update(value=0, interactive=False)}
+                self.name("sample"): gr.update(value=0, maximum=1, interactive=False)}  # not the last run's range
 
-    def views(self, run_id: str, event: int, traj: Trajectory, sample: int = 0, title: str = "") -> dict:
+    def views(self, run_id: str, event: int, traj: Trajectory, sample: int = 0, title: str = "",
+              mode: str = "canvas") -> dict:
         """Every part's value for a stored run's event (after a run, and when a run is reopened);
-        the viewer's step line names the run."""
+        the viewer's step line names the run; the viewer's cells and the figure show ``mode``."""
         sample = min(max(int(sample), 0), traj.n_samples - 1)
         return {
-            self.name("view"): self.record(traj, sample, f"{run_id}:{event}", run_label(run_id) + title),
+            self.name("view"): self.record(traj, sample, f"{run_id}:{event}", run_label(run_id) + title, mode=mode),
             self.name("key"): {"run_id": run_id, "event": int(event), "title": title},
             self.name("sample"): gr.update(maximum=max(traj.n_samples - 1, 1), value=sample, interactive=traj.n_samples > 1),
-            # cells wide enough to read their text: a canvas wider than the page scrolls sideways
-            # (its box has overflow-x: auto, UI_CSS), so the figure is never shrunk to unreadable cells
-            self.name("figure"): trajectory_figure(traj, sample, self.tokens, colors=run_colors(traj),
-                                                   cell_px=READABLE_CELL_PX),
+            self.name("figure"): self.figure(traj, sample, mode),
             self.name("curves"): responsive(step_curves_figure(traj, sample)),
             self.name("files"): None,
         }
+
+    def figure(self, traj: Trajectory, sample: int, mode: str = "canvas"):
+        """The step-by-step figure of one sample, its cells showing ``mode`` as the viewer does. Cells
+        wide enough to read their whole text: a canvas wider than the page scrolls sideways (its box
+        has overflow-x: auto, UI_CSS), so the figure is never shrunk to unreadable cells."""
+        return trajectory_figure(traj, sample, self.tokens, colors=run_colors(traj), cell_px=READABLE_CELL_PX,
+                                 mode=mode if mode in FIGURE_MODES else "canvas")
 
     # -- handlers -------------------------------------------------------------------------
     def _stored(self, key: dict | None, caller: Caller | None):
@@ -333,12 +371,21 @@ class TrajectoryView:
             raise gr.Error(f"run_id: no stored event {key['event']} in run {key['run_id']!r}", title="Trajectory")
         return stored
 
-    def show_sample(self, key: dict | None, sample, caller: Caller | None = None) -> dict:
-        """Another sample of the stored run: its record, figure and curves."""
+    def show_sample(self, key: dict | None, sample, caller: Caller | None = None, mode: str = "canvas") -> dict:
+        """Another sample of the stored run: its record, figure and curves (cells showing ``mode``)."""
         stored = self._stored(key, caller)
-        views = self.views(key["run_id"], key["event"], stored[key["event"]][2], int(sample or 0), key.get("title", ""))
+        views = self.views(key["run_id"], key["event"], stored[key["event"]][2], int(sample or 0), key.get("title", ""),
+                           mode)
         views.pop(self.name("sample"))
         return views
+
+    def show_mode(self, key: dict | None, record: dict | None, caller: Caller | None = None):
+        """The figure after the viewer's choice of what the cells show changed (``record``: the
+        viewer's value, its ``sample`` and ``mode``); unchanged while no stored run is shown."""
+        if not key or not key.get("run_id") or not isinstance(record, dict) or "mode" not in record:
+            return gr.update()
+        stored = self._stored(key, caller)
+        return self.figure(stored[key["event"]][2], int(record.get("sample") or 0), str(record["mode"]))
 
     def export(self, key: dict | None, sample, caller: Caller | None = None) -> list[str]:
         """The replay files of the shown sample (GIF, figures as HTML/PNG/SVG, steps CSV/Parquet),
@@ -364,29 +411,38 @@ class TrajectoryView:
             with gr.Row():
                 sample = gr.Slider(0, 1, value=0, step=1, label="Sample shown (numbered from 0)", interactive=False,
                                    elem_id=f"{elem}-sample", scale=3, visible=sample_selector)
-                export = gr.Button("Prepare downloads (GIF, figures as PNG/SVG/HTML, steps CSV/Parquet)", size="sm",
-                                   elem_id=f"{elem}-export", scale=2)
+                export = gr.Button(EXPORT_LABEL, size="sm", elem_id=f"{elem}-export", scale=2)
+            # right under its button: the files come where the user clicked, not 900 px lower
+            files = gr.File(label="Replay downloads", file_count="multiple", interactive=False,
+                            elem_id=f"{elem}-files")
             view = gr.HTML({"note": empty_note}, html_template=VIEW_HTML, css_template=VIEW_CSS, js_on_load=VIEW_JS, elem_id=elem,
                            padding=False, container=False)
             figure = gr.Plot(show_label=False, elem_id=f"{elem}-figure", elem_classes=["petri-wide-figure"])
-            with gr.Row():
-                curves = gr.Plot(show_label=False, elem_id=f"{elem}-curves", scale=3, min_width=320)
-                files = gr.File(label="Replay downloads", file_count="multiple", interactive=False,
-                                elem_id=f"{elem}-files", scale=2, min_width=280)
+            curves = gr.Plot(show_label=False, elem_id=f"{elem}-curves")
         key = gr.State(None)
         parts = {self.name("view"): view, self.name("key"): key, self.name("sample"): sample,
                  self.name("figure"): figure, self.name("curves"): curves, self.name("files"): files}
         outputs = [view, figure, curves, files]
 
-        def on_sample(request: gr.Request, k, s):
-            views = self.show_sample(k, s, access.caller(request))
+        def on_sample(request: gr.Request, k, s, shown):
+            views = self.show_sample(k, s, access.caller(request), mode_of(shown))
             return [views[self.name(p)] for p in ("view", "figure", "curves", "files")]
 
         def on_export(request: gr.Request, k, s):
             return self.export(k, s, access.caller(request))
 
         # every way the value moves (a drag, arrow keys, a number typed in its box); the last one wins
-        sample.input(on_sample, [key, sample], outputs, show_progress="hidden", trigger_mode="always_last",
+        def on_mode(request: gr.Request, k, shown):
+            return self.show_mode(k, shown, access.caller(request))
+
+        sample.input(on_sample, [key, sample, view], outputs, show_progress="hidden", trigger_mode="always_last",
                      api_name=self.name("sample"))
-        export.click(on_export, [key, sample], files, show_progress="minimal", api_name=self.name("export"))
+        # the viewer's choice of what the cells show (its select sends the record back): the figure follows
+        view.input(on_mode, [key, view], figure, show_progress="minimal", trigger_mode="always_last")
+        # about 15 s: the button says it is working (at once, outside the queue) and the files scroll into view
+        export.click(lambda: gr.update(value=EXPORT_BUSY_LABEL, interactive=False), None, export, queue=False,
+                     show_progress="hidden").then(
+            on_export, [key, sample], files, show_progress="minimal", api_name=self.name("export")).then(
+            lambda: gr.update(value=EXPORT_LABEL, interactive=True), None, export, show_progress="hidden",
+            js=f"() => {{ document.getElementById('{elem}-files')?.scrollIntoView({{block: 'nearest'}}); }}")
         return parts

@@ -506,6 +506,17 @@ def wait_new_done(page, status: str, before: set[str]) -> str:
     return re.search(r"Done: run `?([0-9a-f]{32})", page.inner_text(status)).group(1)
 
 
+def run_compare(page, before: set[str], samples: int, steps: int) -> str:
+    """Run the Compare tab's two events (``samples`` each, ``steps`` at most); the new run's id
+    (``before``: the run ids stored before)."""
+    tab(page, "Compare")
+    page.fill("#petri-cmp-samples input[type=number]", str(samples))
+    open_settings(page, "petri-cmp")
+    page.fill("#petri-cmp-steps input[type=number]", str(steps))
+    page.click("#petri-cmp-run")
+    return wait_new_done(page, "#petri-cmp-status", before)
+
+
 def open_settings(page, elem: str = "petri") -> None:
     """Open the tab's closed "Sampler settings" accordion (left open if it is)."""
     if not page.locator(f"#{elem}-steps input[type=number]").is_visible():
@@ -888,12 +899,7 @@ def test_at_420_px_the_dish_and_compare_tabs_fit(page, served):
         page.wait_for_function("document.querySelector(\"#petri-canvas .pc-chip[data-concept='person']\").dataset.start == '27'")
         assert_narrow_tab_fits(page, "petri", "#petri-files", "#petri-pairs")
         save_screenshot(page, Path(service.store.path).parent, "dish-420.png")
-        tab(page, "Compare")
-        page.fill("#petri-cmp-samples input[type=number]", "2")
-        open_settings(page, "petri-cmp")
-        page.fill("#petri-cmp-steps input[type=number]", "4")
-        page.click("#petri-cmp-run")
-        wait_new_done(page, "#petri-cmp-status", before)
+        run_compare(page, before, samples=2, steps=4)
         page.click("#petri-cmp-figures-button")
         page.wait_for_selector("#petri-cmp-figures td.filename", timeout=300_000)
         assert_narrow_tab_fits(page, "petri-cmp", "#petri-cmp-figures", "#petri-cmp-pairs")

@@ -52,7 +52,7 @@ def test_dish_run_streams_then_reports(service):
     assert names == {f"{run_id}-{n}" for n in ("positions.csv", "segments.csv", "samples.csv", "pairs.csv", "run.json")}
     positions = pd.read_csv(next(p for p in final["files"] if p.endswith("positions.csv")))
     assert len(positions) == 3 * 16 and positions["group"].isna().all()
-    assert list(final["pairs"].columns) == ["pair", "n_segments", "instability"]
+    assert list(final["pairs"].columns) == ["pair", "segments", "instability"]  # issue 60: headers whole at 420 px
     labelled = [label for _, label in highlighted_text(traj, 1, ctl.tokens) if label]
     assert {"order", "inventory", "person"} <= set(labelled)
     picked = ctl.show_sample(run_id, 2)  # one selector for every panel: the viewer follows it
