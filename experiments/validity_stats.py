@@ -1,0 +1,227 @@
+"""The subject ladder of the Validity page (issue 59): the positive controls, the shipped study and the
+teacher's line, side by side, computed with scipy and statsmodels from the stored per-event results.
+
+    python3 experiments/validity_stats.py         # writes experiments/results/validity_ladder.json, prints the tables
+
+Inputs (whatever exists; a missing run is reported as not run):
+
+* ``experiments/results/validity/anchor_congruence-<model>-<condition>/events.csv`` and
+  ``dose_response-<model>-<condition>/events.csv`` (``experiments/validity_runs.py``): the per-event
+  mean pair instability (``instability``) under each condition, paired by event;
+* the shipped study's runs (``assets/studies/results/inventory_order-en-petri-tiny``,
+  ``experiments/results/inventory_order-en-<model>``): per-event instability by group;
+* ``experiments/results/teacher_reference.json`` (``experiments/teacher_reference.py``).
+
+The statistics, each on events (the unit):
+
+* **congruence**: unrelated minus fitting per event: mean with a 95 % t interval, Wilcoxon
+  signed-rank (two-sided; scipy's exact distribution for n <= 50 without ties), the matched-pairs
+  rank-biserial correlation, Cohen's d_z and the events a paired t-test needs for 80 % power at
+  alpha 0.05 for that d_z (statsmodels ``TTestPower``);
+* **dose**: each event's least-squares slope of instability on the dose (mean with a 95 % t interval,
+  d_z of the slopes and the events for 80 % power, as above), Page's L test for instability
+  increasing with the dose (scipy, exact for small tables) and a mixed model (statsmodels
+  ``MixedLM``: instability ~ dose, random intercept per event);
+* **contradictory vs benign / vs control**: AUC = P(a contradictory event is less stable than the
+  other group's), its two-sided Mann-Whitney p, Cohen's d of the event means and the events per group
+  an independent t-test needs for 80 % power (``TTestIndPower``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "experiments" / "results"
+VALIDITY = RESULTS / "validity"
+MODELS = ("petri-tiny", "petri-small", "petri-tiny-mdm", "petri-small-mdm")
+CONGRUENCE = ("fitting", "unrelated")
+DOSES = (("d000", 0.0), ("d025", 0.25), ("d050", 0.5), ("d100", 1.0))
+
+
+def read_events(folder: Path) -> dict[str, dict]:
+    """event id -> row of ``folder/events.csv`` (``{}`` when the run is missing)."""
+    path = folder / "events.csv"
+    if not path.exists():
+        return {}
+    with path.open(encoding="utf-8") as f:
+        return {row["event_id"]: row for row in csv.DictReader(f)}
+
+
+def _power_n(effect: float, paired: bool) -> float | None:
+    """Events (pairs, or per group) for 80 % power at alpha 0.05, two-sided; None for no effect."""
+    from statsmodels.stats.power import TTestIndPower, TTestPower
+
+    if not math.isfinite(effect) or abs(effect) < 1e-9:
+        return None
+    solver = TTestPower() if paired else TTestIndPower()
+    try:
+        return float(solver.solve_power(effect_size=abs(effect), alpha=0.05, power=0.8, alternative="two-sided"))
+    except (ValueError, RuntimeError):
+        return None
+
+
+def mean_ci(values: np.ndarray) -> dict:
+    """Mean, 95 % t interval, d_z and the events for 80 % power of a one-sample t-test."""
+    n = len(values)
+    sd = float(values.std(ddof=1))
+    half = float(stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n))
+    dz = float(values.mean() / sd) if sd > 0 else float("nan")
+    return {"n": n, "mean": float(values.mean()), "ci95": [float(values.mean()) - half, float(values.mean()) + half],
+            "d_z": dz, "n_for_80pct_power": _power_n(dz, paired=True)}
+
+
+def paired_test(after: np.ndarray, before: np.ndarray) -> dict:
+    """``after - before`` per event: :func:`mean_ci`, Wilcoxon signed-rank and the matched-pairs
+    rank-biserial correlation ((positive rank sum - negative) / total)."""
+    d = after - before
+    w = stats.wilcoxon(after, before, alternative="two-sided")
+    ranks = stats.rankdata(np.abs(d[d != 0]))
+    pos, neg = ranks[d[d != 0] > 0].sum(), ranks[d[d != 0] < 0].sum()
+    return {**mean_ci(d), "wilcoxon_p": float(w.pvalue), "rank_biserial": float((pos - neg) / (pos + neg)),
+            "share_up": float((d > 0).mean())}
+
+
+def congruence(model: str) -> dict | None:
+    runs = {c: read_events(VALIDITY / f"anchor_congruence-{model}-{c}") for c in CONGRUENCE}
+    if not all(runs.values()):
+        return None
+    ids = sorted(set(runs["fitting"]) & set(runs["unrelated"]))
+    fit = np.array([float(runs["fitting"][i]["instability"]) for i in ids])
+    unrel = np.array([float(runs["unrelated"][i]["instability"]) for i in ids])
+    return {"effect": "unrelated minus fitting, mean pair instability per event", **paired_test(unrel, fit),
+            "mean_fitting": float(fit.mean()), "mean_unrelated": float(unrel.mean()),
+            "samples_per_event": int(runs["fitting"][ids[0]]["n_samples"]),
+            "folders": [f"experiments/results/validity/anchor_congruence-{model}-{c}" for c in CONGRUENCE]}
+
+
+def trend(table: np.ndarray, x: np.ndarray) -> dict:
+    """``table``: (events, doses) values, ``x``: the doses. Each event's least-squares slope on the
+    dose (:func:`mean_ci` of them), Page's L test for values increasing with the dose, the means by dose."""
+    slopes = ((x - x.mean()) * (table - table.mean(1, keepdims=True))).sum(1) / ((x - x.mean()) ** 2).sum()
+    page = stats.page_trend_test(table, predicted_ranks=list(range(1, len(x) + 1)))
+    return {"slope": mean_ci(slopes), "page_L": float(page.statistic), "page_p": float(page.pvalue),
+            "page_method": page.method, "mean_by_dose": [float(v) for v in table.mean(0)]}
+
+
+def dose(model: str) -> dict | None:
+    runs = {cid: read_events(VALIDITY / f"dose_response-{model}-{cid}") for cid, _ in DOSES}
+    levels = [(cid, x) for cid, x in DOSES if runs[cid]]
+    if len(levels) < 3:
+        return None
+    ids = sorted(set.intersection(*(set(runs[cid]) for cid, _ in levels)))
+    table = np.array([[float(runs[cid][i]["instability"]) for cid, _ in levels] for i in ids])
+    x = np.array([v for _, v in levels])
+    return {"effect": "least-squares slope of mean pair instability on the dose (0 to 1) per event",
+            "doses": [v for _, v in levels], **trend(table, x), "mixed_model": mixed_slope(table, x, ids),
+            "samples_per_event": int(runs[levels[0][0]][ids[0]]["n_samples"]),
+            "folders": [f"experiments/results/validity/dose_response-{model}-{cid}" for cid, _ in levels]}
+
+
+def mixed_slope(table: np.ndarray, x: np.ndarray, ids: list[str]) -> dict:
+    """statsmodels MixedLM instability ~ dose with a random intercept per event, on event means."""
+    import pandas as pd
+    import statsmodels.formula.api as smf
+
+    frame = pd.DataFrame([{"event": e, "dose": float(v), "y": float(table[r, c])}
+                          for r, e in enumerate(ids) for c, v in enumerate(x)])
+    fit = smf.mixedlm("y ~ dose", frame, groups=frame["event"]).fit(reml=True)
+    low, high = fit.conf_int().loc["dose"]
+    return {"slope": float(fit.params["dose"]), "ci95": [float(low), float(high)], "p": float(fit.pvalues["dose"])}
+
+
+def inventory_folder(model: str) -> Path:
+    shipped = REPO / "assets" / "studies" / "results" / f"inventory_order-en-{model}"
+    return shipped if shipped.exists() else RESULTS / f"inventory_order-en-{model}"
+
+
+def group_test(high: np.ndarray, low: np.ndarray) -> dict:
+    """AUC P(high > low), two-sided Mann-Whitney p (exact without ties, as the study's own headline),
+    Cohen's d and the events per group for 80 % power."""
+    tied = len(np.unique(np.concatenate([high, low]))) < len(high) + len(low)
+    res = stats.mannwhitneyu(high, low, alternative="two-sided", method="asymptotic" if tied else "exact")
+    pooled = math.sqrt(((len(high) - 1) * high.var(ddof=1) + (len(low) - 1) * low.var(ddof=1)) / (len(high) + len(low) - 2))
+    d = float((high.mean() - low.mean()) / pooled)
+    return {"auc": float(res.statistic) / (len(high) * len(low)), "p": float(res.pvalue), "n": [len(high), len(low)],
+            "cohens_d": d, "n_per_group_for_80pct_power": _power_n(d, paired=False)}
+
+
+def inventory(model: str) -> dict | None:
+    folder = inventory_folder(model)
+    rows = read_events(folder)
+    if not rows:
+        return None
+    by = {g: np.array([float(r["instability"]) for r in rows.values() if r["group"] == g])
+          for g in ("benign", "contradictory", "control")}
+    run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    return {"contradictory_vs_benign": group_test(by["contradictory"], by["benign"]),
+            "contradictory_vs_control": group_test(by["contradictory"], by["control"]),
+            "samples_per_batch": run["samples_per_batch"], "templates": len(run["templates"]),
+            "folder": str(folder.relative_to(REPO))}
+
+
+def ladder() -> dict:
+    teacher_path = RESULTS / "teacher_reference.json"
+    return {
+        "command": "python3 experiments/validity_stats.py",
+        "models": {m: {"congruence": congruence(m), "dose": dose(m), "inventory_order": inventory(m)} for m in MODELS},
+        "teacher": teacher(json.loads(teacher_path.read_text(encoding="utf-8"))) if teacher_path.exists() else None,
+    }
+
+
+def teacher(raw: dict) -> dict:
+    """The teacher's tests, as ``experiments/teacher_reference.py`` wrote them (with this module's
+    functions), and where they came from."""
+    keep = ("inventory_order", "anchor_congruence", "dose_response")
+    return {"source": "experiments/results/teacher_reference.json", "command": raw["command"],
+            **{k: {key: v for key, v in raw[k].items() if key != "events"} for k in keep}}
+
+
+def _fmt(v: float | None, digits: int = 2) -> str:
+    return "—" if v is None or not math.isfinite(v) else f"{v:+.{digits}f}" if digits else f"{v:.0f}"
+
+
+def _p(p: float) -> str:
+    return f"{p:.2g}" if p >= 0.001 else f"{p:.1e}"
+
+
+def table(result: dict) -> str:
+    """The ladder as a Markdown table (one row per model)."""
+    lines = ["| model | congruence: unrelated − fitting [95 % CI], Wilcoxon p | events for 80 % | dose slope [95 % CI], Page p"
+             " | events for 80 % | contradictory vs benign: AUC, p | contradictory vs control: AUC, p |",
+             "|---|---|---|---|---|---|---|"]
+    for model, r in result["models"].items():
+        c, d, inv = r["congruence"], r["dose"], r["inventory_order"]
+        cong = (f"{_fmt(c['mean'])} [{_fmt(c['ci95'][0])}, {_fmt(c['ci95'][1])}], p = {_p(c['wilcoxon_p'])} "
+                f"({c['n']} events)") if c else "not run"
+        cong_n = _fmt(c["n_for_80pct_power"], 0) if c else "—"
+        slope = (f"{_fmt(d['slope']['mean'])} [{_fmt(d['slope']['ci95'][0])}, {_fmt(d['slope']['ci95'][1])}], "
+                 f"p = {_p(d['page_p'])} ({len(d['doses'])} doses)") if d else "not run"
+        slope_n = _fmt(d["slope"]["n_for_80pct_power"], 0) if d else "—"
+        ib = f"{inv['contradictory_vs_benign']['auc']:.2f}, p = {_p(inv['contradictory_vs_benign']['p'])}" if inv else "—"
+        ic = f"{inv['contradictory_vs_control']['auc']:.2f}, p = {_p(inv['contradictory_vs_control']['p'])}" if inv else "—"
+        lines.append(f"| {model} | {cong} | {cong_n} | {slope} | {slope_n} | {ib} | {ic} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=RESULTS / "validity_ladder.json")
+    args = ap.parse_args(argv)
+    result = ladder()
+    args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(table(result))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
