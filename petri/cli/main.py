@@ -89,19 +89,28 @@ def add_statistics_commands(commands) -> None:
                                 description="Resample the pilot's events and templates to estimate the power of the "
                                 "event-level test for a grid of designs; seeded and reproducible.")
     power.add_argument("results_dir", help="output folder of `petri study` (segments.csv, run.json)")
-    power.add_argument("--events", type=_ints, default=(6, 12, 24, 48, 96), help="events per group to try")
+    power.add_argument("--events", type=_ints, default=(6, 12, 24, 48, 96), help="events per group (a paired study: events) to try")
     power.add_argument("--templates", type=_ints, default=None, help="templates to try (default 1, pilot's, twice)")
     power.add_argument("--effect", type=float, default=None, help="effect (b - a, instability units); default: the pilot's")
     power.add_argument("--sims", type=int, default=1000, help="simulated studies per design; default 1000")
     power.add_argument("--alpha", type=float, default=0.05)
     power.add_argument("--seed", type=int, default=0)
     power.add_argument("--json", default=None, help="also write the result as JSON to this file")
+    power.add_argument("--condition", default=None, help="paired study: the condition compared with the reference "
+                       "(default: the last); the power is that of the paired Wilcoxon test on event differences")
     restat = commands.add_parser("restat", help="re-analyse a study folder from its CSVs (no resampling): "
                                  "statistics.json, pair_tests.csv and report.md's statistics section")
     restat.add_argument("results_dir")
     paired = commands.add_parser("paired", help="paired tests of two runs of one study (Wilcoxon, exact McNemar)")
     paired.add_argument("results_a")
     paired.add_argument("results_b")
+
+
+def pd_table(rows: list[dict]) -> str:
+    """Power designs as an aligned text table (floats to 3 decimals)."""
+    import pandas as pd
+
+    return pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3f}")
 
 
 def cmd_statistics(args) -> int:
@@ -115,8 +124,16 @@ def cmd_statistics(args) -> int:
         print(out["mcnemar"]["summary"])
         return 0
     if args.command == "restat":
-        from petri.study.statistics import restat
+        from petri.study.paired_statistics import paired_from_folder, write_paired
+        from petri.study.statistics import load_results, restat
 
+        paired = paired_from_folder(args.results_dir)
+        if paired is not None:
+            write_paired(paired, args.results_dir)
+            print("\n".join(paired.lines()))
+            print(f"wrote paired_summary.csv, paired_event_means.csv and paired_statistics.json in {args.results_dir}")
+            if len(load_results(args.results_dir)[1]) < 2:
+                return 0  # one group: no group statistics
         stats = restat(args.results_dir)
         print(stats.comparison.event.summary())
         if stats.mixed is not None:
@@ -125,12 +142,31 @@ def cmd_statistics(args) -> int:
         return 0
     from petri.stats.mixed import cell_values
     from petri.stats.power import power_from_cells
+    from petri.study.paired_statistics import paired_from_folder
     from petri.study.statistics import load_results
+
+    paired = paired_from_folder(args.results_dir, n_sims=args.sims, power_events=args.events, effect=args.effect,
+                                alpha=args.alpha, seed=args.seed, power_condition=args.condition)
+    if paired is not None:  # a within-event study: the power of the paired test
+        if args.templates is not None:
+            raise ValueError("--templates: a paired study's power resamples events (templates as in the pilot)")
+        result = paired.power
+        if result is None:
+            raise ValueError(f"RESULTS_DIR {args.results_dir}: {'; '.join(paired.notes)}")
+        print(pd_table(result.designs))
+        print(result.summary())
+        print(f"method: {result.method}")
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                json.dump(result.to_dict(), fh, indent=1)
+        return 0
+    if args.condition is not None:
+        raise ValueError("--condition: the study in RESULTS_DIR has no conditions (it is not a paired study)")
 
     segments, groups, _, _ = load_results(args.results_dir)
     result = power_from_cells(cell_values(segments), groups, events=args.events, templates=args.templates,
                               effect=args.effect, n_sims=args.sims, alpha=args.alpha, seed=args.seed)
-    print(result.table().to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(pd_table(result.designs))
     print(result.summary())
     print(f"method: {result.method}")
     if args.json:
@@ -239,8 +275,11 @@ def cmd_study(args) -> int:
     outputs = write_study(result, out, top_n=args.top_n, images=not args.no_images, command=command, token_text=decoder)
     comp = outputs.analysis.comparison
     print(f"model: {result.model_id} on {result.device}; run {result.run_id}: {result.computed} batches computed, {result.resumed} resumed")
-    print(comp.event.summary())
-    print(comp.segment.summary())
+    if outputs.analysis.paired is not None:
+        print("\n".join(outputs.analysis.paired.lines()))
+    if comp is not None:
+        print(comp.event.summary())
+        print(comp.segment.summary())
     for note in outputs.notes:
         print(f"note: {note}")
     n_csv = sum(p.suffix == ".csv" for p in outputs.tables.values())

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["MixedResult", "BootstrapResult", "cell_values", "cell_matrix", "crossed_mixed_model",
+__all__ = ["MixedResult", "BootstrapResult", "cell_values", "cell_matrix", "crossed_mixed_model", "dose_mixed_model",
            "two_way_cluster_bootstrap"]
 
 MIN_EVENTS_PER_GROUP = 3
@@ -62,19 +62,20 @@ class MixedResult:
     converged: bool
     method: str
     warnings: list[str] = field(default_factory=list)
+    effect_label: str = ""  # what ``effect`` is, when not ``group_b - group_a`` (a dose slope)
 
     def summary(self) -> str:
         conf = f"{100 * self.confidence:g}%"
         return (
             f"mixed model ({self.unit}: {self.n_cells} cells = {self.n_events} events x {self.n_templates} templates): "
-            f"{self.group_b} - {self.group_a} = {self.effect:+.4g} (SE {self.se:.3g}, {conf} CI {self.ci_low:+.4g}, "
+            f"{self.effect_label or f'{self.group_b} - {self.group_a}'} = {self.effect:+.4g} (SE {self.se:.3g}, {conf} CI {self.ci_low:+.4g}, "
             f"{self.ci_high:+.4g}, p={_fmt_p(self.p_value)}); variance event {self.var_event:.3g}, template "
             f"{self.var_template:.3g}, residual {self.var_residual:.3g}; ICC event {self.icc_event:.2f}, "
             f"template {self.icc_template:.2f}" + ("" if self.converged else " (did NOT converge)")
         )
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: _plain(v) for k, v in asdict(self).items()}
+        out = {k: _plain(v) for k, v in asdict(self).items() if k != "effect_label" or v}  # older files lack it
         out["summary"] = self.summary()
         return out
 
@@ -124,15 +125,17 @@ def _fmt_p(p: float) -> str:
 
 
 def cell_values(segments: pd.DataFrame, *, value: str = "instability", event_col: str = "event_id",
-                template_col: str = "template_id", group_col: str = "group") -> pd.DataFrame:
+                template_col: str = "template_id", group_col: str = "group", extra: tuple[str, ...] = ()) -> pd.DataFrame:
     """One row per (event, template) cell: ``[event_col, template_col, group_col, value, "n_segments"]``,
-    ``value`` the mean over the cell's non-NaN segment rows (cells with none are dropped)."""
-    missing = [c for c in (event_col, template_col, group_col, value) if c not in segments.columns]
+    ``value`` the mean over the cell's non-NaN segment rows (cells with none are dropped). When
+    ``group_col`` varies within an (event, template) (a paired study's ``condition``), one cell per
+    (event, template, group); ``extra`` columns (e.g. ``dose``) are carried along (their first value)."""
+    missing = [c for c in (event_col, template_col, group_col, value, *extra) if c not in segments.columns]
     if missing:
         raise ValueError(f"missing column(s) {missing}; have {list(segments.columns)}")
     seg = segments[segments[value].notna()]
-    return (seg.groupby([event_col, template_col], sort=True)
-            .agg(**{group_col: (group_col, "first"), value: (value, "mean"), "n_segments": (value, "size")})
+    return (seg.groupby([event_col, template_col, group_col], sort=True)
+            .agg(**{c: (c, "first") for c in extra}, **{value: (value, "mean"), "n_segments": (value, "size")})
             .reset_index())
 
 
@@ -161,9 +164,6 @@ def crossed_mixed_model(cells: pd.DataFrame, groups: tuple[str, str] = ("benign"
     of ``groups`` (the others are ignored). With one template the template component is left out (and
     reported as 0 with a warning). Raises ``ValueError`` naming the group when it has fewer than
     :data:`MIN_EVENTS_PER_GROUP` events."""
-    from statsmodels.regression.mixed_linear_model import MixedLM  # here: only the mixed model needs it
-    from scipy import stats as sps
-
     a, b = groups
     data = _pick(cells, groups, group_col)
     n_ev = data.groupby(group_col)[event_col].nunique()
@@ -171,8 +171,43 @@ def crossed_mixed_model(cells: pd.DataFrame, groups: tuple[str, str] = ("benign"
         if n_ev.get(g, 0) < MIN_EVENTS_PER_GROUP:
             raise ValueError(f"group {g!r} has {int(n_ev.get(g, 0))} events; the mixed model needs at least "
                              f"{MIN_EVENTS_PER_GROUP}")
-    data = data.assign(_x=(data[group_col] == b).astype(float),
-                       _event=data[event_col].astype(str), _template=data[template_col].astype(str))
+    data = data.assign(_x=(data[group_col] == b).astype(float))
+    return _fit_crossed(data, value, event_col, template_col, confidence, group_a=str(a), group_b=str(b),
+                        n_events_a=int(n_ev.get(a, 0)), n_events_b=int(n_ev.get(b, 0)),
+                        unit=f"event x template cell (mean segment {value} of one batch)" if value == "instability"
+                        else f"event x template cell (mean {value} of one batch)")
+
+
+def dose_mixed_model(cells: pd.DataFrame, *, dose_col: str = "dose", value: str = "instability",
+                     event_col: str = "event_id", template_col: str = "template_id",
+                     confidence: float = 0.95) -> MixedResult:
+    """Fit ``value ~ dose`` (dose a numeric fixed effect) with crossed random intercepts for event and
+    template (REML) on the cells of a dose study, one row per (event, template, dose). ``effect`` is
+    the slope: the change of ``value`` per unit of dose; ``group_a`` / ``group_b`` name the lowest and
+    the highest dose. Raises ``ValueError`` with fewer than :data:`MIN_EVENTS_PER_GROUP` events or 2 doses."""
+    if dose_col not in cells.columns:
+        raise ValueError(f"missing column {dose_col!r}; have {list(cells.columns)}")
+    doses = sorted(cells[dose_col].dropna().unique())
+    n_events = int(cells[event_col].nunique())
+    if len(doses) < 2 or n_events < MIN_EVENTS_PER_GROUP:
+        raise ValueError(f"the dose model needs at least 2 doses and {MIN_EVENTS_PER_GROUP} events, got "
+                         f"{len(doses)} doses and {n_events} events")
+    data = cells[cells[dose_col].notna()].assign(_x=lambda d: d[dose_col].astype(float))
+    fit = _fit_crossed(data, value, event_col, template_col, confidence, group_a=f"{dose_col} {doses[0]:g}",
+                       group_b=f"{dose_col} {doses[-1]:g}", n_events_a=n_events, n_events_b=n_events,
+                       unit=f"event x template x {dose_col} cell (mean {value} of one batch)")
+    return replace(fit, effect_label=f"slope of {value} per unit {dose_col}",
+                   method=fit.method.replace("the group effect", f"the {dose_col} slope (numeric fixed effect)"))
+
+
+def _fit_crossed(data: pd.DataFrame, value: str, event_col: str, template_col: str, confidence: float, *,
+                 group_a: str, group_b: str, n_events_a: int, n_events_b: int, unit: str) -> MixedResult:
+    """Fit ``value ~ _x`` (``_x`` a column of ``data``) with crossed random intercepts for event and
+    template as variance components of one all-covering group (REML); the effect is ``_x``'s coefficient."""
+    from statsmodels.regression.mixed_linear_model import MixedLM  # here: only the mixed model needs it
+    from scipy import stats as sps
+
+    data = data.assign(_event=data[event_col].astype(str), _template=data[template_col].astype(str))
     n_templates = int(data["_template"].nunique())
     vc = {"event": "0 + C(_event)"}
     if n_templates >= 2:
@@ -195,9 +230,9 @@ def crossed_mixed_model(cells: pd.DataFrame, groups: tuple[str, str] = ("benign"
     z = float(sps.norm.ppf(0.5 + confidence / 2))
     p = float(2 * sps.norm.sf(abs(effect / se))) if se > 0 else float("nan")
     return MixedResult(
-        group_a=str(a), group_b=str(b), unit="event x template cell (mean segment instability of one batch)",
+        group_a=group_a, group_b=group_b, unit=unit,
         n_cells=int(len(data)), n_events=int(data["_event"].nunique()), n_templates=n_templates,
-        n_events_a=int(n_ev.get(a, 0)), n_events_b=int(n_ev.get(b, 0)), effect=effect, se=se,
+        n_events_a=n_events_a, n_events_b=n_events_b, effect=effect, se=se,
         ci_low=effect - z * se, ci_high=effect + z * se, p_value=p, confidence=float(confidence),
         var_event=var_event, var_template=var_template, var_residual=var_res,
         icc_event=var_event / total if total > 0 else float("nan"),

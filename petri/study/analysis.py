@@ -19,6 +19,7 @@ from petri.runs.export import TABLES
 from petri.measure.nouns import FALLBACK, jaccard_matrix, mean_off_diagonal, tagger_name, top_nouns_by_template
 from petri.stats.groups import MIN_INFORMATIVE_N, GroupComparison, LevelComparisons, compare_groups, compare_levels, event_level_values
 from petri.study.statistics import StudyStatistics, study_statistics
+from petri.study.paired_statistics import PairedStatistics, paired_statistics
 from petri.measure.sample_metrics import event_metric_columns
 from petri.measure.summary import EventSummary
 from petri.measure.tables import anchors_table, preservation_summary
@@ -41,14 +42,19 @@ def clean_text(text: str) -> str:
 
 def batch_tables(batch: StudyBatch, study_id: str, names: Sequence[str] = tuple(TABLES)) -> dict[str, pd.DataFrame]:
     """The tidy tables ``names`` (of positions, segments, samples, pairs) of one batch, each row
-    tagged with study_id, event_id, group and template_id in front of the per-trajectory columns
-    (the batch summarised once for all of them)."""
+    tagged with study_id, event_id, group and template_id (and, in a paired study, ``condition`` and
+    ``dose`` where the conditions have doses) in front of the per-trajectory columns (the batch
+    summarised once for all of them)."""
     out = {}
     summary = EventSummary(batch.trajectory)
     for name in names:
         df = TABLES[name](summary).drop(columns=["event", "template"], errors="ignore")
         for i, (col, value) in enumerate(zip(KEY_COLUMNS, (study_id, batch.event_id, batch.group, batch.template_id))):
             df.insert(i, col, value)
+        if batch.condition:  # a paired study: which condition (and dose) the row was sampled under
+            df.insert(len(KEY_COLUMNS), "condition", batch.condition)
+            if batch.dose is not None:
+                df.insert(len(KEY_COLUMNS) + 1, "dose", batch.dose)
         out[name] = df
     return out
 
@@ -81,34 +87,46 @@ def events_table(tables: dict[str, pd.DataFrame], study, max_steps: int, *, n_bo
     cluster-bootstrap CI over the event's samples (``ci_informative`` False when it rests on fewer than
     :data:`petri.stats.groups.MIN_INFORMATIVE_N` samples), plus each registered per-sample metric's
     aggregates of the event's samples (:func:`petri.measure.sample_metrics.event_metric_columns`:
-    flips, convergence and preservation built in)."""
+    flips, convergence and preservation built in). A paired study has one row per (event, condition),
+    with ``condition`` (and ``dose``) after ``group`` and the condition's text as ``event``."""
     seg, smp = tables["segments"], tables["samples"]
-    values = event_level_values(seg, event_col="event_id").set_index("event_id")
+    paired = bool(getattr(study, "paired", False))
+    unit_col = "_unit" if paired else "event_id"
+    if paired:
+        seg = seg.assign(_unit=seg["event_id"] + "::" + seg["condition"])
+        smp = smp.assign(_unit=smp["event_id"] + "::" + smp["condition"])
+    values = event_level_values(seg, event_col=unit_col).set_index(unit_col)
+    units = ([(e, c) for e in study.events for c in study.conditions] if paired
+             else [(e, None) for e in study.events])
     rows = []
-    for index, event in enumerate(study.events):
-        es = seg[seg["event_id"] == event.id]
+    for index, (event, cond) in enumerate(units):
+        unit = f"{event.id}::{cond.id}" if cond is not None else event.id
+        text = study.condition_text(event, cond.id) if cond is not None else event.text
+        es = seg[seg[unit_col] == unit]
         per_sample = es.assign(_v=es["instability"]).groupby(["template_id", "sample"])["_v"].agg(["sum", "count"])
         low, high = cluster_bootstrap_mean(
             per_sample["sum"].to_numpy(float), per_sample["count"].to_numpy(float), n_boot, confidence,
             np.random.default_rng([seed, index]),
         )
-        ss = smp[smp["event_id"] == event.id]
+        ss = smp[smp[unit_col] == unit]
         rows.append(
             {
                 "study_id": study.id,
                 "event_id": event.id,
                 "group": event.group,
-                "event": event.text,
+                **({"condition": cond.id} if cond is not None else {}),
+                **({"dose": cond.dose} if cond is not None and cond.dose is not None else {}),
+                "event": text,
                 "n_templates": int(ss["template_id"].nunique()),
                 "n_samples": int(len(ss)),
                 "n_segments": int(es["instability"].notna().sum()),
-                "instability": float(values.loc[event.id, "instability"]) if event.id in values.index else math.nan,
+                "instability": float(values.loc[unit, "instability"]) if unit in values.index else math.nan,
                 "ci_low": low,
                 "ci_high": high,
                 "ci_informative": bool(len(per_sample) >= MIN_INFORMATIVE_N),
                 **{name: how(ss[column], max_steps) for name, column, how in event_metric_columns()},
-                "n_chars": len(event.text),
-                "has_digits": any(ch.isdigit() for ch in event.text),
+                "n_chars": len(text),
+                "has_digits": any(ch.isdigit() for ch in text),
             }
         )
     df = pd.DataFrame(rows)
@@ -124,7 +142,7 @@ class StudyAnalysis:
     """Everything the report, figures and sidecar need."""
 
     tables: dict[str, pd.DataFrame]
-    comparison: LevelComparisons
+    comparison: LevelComparisons | None  # None: a paired study with one group (no group test)
     secondary: list[GroupComparison]
     group_summary: pd.DataFrame
     preservation: dict[str, Any]
@@ -137,6 +155,7 @@ class StudyAnalysis:
     convergence: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     statistics: StudyStatistics | None = None
+    paired: PairedStatistics | None = None  # a paired study's within-event statistics (its headline)
 
     @property
     def events(self) -> pd.DataFrame:
@@ -145,7 +164,7 @@ class StudyAnalysis:
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable summary (no per-row tables)."""
         return {
-            "comparison": self.comparison.to_dict(),
+            "comparison": self.comparison.to_dict() if self.comparison is not None else None,
             "secondary_comparisons": [c.to_dict() for c in self.secondary],
             "groups": self.group_summary.to_dict(orient="records"),
             "preservation": self.preservation,
@@ -159,6 +178,7 @@ class StudyAnalysis:
             },
             "convergence": self.convergence,
             "notes": self.notes,
+            **({"paired": self.paired.to_dict()} if self.paired is not None else {}),
         }
 
 
@@ -234,11 +254,19 @@ def analyze(result: StudyResult, *, top_n: int = 20, n_bootstrap: int = 2000, co
     tables["events"] = events_table(tables, study, max_steps, n_boot=n_bootstrap, confidence=confidence, seed=result.seed)
     seg = tables["segments"]
     notes: list[str] = []
+    ev = tables["events"]
+    if study.paired:  # the group tests read the reference condition only
+        reference = study.conditions[0].id
+        seg, ev = seg[seg["condition"] == reference], ev[ev["condition"] == reference]
+        if study.comparison:
+            notes.append(f"paired study: the group tests compare the events under the reference condition "
+                         f"{reference!r} only")
 
     stats_kwargs = dict(n_bootstrap=n_bootstrap, confidence=confidence, seed=result.seed)
+    if not study.comparison:
+        return _finish(result, tables, None, [], ev, seg, notes, top_n, None)
     a, b = study.comparison
     comparison = compare_levels(seg, group_col="group", groups=(a, b), event_col="event_id", **stats_kwargs)
-    ev = tables["events"]
     secondary = []
     for g in study.show:
         for x, y in ((a, g), (g, b)):
@@ -249,6 +277,18 @@ def analyze(result: StudyResult, *, top_n: int = 20, n_bootstrap: int = 2000, co
             except ValueError as err:
                 notes.append(f"secondary comparison {x} vs {y} skipped: {err}")
 
+    statistics = study_statistics(seg, (a, b), planned_batches=len(study.events) * len(result.template_ids),
+                                  comparison=comparison, secondary=secondary, **stats_kwargs)
+    return _finish(result, tables, comparison, secondary, ev, seg, notes, top_n, statistics)
+
+
+def _finish(result: StudyResult, tables: dict[str, pd.DataFrame], comparison: LevelComparisons | None,
+            secondary: list[GroupComparison], ev: pd.DataFrame, seg: pd.DataFrame, notes: list[str], top_n: int,
+            statistics: StudyStatistics | None) -> StudyAnalysis:
+    """The rest of :func:`analyze` (groups, preservation, template sensitivity, convergence, and a
+    paired study's within-event statistics)."""
+    study = result.study
+    max_steps = result.settings.max_denoising_steps
     group_summary = group_summary_table(ev, seg, study.groups)
 
     preservation, by_concept = _preservation(result.batches)
@@ -283,6 +323,8 @@ def analyze(result: StudyResult, *, top_n: int = 20, n_bootstrap: int = 2000, co
         top_n=top_n,
         convergence=_convergence(tables["samples"], max_steps),
         notes=notes,
-        statistics=study_statistics(seg, (a, b), planned_batches=len(study.events) * len(result.template_ids),
-                                    comparison=comparison, secondary=secondary, **stats_kwargs),
+        statistics=statistics,
+        paired=(paired_statistics(tables["segments"], tables["samples"], [c.id for c in study.conditions],
+                                  doses={c.id: c.dose for c in study.conditions} if study.dose_study else None,
+                                  seed=result.seed) if study.paired else None),
     )

@@ -22,6 +22,7 @@ from petri.core.dish import Dish
 from petri.engine.base import SamplingModel, StepCallback
 from petri.engine.seeding import plan_dish, seed_dish
 from petri.core.trajectory import SamplerSettings, Trajectory
+from petri.study.slots import SharedSlotsDish, resolve_dish
 
 
 @dataclass(frozen=True)
@@ -94,15 +95,18 @@ class StudyExecutor(ABC):
 
 def check_layouts(lm: SamplingModel, dishes: Sequence[Dish], settings: SamplerSettings) -> None:
     """Lay out every distinct concept set once before sampling anything, so a concept set that does
-    not fit the canvas fails the whole run up front (raises :class:`~petri.core.dish.LayoutError`)."""
-    for concepts in dict.fromkeys(d.concepts for d in dishes):
-        plan_dish(lm, Dish(concepts, "x"), 1, settings, seed=0)
+    not fit the canvas fails the whole run up front (raises :class:`~petri.core.dish.LayoutError`);
+    a paired study's dish is laid out in its shared slots (:mod:`petri.study.slots`)."""
+    probes = (SharedSlotsDish(d.concepts, "x", slot_concepts=d.slot_concepts) if isinstance(d, SharedSlotsDish)
+              else Dish(d.concepts, "x") for d in dishes)
+    for probe in dict.fromkeys(probes):
+        plan_dish(lm, resolve_dish(lm, probe, settings), 1, settings, seed=0)
 
 
 def sample_batch(lm: SamplingModel, job: BatchJob, on_step: StepCallback | None = None,
                  cancel: CancelToken | None = None) -> Trajectory:
     """One job's trajectory (S = ``job.samples`` samples) on ``lm``: what every executor runs."""
-    return seed_dish(lm, job.dish, job.samples, job.settings, seed=job.seed, on_step=on_step, cancel=cancel,
+    return seed_dish(lm, resolve_dish(lm, job.dish, job.settings), job.samples, job.settings, seed=job.seed, on_step=on_step, cancel=cancel,
                      run_id=job.run_id)
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 from petri.stats.groups import LevelComparisons, compare_levels
 from petri.runs.store import RunStore
 from petri.study.analysis import batch_tables, events_table, group_summary_table, study_tables
-from petri.study.runner import StudyBatch, batch_key, batch_seed
+from petri.study.runner import StudyBatch, batch_key, split_key, study_batch
 from petri.study.statistics import PEEKING_WARNING
 from petri.study.schema import Study
 
@@ -91,12 +91,17 @@ def provisional_statistics(
     # segment rows by index, so the same rows in another order would give another CI
     event_order = {e.id: i for i, e in enumerate(study.events)}
     template_order = {t.id: i for i, t in enumerate(study.templates)}
-    ordered = sorted(batches, key=lambda b: (event_order[b.event_id], template_order[b.template_id]))
+    condition_order = {c.id: i for i, c in enumerate(study.conditions)}
+    ordered = sorted(batches, key=lambda b: (event_order[b.event_id], template_order[b.template_id],
+                                             condition_order.get(b.condition, 0)))
     tables = study_tables(list(ordered), study.id, names=PROVISIONAL_TABLES, tables_of=tables_of)
     events = events_table(tables, study, max_steps, n_boot=n_bootstrap, confidence=confidence, seed=seed)
     events = events[events["n_samples"] > 0].reset_index(drop=True)
     for g, n in events.groupby("group", sort=False).size().items():
         groups[g] = int(n)
+    if len(study.comparison) < 2:
+        return ProvisionalStatistics(len(batches), batches_total, events, tables["segments"], None, groups,
+                                     "a paired study with one group has no group test")
     a, b = study.comparison
     comparison, waiting = None, ""
     if min(groups.get(a, 0), groups.get(b, 0)) < 2:
@@ -115,13 +120,15 @@ def stored_batches(store: RunStore, run_id: str, study: Study, template_ids: Seq
     """The batches of study run ``run_id`` stored so far (read from the store while the run goes on),
     as the runner returns them: only the chosen templates, each with its group and batch seed;
     those whose keys are in ``skip`` are not read."""
-    groups = {e.id: e.group for e in study.events}
+    events = {e.id for e in study.events}
+    conditions = {c.id for c in study.conditions} if study.paired else {""}
     chosen = set(template_ids)
     out = []
     for key, _, traj in store.load_events(run_id, skip=skip):
-        event_id, template_id = key.split("::", 1)
-        if template_id in chosen and event_id in groups and key == batch_key(event_id, template_id):
-            out.append(StudyBatch(event_id, template_id, groups[event_id], batch_seed(seed, event_id, template_id), traj))
+        event_id, template_id, condition = split_key(key)
+        if (template_id in chosen and event_id in events and condition in conditions
+                and key == batch_key(event_id, template_id, condition)):
+            out.append(study_batch(study, key, seed, traj))
     return out
 
 

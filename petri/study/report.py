@@ -19,6 +19,7 @@ from petri.runs.export import TokenText, package_versions, with_final_token, wri
 from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap, save_figures
 from petri.stats.groups import GroupComparison, too_small_note
 from petri.study.statistics import write_statistics
+from petri.study.paired_statistics import write_paired
 
 if TYPE_CHECKING:
     from petri.study.runner import StudyResult
@@ -92,6 +93,41 @@ def _metrics_section(samples: pd.DataFrame) -> list[str]:
     return lines + ["", "Means per group:", "", _md_table(means.astype(float).reset_index(names="group"))]
 
 
+def _conditions_lines(study) -> list[str]:
+    """A paired study's conditions (the first is the reference of every paired comparison)."""
+    if not study.paired:
+        return []
+    lines = ["## Conditions (within each event: same templates, slot positions and seeds)", "",
+             "| condition | dose | transform | description |", "|---|---|---|---|"]
+    for i, cond in enumerate(study.conditions):
+        dose = "" if cond.dose is None else f"{cond.dose:g}"
+        ref = " (reference)" if i == 0 else ""
+        lines.append(f"| {cond.id}{ref} | {dose} | {cond.transform or ''} | {cond.description} |")
+    return lines + [""]
+
+
+def _group_headline(c, groups: tuple[str, ...], headline: bool = True) -> list[str]:
+    """The group test (event level; the headline unless the study is paired) with the segment level beside it."""
+    a, b = groups
+    return [
+        "## Headline (event level: the independent unit)" if headline else
+        "## Group test (reference condition, event level)",
+        "",
+        f"**{c.event.summary()}**",
+        "",
+        "Segments of one event share that event, so they are not independent; the segment-level test is shown beside "
+        "the headline for comparison with the original study, not as evidence on its own.",
+        "",
+        "| level | n | median | U | p | rank-biserial r [CI] |",
+        "|---|---|---|---|---|---|",
+        _comparison_row(c.event),
+        _comparison_row(c.segment),
+        "",
+        f"Effect size: rank-biserial r = Cliff's delta = P({b} > {a}) - P({b} < {a}); positive means {b} events are less stable.",
+        "",
+    ]
+
+
 def model_label(model_id: str) -> str:
     """The sentence that says which model the numbers belong to."""
     if "diffusiongemma" in model_id.lower():
@@ -106,7 +142,6 @@ def model_label(model_id: str) -> str:
 def render_report(result: StudyResult, analysis: StudyAnalysis, figures: dict[str, dict[str, Path]], out_dir: Path, command: str | None = None, notes: list[str] | None = None) -> str:
     study = result.study
     c = analysis.comparison
-    a, b = study.comparison
     pres = analysis.preservation
     conv = analysis.convergence
     ev = analysis.events
@@ -120,20 +155,9 @@ def render_report(result: StudyResult, analysis: StudyAnalysis, figures: dict[st
         f"{len(result.template_ids)} templates, {result.samples} shuffled samples per (event, template): "
         f"{len(result.batches) * result.samples} samples in all.",
         "",
-        "## Headline (event level: the independent unit)",
-        "",
-        f"**{c.event.summary()}**",
-        "",
-        "Segments of one event share that event, so they are not independent; the segment-level test is shown beside "
-        "the headline for comparison with the original study, not as evidence on its own.",
-        "",
-        "| level | n | median | U | p | rank-biserial r [CI] |",
-        "|---|---|---|---|---|---|",
-        _comparison_row(c.event),
-        _comparison_row(c.segment),
-        "",
-        f"Effect size: rank-biserial r = Cliff's delta = P({b} > {a}) - P({b} < {a}); positive means {b} events are less stable.",
-        "",
+        *_conditions_lines(study),
+        *(analysis.paired.markdown() if analysis.paired is not None else []),
+        *(_group_headline(c, study.comparison, not study.paired) if c is not None else []),
         *(analysis.statistics.markdown() + [""] if analysis.statistics is not None else []),
         "## Groups",
         "",
@@ -263,9 +287,14 @@ def write_study(
     fig_dir = out / "figures"
     study = result.study
     shown = [g for g in (*study.comparison, *study.show)]
+    segments, events = analysis.tables["segments"], analysis.events
+    if study.paired:  # one box per condition (the paired lines: the paired figure)
+        shown = [c.id for c in study.conditions]
+        segments, events = segments.assign(group=segments["condition"]), events.assign(group=events["condition"])
     figs = {
-        "instability": instability_figure(analysis.tables["segments"], analysis.events, analysis.comparison, shown, model_id=result.model_id,
-                                          run_id=result.run_id),
+        "instability": instability_figure(segments, events, None if study.paired else analysis.comparison, shown,
+                                          model_id=result.model_id, run_id=result.run_id,
+                                          waiting="conditions of a paired study, one point per (event, condition)"),
         "events": event_ranking_figure(analysis.events, list(study.groups), model_id=result.model_id, run_id=result.run_id),
         "jaccard": jaccard_heatmap(analysis.jaccard, analysis.jaccard_mean, tagger=analysis.tagger, top_n=analysis.top_n,
                                    run_id=result.run_id),
@@ -285,6 +314,8 @@ def write_study(
     written["jaccard"] = jac
     if analysis.statistics is not None:
         written.update(write_statistics(analysis.statistics, out))
+    if analysis.paired is not None:
+        written.update(write_paired(analysis.paired, out))
     report = out / "report.md"
     report.write_text(render_report(result, analysis, figures, out, command=command, notes=notes), encoding="utf-8")
     return StudyOutputs(out, report, written, figures, analysis, notes)

@@ -31,7 +31,8 @@ from petri.core.dish import Dish
 from petri.engine.base import SamplingModel, StepCallback
 from petri.runs.store import RunStore
 from petri.study.executors import BatchJob, LocalExecutor, StudyExecutor, check_layouts  # noqa: F401 (check_layouts: re-exported)
-from petri.study.schema import Study, Template
+from petri.study.schema import Study, StudyEvent, Template
+from petri.study.slots import SharedSlotsDish
 from petri.core.trajectory import SamplerSettings, Trajectory
 
 #: Bump when a change makes stored batches incompatible with new ones (new run ids then).
@@ -40,17 +41,20 @@ RUN_FORMAT = 1
 
 @dataclass(frozen=True)
 class StudyBatch:
-    """One (event, template) batch of the study and its trajectory."""
+    """One (event, template) batch of the study and its trajectory; in a paired study one (event,
+    template, condition) batch (``condition`` and its ``dose``, if any; ``""`` and ``None`` otherwise)."""
 
     event_id: str
     template_id: str
     group: str
     seed: int
     trajectory: Trajectory
+    condition: str = ""
+    dose: float | None = None
 
     @property
     def key(self) -> str:
-        return batch_key(self.event_id, self.template_id)
+        return batch_key(self.event_id, self.template_id, self.condition)
 
 
 @dataclass(frozen=True)
@@ -127,13 +131,40 @@ class StudyResult:
         }
 
 
-def batch_key(event_id: str, template_id: str) -> str:
-    return f"{event_id}::{template_id}"
+def batch_key(event_id: str, template_id: str, condition: str = "") -> str:
+    """The store key of a batch: ``event::template``, plus ``::condition`` in a paired study."""
+    return f"{event_id}::{template_id}" + (f"::{condition}" if condition else "")
+
+
+def split_key(key: str) -> tuple[str, str, str]:
+    """``(event_id, template_id, condition)`` of a :func:`batch_key` (condition ``""`` when unpaired)."""
+    event_id, template_id, *rest = key.split("::", 2)
+    return event_id, template_id, rest[0] if rest else ""
+
+
+def study_batch(study: Study, key: str, seed: int, trajectory: Trajectory) -> StudyBatch:
+    """The :class:`StudyBatch` stored under ``key`` (its group, batch seed, condition and dose)."""
+    event_id, template_id, condition = split_key(key)
+    group = next(e.group for e in study.events if e.id == event_id)
+    dose = study.condition(condition).dose if condition else None
+    return StudyBatch(event_id, template_id, group, batch_seed(seed, event_id, template_id), trajectory, condition, dose)
+
+
+def plan_cells(study: Study, templates: tuple[Template, ...]) -> list[tuple[StudyEvent, Template, str, Dish]]:
+    """Every batch of the study in plan order (events outer, templates, then conditions inner): (event,
+    template, condition id or ``""``, dish). Every condition of an event gets the same slots
+    (:class:`~petri.study.slots.SharedSlotsDish`) and, through :func:`batch_seed`, the same seed."""
+    if not study.paired:
+        return [(e, t, "", Dish(study.event_concepts(e), e.text, t.text)) for e in study.events for t in templates]
+    return [(e, t, c.id, SharedSlotsDish(study.condition_concepts(e, c.id), study.condition_text(e, c.id), t.text,
+                                         slot_concepts=study.slot_concepts(e)))
+            for e in study.events for t in templates for c in study.conditions]
 
 
 def batch_seed(seed: int, event_id: str, template_id: str) -> int:
     """The seed of one (event, template) batch: a hash of (base seed, event id, template id),
-    independent of the order batches run in. 31 bits, so any RNG accepts it."""
+    independent of the order batches run in. 31 bits, so any RNG accepts it. Every condition of a
+    paired study's event shares it (the conditions are paired on the same noise and layouts)."""
     digest = hashlib.sha256(f"petri-study/{int(seed)}/{event_id}/{template_id}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
@@ -253,9 +284,9 @@ def run_study(
     fingerprint = facts.fingerprint
     run_id = study_run_id(study, facts.model_id, settings, samples, seed, template_ids, fingerprint, facts.device_type)
     plan = [
-        BatchJob(position, batch_key(e.id, t.id), e.id, t.id, e.group, Dish(study.event_concepts(e), e.text, t.text),
-                 samples, settings, batch_seed(seed, e.id, t.id), run_id)
-        for position, (e, t) in enumerate((e, t) for e in study.events for t in chosen)
+        BatchJob(position, batch_key(e.id, t.id, c), e.id, t.id, e.group, dish, samples, settings,
+                 batch_seed(seed, e.id, t.id), run_id)
+        for position, (e, t, c, dish) in enumerate(plan_cells(study, chosen))
     ]
     executor.check_layouts([job.dish for job in plan], settings)
     request = {
@@ -313,13 +344,8 @@ def run_study(
         bar.close()
     computed = len(landed)
 
-    groups = {e.id: e.group for e in study.events}
-    batches = []
-    for key, _, traj in store.load_events(run_id):
-        event_id, template_id = key.split("::", 1)
-        if template_id not in template_ids:
-            continue
-        batches.append(StudyBatch(event_id, template_id, groups[event_id], batch_seed(seed, event_id, template_id), traj))
+    batches = [study_batch(study, key, seed, traj) for key, _, traj in store.load_events(run_id)
+               if split_key(key)[1] in template_ids]
     if len(batches) != len(plan):
         raise RuntimeError(f"run store {store.path}: run {run_id} holds {len(batches)} of {len(plan)} batches after the run")
     store.finish_run(run_id, "done")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,27 +21,19 @@ from typing import Any
 
 from petri.core.dish import LayoutError, template_problem, validate_concepts
 from petri.measure.nouns import UnsupportedLanguage, analyser_for, analyser_problem
+from petri.study.conditions import Condition, Variant, parse_conditions, parse_event_conditions
+from petri.study.transforms import apply_transform
+from petri.study.checks import ID_PATTERN, Checker, StudyError  # noqa: F401 (ID_PATTERN, StudyError: re-exported)
 
 SCHEMA_VERSION = 1
-ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
-_TOP_KEYS = {"schema", "id", "title", "language", "nouns", "description", "concepts", "groups", "comparison", "templates", "events"}
+_TOP_KEYS = {"schema", "id", "title", "language", "nouns", "description", "concepts", "groups", "comparison", "templates", "events", "conditions"}
 _REQUIRED_TOP = ("id", "title", "language", "concepts", "templates", "events")
 _TEMPLATE_KEYS = {"id", "text"}
 NOUNS_CHOICES = ("analyser", "words")
 """``nouns``: the language's noun analyser (default) or the labelled word-level fallback."""
-_EVENT_KEYS = {"id", "group", "text", "concepts", "note"}
+_EVENT_KEYS = {"id", "group", "text", "concepts", "note", "conditions"}
 _COMPARISON_KEYS = {"groups", "show"}
-
-
-class StudyError(ValueError):
-    """A malformed study file: ``file``, ``entry`` (e.g. ``events[3] (id 'c04')``) and ``reason``."""
-
-    def __init__(self, file: str, entry: str, reason: str):
-        self.file = file
-        self.entry = entry
-        self.reason = reason
-        super().__init__(f"{file}: {entry}: {reason}")
 
 
 @dataclass(frozen=True)
@@ -62,12 +53,20 @@ class StudyEvent:
     text: str
     concepts: tuple[str, ...] | None = None
     note: str = ""
+    variants: tuple[tuple[str, Variant], ...] = ()
+    """``events[].conditions``: (condition id, what the event changes under it), study condition order."""
+
+    def variant(self, condition_id: str) -> Variant:
+        """What this event changes under ``condition_id`` (an empty :class:`Variant` when nothing)."""
+        return dict(self.variants).get(condition_id, Variant())
 
 
 @dataclass(frozen=True)
 class Study:
     """A validated study. ``comparison`` is the (reference, comparison) pair of groups of the
-    headline test; ``show`` the extra groups shown beside them (e.g. ``control``)."""
+    headline test; ``show`` the extra groups shown beside them (e.g. ``control``). A paired study
+    (``conditions``, :mod:`petri.study.conditions`) with one group has no group test: ``comparison``
+    and ``show`` are then empty."""
 
     id: str
     title: str
@@ -76,13 +75,49 @@ class Study:
     templates: tuple[Template, ...]
     events: tuple[StudyEvent, ...]
     groups: tuple[str, ...]
-    comparison: tuple[str, str]
+    comparison: tuple[str, ...]
     show: tuple[str, ...]
     description: str = ""
     nouns: str = "analyser"
     source: str = "<dict>"
     file_sha256: str = ""
     raw: dict = field(default_factory=dict, repr=False, compare=False)
+    conditions: tuple[Condition, ...] = ()
+
+    @property
+    def paired(self) -> bool:
+        """True when every event runs under the study's within-event ``conditions``."""
+        return bool(self.conditions)
+
+    @property
+    def dose_study(self) -> bool:
+        """True when the conditions carry doses (a dose-response study, analysed with a trend test)."""
+        return self.paired and self.conditions[0].dose is not None
+
+    def condition(self, condition_id: str) -> Condition:
+        for c in self.conditions:
+            if c.id == condition_id:
+                return c
+        raise KeyError(f"condition {condition_id!r} is not in study {self.id!r}; have {[c.id for c in self.conditions]}")
+
+    def condition_text(self, event: StudyEvent, condition_id: str) -> str:
+        """The event's text under ``condition_id``: its own text for it, else the event's text
+        through the condition's transform (if any)."""
+        own = event.variant(condition_id).text
+        if own is not None:
+            return own
+        transform = self.condition(condition_id).transform
+        return event.text if transform is None else apply_transform(transform, event.text, event.id)
+
+    def condition_concepts(self, event: StudyEvent, condition_id: str) -> tuple[str, ...]:
+        """The concepts pinned for ``event`` under ``condition_id`` (its own list for it, in the order
+        given, else :meth:`event_concepts`)."""
+        own = event.variant(condition_id).concepts
+        return own if own is not None else self.event_concepts(event)
+
+    def slot_concepts(self, event: StudyEvent) -> tuple[str, ...]:
+        """Every concept ``event`` pins under any condition (they size its shared slots)."""
+        return tuple(dict.fromkeys(c for cond in self.conditions for c in self.condition_concepts(event, cond.id)))
 
     def noun_method(self) -> str:
         """The :mod:`petri.measure.nouns` method for this study's template sensitivity (from ``language``
@@ -131,7 +166,8 @@ class Study:
             "description": self.description,
             "concepts": list(self.concepts),
             "groups": list(self.groups),
-            "comparison": {"groups": list(self.comparison), "show": list(self.show)},
+            **({"comparison": {"groups": list(self.comparison), "show": list(self.show)}} if self.comparison else {}),
+            **({"conditions": [c.to_dict() for c in self.conditions]} if self.conditions else {}),
             "templates": [{"id": t.id, "text": t.text} for t in self.templates],
             "events": [
                 {
@@ -140,6 +176,7 @@ class Study:
                     "text": e.text,
                     **({"concepts": list(e.concepts)} if e.concepts is not None else {}),
                     **({"note": e.note} if e.note else {}),
+                    **({"conditions": {cid: v.to_dict() for cid, v in e.variants}} if e.variants else {}),
                 }
                 for e in self.events
             ],
@@ -154,45 +191,6 @@ class Study:
 # --------------------------------------------------------------------------- validation
 
 
-class _Checker:
-    def __init__(self, source: str):
-        self.source = source
-
-    def fail(self, entry: str, reason: str) -> StudyError:
-        return StudyError(self.source, entry, reason)
-
-    def keys(self, obj: Any, entry: str, allowed: set[str], required: tuple[str, ...]) -> dict:
-        if not isinstance(obj, dict):
-            raise self.fail(entry, f"must be a JSON object, got {type(obj).__name__}")
-        unknown = sorted(set(obj) - allowed)
-        if unknown:
-            raise self.fail(entry, f"unknown key(s) {unknown}; allowed: {sorted(allowed)}")
-        for key in required:
-            if key not in obj:
-                raise self.fail(entry, f"missing required key {key!r}")
-        return obj
-
-    def text(self, value: Any, entry: str, *, empty_ok: bool = False) -> str:
-        if not isinstance(value, str):
-            raise self.fail(entry, f"must be a string, got {type(value).__name__}")
-        if not empty_ok and not value.strip():
-            raise self.fail(entry, "is empty")
-        return value
-
-    def ident(self, value: Any, entry: str) -> str:
-        self.text(value, entry)
-        if not ID_PATTERN.match(value):
-            raise self.fail(entry, f"{value!r} is not a valid id (letters, digits, '_', '.', '-'; at most 64 characters)")
-        return value
-
-    def string_list(self, value: Any, entry: str) -> list[str]:
-        if not isinstance(value, list):
-            raise self.fail(entry, f"must be a list of strings, got {type(value).__name__}")
-        for i, item in enumerate(value):
-            self.text(item, f"{entry}[{i}]")
-        return value
-
-
 def _event_entry(i: int, raw: Any) -> str:
     if isinstance(raw, dict) and isinstance(raw.get("id"), str):
         return f"events[{i}] (id {raw['id']!r})"
@@ -205,7 +203,7 @@ def _template_entry(i: int, raw: Any) -> str:
     return f"templates[{i}]"
 
 
-def _check_template_text(check: _Checker, entry: str, text: str) -> None:
+def _check_template_text(check: Checker, entry: str, text: str) -> None:
     problem = template_problem(text)
     if problem is not None:
         raise check.fail(f"{entry}.text", problem)
@@ -213,7 +211,7 @@ def _check_template_text(check: _Checker, entry: str, text: str) -> None:
 
 def study_from_dict(data: Any, source: str = "<dict>", file_sha256: str = "") -> Study:
     """Validate parsed study data; raise :class:`StudyError` (``source``, entry, reason)."""
-    check = _Checker(source)
+    check = Checker(source)
     check.keys(data, "top level", _TOP_KEYS, _REQUIRED_TOP)
     if "schema" in data and (type(data["schema"]) is not int or data["schema"] != SCHEMA_VERSION):
         raise check.fail("schema", f"unsupported schema version {data['schema']!r}; this petri reads version {SCHEMA_VERSION}")
@@ -256,6 +254,8 @@ def study_from_dict(data: Any, source: str = "<dict>", file_sha256: str = "") ->
         _check_template_text(check, entry, text)
         templates.append(Template(tid, text))
 
+    conditions = parse_conditions(check, data["conditions"]) if "conditions" in data else ()
+
     # events
     raw_events = data["events"]
     if not isinstance(raw_events, list) or not raw_events:
@@ -289,7 +289,11 @@ def study_from_dict(data: Any, source: str = "<dict>", file_sha256: str = "") ->
                 raise check.fail(f"{entry}.concepts", f"at least 2 concepts are needed, got {len(sub)}")
             sub = tuple(sub)
         note = check.text(raw.get("note", ""), f"{entry}.note", empty_ok=True)
-        events.append(StudyEvent(eid, group, text, sub, note))
+        variants = ()
+        if "conditions" in raw:
+            variants = parse_event_conditions(check, entry, raw["conditions"], conditions, concepts,
+                                              len(sub) if sub is not None else len(concepts))
+        events.append(StudyEvent(eid, group, text, sub, note, variants))
 
     # groups
     present = list(dict.fromkeys(e.group for e in events))
@@ -321,6 +325,10 @@ def study_from_dict(data: Any, source: str = "<dict>", file_sha256: str = "") ->
         overlap = [g for g in show if g in pair]
         if overlap:
             raise check.fail("comparison.show", f"group {overlap[0]!r} is already compared")
+    elif conditions and len(groups) < 2:  # the headline is the paired condition test: no group test
+        pair, show = [], []
+        if len(events) < 2:
+            raise check.fail("events", f"a paired study needs at least 2 events, got {len(events)}")
     else:
         if len(groups) < 2:
             raise check.fail("events", f"at least two groups are needed for a comparison, found {groups}")
@@ -339,13 +347,14 @@ def study_from_dict(data: Any, source: str = "<dict>", file_sha256: str = "") ->
         templates=tuple(templates),
         events=tuple(events),
         groups=tuple(groups),
-        comparison=(pair[0], pair[1]),
+        comparison=tuple(pair),
         show=tuple(show),
         description=description,
         nouns=nouns,
         source=source,
         file_sha256=file_sha256,
         raw=data,
+        conditions=conditions,
     )
 
 

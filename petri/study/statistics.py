@@ -217,7 +217,7 @@ def load_results(results_dir: str | Path) -> tuple[pd.DataFrame, tuple[str, str]
             raise ValueError(f"RESULTS_DIR {folder}: no {name} (is it the output folder of `petri study`?)")
     meta = json.loads((folder / "run.json").read_text(encoding="utf-8"))
     study = meta["study"]
-    groups = tuple(study["comparison"]["groups"])
+    groups = tuple(study.get("comparison", {}).get("groups", ()))  # none: a paired study with one group
     planned = len(study["events"]) * len(meta["templates"])
     return pd.read_csv(folder / "segments.csv"), groups, planned, int(meta.get("seed", 0))
 

@@ -23,7 +23,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from petri.core.dish import DEFAULT_TEMPLATE, Dish, LayoutError, concept_token_ids, encode_prompt, even_slots, template_problem
 from petri.engine.seeding import plan_dish, plan_event
 from petri.core.plan import SeedEvent, SeedPlan
-from petri.study.runner import check_layouts
+from petri.study.runner import check_layouts, plan_cells
 from petri.study.schema import Study, StudyError, study_from_dict
 from petri.core.settings import FamilySettings
 from petri.core.trajectory import AnchorSpan
@@ -227,6 +227,8 @@ def _check_study_texts(study: Study) -> None:
     for i, e in enumerate(study.events):
         checks.append((("events", i, "text"), e.text, MAX_TEXT_CHARS, text_check))
         checks.append((("events", i, "group"), e.group, MAX_GROUP_CHARS, group_check))
+        checks += [(("events", i, "conditions", cid, "text"), v.text, MAX_TEXT_CHARS, text_check)
+                   for cid, v in e.variants if v.text is not None]
     for loc, value, limit, check in checks:
         if len(value) > limit:
             raise FieldError(["body", "study", *loc], f"{len(value)} characters; at most {limit}")
@@ -251,19 +253,21 @@ def prepare_study(request: StudyRequest, lm) -> tuple[Study, FamilySettings, lis
     if len(study.concepts) > MAX_CONCEPTS:
         raise FieldError(["body", "study", "concepts"], f"{len(study.concepts)} concepts; at most {MAX_CONCEPTS}")
     _check_study_texts(study)
-    batches = len(study.events) * len(chosen)
-    if batches > MAX_STUDY_BATCHES:
-        raise FieldError(["body", "study", "events"], f"{batches} (event, template) batches; at most {MAX_STUDY_BATCHES} "
+    cells = plan_cells(study, chosen)  # (event, template[, condition]) batches with their dishes
+    if len(cells) > MAX_STUDY_BATCHES:
+        kind = "(event, template, condition)" if study.paired else "(event, template)"
+        raise FieldError(["body", "study", "events"], f"{len(cells)} {kind} batches; at most {MAX_STUDY_BATCHES} "
                          "per request (use `python -m petri study` for large studies)")
     settings = request.settings.apply(lm.default_settings(), lm.canvas_length)
     if lm.max_positions is not None:
-        for i, event in enumerate(study.events):
-            for template in chosen:
-                text = Dish(study.event_concepts(event), event.text, template.text).prompt_text()
-                prompt = encode_prompt(lm.tokenizer, text, pin_thought_channel=settings.pin_thought_channel)
-                check_prompt_length(lm, len(prompt.ids), ["body", "study", "events", i, "text"])
+        index = {e.id: i for i, e in enumerate(study.events)}
+        for event, _, condition, dish in cells:
+            own = condition and event.variant(condition).text is not None
+            loc = ["body", "study", "events", index[event.id], *(("conditions", condition) if own else ()), "text"]
+            prompt = encode_prompt(lm.tokenizer, dish.prompt_text(), pin_thought_channel=settings.pin_thought_channel)
+            check_prompt_length(lm, len(prompt.ids), loc)
     try:
-        check_layouts(lm, [Dish(study.event_concepts(e), e.text) for e in study.events], settings)
+        check_layouts(lm, [dish for *_, dish in cells], settings)
     except LayoutError as err:
         raise _layout_error(err, study.concepts, ["body", "study", "concepts"]) from None
     return study, settings, [t.id for t in chosen] if request.templates is not None else None
