@@ -14,13 +14,14 @@ Inputs (whatever exists; a missing run is reported as not run):
 
 The statistics, each on events (the unit):
 
-* **congruence**: unrelated minus fitting per event: mean with a 95 % t interval, Wilcoxon
-  signed-rank (two-sided; scipy's exact distribution for n <= 50 without ties), the matched-pairs
-  rank-biserial correlation, Cohen's d_z and the events a paired t-test needs for 80 % power at
+* **congruence**: unrelated minus fitting per event: mean with a 95 % t interval; petri's paired
+  comparison (``petri.stats.within``: Wilcoxon signed-rank, exact for up to 50 non-zero differences
+  without ties, the Hodges-Lehmann estimate with its interval, the matched-pairs rank-biserial
+  correlation); Cohen's d_z and the events a paired t-test needs for 80 % power at
   alpha 0.05 for that d_z (statsmodels ``TTestPower``);
 * **dose**: each event's least-squares slope of instability on the dose (mean with a 95 % t interval,
   d_z of the slopes and the events for 80 % power, as above), Page's L test for instability
-  increasing with the dose (scipy, exact for small tables) and a mixed model (statsmodels
+  increasing with the dose (``petri.stats.within.page_trend``) and a mixed model (statsmodels
   ``MixedLM``: instability ~ dose, random intercept per event);
 * **contradictory vs benign / vs control**: AUC = P(a contradictory event is less stable than the
   other group's), its two-sided Mann-Whitney p, Cohen's d of the event means and the events per group
@@ -80,14 +81,15 @@ def mean_ci(values: np.ndarray) -> dict:
 
 
 def paired_test(after: np.ndarray, before: np.ndarray) -> dict:
-    """``after - before`` per event: :func:`mean_ci`, Wilcoxon signed-rank and the matched-pairs
-    rank-biserial correlation ((positive rank sum - negative) / total)."""
-    d = after - before
-    w = stats.wilcoxon(after, before, alternative="two-sided")
-    ranks = stats.rankdata(np.abs(d[d != 0]))
-    pos, neg = ranks[d[d != 0] > 0].sum(), ranks[d[d != 0] < 0].sum()
-    return {**mean_ci(d), "wilcoxon_p": float(w.pvalue), "rank_biserial": float((pos - neg) / (pos + neg)),
-            "share_up": float((d > 0).mean())}
+    """``after - before`` per event: :func:`mean_ci` of the differences, and petri's own paired
+    comparison (``petri.stats.within.paired_comparison``: exact Wilcoxon signed-rank, Hodges-Lehmann
+    estimate with its interval, matched-pairs rank-biserial)."""
+    from petri.stats.within import paired_comparison
+
+    pc = paired_comparison(before, after, labels=("reference", "condition"))
+    return {**mean_ci(after - before), "hodges_lehmann": pc.hodges_lehmann, "hl_ci95": [pc.hl_low, pc.hl_high],
+            "wilcoxon_p": pc.wilcoxon.p_value, "wilcoxon_method": pc.wilcoxon.method,
+            "rank_biserial": pc.rank_biserial, "share_up": pc.share_b_higher}
 
 
 def congruence(model: str) -> dict | None:
@@ -106,9 +108,11 @@ def congruence(model: str) -> dict | None:
 def trend(table: np.ndarray, x: np.ndarray) -> dict:
     """``table``: (events, doses) values, ``x``: the doses. Each event's least-squares slope on the
     dose (:func:`mean_ci` of them), Page's L test for values increasing with the dose, the means by dose."""
+    from petri.stats.within import page_trend
+
     slopes = ((x - x.mean()) * (table - table.mean(1, keepdims=True))).sum(1) / ((x - x.mean()) ** 2).sum()
-    page = stats.page_trend_test(table, predicted_ranks=list(range(1, len(x) + 1)))
-    return {"slope": mean_ci(slopes), "page_L": float(page.statistic), "page_p": float(page.pvalue),
+    page = page_trend(table)
+    return {"slope": mean_ci(slopes), "page_L": page.statistic, "page_p": page.p_value,
             "page_method": page.method, "mean_by_dose": [float(v) for v in table.mean(0)]}
 
 
@@ -189,6 +193,11 @@ def _fmt(v: float | None, digits: int = 2) -> str:
     return "—" if v is None or not math.isfinite(v) else f"{v:+.{digits}f}" if digits else f"{v:.0f}"
 
 
+def _n(v: float | None) -> str:
+    """Events for 80 % power, rounded up."""
+    return "—" if v is None or not math.isfinite(v) else str(math.ceil(v))
+
+
 def _p(p: float) -> str:
     return f"{p:.2g}" if p >= 0.001 else f"{p:.1e}"
 
@@ -202,14 +211,47 @@ def table(result: dict) -> str:
         c, d, inv = r["congruence"], r["dose"], r["inventory_order"]
         cong = (f"{_fmt(c['mean'])} [{_fmt(c['ci95'][0])}, {_fmt(c['ci95'][1])}], p = {_p(c['wilcoxon_p'])} "
                 f"({c['n']} events)") if c else "not run"
-        cong_n = _fmt(c["n_for_80pct_power"], 0) if c else "—"
+        cong_n = _n(c["n_for_80pct_power"]) if c else "—"
         slope = (f"{_fmt(d['slope']['mean'])} [{_fmt(d['slope']['ci95'][0])}, {_fmt(d['slope']['ci95'][1])}], "
                  f"p = {_p(d['page_p'])} ({len(d['doses'])} doses)") if d else "not run"
-        slope_n = _fmt(d["slope"]["n_for_80pct_power"], 0) if d else "—"
+        slope_n = _n(d["slope"]["n_for_80pct_power"]) if d else "—"
         ib = f"{inv['contradictory_vs_benign']['auc']:.2f}, p = {_p(inv['contradictory_vs_benign']['p'])}" if inv else "—"
         ic = f"{inv['contradictory_vs_control']['auc']:.2f}, p = {_p(inv['contradictory_vs_control']['p'])}" if inv else "—"
         lines.append(f"| {model} | {cong} | {cong_n} | {slope} | {slope_n} | {ib} | {ic} |")
     return "\n".join(lines)
+
+
+def power_table(result: dict) -> str:
+    """Effect sizes and the events for 80 % power (alpha 0.05, two-sided), one row per model."""
+    rows = ["| model | congruence d_z | events (pairs) for 80 % | dose-slope d_z | events for 80 % "
+            "| contradictory vs benign d | events per group for 80 % | contradictory vs control d | events per group for 80 % |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for model, r in result["models"].items():
+        c, d, inv = r["congruence"], r["dose"], r["inventory_order"]
+        cells = [f"{_fmt(c['d_z'])} | {_n(c['n_for_80pct_power'])}" if c else "— | —",
+                 f"{_fmt(d['slope']['d_z'])} | {_n(d['slope']['n_for_80pct_power'])}" if d else "— | —"]
+        for key in ("contradictory_vs_benign", "contradictory_vs_control"):
+            cells.append(f"{_fmt(inv[key]['cohens_d'])} | {_n(inv[key]['n_per_group_for_80pct_power'])}" if inv else "— | —")
+        rows.append(f"| {model} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def teacher_table(t: dict) -> str:
+    """The teacher's line as a Markdown table (one row per read)."""
+    inv, cong, dose_part = t["inventory_order"], t["anchor_congruence"], t["dose_response"]
+    rows = ["| teacher read | congruence: unrelated − fitting [95 % CI], Wilcoxon p | events for 80 % "
+            "| dose slope [95 % CI], Page p | contradictory vs benign: AUC, p | contradictory vs control: AUC, p |",
+            "|---|---|---|---|---|---|"]
+    for label, ckey, key in (("p(No), Yes/No read", "fit_p_no", "p_no"), ("NLL per token (nats)", "concept_nll", "nll")):
+        c = cong[ckey]["unrelated_minus_fitting"]
+        d = dose_part[key]
+        rows.append(
+            f"| {label} | {_fmt(c['mean'])} [{_fmt(c['ci95'][0])}, {_fmt(c['ci95'][1])}], p = {_p(c['wilcoxon_p'])} "
+            f"| {_n(c['n_for_80pct_power'])} | {_fmt(d['slope']['mean'])} [{_fmt(d['slope']['ci95'][0])}, "
+            f"{_fmt(d['slope']['ci95'][1])}], p = {_p(d['page_p'])} "
+            f"| {inv[key]['contradictory_vs_benign']['auc']:.2f}, p = {_p(inv[key]['contradictory_vs_benign']['p'])} "
+            f"| {inv[key]['contradictory_vs_control']['auc']:.2f}, p = {_p(inv[key]['contradictory_vs_control']['p'])} |")
+    return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,6 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     result = ladder()
     args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(table(result))
+    print()
+    print(power_table(result))
+    if result["teacher"]:
+        print()
+        print(teacher_table(result["teacher"]))
     print(f"wrote {args.out}")
     return 0
 
