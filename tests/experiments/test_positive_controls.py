@@ -82,3 +82,31 @@ def test_doses_are_nested_and_replace_the_stated_share(script):
             assert all(w.lower().removesuffix("'s") in lexicon for w in changed.values())
             assert not {w.lower().removesuffix("'s") for w in changed.values()} & set(study["concepts"])
             changed_before = changed
+
+
+@pytest.mark.parametrize("name", ["anchor_congruence.json", "dose_response.json"])
+def test_shipped_files_load_as_paired_studies(name):
+    from petri.study.schema import load_study
+
+    study = load_study(STUDIES / name)
+    assert study.paired and len(study.events) >= 24
+    assert [c.dose for c in study.conditions] == ([0.0, 0.25, 0.5, 1.0] if name == "dose_response.json" else [None, None])
+
+
+def test_a_condition_cut_out_as_a_schema_1_study():
+    """experiments/validity_runs.py runs each condition as its own study: same event ids (so the
+    same batch seeds), the condition's own concepts or text, two groups for schema 1."""
+    from petri.study.schema import study_from_dict
+
+    runs = experiment_script("validity_runs")
+    data = json.loads((STUDIES / "anchor_congruence.json").read_text(encoding="utf-8"))
+    unrelated = study_from_dict(runs.condition_study(data, "unrelated"))
+    assert not unrelated.paired
+    assert [e.id for e in unrelated.events] == [e["id"] for e in data["events"]]
+    assert [list(e.concepts) for e in unrelated.events] == [e["conditions"]["unrelated"]["concepts"] for e in data["events"]]
+    dose = json.loads((STUDIES / "dose_response.json").read_text(encoding="utf-8"))
+    d050 = study_from_dict(runs.condition_study(dose, "d050"))
+    assert [e.text for e in d050.events] == [e["conditions"]["d050"]["text"] for e in dose["events"]]
+    assert [e.text for e in study_from_dict(runs.condition_study(dose, "d000")).events] == [e["text"] for e in dose["events"]]
+    with pytest.raises(ValueError, match="no condition 'd075'"):
+        runs.condition_study(dose, "d075")
