@@ -88,6 +88,47 @@ def run(model: str, study: str, samples: int, templates: str, seed: int, extra: 
     return 0
 
 
+def stored_events(study: str, model: str, condition: str, store: Path = REPO / "runs" / "store") -> dict[str, dict]:
+    """Per-event mean pair instability of the batches of one condition's run held in the run store,
+    finished or not: ``{event_id: {"instability", "n_samples"}}`` (``{}`` when there is no run).
+    The value is the one ``events.csv`` holds (the mean over the event's segments,
+    ``petri.stats.groups.event_level_values``), so a run cut short gives the events it finished;
+    every condition's run takes the events in the same order (a hash of the seed and the event id),
+    so the events two cut runs share are a seeded subset, not a chosen one. The run is the one of
+    that model and condition study with the most stored batches."""
+    import sqlite3
+
+    import pandas as pd
+
+    from petri.runs.store import RunStore
+    from petri.stats.groups import event_level_values
+    from petri.study.analysis import batch_tables
+    from petri.study.runner import study_batch
+    from petri.study.schema import load_study
+
+    path = split_path(study, condition)
+    sid = f"{study}.{condition}"
+    if not (store / "petri.sqlite").exists():
+        return {}
+    with sqlite3.connect(f"file:{store / 'petri.sqlite'}?mode=ro", uri=True) as db:
+        runs = [(rid, json.loads(req)) for rid, req in
+                db.execute("SELECT run_id, request FROM runs WHERE kind = 'study' AND model_id = ?", (model,))]
+        counts = dict(db.execute("SELECT run_id, COUNT(*) FROM events GROUP BY run_id"))
+    mine = [(counts.get(rid, 0), rid, req) for rid, req in runs if req.get("study", {}).get("id") == sid]
+    if not mine:
+        return {}
+    _, run_id, request = max(mine, key=lambda t: t[0])
+    spec = load_study(path)
+    batches = [study_batch(spec, key, int(request["seed"]), traj) for key, _, traj in RunStore(store).load_events(run_id)]
+    if not batches:
+        return {}
+    seg = pd.concat([batch_tables(b, spec.id, names=["segments"])["segments"] for b in batches], ignore_index=True)
+    values = event_level_values(seg, event_col="event_id")
+    samples = {b.event_id: b.trajectory.argmax.shape[0] for b in batches}
+    return {row.event_id: {"instability": float(row.instability), "n_samples": samples[row.event_id]}
+            for row in values.itertuples()}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)

@@ -40,7 +40,10 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-REPO = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
 RESULTS = REPO / "experiments" / "results"
 VALIDITY = RESULTS / "validity"
 MODELS = ("petri-tiny", "petri-small", "petri-tiny-mdm", "petri-small-mdm")
@@ -92,17 +95,36 @@ def paired_test(after: np.ndarray, before: np.ndarray) -> dict:
             "rank_biserial": pc.rank_biserial, "share_up": pc.share_b_higher}
 
 
+def condition_values(study: str, model: str, condition: str) -> tuple[dict[str, float], dict]:
+    """Per-event instability of one condition's run and where it came from: the finished run's
+    ``events.csv``, else the batches the run store holds of a run cut short
+    (``validity_runs.stored_events``)."""
+    folder = VALIDITY / f"{study}-{model}-{condition}"
+    rows = read_events(folder)
+    if rows:
+        first = next(iter(rows.values()))
+        return ({k: float(r["instability"]) for k, r in rows.items()},
+                {"source": str(folder.relative_to(REPO)), "finished": True, "samples_per_event": int(first["n_samples"])})
+    from validity_runs import stored_events
+
+    stored = stored_events(study, model, condition)
+    if not stored:
+        return {}, {}
+    return ({k: v["instability"] for k, v in stored.items()},
+            {"source": f"runs/store (run of {study}.{condition} on {model}, cut short)", "finished": False,
+             "events": len(stored), "samples_per_event": next(iter(stored.values()))["n_samples"]})
+
+
 def congruence(model: str) -> dict | None:
-    runs = {c: read_events(VALIDITY / f"anchor_congruence-{model}-{c}") for c in CONGRUENCE}
-    if not all(runs.values()):
+    runs = {c: condition_values("anchor_congruence", model, c) for c in CONGRUENCE}
+    ids = sorted(set(runs["fitting"][0]) & set(runs["unrelated"][0]))
+    if len(ids) < 6:
         return None
-    ids = sorted(set(runs["fitting"]) & set(runs["unrelated"]))
-    fit = np.array([float(runs["fitting"][i]["instability"]) for i in ids])
-    unrel = np.array([float(runs["unrelated"][i]["instability"]) for i in ids])
+    fit = np.array([runs["fitting"][0][i] for i in ids])
+    unrel = np.array([runs["unrelated"][0][i] for i in ids])
     return {"effect": "unrelated minus fitting, mean pair instability per event", **paired_test(unrel, fit),
-            "mean_fitting": float(fit.mean()), "mean_unrelated": float(unrel.mean()),
-            "samples_per_event": int(runs["fitting"][ids[0]]["n_samples"]),
-            "folders": [f"experiments/results/validity/anchor_congruence-{model}-{c}" for c in CONGRUENCE]}
+            "mean_fitting": float(fit.mean()), "mean_unrelated": float(unrel.mean()), "events": ids,
+            "runs": {c: runs[c][1] for c in CONGRUENCE}}
 
 
 def trend(table: np.ndarray, x: np.ndarray) -> dict:
@@ -117,17 +139,18 @@ def trend(table: np.ndarray, x: np.ndarray) -> dict:
 
 
 def dose(model: str) -> dict | None:
-    runs = {cid: read_events(VALIDITY / f"dose_response-{model}-{cid}") for cid, _ in DOSES}
-    levels = [(cid, x) for cid, x in DOSES if runs[cid]]
+    runs = {cid: condition_values("dose_response", model, cid) for cid, _ in DOSES}
+    levels = [(cid, x) for cid, x in DOSES if len(runs[cid][0]) >= 6]
     if len(levels) < 3:
         return None
-    ids = sorted(set.intersection(*(set(runs[cid]) for cid, _ in levels)))
-    table = np.array([[float(runs[cid][i]["instability"]) for cid, _ in levels] for i in ids])
+    ids = sorted(set.intersection(*(set(runs[cid][0]) for cid, _ in levels)))
+    if len(ids) < 6:
+        return None
+    table = np.array([[runs[cid][0][i] for cid, _ in levels] for i in ids])
     x = np.array([v for _, v in levels])
     return {"effect": "least-squares slope of mean pair instability on the dose (0 to 1) per event",
             "doses": [v for _, v in levels], **trend(table, x), "mixed_model": mixed_slope(table, x, ids),
-            "samples_per_event": int(runs[levels[0][0]][ids[0]]["n_samples"]),
-            "folders": [f"experiments/results/validity/dose_response-{model}-{cid}" for cid, _ in levels]}
+            "n_events": len(ids), "events": ids, "runs": {cid: runs[cid][1] for cid, _ in levels}}
 
 
 def mixed_slope(table: np.ndarray, x: np.ndarray, ids: list[str]) -> dict:
@@ -213,7 +236,7 @@ def table(result: dict) -> str:
                 f"({c['n']} events)") if c else "not run"
         cong_n = _n(c["n_for_80pct_power"]) if c else "—"
         slope = (f"{_fmt(d['slope']['mean'])} [{_fmt(d['slope']['ci95'][0])}, {_fmt(d['slope']['ci95'][1])}], "
-                 f"p = {_p(d['page_p'])} ({len(d['doses'])} doses)") if d else "not run"
+                 f"p = {_p(d['page_p'])} ({d['n_events']} events, doses {', '.join(f'{v:g}' for v in d['doses'])})") if d else "not run"
         slope_n = _n(d["slope"]["n_for_80pct_power"]) if d else "—"
         ib = f"{inv['contradictory_vs_benign']['auc']:.2f}, p = {_p(inv['contradictory_vs_benign']['p'])}" if inv else "—"
         ic = f"{inv['contradictory_vs_control']['auc']:.2f}, p = {_p(inv['contradictory_vs_control']['p'])}" if inv else "—"
