@@ -124,7 +124,23 @@ def congruence(model: str) -> dict | None:
     unrel = np.array([runs["unrelated"][0][i] for i in ids])
     return {"effect": "unrelated minus fitting, mean pair instability per event", **paired_test(unrel, fit),
             "mean_fitting": float(fit.mean()), "mean_unrelated": float(unrel.mean()), "events": ids,
-            "runs": {c: runs[c][1] for c in CONGRUENCE}}
+            "runs": {c: runs[c][1] for c in CONGRUENCE}, "secondary": secondary("anchor_congruence", model),
+            "values": {"fitting": fit.tolist(), "unrelated": unrel.tolist()}}
+
+
+SECONDARY = {"mean_flips_free": lambda r: float(r["mean_flips_free"]),
+             "anchors_intact_share": lambda r: int(r["anchors_intact"]) / int(r["anchors_total"])}
+
+
+def secondary(study: str, model: str) -> dict | None:
+    """Unrelated minus fitting on the other per-event measures of ``events.csv`` (flips per free
+    position, the share of anchors found intact in the final text), where both runs finished."""
+    rows = {c: read_events(VALIDITY / f"{study}-{model}-{c}") for c in CONGRUENCE}
+    if not all(rows.values()):
+        return None
+    ids = sorted(set(rows["fitting"]) & set(rows["unrelated"]))
+    return {name: paired_test(np.array([get(rows["unrelated"][i]) for i in ids]), np.array([get(rows["fitting"][i]) for i in ids]))
+            for name, get in SECONDARY.items()}
 
 
 def trend(table: np.ndarray, x: np.ndarray) -> dict:
@@ -150,7 +166,8 @@ def dose(model: str) -> dict | None:
     x = np.array([v for _, v in levels])
     return {"effect": "least-squares slope of mean pair instability on the dose (0 to 1) per event",
             "doses": [v for _, v in levels], **trend(table, x), "mixed_model": mixed_slope(table, x, ids),
-            "n_events": len(ids), "events": ids, "runs": {cid: runs[cid][1] for cid, _ in levels}}
+            "n_events": len(ids), "events": ids, "runs": {cid: runs[cid][1] for cid, _ in levels},
+            "values": {cid: table[:, j].tolist() for j, (cid, _) in enumerate(levels)}}
 
 
 def mixed_slope(table: np.ndarray, x: np.ndarray, ids: list[str]) -> dict:
