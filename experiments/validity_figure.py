@@ -1,5 +1,5 @@
-"""The Validity page's and the README's figure: a positive control the instrument detects beside the
-shipped study's null, on one model (default petri-small).
+"""The Validity page's and the README's figure: the anchor-congruence positive control beside the
+shipped study, on one model (default petri-small).
 
     python3 experiments/validity_stats.py && python3 experiments/validity_figure.py   # docs/images/positive_control.png
 
@@ -54,7 +54,7 @@ def figure(model: str):
     fig.update_yaxes(title_text="mean pair instability per event", row=1, col=1)
     fig.update_yaxes(title_text="mean pair instability per event", row=1, col=2)
     fig.update_layout(width=1000, height=460, margin={"t": 90, "l": 60, "r": 20, "b": 40}, template="simple_white",
-                      title={"text": f"{model}: what the instrument detects, and what it does not", "x": 0.5})
+                      title={"text": f"{model}: the anchor-congruence positive control beside the shipped study", "x": 0.5})
     return fig
 
 
