@@ -190,22 +190,21 @@ def congruence() -> dict:
             "conditions": {"fitting": {"concepts": list(triple)}, "unrelated": {"concepts": list(EVENTS[j][2])}},
             "note": f"unrelated triple: the fitting one of {EVENTS[j][0]}",
         })
-    return {
-        "schema": 1, "id": "anchor_congruence",
-        "title": "Anchor congruence: are concepts that do not fit the event less stable than ones that do?",
-        "language": "en",
-        "description": (
-            "Positive control (issue 59). Each everyday event is pinned once with three concepts that fit it "
-            "and once with three unrelated ones (another event's fitting triple), with the same templates, "
-            "layouts and seeds. Built by experiments/positive_controls.py."),
-        "concepts": all_concepts(),
-        "conditions": [
-            {"id": "fitting", "description": "three concepts that fit the event"},
-            {"id": "unrelated", "description": "three concepts unrelated to the event (another event's fitting triple)"},
-        ],
-        "templates": [dict(t) for t in TEMPLATES],
-        "events": events,
-    }
+    return _study(
+        "anchor_congruence", "Anchor congruence: are concepts that do not fit the event less stable than ones that do?",
+        "Each everyday event is pinned once with three concepts that fit it and once with three unrelated ones "
+        "(another event's fitting triple), with the same templates, layouts and seeds.",
+        [{"id": "fitting", "description": "three concepts that fit the event"},
+         {"id": "unrelated", "description": "three concepts unrelated to the event (another event's fitting triple)"}],
+        events)
+
+
+def _study(sid: str, title: str, description: str, conditions: list[dict], events: list[dict]) -> dict:
+    """A paired study dict with the shared parts (language, concepts, templates)."""
+    return {"schema": 1, "id": sid, "title": title, "language": "en",
+            "description": f"Positive control (issue 59). {description} Built by experiments/positive_controls.py.",
+            "concepts": all_concepts(), "conditions": conditions, "templates": [dict(t) for t in TEMPLATES],
+            "events": events}
 
 
 def dose_response() -> dict:
@@ -220,20 +219,15 @@ def dose_response() -> dict:
             "conditions": {cid: {"text": texts[dose]} for cid, dose in DOSES[1:]},
             "note": f"{n} content words; {counts} replaced at 25/50/100 %",
         })
-    return {
-        "schema": 1, "id": "dose_response",
-        "title": "Dose response: does instability rise as more of the event's content words are replaced by random words?",
-        "language": "en",
-        "description": (
-            "Positive control (issue 59). Each everyday event, pinned with three concepts that fit it, is read "
-            "with 0, 25, 50 and 100 % of its content words replaced by random dictionary words of the same part "
-            "of speech (seeded, nested; the texts are in this file). Built by experiments/positive_controls.py."),
-        "concepts": all_concepts(),
-        "conditions": [{"id": cid, "dose": dose, "description": f"{round(dose * 100)} % of the content words replaced"}
-                       for cid, dose in DOSES],
-        "templates": [dict(t) for t in TEMPLATES],
-        "events": events,
-    }
+    return _study(
+        "dose_response",
+        "Dose response: does instability rise as more of the event's content words are replaced by random words?",
+        "Each everyday event, pinned with three concepts that fit it, is read with 0, 25, 50 and 100 % of its "
+        "content words replaced by random dictionary words of the same part of speech (seeded, nested; the texts "
+        "are in this file).",
+        [{"id": cid, "dose": dose, "description": f"{round(dose * 100)} % of the content words replaced"}
+         for cid, dose in DOSES],
+        events)
 
 
 BUILDERS = {"anchor_congruence.json": congruence, "dose_response.json": dose_response}

@@ -242,56 +242,60 @@ def _p(p: float) -> str:
     return f"{p:.2g}" if p >= 0.001 else f"{p:.1e}"
 
 
+def _markdown(header: list[str], rows: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def _per_model(result: dict):
+    """(model, congruence, dose, inventory_order) per model of the ladder."""
+    for model, r in result["models"].items():
+        yield model, r["congruence"], r["dose"], r["inventory_order"]
+
+
 def table(result: dict) -> str:
     """The ladder as a Markdown table (one row per model)."""
-    lines = ["| model | congruence: unrelated − fitting [95 % CI], Wilcoxon p | events for 80 % | dose slope [95 % CI], Page p"
-             " | events for 80 % | contradictory vs benign: AUC, p | contradictory vs control: AUC, p |",
-             "|---|---|---|---|---|---|---|"]
-    for model, r in result["models"].items():
-        c, d, inv = r["congruence"], r["dose"], r["inventory_order"]
+    rows = []
+    for model, c, d, inv in _per_model(result):
         cong = (f"{_fmt(c['mean'])} [{_fmt(c['ci95'][0])}, {_fmt(c['ci95'][1])}], p = {_p(c['wilcoxon_p'])} "
                 f"({c['n']} events)") if c else "not run"
-        cong_n = _n(c["n_for_80pct_power"]) if c else "—"
         slope = (f"{_fmt(d['slope']['mean'])} [{_fmt(d['slope']['ci95'][0])}, {_fmt(d['slope']['ci95'][1])}], "
                  f"p = {_p(d['page_p'])} ({d['n_events']} events, doses {', '.join(f'{v:g}' for v in d['doses'])})") if d else "not run"
-        slope_n = _n(d["slope"]["n_for_80pct_power"]) if d else "—"
-        ib = f"{inv['contradictory_vs_benign']['auc']:.2f}, p = {_p(inv['contradictory_vs_benign']['p'])}" if inv else "—"
-        ic = f"{inv['contradictory_vs_control']['auc']:.2f}, p = {_p(inv['contradictory_vs_control']['p'])}" if inv else "—"
-        lines.append(f"| {model} | {cong} | {cong_n} | {slope} | {slope_n} | {ib} | {ic} |")
-    return "\n".join(lines)
+        groups = [f"{inv[k]['auc']:.2f}, p = {_p(inv[k]['p'])}" if inv else "—"
+                  for k in ("contradictory_vs_benign", "contradictory_vs_control")]
+        rows.append([model, cong, _n(c["n_for_80pct_power"]) if c else "—", slope,
+                     _n(d["slope"]["n_for_80pct_power"]) if d else "—", *groups])
+    return _markdown(["model", "congruence: unrelated − fitting [95 % CI], Wilcoxon p", "events for 80 %",
+                      "dose slope [95 % CI], Page p", "events for 80 %", "contradictory vs benign: AUC, p",
+                      "contradictory vs control: AUC, p"], rows)
 
 
 def power_table(result: dict) -> str:
     """Effect sizes and the events for 80 % power (alpha 0.05, two-sided), one row per model."""
-    rows = ["| model | congruence d_z | events (pairs) for 80 % | dose-slope d_z | events for 80 % "
-            "| contradictory vs benign d | events per group for 80 % | contradictory vs control d | events per group for 80 % |",
-            "|---|---|---|---|---|---|---|---|---|"]
-    for model, r in result["models"].items():
-        c, d, inv = r["congruence"], r["dose"], r["inventory_order"]
-        cells = [f"{_fmt(c['d_z'])} | {_n(c['n_for_80pct_power'])}" if c else "— | —",
-                 f"{_fmt(d['slope']['d_z'])} | {_n(d['slope']['n_for_80pct_power'])}" if d else "— | —"]
+    rows = []
+    for model, c, d, inv in _per_model(result):
+        cells = [model, _fmt(c["d_z"]) if c else "—", _n(c["n_for_80pct_power"]) if c else "—",
+                 _fmt(d["slope"]["d_z"]) if d else "—", _n(d["slope"]["n_for_80pct_power"]) if d else "—"]
         for key in ("contradictory_vs_benign", "contradictory_vs_control"):
-            cells.append(f"{_fmt(inv[key]['cohens_d'])} | {_n(inv[key]['n_per_group_for_80pct_power'])}" if inv else "— | —")
-        rows.append(f"| {model} | " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+            cells += [_fmt(inv[key]["cohens_d"]), _n(inv[key]["n_per_group_for_80pct_power"])] if inv else ["—", "—"]
+        rows.append(cells)
+    return _markdown(["model", "congruence d_z", "events (pairs) for 80 %", "dose-slope d_z", "events for 80 %",
+                      "contradictory vs benign d", "events per group for 80 %", "contradictory vs control d",
+                      "events per group for 80 %"], rows)
 
 
 def teacher_table(t: dict) -> str:
     """The teacher's line as a Markdown table (one row per read)."""
     inv, cong, dose_part = t["inventory_order"], t["anchor_congruence"], t["dose_response"]
-    rows = ["| teacher read | congruence: unrelated − fitting [95 % CI], Wilcoxon p | events for 80 % "
-            "| dose slope [95 % CI], Page p | contradictory vs benign: AUC, p | contradictory vs control: AUC, p |",
-            "|---|---|---|---|---|---|"]
+    rows = []
     for label, ckey, key in (("p(No), Yes/No read", "fit_p_no", "p_no"), ("NLL per token (nats)", "concept_nll", "nll")):
-        c = cong[ckey]["unrelated_minus_fitting"]
-        d = dose_part[key]
-        rows.append(
-            f"| {label} | {_fmt(c['mean'])} [{_fmt(c['ci95'][0])}, {_fmt(c['ci95'][1])}], p = {_p(c['wilcoxon_p'])} "
-            f"| {_n(c['n_for_80pct_power'])} | {_fmt(d['slope']['mean'])} [{_fmt(d['slope']['ci95'][0])}, "
-            f"{_fmt(d['slope']['ci95'][1])}], p = {_p(d['page_p'])} "
-            f"| {inv[key]['contradictory_vs_benign']['auc']:.2f}, p = {_p(inv[key]['contradictory_vs_benign']['p'])} "
-            f"| {inv[key]['contradictory_vs_control']['auc']:.2f}, p = {_p(inv[key]['contradictory_vs_control']['p'])} |")
-    return "\n".join(rows)
+        c, d = cong[ckey]["unrelated_minus_fitting"], dose_part[key]
+        rows.append([label, f"{_fmt(c['mean'])} [{_fmt(c['ci95'][0])}, {_fmt(c['ci95'][1])}], p = {_p(c['wilcoxon_p'])}",
+                     _n(c["n_for_80pct_power"]),
+                     f"{_fmt(d['slope']['mean'])} [{_fmt(d['slope']['ci95'][0])}, {_fmt(d['slope']['ci95'][1])}], p = {_p(d['page_p'])}",
+                     *[f"{inv[key][k]['auc']:.2f}, p = {_p(inv[key][k]['p'])}"
+                       for k in ("contradictory_vs_benign", "contradictory_vs_control")]])
+    return _markdown(["teacher read", "congruence: unrelated − fitting [95 % CI], Wilcoxon p", "events for 80 %",
+                      "dose slope [95 % CI], Page p", "contradictory vs benign: AUC, p", "contradictory vs control: AUC, p"], rows)
 
 
 def main(argv: list[str] | None = None) -> int:
