@@ -106,16 +106,7 @@ def add_statistics_commands(commands) -> None:
     paired.add_argument("results_b")
 
 
-def pd_table(rows: list[dict]) -> str:
-    """Power designs as an aligned text table (floats to 3 decimals)."""
-    import pandas as pd
-
-    return pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3f}")
-
-
 def cmd_statistics(args) -> int:
-    import json
-
     if args.command == "paired":
         from petri.study.paired_runs import compare_runs
 
@@ -153,24 +144,27 @@ def cmd_statistics(args) -> int:
         result = paired.power
         if result is None:
             raise ValueError(f"RESULTS_DIR {args.results_dir}: {'; '.join(paired.notes)}")
-        print(pd_table(result.designs))
-        print(result.summary())
-        print(f"method: {result.method}")
-        if args.json:
-            with open(args.json, "w", encoding="utf-8") as fh:
-                json.dump(result.to_dict(), fh, indent=1)
-        return 0
+        return _print_power(result, args.json)
     if args.condition is not None:
         raise ValueError("--condition: the study in RESULTS_DIR has no conditions (it is not a paired study)")
 
     segments, groups, _, _ = load_results(args.results_dir)
     result = power_from_cells(cell_values(segments), groups, events=args.events, templates=args.templates,
                               effect=args.effect, n_sims=args.sims, alpha=args.alpha, seed=args.seed)
-    print(pd_table(result.designs))
+    return _print_power(result, args.json)
+
+
+def _print_power(result, json_path: str | None) -> int:
+    """Print a power result's designs, summary and method (and write it as JSON to ``json_path``)."""
+    import json
+
+    import pandas as pd
+
+    print(pd.DataFrame(result.designs).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(result.summary())
     print(f"method: {result.method}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as fh:
             json.dump(result.to_dict(), fh, indent=1)
     return 0
 

@@ -14,13 +14,13 @@ draws from its own generator, ``numpy.random.default_rng([seed, n_events])``.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 from scipy import stats as sps
 
-from petri.stats.power import TARGET_POWER
+from petri.stats.power import TARGET_POWER, power_dict, power_summary
 
 __all__ = ["PairedPowerResult", "paired_power", "simulate_paired_power"]
 
@@ -33,29 +33,30 @@ class PairedPowerResult:
     condition_a: str
     condition_b: str
     value: str
+    """the event-level value whose differences are tested (e.g. ``instability``)"""
     effect: float
+    """the mean difference ``b - a`` the simulated studies have"""
     effect_source: str
     pilot_events: int
+    designs: list[dict[str, Any]]
+    smallest: dict[str, Any] | None
     n_sims: int
     alpha: float
     seed: int
-    designs: list[dict[str, Any]]
-    smallest: dict[str, Any] | None
     target: float = TARGET_POWER
     method: str = field(default="")
+    none_reached = "no number of events in the grid"  # class attribute (not a field)
 
-    def summary(self) -> str:
-        head = (f"power of the paired Wilcoxon test on {self.value} ({self.condition_b} - {self.condition_a}, "
+    def head(self) -> str:
+        return (f"power of the paired Wilcoxon test on {self.value} ({self.condition_b} - {self.condition_a}, "
                 f"two-sided alpha {self.alpha:g}) for a mean difference of {self.effect:+.4g} ({self.effect_source}), "
                 f"{self.pilot_events} pilot events, {self.n_sims} simulated studies per design, seed {self.seed}")
-        if self.smallest is None:
-            return head + f"; no number of events in the grid reaches {100 * self.target:.0f}%"
-        s = self.smallest
-        return head + (f"; {s['n_events']} events reach {100 * self.target:.0f}% (power {s['power']:.2f} "
-                       f"+/- {s['mc_se']:.2f})")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "summary": self.summary()}
+    def reached(self, s: dict[str, Any]) -> str:
+        return f"{s['n_events']} events reach {100 * self.target:.0f}% (power {s['power']:.2f} +/- {s['mc_se']:.2f})"
+
+    summary = power_summary
+    to_dict = power_dict
 
 
 def simulate_paired_power(d: np.ndarray, n_events: int, *, n_sims: int, alpha: float, rng: np.random.Generator) -> float:
@@ -102,5 +103,6 @@ def paired_power(differences: Sequence[float], *, events: Sequence[int] = (6, 12
               f"correction) at alpha {alpha:g}; "
               + ("differences as in the pilot" if effect is None else f"differences shifted to mean {eff:+.4g}")
               + f"; templates and samples per event as in the pilot; numpy default_rng([seed={seed}, n_events]) per design")
-    return PairedPowerResult(labels[0], labels[1], value, eff, source, int(d.size), int(n_sims), float(alpha), int(seed),
-                             designs, smallest, target, method)
+    return PairedPowerResult(condition_a=labels[0], condition_b=labels[1], value=value, effect=eff, effect_source=source,
+                             pilot_events=int(d.size), designs=designs, smallest=smallest, n_sims=int(n_sims),
+                             alpha=float(alpha), seed=int(seed), target=target, method=method)

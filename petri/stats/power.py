@@ -30,10 +30,24 @@ from scipy import stats as sps
 
 from petri.stats.mixed import cell_matrix
 
-__all__ = ["PowerResult", "simulate_power", "power_from_cells", "smallest_design", "TARGET_POWER"]
+__all__ = ["PowerResult", "simulate_power", "power_from_cells", "smallest_design", "TARGET_POWER", "power_summary",
+           "power_dict"]
 
 TARGET_POWER = 0.8
 TESTS = ("mannwhitney", "t")
+
+
+def power_summary(result) -> str:
+    """A power result's line: its ``head()``, then the smallest design reaching its target
+    (``reached(design)``) or that none in the grid does (``none_reached``)."""
+    if result.smallest is None:
+        return result.head() + f"; {result.none_reached} reaches {100 * result.target:.0f}%"
+    return result.head() + "; " + result.reached(result.smallest)
+
+
+def power_dict(result) -> dict[str, Any]:
+    """A power result as JSON-ready data with its summary."""
+    return {**asdict(result), "summary": result.summary()}
 
 
 @dataclass
@@ -56,22 +70,22 @@ class PowerResult:
     smallest: dict[str, Any] | None
     target: float = TARGET_POWER
     method: str = field(default="")
+    none_reached = "no design in the grid"  # class attribute (not a field)
 
     def table(self) -> pd.DataFrame:
         return pd.DataFrame(self.designs)
 
-    def summary(self) -> str:
-        head = (f"power of the event-level {self.test} test ({self.group_a} vs {self.group_b}, two-sided alpha "
+    def head(self) -> str:
+        return (f"power of the event-level {self.test} test ({self.group_a} vs {self.group_b}, two-sided alpha "
                 f"{self.alpha:g}) for effect {self.effect:+.4g} ({self.effect_source}), {self.n_sims} simulated "
                 f"studies per design, seed {self.seed}")
-        if self.smallest is None:
-            return head + f"; no design in the grid reaches {100 * self.target:.0f}%"
-        s = self.smallest
-        return head + (f"; smallest design reaching {100 * self.target:.0f}%: {s['n_events']} events per group x "
-                       f"{s['n_templates']} templates (power {s['power']:.2f} +/- {s['mc_se']:.2f})")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "summary": self.summary()}
+    def reached(self, s: dict[str, Any]) -> str:
+        return (f"smallest design reaching {100 * self.target:.0f}%: {s['n_events']} events per group x "
+                f"{s['n_templates']} templates (power {s['power']:.2f} +/- {s['mc_se']:.2f})")
+
+    summary = power_summary
+    to_dict = power_dict
 
 
 def _event_values(y: np.ndarray, ev: np.ndarray, tpl: np.ndarray) -> np.ndarray:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any
 
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -58,3 +59,16 @@ class Checker:
         for i, item in enumerate(value):
             self.text(item, f"{entry}[{i}]")
         return value
+
+    def concept_subset(self, value: Any, entry: str, concepts: list[str]) -> tuple[str, ...]:
+        """``value`` as a subset of the study's ``concepts``: at least 2, none unknown, none twice."""
+        sub = self.string_list(value, entry)
+        unknown = [c for c in sub if c not in set(concepts)]
+        if unknown:
+            raise self.fail(entry, f"unknown concept {unknown[0]!r}; the study's concepts are {concepts}")
+        dupes = [c for c, n in Counter(sub).items() if n > 1]
+        if dupes:
+            raise self.fail(entry, f"duplicate concept {dupes[0]!r}")
+        if len(sub) < 2:
+            raise self.fail(entry, f"at least 2 concepts are needed, got {len(sub)}")
+        return tuple(sub)

@@ -115,23 +115,13 @@ def parse_event_conditions(check: Checker, entry: str, raw: Any, conditions: tup
     unknown = [k for k in raw if k not in known]
     if unknown:
         raise check.fail(f"{where}.{unknown[0]}", f"unknown condition {unknown[0]!r}; the study's conditions are {known}")
-    concept_set = set(concepts)
     variants: dict[str, Variant] = {}
     for cid, item in raw.items():
         here = f"{where}.{cid}"
         check.keys(item, here, VARIANT_KEYS, ())
         sub = None
         if "concepts" in item:
-            sub = check.string_list(item["concepts"], f"{here}.concepts")
-            bad = [c for c in sub if c not in concept_set]
-            if bad:
-                raise check.fail(f"{here}.concepts", f"unknown concept {bad[0]!r}; the study's concepts are {concepts}")
-            dupes = [c for c, n in Counter(sub).items() if n > 1]
-            if dupes:
-                raise check.fail(f"{here}.concepts", f"duplicate concept {dupes[0]!r}")
-            if len(sub) < 2:
-                raise check.fail(f"{here}.concepts", f"at least 2 concepts are needed, got {len(sub)}")
-            sub = tuple(sub)
+            sub = check.concept_subset(item["concepts"], f"{here}.concepts", concepts)
         text = check.text(item["text"], f"{here}.text") if "text" in item else None
         variants[cid] = Variant(sub, text)
     counts = {c.id: len(variants[c.id].concepts) if c.id in variants and variants[c.id].concepts is not None

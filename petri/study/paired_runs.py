@@ -4,7 +4,8 @@ Never imports torch.
 
 Pairs: events (``events.csv``, matched on ``event_id``) for the Wilcoxon signed-rank test of the
 event-level instability; samples (``samples.csv``, matched on ``event_id``, ``template_id``, ``sample``:
-the same batch seed) for the exact McNemar test of "every anchor intact in the final text".
+the same batch seed) for the exact McNemar test of "every anchor intact in the final text". Two runs of
+a paired (within-event) study are matched on the ``condition`` as well: the unit is (event, condition).
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ def compare_runs(dir_a: str | Path, dir_b: str | Path) -> dict[str, Any]:
     """The paired tests of run ``b`` against run ``a`` (JSON-serialisable dict with both summaries)."""
     a, b = Path(dir_a), Path(dir_b)
     labels = (a.name, b.name)
-    ev = match_pairs(_read(a, "events.csv"), _read(b, "events.csv"), ["event_id"], ["instability"])
+    ea, eb = _read(a, "events.csv"), _read(b, "events.csv")
+    cond = ["condition"] if "condition" in ea.columns and "condition" in eb.columns else []  # a paired study's units
+    ev = match_pairs(ea, eb, ["event_id", *cond], ["instability"])
     w = wilcoxon_paired(ev["instability_a"], ev["instability_b"])
     sa, sb = (_read(f, "samples.csv") for f in (a, b))
     for s in (sa, sb):
         s["all_intact"] = s["anchors_intact"] == s["n_anchors"]
-    sm = match_pairs(sa, sb, ["event_id", "template_id", "sample"], ["all_intact"])
+    sm = match_pairs(sa, sb, ["event_id", "template_id", *cond, "sample"], ["all_intact"])
     m = mcnemar_exact(sm["all_intact_a"], sm["all_intact_b"])
     return {
         "runs": [str(a), str(b)],

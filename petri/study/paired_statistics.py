@@ -225,13 +225,18 @@ def paired_from_folder(results_dir: str | Path, **kwargs: Any) -> PairedStatisti
     """The paired statistics of a stored study folder (its ``run.json``, ``segments.csv`` and
     ``samples.csv``), or None when the study has no conditions. ``kwargs`` go to :func:`paired_statistics`."""
     folder = Path(results_dir)
-    for name in ("run.json", "segments.csv", "samples.csv"):
+
+    def need(name: str) -> Path:
         if not (folder / name).is_file():
             raise ValueError(f"RESULTS_DIR {folder}: no {name} (is it the output folder of `petri study`?)")
-    meta = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+        return folder / name
+
+    need("segments.csv")
+    meta = json.loads(need("run.json").read_text(encoding="utf-8"))
     conditions = meta["study"].get("conditions")
     if not conditions:
         return None
+    need("samples.csv")
     ids = [c["id"] for c in conditions]
     doses = {c["id"]: float(c["dose"]) for c in conditions} if "dose" in conditions[0] else None
     kwargs.setdefault("seed", int(meta.get("seed", 0)))

@@ -20,6 +20,7 @@ from petri.study.plots import event_ranking_figure, instability_figure, jaccard_
 from petri.stats.groups import GroupComparison, too_small_note
 from petri.study.statistics import write_statistics
 from petri.study.paired_statistics import write_paired
+from petri.study.paired_plots import paired_slope_figure
 
 if TYPE_CHECKING:
     from petri.study.runner import StudyResult
@@ -30,6 +31,7 @@ FIGURE_TITLES = {
     "instability": "(1) instability distributions",
     "events": "(2) mean instability per event, ranked",
     "jaccard": "(3) template Jaccard heatmap",
+    "paired": "(4) paired: one line per event across the conditions",
 }
 
 
@@ -128,6 +130,15 @@ def _group_headline(c, groups: tuple[str, ...], headline: bool = True) -> list[s
     ]
 
 
+def paired_figure(result: StudyResult, analysis: StudyAnalysis):
+    """The paired study's slope chart of the event instabilities, titled with the headline paired test."""
+    study, paired = result.study, analysis.paired
+    head = paired.headline
+    return paired_slope_figure(analysis.events, [c.id for c in study.conditions], doses=paired.doses,
+                               title=head.summary() if head is not None else "", model_id=result.model_id,
+                               run_id=result.run_id)
+
+
 def model_label(model_id: str) -> str:
     """The sentence that says which model the numbers belong to."""
     if "diffusiongemma" in model_id.lower():
@@ -152,7 +163,8 @@ def render_report(result: StudyResult, analysis: StudyAnalysis, figures: dict[st
         "",
         f"Study `{study.id}` ({study.language}) from `{study.source}`: concepts {', '.join(f'`{x}`' for x in study.concepts)}; "
         f"{len(study.events)} events ({', '.join(f'{g} {len(study.events_in(g))}' for g in study.groups)}), "
-        f"{len(result.template_ids)} templates, {result.samples} shuffled samples per (event, template): "
+        f"{len(result.template_ids)} templates, {result.samples} shuffled samples per "
+        f"{'(event, template, condition)' if study.paired else '(event, template)'}: "
         f"{len(result.batches) * result.samples} samples in all.",
         "",
         *_conditions_lines(study),
@@ -171,12 +183,13 @@ def render_report(result: StudyResult, analysis: StudyAnalysis, figures: dict[st
                   "| level | n | median | U | p | rank-biserial r [CI] |", "|---|---|---|---|---|---|"]
         lines += [_comparison_row(s) for s in analysis.secondary]
     top = ev.sort_values("instability", ascending=False)
-    show = pd.concat([top.head(5), top.tail(5)]).drop_duplicates("event_id")
+    unit = ["event_id", "condition"] if study.paired else ["event_id"]
+    show = pd.concat([top.head(5), top.tail(5)]).drop_duplicates(unit)
     lines += [
         "",
         "## Events (most and least unstable)",
         "",
-        _md_table(show[["rank", "event_id", "group", "instability", "ci_low", "ci_high", "event"]]),
+        _md_table(show[["rank", *unit, "group", "instability", "ci_low", "ci_high", "event"]]),
         "",
         "CI: 95% cluster bootstrap over the event's samples. All events: `events.csv`.",
         "",
@@ -299,6 +312,8 @@ def write_study(
         "jaccard": jaccard_heatmap(analysis.jaccard, analysis.jaccard_mean, tagger=analysis.tagger, top_n=analysis.top_n,
                                    run_id=result.run_id),
     }
+    if analysis.paired is not None:
+        figs["paired"] = paired_figure(result, analysis)
     paths, notes = save_figures(figs, fig_dir, images=("png", "svg") if images else ())
     figures = {FIGURE_TITLES[name]: p for name, p in paths.items()}
     tables = {name: analysis.tables[name] for name in STUDY_TABLES}

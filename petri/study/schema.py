@@ -236,7 +236,6 @@ def study_from_dict(data: Any, source: str = "<dict>", file_sha256: str = "") ->
         raise check.fail("concepts", str(err).removeprefix("concepts: ")) from None
     if len(concepts) < 2:
         raise check.fail("concepts", f"at least 2 concepts are needed (instability is measured between two anchors), got {len(concepts)}")
-    concept_set = set(concepts)
 
     # templates
     raw_templates = data["templates"]
@@ -278,16 +277,7 @@ def study_from_dict(data: Any, source: str = "<dict>", file_sha256: str = "") ->
         seen_text[key] = i
         sub = None
         if "concepts" in raw:
-            sub = check.string_list(raw["concepts"], f"{entry}.concepts")
-            unknown = [c for c in sub if c not in concept_set]
-            if unknown:
-                raise check.fail(f"{entry}.concepts", f"unknown concept {unknown[0]!r}; the study's concepts are {concepts}")
-            dupes = [c for c, n in Counter(sub).items() if n > 1]
-            if dupes:
-                raise check.fail(f"{entry}.concepts", f"duplicate concept {dupes[0]!r}")
-            if len(sub) < 2:
-                raise check.fail(f"{entry}.concepts", f"at least 2 concepts are needed, got {len(sub)}")
-            sub = tuple(sub)
+            sub = check.concept_subset(raw["concepts"], f"{entry}.concepts", concepts)
         note = check.text(raw.get("note", ""), f"{entry}.note", empty_ok=True)
         variants = ()
         if "conditions" in raw:

@@ -8,16 +8,15 @@ import copy
 
 import numpy as np
 import pytest
-import torch
 
 import petri.study.runner as runner
-from petri.core.trajectory import SamplerSettings
 from petri.runs.store import RunStore
 from petri.study.analysis import analyze
 from petri.study.schema import StudyError, study_from_dict
 from petri.study.transforms import apply_transform, shuffle_words
 
-SETTINGS = SamplerSettings(max_denoising_steps=4)
+from tests.study.test_study_run import SETTINGS, one_thread  # noqa: F401 (one intra-op thread, autouse)
+
 SAMPLES = 3
 # on the tiny model's tokenizer: order, inventory, person, stock take 1 token each, cat 2, baker 5
 PAIRED = {
@@ -49,14 +48,6 @@ DOSE = {
                 "conditions": {"d050": {"text": "The glacier counted its inventory."},
                                "d100": {"text": "The glacier taxed its tuba."}}}],
 }
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def refused(data: dict) -> str:
@@ -332,3 +323,49 @@ def test_petri_power_and_restat_read_a_paired_folder(paired_run, tmp_path, capsy
     assert "error: --templates: a paired study" in capsys.readouterr().err
     assert main(["restat", str(out)]) == 0
     assert (out / "paired_summary.csv").is_file() and "wrote paired_summary.csv" in capsys.readouterr().out
+
+
+def test_the_slope_chart_draws_one_line_per_event_coloured_by_direction():
+    import pandas as pd
+
+    from petri.study.paired_plots import DIRECTION_COLORS, paired_slope_figure
+
+    events = pd.DataFrame({"event_id": ["e1", "e1", "e2", "e2", "e3", "e3"], "condition": ["a", "b"] * 3,
+                           "instability": [1.0, 2.0, 2.0, 1.0, 1.0, 1.0], "event": ["x"] * 6})
+    fig = paired_slope_figure(events, ["a", "b"], title="T", run_id="r1")
+    lines = [t for t in fig.data if t.name in ("e1", "e2", "e3")]
+    assert [(t.name, t.line.color, list(t.y)) for t in lines] == [
+        ("e1", DIRECTION_COLORS["up"], [1, 2]), ("e2", DIRECTION_COLORS["down"], [2, 1]), ("e3", DIRECTION_COLORS["flat"], [1, 1])]
+    mean = next(t for t in fig.data if t.name == "mean over events")
+    assert list(mean.y) == pytest.approx([4 / 3, 4 / 3]) and list(mean.x) == ["a", "b"]
+    assert {t.name for t in fig.data} >= {"higher under b: 1 events", "lower under b: 1 events", "equal: 1 events"}
+    assert fig.layout.meta["run_id"] == "r1"
+    dosed = paired_slope_figure(events, ["a", "b"], doses={"a": 0.0, "b": 0.5})
+    assert list(dosed.data[0].x) == [0.0, 0.5] and dosed.layout.xaxis.title.text == "dose"
+
+
+def test_petri_paired_matches_two_runs_of_a_paired_study_on_event_and_condition(paired_run, tmp_path):
+    from petri.study.paired_runs import compare_runs
+    from petri.study.report import write_study
+
+    for name in ("a", "b"):
+        write_study(paired_run, tmp_path / name, images=False)
+    out = compare_runs(tmp_path / "a", tmp_path / "b")
+    assert out["wilcoxon"]["n_pairs"] == 3 * 3 and out["wilcoxon"]["n_nonzero"] == 0  # (event, condition) units
+    assert out["mcnemar"]["n_pairs"] == 3 * 2 * 3 * SAMPLES
+
+
+def test_a_paired_study_with_two_groups_tests_the_groups_under_the_reference_condition(tiny_lm, tmp_path):
+    data = copy.deepcopy(PAIRED)
+    data["templates"] = data["templates"][:1]
+    data["events"] += [{"id": f"k0{i}", "group": "other", "text": text, "concepts": ["order", "inventory", "person"]}
+                       for i, text in enumerate(["A clerk filed the order.", "The shop sold its stock.",
+                                                 "A person closed the till."], start=1)]
+    study = study_from_dict(data)
+    assert study.comparison == ("everyday", "other")
+    result = runner.run_study(tiny_lm, study, RunStore(tmp_path), samples=2, seed=1, settings=SETTINGS, show_progress=False)
+    analysis = analyze(result, n_bootstrap=50)
+    ev = analysis.events[analysis.events.condition == "fitting"]
+    assert analysis.comparison.event.n_a == 3 and analysis.comparison.event.n_b == 3
+    assert analysis.comparison.event.median_a == pytest.approx(ev[ev.group == "everyday"].instability.median())
+    assert any("reference condition 'fitting'" in n for n in analysis.notes) and analysis.paired is not None

@@ -40,6 +40,7 @@ from petri.web.ui.figure_files import add_shown_figure_downloads
 from petri.web.ui.live import JobCancelled, JobFailed, field_validation, stream, wire_run
 from petri.web.ui.shipped import load_shipped, report_markdown, shipped_figures, shipped_files, shipped_markdown
 from petri.web.ui.stats import build_stats_panel, stats_views
+from petri.web.ui.study_paired import conditions_meta, paired_final_views, paired_live_views, with_conditions
 from petri.web.ui.views import request_error_message, responsive
 
 STUDY_DIR = studies_dir()
@@ -93,7 +94,8 @@ def builtin_studies() -> dict[str, Path]:
 
 def study_to_fields(study: Study) -> tuple[dict, str, pd.DataFrame, pd.DataFrame, str, str, list[str]]:
     """(meta, concepts text, events table, templates table, comparison text, show text, template ids)."""
-    meta = {"id": study.id, "title": study.title, "language": study.language, "description": study.description}
+    meta = {"id": study.id, "title": study.title, "language": study.language, "description": study.description,
+            **conditions_meta(study)}
     events = pd.DataFrame(
         [[e.id, e.group, e.text, ", ".join(e.concepts) if e.concepts else ""] for e in study.events],
         columns=EVENT_COLUMNS,
@@ -140,7 +142,7 @@ def fields_to_dict(meta: dict | None, concepts: str, events, templates, comparis
     pair = _split(comparison)
     if pair:
         data["comparison"] = {"groups": pair, "show": _split(show)}
-    return data
+    return with_conditions(data, meta)
 
 
 def fields_to_study(meta: dict | None, concepts: str, events, templates, comparison: str, show: str) -> Study:
@@ -290,7 +292,7 @@ class StudyController:
             raise gr.Error(request_error_message(err), title="Check the study") from None
         lm = self.service.lm
         chosen_ids = tuple(t.id for t in study.select_templates(chosen))
-        total = len(study.events) * len(chosen_ids)
+        total = len(study.events) * len(chosen_ids) * max(1, len(study.conditions))
         # the id the runner gives this run (it derives it from the same facts), to read its batches live
         run_id = study_run_id(study, lm.model_id, settings, request.samples, request.seed, chosen_ids,
                               lm.fingerprint(), lm.device_type)
@@ -342,7 +344,7 @@ class StudyController:
         analysis = outputs.analysis
         shown = [*study.comparison, *study.show]
         run_id = result.run_id
-        return {
+        views = {
             "status": f"Done: study run `{run_id}` — final ({len(result.batches)} of {total} batches).",
             "instability": responsive(instability_figure(analysis.tables["segments"], analysis.events,
                                                          analysis.comparison, shown, model_id=result.model_id,
@@ -351,13 +353,15 @@ class StudyController:
                                                       run_id=run_id)),
             "jaccard": responsive(jaccard_heatmap(analysis.jaccard, analysis.jaccard_mean, tagger=analysis.tagger,
                                                   top_n=analysis.top_n, run_id=run_id)),
-            "stats": "**Final** (every batch is in).\n\n" + statistics_markdown(result, analysis),
+            "stats": "**Final** (every batch is in).\n\n" + statistics_markdown(result, analysis)
+                     if analysis.paired is None else "",
             "groups": gr.update(value=analysis.group_summary.round(4), label=f"Groups of run {run_id}"),
             "files": gr.update(value=[str(p) for p in outputs.tables.values()] + [str(outputs.report)],
                                label=f"Downloads of run {run_id} (tidy tables, run.json, report.md)"),
             "report": outputs.report.read_text(encoding="utf-8"),
             **self._named_panel(stats_views(outputs.out_dir), run_id),
         }
+        return {**views, **paired_final_views(result, analysis)} if analysis.paired is not None else views
 
     @staticmethod
     def _named_panel(views: dict, run_id: str) -> dict:
@@ -380,6 +384,7 @@ class StudyController:
         shown = [*study.comparison, *study.show]
         headline = prov.comparison.event.summary() if prov.comparison is not None else f"not yet — {prov.waiting}"
         label = prov.label()
+        paired = paired_live_views(study, prov, label, model_id, run_id) if study.paired else {}
         return {
             **views,
             "instability": responsive(instability_figure(prov.segments, prov.events, prov.comparison, shown,
@@ -391,6 +396,7 @@ class StudyController:
             "stats": (f"**Run `{run_id}` — {label}** — provisional numbers, final when every batch is in.\n\n"
                       + (f"> ⚠ {prov.warning}\n\n" if prov.warning else "")
                       + f"**Headline so far (event level):** {headline}"),
+            **paired,
         }
 
 
