@@ -90,11 +90,16 @@ def pending_views(run_id: str, done: int, total: int) -> dict:
     return views
 
 
+#: the bundled study the tab opens on: the one whose committed results it shows on top
+DEFAULT_STUDY = "inventory_order.json"
+
+
 def builtin_studies() -> dict[str, Path]:
-    """The study files bundled in ``assets/studies`` by file name (a fixed server-side list)."""
+    """The study files bundled in ``assets/studies`` by file name (a fixed server-side list),
+    :data:`DEFAULT_STUDY` first, then by name."""
     if not STUDY_DIR.is_dir():
         return {}
-    return {p.name: p for p in sorted(STUDY_DIR.glob("*.json"))}
+    return {p.name: p for p in sorted(STUDY_DIR.glob("*.json"), key=lambda p: (p.name != DEFAULT_STUDY, p.name))}
 
 
 def study_to_fields(study: Study) -> tuple[dict, str, pd.DataFrame, pd.DataFrame, str, str, list[str]]:
