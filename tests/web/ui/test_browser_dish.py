@@ -401,26 +401,35 @@ def test_compare_ties_each_text_and_trajectory_to_one_sample(app, browser):
         page.close()
 
 
+def says_busy_then_shows_files(page, button: str, files: str, label: str) -> None:
+    """Click ``button``: it said "Preparing…" while it worked, its label is ``label…`` again, and its
+    files came right under it (less than 150 px below) and in view."""
+    page.evaluate("""(sel) => { window.__busyLabels = []; const b = document.querySelector(sel);
+        new MutationObserver(() => window.__busyLabels.push(b.innerText.trim())).observe(b, {subtree: true, childList: true, characterData: true}); }""", button)
+    page.click(button)
+    page.wait_for_selector(f"{files} td.filename", timeout=300_000)
+    page.wait_for_function("([sel, label]) => document.querySelector(sel).innerText.startsWith(label)", arg=[button, label])
+    assert any(text.startswith("Preparing") for text in page.evaluate("window.__busyLabels")), page.evaluate("window.__busyLabels")
+    near = page.evaluate("""([b, f]) => { const r = document.querySelector(b).getBoundingClientRect();
+        const g = document.querySelector(f).getBoundingClientRect();
+        return {gap: g.top - r.bottom, inView: g.top >= -1 && g.top < innerHeight}; }""", [button, files])
+    assert 0 <= near["gap"] < 150 and near["inView"], near
+
+
 def test_downloads_and_cancel_say_what_they_do_where_the_user_clicked(app, browser):
     """Issue 60, items 7 and 11: "Prepare downloads" took about 15 s with nothing at the button and
-    the files 900 px lower; the "Cancelling…" toast stayed after the run had stopped; the Sample
-    slider kept the last run's range while a new run sampled and after it was cancelled."""
+    the files 900 px lower, and so did "Download figures" (its files beside the button, nothing
+    shown); the "Cancelling…" toast stayed after the run had stopped; the Sample slider kept the
+    last run's range while a new run sampled and after it was cancelled."""
     family, url, service = app
     if family != "uniform":
         pytest.skip("one family is enough")
     page = open_dish(browser, url, 1440)
     try:
         run_dish(page, service, samples=4, steps=4)
-        page.evaluate("""() => { window.__exportLabels = []; const b = document.querySelector('#petri-traj-export');
-            new MutationObserver(() => window.__exportLabels.push(b.innerText.trim())).observe(b, {subtree: true, childList: true, characterData: true}); }""")
-        page.click("#petri-traj-export")
-        page.wait_for_selector("#petri-traj-files td.filename", timeout=300_000)
-        page.wait_for_function("document.querySelector('#petri-traj-export').innerText.startsWith('Prepare downloads')")
-        assert any(label.startswith("Preparing") for label in page.evaluate("window.__exportLabels"))
-        near = page.evaluate("""() => { const b = document.querySelector('#petri-traj-export').getBoundingClientRect();
-            const f = document.querySelector('#petri-traj-files').getBoundingClientRect();
-            return {gap: f.top - b.bottom, inView: f.top >= -1 && f.top < innerHeight}; }""")
-        assert near["gap"] < 150 and near["inView"], near
+        says_busy_then_shows_files(page, "#petri-traj-export", "#petri-traj-files", "Prepare downloads")
+        # "Download figures" (shared by Dish and Study): "Preparing…" at the button, the files right under it
+        says_busy_then_shows_files(page, "#petri-dish-figures-button", "#petri-dish-figures", "Download figures")
         assert page.get_attribute("#petri-sample input[type=range]", "max") == "3"
         # a run held after each step (the gate), cancelled: the status line says so, then that it
         # stopped; no toast stays
