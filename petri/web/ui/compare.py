@@ -59,6 +59,13 @@ def same_layouts(a: Trajectory, b: Trajectory) -> bool:
     return a.n_samples == b.n_samples and all(list(x) == list(y) for x, y in zip(a.anchors, b.anchors))
 
 
+#: Room for each column of the two tables (px): every header word whole on its line ("sample" wrapped
+#: as "sam/ple" and "contradictory" as "contradictor/y" in the columns the table shared out evenly);
+#: a table wider than its panel (a phone) scrolls sideways.
+PAIRS_WIDTHS = ["150px", "200px", "180px", "200px"]
+PAIRED_WIDTHS = ["80px", "200px", "180px", "160px", "130px", "160px", "130px", "300px"]
+
+
 def compare_pairs(a: Trajectory, b: Trajectory, labels: tuple[str, str]) -> pd.DataFrame:
     """Per-pair instability side by side: pair, ``B − A`` (the difference first, so it is in view on a
     narrow panel), ``instability <A>``, ``instability <B>``."""
@@ -308,11 +315,11 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
     with gr.Column():
         pairs = gr.Dataframe(pd.DataFrame(columns=["pair", "B − A", "instability A", "instability B"]),
                              label="Pair instability side by side", interactive=False, elem_id="petri-cmp-pairs",
-                             min_width=320, wrap=True)
+                             min_width=320, wrap=True, column_widths=PAIRS_WIDTHS)
         paired = gr.Dataframe(pd.DataFrame(columns=["sample", "instability B − A", "flips B − A", "instability A",
                                                     "flips A", "instability B", "flips B", "layout"]),
                               label="Paired difference per sample (same layout in both events)", interactive=False,
-                              elem_id="petri-cmp-paired", min_width=320, wrap=True)
+                              elem_id="petri-cmp-paired", min_width=320, wrap=True, column_widths=PAIRED_WIDTHS)
     # one sample selector for both texts and both trajectories: each shows the sample it names
     sample = gr.Slider(0, 1, value=0, step=1, label="Sample (numbered from 0): both events' final text and trajectory",
                        interactive=False, elem_id="petri-cmp-sample")

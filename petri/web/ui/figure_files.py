@@ -1,7 +1,8 @@
-"""Every figure of a tab downloadable as files: a "Download figures" button and a ``gr.File`` that
-write the figures of the run on screen as HTML always, and as PNG and SVG where kaleido finds a
-Chromium (:func:`petri.study.plots.save_figures`, the one writer of figures; a note says when the
-images cannot be made here). The files go into the caller's own download folder
+"""Every figure of a tab downloadable as files: a "Download figures" button and, right under it, a
+``gr.File`` (the button says "Preparing…" while it works, :mod:`petri.web.ui.busy`) that write the
+figures of the run on screen as HTML always, and as PNG and SVG where kaleido finds a Chromium
+(:func:`petri.study.plots.save_figures`, the one writer of figures; a note says when the images
+cannot be made here). The files go into the caller's own download folder
 (:func:`petri.web.ui.access.export_dir`) and the run is opened through
 :meth:`petri.web.ui.access.UiAccess.open_run`, so on a public server they answer only to their owner.
 
@@ -29,6 +30,7 @@ import plotly.io as pio
 from petri.study.plots import save_figures
 from petri.web.access import Caller
 from petri.web.ui.access import UiAccess, export_dir
+from petri.web.ui.busy import busy_click
 
 IMAGE_FORMATS = ("png", "svg")
 
@@ -55,12 +57,23 @@ def figure_files(service, caller: Caller | None, run_id: str, figures: Callable[
     return [str(p) for p in paths]
 
 
+FIGURES_LABEL = "Download figures (HTML, PNG, SVG)"
+FIGURES_BUSY_LABEL = "Preparing… (the figures take several seconds)"
+
+
 def _button_and_files(elem_id: str) -> tuple[gr.Button, gr.File]:
-    with gr.Row():
-        button = gr.Button("Download figures (HTML, PNG, SVG)", size="sm", elem_id=f"{elem_id}-button", scale=1)
-        files = gr.File(label="Figure downloads", file_count="multiple", interactive=False, elem_id=elem_id, scale=3,
+    """The button with its files right under it (beside it, they appeared 900 px from a phone's click)."""
+    with gr.Column():
+        button = gr.Button(FIGURES_LABEL, size="sm", elem_id=f"{elem_id}-button")
+        files = gr.File(label="Figure downloads", file_count="multiple", interactive=False, elem_id=elem_id,
                         min_width=280)
     return button, files
+
+
+def _wire(button: gr.Button, handler, inputs: Sequence, files: gr.File, elem_id: str) -> None:
+    """The button says "Preparing…" while the figures are written, then the files come into view."""
+    busy_click(button, FIGURES_LABEL, FIGURES_BUSY_LABEL, handler, inputs, files, elem_id,
+               api_name=elem_id.replace("-", "_"))
 
 
 def add_figure_downloads(service, run_id: gr.components.Component, figures: Callable[..., dict[str, go.Figure]],
@@ -73,7 +86,7 @@ def add_figure_downloads(service, run_id: gr.components.Component, figures: Call
     def handler(request: gr.Request, rid, *values):
         return figure_files(service, access.caller(request), rid, figures, *values)
 
-    button.click(handler, [run_id, *inputs], files, show_progress="minimal", api_name=elem_id.replace("-", "_"))
+    _wire(button, handler, [run_id, *inputs], files, elem_id)
     return button, files
 
 
@@ -102,5 +115,5 @@ def add_shown_figure_downloads(plots: dict[str, gr.Plot], access: UiAccess | Non
             gr.Info(f"Figures as HTML only: {note}")
         return [str(p) for p in paths]
 
-    button.click(handler, list(plots.values()), files, show_progress="minimal", api_name=elem_id.replace("-", "_"))
+    _wire(button, handler, list(plots.values()), files, elem_id)
     return button, files

@@ -38,8 +38,35 @@ from petri.runs.probe_results import EVAL_KIND, PROBE_KIND
 RUN_COLUMNS = ["kind", "what", "design", "headline", "status", "run_id", "created_at", "model", "concepts"]
 #: Room for each column (px): "what" gets the most, so an event reads as a sentence, not 20 characters.
 RUN_COLUMN_WIDTHS = ["80px", "360px", "150px", "190px", "90px", "150px", "150px", "120px", "150px"]
+#: On a phone (600 px or less) the table shows only these columns, each with its share of the width
+#: (%), and wraps: its nine columns of fixed width scrolled sideways at 420 px (the picked run's whole
+#: row is written above the table).
+PHONE_COLUMNS = {"kind": 21, "what": 42, "headline": 37}
 HEADLINE = "mean flips per free position"
 KIND_FILTERS = ["all", "dish", "compare", "study", "probe"]
+
+
+def phone_css(columns: dict[str, int] = PHONE_COLUMNS) -> str:
+    """CSS that shows only ``columns`` (name → % of the width) of the runs table on a phone. Gradio's
+    table sets each column's width inline (a header table, a hidden sizing body and the rows' cells),
+    so each rule is ``!important``."""
+    cells = "#petri-runs-table :is(th, td, .body-cell)"
+    shown = [RUN_COLUMNS.index(name) + 1 for name in columns]
+    hidden = ", ".join(f":nth-child({i + 1})" for i in range(len(RUN_COLUMNS)) if i + 1 not in shown)
+    widths = "\n".join(f"  {cells}:nth-child({i}) {{ width: {share}% !important; flex: 0 0 {share}% !important; }}"
+                       for i, share in zip(shown, columns.values()))
+    return f"""@media (max-width: 600px) {{
+  #petri-runs-table .header-table, #petri-runs-table .virtual-body {{ width: 100% !important; }}
+  #petri-runs-table .header-table {{ table-layout: fixed !important; }}
+  {cells}:is({hidden}) {{ display: none !important; }}
+  {cells} {{ min-width: 0 !important; max-width: none !important; font-size: 13px !important; }}
+  {cells} .cell-wrap {{ padding-left: 6px !important; padding-right: 6px !important; }}
+{widths}
+}}
+"""
+
+
+RUNS_PHONE_CSS = phone_css()
 
 
 def run_kind(run: dict) -> str:
@@ -346,7 +373,7 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
     for event in (refresh.click, kind_filter.change):
         event(listed, [*filters, choice], listing, show_progress="hidden")
     # the search filters as the visitor types (not only on Enter)
-    search.change(listed, [*filters, choice], listing, show_progress="hidden", trigger_mode="always_last")
+    search.change(listed, [*filters, choice], listing, show_progress="hidden", trigger_mode="multiple")
     delete_btn.click(deleted, [choice, *filters, armed], [runs_note, table, choice, picked_note, armed],
                      show_progress="hidden")
     choice.change(lambda: None, None, armed, show_progress="hidden")  # another run picked: ask again

@@ -44,6 +44,7 @@ from petri.core.trajectory import MASKED_FAMILY, UNIFORM_FAMILY, Trajectory
 from petri.web.access import Caller
 from petri.web.replay_files import export_bundle, run_colors
 from petri.web.ui.access import UiAccess, export_dir
+from petri.web.ui.busy import busy_click
 from petri.web.tokens import TokenText
 from petri.web.ui.views import responsive
 
@@ -440,9 +441,6 @@ class TrajectoryView:
         # the viewer's choice of what the cells show (its select sends the record back): the figure follows
         view.input(on_mode, [key, view], figure, show_progress="minimal", trigger_mode="always_last")
         # about 15 s: the button says it is working (at once, outside the queue) and the files scroll into view
-        export.click(lambda: gr.update(value=EXPORT_BUSY_LABEL, interactive=False), None, export, queue=False,
-                     show_progress="hidden").then(
-            on_export, [key, sample], files, show_progress="minimal", api_name=self.name("export")).then(
-            lambda: gr.update(value=EXPORT_LABEL, interactive=True), None, export, show_progress="hidden",
-            js=f"() => {{ document.getElementById('{elem}-files')?.scrollIntoView({{block: 'nearest'}}); }}")
+        busy_click(export, EXPORT_LABEL, EXPORT_BUSY_LABEL, on_export, [key, sample], files, f"{elem}-files",
+                   api_name=self.name("export"))
         return parts

@@ -425,8 +425,11 @@ def reopen_run(page, run_id: str) -> None:
     Refresh button lists runs stored since the tab was last selected)."""
     tab(page, "Runs")
     page.click("#petri-runs-refresh")
-    page.wait_for_selector(f"#petri-runs-table:has-text('{run_id}')")
-    page.locator("#petri-runs-table").get_by_text(run_id, exact=True).locator("visible=true").first.click()
+    # its row's kind cell (on a phone the run_id column is not shown)
+    cell = f"[...document.querySelectorAll('#petri-runs-table .body-cell')].find((c) => c.textContent.trim() === '{run_id}')"
+    page.wait_for_function(f"!!{cell}")
+    row = page.evaluate(f"{cell}.dataset.row")
+    page.click(f"#petri-runs-table .body-cell[data-row='{row}'][data-col='0']")
     page.wait_for_function(f"document.querySelector('#petri-runs-choice input').value.includes('{run_id[:12]}')")
     page.click("#petri-runs-open")
 

@@ -329,11 +329,29 @@ def test_the_viewer_draws_its_pause_mark_and_sets_renoised_pieces_apart_in_flowi
         page.close()
 
 
+#: The runs table's scroller (its scroll and client widths), its right edge, the headers shown and the
+#: shown cells whose text is wider than the cell.
+RUNS_TABLE_FIT = """() => {
+  const table = document.querySelector('#petri-runs-table'), box = table.querySelector('.virtual-table-viewport');
+  const shown = (e) => e.getBoundingClientRect().width > 0;
+  return {scroll: box.scrollWidth, client: box.clientWidth, right: table.getBoundingClientRect().right, width: innerWidth,
+          heads: [...table.querySelectorAll('thead th')].filter(shown).map((h) => h.innerText.trim()),
+          cut: [...table.querySelectorAll('.body-cell')].filter(shown).filter((c) => c.scrollWidth > c.clientWidth + 1)
+                 .map((c) => c.innerText.trim())};
+}"""
+
+
+#: The text of the runs table's rows as drawn (every column's cell, shown or not on a phone): not the
+#: table's innerText (a phone's hidden run_id column is not in it) nor its text content (Gradio's
+#: hidden sizing rows are in it).
+LISTED = "[...document.querySelectorAll('#petri-runs-table .body-cell')].map((c) => c.textContent).join(' ')"
+
+
 def test_runs_open_says_it_is_working_shows_the_result_and_the_list_reads_whole(app, browser, tmp_path):
     """Issue 60, items 7 and 9 (420 px): Open took seconds with nothing shown and left the page
     where it was; search filtered only on Enter and an empty result said nothing; a deleted run stayed
     listed after a failed Open; at 420 px the Run choice was cut and the table showed only kind and
-    what. Now the button says "Opening…", the opened tab's results come into view, the list filters
+    what, scrolling sideways. Now the table fits the phone (kind, what and headline, wrapped); the button says "Opening…", the opened tab's results come into view, the list filters
     as one types and says when nothing matches, a failed Open reads the list again, and the picked
     run's whole row is written under the choice."""
     from test_browser_pages import seeded
@@ -346,23 +364,28 @@ def test_runs_open_says_it_is_working_shows_the_result_and_the_list_reads_whole(
     page = open_dish(browser, url, 420)
     try:
         tab(page, "Runs")
-        page.wait_for_selector(f"#petri-runs-table:has-text('{newer}')")
+        page.wait_for_function(f"{LISTED}.includes('{newer}')")
         page.wait_for_function(f"document.querySelector('#petri-runs-choice input').value.includes('{newer[:12]}')")
         picked = page.inner_text("#petri-runs-picked")
         assert newer in picked and "parcel left the depot" in picked and "headline" in picked, picked
+        # the table fits the phone (its nine columns of fixed width scrolled sideways): kind, what and
+        # headline, each cell's text wrapped inside its cell
+        fit = page.evaluate(RUNS_TABLE_FIT)
+        assert fit["heads"] == ["kind", "what", "headline"], fit
+        assert fit["scroll"] <= fit["client"] and fit["right"] <= fit["width"] and not fit["cut"], fit
         page.fill("#petri-runs-search input, #petri-runs-search textarea", "ledger")  # no Enter
-        page.wait_for_function(f"!document.querySelector('#petri-runs-table').innerText.includes('{newer}')")
-        assert older in page.inner_text("#petri-runs-table")
+        page.wait_for_function(f"!{LISTED}.includes('{newer}')")
+        assert older in page.evaluate(LISTED)
         page.fill("#petri-runs-search input, #petri-runs-search textarea", "zebra crossing")
         page.wait_for_selector("#petri-runs-status:has-text('No stored run matches')")
         page.fill("#petri-runs-search input, #petri-runs-search textarea", "")
-        page.wait_for_selector(f"#petri-runs-table:has-text('{newer}')")
+        page.wait_for_function(f"{LISTED}.includes('{newer}')")
         # a run deleted behind the page: Open fails with one line, and the list no longer holds it
         page.wait_for_function(f"document.querySelector('#petri-runs-choice input').value.includes('{newer[:12]}')")
         service.remove_run(newer, None)
         page.click("#petri-runs-open")
         page.wait_for_selector("#petri-runs-status:has-text('Cannot open')")
-        page.wait_for_function(f"!document.querySelector('#petri-runs-table').innerText.includes('{newer}')")
+        page.wait_for_function(f"!{LISTED}.includes('{newer}')")
         # Open: the button says it works, then the opened tab's result is in view
         page.wait_for_function(f"document.querySelector('#petri-runs-choice input').value.includes('{older[:12]}')")
         page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
@@ -401,26 +424,35 @@ def test_compare_ties_each_text_and_trajectory_to_one_sample(app, browser):
         page.close()
 
 
+def says_busy_then_shows_files(page, button: str, files: str, label: str) -> None:
+    """Click ``button``: it said "Preparing…" while it worked, its label is ``label…`` again, and its
+    files came right under it (less than 150 px below) and in view."""
+    page.evaluate("""(sel) => { window.__busyLabels = []; const b = document.querySelector(sel);
+        new MutationObserver(() => window.__busyLabels.push(b.innerText.trim())).observe(b, {subtree: true, childList: true, characterData: true}); }""", button)
+    page.click(button)
+    page.wait_for_selector(f"{files} td.filename", timeout=300_000)
+    page.wait_for_function("([sel, label]) => document.querySelector(sel).innerText.startsWith(label)", arg=[button, label])
+    assert any(text.startswith("Preparing") for text in page.evaluate("window.__busyLabels")), page.evaluate("window.__busyLabels")
+    near = page.evaluate("""([b, f]) => { const r = document.querySelector(b).getBoundingClientRect();
+        const g = document.querySelector(f).getBoundingClientRect();
+        return {gap: g.top - r.bottom, inView: g.top >= -1 && g.top < innerHeight}; }""", [button, files])
+    assert 0 <= near["gap"] < 150 and near["inView"], near
+
+
 def test_downloads_and_cancel_say_what_they_do_where_the_user_clicked(app, browser):
     """Issue 60, items 7 and 11: "Prepare downloads" took about 15 s with nothing at the button and
-    the files 900 px lower; the "Cancelling…" toast stayed after the run had stopped; the Sample
-    slider kept the last run's range while a new run sampled and after it was cancelled."""
+    the files 900 px lower, and so did "Download figures" (its files beside the button, nothing
+    shown); the "Cancelling…" toast stayed after the run had stopped; the Sample slider kept the
+    last run's range while a new run sampled and after it was cancelled."""
     family, url, service = app
     if family != "uniform":
         pytest.skip("one family is enough")
     page = open_dish(browser, url, 1440)
     try:
         run_dish(page, service, samples=4, steps=4)
-        page.evaluate("""() => { window.__exportLabels = []; const b = document.querySelector('#petri-traj-export');
-            new MutationObserver(() => window.__exportLabels.push(b.innerText.trim())).observe(b, {subtree: true, childList: true, characterData: true}); }""")
-        page.click("#petri-traj-export")
-        page.wait_for_selector("#petri-traj-files td.filename", timeout=300_000)
-        page.wait_for_function("document.querySelector('#petri-traj-export').innerText.startsWith('Prepare downloads')")
-        assert any(label.startswith("Preparing") for label in page.evaluate("window.__exportLabels"))
-        near = page.evaluate("""() => { const b = document.querySelector('#petri-traj-export').getBoundingClientRect();
-            const f = document.querySelector('#petri-traj-files').getBoundingClientRect();
-            return {gap: f.top - b.bottom, inView: f.top >= -1 && f.top < innerHeight}; }""")
-        assert near["gap"] < 150 and near["inView"], near
+        says_busy_then_shows_files(page, "#petri-traj-export", "#petri-traj-files", "Prepare downloads")
+        # "Download figures" (shared by Dish and Study): "Preparing…" at the button, the files right under it
+        says_busy_then_shows_files(page, "#petri-dish-figures-button", "#petri-dish-figures", "Download figures")
         assert page.get_attribute("#petri-sample input[type=range]", "max") == "3"
         # a run held after each step (the gate), cancelled: the status line says so, then that it
         # stopped; no toast stays

@@ -76,15 +76,24 @@ def test_the_runs_table_reads_what_was_run_with_its_design_and_headline(served):
         assert shown[:2] == ["kind", "what"], shown
 
 
-def test_compares_differences_are_in_view_at_1440_px(served):
+@pytest.mark.parametrize("width", [1440, 420])
+def test_compares_differences_are_in_view_and_no_header_breaks_mid_word(served, width):
     """Compare's "contradictory − benign" columns needed horizontal scrolling at 1440 px: in both tables
-    the difference now comes right after the row's name, wholly in the table's visible box."""
+    the difference now comes right after the row's name, wholly in the table's visible box. Issue 60,
+    item 11: the paired table's "sample" header wrapped as "sam/ple" (and "contradictory" as
+    "contradictor/y"): at 1440 and 420 px no header of either table breaks a word across lines."""
+    from test_browser_dish import BROKEN_WORDS
+
     _, service, _ = served
     run_id = seeded(service, [("benign", "The order was packed."), ("contradictory", "Ninety units in stock, none in stock.")])
-    with opened_page(served[0], width=1440) as page:
+    with opened_page(served[0], width=width) as page:
         reopen_run(page, run_id)
         page.wait_for_selector(f"#petri-cmp-status:has-text('{run_id}')")
         page.wait_for_selector("#petri-cmp-paired:has-text('contradictory − benign')")
+        broken = page.evaluate(BROKEN_WORDS, "#petri-cmp-pairs thead th, #petri-cmp-paired thead th")
+        assert not broken, broken
+        if width < 1440:
+            return  # a phone: the tables scroll sideways
         for table, column in (("#petri-cmp-pairs", "contradictory − benign"),
                               ("#petri-cmp-paired", "instability contradictory − benign"),
                               ("#petri-cmp-paired", "flips contradictory − benign")):
