@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import stats as sps
 
-from petri.stats.power import TARGET_POWER, power_dict, power_summary
+from petri.stats.power import TARGET_POWER, power_dict
 
 __all__ = ["PairedPowerResult", "paired_power", "simulate_paired_power"]
 
@@ -45,8 +45,6 @@ class PairedPowerResult:
     seed: int
     target: float = TARGET_POWER
     method: str = field(default="")
-    none_reached = "no number of events in the grid"  # class attribute (not a field)
-
     def head(self) -> str:
         return (f"power of the paired Wilcoxon test on {self.value} ({self.condition_b} - {self.condition_a}, "
                 f"two-sided alpha {self.alpha:g}) for a mean difference of {self.effect:+.4g} ({self.effect_source}), "
@@ -55,7 +53,12 @@ class PairedPowerResult:
     def reached(self, s: dict[str, Any]) -> str:
         return f"{s['n_events']} events reach {100 * self.target:.0f}% (power {s['power']:.2f} +/- {s['mc_se']:.2f})"
 
-    summary = power_summary
+    def summary(self) -> str:
+        """Its ``head()``, then the smallest number of events reaching the target, or that none does."""
+        if self.smallest is None:
+            return self.head() + f"; no number of events in the grid reaches {100 * self.target:.0f}%"
+        return self.head() + "; " + self.reached(self.smallest)
+
     to_dict = power_dict
 
 

@@ -42,20 +42,12 @@ from petri.stats.calibration import wilson_interval
 from petri.stats.mixed import cell_matrix
 
 __all__ = ["PowerResult", "simulate_power", "power_from_cells", "smallest_design", "inflated_designs", "size_held",
-           "TARGET_POWER", "SIZE_FACTOR", "power_summary", "power_dict"]
+           "TARGET_POWER", "SIZE_FACTOR", "power_dict"]
 
 TARGET_POWER = 0.8
 #: A design's size (rejection rate at effect 0) is held when it is at most this many times alpha.
 SIZE_FACTOR = 1.5
 TESTS = ("mannwhitney", "t")
-
-
-def power_summary(result) -> str:
-    """A power result's line: its ``head()``, then the smallest design reaching its target
-    (``reached(design)``) or that none in the grid does (``none_reached``)."""
-    if result.smallest is None:
-        return result.head() + f"; {result.none_reached} reaches {100 * result.target:.0f}%"
-    return result.head() + "; " + result.reached(result.smallest)
 
 
 def power_dict(result) -> dict[str, Any]:
