@@ -90,10 +90,9 @@ def build_ui(service: PetriService, model_source: str | None = None, access: Acc
                     controllers[tab.kind], views[tab.kind] = tab.build(service, who, controllers)
             with gr.Tab("Runs", id="runs") as runs_tab:
                 runs = RunsController(service, controllers)
-                refresh, refreshed, refresh_inputs = build_runs_tab(service, tabs, runs, views, who)
+                build_runs_tab(service, tabs, runs_tab, runs, views, who)
             with gr.Tab("Model", id="model"):
                 gr.Markdown(model_markdown(service, model_source), elem_id="petri-model")
-        runs_tab.select(refresh, refresh_inputs, refreshed, show_progress="hidden")
         # a figure drawn while its tab was hidden keeps the width it had then (plotly relays out on a
         # window resize, which a hidden plot misses): a resize once the new tab is shown fits it
         tabs.select(None, None, None, js=RELAYOUT_JS, queue=False, show_progress="hidden")

@@ -286,12 +286,11 @@ class RunsController:
         return kind, note, self.reopen[kind](self.controllers[kind], self.service, run, caller)
 
 
-def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, outputs: dict[str, dict],
-                   access: UiAccess | None = None):
-    """The Runs tab's components and events (inside an open ``gr.Tab``). ``outputs`` maps a kind
+def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs_tab: gr.Tab, runs: RunsController,
+                   outputs: dict[str, dict], access: UiAccess | None = None) -> None:
+    """The Runs tab's components and events (inside the open ``runs_tab``). ``outputs`` maps a kind
     (``dish``, ``compare``, ``study``) to that tab's result components by name (with a ``status``).
-    Every handler asks ``access`` who called it. Returns ``(refresh function, its outputs, its inputs)``
-    for the tab's select event."""
+    Every handler asks ``access`` who called it."""
     access = access or UiAccess()
     mine = "Your runs on this server (each visitor sees only their own)" if access.policy.public else \
         "Every run stored on this server"
@@ -370,14 +369,22 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
 
     filters = [search, kind_filter]
     listing = [table, choice, runs_note, picked_note]
-    for event in (refresh.click, kind_filter.change):
-        event(listed, [*filters, choice], listing, show_progress="hidden")
-    # the search filters as the visitor types (not only on Enter)
-    search.change(listed, [*filters, choice], listing, show_progress="hidden", trigger_mode="multiple")
+    # One listener lists for every trigger (the tab shown, Refresh, the kind, the search as the visitor
+    # types, not only on Enter), one listing at a time: a trigger that comes while a listing is in flight
+    # waits for it and then reads the search box and the kind afresh ("always_last"). With a listener
+    # each, a listing that had read the box before a keystroke could land after the keystroke's own
+    # and show the unfiltered list (or blank the no-match note) until the next keystroke.
+    gr.on([runs_tab.select, refresh.click, kind_filter.change, search.change], listed, [*filters, choice],
+          listing, show_progress="hidden", trigger_mode="always_last")
     delete_btn.click(deleted, [choice, *filters, armed], [runs_note, table, choice, picked_note, armed],
                      show_progress="hidden")
-    choice.change(lambda: None, None, armed, show_progress="hidden")  # another run picked: ask again
-    choice.input(run_details, [table, choice], picked_note, show_progress="hidden")
+    # Another run picked: Delete asks again. These two small handlers skip the queue (queue=False). A
+    # listing that picks a run fires the first; as a queued event it could end just as the search's
+    # own listing was sent, and Gradio's client (6.31) then closed the event stream that listing's
+    # answer was to come on: the table kept the unfiltered list (about one search in three on this
+    # 2-core machine, seen in the server's log and the page's requests).
+    choice.change(lambda: None, None, armed, show_progress="hidden", queue=False)
+    choice.input(run_details, [table, choice], picked_note, show_progress="hidden", queue=False)
     table.select(picked, table, [choice, picked_note], show_progress="hidden")
     # a reopen takes seconds: the button says so at once (outside the queue), then the opened tab is shown
     # with its results in view
@@ -386,4 +393,3 @@ def build_runs_tab(service: PetriService, tabs: gr.Tabs, runs: RunsController, o
         open_handler, choice, [tabs, runs_note, *[comp for _, _, comp in flat]], show_progress="minimal").then(
         relisted, [*filters, choice], [table, choice, picked_note], show_progress="hidden").then(
         lambda: gr.update(value=OPEN_LABEL, interactive=True), None, open_btn, show_progress="hidden", js=SHOW_OPENED_JS)
-    return listed, listing, [*filters, choice]

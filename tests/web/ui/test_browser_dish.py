@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from petri.measure.replay import visible_text
 
@@ -379,16 +378,7 @@ def test_runs_open_says_it_is_working_shows_the_result_and_the_list_reads_whole(
         assert older in page.evaluate(LISTED)
         no_match = "#petri-runs-status:has-text('No stored run matches')"
         page.fill("#petri-runs-search input, #petri-runs-search textarea", "zebra crossing")
-        try:
-            page.wait_for_selector(no_match, timeout=30_000)
-        except PlaywrightTimeout:
-            # Under load a listing that read the search box before this fill (the Runs tab's own
-            # refresh) can land after it and blank the note (about one run in four on the busy 2-core
-            # machine; noted on issue 60): type the search again, as a person would, and the note
-            # must come
-            page.fill("#petri-runs-search input, #petri-runs-search textarea", "zebra")
-            page.fill("#petri-runs-search input, #petri-runs-search textarea", "zebra crossing")
-            page.wait_for_selector(no_match)
+        page.wait_for_selector(no_match)
         page.fill("#petri-runs-search input, #petri-runs-search textarea", "")
         page.wait_for_function(f"{LISTED}.includes('{newer}')")
         # a run deleted behind the page: Open fails with one line, and the list no longer holds it
