@@ -304,15 +304,18 @@ def cmd_replay(args) -> int:
     suffix = args.out.rsplit(".", 1)[-1].lower() if "." in args.out else ""
     if suffix not in replay_suffixes():
         raise ValueError(f"--out must end in one of {', '.join('.' + s for s in replay_suffixes())}, got {args.out!r}")
+    from petri.study.runner import stored_conditions
+
     store = RunStore(args.store)
     try:
         stored = store.load_events(check_run_id(args.run_id))
+        run = store.get_run(args.run_id)
     finally:
         store.close()
     if not stored:
         raise ValueError(f"run_id: no stored run {args.run_id!r} with events in {args.store}")
     path, note = write_replay(stored, args.event, args.sample, args.out, tokenizer=args.tokenizer,
-                              frame_ms=args.frame_ms)
+                              frame_ms=args.frame_ms, conditions=stored_conditions(run, [k for k, _, _ in stored]))
     print(f"wrote {path}" + (f" ({note})" if note else ""))
     return 0
 

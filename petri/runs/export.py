@@ -13,6 +13,7 @@ import csv
 import json
 import platform
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -37,6 +38,35 @@ _FORMULA_PATTERN = r"^[=+\-@\t\r]"
 
 #: Token ids (a 1-D int array) → their decoded texts, one per id.
 TokenText = Callable[[np.ndarray], list[str]]
+
+#: The columns that say which event (and template) a row belongs to, in a run's tables (``event_index``,
+#: ``group``, ``event``, ``template``) and in a study folder's (``study_id``, ``event_id``, ``group``,
+#: ``template_id``): a paired study's ``condition`` (and ``dose``) follows the last of them.
+ROW_KEYS = ("study_id", "event_id", "event_index", "group", "event", "template_id", "template")
+
+
+@dataclass(frozen=True)
+class EventCondition:
+    """The within-event condition one event (batch) of a paired study was sampled under, and its dose
+    (``None``: the study gives no doses)."""
+
+    condition: str
+    dose: float | None = None
+
+
+#: one :class:`EventCondition` per event of a paired study's run; ``None`` for any other run
+Conditions = Sequence[EventCondition] | None
+
+
+def with_condition(frame: pd.DataFrame, condition: EventCondition) -> pd.DataFrame:
+    """``frame`` with ``condition`` (and ``dose``, when the condition has one) inserted right after the
+    last :data:`ROW_KEYS` column it has (first where it has none), in place; returned. One placement
+    for a study folder's tables and a run's exports."""
+    at = max((frame.columns.get_loc(c) + 1 for c in ROW_KEYS if c in frame.columns), default=0)
+    frame.insert(at, "condition", condition.condition)
+    if condition.dose is not None:
+        frame.insert(at + 1, "dose", condition.dose)
+    return frame
 
 _VERSIONED = ("torch", "transformers", "numpy", "scipy", "pandas", "plotly", "textblob")
 
@@ -76,19 +106,21 @@ def with_final_token(frame: pd.DataFrame, token_text: TokenText | None) -> pd.Da
 
 def run_table(
     trajectories: Sequence[Trajectory | EventSummary], name: str, groups: Sequence[str | None] | None = None,
-    token_text: TokenText | None = None,
+    token_text: TokenText | None = None, conditions: Conditions = None,
 ) -> pd.DataFrame:
     """One tidy table (``name`` in :data:`TABLES`) over all trajectories or their summaries (one per event), rows tagged
     with event and model; with ``groups`` (one label per trajectory), also ``event_index`` and
-    ``group`` beside ``event``. Positions gain ``final_token`` (:func:`with_final_token`)."""
-    frames = [event_table(event, name, index, groups, token_text) for index, event in enumerate(trajectories)]
+    ``group`` beside ``event``; with ``conditions`` (a paired study's run), ``condition`` and ``dose``
+    (:func:`with_condition`). Positions gain ``final_token`` (:func:`with_final_token`)."""
+    frames = [event_table(event, name, index, groups, token_text, conditions) for index, event in enumerate(trajectories)]
     return pd.concat(frames, ignore_index=True)
 
 
 def event_table(event: Trajectory | EventSummary, name: str, index: int, groups: Sequence[str | None] | None,
-                 token_text: TokenText | None = None) -> pd.DataFrame:
+                 token_text: TokenText | None = None, conditions: Conditions = None) -> pd.DataFrame:
     """Table ``name`` of one event (its trajectory or summary: a chunk of :func:`run_table`), tagged with ``event_index`` and ``group`` when ``groups``
-    is given (after ``event``, or first where the table carries no event text)."""
+    is given (after ``event``, or first where the table carries no event text), and with the event's
+    condition (and dose) when ``conditions`` is given (:func:`with_condition`)."""
     frame = TABLES[name](event)
     if name == "positions":
         with_final_token(frame, token_text)
@@ -96,15 +128,18 @@ def event_table(event: Trajectory | EventSummary, name: str, index: int, groups:
         at = 1 if "event" in frame.columns else 0
         frame.insert(at, "group", groups[index] if groups[index] is not None else "")
         frame.insert(at, "event_index", index)
+    if conditions is not None:
+        with_condition(frame, conditions[index])
     return frame
 
 
 def run_tables(
     trajectories: Sequence[Trajectory], groups: Sequence[str | None] | None = None, token_text: TokenText | None = None,
+    conditions: Conditions = None,
 ) -> dict[str, pd.DataFrame]:
     """Every table of :data:`TABLES` by :func:`run_table`, each event summarised once for all of them."""
     summaries = [summary_of(traj) for traj in trajectories]
-    return {name: run_table(summaries, name, groups, token_text) for name in TABLES}
+    return {name: run_table(summaries, name, groups, token_text, conditions) for name in TABLES}
 
 
 def write_parquet(table: pd.DataFrame, target=None):

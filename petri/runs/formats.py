@@ -25,7 +25,7 @@ import pandas as pd
 from petri.core.trajectory import Trajectory
 from petri.measure.replay import steps_table
 from petri.runs.probe_results import PROBE_TABLES
-from petri.runs.export import TABLES, TokenText, event_table, write_csv, write_parquet
+from petri.runs.export import TABLES, Conditions, TokenText, event_table, with_condition, write_csv, write_parquet
 
 #: one label per event (``None``: no group)
 Groups = Sequence[str | None]
@@ -45,12 +45,14 @@ class TableFormat:
 
 @dataclass(frozen=True)
 class RunTable:
-    """A table of a run. ``chunks(trajectories, groups, decode)`` yields its rows piece by piece (so a
-    download never holds the whole table), ``decode`` turning token ids (1-D array) into texts, or
-    ``None`` where no tokenizer of the run's model is at hand (token texts are then empty)."""
+    """A table of a run. ``chunks(trajectories, groups, decode, conditions)`` yields its rows piece by
+    piece (so a download never holds the whole table), ``decode`` turning token ids (1-D array) into
+    texts, or ``None`` where no tokenizer of the run's model is at hand (token texts are then empty);
+    ``conditions`` (one per event, a paired study's run; else ``None``) tags each row with the
+    condition it was sampled under (:func:`petri.runs.export.with_condition`)."""
 
     name: str
-    chunks: Callable[[Sequence[Trajectory], Groups, TokenText | None], Iterator[pd.DataFrame]]
+    chunks: Callable[[Sequence[Trajectory], Groups, TokenText | None, Conditions], Iterator[pd.DataFrame]]
 
 
 @dataclass(frozen=True)
@@ -126,19 +128,19 @@ def result_table_bytes(results: dict[str, dict], table: str, fmt: str) -> Iterat
 
 
 def table_bytes(trajectories: Sequence[Trajectory], table: str, fmt: str, groups: Groups,
-                decode: TokenText | None) -> Iterator[bytes]:
+                decode: TokenText | None, conditions: Conditions = None) -> Iterator[bytes]:
     """Table ``table`` of a run (one trajectory per event) in format ``fmt``, as the bytes of its
-    chunks (one, for a format that does not stream)."""
-    chunks = run_table(table).chunks(trajectories, groups, decode)
+    chunks (one, for a format that does not stream); ``conditions``: see :class:`RunTable`."""
+    chunks = run_table(table).chunks(trajectories, groups, decode, conditions)
     table_format(fmt)  # an unknown format is refused before the first chunk is read
     yield from encoded(chunks, fmt)
 
 
 def write_table(path, trajectories: Sequence[Trajectory], table: str, fmt: str, groups: Groups,
-                decode: TokenText | None):
+                decode: TokenText | None, conditions: Conditions = None):
     """Write :func:`table_bytes` to the file ``path`` (a ``pathlib.Path``), chunk by chunk; returns ``path``."""
     with path.open("wb") as f:
-        for chunk in table_bytes(trajectories, table, fmt, groups, decode):
+        for chunk in table_bytes(trajectories, table, fmt, groups, decode, conditions):
             f.write(chunk)
     return path
 
@@ -159,16 +161,19 @@ def per_id(decode: TokenText | None) -> Callable[[int], str]:
 
 
 def _tidy(name: str) -> RunTable:
-    def chunks(trajectories: Sequence[Trajectory], groups: Groups, decode: TokenText | None) -> Iterator[pd.DataFrame]:
+    def chunks(trajectories: Sequence[Trajectory], groups: Groups, decode: TokenText | None,
+               conditions: Conditions = None) -> Iterator[pd.DataFrame]:
         for index, traj in enumerate(trajectories):
-            yield event_table(traj, name, index, groups, decode)
+            yield event_table(traj, name, index, groups, decode, conditions)
 
     return RunTable(name, chunks)
 
 
-def _steps_chunks(trajectories: Sequence[Trajectory], groups: Groups, decode: TokenText | None) -> Iterator[pd.DataFrame]:
+def _steps_chunks(trajectories: Sequence[Trajectory], groups: Groups, decode: TokenText | None,
+                  conditions: Conditions = None) -> Iterator[pd.DataFrame]:
     """The per-step record (:func:`petri.measure.replay.steps_table`), one (event, sample) at a time:
-    ``event_index, group, sample, step, position, token_id, token_text, entropy, accepted, anchor``."""
+    ``event_index, group`` (``condition`` and ``dose`` with ``conditions``), ``sample, step, position,
+    token_id, token_text, entropy, accepted, anchor``."""
     text = per_id(decode)
     for index, traj in enumerate(trajectories):
         for s in range(traj.n_samples):
@@ -176,7 +181,7 @@ def _steps_chunks(trajectories: Sequence[Trajectory], groups: Groups, decode: To
             frame["sample"] = s
             frame.insert(0, "group", groups[index] or "")
             frame.insert(0, "event_index", index)
-            yield frame
+            yield with_condition(frame, conditions[index]) if conditions is not None else frame
 
 
 for _name in TABLES:

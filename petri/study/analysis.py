@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from petri.core.dish import THOUGHT_CHANNEL
-from petri.runs.export import TABLES
+from petri.runs.export import TABLES, EventCondition, with_condition
 from petri.measure.nouns import FALLBACK, jaccard_matrix, mean_off_diagonal, tagger_name, top_nouns_by_template
 from petri.stats.groups import MIN_INFORMATIVE_N, GroupComparison, LevelComparisons, compare_groups, compare_levels, event_level_values
 from petri.study.statistics import StudyStatistics, study_statistics
@@ -52,9 +52,7 @@ def batch_tables(batch: StudyBatch, study_id: str, names: Sequence[str] = tuple(
         for i, (col, value) in enumerate(zip(KEY_COLUMNS, (study_id, batch.event_id, batch.group, batch.template_id))):
             df.insert(i, col, value)
         if batch.condition:  # a paired study: which condition (and dose) the row was sampled under
-            df.insert(len(KEY_COLUMNS), "condition", batch.condition)
-            if batch.dose is not None:
-                df.insert(len(KEY_COLUMNS) + 1, "dose", batch.dose)
+            with_condition(df, EventCondition(batch.condition, batch.dose))
         out[name] = df
     return out
 

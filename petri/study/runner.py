@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from petri.core.cancel import Cancelled, CancelToken
 from petri.core.dish import Dish
 from petri.engine.base import SamplingModel, StepCallback
+from petri.runs.export import EventCondition
 from petri.runs.store import RunStore
 from petri.study.executors import BatchJob, LocalExecutor, StudyExecutor, check_layouts  # noqa: F401 (check_layouts: re-exported)
 from petri.study.schema import Study, StudyEvent, Template
@@ -148,6 +149,27 @@ def study_batch(study: Study, key: str, seed: int, trajectory: Trajectory) -> St
     group = next(e.group for e in study.events if e.id == event_id)
     dose = study.condition(condition).dose if condition else None
     return StudyBatch(event_id, template_id, group, batch_seed(seed, event_id, template_id), trajectory, condition, dose)
+
+
+def stored_conditions(run: dict | None, keys: Sequence[str]) -> list[EventCondition] | None:
+    """The condition (and dose) under which each stored event of ``run`` (a run store row: its ``kind``
+    and ``request``) was sampled, read from the events' store keys ``keys`` (:func:`batch_key`) and
+    the stored study's conditions: what a run's exports tag its rows with
+    (:func:`petri.runs.export.with_condition`). None for any run but a paired study's. Raises
+    ValueError naming a key whose condition the study does not have."""
+    if run is None or run.get("kind") != "study":
+        return None
+    conditions = ((run.get("request") or {}).get("study") or {}).get("conditions") or []
+    if not conditions:
+        return None
+    doses = {c["id"]: None if c.get("dose") is None else float(c["dose"]) for c in conditions}
+    out = []
+    for key in keys:
+        condition = split_key(key)[2]
+        if condition not in doses:
+            raise ValueError(f"event key {key!r}: condition {condition!r} is not one of the study's {list(doses)}")
+        out.append(EventCondition(condition, doses[condition]))
+    return out
 
 
 def plan_cells(study: Study, templates: tuple[Template, ...]) -> list[tuple[StudyEvent, Template, str, Dish]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from petri.runs.export import Conditions
 from petri.runs.formats import FORMATS, write_table
 from petri.study.animation import mp4_available, write_gif, write_mp4
 from petri.study.plots import save_figures
@@ -47,10 +48,11 @@ def pick(trajectories: Sequence[Trajectory], event: int, sample: int) -> Traject
 
 
 def write_replay(stored: list, event: int, sample: int, out: str | Path, *, tokenizer=None,
-                 tokens: TokenText | None = None, frame_ms: int = 400) -> tuple[Path, str]:
+                 tokens: TokenText | None = None, frame_ms: int = 400, conditions: Conditions = None) -> tuple[Path, str]:
     """Write one export of a stored run (``stored`` as :meth:`petri.runs.store.RunStore.load_events` gives it),
     the kind chosen by ``out``'s suffix (:func:`replay_suffixes`). Token text: ``tokens``, else the
-    tokenizer of ``tokenizer`` (a folder or cached hub id), else of the run's model id. Returns
+    tokenizer of ``tokenizer`` (a folder or cached hub id), else of the run's model id. ``conditions``
+    (a paired study's run: :func:`petri.study.runner.stored_conditions`) tags the steps table's rows. Returns
     (path, note); a PNG/SVG that cannot be rendered here raises RuntimeError naming why."""
     out = Path(out)
     suffix = out.suffix.lstrip(".").lower()
@@ -70,7 +72,7 @@ def write_replay(stored: list, event: int, sample: int, out: str | Path, *, toke
             raise RuntimeError("MP4 export needs ffmpeg on PATH (apt-get install ffmpeg); .gif needs nothing")
         return write_mp4(traj, sample, tokens, out, frame_ms=frame_ms, colors=colors, special=tokens.is_special), ""
     if suffix in FORMATS:
-        write_table(out, trajectories, "steps", suffix, groups, ids_decoder(tokens))
+        write_table(out, trajectories, "steps", suffix, groups, ids_decoder(tokens), conditions)
         rows = sum(int(traj.steps.sum()) * traj.argmax.shape[2] for traj in trajectories)
         return out, f"{rows} rows"
     if suffix in ("html", "png", "svg"):

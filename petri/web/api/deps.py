@@ -90,12 +90,18 @@ def load_run(service: PetriService, run_id: str, caller: Caller) -> tuple[dict, 
     return run, service.load_events(run_id)
 
 
-def stored_events(service: PetriService, run_id: str, caller: Caller) -> tuple[list, list]:
-    """(trajectories, groups) of a stored run the caller may see (:func:`load_run`), or 404 naming the
-    run where it stored no event."""
+def stored_run(service: PetriService, run_id: str, caller: Caller) -> tuple[dict, list]:
+    """A stored run the caller may see and its events (:func:`load_run`), or 404 naming the run where
+    it stored no event."""
     run, stored = load_run(service, run_id, caller)
     if not stored:
         raise HTTPException(404, detail=f"run_id: run {run_id!r} has no stored events (status {run['status']})")
+    return run, stored
+
+
+def stored_events(service: PetriService, run_id: str, caller: Caller) -> tuple[list, list]:
+    """(trajectories, groups) of a stored run the caller may see (:func:`stored_run`)."""
+    _, stored = stored_run(service, run_id, caller)
     return [t for _, _, t in stored], [g for _, g, _ in stored]
 
 

@@ -4,7 +4,7 @@
 - ``GET /api/runs/{run_id}``: a run's summary (the per-step argmax on request);
 - ``GET /api/runs/{run_id}/{table}.{fmt}``: one of its tables in one of the registered formats
   (:mod:`petri.runs.formats`: ``positions``, ``segments``, ``samples``, ``pairs``, ``steps`` as ``csv``
-  or ``parquet``); a probe run's ``reads`` and ``top_k``, an evaluation's ``predictions``, ``summary``
+  or ``parquet``; a paired study's rows carry ``condition`` and ``dose`` as its study folder's do); a probe run's ``reads`` and ``top_k``, an evaluation's ``predictions``, ``summary``
   and ``reliability``, read from its stored documents. Tables and formats come from those registries; a run id is checked with
   :func:`~petri.runs.store.check_run_id` before the store is read.
 """
@@ -20,7 +20,8 @@ from fastapi.responses import Response, StreamingResponse
 from petri.runs.export import token_decoder
 from petri.runs.formats import FORMATS, RESULT_TABLES, RUN_TABLES, ResultTable, any_table, result_table_bytes, table_bytes, table_format
 from petri.web import limits
-from petri.web.api.deps import Client, RunId, Service, load_run, served_tokenizer, stored_events
+from petri.study.runner import stored_conditions
+from petri.web.api.deps import Client, RunId, Service, load_run, served_tokenizer, stored_run
 from petri.web.api.responses import RunOut, csv_links, event_summary, model_out
 from petri.web.errors import FieldError, StrictJsonRoute
 
@@ -82,11 +83,13 @@ def get_table(run_id: RunId, table: TableName, fmt: FormatName, service: Service
         raise HTTPException(404, detail=str(err)) from None
     if isinstance(found, ResultTable):
         return result_table(service, run_id, found, fmt, caller)
-    trajectories, groups = stored_events(service, run_id, caller)
+    run, stored = stored_run(service, run_id, caller)
+    trajectories, groups = [t for _, _, t in stored], [g for _, g, _ in stored]
     tokenizer, note = served_tokenizer(service, trajectories)
     decode = token_decoder(tokenizer, service.model_id, trajectories)
     headers = {"Content-Disposition": f'attachment; filename="{run_id}-{table}.{fmt}"', "X-Petri-Token-Text": note}
-    body = table_bytes(trajectories, table, fmt, groups, decode)
+    conditions = stored_conditions(run, [key for key, _, _ in stored])  # a paired study's rows name their condition
+    body = table_bytes(trajectories, table, fmt, groups, decode, conditions)
     if writer.streams:  # a sync generator runs in a worker thread: never the whole table in memory
         return StreamingResponse(body, media_type=writer.media_type, headers=headers)
     return Response(b"".join(body), media_type=writer.media_type, headers=headers)
