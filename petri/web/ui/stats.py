@@ -1,6 +1,8 @@
 """The Study tab's reviewer panel: the per-pair event-level tests (raw, Holm and BH p-values; small
-groups flagged) of the study on screen, and a power planner that simulates designs from it as a pilot
-(:func:`petri.stats.power.power_from_cells`, as ``petri power RESULTS_DIR``).
+groups flagged) of the study on screen, and a power planner that simulates designs from it as a pilot,
+as ``petri power RESULTS_DIR`` does: the between-group design (:func:`petri.stats.power.power_from_cells`),
+or for a paired (within-event) study the paired Wilcoxon test on the pilot's per-event differences
+(:func:`petri.study.paired_statistics.paired_from_folder`, :func:`petri.stats.paired_power.paired_power`).
 
 The panel reads the output folder of the study shown (the shipped study's, then each finished run's),
 kept in a ``gr.State`` that the Study tab's final view updates (:func:`stats_views`). Every result in
@@ -22,6 +24,7 @@ import pandas as pd
 from petri.stats.mixed import cell_values
 from petri.stats.power import power_from_cells
 from petri.stats.groups import MIN_INFORMATIVE_N
+from petri.study.paired_statistics import paired_from_folder
 from petri.study.statistics import load_results
 
 PAIR_VIEW = ["pair", "n_a", "n_b", "rank_biserial", "ci_low", "ci_high", "p_value", "p_holm", "p_bh", "informative",
@@ -90,17 +93,37 @@ def run_power(folder: str | None, events: str, templates: str, effect, sims,
     if not folder:
         raise gr.Error("Power: no study results on screen yet; run or reopen a study first")
     try:
-        segments, groups, _, _ = load_results(folder)
         design = dict(events=_ints(events, "events per group") or (6, 12, 24, 48),
                       templates=_ints(templates, "templates") or None, n_sims=min(int(sims or 500), MAX_SIMS),
                       seed=int(seed or 0))
-        result = power_from_cells(cell_values(segments), groups, effect=_effect(effect), **design)
+        table, summary = paired_power_of(folder, design, _effect(effect))
+        if table is None:  # the between-group design
+            segments, groups, _, _ = load_results(folder)
+            result = power_from_cells(cell_values(segments), groups, effect=_effect(effect), **design)
+            table, summary = result.table(), f"**{result.summary()}.**\n\n{SIZE_NOTE}\n\nMethod: {result.method}."
     except ValueError as err:
         raise gr.Error(f"Power: {err}") from None
     run_id = run_of(folder)
-    text = f"**Pilot: study run `{run_id}`.** **{result.summary()}.**\n\n{SIZE_NOTE}\n\nMethod: {result.method}."
-    return (gr.update(value=result.table().round(4), visible=True, label=f"Power per design (pilot: run {run_id})"), text,
-            str(folder))
+    return (gr.update(value=table.round(4), visible=True, label=f"Power per design (pilot: run {run_id})"),
+            f"**Pilot: study run `{run_id}`.** {summary}", str(folder))
+
+
+def paired_power_of(folder: str | Path, design: dict, effect: float | None) -> tuple[pd.DataFrame | None, str]:
+    """The power of a paired study's folder (as ``petri power`` gives it: the last condition against the
+    reference, from the pilot's per-event differences): its table (n_events, power, mc_se) and text;
+    ``(None, "")`` for a study without conditions. ``design``: the panel's events, templates (refused:
+    the paired design resamples events), sims and seed. Raises ValueError naming the bad field."""
+    paired = paired_from_folder(folder, n_sims=design["n_sims"], power_events=design["events"], effect=effect,
+                                seed=design["seed"])
+    if paired is None:
+        return None, ""
+    if design["templates"] is not None:
+        raise ValueError("templates: a paired study's power resamples events (templates as in the pilot); "
+                         "leave Templates empty")
+    result = paired.power
+    if result is None:
+        raise ValueError("; ".join(paired.notes))
+    return pd.DataFrame(result.designs), f"**{result.summary()}.**\n\n{PAIRED_NOTE}\n\nMethod: {result.method}."
 
 
 def power_still_current(shown: str | None, estimated: str | None, text: str):
@@ -111,6 +134,11 @@ def power_still_current(shown: str | None, estimated: str | None, text: str):
     return (f"**⚠ Not the run on screen:** this estimate is of study run `{run_of(estimated)}`; the run on screen "
             f"is `{run_of(shown) or 'none yet'}`. Press **Estimate power** again.\n\n{text}")
 
+
+#: What a paired study's power is of (the panel's Events box counts events, each under every condition).
+PAIRED_NOTE = ("A paired study: each simulated study draws that many events' differences (last condition minus "
+               "the reference) from this run's and runs the paired Wilcoxon signed-rank test; `Events per group` "
+               "is the number of events, each run under every condition; templates and samples stay as in the pilot.")
 
 #: What the ``size`` columns are, and why the test's size can exceed alpha.
 SIZE_NOTE = (
@@ -136,15 +164,18 @@ def build_stats_panel(folder: str | Path | None) -> dict:
                              "Pairs (pair_tests.csv)", interactive=False, wrap=True, elem_id="petri-study-pairs")
     with gr.Accordion("Power from this study as a pilot", open=False):
         gr.Markdown("Simulates studies by resampling this study's events (within group) and templates, and "
-                    "counts how often the event-level Mann-Whitney test rejects at 5%. Leave the effect empty "
+                    "counts how often the event-level Mann-Whitney test rejects at 5%; for a paired study "
+                    "(conditions), resamples its events' differences between the last condition and the "
+                    "reference and counts how often the paired Wilcoxon test rejects. Leave the effect empty "
                     "to use the pilot's.")
         with gr.Row():
-            events = gr.Textbox("6, 12, 24, 48", label="Events per group")
+            events = gr.Textbox("6, 12, 24, 48", label="Events per group (a paired study: events)")
             templates = gr.Textbox("", label="Templates (empty: 1, the pilot's, twice)")
             effect = gr.Textbox("", label="Effect (empty: the pilot's)", elem_id="petri-study-power-effect",
                                 placeholder="the pilot's effect",
                                 info="Difference of the groups' mean event-level instability (mean flips per "
-                                     "free position between two adjacent anchors), second group minus first")
+                                     "free position between two adjacent anchors), second group minus first; a paired "
+                                     "study: the mean over events of last condition minus the reference")
             sims = gr.Slider(100, MAX_SIMS, value=500, step=100, label="Simulated studies per design")
             seed = gr.Number(0, precision=0, label="Seed")
         power_btn = gr.Button("Estimate power", size="sm", elem_id="petri-study-power-run")

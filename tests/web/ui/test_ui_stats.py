@@ -158,3 +158,53 @@ def test_a_mixed_model_that_did_not_converge_says_so_beside_the_headline():
     _, line = mixed_model_lines(stats)
     assert line.startswith("**Caveat: the mixed model did NOT converge**") and "p = 0.0213" in line
     assert mixed_model_lines(SimpleNamespace(mixed=None, groups=("a", "b"))) == []
+
+
+#: made-up per-event differences (condition b minus the reference a), dyadic so every mean is exact
+DIFFERENCES = [0.25, 0.5, 0.125, 0.375, 0.625, -0.125, 0.75, 0.25]
+
+
+def paired_folder(tmp_path: Path) -> Path:
+    """A paired study's folder written by hand: 8 events x 2 templates x conditions a, b, one segment and
+    one sample per cell; under b every cell is its a value plus the event's difference."""
+    import json
+
+    seg, smp = [], []
+    for i, d in enumerate(DIFFERENCES):
+        for t, offset in (("t1", 0.0), ("t2", 0.5)):
+            for condition, shift in (("a", 0.0), ("b", d)):
+                key = {"event_id": f"e{i:02d}", "group": "everyday", "template_id": t, "condition": condition, "sample": 0}
+                seg.append({**key, "instability": i / 4 + offset + shift})
+                smp.append({**key, "mean_flips_free": i / 8 + shift})
+    pd.DataFrame(seg).to_csv(tmp_path / "segments.csv", index=False)
+    pd.DataFrame(smp).to_csv(tmp_path / "samples.csv", index=False)
+    (tmp_path / "run.json").write_text(json.dumps({"run_id": "0123456789abcdef01234567", "seed": 0,
+                                                   "study": {"conditions": [{"id": "a"}, {"id": "b"}]}}))
+    return tmp_path
+
+
+def test_the_power_panel_of_a_paired_study_uses_the_paired_design(tmp_path):
+    """The panel reads a paired folder as ``petri power`` does: the paired Wilcoxon test on the events'
+    differences; each design's power recomputed here with scipy on the documented draws, the effect by hand."""
+    import numpy as np
+    from scipy import stats as sps
+
+    folder = paired_folder(tmp_path)
+    update, text, back = run_power(str(folder), "6, 12", "", None, 200, 3)
+    table = update["value"]
+    assert back == str(folder) and update["label"] == "Power per design (pilot: run 0123456789abcdef01234567)"
+    assert list(table.columns) == ["n_events", "power", "mc_se"] and list(table["n_events"]) == [6, 12]
+    d = np.array(DIFFERENCES)
+    for n, got in zip((6, 12), table["power"]):
+        draws = d[np.random.default_rng([3, n]).integers(0, d.size, size=(200, n))]
+        with np.errstate(all="ignore"):
+            p = [sps.wilcoxon(r, zero_method="wilcox", method="asymptotic").pvalue for r in draws]
+        assert got == pytest.approx(round(float(np.mean(np.nan_to_num(p, nan=1.0) < 0.05)), 4)), n
+    assert text.startswith("**Pilot: study run `0123456789abcdef01234567`.** **power of the paired Wilcoxon test on "
+                           "instability (b - a, two-sided alpha 0.05) for a mean difference of +0.3438 (the pilot's), "
+                           "8 pilot events, 200 simulated studies per design, seed 3")  # 2.75 / 8 = 0.34375
+    assert "Mann-Whitney" not in text and "size_held" not in text
+    shifted, _ = power(str(folder), "6", "", "0", 200, 3)  # effect 0: the differences centred on zero
+    assert shifted["power"].iloc[0] < table["power"].iloc[0]
+    with pytest.raises(gr.Error, match="templates: a paired study's power resamples events"):
+        run_power(str(folder), "6", "2", None, 200, 3)
