@@ -211,6 +211,11 @@ class StudyController:
 
     @staticmethod
     def template_choices(templates, selected):
+        """The Templates-to-run box after the user edited the templates table: the table's ids as its
+        choices, the ``selected`` ids still there kept (else the first). ``selected`` comes from a
+        ``gr.State`` (the server's copy), never from the box itself: the box's value in the browser can
+        still be the previous study's while its choices on the server are the new study's, and Gradio
+        refuses such a value ("'t1_describe' is not in the list of choices")."""
         ids = [r[0] for r in _rows(templates) if r and r[0]]
         return gr.update(choices=ids, value=[i for i in (selected or []) if i in ids] or ids[:1])
 
@@ -408,11 +413,11 @@ def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tu
                               label="Events (id, group label, text, optional concept subset)", wrap=True,
                               max_height=360, elem_id="petri-study-events")
         templates = gr.Dataframe(templates0, headers=TEMPLATE_COLUMNS, datatype=["str", "str"], interactive=True,
-                                 label="Templates ({event}, {concepts})", wrap=True)
+                                 label="Templates ({event}, {concepts})", wrap=True, elem_id="petri-study-templates")
         with gr.Row():
             comparison = gr.Textbox(comparison0, label="Compared groups (reference, comparison)")
             show = gr.Textbox(show0, label="Also show groups")
-    template_ids = gr.CheckboxGroup(ids0, value=ids0[:1], label="Templates to run")
+    template_ids = gr.CheckboxGroup(ids0, value=ids0[:1], label="Templates to run", elem_id="petri-study-template-ids")
     with gr.Row():
         samples = gr.Slider(1, MAX_SAMPLES, value=4, step=1, label="Samples per event × template",
                             elem_id="petri-study-samples")
@@ -440,7 +445,11 @@ def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tu
     fields = [meta, concepts, events, templates, comparison, show, template_ids, loaded, builtin]
     load_btn.click(ctl.load_builtin, builtin, fields)
     upload.upload(ctl.load_upload, upload, fields)
-    templates.change(ctl.template_choices, [templates, template_ids], template_ids, show_progress="hidden")
+    # A load, an upload and a reopen set the box's choices and value together; only a user's edit of the
+    # table (input, not change) recomputes them, from the server's copy of the selection (chosen).
+    chosen = gr.State(ids0[:1])
+    template_ids.change(lambda ids: ids, template_ids, chosen, show_progress="hidden", queue=False)
+    templates.input(ctl.template_choices, [templates, chosen], template_ids, show_progress="hidden")
     names = {"status": status, "instability": fig_instability, "events": fig_events, "jaccard": fig_jaccard,
              "jaccard_note": jaccard_note, "stats": stats, "groups": groups, "files": files, "report": report, **panel}
 
