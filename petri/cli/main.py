@@ -300,12 +300,11 @@ def _study_decoder(lm, executor, result):
 def cmd_replay(args) -> int:
     from petri.web.replay_files import replay_suffixes, write_replay
     from petri.runs.store import RunStore, check_run_id
+    from petri.study.runner import stored_conditions
 
     suffix = args.out.rsplit(".", 1)[-1].lower() if "." in args.out else ""
     if suffix not in replay_suffixes():
         raise ValueError(f"--out must end in one of {', '.join('.' + s for s in replay_suffixes())}, got {args.out!r}")
-    from petri.study.runner import stored_conditions
-
     store = RunStore(args.store)
     try:
         stored = store.load_events(check_run_id(args.run_id))
