@@ -1,5 +1,5 @@
-"""Fixtures shared by every folder (a tiny random DiffusionGemma, built in-process, no files; a
-service over it; a live server) and the markers every test gets from where it lies
+"""Fixtures shared by every folder (a tiny random DiffusionGemma, built in-process, no files, or
+saved as a checkpoint folder; a service over it; a live server) and the markers every test gets from where it lies
 (tests/markers_support.py). A folder's own fixtures are in its conftest.py (tests/web/conftest.py).
 
     python -m pytest -q                                     # everything (the README's command, CI)
@@ -30,6 +30,19 @@ def pytest_collection_modifyitems(config, items):
 def tiny_lm():
     """A 2-layer random DiffusionGemma with a 16-token canvas and a 384-token BPE vocabulary."""
     return tiny_random_model(canvas_length=16)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(request, tmp_path_factory):
+    """A tiny random DiffusionGemma saved as a checkpoint folder (what the CLI loads), for the
+    module: its ``CHECKPOINT`` attribute gives ``canvas_length``, ``seed`` (both of
+    :func:`~petri.engine.torch.tiny.tiny_random_model`) and ``name`` (the folder's, which is the
+    model id; default a 16-token canvas, seed 1, ``tiny-ckpt``)."""
+    from tiny_support import save_checkpoint
+
+    options = {"canvas_length": 16, "seed": 1, "name": "tiny-ckpt", **getattr(request.module, "CHECKPOINT", {})}
+    lm = tiny_random_model(canvas_length=options["canvas_length"], seed=options["seed"])
+    return save_checkpoint(lm, tmp_path_factory.mktemp("ckpt") / options["name"])
 
 
 @pytest.fixture(scope="session")

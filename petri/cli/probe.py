@@ -1,7 +1,8 @@
 """``petri probe``: one-step slot reads on a pinned answer frame (issue 50, docs/probe.md).
 
-- ``petri probe --request request.json``: read one request (the JSON shape of
-  :func:`petri.core.probe.request_from_dict`) and print the reads as JSON.
+- ``petri probe --request request.json``: read one request (the body of ``POST /api/probe``'s
+  read, checked as that route and the Probe tab check it:
+  :func:`petri.web.api.probe_requests.read_request`) and print the reads as JSON.
 - ``petri probe --set assets/probe/events.jsonl --out DIR``: evaluate a labelled set; writes
   ``predictions.csv`` (row by row, flushed: a crash loses nothing read), ``summary.csv``,
   ``reliability.csv`` and ``evaluation.json``; prints accuracy, ECE and Brier per question.
@@ -111,10 +112,12 @@ def _print_summary(evaluation, label: str) -> None:
 
 
 def cmd_probe(args) -> int:
-    from petri.core.probe import request_from_dict
-
     if args.request is not None:
+        from pydantic import ValidationError
+
         from petri.engine.probe import read_slots
+        from petri.web.api.probe_requests import read_request
+        from petri.web.errors import FieldError, request_error_message
 
         try:
             payload = json.loads(Path(args.request).read_text(encoding="utf-8"))
@@ -123,7 +126,10 @@ def cmd_probe(args) -> int:
         if not isinstance(payload, dict):
             raise ValueError(f"--request: {args.request} holds no JSON object")
         overrides = {"order": args.order, "min_mass": args.min_mass}
-        request = request_from_dict({**payload, **{k: v for k, v in overrides.items() if v is not None}})
+        try:  # checked as POST /api/probe and the Probe tab check a read
+            request = read_request({**payload, **{k: v for k, v in overrides.items() if v is not None}})
+        except (ValidationError, FieldError) as err:
+            raise ValueError(f"--request: {request_error_message(err)}") from None
         model = load_from_args(args)
         text = json.dumps(read_slots(model, request).to_dict(), indent=1, ensure_ascii=False)
         print(text)
@@ -134,12 +140,15 @@ def cmd_probe(args) -> int:
 
 
 def _cmd_set(args) -> int:
+    from petri.core.settings import MAX_SEED
     from petri.study.probe_eval import compare_evaluations
     from petri.study.probe_set import load_labelled_set
     from petri.study.probe_tables import write_evaluation
 
     if args.steps < 1 or args.repeats < 1:
         raise ValueError("--steps and --repeats must be at least 1")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise ValueError(f"--seed: must be between 0 and {MAX_SEED}, got {args.seed}")
     labelled = load_labelled_set(args.labelled_set)
     other_set = None
     if args.compare_to and Path(args.compare_to).suffix.lower() in (".jsonl", ".csv"):

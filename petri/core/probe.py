@@ -37,7 +37,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-#: Limits of one request and of a labelled set (the HTTP layer applies the same ones).
+from petri.core.settings import MAX_SEED
+
+#: Limits of one request and of a labelled set (the HTTP layer applies the same ones; the seed's,
+#: 0..MAX_SEED, is every request's: :data:`petri.core.settings.MAX_SEED`). ``MAX_TEXT_CHARS``: the
+#: prompt, the frame, the instructions, a question's text, a pin's and an item's prompt.
 MAX_QUESTIONS = 16
 MAX_ALTERNATIVES = 200
 MAX_ITEMS = 2000
@@ -225,7 +229,7 @@ def request_from_dict(payload: Any) -> ProbeRequest:
         prompt=prompt, frame=frame,
         questions=tuple(question_from_dict(q, i) for i, q in enumerate(questions)),
         instructions=_text(payload, "instructions", "instructions", required=False), samples=samples,
-        steps=_int(payload, "steps", 1, 1, MAX_STEPS), seed=_int(payload, "seed", 0, 0, 2**31 - 1),
+        steps=_int(payload, "steps", 1, 1, MAX_STEPS), seed=_int(payload, "seed", 0, 0, MAX_SEED),
         top_k=_int(payload, "top_k", 5, 1, MAX_TOP_K), pins=tuple(parsed_pins),
         order=order,
         min_mass=check_min_mass(payload.get("min_mass", DEFAULT_MIN_MASS)))

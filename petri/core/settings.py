@@ -29,6 +29,12 @@ from typing import Any, ClassVar
 
 #: Most denoising steps a request may ask for (the API, the CLI and the UI alike).
 MAX_STEPS = 256
+#: Largest seed a request may give (the API, the CLI and the UI alike; 0 is the smallest): 2**32 - 1,
+#: the range numpy's ``np.random.seed`` takes and every seeded generator here accepts with room to
+#: spare (``torch.manual_seed`` and ``mx.random.seed`` take 64 bits, ``numpy.random.default_rng`` and
+#: ``random.Random`` any size), so the seeds derived from it (``seed + 1`` for a probe's further draws,
+#: ``seed + r`` for its repeats) stay valid too.
+MAX_SEED = 2**32 - 1
 #: Lowest sampler temperature: the logits are divided by it, and a smaller one overflows to inf/NaN
 #: (at once in fp16/bf16).
 MIN_TEMPERATURE = 0.01

@@ -138,6 +138,40 @@ class SampleRequest:
         check_sampler_inputs(self.prompt_ids, self.layouts)
 
 
+#: the settings a spelled-out sampler call uses unless told (DiffusionGemma's defaults)
+DEFAULT_SETTINGS = SamplerSettings()
+
+
+def spelled_out(sample: Callable[..., Trajectory]) -> Callable[..., Trajectory]:
+    """``sample(lm, request, **kwargs)`` (a backend's sampler) with the request spelled out:
+    ``run(lm, prompt_ids, layouts, settings=SamplerSettings(), *, seed=None, canvas_prefix=(),
+    prompt_text="", **kwargs)``, the arguments being the fields of :class:`SampleRequest` (the
+    prompt (P,), one layout per sample) and ``kwargs`` what ``sample`` takes besides."""
+
+    def run(lm, prompt_ids: Sequence[int], layouts: Sequence[Sequence[AnchorSpan]],
+            settings: Any = DEFAULT_SETTINGS, *, seed: int | None = None, canvas_prefix: Sequence[int] = (),
+            prompt_text: str = "", **kwargs) -> Trajectory:
+        return sample(lm, SampleRequest(prompt_ids, layouts, settings, seed, canvas_prefix, prompt_text), **kwargs)
+
+    run.__doc__ = f":func:`{sample.__module__}.{sample.__name__}` with the request spelled out (:func:`spelled_out`)."
+    return run
+
+
+class RequestSampling:
+    """:meth:`SamplingModel.sample` of a model whose backend samples with one function of
+    ``(lm, request, *, on_step, cancel, fixed_noise)`` (``fixed_noise``: the parity hook,
+    :mod:`petri.engine.fixed_noise`), which the model's :meth:`sampler` names."""
+
+    def sampler(self) -> Callable[..., Trajectory]:
+        """The backend's sampling function."""
+        raise NotImplementedError
+
+    def sample(self, request: SampleRequest, *, on_step: StepCallback | None = None,
+               cancel: CancelToken | None = None, fixed_noise: Any = None) -> Trajectory:
+        """:meth:`sampler` on this model (see :meth:`SamplingModel.sample`)."""
+        return self.sampler()(self, request, on_step=on_step, fixed_noise=fixed_noise, cancel=cancel)
+
+
 def settings_from_generation_config(generation_config) -> SamplerSettings:
     """Read DiffusionGemma's sampler settings off a (DiffusionGemma)GenerationConfig; unset ones keep
     :class:`SamplerSettings`' defaults, which are transformers' global defaults."""

@@ -23,8 +23,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from petri.core.probe import (MAX_ALTERNATIVES, MAX_ITEMS, MAX_QUESTIONS, MAX_TEXT_CHARS, ProbeInputError, Question,
@@ -76,15 +76,15 @@ def _questions(raw, where: str) -> tuple[Question, ...]:
         if len(q.alternatives) > MAX_ALTERNATIVES:
             raise ProbeInputError(f"questions[{i}].alternatives",
                                   f"{len(q.alternatives)} alternatives; at most {MAX_ALTERNATIVES}")
-    if len({q.name for q in questions}) != len(questions):
-        raise ProbeInputError(f"{where}questions", "question names repeat")
     return questions
 
 
-def _item(raw: Mapping, index: int, questions: tuple[Question, ...]) -> LabelledItem:
+def _item(raw: Mapping, index: int) -> LabelledItem:
+    """One line of a set as an item, its types checked (its gold answers are checked against the
+    questions by :func:`labelled_set`)."""
     where = f"items[{index}]"
     item_id, prompt = raw.get("id", str(index)), raw.get("prompt", raw.get("input"))
-    if not isinstance(prompt, str) or not prompt.strip():
+    if not isinstance(prompt, str):
         raise ProbeInputError(f"{where}.prompt", "is missing or empty")
     if len(prompt) > MAX_TEXT_CHARS:
         raise ProbeInputError(f"{where}.prompt", f"is {len(prompt)} characters; at most {MAX_TEXT_CHARS}")
@@ -94,31 +94,48 @@ def _item(raw: Mapping, index: int, questions: tuple[Question, ...]) -> Labelled
     gold = raw.get("gold", {})
     if not isinstance(gold, Mapping):
         raise ProbeInputError(f"{where}.gold", "must map question names to alternatives")
-    by_name = {q.name: q for q in questions}
+    extra = {k: v for k, v in raw.items() if k not in ("id", "prompt", "input", "frame", "gold")}
+    return LabelledItem(str(item_id), prompt, frame, dict(gold), extra)
+
+
+def _gold(item: LabelledItem, index: int, by_name: Mapping[str, Question]) -> dict[str, str]:
+    """``item``'s gold answers, each naming a question and among its alternatives (a blank answer
+    is left out: the question is read, not scored)."""
     clean = {}
-    for name, answer in gold.items():
+    for name, answer in item.gold.items():
         if name not in by_name:
-            raise ProbeInputError(f"{where}.gold.{name}", f"no question is named {name!r}")
+            raise ProbeInputError(f"items[{index}].gold.{name}", f"no question is named {name!r}")
         if answer in (None, ""):
             continue
         if answer not in by_name[name].alternatives:
-            raise ProbeInputError(f"{where}.gold.{name}", f"gold answer {answer!r} is not among the alternatives "
-                                  f"({', '.join(by_name[name].alternatives[:10])})")
+            raise ProbeInputError(f"items[{index}].gold.{name}", f"gold answer {answer!r} is not among the "
+                                  f"alternatives ({', '.join(by_name[name].alternatives[:10])})")
         clean[name] = answer
-    extra = {k: v for k, v in raw.items() if k not in ("id", "prompt", "input", "frame", "gold")}
-    return LabelledItem(str(item_id), prompt, frame, clean, extra)
+    return clean
 
 
-def _check_items(items: list) -> None:
+def labelled_set(name: str, questions: tuple[Question, ...], frame: str, instructions: str | None,
+                 items: Sequence[LabelledItem]) -> LabelledSet:
+    """A set from its parts, their types already checked (by a file's parser here, or by the HTTP
+    edge's pydantic models), checked as a set: the question names distinct, 1 to ``MAX_ITEMS``
+    items with distinct ids and non-blank prompts, every gold answer naming a question and among its alternatives (a
+    blank one is dropped). Raises :class:`ProbeInputError` naming the field."""
+    if len({q.name for q in questions}) != len(questions):
+        raise ProbeInputError("questions", "question names repeat")
     if not items:
         raise ProbeInputError("items", "the set has no item")
     if len(items) > MAX_ITEMS:
         raise ProbeInputError("items", f"{len(items)} items; at most {MAX_ITEMS}")
     seen: set[str] = set()
     for i, item in enumerate(items):
+        if not item.prompt.strip():
+            raise ProbeInputError(f"items[{i}].prompt", "is missing or empty")
         if item.item_id in seen:
             raise ProbeInputError(f"items[{i}].id", f"duplicate id {item.item_id!r}")
         seen.add(item.item_id)
+    by_name = {q.name: q for q in questions}
+    checked = tuple(replace(item, gold=_gold(item, i, by_name)) for i, item in enumerate(items))
+    return LabelledSet(name, questions, frame, instructions, checked)
 
 
 def _header(raw, where: str = "") -> tuple[str, tuple[Question, ...], str, str | None]:
@@ -155,9 +172,8 @@ def parse_jsonl(text: str, name: str = "") -> LabelledSet:
         except json.JSONDecodeError as err:
             raise ProbeInputError(f"line {n}", f"is not JSON ({err.msg})") from None
     set_name, questions, frame, instructions = _header(rows[0])
-    items = [_item(raw if isinstance(raw, Mapping) else {}, i, questions) for i, raw in enumerate(rows[1:])]
-    _check_items(items)
-    return LabelledSet(set_name or name, questions, frame, instructions, tuple(items))
+    items = [_item(raw if isinstance(raw, Mapping) else {}, i) for i, raw in enumerate(rows[1:])]
+    return labelled_set(set_name or name, questions, frame, instructions, items)
 
 
 def parse_csv(text: str, header: Mapping | None = None, name: str = "") -> LabelledSet:
@@ -177,10 +193,9 @@ def parse_csv(text: str, header: Mapping | None = None, name: str = "") -> Label
     set_name, questions, frame, instructions = _header(header)
     names = {q.name for q in questions}
     items = [_item({"id": r.get("id") or str(i), "prompt": r.get("prompt", r.get("input")), "frame": r.get("frame"),
-                    "gold": {c: r[c] for c in answer_columns if c in names}}, i, questions)
+                    "gold": {c: r[c] for c in answer_columns if c in names}}, i)
              for i, r in enumerate(rows)]
-    _check_items(items)
-    return LabelledSet(set_name or name, questions, frame, instructions, tuple(items))
+    return labelled_set(set_name or name, questions, frame, instructions, items)
 
 
 def load_labelled_set(path: str | Path) -> LabelledSet:

@@ -18,6 +18,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from petri.app.service import BusyError
@@ -49,6 +50,27 @@ class FieldError(Exception):
     def body(self) -> dict:
         """The 422 body: one ``detail`` entry (type, loc, msg and any extra keys such as ``concept``)."""
         return {"detail": [{"type": self.kind, "loc": self.loc, "msg": self.msg, **self.extra}]}
+
+
+def request_error_message(err: ValidationError | FieldError) -> str:
+    """One line per bad field, naming it (as the API's 422 body does)."""
+    if isinstance(err, FieldError):
+        where = ".".join(str(p) for p in err.loc if p != "body")
+        return err.msg if err.msg.startswith(where.split(".")[0] + ":") else f"{where}: {err.msg}"
+    return "; ".join(field_message(e) for e in err.errors())
+
+
+def field_message(error: dict) -> str:
+    """One pydantic error (``ValidationError.errors()`` item) as a sentence naming its field: a list
+    too short or too long says how many it needs and got ("concepts: at least 2 are needed, got 1"),
+    instead of pydantic's "List should have at least 2 items after validation, not 1"."""
+    where = ".".join(str(p) for p in error["loc"] if p != "body")
+    ctx = error.get("ctx") or {}
+    if error["type"] == "too_short" and "min_length" in ctx:
+        return f"{where}: at least {ctx['min_length']} are needed, got {ctx.get('actual_length', 'fewer')}"
+    if error["type"] == "too_long" and "max_length" in ctx:
+        return f"{where}: at most {ctx['max_length']} are allowed, got {ctx.get('actual_length', 'more')}"
+    return f"{where}: {error['msg']}"
 
 
 _INDEX = re.compile(r"\[(\d+)\]")

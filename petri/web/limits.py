@@ -6,17 +6,19 @@ Read a limit as ``limits.MAX_...`` where it may be changed at run time (tests lo
 
 from __future__ import annotations
 
-# the settings' own bounds, which their fields declare (petri.core.settings): max_denoising_steps, t_min, t_max
-from petri.core.settings import MAX_STEPS, MIN_TEMPERATURE  # noqa: F401
+# the settings' own bounds, which their fields declare (petri.core.settings): max_denoising_steps, t_min, t_max,
+# and the seed's (every request's, the probe's too)
+from petri.core.settings import MAX_SEED, MAX_STEPS, MIN_TEMPERATURE  # noqa: F401
 
 MIN_CONCEPTS = 2
 MAX_CONCEPTS = 8
 MAX_CONCEPT_CHARS = 64
 MAX_SAMPLES = 64
 MAX_EVENTS = 24
-MAX_TEXT_CHARS = 2000
+#: an event's, a template's or a condition's text (a seed's or a study's); the probe's texts have their own
+#: limit (:data:`MAX_PROBE_TEXT_CHARS`)
+MAX_EVENT_TEXT_CHARS = 2000
 MAX_GROUP_CHARS = 64
-MAX_SEED = 2**32 - 1
 #: ``include_trajectories`` returns samples × steps × canvas integers per event; capped per response.
 MAX_TRAJECTORY_CELLS = 8_000_000
 #: Seconds a client is told to wait (``Retry-After``) when the model is busy.
@@ -49,6 +51,7 @@ from petri.core.probe import MAX_ITEMS as MAX_PROBE_ITEMS  # noqa: E402
 from petri.core.probe import MAX_QUESTIONS as MAX_PROBE_QUESTIONS  # noqa: E402
 from petri.core.probe import MAX_SAMPLES as MAX_PROBE_DRAWS  # noqa: E402
 from petri.core.probe import MAX_STEPS as MAX_PROBE_STEPS  # noqa: E402
+from petri.core.probe import MAX_TEXT_CHARS as MAX_PROBE_TEXT_CHARS  # noqa: E402
 
 MAX_PROBE_NAME_CHARS = 64
 MAX_PROBE_REPEATS = 10
@@ -58,7 +61,7 @@ LIMITS = {
     "no control characters, no leading/trailing whitespace, no duplicates",
     "samples": f"1-{MAX_SAMPLES} per event",
     "events": f"1-{MAX_EVENTS} per request",
-    "text": f"event and template at most {MAX_TEXT_CHARS} characters each; group labels at most "
+    "text": f"event and template at most {MAX_EVENT_TEXT_CHARS} characters each; group labels at most "
     f"{MAX_GROUP_CHARS}",
     "max_denoising_steps": f"1-{MAX_STEPS}",
     "temperature": f"t_min and t_max {MIN_TEMPERATURE}-10",
@@ -72,7 +75,8 @@ LIMITS = {
     "study": f"at most {MAX_STUDY_BATCHES} (event, template) batches; concepts, events, templates and groups "
     "within the limits above",
     "probe": f"POST /api/probe: 1-{MAX_PROBE_QUESTIONS} questions of 1-{MAX_ALTERNATIVES} alternatives "
-    f"(names and alternatives 1-{MAX_PROBE_NAME_CHARS} characters), steps 1-{MAX_PROBE_STEPS}, samples "
+    f"(names and alternatives 1-{MAX_PROBE_NAME_CHARS} characters; the prompt, frame, instructions, a question's "
+    f"text, a pin and an item's prompt 1-{MAX_PROBE_TEXT_CHARS:,}), steps 1-{MAX_PROBE_STEPS}, samples "
     f"1-{MAX_PROBE_DRAWS} or \"auto\", top_k 1-{MAX_TOP_K}; a labelled set (items or a shipped set) at most "
     f"{MAX_PROBE_ITEMS} items, repeats 1-{MAX_PROBE_REPEATS}, runs as a job",
     "sync_seed": f"POST /api/seed: at most {SYNC_MAX_TOKEN_STEPS:,} token-steps (events × samples × "

@@ -13,7 +13,7 @@ worker thread. That gives many completed runs that were queued together, which i
 check that results never mix, and it still tests refusals. Of the completed runs, 8 are compared
 with a solo rerun. ``PETRI_HEAVY=1`` sends 200 requests, compares every completed run, and adds a
 server with ``--busy-wait 0`` (the default, where a request that finds the model busy is refused
-at once; tests/web/test_api.py also covers that path).
+at once; tests/web/api/test_api.py also covers that path).
 """
 
 from __future__ import annotations

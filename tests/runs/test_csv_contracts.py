@@ -14,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 
 from petri.web.app import create_app
@@ -23,7 +22,6 @@ from petri.app.service import PetriService
 from petri.runs.store import RunStore
 from petri.engine.torch.tiny import tiny_random_model
 from study_support import study_dict
-from tiny_support import save_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -85,13 +83,8 @@ def file_header(path: Path) -> list[str]:
     return header(path.read_text(encoding="utf-8"))
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    """A tiny random DiffusionGemma saved as a checkpoint folder (what the CLI loads)."""
-    lm = tiny_random_model(canvas_length=16, seed=1)
-    folder = tmp_path_factory.mktemp("ckpt") / "tiny-ckpt"
-    save_checkpoint(lm, folder)
-    return folder
+#: the ``checkpoint`` fixture (tests/conftest.py): a 16-token canvas, seed 1
+CHECKPOINT = {"canvas_length": 16, "seed": 1}
 
 
 # ----------------------------------------------------------------------------- the checks

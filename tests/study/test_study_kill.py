@@ -18,9 +18,7 @@ import pytest
 import torch
 
 from petri.cli.main import main
-from petri.engine.torch.tiny import tiny_random_model
 from study_support import numbered_events, study_dict
-from tiny_support import save_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = 2
@@ -30,12 +28,8 @@ TOTAL = len(STUDY["events"]) * TEMPLATES
 ARGS = ["--samples", "3", "--steps", "24", "--no-adaptive-stop", "--seed", "3", "--no-images", "--quiet"]
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    lm = tiny_random_model(canvas_length=16, seed=5)
-    folder = tmp_path_factory.mktemp("kill") / "tiny-kill-ckpt"
-    save_checkpoint(lm, folder)
-    return folder
+#: the ``checkpoint`` fixture (tests/conftest.py)
+CHECKPOINT = {"canvas_length": 16, "seed": 5, "name": "tiny-kill-ckpt"}
 
 
 @pytest.fixture(autouse=True)

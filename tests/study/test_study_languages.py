@@ -10,20 +10,13 @@ from pathlib import Path
 import pytest
 
 from petri.cli.main import main as cli_main
-from petri.engine.torch.tiny import tiny_random_model
 from petri.measure.nouns import FUGASHI, KIWI, tagger_name
-from tiny_support import save_checkpoint
 
 STUDIES = Path(__file__).resolve().parents[2] / "assets" / "studies"
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    """A tiny random DiffusionGemma whose canvas holds three CJK concepts (6 byte tokens each)."""
-    lm = tiny_random_model(canvas_length=32, seed=1)
-    folder = tmp_path_factory.mktemp("ckpt") / "tiny-ckpt"
-    save_checkpoint(lm, folder)
-    return folder
+#: the ``checkpoint`` fixture (tests/conftest.py): a canvas that holds three CJK concepts (6 byte tokens each)
+CHECKPOINT = {"canvas_length": 32, "seed": 1}
 
 
 def cut_down(name: str) -> dict:

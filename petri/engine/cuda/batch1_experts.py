@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from petri.engine.cuda.fused_experts import _fused_forward, combine_rows, experts_reference, gated_activation
+from petri.engine.cuda.fused_experts import _fused_forward, combine_rows, experts_op, gated_activation
 from petri.engine.cuda.fused_logits import HAVE_TRITON
 
 if HAVE_TRITON:
@@ -290,20 +290,8 @@ if HAVE_TRITON:
                 tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=valid_n[None, :])
 
 
-@torch.library.custom_op("petri::moe_experts_small_batch", mutates_args=())
-def moe_experts_small_batch(
-    hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
-    gate_up: torch.Tensor, down: torch.Tensor, activation: str,
-) -> torch.Tensor:
-    """:func:`experts_small_batch` on CUDA with Triton, else ``experts_reference`` (opaque to ``torch.compile``)."""
-    if hidden.is_cuda and HAVE_TRITON:
-        return experts_small_batch(hidden, top_k_index, top_k_weights, gate_up, down, activation)
-    return experts_reference(hidden, top_k_index, top_k_weights, gate_up, down, activation)
-
-
-@moe_experts_small_batch.register_fake
-def _(hidden, top_k_index, top_k_weights, gate_up, down, activation):
-    return torch.empty_like(hidden)
+moe_experts_small_batch = experts_op("moe_experts_small_batch", experts_small_batch,
+                                     ":func:`experts_small_batch` on CUDA with Triton, else ``experts_reference``.")
 
 
 def _small_batch_forward(self, hidden_states, top_k_index, top_k_weights):

@@ -41,12 +41,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
 
 import torch
 
 from petri.core.cancel import CancelToken
-from petri.engine.base import LiveStep, SampleRequest, StepCallback
+from petri.engine.base import LiveStep, SampleRequest, StepCallback, spelled_out
 from petri.engine.cuda.compiled_tier import uncompile_regions
 from petri.engine.torch.decoder_hooks import self_conditioning_reason, soft_embeddings_fed
 from petri.engine.torch.fast_tier import FastOptions
@@ -56,7 +55,7 @@ from petri.engine.cuda.step_logs import StepLogs
 from petri.engine.loop import Record, run_loop
 from petri.engine.torch.step import TorchOps, _cache_kwarg, start_batch
 from petri.engine.families.uniform import StopRule, accept_and_renoise, stops, temperature_at
-from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory
+from petri.core.trajectory import SamplerSettings, Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -334,15 +333,6 @@ def _event(device: torch.device):
     return event
 
 
-def run_sampler_fast(lm, prompt_ids: Sequence[int], layouts: Sequence[Sequence[AnchorSpan]],
-                     settings: SamplerSettings = SamplerSettings(), *, seed: int | None = None,
-                     canvas_prefix: Sequence[int] = (), prompt_text: str = "", **kwargs) -> Trajectory:
-    """:func:`sample_fast` with the request spelled out (the fields of
-    :class:`~petri.engine.base.SampleRequest`)."""
-    request = SampleRequest(prompt_ids, layouts, settings, seed, canvas_prefix, prompt_text)
-    return sample_fast(lm, request, **kwargs)
-
-
 @torch.no_grad()
 def sample_fast(
     lm,
@@ -394,6 +384,10 @@ def sample_fast(
             for name, k in (("forward_ms", 0), ("sampling_ms", 1), ("logging_ms", 2)):
                 phase_times[name] = [e[k].elapsed_time(e[k + 1]) for e in per_step]
     return trajectory
+
+
+#: :func:`sample_fast` with the request spelled out (the fields of :class:`SampleRequest`)
+run_sampler_fast = spelled_out(sample_fast)
 
 
 def run_sampler_auto(lm, request: SampleRequest, **kwargs) -> Trajectory | None:

@@ -205,20 +205,29 @@ def experts_triton(
     return combine_rows(out, position, top_k_weights, hidden.dtype)
 
 
-@torch.library.custom_op("petri::moe_experts", mutates_args=())
-def moe_experts(
-    hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
-    gate_up: torch.Tensor, down: torch.Tensor, activation: str,
-) -> torch.Tensor:
-    """:func:`experts_triton` on CUDA with Triton, else :func:`experts_reference`."""
-    if hidden.is_cuda and HAVE_TRITON:
-        return experts_triton(hidden, top_k_index, top_k_weights, gate_up, down, activation)
-    return experts_reference(hidden, top_k_index, top_k_weights, gate_up, down, activation)
+def experts_op(name: str, fast, doc: str):
+    """The custom op ``petri::<name>`` (opaque to ``torch.compile``) over the experts' arguments
+    (``hidden``, ``top_k_index``, ``top_k_weights``, ``gate_up``, ``down``, ``activation``; shapes in
+    the module docstring): ``fast`` (the same arguments) on CUDA with Triton, else
+    :func:`experts_reference`. Its fake (what ``torch.compile`` traces) is an empty tensor like
+    ``hidden``; ``doc`` is the op's docstring."""
+
+    def experts(
+        hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
+        gate_up: torch.Tensor, down: torch.Tensor, activation: str,
+    ) -> torch.Tensor:
+        run = fast if hidden.is_cuda and HAVE_TRITON else experts_reference
+        return run(hidden, top_k_index, top_k_weights, gate_up, down, activation)
+
+    experts.__name__ = experts.__qualname__ = name
+    experts.__doc__ = doc
+    op = torch.library.custom_op(f"petri::{name}", experts, mutates_args=())
+    op.register_fake(lambda hidden, *rest: torch.empty_like(hidden))
+    return op
 
 
-@moe_experts.register_fake
-def _(hidden, top_k_index, top_k_weights, gate_up, down, activation):
-    return torch.empty_like(hidden)
+moe_experts = experts_op("moe_experts", experts_triton,
+                         ":func:`experts_triton` on CUDA with Triton, else :func:`experts_reference`.")
 
 
 def _fused_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:

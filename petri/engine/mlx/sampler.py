@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,12 +28,14 @@ from petri.core.cancel import CancelToken
 from petri.core.dish import pinned_arrays
 from petri.engine.base import (
     ModelNotFoundError,
+    RequestSampling,
     SampleRequest,
     StepCallback,
     fetch_hub_model,
     missing_model_message,
     prompt_room,
     settings_from_generation_config,
+    spelled_out,
 )
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.loop import RecordedStepper, run_loop
@@ -42,11 +43,11 @@ from petri.engine.mlx.model import EncoderCache, MLXDiffusionGemma, resolve_mlx_
 from petri.engine.torch.prompt_cache import PromptCache
 from petri.core.paths import embedded_model_path
 from petri.engine.families.uniform import FAMILY, UniformDiffusionScheduler
-from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory
+from petri.core.trajectory import SamplerSettings, Trajectory
 
 
 @dataclass
-class MLXLoadedModel:
+class MLXLoadedModel(RequestSampling):
     """An MLX model ready to sample from; mirrors :class:`petri.engine.torch.model.LoadedModel`'s fields."""
 
     model: MLXDiffusionGemma
@@ -116,16 +117,9 @@ class MLXLoadedModel:
         the dtype it runs in: 16 hex characters."""
         return hashlib.sha256(f"{self.checkpoint_digest}/{self.dtype}".encode()).hexdigest()[:16]
 
-    def sample(
-        self,
-        request: SampleRequest,
-        *,
-        on_step: StepCallback | None = None,
-        cancel: CancelToken | None = None,
-        fixed_noise: FixedNoise | None = None,
-    ) -> Trajectory:
-        """:func:`sample_mlx` on this model (see :meth:`petri.engine.base.SamplingModel.sample`)."""
-        return sample_mlx(self, request, on_step=on_step, fixed_noise=fixed_noise, cancel=cancel)
+    def sampler(self):
+        """:func:`sample_mlx`, what :meth:`sample` runs (:class:`~petri.engine.base.RequestSampling`)."""
+        return sample_mlx
 
 
 def checkpoint_digest(folder: Path, head_bytes: int = 1 << 20) -> str:
@@ -281,22 +275,6 @@ class MLXOps:
 
 
 # ------------------------------------------------------------------------------------ sampler
-def run_mlx_sampler(
-    lm: MLXLoadedModel,
-    prompt_ids: Sequence[int],
-    layouts: Sequence[Sequence[AnchorSpan]],
-    settings: SamplerSettings = SamplerSettings(),
-    *,
-    seed: int | None = None,
-    canvas_prefix: Sequence[int] = (),
-    prompt_text: str = "",
-    **kwargs,
-) -> Trajectory:
-    """:func:`sample_mlx` with the request spelled out (the fields of
-    :class:`~petri.engine.base.SampleRequest`)."""
-    return sample_mlx(lm, SampleRequest(prompt_ids, layouts, settings, seed, canvas_prefix, prompt_text), **kwargs)
-
-
 def sample_mlx(
     lm: MLXLoadedModel,
     request: SampleRequest,
@@ -329,3 +307,7 @@ def sample_mlx(
     stepper = RecordedStepper(ops, lambda canvas, sc: model.decode(canvas, cache, sc), scheduler, len(request.layouts))
     return run_loop(stepper, lm=lm, request=request, pinned_mask=mask_np, sampler="mlx",
                     started=started, encoded=encoded, on_step=on_step, cancel=cancel)
+
+
+#: :func:`sample_mlx` with the request spelled out (the fields of :class:`SampleRequest`)
+run_mlx_sampler = spelled_out(sample_mlx)

@@ -16,14 +16,13 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
 
-from petri.core.cancel import CancelToken
 from petri.engine.torch import sampler as torch_sampler
 from petri.engine.torch.fast_tier import FastTier
 from petri.engine.base import (
     REAL_MODEL_ID,
+    RequestSampling,
     SampleRequest,
     ModelNotFoundError,
-    StepCallback,
     fetch_hub_model,
     missing_model_message,
     prompt_room,
@@ -32,16 +31,15 @@ from petri.engine.base import (
 from petri.engine.checkpoints import model_type_of, weights_fingerprint
 from petri.engine.families.registry import family_for_model_type
 from petri.engine.torch.device import resolve_device, resolve_dtype
-from petri.engine.fixed_noise import FixedNoise
 from petri.engine.families.uniform import FAMILY
 from petri.core.paths import checkpoint_source, embedded_model_path
-from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory
+from petri.core.trajectory import AnchorSpan, SamplerSettings
 
 EMBEDDED_MODEL_PATH = embedded_model_path()
 
 
 @dataclass
-class LoadedModel:
+class LoadedModel(RequestSampling):
     """A model ready to sample from, with everything an output must name.
 
     ``tokenizer`` is ``None`` only for benchmark models built without a vocabulary (random weights
@@ -125,18 +123,11 @@ class LoadedModel:
         (S, L) bool), ready for step 0 (what the probe drives, :mod:`petri.engine.probe`)."""
         return torch_sampler.eager_stepper(self, request)
 
-    def sample(
-        self,
-        request: SampleRequest,
-        *,
-        on_step: StepCallback | None = None,
-        cancel: CancelToken | None = None,
-        fixed_noise: FixedNoise | None = None,
-    ) -> Trajectory:
-        """:func:`petri.engine.torch.sampler.sample_request` on this model (see
-        :meth:`petri.engine.base.SamplingModel.sample`); ``fixed_noise`` is DiffusionGemma's
-        parity hook (:mod:`petri.engine.fixed_noise`)."""
-        return torch_sampler.sample_request(self, request, on_step=on_step, fixed_noise=fixed_noise, cancel=cancel)
+    def sampler(self):
+        """:func:`petri.engine.torch.sampler.sample_request`, what :meth:`sample` runs
+        (:class:`~petri.engine.base.RequestSampling`; ``fixed_noise`` is DiffusionGemma's parity
+        hook, :mod:`petri.engine.fixed_noise`)."""
+        return torch_sampler.sample_request
 
 
 def compiles_by_default(lm: LoadedModel) -> bool:

@@ -19,12 +19,11 @@ With no anchors and the same ``torch.manual_seed``, the tokens returned equal ``
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 
 import torch
 
 from petri.core.cancel import CancelToken
-from petri.engine.base import SampleRequest, StepCallback
+from petri.engine.base import SampleRequest, StepCallback, spelled_out
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.loop import RecordedStepper, run_loop
 from petri.engine.torch.step import (  # noqa: F401 - StabilityTracker, accept_mask: the names tests import
@@ -36,7 +35,7 @@ from petri.engine.torch.step import (  # noqa: F401 - StabilityTracker, accept_m
     token_entropy,
 )
 from petri.engine.families.uniform import UniformDiffusionScheduler
-from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory
+from petri.core.trajectory import SamplerSettings, Trajectory
 
 
 def generate_kwargs(settings: SamplerSettings) -> dict:
@@ -52,28 +51,6 @@ def generate_kwargs(settings: SamplerSettings) -> dict:
         "stability_threshold": settings.stability_threshold,
         "confidence_threshold": settings.confidence_threshold,
     }
-
-
-@torch.no_grad()
-def run_sampler(
-    lm,
-    prompt_ids: Sequence[int],
-    layouts: Sequence[Sequence[AnchorSpan]],
-    settings: SamplerSettings = SamplerSettings(),
-    *,
-    seed: int | None = None,
-    canvas_prefix: Sequence[int] = (),
-    prompt_text: str = "",
-    on_step: StepCallback | None = None,
-    fixed_noise: FixedNoise | None = None,
-    cancel: CancelToken | None = None,
-    fast: bool | None = None,
-) -> Trajectory:
-    """:func:`sample_request` with the request spelled out (``lm``: a torch
-    :class:`~petri.engine.torch.model.LoadedModel`; the arguments are the fields of
-    :class:`~petri.engine.base.SampleRequest`)."""
-    request = SampleRequest(prompt_ids, layouts, settings, seed, canvas_prefix, prompt_text)
-    return sample_request(lm, request, on_step=on_step, fixed_noise=fixed_noise, cancel=cancel, fast=fast)
 
 
 @torch.no_grad()
@@ -124,6 +101,10 @@ def sample_request(
     encoded = time.perf_counter()
     return run_loop(stepper, lm=lm, request=request, pinned_mask=pinned_mask, sampler=lm.fast_tier.eager_name,
                     started=started, encoded=encoded, on_step=on_step, cancel=cancel)
+
+
+#: :func:`sample_request` with the request spelled out (the fields of :class:`SampleRequest`)
+run_sampler = spelled_out(sample_request)
 
 
 def eager_stepper(lm, request: SampleRequest, fixed_noise: FixedNoise | None = None):

@@ -17,7 +17,7 @@ the probe's own (:func:`petri.core.probe.validate_request`), whose
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -25,10 +25,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from petri.app.probe import EvalSettings
 from petri.core.paths import probe_set_path
-from petri.core.probe import DEFAULT_MIN_MASS, MIN_MASS_HIGH, MIN_MASS_LOW, ORDER_AS_LISTED, ProbeRequest, \
-    request_from_dict
+from petri.core.probe import DEFAULT_MIN_MASS, MIN_MASS_HIGH, MIN_MASS_LOW, ORDER_AS_LISTED, Pin, ProbeRequest, \
+    Question, parse_order
 from petri.study.probe_eval import EVAL_ORDER
-from petri.study.probe_set import LabelledSet, load_labelled_set, parse_jsonl
+from petri.study.probe_set import LabelledItem, LabelledSet, labelled_set, load_labelled_set
 from petri.web.api import examples
 from petri.web.api.requests import group_check, text_check
 from petri.web.errors import FieldError
@@ -41,12 +41,12 @@ from petri.web.limits import (
     MAX_PROBE_REPEATS,
     MAX_PROBE_STEPS,
     MAX_SEED,
-    MAX_TEXT_CHARS,
+    MAX_PROBE_TEXT_CHARS,
     MAX_TOP_K,
 )
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROBE_NAME_CHARS), AfterValidator(group_check)]
-Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_CHARS), AfterValidator(text_check)]
+Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROBE_TEXT_CHARS), AfterValidator(text_check)]
 #: the suffixes of a labelled set file (:func:`petri.study.probe_eval.load_labelled_set`)
 SET_SUFFIXES = (".jsonl", ".csv")
 
@@ -133,25 +133,35 @@ def _require(body: ProbeIn, present: tuple[str, ...], absent: tuple[str, ...], m
             raise FieldError(["body", name], f"{mode} takes no {name}", kind="extra_forbidden")
 
 
-def request_dict(body: ProbeIn, prompt: str | None = None) -> dict:
-    """The example server's JSON of one read (what :func:`petri.core.probe.request_from_dict` reads)."""
-    payload = body.model_dump(include={"prompt", "frame", "questions", "instructions", "samples", "steps", "seed",
-                                       "top_k", "pins", "min_mass"}, exclude_none=True)
-    payload["order"] = body.order or ORDER_AS_LISTED
-    if prompt is not None:
-        payload["prompt"] = prompt
-    for question in payload.get("questions", []):
-        question.setdefault("slot", question["name"])
-    return payload
+def _questions(body: ProbeIn) -> tuple[Question, ...]:
+    return tuple(Question(name=q.name, slot=q.slot or q.name, alternatives=tuple(q.alternatives),
+                          labels=None if q.labels is None else tuple(q.labels),
+                          ask_if=None if q.ask_if is None else dict(q.ask_if), text=q.text)
+                 for q in body.questions or ())
 
 
 def prepare_probe(body: ProbeIn) -> ProbeRequest:
     """The :class:`ProbeRequest` of a read's body (``prompt``, ``frame`` and ``questions`` needed;
-    ``items``, ``set`` and ``repeats`` refused, naming the field)."""
+    ``items``, ``set`` and ``repeats`` refused, naming the field): the body's fields as they are,
+    ``slot`` defaulting to the question's name and ``order`` to as listed (its form checked here,
+    :func:`petri.core.probe.parse_order`); what they mean on a model is checked when it is read."""
     _require(body, ("prompt", "frame", "questions"), ("items", "set"), "a read")
     if body.repeats != 1:
         raise FieldError(["body", "repeats"], "a read is read once; repeats belong to an evaluation (items or set)")
-    return request_from_dict(request_dict(body))
+    order = body.order or ORDER_AS_LISTED
+    parse_order(order)
+    return ProbeRequest(prompt=body.prompt, frame=body.frame, questions=_questions(body),
+                        instructions=body.instructions, samples=body.samples, steps=body.steps, seed=body.seed,
+                        top_k=body.top_k, pins=tuple(Pin(p.text, p.at) for p in body.pins or ()), order=order,
+                        min_mass=float(body.min_mass))
+
+
+def read_request(payload: Mapping) -> ProbeRequest:
+    """A read's request from its JSON shape, checked once, as ``POST /api/probe`` checks it: the
+    constructor the Probe tab and ``petri probe --request`` share. Raises pydantic's
+    ``ValidationError``, a :class:`FieldError` or a :class:`~petri.core.probe.ProbeInputError`,
+    each naming the field (:func:`petri.web.errors.request_error_message` words the first two)."""
+    return prepare_probe(ProbeIn.model_validate(payload))
 
 
 def shipped_sets() -> dict[str, Path]:
@@ -176,7 +186,6 @@ def prepare_evaluation(body: ProbeIn) -> tuple[LabelledSet, EvalSettings]:
                              f"{', '.join(sets) or 'none'}")
         return load_labelled_set(sets[body.set]), settings
     _require(body, ("frame", "questions", "items"), ("prompt", "pins"), "a labelled set")
-    header = {"probe_set": "inline", **request_dict(body, prompt="")}
-    header = {k: v for k, v in header.items() if k in ("probe_set", "frame", "questions", "instructions")}
-    lines = [header, *(item.model_dump(exclude_none=True) for item in body.items)]
-    return parse_jsonl("\n".join(json.dumps(line) for line in lines), "inline"), settings
+    items = [LabelledItem(str(i) if item.id is None else item.id, item.prompt, item.frame, dict(item.gold))
+             for i, item in enumerate(body.items)]
+    return labelled_set("inline", _questions(body), body.frame, body.instructions, items), settings

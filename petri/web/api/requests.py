@@ -39,7 +39,7 @@ from petri.web.limits import (
     MAX_SAMPLES,
     MAX_SEED,
     MAX_STUDY_BATCHES,
-    MAX_TEXT_CHARS,
+    MAX_EVENT_TEXT_CHARS,
     MIN_CONCEPTS,
 )
 
@@ -88,7 +88,7 @@ def template_check(value: str) -> str:
 
 
 Concept = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONCEPT_CHARS), AfterValidator(concept_check)]
-Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_CHARS), AfterValidator(text_check)]
+Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_EVENT_TEXT_CHARS), AfterValidator(text_check)]
 Group = Annotated[str, StringConstraints(min_length=1, max_length=MAX_GROUP_CHARS), AfterValidator(group_check)]
 TemplateId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 
@@ -228,11 +228,11 @@ def prepare_seed(request: SeedRequest, lm) -> SeedPlan:
 def _check_study_texts(study: Study) -> None:
     """The study file's texts held to the request limits (lengths and characters), naming the entry."""
     checks = [(("concepts", i), c, MAX_CONCEPT_CHARS, concept_check) for i, c in enumerate(study.concepts)]
-    checks += [(("templates", i, "text"), t.text, MAX_TEXT_CHARS, text_check) for i, t in enumerate(study.templates)]
+    checks += [(("templates", i, "text"), t.text, MAX_EVENT_TEXT_CHARS, text_check) for i, t in enumerate(study.templates)]
     for i, e in enumerate(study.events):
-        checks.append((("events", i, "text"), e.text, MAX_TEXT_CHARS, text_check))
+        checks.append((("events", i, "text"), e.text, MAX_EVENT_TEXT_CHARS, text_check))
         checks.append((("events", i, "group"), e.group, MAX_GROUP_CHARS, group_check))
-        checks += [(("events", i, "conditions", cid, "text"), v.text, MAX_TEXT_CHARS, text_check)
+        checks += [(("events", i, "conditions", cid, "text"), v.text, MAX_EVENT_TEXT_CHARS, text_check)
                    for cid, v in e.variants if v.text is not None]
     for loc, value, limit, check in checks:
         if len(value) > limit:

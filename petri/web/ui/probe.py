@@ -29,12 +29,13 @@ from petri.app.probe import EvalSettings
 from petri.app.service import BusyError, PetriService
 from petri.core.cancel import Cancelled, CancelToken
 from petri.core.probe import DEFAULT_MIN_MASS, ORDER_AS_LISTED, ORDER_CYCLIC, ProbeInputError
+from petri.core.settings import MAX_SEED
 from petri.runs.formats import RESULT_TABLES, result_table_bytes
 from petri.runs.probe_results import EVAL_KIND, EVAL_TABLES, PROBE_KIND, frame_document
 from petri.study.probe_eval import EVAL_ORDER
 from petri.study.probe_set import load_labelled_set
 from petri.web.access import Caller
-from petri.web.api.probe_requests import ProbeIn, prepare_probe, shipped_sets
+from petri.web.api.probe_requests import read_request, shipped_sets
 from petri.web.errors import FieldError
 from petri.web.ui.access import UiAccess, export_dir
 from petri.web.ui.canvas import canvas_control
@@ -99,12 +100,11 @@ class ProbeController:
         """The :class:`~petri.core.probe.ProbeRequest` the inputs stand for, checked as
         ``POST /api/probe`` checks a read (pydantic's ``ValidationError``, a :class:`FieldError` or a
         :class:`ProbeInputError`)."""
-        body = ProbeIn.model_validate({
+        return read_request({
             "prompt": prompt or None, "frame": frame or None, "questions": questions_of(questions) or None,
             "instructions": (instructions or "").strip() or None,
             "samples": "auto" if str(samples) == "auto" else int(samples), "steps": int(steps), "seed": int(seed or 0),
             "order": order or ORDER_AS_LISTED, "min_mass": float(DEFAULT_MIN_MASS if min_mass is None else min_mass)})
-        return prepare_probe(body)
 
     def canvas(self, prompt, instructions, frame, questions) -> dict:
         """The canvas control's value for the frame as typed (its error on the strip where the frame
@@ -254,7 +254,7 @@ def build_probe_tab(service: PetriService, access: UiAccess | None = None) -> tu
     with gr.Row():
         samples = gr.Dropdown(SAMPLE_CHOICES, value="1", label="Noise draws", elem_id="petri-probe-samples")
         steps = gr.Slider(1, 8, value=1, step=1, label="Denoising steps read", elem_id="petri-probe-steps")
-        seed = gr.Number(0, precision=0, minimum=0, label="Seed", elem_id="petri-probe-seed")
+        seed = gr.Number(0, precision=0, minimum=0, maximum=MAX_SEED, label="Seed", elem_id="petri-probe-seed")
     with gr.Row():
         order = gr.Dropdown(ORDER_CHOICES, value=ORDER_AS_LISTED, allow_custom_value=True, label="Order of the "
                             "alternatives (permutations:N, N 2-32)", elem_id="petri-probe-order")
@@ -284,7 +284,7 @@ def build_probe_tab(service: PetriService, access: UiAccess | None = None) -> tu
             eval_samples = gr.Dropdown(SAMPLE_CHOICES, value="1", label="Noise draws")
             eval_steps = gr.Slider(1, 8, value=1, step=1, label="Steps")
             repeats = gr.Slider(1, 10, value=1, step=1, label="Repeats (repeatability)")
-            eval_seed = gr.Number(0, precision=0, minimum=0, label="Seed")
+            eval_seed = gr.Number(0, precision=0, minimum=0, maximum=MAX_SEED, label="Seed")
         with gr.Row():
             eval_order = gr.Dropdown(ORDER_CHOICES, value=EVAL_ORDER, allow_custom_value=True, label="Order of the "
                                      "alternatives", elem_id="petri-probe-eval-order")

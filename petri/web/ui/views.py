@@ -5,12 +5,11 @@ figures themselves are :func:`petri.study.plots.flip_heatmap`; flips are :mod:`p
 from __future__ import annotations
 
 import numpy as np
-from pydantic import ValidationError
 
 from petri.measure.metrics import anchor_concepts, step_flips
 from petri.measure.sample_metrics import sample_metrics
 from petri.core.trajectory import Trajectory
-from petri.web.errors import FieldError
+from petri.web.errors import FieldError, field_message, request_error_message  # noqa: F401 (re-exported)
 from petri.web.tokens import END_OF_TURN_TOKENS, PALETTE, TokenText, concept_colors  # noqa: F401 (re-exported)
 
 PREFIX_LABEL = "pinned prefix"
@@ -130,24 +129,3 @@ def highlighted_text(traj: Trajectory, sample: int, tokens: TokenText) -> list[t
             out.append((tokens(token_id), None))
     close_run()
     return out
-
-
-def request_error_message(err: ValidationError | FieldError) -> str:
-    """One line per bad field, naming it (as the API's 422 body does)."""
-    if isinstance(err, FieldError):
-        where = ".".join(str(p) for p in err.loc if p != "body")
-        return err.msg if err.msg.startswith(where.split(".")[0] + ":") else f"{where}: {err.msg}"
-    return "; ".join(field_message(e) for e in err.errors())
-
-
-def field_message(error: dict) -> str:
-    """One pydantic error (``ValidationError.errors()`` item) as a sentence naming its field: a list
-    too short or too long says how many it needs and got ("concepts: at least 2 are needed, got 1"),
-    instead of pydantic's "List should have at least 2 items after validation, not 1"."""
-    where = ".".join(str(p) for p in error["loc"] if p != "body")
-    ctx = error.get("ctx") or {}
-    if error["type"] == "too_short" and "min_length" in ctx:
-        return f"{where}: at least {ctx['min_length']} are needed, got {ctx.get('actual_length', 'fewer')}"
-    if error["type"] == "too_long" and "max_length" in ctx:
-        return f"{where}: at most {ctx['max_length']} are allowed, got {ctx.get('actual_length', 'more')}"
-    return f"{where}: {error['msg']}"

@@ -19,6 +19,7 @@ from petri.engine.cuda.fused_experts import (
     route,
     unfuse_experts,
 )
+from petri.engine.cuda.batch1_experts import moe_experts_small_batch
 from petri.engine.cuda.fused_logits import HAVE_TRITON
 
 EXPERTS, TOP_K = 8, 3
@@ -170,6 +171,18 @@ def test_the_op_compiles_without_a_graph_break(model):
     with torch.no_grad():
         compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
         torch.testing.assert_close(compiled(hidden), block(hidden))
+
+
+@pytest.mark.parametrize("op", [moe_experts, moe_experts_small_batch], ids=["moe_experts", "moe_experts_small_batch"])
+def test_both_experts_ops_pass_torchs_opcheck(model, op):
+    """Both ops come from one factory (``experts_op``): torch's own check of a custom op (its schema,
+    its fake against the real output's shape and dtype, autograd registration, AOT dispatch)."""
+    experts = model.model.decoder.layers[0].experts
+    hidden = torch.randn(6, experts.hidden_dim)
+    index, weights = random_routing(6)
+    args = (hidden, index, weights, experts.gate_up_proj.detach(), experts.down_proj.detach(), "gelu_pytorch_tanh")
+    torch.library.opcheck(op, args)
+    torch.testing.assert_close(op(*args), experts_reference(*args))
 
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and HAVE_TRITON), reason="the Triton kernels need CUDA")

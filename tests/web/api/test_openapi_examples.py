@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from petri.web.app import create_app
-from tests.web.test_job_api import poll_final
+from tests.web.api.test_job_api import poll_final
 
 
 def resolve(schema: dict, spec: dict) -> dict:

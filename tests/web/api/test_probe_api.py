@@ -20,7 +20,7 @@ from petri.runs.store import RunStore
 from petri.web.access import CALLER_HEADER, AccessPolicy
 from petri.web.app import create_app
 from tests.app.test_jobs import wait_until
-from tests.web.test_job_api import poll_final
+from tests.web.api.test_job_api import poll_final
 
 EVENT = "Only 90 units are in stock, but a customer ordered 120."
 

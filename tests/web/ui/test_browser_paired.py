@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.web.test_paired_api import STUDY
+from tests.web.api.test_paired_api import STUDY
 from tests.web.ui.test_browser import CHROMIUM, opened_page
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")

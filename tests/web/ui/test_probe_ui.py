@@ -96,3 +96,22 @@ def test_the_frame_is_drawn_as_pinned_text_and_one_chip_per_slot(service):
     assert all(a[1] + a[2] == b[1] for a, b in zip(chips, chips[1:])) and value["error"] == ""
     refused = ProbeController(service).canvas("x", "", "no slot here", [["a", "", "yes, no", "", ""]])
     assert refused["chips"] == [] and "frame" in refused["error"]
+
+
+def test_the_probe_tabs_seed_inputs_take_the_one_seed_bound(service):
+    """Both seed inputs (a read's and an evaluation's) refuse 2**32 as ``POST /api/probe`` and the
+    CLI do (:data:`petri.core.settings.MAX_SEED`; tests/web/api/test_probe_limits.py), by Gradio's
+    own check of a Number's maximum."""
+    import gradio as gr
+
+    from petri.core.settings import MAX_SEED
+    from petri.web.ui.probe import build_probe_tab
+
+    with gr.Blocks() as blocks:
+        build_probe_tab(service)
+    seeds = [b for b in blocks.blocks.values() if isinstance(b, gr.Number) and b.label == "Seed"]
+    assert len(seeds) == 2 and any(b.elem_id == "petri-probe-seed" for b in seeds)
+    for number in seeds:
+        assert number.preprocess(2**31) == 2**31 and number.preprocess(MAX_SEED) == MAX_SEED
+        with pytest.raises(gr.Error, match="greater than maximum"):
+            number.preprocess(MAX_SEED + 1)

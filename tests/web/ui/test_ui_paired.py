@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 
 from petri.study.schema import study_from_dict
 from petri.web.ui.study import StudyController, fields_to_study, study_to_fields
-from tests.web.test_paired_api import STUDY
+from tests.web.api.test_paired_api import STUDY
 
 
 def test_the_tab_keeps_a_paired_studys_conditions_through_its_tables():

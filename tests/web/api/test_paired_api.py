@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from tests.web.test_job_api import poll_final
+from tests.web.api.test_job_api import poll_final
 
 SERVE_UI = False
 STUDY = {
