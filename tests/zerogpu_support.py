@@ -244,3 +244,21 @@ def GPU(task=None, *, duration: Any = None, size: str | None = None):
 
     handler.zerogpu = None  # type: ignore[attr-defined]  # as spaces marks what it decorated
     return handler
+
+
+def serve_on_zerogpu(monkeypatch, service) -> None:
+    """Make this process a ZeroGPU Space for one test: ``SPACES_ZERO_GPU=true``, a ``spaces`` module
+    whose ``GPU`` is this harness's, ``service`` served, and :mod:`petri.web.gpu_executor`'s GPU
+    generator decorated again through its own ``spaces_gpu`` (as at import on a Space)."""
+    import types
+
+    from petri.web import gpu_executor
+
+    spaces = types.ModuleType("spaces")
+    spaces.GPU = GPU  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "spaces", spaces)
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    monkeypatch.setattr(gpu_executor, "_served", [service])
+    monkeypatch.setattr(gpu_executor, "zerogpu_seed",
+                        gpu_executor.spaces_gpu(duration=gpu_executor.seed_duration)(gpu_executor.seed_frames))
+    CALLS.clear()
