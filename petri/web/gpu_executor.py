@@ -76,19 +76,13 @@ class GpuAborted(RuntimeError):
 
 
 @dataclass(frozen=True)
-class StepFrame:
-    """One denoising step of event ``event`` (from 0), as the live view wants it (CPU data)."""
+class GpuFrame:
+    """What the GPU call yields (CPU data only): a denoising ``step`` of event ``event`` (from 0),
+    as the live view wants it, or, with ``step`` None, the event's finished ``trajectory``."""
 
     event: int
-    step: LiveStep
-
-
-@dataclass(frozen=True)
-class EventFrame:
-    """Event ``event`` finished: its whole record (numpy arrays)."""
-
-    event: int
-    trajectory: Trajectory
+    step: LiveStep | None = None
+    trajectory: Trajectory | None = None
 
 
 _served: list[PetriService] = []
@@ -106,10 +100,9 @@ def seed_duration(plan: SeedPlan) -> int:
     return int(os.environ.get("PETRI_GPU_DURATION_S", DEFAULT_DURATION_S))
 
 
-def seed_frames(plan: SeedPlan) -> Iterator[StepFrame | EventFrame]:
+def seed_frames(plan: SeedPlan) -> Iterator[GpuFrame]:
     """The GPU work of one seed (what runs in the ZeroGPU child): each event of ``plan`` sampled
-    with the served model, yielding a :class:`StepFrame` per step and an :class:`EventFrame` per
-    finished event. Closing the generator stops the sampler within one step."""
+    with the served model, yielding a :class:`GpuFrame` per step and one per finished event. Closing the generator stops the sampler within one step."""
     if not _served:
         raise RuntimeError("no model is served: call petri.web.gpu_executor.serve(service) first")
     lm = _served[0].lm
@@ -117,16 +110,16 @@ def seed_frames(plan: SeedPlan) -> Iterator[StepFrame | EventFrame]:
         yield from _event_frames(lm, plan, index)
 
 
-def _event_frames(lm, plan: SeedPlan, index: int) -> Iterator[StepFrame | EventFrame]:
+def _event_frames(lm, plan: SeedPlan, index: int) -> Iterator[GpuFrame]:
     """One event's frames: the sampler's per-step callback, turned into yields by sampling in a thread."""
     frames: queue.Queue = queue.Queue()
     token = CancelToken()
 
     def work() -> None:
         try:
-            traj = sample_planned(lm, plan, index, on_step=lambda step: frames.put(StepFrame(index, step)),
+            traj = sample_planned(lm, plan, index, on_step=lambda step: frames.put(GpuFrame(index, step)),
                                   cancel=token)
-            frames.put(EventFrame(index, traj))
+            frames.put(GpuFrame(index, trajectory=traj))
         except BaseException as err:  # noqa: BLE001 - raised again on the generator's side
             frames.put(err)
 
@@ -138,7 +131,7 @@ def _event_frames(lm, plan: SeedPlan, index: int) -> Iterator[StepFrame | EventF
             if isinstance(frame, BaseException):
                 raise frame
             yield frame
-            if isinstance(frame, EventFrame):
+            if frame.step is None:
                 return
     finally:
         token.cancel("cancelled")
@@ -164,8 +157,8 @@ def zerogpu_seed_stream(service: PetriService, plan: SeedPlan, owner: str | None
     every frame, so within one step) closes the GPU call and raises
     :class:`~petri.core.cancel.Cancelled`; an aborted call raises :class:`GpuAborted`; in both
     cases the finished events stay stored and the run is marked (``cancelled`` / ``failed``)."""
-    plan = plan if plan.run_id is not None else replace(plan, run_id=uuid.uuid4().hex)
-    run_id = plan.run_id
+    run_id = plan.run_id or uuid.uuid4().hex
+    plan = replace(plan, run_id=run_id)
     started = time.perf_counter()
     service.store.create_run(run_id, "seed", service.lm.model_id, plan.stored_request(), owner)
     trajectories: list[Trajectory] = []
@@ -176,7 +169,7 @@ def zerogpu_seed_stream(service: PetriService, plan: SeedPlan, owner: str | None
             try:
                 for frame in frames:
                     token.check()
-                    if isinstance(frame, StepFrame):
+                    if frame.step is not None:
                         try:
                             yield "progress", frame.step
                         except GeneratorExit:
