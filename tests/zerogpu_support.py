@@ -249,7 +249,7 @@ def GPU(task=None, *, duration: Any = None, size: str | None = None):
 def serve_on_zerogpu(monkeypatch, service) -> None:
     """Make this process a ZeroGPU Space for one test: ``SPACES_ZERO_GPU=true``, a ``spaces`` module
     whose ``GPU`` is this harness's, ``service`` served, and :mod:`petri.web.gpu_executor`'s GPU
-    generator decorated again through its own ``spaces_gpu`` (as at import on a Space)."""
+    generators (a seed's, a study batch's) decorated again through its own ``spaces_gpu`` (as at import on a Space)."""
     import types
 
     from petri.web import gpu_executor
@@ -261,4 +261,6 @@ def serve_on_zerogpu(monkeypatch, service) -> None:
     monkeypatch.setattr(gpu_executor, "_served", [service])
     monkeypatch.setattr(gpu_executor, "zerogpu_seed",
                         gpu_executor.spaces_gpu(duration=gpu_executor.seed_duration)(gpu_executor.seed_frames))
+    monkeypatch.setattr(gpu_executor, "zerogpu_batch",
+                        gpu_executor.spaces_gpu(duration=gpu_executor.seed_duration)(gpu_executor.batch_frames))
     CALLS.clear()

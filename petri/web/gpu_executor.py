@@ -40,6 +40,7 @@ from petri.core.plan import SeedPlan
 from petri.core.trajectory import Trajectory
 from petri.engine.base import LiveStep
 from petri.engine.seeding import sample_planned
+from petri.study.executors import BatchJob, LocalExecutor, sample_batch
 
 #: The variable the platform sets on a ZeroGPU Space.
 ZERO_GPU_ENV = "SPACES_ZERO_GPU"
@@ -69,9 +70,9 @@ class GpuAborted(RuntimeError):
     """ZeroGPU stopped the call ("GPU task aborted": its ``duration`` ran out, or the child died);
     ``stored`` events of the run were finished and stored before it stopped."""
 
-    def __init__(self, run_id: str, stored: int, total: int):
+    def __init__(self, run_id: str, stored: int, total: int, unit: str = "events"):
         super().__init__(f"the GPU time of this call ran out (ZeroGPU: {ABORTED}); {stored} of {total} "
-                         f"events finished and are stored in run {run_id}")
+                         f"{unit} finished and are stored in run {run_id}")
         self.run_id, self.stored, self.total = run_id, stored, total
 
 
@@ -94,32 +95,44 @@ def serve(service: PetriService) -> None:
     _served[:] = [service]
 
 
-def seed_duration(plan: SeedPlan) -> int:
-    """The seconds a ZeroGPU call of ``plan`` asks for: ``PETRI_GPU_DURATION_S`` if set, else
+def seed_duration(plan: SeedPlan | BatchJob) -> int:
+    """The seconds a ZeroGPU call of ``plan`` (a seed, or a study's batch) asks for: ``PETRI_GPU_DURATION_S`` if set, else
     :data:`DEFAULT_DURATION_S` (an estimate from the plan's samples and steps is not built)."""
     return int(os.environ.get("PETRI_GPU_DURATION_S", DEFAULT_DURATION_S))
 
 
-def seed_frames(plan: SeedPlan) -> Iterator[GpuFrame]:
-    """The GPU work of one seed (what runs in the ZeroGPU child): each event of ``plan`` sampled
-    with the served model, yielding a :class:`GpuFrame` per step and one per finished event. Closing the generator stops the sampler within one step."""
+def _served_model():
     if not _served:
         raise RuntimeError("no model is served: call petri.web.gpu_executor.serve(service) first")
-    lm = _served[0].lm
+    return _served[0].lm
+
+
+def seed_frames(plan: SeedPlan) -> Iterator[GpuFrame]:
+    """The GPU work of one seed (what runs in the ZeroGPU child): each event of ``plan`` sampled
+    with the served model, yielding a :class:`GpuFrame` per step and one per finished event.
+    Closing the generator stops the sampler within one step."""
+    lm = _served_model()
     for index in range(len(plan.events)):
-        yield from _event_frames(lm, plan, index)
+        yield from _frames(index, lambda on_step, cancel, i=index: sample_planned(lm, plan, i, on_step=on_step,
+                                                                                   cancel=cancel))
 
 
-def _event_frames(lm, plan: SeedPlan, index: int) -> Iterator[GpuFrame]:
-    """One event's frames: the sampler's per-step callback, turned into yields by sampling in a thread."""
+def batch_frames(job: BatchJob) -> Iterator[GpuFrame]:
+    """The GPU work of one study batch (one ZeroGPU call per batch): ``job`` sampled with the
+    served model, a :class:`GpuFrame` per step, then one with its trajectory."""
+    lm = _served_model()
+    yield from _frames(job.position, lambda on_step, cancel: sample_batch(lm, job, on_step, cancel))
+
+
+def _frames(event: int, sample: Callable[[Callable, CancelToken], Trajectory]) -> Iterator[GpuFrame]:
+    """``sample(on_step, cancel)``'s per-step callback turned into yields (it samples in a thread),
+    then its trajectory; closing the generator cancels it."""
     frames: queue.Queue = queue.Queue()
     token = CancelToken()
 
     def work() -> None:
         try:
-            traj = sample_planned(lm, plan, index, on_step=lambda step: frames.put(GpuFrame(index, step)),
-                                  cancel=token)
-            frames.put(GpuFrame(index, trajectory=traj))
+            frames.put(GpuFrame(event, trajectory=sample(lambda step: frames.put(GpuFrame(event, step)), token)))
         except BaseException as err:  # noqa: BLE001 - raised again on the generator's side
             frames.put(err)
 
@@ -140,6 +153,8 @@ def _event_frames(lm, plan: SeedPlan, index: int) -> Iterator[GpuFrame]:
 
 #: :func:`seed_frames` under ``spaces.GPU``: what :func:`zerogpu_seed_stream` calls.
 zerogpu_seed = spaces_gpu(duration=seed_duration)(seed_frames)
+#: :func:`batch_frames` under ``spaces.GPU``: what :class:`ZeroGpuStudyExecutor` calls, once a batch.
+zerogpu_batch = spaces_gpu(duration=seed_duration)(batch_frames)
 
 
 def _is_abort(err: BaseException) -> bool:
@@ -219,3 +234,32 @@ def ui_seed_events(service: PetriService, plan: SeedPlan, owner: str | None = No
         yield from zerogpu_seed_stream(service, plan, owner, token)
     except Cancelled as stop:
         raise JobCancelled(f"the job was {stop.reason}") from None
+
+
+class ZeroGpuStudyExecutor(LocalExecutor):
+    """A study's batches on ZeroGPU, for :func:`petri.study.runner.run_study`: one ``spaces.GPU``
+    call per batch (:data:`zerogpu_batch`), from the caller's thread; the layouts are checked and the
+    model's facts read here, on ``lm`` (no GPU work). The runner stores each batch as it lands, so an
+    aborted call (:class:`GpuAborted`) keeps every finished batch and running the study again resumes
+    it. ``on_step`` sees each step (CPU data). Not yet wired to the Study tab or ``POST /api/study``."""
+
+    name = "zerogpu"
+
+    def run(self, jobs, on_landed, cancel: CancelToken | None = None) -> None:
+        for done, job in enumerate(jobs):
+            frames = zerogpu_batch(job)
+            try:
+                for frame in frames:
+                    if cancel is not None:
+                        cancel.check()
+                    if frame.step is not None:
+                        if self.on_step is not None:
+                            self.on_step(frame.step)
+                        continue
+                    on_landed(job, frame.trajectory, self.name)
+            except Exception as err:
+                if _is_abort(err):
+                    raise GpuAborted(job.run_id or "", done, len(jobs), "batches of this call") from err
+                raise
+            finally:
+                frames.close()
