@@ -17,7 +17,10 @@ event in the run store as its frame arrives, so an aborted call keeps every fini
 frames are CPU data: each step's :class:`~petri.engine.base.LiveStep` (numpy arrays) and each
 finished event's :class:`~petri.core.trajectory.Trajectory`.
 
-Not built here (issue 63): studies and probe reads on ZeroGPU, the ``duration`` estimate from
+A study's batches go the same way, one call per batch (:class:`ZeroGpuStudyExecutor`, for
+:func:`petri.study.runner.run_study`), though the Study tab and ``POST /api/study`` do not use it yet.
+
+Not built here (issue 63): studies from the UI and API and probe reads on ZeroGPU, the ``duration`` estimate from
 samples, steps and shape (:func:`seed_duration` asks for ``spaces``' default unless
 ``PETRI_GPU_DURATION_S`` says otherwise), the quota-aware UI and the API's Gradio endpoints.
 """

@@ -366,8 +366,8 @@ class DishController:
 
     def cancelled_views(self, live: LiveDish, last_step: int, stop: Exception, run_id: str | None = None) -> dict:
         """What a cancelled run (``run_id``, when it got one) leaves on screen: its partial flip map
-        and trajectory labelled "cancelled at step k" ("stopped" for an aborted GPU call; k its last step, counted from 0 as the viewer and the
-        flip map count them), every other panel empty."""
+        and trajectory labelled "cancelled at step k" ("stopped" for an aborted ZeroGPU call; k its last
+        step, counted from 0 as the viewer and the flip map count them), every other panel empty."""
         verb = "stopped" if isinstance(stop, GpuAborted) else "cancelled"
         where = f"{verb} at step {last_step}" if last_step >= 0 else f"{verb} before its first step"
         named = f"run `{run_id}`" if run_id else "the run"
