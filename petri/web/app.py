@@ -7,6 +7,7 @@ from fastapi import FastAPI
 from petri.engine.cuda.encoder_graphs import set_encoder_graph_lengths
 from petri.engine.torch.prompt_cache import prompt_cache_env_set, set_prompt_cache_bytes
 from petri.app.service import PetriService
+from petri.web import gpu_executor
 from petri.web.access import AccessPolicy, ApiTokenMiddleware
 from petri.web.errors import install_error_handlers
 from petri.web.api.jobs import router as job_router
@@ -45,6 +46,7 @@ def create_app(
     )
     serve_docs_offline(app)
     app.state.service = service
+    gpu_executor.serve(service)  # the model a ZeroGPU call's forked child samples with
     if access.public and not prompt_cache_env_set():
         set_prompt_cache_bytes(service.lm, 0)
         set_encoder_graph_lengths(service.lm, 0)

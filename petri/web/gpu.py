@@ -1,7 +1,9 @@
-"""The model calls of the web app, each wrapped for Hugging Face ZeroGPU (``spaces.GPU``) where the
-``spaces`` package is installed: :func:`run_seed` (``POST /api/seed`` and the Dish tab) and
-:func:`run_study_job` (``POST /api/study`` and the Study tab). Both go through the service and its
-one-job lock."""
+"""The model calls of the HTTP API: :func:`run_seed` (``POST /api/seed``) and :func:`run_study_job`
+(``POST /api/study``). Off ZeroGPU both go through the service and its one-job lock. On ZeroGPU
+(``SPACES_ZERO_GPU``) a seed goes through :mod:`petri.web.gpu_executor`'s ``spaces.GPU`` generator
+instead; :func:`run_study_job` is still wrapped whole by :func:`gpu_task`, which cannot work there
+(its arguments, the service among them, would have to be pickled into the GPU child): studies on
+ZeroGPU are not built (issue 63)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from petri.core.plan import SeedPlan
 from petri.study.runner import ProgressCallback, StudyResult
 from petri.study.schema import Study
 from petri.core.trajectory import SamplerSettings
+from petri.web.gpu_executor import on_zero_gpu, run_zerogpu_seed
 
 
 def gpu_task(fn: Callable) -> Callable:
@@ -24,7 +27,6 @@ def gpu_task(fn: Callable) -> Callable:
     return spaces.GPU(duration=120)(fn)
 
 
-@gpu_task
 def run_seed(
     service: PetriService,
     plan: SeedPlan,
@@ -35,7 +37,10 @@ def run_seed(
 ) -> SeedResult:
     """Sample every event of ``plan`` (one batch of ``plan.samples`` each) with its concepts pinned;
     ``on_step`` sees each step (a LiveStep) as it comes (the UI's live view); ``cancel`` stops it
-    within a step."""
+    within a step. On ZeroGPU the sampling runs in ``spaces.GPU``'s child and ``wait_s`` is not used
+    (no model lock is taken: each call gets its own GPU)."""
+    if on_zero_gpu():
+        return run_zerogpu_seed(service, plan, on_step=on_step, cancel=cancel, owner=owner)
     return service.seed(plan, on_step=on_step, wait_s=wait_s, cancel=cancel, owner=owner)
 
 

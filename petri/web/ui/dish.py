@@ -35,6 +35,7 @@ from petri.measure.tables import pairs_table, samples_table
 from petri.core.trajectory import Trajectory
 from petri.web.access import Caller
 from petri.web.errors import FieldError
+from petri.web.gpu_executor import GpuAborted, on_zero_gpu, ui_seed_events
 from petri.web.limits import MAX_SAMPLES
 from petri.web.api.requests import SeedRequest, prepare_seed, preview_layout
 from petri.web.api.responses import write_run_files
@@ -276,6 +277,7 @@ class DishController:
             raise gr.Error(request_error_message(err), title="Check the dish") from None
         live = LiveDish(self.lm, self.tokens, plan.events[0])
         steps_max = plan.settings.max_denoising_steps
+        zero_gpu = on_zero_gpu()  # ZeroGPU: the GPU call runs from this handler, no job (petri.web.gpu_executor)
 
         jobs: list = []  # the job, once queued (its run id names a cancelled run)
 
@@ -287,8 +289,9 @@ class DishController:
         yield {**self.cleared_views(), **({"status": QUEUED_LINE} if self.service.busy else {})}
         result: SeedResult | None = None
         try:
-            for kind, payload in throttled(stream(submit, self.service.jobs, cancel=cancel, idle=True),
-                                           live.add):
+            events = (ui_seed_events(self.service, plan, caller.owner if caller else None, cancel) if zero_gpu
+                      else stream(submit, self.service.jobs, cancel=cancel, idle=True))
+            for kind, payload in throttled(events, live.add):
                 if kind == "done":
                     result = payload
                     break
@@ -300,8 +303,9 @@ class DishController:
                 }
         except QueueFull as err:
             raise gr.Error(f"The model is busy: {err}", title="Busy") from None
-        except JobCancelled as stop:
-            yield self.cancelled_views(live, len(live.flips.rows) - 1, stop, jobs[0].run_id if jobs else None)
+        except (JobCancelled, GpuAborted) as stop:  # an aborted GPU call keeps its finished steps, as a cancel
+            run_id = jobs[0].run_id if jobs else (plan.run_id if zero_gpu else None)
+            yield self.cancelled_views(live, len(live.flips.rows) - 1, stop, run_id)
             return
         except Exception as err:  # noqa: BLE001 - shown to the user
             raise gr.Error(f"Sampling failed: {err}") from None
@@ -362,18 +366,19 @@ class DishController:
 
     def cancelled_views(self, live: LiveDish, last_step: int, stop: Exception, run_id: str | None = None) -> dict:
         """What a cancelled run (``run_id``, when it got one) leaves on screen: its partial flip map
-        and trajectory labelled "cancelled at step k" (k its last step, counted from 0 as the viewer and the
-        flip map count them), every other panel empty."""
-        where = f"cancelled at step {last_step}" if last_step >= 0 else "cancelled before its first step"
+        and trajectory labelled "cancelled at step k" ("stopped" for an aborted ZeroGPU call; k its last
+        step, counted from 0 as the viewer and the flip map count them), every other panel empty."""
+        verb = "stopped" if isinstance(stop, GpuAborted) else "cancelled"
+        where = f"{verb} at step {last_step}" if last_step >= 0 else f"{verb} before its first step"
         named = f"run `{run_id}`" if run_id else "the run"
         views = {"run_badge": f"**Results below:** {named}, {where} (partial: an event that did not finish is not stored).",
                  "status": f"Stopped: {stop}; {where}."}
         if last_step >= 0:
-            views["heatmap"] = live.heatmap(last_step, f"{run_label(run_id or '')}cancelled: ")
+            views["heatmap"] = live.heatmap(last_step, f"{run_label(run_id or '')}{verb}: ")
             record = live.trajectory(self.trajectory)
             name = self.trajectory.name("view")
             views[name] = {**record[name], "live": False, "key": "cancelled", "status": where,
-                           "title": "sample 0 (cancelled run)"}
+                           "title": f"sample 0 ({verb} run)"}
         return views
 
     def figures(self, stored: list, sample=0) -> dict[str, go.Figure]:
