@@ -145,6 +145,19 @@ def _error_message(err: BaseException) -> tuple:
     return ("error", type(err).__name__, text, sent)
 
 
+def _drain(recv, child) -> None:
+    """Read and drop what a child asked to stop still sends, until it exits or :data:`DROP_GRACE_S`
+    pass: a child blocked on a full pipe (frames it made before the stop) never reaches its next
+    yield to see the stop otherwise."""
+    deadline = time.monotonic() + DROP_GRACE_S
+    while child.is_alive() and time.monotonic() < deadline:
+        if recv.poll(0.05):
+            try:
+                recv.recv_bytes()
+            except EOFError:
+                return
+
+
 def _child(task, args_bytes: bytes, conn, stop) -> None:
     """The forked child: run ``task``'s generator, pickling each yield into ``conn``."""
     global _in_child
@@ -234,6 +247,8 @@ def GPU(task=None, *, duration: Any = None, size: str | None = None):
                     stop.set()
                     raise
         finally:
+            if stop.is_set():
+                _drain(recv, child)
             child.join(DROP_GRACE_S)
             if child.is_alive():
                 child.kill()
