@@ -327,14 +327,19 @@ def flip_difference_heatmap(flips_a, flips_b, *, labels: tuple[str, str] = ("A",
     fig = go.Figure(go.Heatmap(
         z=z, x=np.arange(a.shape[1]), y=np.arange(steps), zmin=-bound, zmax=bound, zmid=0, colorscale="RdBu_r",
         hovertemplate=f"step %{{y}}, position %{{x}}<br>{labels[1]} − {labels[0]}: %{{z}} samples flipping<extra></extra>",
-        colorbar=count_colorbar(bound, f"{labels[1]} − {labels[0]}"),
+        # under the plot, not beside it: beside it, the labels' title made the bar so wide that a
+        # phone's plot was 130 px and the anchor labels above it ran into each other
+        colorbar={**count_colorbar(bound, ""), "title": {"text": f"samples flipping, {labels[1]} − {labels[0]}", "side": "bottom"},
+                  "orientation": "h", "x": 0.5, "xanchor": "center", "y": 0, "yref": "container", "yanchor": "bottom",
+                  "ypad": 4, "lenmode": "pixels", "len": 260},
     ))
     label_rows = mark_anchors(fig, anchors, np.zeros(a.shape[1], dtype=bool) if pinned is None else pinned,
                                outline=True, colors=colors)
     fig.update_layout(
         title={"text": title or f"flip difference: {labels[1]} − {labels[0]}", "font": {"size": 14}, "x": 0.01},
-        template="plotly_white", height=max(400, min(900, 12 * steps + 160)),
-        margin={"l": 50, "r": 10, "t": top_margin(label_rows), "b": 40},
+        # the bar under the axis title takes 70 px more at the bottom: the plot keeps a flip map's height
+        template="plotly_white", height=max(470, min(970, 12 * steps + 230)),
+        margin={"l": 50, "r": 10, "t": top_margin(label_rows), "b": 110},
     )
     fig.update_xaxes(title_text="canvas position", range=[-0.5, a.shape[1] - 0.5])
     fig.update_yaxes(title_text="denoising step", autorange="reversed")

@@ -177,9 +177,17 @@ def run_details(frame: pd.DataFrame, run_id: str | None) -> str:
     return "**Picked:** " + " · ".join(f"{column}: {row[column]}" for column in RUN_COLUMNS if str(row[column]))
 
 
+def run_choice_label(kind: str, created_at: str, run_id: str) -> str:
+    """A run as the Run choice shows it, short enough for a phone's box: kind, the minute it was
+    stored (``created_at``, ISO 8601, as the store writes it) and the id's first 12 characters
+    (``"dish · 2026-12-07 04:59 · 56c90fda4810"``). What was run is in the table and in the picked
+    run's row under the choice: with it the label was cut at 420 px ("dish · 2026-12-06T23")."""
+    return f"{kind} · {created_at[:16].replace('T', ' ')} · {run_id[:12]}"
+
+
 def run_choices(frame: pd.DataFrame) -> list[tuple[str, str]]:
-    """(label, run id) for each row of a runs table, in its order."""
-    return [(f"{r.kind} · {r.created_at} · {r.run_id[:12]} · {r.what[:60]}", r.run_id) for r in frame.itertuples()]
+    """(label, run id) for each row of a runs table, in its order (:func:`run_choice_label`)."""
+    return [(run_choice_label(r.kind, r.created_at, r.run_id), r.run_id) for r in frame.itertuples()]
 
 
 def study_result_from_store(service: PetriService, run: dict) -> tuple[StudyResult, int]:
