@@ -199,8 +199,10 @@ def jaccard_height(templates: int) -> int:
 
 
 def jaccard_heatmap(matrix: pd.DataFrame, mean_off_diagonal: float | None = None, *, tagger: str = "", top_n: int | None = None,
-                    run_id: str = "") -> go.Figure:
-    """Template × template Jaccard overlap of the top-N noun sets (``run_id``: named in the title)."""
+                    run_id: str = "", compact: bool = False) -> go.Figure:
+    """Template × template Jaccard overlap of the top-N noun sets (``run_id``: named in the title;
+    ``compact``: the title and the tagger under it wrapped to :data:`COMPACT_WRAP` characters at the
+    figure's top, so that they read on a 420 px screen, where the one-line title ran 330 px past the figure)."""
     z = matrix.to_numpy(dtype=float)
     fig = go.Figure(
         go.Heatmap(
@@ -214,10 +216,17 @@ def jaccard_heatmap(matrix: pd.DataFrame, mean_off_diagonal: float | None = None
         title += f" (mean off-diagonal {mean_off_diagonal:.3f})"
     if run_id:
         title += f" — {run_tag(run_id)}"
-    if tagger:
+    if compact:
+        lines = [*_wrap(title, COMPACT_WRAP).split("<br>"), *(f"<sup>{t}</sup>" for t in _wrap(tagger, COMPACT_WRAP + 10).split("<br>") if t)]
+        title = "<br>".join(lines)
+    elif tagger:
         title += f"<br><sup>{tagger}</sup>"
     height = jaccard_height(len(matrix.index))
     fig.update_layout(title=title, template="plotly_white", height=height, width=height + 140)
+    if compact:  # room for every line of the title above the plot (jaccard_height holds two)
+        extra = 20 * max(0, len(lines) - 2)
+        fig.update_layout(height=height + extra, title={"font": {"size": 15}, "x": 0.01, "y": 1, "yref": "container", "yanchor": "top",
+                                                        "pad": {"t": 12}}, margin={"t": 50 + 20 * len(lines)})
     fig.update_yaxes(autorange="reversed")
     return tag_run(fig, run_id)
 
