@@ -20,6 +20,7 @@ from petri.web.ui.compare import build_compare_tab
 from petri.web.ui.dish import build_dish_tab
 from petri.web.ui.model import model_markdown
 from petri.web.ui.probe import build_probe_tab
+from petri.web.ui.probe_views import ANSWERS_PHONE_CSS
 from petri.web.ui.runs import RUNS_PHONE_CSS, RunsController, build_runs_tab
 from petri.web.ui.study import build_study_tab
 
@@ -43,7 +44,7 @@ td.filename .stem { white-space: normal; overflow-wrap: anywhere; text-overflow:
 .petri-text .token.highlighted { padding: 1px 3px; border-radius: 4px; }
 /* six tabs in one row of a 420 px screen's tab bar (with their default 16 px padding they took two) */
 @media (max-width: 600px) { #petri-tabs button[role=tab] { padding-left: 7px !important; padding-right: 7px !important; } }
-""" + RUNS_PHONE_CSS
+""" + RUNS_PHONE_CSS + ANSWERS_PHONE_CSS
 
 
 @dataclass(frozen=True)

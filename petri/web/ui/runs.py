@@ -33,6 +33,7 @@ from petri.core.trajectory import settings_from_dict
 from petri.web.access import Caller
 from petri.web.ui.access import UiAccess
 from petri.web.ui.probe_views import probe_headline, probe_row
+from petri.web.ui.views import phone_table_css
 from petri.runs.probe_results import EVAL_KIND, PROBE_KIND
 
 RUN_COLUMNS = ["kind", "what", "design", "headline", "status", "run_id", "created_at", "model", "concepts"]
@@ -46,27 +47,7 @@ HEADLINE = "mean flips per free position"
 KIND_FILTERS = ["all", "dish", "compare", "study", "probe"]
 
 
-def phone_css(columns: dict[str, int] = PHONE_COLUMNS) -> str:
-    """CSS that shows only ``columns`` (name → % of the width) of the runs table on a phone. Gradio's
-    table sets each column's width inline (a header table, a hidden sizing body and the rows' cells),
-    so each rule is ``!important``."""
-    cells = "#petri-runs-table :is(th, td, .body-cell)"
-    shown = [RUN_COLUMNS.index(name) + 1 for name in columns]
-    hidden = ", ".join(f":nth-child({i + 1})" for i in range(len(RUN_COLUMNS)) if i + 1 not in shown)
-    widths = "\n".join(f"  {cells}:nth-child({i}) {{ width: {share}% !important; flex: 0 0 {share}% !important; }}"
-                       for i, share in zip(shown, columns.values()))
-    return f"""@media (max-width: 600px) {{
-  #petri-runs-table .header-table, #petri-runs-table .virtual-body {{ width: 100% !important; }}
-  #petri-runs-table .header-table {{ table-layout: fixed !important; }}
-  {cells}:is({hidden}) {{ display: none !important; }}
-  {cells} {{ min-width: 0 !important; max-width: none !important; font-size: 13px !important; }}
-  {cells} .cell-wrap {{ padding-left: 6px !important; padding-right: 6px !important; }}
-{widths}
-}}
-"""
-
-
-RUNS_PHONE_CSS = phone_css()
+RUNS_PHONE_CSS = phone_table_css("petri-runs-table", RUN_COLUMNS, PHONE_COLUMNS)
 
 
 def run_kind(run: dict) -> str:
