@@ -139,3 +139,44 @@ def test_the_compare_difference_map_and_pair_table_read_whole(app, browser, widt
         save_screenshot(page, tmp_path, f"compare-difference-{width}.png")
     finally:
         page.close()
+
+
+#: The Model tab's tables: each one's right edge against its text block's, and the words of their
+#: cells whose letters lie on more than one line (a break after a hyphen, dash, slash, underscore or
+#: dot, or inside a code value, is a place a word may break).
+MODEL_TABLES = """() => {
+  const tables = [...document.querySelectorAll('#petri-model table')];
+  const broken = [];
+  for (const cell of document.querySelectorAll('#petri-model :is(th, td)')) {
+    const walk = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    let node;
+    while ((node = walk.nextNode())) {
+      if (node.parentElement.closest('code')) continue;
+      const re = /\\S+/g; let m;
+      while ((m = re.exec(node.textContent))) {
+        if (/[-–/_.]/.test(m[0])) continue;
+        const r = document.createRange(); r.setStart(node, m.index); r.setEnd(node, m.index + m[0].length);
+        if (new Set([...r.getClientRects()].map((b) => Math.round(b.top))).size > 1) broken.push(m[0]);
+      }
+    }
+  }
+  return {broken, tables: tables.map((t) => [t.getBoundingClientRect().right, t.closest('.prose').getBoundingClientRect().right])};
+}"""
+
+
+@pytest.mark.parametrize("width", [1440, 420])
+def test_the_model_tabs_tables_keep_their_words_whole_and_fit(app, browser, width, tmp_path):
+    """At 420 px the Model tab's property column was 46 px wide and read "pr/o/p/er/ty", "mod/el",
+    "vo/ca/bu/lar/y": no word of a table is broken between two letters, and every table ends inside
+    its text block."""
+    url, _ = app
+    page = open_dish(browser, url, width)
+    try:
+        tab(page, "Model")
+        page.wait_for_selector("#petri-model table")
+        found = page.evaluate(MODEL_TABLES)
+        assert len(found["tables"]) >= 2 and not found["broken"], found
+        assert all(right <= block + 1 for right, block in found["tables"]), found
+        save_screenshot(page, tmp_path, f"model-{width}.png")
+    finally:
+        page.close()
