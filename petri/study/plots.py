@@ -226,7 +226,7 @@ def jaccard_heatmap(matrix: pd.DataFrame, mean_off_diagonal: float | None = None
     if compact:  # room for every line of the title above the plot (jaccard_height holds two)
         extra = 20 * max(0, len(lines) - 2)
         fig.update_layout(height=height + extra, title={"font": {"size": 15}, "x": 0.01, "y": 1, "yref": "container", "yanchor": "top",
-                                                        "pad": {"t": 12}}, margin={"t": 50 + 20 * len(lines)})
+                                                        "pad": {"t": 20}}, margin={"t": 50 + 20 * len(lines)})
     fig.update_yaxes(autorange="reversed")
     return tag_run(fig, run_id)
 

@@ -64,6 +64,8 @@ def test_study_figures_text_never_overlaps(page, served, width):
         # the Jaccard heatmap's one-line title ran 330 px past a 420 px screen's figure
         for sel in ("#petri-study-instability", "#petri-study-events-fig", "#petri-study-jaccard"):
             assert_figure_text_apart(page, sel)
+        jaccard = page.evaluate(FIGURE_TEXTS, "#petri-study-jaccard")  # its wrapped title's first line not cut at the top
+        assert all(t["t"] >= jaccard["svg"]["t"] - 1 for t in jaccard["texts"] if t["kind"] == "title"), jaccard
         figure = page.locator("#petri-study-instability")
         figure.scroll_into_view_if_needed()
         box = figure.bounding_box()
