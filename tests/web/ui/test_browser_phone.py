@@ -8,12 +8,15 @@ the code under test."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-
 from test_browser import CHROMIUM, run_compare, save_screenshot, tab
-from test_browser_dish import BROKEN_WORDS, HEATMAP_LABELS, apart, open_dish
+from test_browser_dish import (
+    BROKEN_WORDS,
+    HEATMAP_LABELS,
+    apart,
+    held_after_each_step,
+    open_dish,
+)
 from test_browser_legibility import browser  # noqa: F401  (a fixture: one chromium for the module)
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")
@@ -52,36 +55,25 @@ def test_the_flip_map_while_sampling_and_after_a_cancel_keeps_its_title_whole(ap
     cancelled map's (the run's id and "cancelled" on a line of their own), each wholly inside the
     figure and clear of the anchor labels."""
     url, service = app
-    gate, submit = threading.Event(), service.submit_seed
-
-    def held(plan, owner=None, on_step=None, on_event=None):
-        def step(*args):
-            on_step(*args)
-            gate.wait(120)
-
-        return submit(plan, owner, on_step=step if on_step else None, on_event=on_event)
-
-    service.submit_seed = held
     page = open_dish(browser, url, width)
     try:
-        page.fill("#petri-samples input[type=number]", "2")
-        page.click("#petri-run")
-        page.wait_for_function("(document.querySelector('#petri-heatmap .gtitle') || {}).textContent?.includes('while sampling')")
-        page.wait_for_timeout(300)
-        assert_title_whole_and_clear(page.evaluate(HEATMAP_LABELS, "#petri-heatmap"))
-        page.click("#petri-cancel")
-        page.wait_for_selector("#petri-status:has-text('Cancelling')")
-        gate.set()
-        page.wait_for_function("(document.querySelector('#petri-heatmap .gtitle') || {}).textContent?.includes('cancelled')")
-        page.wait_for_timeout(300)
-        found = page.evaluate(HEATMAP_LABELS, "#petri-heatmap")
-        run_id = next(r["run_id"] for r in service.store.list_runs(5) if r["status"] == "cancelled")
-        assert found["title"]["text"].startswith(f"run {run_id[:12]} · cancelled"), found["title"]
-        assert_title_whole_and_clear(found)
-        save_screenshot(page, tmp_path, f"dish-cancelled-{width}.png")
+        with held_after_each_step(service) as gate:
+            page.fill("#petri-samples input[type=number]", "2")
+            page.click("#petri-run")
+            page.wait_for_function("(document.querySelector('#petri-heatmap .gtitle') || {}).textContent?.includes('while sampling')")
+            page.wait_for_timeout(300)
+            assert_title_whole_and_clear(page.evaluate(HEATMAP_LABELS, "#petri-heatmap"))
+            page.click("#petri-cancel")
+            page.wait_for_selector("#petri-status:has-text('Cancelling')")
+            gate.set()
+            page.wait_for_function("(document.querySelector('#petri-heatmap .gtitle') || {}).textContent?.includes('cancelled')")
+            page.wait_for_timeout(300)
+            found = page.evaluate(HEATMAP_LABELS, "#petri-heatmap")
+            run_id = next(r["run_id"] for r in service.store.list_runs(5) if r["status"] == "cancelled")
+            assert found["title"]["text"].startswith(f"run {run_id[:12]} · cancelled"), found["title"]
+            assert_title_whole_and_clear(found)
+            save_screenshot(page, tmp_path, f"dish-cancelled-{width}.png")
     finally:
-        gate.set()
-        del service.submit_seed
         page.close()
 
 
