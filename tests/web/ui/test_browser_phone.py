@@ -3,8 +3,8 @@ embedded uniform model (``petri-tiny``), at 420 px wide and at 1440: the Dish ta
 while sampling and after a cancel ("run … · cancelled: flips while sampling — step 0" ran 22 px past
 a 420 px screen's figure); the Runs tab's Run choice (its label, "compare · 2026-12-07T04:59:54+00:00 ·
 e8af2617e8…", ran under the box's arrow); Compare's difference map (its one-line title ran 170 px past
-the figure) and its pair table ("inventory|perso/n"). Expected values come from the store, never from
-the code under test."""
+the figure) and its pair table ("inventory|perso/n"); the Model tab's tables ("pr/o/p/er/ty"). Expected
+values come from the store, never from the code under test."""
 
 from __future__ import annotations
 
