@@ -199,8 +199,10 @@ def jaccard_height(templates: int) -> int:
 
 
 def jaccard_heatmap(matrix: pd.DataFrame, mean_off_diagonal: float | None = None, *, tagger: str = "", top_n: int | None = None,
-                    run_id: str = "") -> go.Figure:
-    """Template × template Jaccard overlap of the top-N noun sets (``run_id``: named in the title)."""
+                    run_id: str = "", compact: bool = False) -> go.Figure:
+    """Template × template Jaccard overlap of the top-N noun sets (``run_id``: named in the title;
+    ``compact``: the title and the tagger under it wrapped to :data:`COMPACT_WRAP` characters at the
+    figure's top, so that they read on a 420 px screen, where the one-line title ran 330 px past the figure)."""
     z = matrix.to_numpy(dtype=float)
     fig = go.Figure(
         go.Heatmap(
@@ -214,10 +216,17 @@ def jaccard_heatmap(matrix: pd.DataFrame, mean_off_diagonal: float | None = None
         title += f" (mean off-diagonal {mean_off_diagonal:.3f})"
     if run_id:
         title += f" — {run_tag(run_id)}"
-    if tagger:
+    if compact:
+        lines = [*_wrap(title, COMPACT_WRAP).split("<br>"), *(f"<sup>{t}</sup>" for t in _wrap(tagger, COMPACT_WRAP + 10).split("<br>") if t)]
+        title = "<br>".join(lines)
+    elif tagger:
         title += f"<br><sup>{tagger}</sup>"
     height = jaccard_height(len(matrix.index))
     fig.update_layout(title=title, template="plotly_white", height=height, width=height + 140)
+    if compact:  # room for every line of the title above the plot (jaccard_height holds two)
+        extra = 20 * max(0, len(lines) - 2)
+        fig.update_layout(height=height + extra, title={"font": {"size": 15}, "x": 0.01, "y": 1, "yref": "container", "yanchor": "top",
+                                                        "pad": {"t": 20}}, margin={"t": 50 + 20 * len(lines)})
     fig.update_yaxes(autorange="reversed")
     return tag_run(fig, run_id)
 
@@ -327,14 +336,19 @@ def flip_difference_heatmap(flips_a, flips_b, *, labels: tuple[str, str] = ("A",
     fig = go.Figure(go.Heatmap(
         z=z, x=np.arange(a.shape[1]), y=np.arange(steps), zmin=-bound, zmax=bound, zmid=0, colorscale="RdBu_r",
         hovertemplate=f"step %{{y}}, position %{{x}}<br>{labels[1]} − {labels[0]}: %{{z}} samples flipping<extra></extra>",
-        colorbar=count_colorbar(bound, f"{labels[1]} − {labels[0]}"),
+        # under the plot, not beside it: beside it, the labels' title made the bar so wide that a
+        # phone's plot was 130 px and the anchor labels above it ran into each other
+        colorbar={**count_colorbar(bound, ""), "title": {"text": f"samples flipping, {labels[1]} − {labels[0]}", "side": "bottom"},
+                  "orientation": "h", "x": 0.5, "xanchor": "center", "y": 0, "yref": "container", "yanchor": "bottom",
+                  "ypad": 4, "lenmode": "pixels", "len": 260},
     ))
     label_rows = mark_anchors(fig, anchors, np.zeros(a.shape[1], dtype=bool) if pinned is None else pinned,
                                outline=True, colors=colors)
     fig.update_layout(
         title={"text": title or f"flip difference: {labels[1]} − {labels[0]}", "font": {"size": 14}, "x": 0.01},
-        template="plotly_white", height=max(400, min(900, 12 * steps + 160)),
-        margin={"l": 50, "r": 10, "t": top_margin(label_rows), "b": 40},
+        # the bar under the axis title takes 70 px more at the bottom: the plot keeps a flip map's height
+        template="plotly_white", height=max(470, min(970, 12 * steps + 230)),
+        margin={"l": 50, "r": 10, "t": top_margin(label_rows), "b": 110},
     )
     fig.update_xaxes(title_text="canvas position", range=[-0.5, a.shape[1] - 0.5])
     fig.update_yaxes(title_text="denoising step", autorange="reversed")

@@ -20,6 +20,7 @@ from petri.web.ui.compare import build_compare_tab
 from petri.web.ui.dish import build_dish_tab
 from petri.web.ui.model import model_markdown
 from petri.web.ui.probe import build_probe_tab
+from petri.web.ui.probe_views import ANSWERS_PHONE_CSS
 from petri.web.ui.runs import RUNS_PHONE_CSS, RunsController, build_runs_tab
 from petri.web.ui.study import build_study_tab
 
@@ -41,9 +42,15 @@ td.filename .stem { white-space: normal; overflow-wrap: anywhere; text-overflow:
 .petri-text .token-container, .petri-text .token, .petri-text .token .text { display: inline !important; }
 .petri-text .token .text { white-space: pre-wrap !important; }
 .petri-text .token.highlighted { padding: 1px 3px; border-radius: 4px; }
+/* the Model tab's tables keep words whole (Gradio's prose breaks anywhere, so at 420 px the first
+   column shrank to 46 px and read "pr/o/p/er/ty"); a code value (a path, a class name) may still break;
+   on a phone the cells are smaller so the widest table (four columns) fits the page */
+#petri-model table :is(th, td) { overflow-wrap: break-word !important; word-break: normal !important; }
+#petri-model table code { overflow-wrap: anywhere !important; }
+@media (max-width: 600px) { #petri-model table { font-size: 13px !important; } #petri-model table :is(th, td) { padding: 6px !important; } }
 /* six tabs in one row of a 420 px screen's tab bar (with their default 16 px padding they took two) */
 @media (max-width: 600px) { #petri-tabs button[role=tab] { padding-left: 7px !important; padding-right: 7px !important; } }
-""" + RUNS_PHONE_CSS
+""" + RUNS_PHONE_CSS + ANSWERS_PHONE_CSS
 
 
 @dataclass(frozen=True)

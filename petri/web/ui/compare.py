@@ -43,7 +43,7 @@ from petri.web.ui.dish_controls import (
     settings_inputs,
     wire_placement,
 )
-from petri.web.ui.dish_live import LiveDish, throttled
+from petri.web.ui.dish_live import LiveDish, throttled, title_at_top
 from petri.web.ui.figure_files import add_figure_downloads
 from petri.web.ui.live import QUEUED_LINE, JobCancelled, stream, wire_run
 from petri.web.ui.stats import paired_tests_line
@@ -67,12 +67,14 @@ PAIRED_WIDTHS = ["80px", "200px", "180px", "160px", "130px", "160px", "130px", "
 
 
 def compare_pairs(a: Trajectory, b: Trajectory, labels: tuple[str, str]) -> pd.DataFrame:
-    """Per-pair instability side by side: pair, ``B − A`` (the difference first, so it is in view on a
-    narrow panel), ``instability <A>``, ``instability <B>``."""
+    """Per-pair instability side by side: pair (``"a | b"``: "inventory|person" broke mid-word at
+    420 px), ``B − A`` (the difference first, so it is in view on a narrow panel), ``instability <A>``,
+    ``instability <B>``."""
     left = pairs_table(a)[["pair", "instability"]].rename(columns={"instability": f"instability {labels[0]}"})
     right = pairs_table(b)[["pair", "instability"]].rename(columns={"instability": f"instability {labels[1]}"})
     out = left.merge(right, on="pair", how="outer").sort_values("pair").reset_index(drop=True)
     out.insert(1, f"{labels[1]} − {labels[0]}", out[f"instability {labels[1]}"] - out[f"instability {labels[0]}"])
+    out["pair"] = out["pair"].str.replace("|", " | ", regex=False)  # a narrow column wraps between the names
     return out
 
 
@@ -92,6 +94,14 @@ def paired_samples(a: Trajectory, b: Trajectory, labels: tuple[str, str]) -> pd.
     out.insert(1, f"flips {labels[1]} − {labels[0]}", out[f"flips {labels[1]}"] - out[f"flips {labels[0]}"])
     out["layout"] = samples[0]["anchor_layout"].to_numpy()
     return out.rename_axis("sample").reset_index()
+
+
+def difference_title(run_id: str, labels: tuple[str, str]) -> str:
+    """The difference map's title: the run on a line of its own, then what is drawn (on one line,
+    "run … · flip difference (contradictory − benign), samples flipping per step" ran past a 420 px
+    screen's figure; the colour bar says the samples flipping)."""
+    run = f"{run_label(run_id).removesuffix(' · ')}<br>" if run_id else ""
+    return f"{run}flip difference ({labels[1]} − {labels[0]})"
 
 
 def summary_line(paired: pd.DataFrame, labels: tuple[str, str]) -> str:
@@ -184,7 +194,7 @@ class CompareController:
                 index, finished = step.index, step.finished
                 yield {"status": f"Sampling {labels[i]} (event {i + 1} of 2)… step {index + 1} of at most "
                                  f"{plan.settings.max_denoising_steps} ({int(sum(finished))}/{len(finished)} samples settled)",
-                       ("heatmap_a", "heatmap_b")[i]: lives[i].heatmap(index, f"{labels[i]}: "),
+                       ("heatmap_a", "heatmap_b")[i]: lives[i].heatmap(index, labels[i]),
                        **lives[i].trajectory(self.trajectories[i])}
         except QueueFull as err:
             raise gr.Error(f"The model is busy: {err}", title="Busy") from None
@@ -230,10 +240,9 @@ class CompareController:
             "run_id": run_id,
             "heatmap_a": heat_a,
             "heatmap_b": heat_b,
-            "difference": flip_difference_heatmap(
+            "difference": title_at_top(flip_difference_heatmap(
                 counts[0], counts[1], labels=labels, anchors=aggregate_anchor_boxes(a.anchors), pinned=a.anchor_mask.all(axis=0),
-                n_samples=a.n_samples, title=f"{run_label(run_id)}flip difference ({labels[1]} − {labels[0]}), samples flipping per step",
-                colors=concepts),
+                n_samples=a.n_samples, title=difference_title(run_id, labels), colors=concepts)),
             "pairs": compare_pairs(a, b, labels).round(4),
             "paired": paired.round(4),
             "summary": f"{f'Run `{run_id}`: ' if run_id else ''}{summary_line(paired, labels)} {paired_tests_line(a, b, labels)} ({layout_note}.)",

@@ -53,7 +53,7 @@ from petri.web.ui.dish_controls import (
     settings_request,
     wire_placement,
 )
-from petri.web.ui.dish_live import LiveDish, throttled
+from petri.web.ui.dish_live import LiveDish, throttled, title_at_top
 from petri.web.ui.figure_files import add_figure_downloads
 from petri.web.ui.live import QUEUED_LINE, JobCancelled, field_validation, stream, wire_run
 from petri.web.ui.trajectory import TrajectoryView, mode_of, run_label
@@ -349,9 +349,7 @@ class DishController:
             title=(f"{run_label(run_id).removesuffix(' · ')}<br>" if run_id else "")
             + f"flips per step and position ({counted(traj.n_samples, 'sample')})",
         )
-        # plotly centres a title in the top margin, where it met the top row of labels on a phone; at the
-        # top instead (plotly anchors a two-line title's top one line too high: the pad makes up for it)
-        return fig.update_layout(title={"yref": "container", "y": 1, "yanchor": "top", "pad": {"t": 20}})
+        return title_at_top(fig)
 
     def cleared_views(self) -> dict:
         """Every result panel emptied, as a Run starts (the run badge says a run is sampling)."""
@@ -374,7 +372,7 @@ class DishController:
         views = {"run_badge": f"**Results below:** {named}, {where} (partial: an event that did not finish is not stored).",
                  "status": f"Stopped: {stop}; {where}."}
         if last_step >= 0:
-            views["heatmap"] = live.heatmap(last_step, f"{run_label(run_id or '')}{verb}: ")
+            views["heatmap"] = live.heatmap(last_step, f"{run_label(run_id or '')}{verb}")
             record = live.trajectory(self.trajectory)
             name = self.trajectory.name("view")
             views[name] = {**record[name], "live": False, "key": "cancelled", "status": where,

@@ -53,6 +53,13 @@ def throttled(events: Iterator[tuple[str, Any]], take: Callable[[Any], None],
             yield "draw", payload
 
 
+def title_at_top(fig: go.Figure) -> go.Figure:
+    """``fig`` (a flip map) with its title at the figure's top, not centred in the top margin, where
+    it met the top row of anchor labels on a phone (plotly anchors a two-line title's top one line too
+    high: the pad makes up for it). Returns ``fig``."""
+    return fig.update_layout(title={"yref": "container", "y": 1, "yanchor": "top", "pad": {"t": 20}})
+
+
 class LiveDish:
     """One event's flip counts while it samples and the views drawn from them."""
 
@@ -69,13 +76,17 @@ class LiveDish:
         """One :class:`~petri.engine.base.LiveStep`."""
         self.flips.add(step)
 
-    def heatmap(self, index: int, title: str = "") -> go.Figure:
-        """The flip map so far (``index``: the newest step's, from 0), titled ``title`` + the step."""
-        return flip_heatmap(
+    def heatmap(self, index: int, heading: str = "") -> go.Figure:
+        """The flip map so far (``index``: the newest step's, from 0), titled "flips while sampling —
+        step ``index``", under ``heading`` (an event's label, a cancelled run) on a line of its own
+        when given: on one line, "run … · cancelled: flips while sampling — step 12" ran past a
+        420 px screen's figure."""
+        title = f"flips while sampling — step {index}"  # counted from 0, as the viewer and the y axis
+        return title_at_top(flip_heatmap(
             self.flips.counts(), n_samples=self.n_samples, anchors=aggregate_anchor_boxes(self.layouts),
             pinned=self.pinned.all(axis=0), blank_pinned=True, tokens=token_texts(self.tokens, self.flips.token_ids()),
-            colors=self.colors, title=f"{title}flips while sampling — step {index}",  # counted from 0, as the viewer and the y axis
-        )
+            colors=self.colors, title=f"{heading}<br>{title}" if heading else title,
+        ))
 
     def trajectory(self, view: TrajectoryView) -> dict:
         """``view``'s live value: sample 0's record so far, by the view's component name."""

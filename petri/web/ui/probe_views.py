@@ -19,7 +19,7 @@ from petri.core.wording import counted
 from petri.engine.probe import plan_probe
 from petri.runs.probe_results import EVAL_KIND, PROBE_KIND
 from petri.web.tokens import PALETTE
-from petri.web.ui.views import responsive
+from petri.web.ui.views import phone_table_css, responsive
 
 QUESTION_COLUMNS = ["name", "slot", "alternatives", "labels", "ask_if"]
 FRAME_COLOR = "#6b7280"
@@ -202,6 +202,10 @@ def settling_figure(document: dict) -> go.Figure | None:
 ANSWER_COLUMNS = ["question", "answer", "orders", "read"]
 #: the answers table's column widths (shares of the table, so it fits a 420 px screen)
 ANSWER_WIDTHS = ["18%", "48%", "17%", "17%"]
+#: On a phone: room for a header and a question name ("consistent") whole at 13 px (at 18 % they broke
+#: as "quest/ion", "order/s", "consi/stent" at 420 px); the answer's words wrap.
+ANSWERS_PHONE_CSS = phone_table_css("petri-probe-answers", ANSWER_COLUMNS,
+                                    {"question": 27, "answer": 39, "orders": 17, "read": 17})
 
 
 def answers_table(document: dict) -> pd.DataFrame:

@@ -33,6 +33,7 @@ from petri.core.trajectory import settings_from_dict
 from petri.web.access import Caller
 from petri.web.ui.access import UiAccess
 from petri.web.ui.probe_views import probe_headline, probe_row
+from petri.web.ui.views import phone_table_css
 from petri.runs.probe_results import EVAL_KIND, PROBE_KIND
 
 RUN_COLUMNS = ["kind", "what", "design", "headline", "status", "run_id", "created_at", "model", "concepts"]
@@ -46,27 +47,7 @@ HEADLINE = "mean flips per free position"
 KIND_FILTERS = ["all", "dish", "compare", "study", "probe"]
 
 
-def phone_css(columns: dict[str, int] = PHONE_COLUMNS) -> str:
-    """CSS that shows only ``columns`` (name → % of the width) of the runs table on a phone. Gradio's
-    table sets each column's width inline (a header table, a hidden sizing body and the rows' cells),
-    so each rule is ``!important``."""
-    cells = "#petri-runs-table :is(th, td, .body-cell)"
-    shown = [RUN_COLUMNS.index(name) + 1 for name in columns]
-    hidden = ", ".join(f":nth-child({i + 1})" for i in range(len(RUN_COLUMNS)) if i + 1 not in shown)
-    widths = "\n".join(f"  {cells}:nth-child({i}) {{ width: {share}% !important; flex: 0 0 {share}% !important; }}"
-                       for i, share in zip(shown, columns.values()))
-    return f"""@media (max-width: 600px) {{
-  #petri-runs-table .header-table, #petri-runs-table .virtual-body {{ width: 100% !important; }}
-  #petri-runs-table .header-table {{ table-layout: fixed !important; }}
-  {cells}:is({hidden}) {{ display: none !important; }}
-  {cells} {{ min-width: 0 !important; max-width: none !important; font-size: 13px !important; }}
-  {cells} .cell-wrap {{ padding-left: 6px !important; padding-right: 6px !important; }}
-{widths}
-}}
-"""
-
-
-RUNS_PHONE_CSS = phone_css()
+RUNS_PHONE_CSS = phone_table_css("petri-runs-table", RUN_COLUMNS, PHONE_COLUMNS)
 
 
 def run_kind(run: dict) -> str:
@@ -177,9 +158,17 @@ def run_details(frame: pd.DataFrame, run_id: str | None) -> str:
     return "**Picked:** " + " · ".join(f"{column}: {row[column]}" for column in RUN_COLUMNS if str(row[column]))
 
 
+def run_choice_label(kind: str, created_at: str, run_id: str) -> str:
+    """A run as the Run choice shows it, short enough for a phone's box: kind, the minute it was
+    stored (``created_at``, ISO 8601, as the store writes it) and the id's first 12 characters
+    (``"dish · 2026-12-07 04:59 · 56c90fda4810"``). What was run is in the table and in the picked
+    run's row under the choice: with it the label was cut at 420 px ("dish · 2026-12-06T23")."""
+    return f"{kind} · {created_at[:16].replace('T', ' ')} · {run_id[:12]}"
+
+
 def run_choices(frame: pd.DataFrame) -> list[tuple[str, str]]:
-    """(label, run id) for each row of a runs table, in its order."""
-    return [(f"{r.kind} · {r.created_at} · {r.run_id[:12]} · {r.what[:60]}", r.run_id) for r in frame.itertuples()]
+    """(label, run id) for each row of a runs table, in its order (:func:`run_choice_label`)."""
+    return [(run_choice_label(r.kind, r.created_at, r.run_id), r.run_id) for r in frame.itertuples()]
 
 
 def study_result_from_store(service: PetriService, run: dict) -> tuple[StudyResult, int]:

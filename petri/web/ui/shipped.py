@@ -87,7 +87,7 @@ def load_shipped(folder: Path | None = None) -> ShippedStudy | None:
 
 def shipped_figures(shipped: ShippedStudy, compact: bool = False) -> tuple[go.Figure, go.Figure, go.Figure]:
     """The study's three figures drawn from the committed tables and statistics (``compact``: the
-    instability and ranking figures laid out for a page down to 420 px, :mod:`petri.study.plots`)."""
+    instability, ranking and Jaccard figures laid out for a page down to 420 px, :mod:`petri.study.plots`)."""
     model, run_id = shipped.run["model_id"], shipped.run["run_id"]
     sens = shipped.analysis["template_sensitivity"]
     jaccard = pd.DataFrame(sens["jaccard"]).T.astype(float)
@@ -95,7 +95,8 @@ def shipped_figures(shipped: ShippedStudy, compact: bool = False) -> tuple[go.Fi
         instability_figure(shipped.segments, shipped.events, shipped.comparison, shipped.groups, model_id=model,
                            run_id=run_id, compact=compact),
         event_ranking_figure(shipped.events, shipped.groups, model_id=model, run_id=run_id, compact=compact),
-        jaccard_heatmap(jaccard, sens["mean_off_diagonal"], tagger=sens["tagger"], top_n=sens["top_n"], run_id=run_id),
+        jaccard_heatmap(jaccard, sens["mean_off_diagonal"], tagger=sens["tagger"], top_n=sens["top_n"], run_id=run_id,
+                        compact=compact),
     )
 
 

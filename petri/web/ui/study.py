@@ -323,7 +323,8 @@ class StudyController:
             "events": responsive(event_ranking_figure(analysis.events, list(study.groups), model_id=result.model_id,
                                                       run_id=run_id, compact=True)),
             **jaccard_views(analysis.jaccard, run_id, lambda: jaccard_heatmap(
-                analysis.jaccard, analysis.jaccard_mean, tagger=analysis.tagger, top_n=analysis.top_n, run_id=run_id)),
+                analysis.jaccard, analysis.jaccard_mean, tagger=analysis.tagger, top_n=analysis.top_n, run_id=run_id,
+                compact=True)),
             "stats": "**Final** (every batch is in).\n\n" + statistics_markdown(result, analysis)
                      if analysis.paired is None else "",
             "groups": gr.update(value=analysis.group_summary.round(4), label=f"Groups of run {run_id}"),

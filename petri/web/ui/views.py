@@ -20,6 +20,29 @@ END_TOKEN_LABEL = "end-of-turn token"
 END_TOKEN_COLOR = "#475569"
 
 
+def phone_table_css(elem_id: str, all_columns: list[str], columns: dict[str, int]) -> str:
+    """CSS that, on a phone (600 px wide or less), shows only ``columns`` (name → % of the width) of
+    the table ``elem_id`` whose columns are ``all_columns``, at 13 px with narrow cell padding, so
+    each column's longest word fits it (at 420 px the runs table's nine columns scrolled sideways and
+    the probe answers' headers broke as "quest/ion", "order/s"). Gradio's table sets each column's
+    width inline (a header table, a hidden sizing body and the rows' cells), so each rule is
+    ``!important``."""
+    cells = f"#{elem_id} :is(th, td, .body-cell)"
+    shown = [all_columns.index(name) + 1 for name in columns]
+    hidden = ", ".join(f":nth-child({i + 1})" for i in range(len(all_columns)) if i + 1 not in shown)
+    hide = f"  {cells}:is({hidden}) {{ display: none !important; }}\n" if hidden else ""
+    widths = "\n".join(f"  {cells}:nth-child({i}) {{ width: {share}% !important; flex: 0 0 {share}% !important; }}"
+                       for i, share in zip(shown, columns.values()))
+    return f"""@media (max-width: 600px) {{
+  #{elem_id} .header-table, #{elem_id} .virtual-body {{ width: 100% !important; }}
+  #{elem_id} .header-table {{ table-layout: fixed !important; }}
+{hide}  {cells} {{ min-width: 0 !important; max-width: none !important; font-size: 13px !important; }}
+  {cells} .cell-wrap {{ padding-left: 6px !important; padding-right: 6px !important; }}
+{widths}
+}}
+"""
+
+
 def responsive(fig):
     """A figure that takes its container's width (figures are drawn at fixed widths for files; on a
     page they must fit a narrow screen); ``None`` stays ``None``."""

@@ -8,6 +8,7 @@ trajectory itself (``service.load_events``), never from the figure code."""
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 
 import pytest
 
@@ -440,6 +441,27 @@ def says_busy_then_shows_files(page, button: str, files: str, label: str) -> Non
     assert 0 <= near["gap"] < 150 and near["inView"], near
 
 
+@contextmanager
+def held_after_each_step(service):
+    """Within the block, a seed run of ``service`` waits after each step (a gate); at its end the gate
+    opens and the service is as before. Yields the gate (set it to let the run go on at once)."""
+    gate, submit = threading.Event(), service.submit_seed
+
+    def held(plan, owner=None, on_step=None, on_event=None):
+        def step(*args):
+            on_step(*args)
+            gate.wait(120)
+
+        return submit(plan, owner, on_step=step if on_step else None, on_event=on_event)
+
+    service.submit_seed = held
+    try:
+        yield gate
+    finally:
+        gate.set()
+        del service.submit_seed
+
+
 def test_downloads_and_cancel_say_what_they_do_where_the_user_clicked(app, browser):
     """Issue 60, items 7 and 11: "Prepare downloads" took about 15 s with nothing at the button and
     the files 900 px lower, and so did "Download figures" (its files beside the button, nothing
@@ -457,26 +479,13 @@ def test_downloads_and_cancel_say_what_they_do_where_the_user_clicked(app, brows
         assert page.get_attribute("#petri-sample input[type=range]", "max") == "3"
         # a run held after each step (the gate), cancelled: the status line says so, then that it
         # stopped; no toast stays
-        gate, submit = threading.Event(), service.submit_seed
-
-        def held(plan, owner=None, on_step=None, on_event=None):
-            def step(*args):
-                on_step(*args)
-                gate.wait(120)
-
-            return submit(plan, owner, on_step=step if on_step else None, on_event=on_event)
-
-        service.submit_seed = held
-        try:
+        with held_after_each_step(service):
             page.fill("#petri-samples input[type=number]", "2")
             page.click("#petri-run")
             page.wait_for_function("(document.querySelector('#petri-status').innerText || '').includes('Sampling… step')")
             assert page.get_attribute("#petri-sample input[type=range]", "max") == "1"  # not the last run's 0..3
             page.click("#petri-cancel")
             page.wait_for_selector("#petri-status:has-text('Cancelling')")
-        finally:
-            gate.set()
-            del service.submit_seed
         page.wait_for_function("(document.querySelector('#petri-status').innerText || '').includes('Stopped')")
         page.wait_for_timeout(500)
         toasts = page.evaluate("[...document.querySelectorAll('.toast-body, [data-testid=toast-body]')].map((t) => t.innerText)")

@@ -13,6 +13,7 @@ import re
 import pytest
 
 from test_browser import CHROMIUM, opened_page, reopen_run, save_screenshot, tab
+from test_browser_dish import BROKEN_WORDS
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")
 
@@ -234,3 +235,5 @@ def test_every_answer_shows_its_mass_in_words_and_no_answer_shows_at_1440_and_42
             assert page.evaluate("document.documentElement.scrollWidth") <= width + 1
             # a header stays on one or two lines, never wrapped letter by letter
             assert all(height < 60 for _, height in found["headers"]), (width, found["headers"])
+            # and no header or question name broken mid-word ("quest/ion", "order/s", "consi/stent" at 420 px)
+            assert not page.evaluate(BROKEN_WORDS, "#petri-probe-answers thead th, #petri-probe-answers [role=gridcell]"), width

@@ -52,7 +52,8 @@ def assert_figure_text_apart(page, sel: str) -> None:
 @pytest.mark.parametrize("width", [1440, 420])
 def test_study_figures_text_never_overlaps(page, served, width):
     """Issue 60 item 6: the shipped study's figures at 1440 and 420 px. At 420 px the side-by-side
-    panels' titles overlapped each other and the headline ran off the figure."""
+    panels' titles overlapped each other and the headline ran off the figure, and the Jaccard
+    heatmap's title ran 330 px past it."""
     page.set_viewport_size({"width": width, "height": 900})
     try:
         tab(page, "Study")
@@ -60,8 +61,11 @@ def test_study_figures_text_never_overlaps(page, served, width):
         page.wait_for_selector("#petri-study-events-fig .js-plotly-plot")
         settle_narrow_layout(page)
         page.wait_for_timeout(500)
-        for sel in ("#petri-study-instability", "#petri-study-events-fig"):
+        # the Jaccard heatmap's one-line title ran 330 px past a 420 px screen's figure
+        for sel in ("#petri-study-instability", "#petri-study-events-fig", "#petri-study-jaccard"):
             assert_figure_text_apart(page, sel)
+        jaccard = page.evaluate(FIGURE_TEXTS, "#petri-study-jaccard")  # its wrapped title's first line not cut at the top
+        assert all(t["t"] >= jaccard["svg"]["t"] - 1 for t in jaccard["texts"] if t["kind"] == "title"), jaccard
         figure = page.locator("#petri-study-instability")
         figure.scroll_into_view_if_needed()
         box = figure.bounding_box()

@@ -289,7 +289,7 @@ def test_the_compare_tab_draws_each_events_flip_map_while_it_samples(service, mo
     (_, _, a), (_, _, b) = service.store.load_events(final["run_id"])
     for key, label, traj, last in (("heatmap_a", "calm", a, live[a_live[-1]]), ("heatmap_b", "tense", b, live[b_live[-1]])):
         fig = last[key]
-        assert fig.layout.title.text.startswith(f"{label}: flips while sampling")
+        assert fig.layout.title.text.startswith(f"{label}<br>flips while sampling")  # the label on a line of its own
         z = np.asarray(fig.data[0].z, dtype=float)
         expected = flip_grid(traj.argmax, traj.steps, traj.anchor_mask).sum(axis=0).astype(float)
         assert z.shape == expected.shape
