@@ -68,6 +68,6 @@ def test_an_aborted_zerogpu_dish_run_keeps_its_steps_and_says_so_plainly(service
     final = list(ctl.run(*dish_inputs(ctl, steps=20)))[-1]
     assert final["status"] == (f"Stopped: the GPU time of this call ran out (ZeroGPU: GPU task aborted); 0 of 1 events "
                                f"finished and are stored in run {final['run_badge'].split('`')[1]}; stopped at step 2.")
-    assert "stopped: flips while sampling — step 2" in final["heatmap"].layout.title.text
+    assert "stopped<br>flips while sampling — step 2" in final["heatmap"].layout.title.text
     assert final["traj_view"]["steps"] == 3 and final["traj_view"]["title"] == "sample 0 (stopped run)"
     assert harness.CALLS[0].aborted
