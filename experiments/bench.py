@@ -58,13 +58,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from petri.core.dish import even_slots  # noqa: E402
-from petri.engine.torch.model import LoadedModel, compile_for_sampling, load_model  # noqa: E402
+from petri.core.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
 from petri.engine.cuda.compiled_tier import uncompile_regions  # noqa: E402
 from petri.engine.cuda.encoder_graphs import DEFAULT_ENCODER_GRAPH_LENGTHS, set_encoder_graph_lengths  # noqa: E402
-from petri.engine.torch.fast_tier import FastOptions  # noqa: E402
 from petri.engine.cuda.fast_sampler import run_sampler_fast  # noqa: E402
+from petri.engine.torch.fast_tier import FastOptions  # noqa: E402
+from petri.engine.torch.model import LoadedModel, compile_for_sampling, load_model  # noqa: E402
 from petri.engine.torch.sampler import generate_kwargs, run_sampler  # noqa: E402
-from petri.core.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
 
 
 def full_size_config():

@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from blas_workspace import graphed_ms  # noqa: E402
+
 from petri.engine.cuda.batch1_experts import GemmConfig, align_blocks_torch, grouped_gemm  # noqa: E402
 from petri.engine.cuda.fp8 import activation_quantized, experts_fp8, quantize_rows, scaled_matmul  # noqa: E402
 from petri.engine.cuda.fused_experts import combine_rows, gated_activation, moe_experts  # noqa: E402

@@ -126,8 +126,8 @@ def main() -> None:
         lm = build_full_size(torch.device("cuda"))
         prompt = torch.randint(3, lm.vocab_size, (200,), generator=torch.Generator().manual_seed(0)).tolist()
         layouts = three_anchor_layouts(args.batch, lm.canvas_length, lm.vocab_size)
-        from petri.engine.base import SampleRequest
         from petri.core.trajectory import SamplerSettings
+        from petri.engine.base import SampleRequest
 
         settings = SamplerSettings()
 

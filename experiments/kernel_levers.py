@@ -93,8 +93,8 @@ import triton.language as tl  # noqa: E402
 from triton.testing import do_bench_cudagraph  # noqa: E402
 
 import petri.engine.cuda.batch1_experts as batch1  # noqa: E402
-import petri.engine.cuda.fused_logits as fused_logits  # noqa: E402
 import petri.engine.cuda.fp8_kernels as fp8_kernels  # noqa: E402
+import petri.engine.cuda.fused_logits as fused_logits  # noqa: E402
 from petri.engine.cuda.fp8 import FP8_MAX, INV_FP8_MAX, MIN_SCALE, activation_quantized  # noqa: E402
 from petri.engine.cuda.fused_experts import gated_activation  # noqa: E402
 from petri.engine.cuda.fused_router import route_top_k_reference, route_top_k_triton  # noqa: E402
@@ -429,8 +429,12 @@ def launch_part() -> dict:
 
 def norms_part() -> dict:
     from petri.engine.cuda.fp8 import quantize_rows_torch
-    from petri.engine.cuda.fused_norms import (feedforward_inputs_reference, feedforward_inputs_triton,
-                                          layer_output_reference, layer_output_triton)
+    from petri.engine.cuda.fused_norms import (
+        feedforward_inputs_reference,
+        feedforward_inputs_triton,
+        layer_output_reference,
+        layer_output_triton,
+    )
 
     def inductor_inputs(*args):
         r, pre, pre_2, router = feedforward_inputs_reference(*args)

@@ -19,6 +19,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "experiments"))
 
 from bench import full_size_config  # noqa: E402
+
 from petri.engine.torch.tier_memory import GIB, Tier, TierMemoryError, choose_tier, estimate, weight_counts  # noqa: E402
 
 ASKED = [(False, "bf16"), (True, "bf16"), (True, "fp8"), (True, "fp8-fast"), (True, "fp8-fast+sc-fp8")]

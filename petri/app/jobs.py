@@ -56,7 +56,7 @@ class Job:
     """
 
     kind: str
-    work: Callable[["JobContext"], Any] = field(repr=False)
+    work: Callable[[JobContext], Any] = field(repr=False)
     owner: str | None = None
     job_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     status: str = "queued"
@@ -105,7 +105,7 @@ def recorded_run(store: RunStore, run_id: str) -> Iterator[None]:
 class JobContext:
     """What a job's work receives: its cancel token and the ways to report progress and its run."""
 
-    def __init__(self, queue: "JobQueue", job: Job):
+    def __init__(self, queue: JobQueue, job: Job):
         self._queue, self.job = queue, job
 
     @property

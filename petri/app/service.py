@@ -16,17 +16,17 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
+from petri.app import probe as probing
+from petri.app.jobs import Job, JobContext, JobQueue, recorded_run
+from petri.app.runs_view import RunsView
 from petri.core.cancel import CancelToken, acquire_or_cancel
 from petri.core.plan import SeedEvent, SeedPlan  # noqa: F401  (SeedEvent: read from here by the edges)
+from petri.core.trajectory import SamplerSettings, Trajectory
 from petri.engine.base import SamplingModel, StepCallback
 from petri.engine.seeding import plan_seed, sample_planned
-from petri.app.jobs import Job, JobContext, JobQueue, recorded_run
-from petri.app import probe as probing
-from petri.app.runs_view import RunsView
 from petri.runs.store import RunStore
 from petri.study.runner import ProgressCallback, StudyProgress, StudyResult, run_study
 from petri.study.schema import Study
-from petri.core.trajectory import SamplerSettings, Trajectory
 
 
 class BusyError(RuntimeError):
@@ -210,12 +210,12 @@ class PetriService(RunsView):
 
     # ------------------------------------------------------------------------------ probe
     def probe(self, request, *, wait_s: float | None = None, cancel: CancelToken | None = None,
-              owner: str | None = None) -> "probing.ProbeRun":
+              owner: str | None = None) -> probing.ProbeRun:
         """One slot read of a :class:`~petri.core.probe.ProbeRequest`, stored as a ``probe`` run
         (:func:`petri.app.probe.probe`; a bad request raises ``ProbeInputError`` and stores nothing)."""
         return probing.probe(self, request, wait_s=wait_s, cancel=cancel, owner=owner)
 
-    def submit_probe_eval(self, labelled, settings: "probing.EvalSettings | None" = None, owner: str | None = None,
+    def submit_probe_eval(self, labelled, settings: probing.EvalSettings | None = None, owner: str | None = None,
                           on_item: Callable[[int, int], None] | None = None) -> Job:
         """Queue a labelled set's evaluation as a ``probe-eval`` job (:func:`petri.app.probe.submit_probe_eval`)."""
         return probing.submit_probe_eval(self, labelled, settings or probing.EvalSettings(), owner, on_item)

@@ -17,6 +17,7 @@ from petri.core.cancel import CancelToken
 from petri.core.settings import FamilySettings
 from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory, check_sampler_inputs
 
+
 @dataclass(frozen=True)
 class LiveStep:
     """One denoising step as the live callback sees it, on the host: ``index`` (from 0), the raw
@@ -111,7 +112,7 @@ class SamplingModel(Protocol):
         """The largest prompt (tokens) that fits with the canvas, ``None`` when unbounded."""
         ...
 
-    def sample(self, request: "SampleRequest", *, on_step: StepCallback | None = None,
+    def sample(self, request: SampleRequest, *, on_step: StepCallback | None = None,
                cancel: CancelToken | None = None) -> Trajectory:
         """Denoise one canvas per layout (a batch of S = ``len(request.layouts)``), the prompt (P,)
         encoded once; anchors and ``request.canvas_prefix`` pinned at every step. ``cancel`` is

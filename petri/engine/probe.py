@@ -26,8 +26,18 @@ import numpy as np
 
 from petri.core.cancel import CancelToken
 from petri.core.dish import encode_prompt
-from petri.core.probe import AUTO_DRAWS, AUTO_ENTROPY, FrameLayout, ProbeInputError, ProbeRequest, \
-    layout_frame, listed_request, listing_orders, render_prompt, request_to_dict
+from petri.core.probe import (
+    AUTO_DRAWS,
+    AUTO_ENTROPY,
+    FrameLayout,
+    ProbeInputError,
+    ProbeRequest,
+    layout_frame,
+    listed_request,
+    listing_orders,
+    render_prompt,
+    request_to_dict,
+)
 from petri.core.trajectory import AnchorSpan
 from petri.engine.base import SampleRequest, SamplingModel
 

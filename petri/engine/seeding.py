@@ -14,8 +14,8 @@ from dataclasses import replace
 from petri.core.cancel import CancelToken
 from petri.core.dish import Dish, PromptEncoding, concept_token_ids, encode_prompt, layout_samples, pinned_arrays
 from petri.core.plan import PlannedEvent, SeedEvent, SeedPlan
-from petri.engine.base import SampleRequest, SamplingModel, StepCallback
 from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory
+from petri.engine.base import SampleRequest, SamplingModel, StepCallback
 
 
 def plan_dish(

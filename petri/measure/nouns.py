@@ -41,9 +41,9 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from importlib import metadata, util
-from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd

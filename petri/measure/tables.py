@@ -16,11 +16,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from petri.core.trajectory import Trajectory
 from petri.measure.metrics import anchor_concepts, commit_steps, pair_instability, pair_segment_values, step_sum
 from petri.measure.sample_metrics import sample_metrics
-from petri.measure.summary import EventSummary, summary_of, tagged as _tagged
-from petri.measure.summary import preservation_summary  # noqa: F401  (read from here by the study and the API)
-from petri.core.trajectory import Trajectory
+from petri.measure.summary import (
+    EventSummary,
+    preservation_summary,  # noqa: F401  (read from here by the study and the API)
+    summary_of,
+)
+from petri.measure.summary import tagged as _tagged
 
 #: What every table takes: one event's trajectory, or its summary (computed once for all its tables).
 Event = Trajectory | EventSummary

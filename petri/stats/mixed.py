@@ -204,8 +204,8 @@ def _fit_crossed(data: pd.DataFrame, value: str, event_col: str, template_col: s
                  group_a: str, group_b: str, n_events_a: int, n_events_b: int, unit: str) -> MixedResult:
     """Fit ``value ~ _x`` (``_x`` a column of ``data``) with crossed random intercepts for event and
     template as variance components of one all-covering group (REML); the effect is ``_x``'s coefficient."""
-    from statsmodels.regression.mixed_linear_model import MixedLM  # here: only the mixed model needs it
     from scipy import stats as sps
+    from statsmodels.regression.mixed_linear_model import MixedLM  # here: only the mixed model needs it
 
     data = data.assign(_event=data[event_col].astype(str), _template=data[template_col].astype(str))
     n_templates = int(data["_template"].nunique())

@@ -25,8 +25,9 @@ differences ``d_i = B_i - A_i`` over the ``n`` events with both values:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd

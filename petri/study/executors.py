@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from petri.core.cancel import CancelToken
 from petri.core.dish import Dish
+from petri.core.trajectory import SamplerSettings, Trajectory
 from petri.engine.base import SamplingModel, StepCallback
 from petri.engine.seeding import plan_dish, seed_dish
-from petri.core.trajectory import SamplerSettings, Trajectory
 from petri.study.slots import SharedSlotsDish, resolve_dish
 
 
@@ -55,7 +55,7 @@ class ModelFacts:
     default_settings: SamplerSettings
 
     @classmethod
-    def of(cls, lm: SamplingModel) -> "ModelFacts":
+    def of(cls, lm: SamplingModel) -> ModelFacts:
         return cls(lm.model_id, lm.fingerprint(), lm.device_type, str(lm.describe()["device"]), lm.default_settings())
 
 

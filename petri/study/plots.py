@@ -27,9 +27,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from petri.core.trajectory import AnchorSpan, Trajectory
 from petri.measure.metrics import flip_counts, flip_grid
 from petri.stats.groups import LevelComparisons
-from petri.core.trajectory import AnchorSpan, Trajectory
 from petri.study.anchor_marks import ANCHOR_COLOR, LABEL_ROW_PX, mark_anchors, top_margin
 
 log = logging.getLogger(__name__)

@@ -34,8 +34,7 @@ import pandas as pd
 from petri.core.cancel import CancelToken
 from petri.core.probe import DEFAULT_MIN_MASS, ORDER_CYCLIC, ProbeRequest
 from petri.engine.probe import ProbeResult, read_slots
-from petri.stats.calibration import (brier_score, changed_share, expected_calibration_error, reliability_bins,
-                                     wilson_interval)
+from petri.stats.calibration import brier_score, changed_share, expected_calibration_error, reliability_bins, wilson_interval
 from petri.stats.paired import mcnemar_exact
 from petri.study.probe_set import LabelledItem, LabelledSet, load_labelled_set  # noqa: F401 - the contract's names
 

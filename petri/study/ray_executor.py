@@ -25,10 +25,17 @@ from typing import Any
 
 from petri.core.cancel import CancelToken
 from petri.core.dish import Dish
-from petri.study.executors import (
-    BatchJob, BatchLanded, ExecutorError, ModelFacts, ModelSpec, StudyExecutor, check_layouts, sample_batch,
-)
 from petri.core.trajectory import SamplerSettings, Trajectory
+from petri.study.executors import (
+    BatchJob,
+    BatchLanded,
+    ExecutorError,
+    ModelFacts,
+    ModelSpec,
+    StudyExecutor,
+    check_layouts,
+    sample_batch,
+)
 
 log = logging.getLogger(__name__)
 

@@ -15,13 +15,13 @@ import pandas as pd
 
 from petri.core.wording import counted
 from petri.measure.sample_metrics import sample_metrics
-from petri.study.analysis import StudyAnalysis, analyze
 from petri.runs.export import TokenText, package_versions, with_final_token, write_csv, write_tables
-from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap, save_figures
 from petri.stats.groups import GroupComparison, too_small_note
-from petri.study.statistics import write_statistics
-from petri.study.paired_statistics import write_paired
+from petri.study.analysis import StudyAnalysis, analyze
 from petri.study.paired_plots import paired_slope_figure
+from petri.study.paired_statistics import write_paired
+from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap, save_figures
+from petri.study.statistics import write_statistics
 
 if TYPE_CHECKING:
     from petri.study.runner import StudyResult

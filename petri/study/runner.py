@@ -28,12 +28,12 @@ from tqdm.auto import tqdm
 
 from petri.core.cancel import Cancelled, CancelToken
 from petri.core.dish import Dish
+from petri.core.trajectory import SamplerSettings, Trajectory
 from petri.engine.base import SamplingModel, StepCallback
 from petri.runs.store import RunStore
 from petri.study.executors import BatchJob, LocalExecutor, StudyExecutor, check_layouts  # noqa: F401 (check_layouts: re-exported)
 from petri.study.schema import Study, StudyEvent, Template
 from petri.study.slots import SharedSlotsDish
-from petri.core.trajectory import SamplerSettings, Trajectory
 
 #: Bump when a change makes stored batches incompatible with new ones (new run ids then).
 RUN_FORMAT = 1

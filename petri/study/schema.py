@@ -21,9 +21,9 @@ from typing import Any
 
 from petri.core.dish import LayoutError, template_problem, validate_concepts
 from petri.measure.nouns import UnsupportedLanguage, analyser_for, analyser_problem
+from petri.study.checks import ID_PATTERN, Checker, StudyError  # noqa: F401 (ID_PATTERN, StudyError: re-exported)
 from petri.study.conditions import Condition, Variant, parse_conditions, parse_event_conditions
 from petri.study.transforms import apply_transform
-from petri.study.checks import ID_PATTERN, Checker, StudyError  # noqa: F401 (ID_PATTERN, StudyError: re-exported)
 
 SCHEMA_VERSION = 1
 

@@ -20,9 +20,9 @@ import pandas as pd
 
 from petri.core.wording import counted
 from petri.runs.export import write_csv
+from petri.stats.groups import MIN_INFORMATIVE_N, GroupComparison, LevelComparisons, compare_levels
 from petri.stats.mixed import BootstrapResult, MixedResult, cell_values, crossed_mixed_model, two_way_cluster_bootstrap
 from petri.stats.multiple import pair_comparisons
-from petri.stats.groups import MIN_INFORMATIVE_N, GroupComparison, LevelComparisons, compare_levels
 
 __all__ = ["StudyStatistics", "study_statistics", "PEEKING_WARNING", "write_statistics", "STATISTICS_START",
            "STATISTICS_END", "replace_section"]

@@ -18,9 +18,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from petri.core.trajectory import MASKED_FAMILY, Trajectory
 from petri.measure.replay import CONFIDENCE_LEGEND, confidence, decode_ids, sample_record, step_curves, visible_text
 from petri.study.anchor_marks import mark_anchors
-from petri.core.trajectory import MASKED_FAMILY, Trajectory
 
 #: Confidence colour scale, light (unsure) to dark (certain), shared by the figure and the animation.
 CONFIDENCE_SCALE = [[0.0, "#f7fbff"], [0.5, "#6baed6"], [1.0, "#08306b"]]

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from petri.core.cancel import CancelToken
 from petri.app.service import PetriService, SeedResult
+from petri.core.cancel import CancelToken
 from petri.core.plan import SeedPlan
+from petri.core.trajectory import SamplerSettings
 from petri.study.runner import ProgressCallback, StudyResult
 from petri.study.schema import Study
-from petri.core.trajectory import SamplerSettings
 
 
 def gpu_task(fn: Callable) -> Callable:

@@ -19,9 +19,9 @@ import ipaddress
 import os
 import sys
 
-from petri.engine.base import BackendUnavailableError, ModelNotFoundError
-from petri.cli.options import add_model_arguments, load_from_args
 from petri.app.service import PetriService
+from petri.cli.options import add_model_arguments, load_from_args
+from petri.engine.base import BackendUnavailableError, ModelNotFoundError
 from petri.runs.store import RunStore, StoreError
 from petri.web import limits
 from petri.web.access import API_TOKEN_ENV, CALLER_HEADER, PUBLIC_ENV, AccessPolicy, RedactSecrets

@@ -150,10 +150,10 @@ def test_a_failing_compiled_tier_falls_back_to_the_plain_fast_path(tiny_lm, monk
     import copy
     from dataclasses import replace
 
-    from petri.engine.cuda import fast_sampler
-    from petri.engine.torch.model import compile_for_sampling
     from petri.core.trajectory import SamplerSettings
     from petri.engine.base import SampleRequest
+    from petri.engine.cuda import fast_sampler
+    from petri.engine.torch.model import compile_for_sampling
 
     lm = compile_for_sampling(replace(tiny_lm, model=copy.deepcopy(tiny_lm.model)), backend="eager")
     real = fast_sampler.sample_fast

@@ -345,7 +345,7 @@ def test_slot_outside_the_canvas(uniform):
 
 
 def test_a_cancelled_token_stops_the_read(uniform):
-    from petri.core.cancel import CancelToken, Cancelled
+    from petri.core.cancel import Cancelled, CancelToken
 
     token = CancelToken()
     token.cancel()

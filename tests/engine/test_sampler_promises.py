@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from petri.core.dish import Dish, concept_token_ids, layout_samples, pinned_arrays
-from petri.engine.torch.sampler import StabilityTracker, run_sampler
 from petri.core.trajectory import SamplerSettings
+from petri.engine.torch.sampler import StabilityTracker, run_sampler
 
 PREFIX = (5, 6)  # stands in for the thought block: pinned on every sample, not an anchor
 STAGGERED = SamplerSettings(max_denoising_steps=20, entropy_bound=2.0, stability_threshold=0, confidence_threshold=1.5)

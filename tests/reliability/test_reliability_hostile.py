@@ -27,17 +27,17 @@ import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis.errors import Unsatisfiable
 from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
 from schemathesis.checks import negative_data_rejection, not_a_server_error, response_schema_conformance
 
 import petri.web.server as app_module
-from petri.web.app import create_app
-from petri.web.limits import MAX_BODY_BYTES, MAX_SEED
 from petri.app.service import PetriService
 from petri.runs.store import RunStore
-from service_support import model_held
+from petri.web.app import create_app
+from petri.web.limits import MAX_BODY_BYTES, MAX_SEED
 from reliability_support import HEAVY
+from service_support import model_held
 
 FUZZ_EXAMPLES = int(os.environ.get("PETRI_FUZZ_EXAMPLES", "300" if HEAVY else "25"))
 REQUEST_TIMEOUT_S = 60
@@ -446,9 +446,10 @@ sys.addaudithook(_audit_hook)  # audit hooks cannot be removed: it records only 
 
 
 def test_requests_naming_files_or_models_never_open_or_load_them(client, server, monkeypatch, tmp_path):
+    from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
+
     import petri.engine.select as select
     import petri.engine.torch.model as models
-    from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
     secret_dir = tmp_path / "secret-target"
     secret_dir.mkdir()

@@ -14,7 +14,6 @@ from petri.runs.store import RunStore
 from petri.study.analysis import analyze
 from petri.study.schema import StudyError, study_from_dict
 from petri.study.transforms import apply_transform, shuffle_words
-
 from tests.study.test_study_run import SETTINGS, one_thread  # noqa: F401 (one intra-op thread, autouse)
 
 SAMPLES = 3

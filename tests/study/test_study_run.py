@@ -16,15 +16,16 @@ import torch
 
 import petri.study.executors as executors
 import petri.study.runner as runner
-from petri.study.analysis import analyze, clean_text, cluster_bootstrap_mean, study_tables
-from petri.core.dish import LayoutError
-from petri.measure.nouns import FALLBACK, FUGASHI, KIWI, tagger_name, top_nouns_by_template
-from petri.study.plots import flips_bar, save_figures, sample_flip_heatmap as flip_heatmap
-from petri.study.report import render_report, sidecar, write_study
 from petri.app.service import BusyError
-from petri.runs.store import RunStore
-from petri.study.schema import study_from_dict
+from petri.core.dish import LayoutError
 from petri.core.trajectory import SamplerSettings
+from petri.measure.nouns import FALLBACK, FUGASHI, KIWI, tagger_name, top_nouns_by_template
+from petri.runs.store import RunStore
+from petri.study.analysis import analyze, clean_text, cluster_bootstrap_mean, study_tables
+from petri.study.plots import flips_bar, save_figures
+from petri.study.plots import sample_flip_heatmap as flip_heatmap
+from petri.study.report import render_report, sidecar, write_study
+from petri.study.schema import study_from_dict
 from service_support import model_held
 
 SETTINGS = SamplerSettings(max_denoising_steps=4)

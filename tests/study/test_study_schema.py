@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from petri.measure import nouns
 from petri.cli.main import main
+from petri.measure import nouns
 from petri.study.schema import StudyError, load_study, study_from_dict
 
 REPO = Path(__file__).resolve().parents[2]

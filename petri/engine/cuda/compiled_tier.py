@@ -20,16 +20,7 @@ import os
 
 from petri.engine.cuda.attention_inputs import drop_fused_attention_inputs, use_fused_attention_inputs
 from petri.engine.cuda.batch1_experts import use_small_batch_experts
-from petri.engine.torch.decoder_hooks import (
-    compile_function,
-    compile_layers,
-    deterministic_mode_used,
-    encoder_layers,
-    uncompile_layers,
-    writing_own_cache_layer,
-)
 from petri.engine.cuda.encoder_attention import use_encoder_window
-from petri.engine.torch.fast_tier import FastOptions
 from petri.engine.cuda.fp8 import precision_of, set_precision
 from petri.engine.cuda.fused_experts import fuse_experts, unfuse_experts
 from petri.engine.cuda.fused_norms import fuse_norms_reason, fused_norms_forward
@@ -38,6 +29,15 @@ from petri.engine.cuda.overlapped_mlp import MLPBeside, feedforward_mlp
 from petri.engine.cuda.sliding_attention import use_flash_sliding
 from petri.engine.cuda.split_attention import check_method, drop_split_attention, use_split_attention
 from petri.engine.cuda.stacked_projections import stack_projections, unstack_projections
+from petri.engine.torch.decoder_hooks import (
+    compile_function,
+    compile_layers,
+    deterministic_mode_used,
+    encoder_layers,
+    uncompile_layers,
+    writing_own_cache_layer,
+)
+from petri.engine.torch.fast_tier import FastOptions
 
 log = logging.getLogger(__name__)
 

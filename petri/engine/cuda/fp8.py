@@ -41,17 +41,16 @@ from __future__ import annotations
 import logging
 import types
 from dataclasses import replace
-from typing import Optional
 
 import torch
 
 from petri.engine.cuda.batch1_experts import MAX_PAIRS, align_blocks, grouped_gemm
-from petri.engine.torch.decoder_hooks import encoder_layers
 from petri.engine.cuda.fp8_kernels import MAX_WIDTH, gelu_gate_quantized, quantize_rows_triton, triton_quantizable
 from petri.engine.cuda.fused_experts import combine_rows, fusable_reason, gated_activation, route
 from petri.engine.cuda.fused_logits import HAVE_TRITON
-from petri.engine.precision_choice import PRECISIONS
 from petri.engine.cuda.stacked_projections import is_stacked_member, stacked_groups
+from petri.engine.precision_choice import PRECISIONS
+from petri.engine.torch.decoder_hooks import encoder_layers
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +193,7 @@ def experts_fp8_small_batch(hidden, top_k_index, top_k_weights, gate_up_q, gate_
 def moe_experts_fp8(
     hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
     gate_up_q: torch.Tensor, gate_up_scale: torch.Tensor, down_q: torch.Tensor, down_scale: torch.Tensor,
-    activation: str, fast_accum: bool = False, small_batch: bool = False, hidden_scale: Optional[torch.Tensor] = None,
+    activation: str, fast_accum: bool = False, small_batch: bool = False, hidden_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """:func:`experts_fp8` as one op, opaque to ``torch.compile`` (like ``petri::moe_experts``);
     ``small_batch``: :func:`experts_fp8_small_batch` instead, on CUDA with Triton. ``hidden_scale``:

@@ -29,12 +29,12 @@ from pathlib import Path
 import torch
 
 from petri.core.cancel import CancelToken
+from petri.core.trajectory import MASKED_FAMILY, MaskedSettings, Trajectory, block_count, blocks_problem
 from petri.engine.base import SampleRequest, StepCallback, prompt_room
 from petri.engine.checkpoints import weights_fingerprint
 from petri.engine.families.registry import get_family
 from petri.engine.loop import RecordedStepper, run_loop
 from petri.engine.torch.step import TorchOps, token_entropy
-from petri.core.trajectory import MASKED_FAMILY, MaskedSettings, Trajectory, block_count, blocks_problem
 
 FAMILY = MASKED_FAMILY
 DEFAULT_CANVAS_LENGTH = 64
@@ -187,7 +187,7 @@ class MaskedLoadedModel:
     def fingerprint(self) -> str:
         return weights_fingerprint(self.model, self.dtype)
 
-    def eager_stepper(self, request: SampleRequest) -> tuple[RecordedStepper, "np.ndarray"]:
+    def eager_stepper(self, request: SampleRequest) -> tuple[RecordedStepper, np.ndarray]:
         """Seed, pins and the stepper (this model's forward and its family's step), ready for step 0:
         (stepper, pinned mask (S, L) bool on the host). :meth:`sample` and the probe drive it."""
         from petri.core.dish import pinned_arrays

@@ -162,7 +162,7 @@ class EncoderCache:
         """Bytes of the kept keys and values."""
         return sum(int(a.nbytes) for a in (*self.keys, *self.values))
 
-    def repeat(self, batch: int) -> "EncoderCache":
+    def repeat(self, batch: int) -> EncoderCache:
         """The cache of a one-row prompt repeated ``batch`` times (``batch_repeat_interleave``)."""
         if batch == 1:
             return self
@@ -275,7 +275,7 @@ class MLXDiffusionGemma:
 
     # ------------------------------------------------------------------------------- loading
     @classmethod
-    def from_pretrained(cls, path: str | Path, dtype: str | mx.Dtype = "auto") -> "MLXDiffusionGemma":
+    def from_pretrained(cls, path: str | Path, dtype: str | mx.Dtype = "auto") -> MLXDiffusionGemma:
         """Load a transformers DiffusionGemma checkpoint folder (one or several safetensors files)."""
         from transformers import AutoConfig
 
@@ -284,7 +284,7 @@ class MLXDiffusionGemma:
         return cls(load_weights(folder), config.text_config, config.canvas_length, resolve_mlx_dtype(dtype))
 
     @classmethod
-    def from_torch(cls, model: Any, dtype: str | mx.Dtype = "float32") -> "MLXDiffusionGemma":
+    def from_torch(cls, model: Any, dtype: str | mx.Dtype = "float32") -> MLXDiffusionGemma:
         """Build from an in-memory ``DiffusionGemmaForBlockDiffusion`` (its state dict, via numpy)."""
         weights = {
             name: mx.array(tensor.detach().float().cpu().numpy())

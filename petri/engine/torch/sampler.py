@@ -24,7 +24,9 @@ from collections.abc import Sequence
 import torch
 
 from petri.core.cancel import CancelToken
+from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory
 from petri.engine.base import SampleRequest, StepCallback
+from petri.engine.families.uniform import UniformDiffusionScheduler
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.loop import RecordedStepper, run_loop
 from petri.engine.torch.step import (  # noqa: F401 - StabilityTracker, accept_mask: the names tests import
@@ -35,8 +37,6 @@ from petri.engine.torch.step import (  # noqa: F401 - StabilityTracker, accept_m
     start_batch,
     token_entropy,
 )
-from petri.engine.families.uniform import UniformDiffusionScheduler
-from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory
 
 
 def generate_kwargs(settings: SamplerSettings) -> dict:

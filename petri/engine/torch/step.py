@@ -14,8 +14,8 @@ import torch
 from transformers import DynamicCache
 
 from petri.core.dish import pinned_arrays
-from petri.engine.families.uniform import StopRule
 from petri.core.trajectory import AnchorSpan
+from petri.engine.families.uniform import StopRule
 
 
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:

@@ -25,8 +25,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from petri.app.probe import EvalSettings
 from petri.core.paths import probe_set_path
-from petri.core.probe import DEFAULT_MIN_MASS, MIN_MASS_HIGH, MIN_MASS_LOW, ORDER_AS_LISTED, ProbeRequest, \
-    request_from_dict
+from petri.core.probe import DEFAULT_MIN_MASS, MIN_MASS_HIGH, MIN_MASS_LOW, ORDER_AS_LISTED, ProbeRequest, request_from_dict
 from petri.study.probe_eval import EVAL_ORDER
 from petri.study.probe_set import LabelledSet, load_labelled_set, parse_jsonl
 from petri.web.api import examples

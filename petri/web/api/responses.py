@@ -9,12 +9,12 @@ from typing import Annotated, Any
 import pandas as pd
 from pydantic import BaseModel, Field, SerializeAsAny, create_model
 
-from petri.runs.export import TABLES, run_metadata, run_tables, write_tables
+from petri.core.trajectory import Trajectory
 from petri.measure.sample_metrics import SampleMetric, json_number, sample_metrics
-from petri.runs.formats import RESULT_TABLES
 from petri.measure.summary import EventSummary
 from petri.measure.tables import pairs_table, preservation_summary, segments_table
-from petri.core.trajectory import Trajectory
+from petri.runs.export import TABLES, run_metadata, run_tables, write_tables
+from petri.runs.formats import RESULT_TABLES
 from petri.web.api.registered import registered
 
 

@@ -19,20 +19,20 @@ import gradio as gr
 import pandas as pd
 from pydantic import ValidationError
 
-from petri.core.wording import counted
-from petri.core.dish import DEFAULT_TEMPLATE
-from petri.measure.metrics import flip_grid
 from petri.app.jobs import QueueFull
 from petri.app.service import PetriService
-from petri.study.anchor_marks import aggregate_anchor_boxes
-from petri.study.plots import flip_difference_heatmap
+from petri.core.dish import DEFAULT_TEMPLATE
+from petri.core.trajectory import Trajectory
+from petri.core.wording import counted
+from petri.measure.metrics import flip_grid
 from petri.measure.summary import EventSummary
 from petri.measure.tables import pairs_table, samples_table, segments_table
-from petri.core.trajectory import Trajectory
+from petri.study.anchor_marks import aggregate_anchor_boxes
+from petri.study.plots import flip_difference_heatmap
 from petri.web.access import Caller
+from petri.web.api.requests import prepare_seed
 from petri.web.errors import FieldError
 from petri.web.limits import MAX_SAMPLES
-from petri.web.api.requests import prepare_seed
 from petri.web.ui.access import UiAccess
 from petri.web.ui.dish import EXAMPLE_CONCEPTS, TEMPLATE_CHOICES, DishController
 from petri.web.ui.dish_controls import (

@@ -18,10 +18,9 @@ the run's stored events (:meth:`petri.runs.store.RunStore.load_events`) and the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-
-import re
 
 import gradio as gr
 import plotly.graph_objects as go

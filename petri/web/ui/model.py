@@ -5,9 +5,9 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from petri.app.service import PetriService
 from petri.core.paths import checkpoint_source
 from petri.engine.torch.prompt_cache import PROMPT_CACHE_ENV, kept_prompts
-from petri.app.service import PetriService
 from petri.web.limits import LIMITS
 
 

@@ -24,16 +24,16 @@ import numpy as np
 import pandas as pd
 
 from petri.app.service import PetriService
-from petri.measure.summary import EventSummary
+from petri.core.trajectory import settings_from_dict
 from petri.core.wording import counted
+from petri.measure.summary import EventSummary
+from petri.runs.probe_results import EVAL_KIND, PROBE_KIND
 from petri.study.provisional import stored_batches
 from petri.study.runner import StudyResult
 from petri.study.schema import StudyError, study_from_dict
-from petri.core.trajectory import settings_from_dict
 from petri.web.access import Caller
 from petri.web.ui.access import UiAccess
 from petri.web.ui.probe_views import probe_headline, probe_row
-from petri.runs.probe_results import EVAL_KIND, PROBE_KIND
 
 RUN_COLUMNS = ["kind", "what", "design", "headline", "status", "run_id", "created_at", "model", "concepts"]
 #: Room for each column (px): "what" gets the most, so an event reads as a sentence, not 20 characters.

@@ -30,6 +30,7 @@ from __future__ import annotations
 import gradio as gr
 import numpy as np
 
+from petri.core.trajectory import MASKED_FAMILY, UNIFORM_FAMILY, Trajectory
 from petri.measure.metrics import anchor_concepts
 from petri.measure.replay import CONFIDENCE_LEGEND, live_record, sample_record
 from petri.study.trajectory_plots import (
@@ -40,12 +41,11 @@ from petri.study.trajectory_plots import (
     step_curves_figure,
     trajectory_figure,
 )
-from petri.core.trajectory import MASKED_FAMILY, UNIFORM_FAMILY, Trajectory
 from petri.web.access import Caller
 from petri.web.replay_files import export_bundle, run_colors
+from petri.web.tokens import TokenText
 from petri.web.ui.access import UiAccess, export_dir
 from petri.web.ui.busy import busy_click
-from petri.web.tokens import TokenText
 from petri.web.ui.views import responsive
 
 VIEW_HTML = """

@@ -10,11 +10,10 @@ from __future__ import annotations
 import threading
 
 import pytest
-
-from petri.measure.replay import visible_text
-
 from test_browser import CHROMIUM, open_settings, run_compare, save_screenshot, tab, wait_new_done
 from test_browser_legibility import browser  # noqa: F401  (a fixture: one chromium for the module)
+
+from petri.measure.replay import visible_text
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")
 
@@ -287,10 +286,10 @@ def test_the_viewer_draws_its_pause_mark_and_sets_renoised_pieces_apart_in_flowi
     """Issue 60, item 11: the Pause glyph (U+23F8) was a box in fonts without it, and flowing text ran
     renoised pieces (random tokens) into their neighbours ("lovelyottedarer"). The viewer alone, as
     Gradio hands it a record (test_browser_viewer_families' harness)."""
+    from test_browser_viewer_families import DISH, harness, view_of
+
     from petri.core.trajectory import SamplerSettings
     from petri.engine.seeding import seed_dish
-
-    from test_browser_viewer_families import DISH, harness, view_of
 
     traj = seed_dish(tiny_lm, DISH, 1, SamplerSettings(max_denoising_steps=6, entropy_bound=3.0), seed=3)
     record, _ = view_of(tiny_lm, traj)

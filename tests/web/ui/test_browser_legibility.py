@@ -13,14 +13,13 @@ from pathlib import Path
 import numpy as np
 import plotly
 import pytest
+from test_browser import CHROMIUM, CHROMIUM_ARGS
 
 from petri.core.trajectory import AnchorSpan
 from petri.study.anchor_marks import aggregate_anchor_boxes
 from petri.study.plots import flip_heatmap, jaccard_heatmap
 from petri.web.ui.canvas import CANVAS_CSS, CANVAS_HTML, CANVAS_JS
 from petri.web.ui.trajectory import VIEW_CSS, VIEW_HTML, VIEW_JS
-
-from test_browser import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")
 

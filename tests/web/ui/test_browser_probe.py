@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from test_browser import CHROMIUM, opened_page, reopen_run, save_screenshot, tab
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")

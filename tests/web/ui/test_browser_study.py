@@ -11,7 +11,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from test_browser import CHROMIUM, page, save_screenshot, served, settle_narrow_layout, small_study_file, tab  # noqa: F401
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
+from petri.measure.tables import segments_table
 from petri.study.analysis import analyze
 from petri.study.provisional import provisional_statistics, stored_batches
-from petri.measure.tables import segments_table
 from petri.web.ui import study as ui_study
 from petri.web.ui.study import StudyController, fields_to_study
 from study_support import study_fields, tab_study
@@ -302,8 +302,8 @@ def test_the_compare_tab_draws_each_events_flip_map_while_it_samples(service, mo
 def test_a_queued_seed_names_each_event_before_its_steps(service):
     """``submit_seed``'s ``on_event(index)`` comes on the job's thread before event ``index``'s first
     step, so a caller can tell the events' steps apart without guessing from the step index."""
-    from petri.core.dish import Dish
     from petri.app.service import SeedEvent
+    from petri.core.dish import Dish
     from petri.core.trajectory import SamplerSettings
 
     order: list = []
