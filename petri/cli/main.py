@@ -1,6 +1,6 @@
 """The ``petri`` command (also ``python -m petri``): ``seed`` (one event), ``study FILE`` (a study
-file), ``probe`` (slot reads on a pinned frame, :mod:`petri.cli.probe`), ``power`` / ``restat`` / ``paired`` (statistics of stored study folders), ``replay RUN_ID`` (a
-stored run step by step: GIF, figure or table) and ``serve`` (the web app, as ``python app.py``)."""
+file), ``probe`` (slot reads on a pinned frame, :mod:`petri.cli.probe`), ``power`` / ``restat`` / ``paired`` (statistics of stored study
+folders), ``replay RUN_ID`` (a stored run step by step: GIF, figure or table) and ``serve`` (the web app, as ``python app.py``)."""
 
 from __future__ import annotations
 

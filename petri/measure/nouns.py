@@ -225,6 +225,11 @@ def tagger_name(method: str | None = None) -> str:
     return "content-word fallback (NO part-of-speech tagger: stopword-filtered alphabetic tokens, word-level)"
 
 
+#: The tagger in use (:func:`tagger_name`), declared for readers and checkers: no value is bound here, so
+#: :func:`__getattr__` computes it on first use.
+TAGGER_NAME: str
+
+
 def __getattr__(name: str) -> str:  # PEP 562: TAGGER_NAME is computed on first use
     if name == "TAGGER_NAME":
         return tagger_name()

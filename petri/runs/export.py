@@ -87,8 +87,8 @@ def run_table(
 
 def event_table(event: Trajectory | EventSummary, name: str, index: int, groups: Sequence[str | None] | None,
                  token_text: TokenText | None = None) -> pd.DataFrame:
-    """Table ``name`` of one event (its trajectory or summary: a chunk of :func:`run_table`), tagged with ``event_index`` and ``group`` when ``groups``
-    is given (after ``event``, or first where the table carries no event text)."""
+    """Table ``name`` of one event (its trajectory or summary: a chunk of :func:`run_table`), tagged with ``event_index`` and ``group``
+    when ``groups`` is given (after ``event``, or first where the table carries no event text)."""
     frame = TABLES[name](event)
     if name == "positions":
         with_final_token(frame, token_text)

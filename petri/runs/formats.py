@@ -8,8 +8,8 @@ Tables (:data:`RUN_TABLES`): the tidy ``positions``, ``segments``, ``samples`` a
 (:data:`petri.runs.export.TABLES`, one chunk per event) and ``steps``, the per-step record (one chunk
 per (event, sample)); and the tables of runs that store JSON documents instead of trajectories
 (:data:`RESULT_TABLES`, :class:`ResultTable`: a probe read's ``reads`` and ``top_k``, an
-evaluation's ``predictions``, ``summary`` and ``reliability``, :mod:`petri.runs.probe_results`). Formats (:data:`FORMATS`): ``csv`` (streamed chunk by chunk, formula-leading
-text neutralised by :func:`petri.runs.export.write_csv`) and ``parquet`` (the chunks joined, then
+evaluation's ``predictions``, ``summary`` and ``reliability``, :mod:`petri.runs.probe_results`). Formats (:data:`FORMATS`): ``csv``
+(streamed chunk by chunk, formula-leading text neutralised by :func:`petri.runs.export.write_csv`) and ``parquet`` (the chunks joined, then
 written at once).
 """
 

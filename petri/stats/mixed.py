@@ -68,7 +68,8 @@ class MixedResult:
         conf = f"{100 * self.confidence:g}%"
         return (
             f"mixed model ({self.unit}: {self.n_cells} cells = {self.n_events} events x {self.n_templates} templates): "
-            f"{self.effect_label or f'{self.group_b} - {self.group_a}'} = {self.effect:+.4g} (SE {self.se:.3g}, {conf} CI {self.ci_low:+.4g}, "
+            f"{self.effect_label or f'{self.group_b} - {self.group_a}'} = {self.effect:+.4g} "
+            f"(SE {self.se:.3g}, {conf} CI {self.ci_low:+.4g}, "
             f"{self.ci_high:+.4g}, p={_fmt_p(self.p_value)}); variance event {self.var_event:.3g}, template "
             f"{self.var_template:.3g}, residual {self.var_residual:.3g}; ICC event {self.icc_event:.2f}, "
             f"template {self.icc_template:.2f}" + ("" if self.converged else " (did NOT converge)")

@@ -69,7 +69,8 @@ def study_tables(batches: list[StudyBatch], study_id: str, *, names: Sequence[st
     return {name: pd.concat([t[name] for t in per_batch], ignore_index=True) for name in names}
 
 
-def cluster_bootstrap_mean(sums: np.ndarray, counts: np.ndarray, n_boot: int, confidence: float, rng: np.random.Generator) -> tuple[float, float]:
+def cluster_bootstrap_mean(sums: np.ndarray, counts: np.ndarray, n_boot: int, confidence: float,
+                           rng: np.random.Generator) -> tuple[float, float]:
     """Percentile CI of ``sum(sums) / sum(counts)`` resampling clusters (samples) with replacement."""
     keep = counts > 0
     sums, counts = sums[keep], counts[keep]
@@ -82,7 +83,8 @@ def cluster_bootstrap_mean(sums: np.ndarray, counts: np.ndarray, n_boot: int, co
     return float(low), float(high)
 
 
-def events_table(tables: dict[str, pd.DataFrame], study, max_steps: int, *, n_boot: int = 2000, confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
+def events_table(tables: dict[str, pd.DataFrame], study, max_steps: int, *, n_boot: int = 2000, confidence: float = 0.95,
+                 seed: int = 0) -> pd.DataFrame:
     """One row per event: mean segment instability (the event-level value of the test) with a
     cluster-bootstrap CI over the event's samples (``ci_informative`` False when it rests on fewer than
     :data:`petri.stats.groups.MIN_INFORMATIVE_N` samples), plus each registered per-sample metric's
@@ -272,7 +274,8 @@ def analyze(result: StudyResult, *, top_n: int = 20, n_bootstrap: int = 2000, co
         for x, y in ((a, g), (g, b)):
             try:
                 secondary.append(
-                    compare_groups(ev.loc[ev.group == x, "instability"], ev.loc[ev.group == y, "instability"], unit="event", labels=(x, y), **stats_kwargs)
+                    compare_groups(ev.loc[ev.group == x, "instability"], ev.loc[ev.group == y, "instability"], unit="event",
+                                   labels=(x, y), **stats_kwargs)
                 )
             except ValueError as err:
                 notes.append(f"secondary comparison {x} vs {y} skipped: {err}")

@@ -89,7 +89,7 @@ class StudyExecutor(ABC):
         ``cancel`` stops it (:class:`~petri.core.cancel.Cancelled`) within a step here, or once the
         driver next looks on a cluster."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a no-op default, overridden by the executors that hold workers
         """Release workers (no-op by default)."""
 
 

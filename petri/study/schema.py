@@ -27,7 +27,8 @@ from petri.study.transforms import apply_transform
 
 SCHEMA_VERSION = 1
 
-_TOP_KEYS = {"schema", "id", "title", "language", "nouns", "description", "concepts", "groups", "comparison", "templates", "events", "conditions"}
+_TOP_KEYS = {"schema", "id", "title", "language", "nouns", "description", "concepts", "groups", "comparison", "templates", "events",
+             "conditions"}
 _REQUIRED_TOP = ("id", "title", "language", "concepts", "templates", "events")
 _TEMPLATE_KEYS = {"id", "text"}
 NOUNS_CHOICES = ("analyser", "words")

@@ -4,8 +4,8 @@
 report's layout, step 0 on top), each cell coloured by confidence (``exp(-entropy)``, see
 :mod:`petri.measure.replay`), what the viewer shows (the canvas, ``[MASK]`` cells grey on a masked-diffusion
 canvas, or the raw argmax) and a last row that is the returned canvas, renoised cells faded, the cells whose argmax flipped at that step
-outlined with a dashed black line (a form no concept colour takes), each position's commit step marked with a black bar, anchors outlined in their
-concept colours (``colors``: the chips' and heatmap boxes' colours, :func:`petri.web.ui.views.concept_colors`).
+outlined with a dashed black line (a form no concept colour takes), each position's commit step marked with a black bar, anchors outlined
+in their concept colours (``colors``: the chips' and heatmap boxes' colours, :func:`petri.web.ui.views.concept_colors`).
 (2) :func:`step_curves_figure`: per step, the mean entropy of the free positions, the free tokens
 accepted and the flips; each sample a thin line, the mean over the samples still running a thick one.
 """

@@ -187,7 +187,7 @@ if HAVE_TRITON:
             token = pid // per_token
             j = pid % per_token
             b = token // L
-            l = token % L
+            l = token % L  # noqa: E741 - the docstring's position l of L (token t = b·L + l)
             at = cos_ptr + b * cs_sb + l * cs_sl
             cos_1 = tl.load(at + half).to(tl.float32)
             cos_2 = tl.load(at + HALF + half).to(tl.float32)

@@ -14,8 +14,8 @@ What is kept: at most ``max_bytes`` of cached key/value tensors (one copy of the
 least recently used first out; a prompt whose cache alone is larger is encoded and not kept. The
 key is the prompt's ids, the tier's precision and encoder form (compiled or eager,
 :class:`petri.engine.torch.fast_tier.FastTier`) and the loaded model's device and dtype, so a switch of
-tier never hands out a cache another precision or another form of the encoder made. Weights changed in place (a test sharpening a head, a fine-tune in the process) must
-:meth:`PromptCache.clear` it. The MLX backend keeps its encoder caches the same way
+tier never hands out a cache another precision or another form of the encoder made. Weights changed in place (a test sharpening a head, a
+fine-tune in the process) must :meth:`PromptCache.clear` it. The MLX backend keeps its encoder caches the same way
 (:mod:`petri.engine.mlx.sampler`; MLX arrays are immutable, so a kept cache is handed out
 without a copy at batch 1).
 

@@ -165,7 +165,8 @@ def run_encoder(lm, prompt_ids: torch.Tensor, cache: DynamicCache, position_ids:
 
 
 def _encode_prompt_once(lm, prompt_ids: torch.Tensor) -> DynamicCache:
-    """Run the causal encoder of ``lm`` (a torch :class:`~petri.engine.torch.model.LoadedModel`) on one copy of the prompt (1, P): its KV cache."""
+    """Run the causal encoder of ``lm`` (a torch :class:`~petri.engine.torch.model.LoadedModel`) on one copy of the prompt (1, P):
+    its KV cache."""
     return run_encoder(lm, prompt_ids, *encoder_inputs(lm, prompt_ids.shape[1]))
 
 
@@ -190,8 +191,8 @@ def start_batch(
 def encoded_prompt(lm, prompt_ids: Sequence[int], batch: int) -> DynamicCache:
     """The prompt's KV cache repeated ``batch`` times: from the model's kept prompts
     (:class:`petri.engine.torch.prompt_cache.PromptCache`) or by one encoder pass (:func:`_encode_prompt_once`,
-    or its graph replayed where the tier keeps one: :mod:`petri.engine.cuda.encoder_graphs`). The key is the ids, the tier's precision and encoder form
-    (compiled or eager) and the loaded model's device and dtype (copies of a loaded model over one
+    or its graph replayed where the tier keeps one: :mod:`petri.engine.cuda.encoder_graphs`). The key is the ids, the tier's precision and
+    encoder form (compiled or eager) and the loaded model's device and dtype (copies of a loaded model over one
     module share its tier)."""
     ids = tuple(int(i) for i in prompt_ids)
 

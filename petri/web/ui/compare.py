@@ -4,8 +4,8 @@ out and seeded from the same seed, so sample ``s`` of A and sample ``s`` of B sh
 The inputs beyond the two events are the Dish tab's (:mod:`petri.web.ui.dish_controls`): the anchor
 slots on the chip canvas or in the slot table, per-sample shuffle, and the sampler settings. While
 it samples, each event's flip map and trajectory view are redrawn as its steps arrive
-(:class:`petri.web.ui.dish_live.LiveDish`, as on the Dish tab). Shown after: both flip maps and their difference, per-pair instability side by side, and the paired
-difference per sample (B − A), with each event's final text.
+(:class:`petri.web.ui.dish_live.LiveDish`, as on the Dish tab). Shown after: both flip maps and their difference, per-pair instability side
+by side, and the paired difference per sample (B − A), with each event's final text.
 
 The tables are :func:`compare_pairs` and :func:`paired_samples` (pure, over
 :func:`petri.measure.tables.pairs_table` / :func:`~petri.measure.tables.segments_table` / :func:`~petri.measure.tables.samples_table`).
@@ -236,7 +236,8 @@ class CompareController:
                 colors=concepts),
             "pairs": compare_pairs(a, b, labels).round(4),
             "paired": paired.round(4),
-            "summary": f"{f'Run `{run_id}`: ' if run_id else ''}{summary_line(paired, labels)} {paired_tests_line(a, b, labels)} ({layout_note}.)",
+            "summary": f"{f'Run `{run_id}`: ' if run_id else ''}{summary_line(paired, labels)} "
+                       f"{paired_tests_line(a, b, labels)} ({layout_note}.)",
             "sample": gr.update(maximum=max(a.n_samples - 1, 1), value=0, interactive=a.n_samples > 1),
             **self.sample_views(run_id, a, b, labels, 0),
         }
@@ -252,7 +253,7 @@ class CompareController:
         for name, traj, label in (("text_a", a, labels[0]), ("text_b", b, labels[1])):
             pieces = highlighted_text(traj, sample, self.dish.tokens)
             # the end-of-turn chip only where the text has such a token (a chip for nothing misleads)
-            ends = {END_TOKEN_LABEL: END_TOKEN_COLOR} if any(l == END_TOKEN_LABEL for _, l in pieces) else {}
+            ends = {END_TOKEN_LABEL: END_TOKEN_COLOR} if any(kind == END_TOKEN_LABEL for _, kind in pieces) else {}
             views[name] = gr.update(value=pieces, color_map={**concepts, **ends}, label=f"{label}: sample {sample}")
         for i, (view, traj, label) in enumerate(zip(self.trajectories, (a, b), labels)):
             views.update(view.views(run_id, i, traj, sample, title=f"{label}: ", mode=modes[i]))

@@ -387,7 +387,7 @@ class DishController:
         colors = concept_colors(sorted({a.concept for spans in traj.anchors for a in spans}))
         sample = min(max(sample, 0), traj.n_samples - 1)
         pieces = highlighted_text(traj, sample, self.tokens)
-        color_map = {**colors, **({END_TOKEN_LABEL: END_TOKEN_COLOR} if any(l == END_TOKEN_LABEL for _, l in pieces) else {})}
+        color_map = {**colors, **({END_TOKEN_LABEL: END_TOKEN_COLOR} if any(kind == END_TOKEN_LABEL for _, kind in pieces) else {})}
         return {
             "final_text": gr.update(value=pieces, color_map=color_map),
             "flips": flips_bar(traj, sample, self.lm.tokenizer),
@@ -488,5 +488,6 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
     # every way the value moves (drag, arrow keys, a number typed in its box); the last one wins.
     # One selector for every panel: the final text, the flips chart, the viewer and its downloads
     shown = [final_text, flips, *(trajectory[ctl.trajectory.name(p)] for p in ("view", "key", "figure", "curves", "files", "sample"))]
-    sample.input(sample_handler, [run_id, sample, trajectory[ctl.trajectory.name("view")]], shown, show_progress="hidden", trigger_mode="always_last")
+    sample.input(sample_handler, [run_id, sample, trajectory[ctl.trajectory.name("view")]], shown, show_progress="hidden",
+                 trigger_mode="always_last")
     return ctl, {**names, **controls}

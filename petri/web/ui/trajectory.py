@@ -65,7 +65,7 @@ VIEW_HTML = """
   <div class="pt-canvas"></div>
   <div class="pt-legend"></div>
 </div>
-"""
+"""  # noqa: E501 - served as written: its long lines are HTML, CSS or JavaScript
 
 VIEW_CSS = """
 .pt { padding: 6px 2px; outline-offset: 2px; }
@@ -94,7 +94,7 @@ VIEW_CSS = """
 .pt-flow .pt-renoised { margin: 0 0.3em; text-decoration: underline dotted; }
 .pt-pause-mark { display: inline-block; width: 3px; height: 0.8em; border-left: 3px solid currentColor;
   border-right: 3px solid currentColor; vertical-align: -0.05em; }
-"""
+"""  # noqa: E501 - served as written: its long lines are HTML, CSS or JavaScript
 
 VIEW_JS = r"""
 const root = element.querySelector('.pt');
@@ -247,7 +247,7 @@ watch('value', () => {
   render();
 });
 render();
-"""
+"""  # noqa: E501 - served as written: its long lines are HTML, CSS or JavaScript
 
 _MARKS = ("Dashed black outline = the argmax flipped at this step (a mark no concept colour takes); thick solid "
           "border = anchor (its own token, in its concept's colour); striped = special token.")
@@ -330,7 +330,8 @@ class TrajectoryView:
         rec = live_record(token_ids, anchor_row, pinned_row, self.tokens, self.tokens.is_special, canvas=canvas,
                           accepted=accepted, family=family, mask_id=mask_id)
         modes = view_modes(family, canvas is not None)
-        live_note = " Live: sample 0 as each step arrives (confidence is not streamed; the stored record replaces this view when the run ends)."
+        live_note = (" Live: sample 0 as each step arrives (confidence is not streamed; the stored record replaces this view when "
+                     "the run ends).")
         return {**rec, **modes, "legends": {k: v + live_note for k, v in modes["legends"].items()},
                 "key": "live", "live": True, "colors": colors, "scale": CONFIDENCE_SCALE, "title": "sample 0 (live)"}
 
