@@ -136,7 +136,7 @@ class JobQueue:
         self.store, self.model_lock, self.max_queued, self.keep = store, model_lock, max_queued, keep
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._waiting: list[Job] = []
-        self._subscribers: dict[str, list[Callable[[JobEvent], None]]] = {}
+        self._subscribers: dict[str, list[Callable[[JobEvent], object]]] = {}
         self._cond = threading.Condition()
         self._stopping = False
         self._worker: threading.Thread | None = None
@@ -183,7 +183,7 @@ class JobQueue:
                 self._finish(job, reason, None)
         return job
 
-    def subscribe(self, job_id: str, callback: Callable[[JobEvent], None]) -> Callable[[], None]:
+    def subscribe(self, job_id: str, callback: Callable[[JobEvent], object]) -> Callable[[], None]:
         """Call ``callback`` with the job's current state now (a ``state`` event; an ``end`` event
         too when it is already final), then with every later event, from the publishing thread.
         Returns the function that unsubscribes."""

@@ -15,13 +15,15 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import cast
 
 from petri.app import probe as probing
 from petri.app.jobs import Job, JobContext, JobQueue, recorded_run
 from petri.app.runs_view import RunsView
 from petri.core.cancel import CancelToken, acquire_or_cancel
 from petri.core.plan import SeedEvent, SeedPlan  # noqa: F401  (SeedEvent: read from here by the edges)
-from petri.core.trajectory import SamplerSettings, Trajectory
+from petri.core.settings import FamilySettings
+from petri.core.trajectory import Trajectory
 from petri.engine.base import SamplingModel, StepCallback
 from petri.engine.seeding import plan_seed, sample_planned
 from petri.runs.store import RunStore
@@ -88,7 +90,7 @@ class PetriService(RunsView):
                 self._active.discard(token)
 
     # ------------------------------------------------------------------------------ seeding
-    def plan(self, events: Sequence[SeedEvent], n_samples: int, settings: SamplerSettings | None = None,
+    def plan(self, events: Sequence[SeedEvent], n_samples: int, settings: FamilySettings | None = None,
              seed: int = 0) -> SeedPlan:
         """``events`` planned once for this service's model (:func:`petri.engine.seeding.plan_seed`;
         ``settings`` ``None``: the model's defaults), under a new run id: what :meth:`seed` and
@@ -107,7 +109,7 @@ class PetriService(RunsView):
         """:meth:`seed`'s work, the lock already held; ``event_started(index)`` before each event's first step."""
         if plan.run_id is None:
             plan = replace(plan, run_id=uuid.uuid4().hex)
-        run_id = plan.run_id
+        run_id = cast(str, plan.run_id)  # set just above
         started = time.perf_counter()
         self.store.create_run(run_id, "seed", self.lm.model_id, plan.stored_request(), owner)
         if started_run is not None:
@@ -159,7 +161,7 @@ class PetriService(RunsView):
         *,
         samples: int = 12,
         seed: int = 0,
-        settings: SamplerSettings | None = None,
+        settings: FamilySettings | None = None,
         templates: Sequence[str] | None = None,
         progress: ProgressCallback | None = None,
         on_step: StepCallback | None = None,
@@ -190,7 +192,7 @@ class PetriService(RunsView):
         )
 
     def submit_study(
-        self, study: Study, samples: int, seed: int, settings: SamplerSettings | None,
+        self, study: Study, samples: int, seed: int, settings: FamilySettings | None,
         templates: Sequence[str] | None = None, owner: str | None = None, progress: ProgressCallback | None = None,
     ) -> Job:
         """Queue a study as a job; its progress counts (event, template) batches, stored ones

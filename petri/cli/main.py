@@ -149,9 +149,9 @@ def cmd_statistics(args) -> int:
         raise ValueError("--condition: the study in RESULTS_DIR has no conditions (it is not a paired study)")
 
     segments, groups, _, _ = load_results(args.results_dir)
-    result = power_from_cells(cell_values(segments), groups, events=args.events, templates=args.templates,
-                              effect=args.effect, n_sims=args.sims, alpha=args.alpha, seed=args.seed)
-    return _print_power(result, args.json)
+    cells_power = power_from_cells(cell_values(segments), groups, events=args.events, templates=args.templates,
+                                   effect=args.effect, n_sims=args.sims, alpha=args.alpha, seed=args.seed)
+    return _print_power(cells_power, args.json)
 
 
 def _print_power(result, json_path: str | None) -> int:
@@ -248,7 +248,7 @@ def cmd_study(args) -> int:
     try:
         executor = ray_executor_from_args(args)  # cluster refusals come before any sampling
         lm = executor or load_from_args(args)
-        settings = (settings_from_args(lm.facts().default_settings, args) if executor  # checked again as it samples
+        settings = (settings_from_args(executor.facts().default_settings, args) if executor  # checked again as it samples
                     else settings_from_args(lm.default_settings(), args, lm.canvas_length))
         out = args.out or f"out/{study.id}"
         result = run_study(

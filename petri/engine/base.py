@@ -72,6 +72,11 @@ class SamplingModel(Protocol):
     def vocab_size(self) -> int: ...
 
     @property
+    def device(self) -> Any:
+        """Where it runs: a ``torch.device`` (torch), ``"mlx"`` (MLX); ``str()`` of it names it."""
+        ...
+
+    @property
     def device_type(self) -> str:
         """``"cuda"``, ``"mps"``, ``"cpu"`` or ``"mlx"`` (``"cuda-compiled"`` in the GPU fast path's
         compiled tier): what a run id must tell apart (numbers differ between them)."""
@@ -117,6 +122,15 @@ class SamplingModel(Protocol):
         """Denoise one canvas per layout (a batch of S = ``len(request.layouts)``), the prompt (P,)
         encoded once; anchors and ``request.canvas_prefix`` pinned at every step. ``cancel`` is
         checked at the start of every step (raises :class:`~petri.core.cancel.Cancelled`)."""
+        ...
+
+
+class SteppedModel(SamplingModel, Protocol):
+    """A :class:`SamplingModel` whose family's stepper can be driven a step at a time (the torch
+    backend's models; what the probe reads, :mod:`petri.engine.probe`)."""
+
+    def eager_stepper(self, request: SampleRequest) -> tuple[Any, Any]:
+        """(stepper, pinned mask (S, L) bool on the host), ready for step 0."""
         ...
 
 

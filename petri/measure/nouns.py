@@ -210,7 +210,9 @@ def tagger_name(method: str | None = None) -> str:
     """Human-readable name of the noun extractor that ``method`` (default: best available) uses."""
     resolved = _resolve(method)
     if resolved == PATTERN:
-        version = _pattern()[2]
+        loaded = _pattern()
+        assert loaded is not None  # _resolve picks PATTERN only where it loads
+        version = loaded[2]
         return f"textblob {version} Pattern tagger (Penn Treebank NN/NNS/NNP/NNPS; English)"
     if resolved == KIWI:
         return (
@@ -268,7 +270,9 @@ def extract_nouns(text: str, *, method: str | None = None) -> list[str]:
     if resolved == FALLBACK:
         words = (m.group(0).lower() for m in _WORD.finditer(text))
         return [w for w in words if _keep(w) and w not in _STOPWORDS]
-    tag, singularize, _ = _pattern()
+    loaded = _pattern()
+    assert loaded is not None  # _resolve picks PATTERN only where it loads
+    tag, singularize, _ = loaded
     out = []
     for token, pos in tag(text):
         if pos not in _NOUN_TAGS:

@@ -13,6 +13,8 @@ the flips, segments and anchor rows it holds are computed once for every table o
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -100,7 +102,7 @@ def samples_table(event: Event) -> pd.DataFrame:
     anchors).
     """
     summary = summary_of(event)
-    columns = {"sample": np.arange(summary.traj.n_samples)}
+    columns: dict[str, Any] = {"sample": np.arange(summary.traj.n_samples)}
     columns.update({m.column: m.values(summary) for m in sample_metrics()})
     return _tagged(summary.traj, columns)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -82,7 +83,10 @@ def register_table(table: RunTable | ResultTable) -> RunTable | ResultTable:
     already in either is refused: ValueError naming it)."""
     if table.name in RUN_TABLES or table.name in RESULT_TABLES:
         raise ValueError(f"table: {table.name!r} is registered already")
-    (RESULT_TABLES if isinstance(table, ResultTable) else RUN_TABLES)[table.name] = table
+    if isinstance(table, ResultTable):
+        RESULT_TABLES[table.name] = table
+    else:
+        RUN_TABLES[table.name] = table
     return table
 
 
@@ -148,7 +152,8 @@ def one_sample(traj: Trajectory, s: int) -> Trajectory:
     """Sample ``s`` of ``traj`` alone (a one-sample trajectory; for writing one sample at a time)."""
     keep = slice(s, s + 1)
     per_sample = ("argmax", "entropy", "accepted", "steps", "anchor_mask", "final_ids", "canvas", "anchors", "final_texts")
-    return replace(traj, **{name: None if getattr(traj, name) is None else getattr(traj, name)[keep] for name in per_sample})
+    fields: dict[str, Any] = {name: None if getattr(traj, name) is None else getattr(traj, name)[keep] for name in per_sample}
+    return replace(traj, **fields)
 
 
 def per_id(decode: TokenText | None) -> Callable[[int], str]:

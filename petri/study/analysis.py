@@ -9,7 +9,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -264,7 +264,7 @@ def analyze(result: StudyResult, *, top_n: int = 20, n_bootstrap: int = 2000, co
             notes.append(f"paired study: the group tests compare the events under the reference condition "
                          f"{reference!r} only")
 
-    stats_kwargs = dict(n_bootstrap=n_bootstrap, confidence=confidence, seed=result.seed)
+    stats_kwargs: dict[str, Any] = dict(n_bootstrap=n_bootstrap, confidence=confidence, seed=result.seed)
     if not study.comparison:
         return _finish(result, tables, None, [], ev, seg, notes, top_n, None)
     a, b = study.comparison
@@ -328,6 +328,6 @@ def _finish(result: StudyResult, tables: dict[str, pd.DataFrame], comparison: Le
         notes=notes,
         statistics=statistics,
         paired=(paired_statistics(tables["segments"], tables["samples"], [c.id for c in study.conditions],
-                                  doses={c.id: c.dose for c in study.conditions} if study.dose_study else None,
+                                  doses={c.id: cast(float, c.dose) for c in study.conditions} if study.dose_study else None,  # all set
                                   seed=result.seed) if study.paired else None),
     )

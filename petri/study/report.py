@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pandas as pd
 
@@ -19,7 +19,7 @@ from petri.runs.export import TokenText, package_versions, with_final_token, wri
 from petri.stats.groups import GroupComparison, too_small_note
 from petri.study.analysis import StudyAnalysis, analyze
 from petri.study.paired_plots import paired_slope_figure
-from petri.study.paired_statistics import write_paired
+from petri.study.paired_statistics import PairedStatistics, write_paired
 from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap, save_figures
 from petri.study.statistics import write_statistics
 
@@ -134,7 +134,7 @@ def _group_headline(c, groups: tuple[str, ...], headline: bool = True) -> list[s
 
 def paired_figure(result: StudyResult, analysis: StudyAnalysis):
     """The paired study's slope chart of the event instabilities, titled with the headline paired test."""
-    study, paired = result.study, analysis.paired
+    study, paired = result.study, cast(PairedStatistics, analysis.paired)  # a paired study's analysis has them
     head = paired.headline
     return paired_slope_figure(analysis.events, [c.id for c in study.conditions], doses=paired.doses,
                                title=head.summary() if head is not None else "", model_id=result.model_id,

@@ -28,7 +28,8 @@ from tqdm.auto import tqdm
 
 from petri.core.cancel import Cancelled, CancelToken
 from petri.core.dish import Dish
-from petri.core.trajectory import SamplerSettings, Trajectory
+from petri.core.settings import FamilySettings
+from petri.core.trajectory import Trajectory
 from petri.engine.base import SamplingModel, StepCallback
 from petri.runs.store import RunStore
 from petri.study.executors import BatchJob, LocalExecutor, StudyExecutor, check_layouts  # noqa: F401 (check_layouts: re-exported)
@@ -86,7 +87,7 @@ class StudyResult:
     run_id: str
     model_id: str
     model_fingerprint: str
-    settings: SamplerSettings
+    settings: FamilySettings
     samples: int
     seed: int
     template_ids: tuple[str, ...]
@@ -195,7 +196,7 @@ def batch_order(jobs: list[BatchJob], study: Study, seed: int) -> list[BatchJob]
 def study_run_id(
     study: Study,
     model_id: str,
-    settings: SamplerSettings,
+    settings: FamilySettings,
     samples: int,
     seed: int,
     template_ids: tuple[str, ...],
@@ -239,7 +240,7 @@ def run_study(
     *,
     samples: int = 12,
     seed: int = 0,
-    settings: SamplerSettings | None = None,
+    settings: FamilySettings | None = None,
     templates: list[str] | tuple[str, ...] | None = None,
     progress: ProgressCallback | None = None,
     on_step: StepCallback | None = None,

@@ -242,7 +242,8 @@ def study_from_dict(data: Any, source: str = "<dict>", file_sha256: str = "") ->
     raw_templates = data["templates"]
     if not isinstance(raw_templates, list) or not raw_templates:
         raise check.fail("templates", "must be a non-empty list of {\"id\", \"text\"} objects")
-    templates, seen_t = [], {}
+    templates: list = []
+    seen_t: dict[str, int] = {}
     for i, raw in enumerate(raw_templates):
         entry = _template_entry(i, raw)
         check.keys(raw, entry, _TEMPLATE_KEYS, ("id", "text"))
@@ -260,7 +261,9 @@ def study_from_dict(data: Any, source: str = "<dict>", file_sha256: str = "") ->
     raw_events = data["events"]
     if not isinstance(raw_events, list) or not raw_events:
         raise check.fail("events", "must be a non-empty list of event objects")
-    events, seen_e, seen_text = [], {}, {}
+    events: list = []
+    seen_e: dict[str, int] = {}
+    seen_text: dict[str, int] = {}
     for i, raw in enumerate(raw_events):
         entry = _event_entry(i, raw)
         check.keys(raw, entry, _EVENT_KEYS, ("id", "group", "text"))
@@ -280,7 +283,7 @@ def study_from_dict(data: Any, source: str = "<dict>", file_sha256: str = "") ->
         if "concepts" in raw:
             sub = check.concept_subset(raw["concepts"], f"{entry}.concepts", concepts)
         note = check.text(raw.get("note", ""), f"{entry}.note", empty_ok=True)
-        variants = ()
+        variants: tuple = ()
         if "conditions" in raw:
             variants = parse_event_conditions(check, entry, raw["conditions"], conditions, concepts,
                                               len(sub) if sub is not None else len(concepts))

@@ -13,7 +13,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -166,7 +166,7 @@ def study_statistics(segments: pd.DataFrame, groups: tuple[str, str], *, planned
     """All of :class:`StudyStatistics` from a segments table (``event_id``, ``template_id``, ``group``,
     ``pair``, ``instability``). ``comparison`` is recomputed with :func:`petri.stats.groups.compare_levels` unless
     given (the analysis passes its own, the same numbers)."""
-    kw = dict(n_bootstrap=n_bootstrap, confidence=confidence, seed=seed)
+    kw: dict[str, Any] = dict(n_bootstrap=n_bootstrap, confidence=confidence, seed=seed)
     if comparison is None:
         comparison = compare_levels(segments, group_col="group", groups=groups, event_col="event_id", **kw)
     cells = cell_values(segments)
@@ -184,7 +184,7 @@ def study_statistics(segments: pd.DataFrame, groups: tuple[str, str], *, planned
         notes.append(f"two-way cluster bootstrap skipped: {err}")
     pairs = pair_comparisons(segments, groups, **kw)
     done = int(segments[["event_id", "template_id"]].drop_duplicates().shape[0])
-    return StudyStatistics(tuple(groups), comparison, mixed, boot, pairs, int(segments["template_id"].nunique()),
+    return StudyStatistics(cast(tuple[str, str], tuple(groups)), comparison, mixed, boot, pairs, int(segments["template_id"].nunique()),
                            int(planned_batches), done, int(seed), int(n_bootstrap), list(secondary or []), notes)
 
 

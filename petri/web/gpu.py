@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from petri.app.service import PetriService, SeedResult
 from petri.core.cancel import CancelToken
 from petri.core.plan import SeedPlan
-from petri.core.trajectory import SamplerSettings
+from petri.core.settings import FamilySettings
 from petri.study.runner import ProgressCallback, StudyResult
 from petri.study.schema import Study
 
@@ -45,7 +45,7 @@ def run_study_job(
     study: Study,
     samples: int,
     seed: int,
-    settings: SamplerSettings,
+    settings: FamilySettings,
     templates: Sequence[str] | None,
     wait_s: float | None = None,
     progress: ProgressCallback | None = None,

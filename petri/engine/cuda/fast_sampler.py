@@ -42,6 +42,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any, cast
 
 import torch
 
@@ -147,7 +148,7 @@ class _Session:
         self.max_steps = T
         self.history = torch.full((max(1, settings.stability_threshold or 0), S, L), -1, dtype=torch.long, device=device)
         self.stop = (
-            StopRule(self.ops, settings.stability_threshold, settings.confidence_threshold, self.anchor_mask,
+            StopRule(self.ops, cast(int, settings.stability_threshold), cast(float, settings.confidence_threshold), self.anchor_mask,
                      has_anchors, history=self.history)
             if self.has_stopper else None
         )
@@ -199,14 +200,14 @@ class _Session:
             embed = decoder.embed_tokens
             # at step 0 the buffer holds zeros, so this is the decoder's "no self-conditioning" zeros
             if self.sc_fp8:  # (S·L, V) e4m3 × the embedding's columns in e4m3, one scaled product
-                columns, column_scale = self.embedding_columns
+                columns, column_scale = cast(tuple[torch.Tensor, torch.Tensor], self.embedding_columns)  # made with sc_fp8
                 rows = self.self_conditioning.view(self.batch * self.length, self.vocab)
                 soft = scaled_matmul(rows, self.sc_scale, columns, column_scale, embed.weight.dtype,
                                      self.fast_accumulation).view(self.batch, self.length, -1)
             else:
                 soft = torch.matmul(self.self_conditioning, embed.weight)
             soft = soft * embed.embed_scale.to(embed.weight.dtype)
-            feeding = soft_embeddings_fed(decoder, soft)
+            feeding: contextlib.AbstractContextManager = soft_embeddings_fed(decoder, soft)
         else:
             feeding = contextlib.nullcontext()
         with feeding:
@@ -225,7 +226,7 @@ class _Session:
         self.step_record.count(running)
         if self.options.inverse_cdf_draw:
             self.noise.uniform_()
-            draw = {"log_noise": None, "uniforms": self.noise}
+            draw: dict[str, Any] = {"log_noise": None, "uniforms": self.noise}
         else:
             self.noise.exponential_()
             self.noise.log_()
@@ -239,7 +240,7 @@ class _Session:
                 keep_rows_per_sample=keep, rows_per_sample=L, probabilities=self.sc_probabilities,
             )
         else:
-            timing = (
+            timing: dict[str, Any] = (
                 {"inv_temperature": self.inv_temperatures[self.step_counter]}
                 if index is None else {"temperature": self.temperatures[index]}
             )

@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 import types
 from dataclasses import replace
+from typing import Any
 
 import torch
 
@@ -279,7 +280,7 @@ def fp8_reason(lm) -> str | None:
     return None
 
 
-def _experts_of(model, encoder: bool = False) -> list[tuple[str, torch.nn.Module]]:
+def _experts_of(model, encoder: bool = False) -> list[tuple[str, Any]]:
     """(name, module) of the decoder layers' experts and, with ``encoder``, the prompt encoder's."""
     stacks = [("model.decoder.layers", model.model.decoder.layers)]
     if encoder and (layers := encoder_layers(model)) is not None:

@@ -56,6 +56,7 @@ what the Triton kernel :func:`triton_logit_pass` is checked against.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -151,24 +152,25 @@ def reference_logit_pass(
         logits = raw[part].to(torch.float32)
         if softcap is not None:
             logits = torch.tanh(logits / softcap) * softcap
-        x = logits / temperature if temperature is not None else logits * inv_temperature
+        x = logits / temperature if temperature is not None else logits * cast(torch.Tensor, inv_temperature)
         # validate_args=False: the argument check synchronises, which a CUDA graph cannot capture
         entropy[part] = torch.distributions.Categorical(logits=x, validate_args=False).entropy()
         argmax[part] = torch.argmax(x, dim=-1)
         if uniforms is not None:
             sampled[part] = inverse_cdf_draw(x, uniforms[part])
         else:
-            sampled[part] = torch.argmax(x - log_noise[part], dim=-1)
-        if fp8_out:
+            sampled[part] = torch.argmax(x - cast(torch.Tensor, log_noise)[part], dim=-1)
+        if fp8_out:  # both given (_fp8_self_conditioning)
+            sc_out, sc_scale = cast(torch.Tensor, self_conditioning_out), cast(torch.Tensor, self_conditioning_scale)
             xb = x.to(torch.bfloat16).float()
             weights = torch.exp(xb - xb.amax(dim=-1, keepdim=True))
-            new = (weights * FP8_SC_MAX).to(self_conditioning_out.dtype)
+            new = (weights * FP8_SC_MAX).to(sc_out.dtype)
             scale = 1.0 / (FP8_SC_MAX * weights.sum(dim=-1))
             if keep_rows is not None:
-                new = torch.where(keep_rows[part, None], self_conditioning_out[part].float(), new.float()).to(new.dtype)
-                scale = torch.where(keep_rows[part], self_conditioning_scale[part], scale)
-            self_conditioning_out[part] = new
-            self_conditioning_scale[part] = scale
+                new = torch.where(keep_rows[part, None], sc_out[part].float(), new.float()).to(new.dtype)
+                scale = torch.where(keep_rows[part], sc_scale[part], scale)
+            sc_out[part] = new
+            sc_scale[part] = scale
         elif self_conditioning_out is not None:
             new = x.to(self_conditioning_out.dtype)
             if probabilities:

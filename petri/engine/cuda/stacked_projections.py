@@ -28,6 +28,7 @@ Shapes: input (..., H) → the stacked product (..., N₁ + … + Nₖ), member 
 from __future__ import annotations
 
 import types
+from typing import Any
 
 import torch
 
@@ -44,7 +45,7 @@ class StackedProjections:
         self.members = members
         self.widths = [m.out_features for m in members]
         weight = torch.cat([m.weight.detach() for m in members])
-        self.stacked = torch.nn.Linear(members[0].in_features, weight.shape[0], bias=False,
+        self.stacked: Any = torch.nn.Linear(members[0].in_features, weight.shape[0], bias=False,
                                        device=weight.device, dtype=weight.dtype)
         self.stacked.weight = torch.nn.Parameter(weight, requires_grad=False)
         start = 0
@@ -108,7 +109,7 @@ def stack_projections(lm, layers) -> int:
         group = StackedProjections(members)
         for index, member in enumerate(members):
             setattr(member, GROUP, (group, index))
-            member.forward = types.MethodType(_member_forward, member)
+            member.forward = types.MethodType(_member_forward, member)  # type: ignore[method-assign]  # this instance's own
         count += 1
     return count
 
@@ -125,7 +126,7 @@ def unstack_projections(lm, layers) -> None:
 
 def stacked_groups(model) -> list[StackedProjections]:
     """The groups installed on ``model``'s decoder, each once, in module order."""
-    found = {}
+    found: dict[int, StackedProjections] = {}
     for module in model.model.decoder.modules():
         entry = vars(module).get(GROUP)
         if entry is not None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -107,7 +108,7 @@ class MaskedDiffusionScheduler:
         for s in range(confidence.shape[0]):
             available = int(candidate[s].sum())
             if threshold is None:
-                k = int(self.counts[s, within])
+                k = int(cast(torch.Tensor, self.counts)[s, within])  # set with the block (no threshold)
             else:
                 k = max(1, int((confidence[s] >= threshold).sum())) if available else 0
             k = min(k, available)
@@ -155,7 +156,7 @@ class MaskedLoadedModel:
 
     @property
     def vocab_size(self) -> int:
-        return int(self.model.config.vocab_size)
+        return int(cast(Any, self.model).config.vocab_size)
 
     @property
     def architecture(self) -> str:

@@ -37,7 +37,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 import numpy as np
@@ -263,7 +263,7 @@ class MLXDiffusionGemma:
             for name, new in (("experts.gate_up_proj", "experts.gate_up_t"), ("experts.down_proj", "experts.down_t")):
                 swapped = mx.swapaxes(layer.pop(name), -1, -2)
                 layer[new] = mx.contiguous(swapped) if transposed else swapped
-            layer.update({n: _Linear(layer[n], transposed) for n in linears if n in layer})
+            layer.update({n: cast(Any, _Linear(layer[n], transposed)) for n in linears if n in layer})  # a linear's weights
             layer["layer_scalar"] = weights.get(_DECODER + p + "layer_scalar", mx.ones((1,))).astype(dtype)
             self.encoder_scalar.append(weights.get(_ENCODER + p + "layer_scalar", mx.ones((1,))).astype(dtype))
             self.w.append(layer)
@@ -445,5 +445,6 @@ def load_weights(folder: Path) -> dict[str, mx.array]:
         path = folder / name
         if not path.exists():
             raise FileNotFoundError(f"{path} is missing (MLX reads safetensors checkpoints only)")
-        weights.update({k: v for k, v in mx.load(str(path)).items() if "vision" not in k})
+        loaded = cast(dict[str, mx.array], mx.load(str(path)))  # a safetensors file: a dict of arrays
+        weights.update({k: v for k, v in loaded.items() if "vision" not in k})
     return weights

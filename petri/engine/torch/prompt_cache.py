@@ -90,8 +90,9 @@ class PromptCache:
     those that ran the encoder."""
 
     max_bytes: int = field(default_factory=prompt_cache_bytes_from_env)
-    repeat: Callable[[Any, int], Any] = field(default=None, repr=False)
-    size: Callable[[Any], int] = field(default=None, repr=False)
+    # None: the default (repeated_copy, cache_bytes), filled in by __post_init__
+    repeat: Callable[[Any, int], Any] = field(default=None, repr=False)  # type: ignore[assignment]
+    size: Callable[[Any], int] = field(default=None, repr=False)  # type: ignore[assignment]
     owner: Any = field(default=None, repr=False)
     entries: OrderedDict = field(default_factory=OrderedDict, repr=False)
     hits: int = 0

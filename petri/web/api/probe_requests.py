@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
@@ -177,5 +177,5 @@ def prepare_evaluation(body: ProbeIn) -> tuple[LabelledSet, EvalSettings]:
     _require(body, ("frame", "questions", "items"), ("prompt", "pins"), "a labelled set")
     header = {"probe_set": "inline", **request_dict(body, prompt="")}
     header = {k: v for k, v in header.items() if k in ("probe_set", "frame", "questions", "instructions")}
-    lines = [header, *(item.model_dump(exclude_none=True) for item in body.items)]
+    lines = [header, *(item.model_dump(exclude_none=True) for item in cast(list[ItemIn], body.items))]  # _require: given
     return parse_jsonl("\n".join(json.dumps(line) for line in lines), "inline"), settings

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import unicodedata
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
@@ -177,7 +177,8 @@ def build_events(request: SeedRequest, lm_defaults: FamilySettings,
             ["body", "positions"],
             f"{len(request.positions)} positions given for {len(request.concepts)} concepts (one per concept)",
         )
-    items = [EventIn(event=request.event, group=request.group)] if request.event is not None else request.events
+    items = ([EventIn(event=request.event, group=request.group)] if request.event is not None
+             else cast(list[EventIn], request.events))  # the model requires event or events
     settings = request.settings.apply(lm_defaults, canvas_length)
     events = []
     for item in items:
@@ -219,7 +220,7 @@ def prepare_seed(request: SeedRequest, lm) -> SeedPlan:
         except LayoutError as err:
             raise _layout_error(err, request.concepts, ["body", "concepts"]) from None
         except ValueError as err:
-            loc = ["body", "template"] if str(err).startswith("template") else ["body", "events", index]
+            loc: list[str | int] = ["body", "template"] if str(err).startswith("template") else ["body", "events", index]
             raise FieldError(loc, str(err)) from None
         check_prompt_length(lm, len(planned[-1].prompt.ids), event_loc)
     return SeedPlan(tuple(planned), request.samples, settings, request.seed, run_id=uuid.uuid4().hex)
@@ -227,7 +228,8 @@ def prepare_seed(request: SeedRequest, lm) -> SeedPlan:
 
 def _check_study_texts(study: Study) -> None:
     """The study file's texts held to the request limits (lengths and characters), naming the entry."""
-    checks = [(("concepts", i), c, MAX_CONCEPT_CHARS, concept_check) for i, c in enumerate(study.concepts)]
+    checks: list[tuple[tuple[str | int, ...], str, int, Callable[[str], str]]] = [
+        (("concepts", i), c, MAX_CONCEPT_CHARS, concept_check) for i, c in enumerate(study.concepts)]
     checks += [(("templates", i, "text"), t.text, MAX_TEXT_CHARS, text_check) for i, t in enumerate(study.templates)]
     for i, e in enumerate(study.events):
         checks.append((("events", i, "text"), e.text, MAX_TEXT_CHARS, text_check))
@@ -300,7 +302,8 @@ def preview_layout(
     unshuffled and without the model: the same :func:`~petri.engine.seeding.plan_dish` call, so the
     preview refuses exactly what a run would. With an error the spans still show where each concept
     that tokenizes was asked to go."""
-    settings = settings_model()(pin_thought_channel=pin_thought_channel).apply(lm.default_settings())
+    # pin_thought_channel: a field of the model made from the families (each has it), not of its base
+    settings = settings_model()(pin_thought_channel=pin_thought_channel).apply(lm.default_settings())  # type: ignore[call-arg]
     prefix = len(encode_prompt(lm.tokenizer, "x", pin_thought_channel=settings.pin_thought_channel).canvas_prefix_ids)
     try:
         dish = Dish(tuple(concepts), "x", "{event}", tuple(positions) if positions is not None else None, shuffle=False)

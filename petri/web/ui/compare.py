@@ -14,13 +14,14 @@ The tables are :func:`compare_pairs` and :func:`paired_samples` (pure, over
 from __future__ import annotations
 
 import threading
+from typing import cast
 
 import gradio as gr
 import pandas as pd
 from pydantic import ValidationError
 
 from petri.app.jobs import QueueFull
-from petri.app.service import PetriService
+from petri.app.service import PetriService, SeedResult
 from petri.core.dish import DEFAULT_TEMPLATE
 from petri.core.trajectory import Trajectory
 from petri.core.wording import counted
@@ -62,8 +63,8 @@ def same_layouts(a: Trajectory, b: Trajectory) -> bool:
 #: Room for each column of the two tables (px): every header word whole on its line ("sample" wrapped
 #: as "sam/ple" and "contradictory" as "contradictor/y" in the columns the table shared out evenly);
 #: a table wider than its panel (a phone) scrolls sideways.
-PAIRS_WIDTHS = ["150px", "200px", "180px", "200px"]
-PAIRED_WIDTHS = ["80px", "200px", "180px", "160px", "130px", "160px", "130px", "300px"]
+PAIRS_WIDTHS: list[str | int] = ["150px", "200px", "180px", "200px"]
+PAIRED_WIDTHS: list[str | int] = ["80px", "200px", "180px", "160px", "130px", "160px", "130px", "300px"]
 
 
 def compare_pairs(a: Trajectory, b: Trajectory, labels: tuple[str, str]) -> pd.DataFrame:
@@ -191,7 +192,9 @@ class CompareController:
         except JobCancelled as stop:
             yield {"status": f"Stopped: {stop}."}
             return
-        yield {**self.views(result.run_id, *result.trajectories, labels),
+        result = cast(SeedResult, result)  # stream() ends with "done" or raises
+        a, b = result.trajectories
+        yield {**self.views(result.run_id, a, b, labels),
                "status": f"Done: run `{result.run_id}` — {labels[0]} and {labels[1]}, {counted(request.samples, 'sample')} "
                          f"each, seed {request.seed}, {result.wall_s:.2f} s. Stored; also at `/api/runs/{result.run_id}`."}
 
@@ -348,7 +351,7 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
     shown = [text_a, text_b, *(trajectories[v.name(p)] for v in ctl.trajectories for p in ("view", "key", "figure", "curves", "files"))]
 
     def sample_handler(request: gr.Request, rid, s, view_a, view_b):
-        update = ctl.show_sample(rid, s, (mode_of(view_a), mode_of(view_b)), access.caller(request))
+        update = ctl.show_sample(rid, s, (mode_of(view_a), mode_of(view_b)), cast(UiAccess, access).caller(request))
         return {names[k]: v for k, v in update.items()}
 
     sample.input(sample_handler, [run_id, sample, *views], shown, show_progress="hidden", trigger_mode="always_last")

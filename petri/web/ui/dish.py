@@ -16,6 +16,7 @@ which the Compare tab shares.
 from __future__ import annotations
 
 import threading
+from typing import Any, cast
 
 import gradio as gr
 import numpy as np
@@ -92,7 +93,7 @@ def template_control(text: str) -> str:
 
 #: The pair-instability table's columns as shown and their shares of its width.
 PAIRS_COLUMNS = ["pair", "segments", "instability"]
-PAIRS_COLUMN_WIDTHS = ["38%", "28%", "34%"]
+PAIRS_COLUMN_WIDTHS: list[str | int] = ["38%", "28%", "34%"]
 
 EXAMPLE_EVENT = "Only 90 units are in stock, but a customer ordered 120."
 EXAMPLE_CONCEPTS = "order, inventory, person"
@@ -230,7 +231,7 @@ class DishController:
             concepts = list(table["concept"])  # the table's order is the slot order
             positions = [int(s) for s in table["start"]]
         return SeedRequest(
-            concepts=concepts, event=None if events is not None else (event or None), events=events,
+            concepts=concepts, event=None if events is not None else (event or None), events=cast(Any, events),  # dicts: validated
             template=template_text(template),
             positions=positions, shuffle=bool(shuffle), samples=int(samples or 1),
             settings=settings_request(self.defaults, settings), seed=int(seed or 0),
@@ -305,6 +306,7 @@ class DishController:
             return
         except Exception as err:  # noqa: BLE001 - shown to the user
             raise gr.Error(f"Sampling failed: {err}") from None
+        result = cast(SeedResult, result)  # stream() ends with "done" or raises
         traj = result.trajectories[0]
         yield {
             **self.result_views(result.run_id, result.trajectories, result.groups, caller),
@@ -366,7 +368,7 @@ class DishController:
         flip map count them), every other panel empty."""
         where = f"cancelled at step {last_step}" if last_step >= 0 else "cancelled before its first step"
         named = f"run `{run_id}`" if run_id else "the run"
-        views = {"run_badge": f"**Results below:** {named}, {where} (partial: an event that did not finish is not stored).",
+        views: dict[str, Any] = {"run_badge": f"**Results below:** {named}, {where} (partial: an event that did not finish is not stored).",
                  "status": f"Stopped: {stop}; {where}."}
         if last_step >= 0:
             views["heatmap"] = live.heatmap(last_step, f"{run_label(run_id or '')}cancelled: ")

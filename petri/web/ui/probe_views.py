@@ -86,7 +86,8 @@ def frame_canvas(lm, request: ProbeRequest | None, error: str = "") -> dict:
         return {**empty, "error": str(err)}
     layout, prefix = plan.layout, len(plan.prefix_ids)
     slot_at = {at: name for name, at in layout.slots.items()}
-    chips, run = [], []
+    chips: list = []
+    run: list[int] = []
 
     def close() -> None:
         if run:
@@ -201,7 +202,7 @@ def settling_figure(document: dict) -> go.Figure | None:
 
 ANSWER_COLUMNS = ["question", "answer", "orders", "read"]
 #: the answers table's column widths (shares of the table, so it fits a 420 px screen)
-ANSWER_WIDTHS = ["18%", "48%", "17%", "17%"]
+ANSWER_WIDTHS: list[str | int] = ["18%", "48%", "17%", "17%"]
 
 
 def answers_table(document: dict) -> pd.DataFrame:
@@ -229,7 +230,7 @@ SUMMARY_VIEW = {"question": "measure", "answered": "answered of n (coverage)",
 
 
 SUMMARY_VIEW_COLUMNS = ["question", "measure", "value"]
-SUMMARY_VIEW_WIDTHS = ["22%", "38%", "40%"]
+SUMMARY_VIEW_WIDTHS: list[str | int] = ["22%", "38%", "40%"]
 
 
 def summary_view(summary: pd.DataFrame) -> pd.DataFrame:

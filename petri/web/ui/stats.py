@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
 import pandas as pd
@@ -91,7 +92,7 @@ def run_power(folder: str | None, events: str, templates: str, effect, sims,
         raise gr.Error("Power: no study results on screen yet; run or reopen a study first")
     try:
         segments, groups, _, _ = load_results(folder)
-        design = dict(events=_ints(events, "events per group") or (6, 12, 24, 48),
+        design: dict[str, Any] = dict(events=_ints(events, "events per group") or (6, 12, 24, 48),
                       templates=_ints(templates, "templates") or None, n_sims=min(int(sims or 500), MAX_SIMS),
                       seed=int(seed or 0))
         result = power_from_cells(cell_values(segments), groups, effect=_effect(effect), **design)

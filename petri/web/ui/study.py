@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import cast
 
 import gradio as gr
 import pandas as pd
@@ -238,7 +239,7 @@ class StudyController:
         it is queued)."""
         def input_of(loc: list, kind: str) -> int:
             if loc and loc[0] == "study":
-                entry = re.match(r"[A-Za-z_]*", str(loc[1]) if len(loc) > 1 else "").group()
+                entry = cast(re.Match, re.match(r"[A-Za-z_]*", str(loc[1]) if len(loc) > 1 else "")).group()  # * always matches
                 return self.STUDY_INPUTS.get(entry, 1)
             return self.REQUEST_INPUTS.get(str(loc[0]) if loc else "", 1)
 

@@ -27,6 +27,8 @@ a tab and returns them by name, :meth:`TrajectoryView.views` their values for a 
 
 from __future__ import annotations
 
+from typing import cast
+
 import gradio as gr
 import numpy as np
 
@@ -376,6 +378,7 @@ class TrajectoryView:
     def show_sample(self, key: dict | None, sample, caller: Caller | None = None, mode: str = "canvas") -> dict:
         """Another sample of the stored run: its record, figure and curves (cells showing ``mode``)."""
         stored = self._stored(key, caller)
+        key = cast(dict, key)  # _stored refused a missing key
         views = self.views(key["run_id"], key["event"], stored[key["event"]][2], int(sample or 0), key.get("title", ""),
                            mode)
         views.pop(self.name("sample"))
@@ -393,6 +396,7 @@ class TrajectoryView:
         """The replay files of the shown sample (GIF, figures as HTML/PNG/SVG, steps CSV/Parquet),
         written into ``caller``'s own download folder (:func:`petri.web.ui.access.export_dir`)."""
         stored = self._stored(key, caller)
+        key = cast(dict, key)  # _stored refused a missing key
         folder = export_dir(caller) / f"{key['run_id']}-replay-{self.prefix}"
         paths, notes = export_bundle([t for _, _, t in stored], [g for _, g, _ in stored], key["event"],
                                      int(sample or 0), folder, self.tokens)

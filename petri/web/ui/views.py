@@ -4,6 +4,9 @@ figures themselves are :func:`petri.study.plots.flip_heatmap`; flips are :mod:`p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 from pydantic import ValidationError
 
@@ -140,7 +143,7 @@ def request_error_message(err: ValidationError | FieldError) -> str:
     return "; ".join(field_message(e) for e in err.errors())
 
 
-def field_message(error: dict) -> str:
+def field_message(error: Mapping[str, Any]) -> str:
     """One pydantic error (``ValidationError.errors()`` item) as a sentence naming its field: a list
     too short or too long says how many it needs and got ("concepts: at least 2 are needed, got 1"),
     instead of pydantic's "List should have at least 2 items after validation, not 1"."""
