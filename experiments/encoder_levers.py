@@ -133,7 +133,8 @@ def expert_cases(length: int) -> list[dict]:
     }
     for block_m in (32, 64, 128):
         for config in SMALL_BATCH_CONFIGS:
-            name = f"small_batch_m{block_m}_{'swap' if config.swap else 'rows'}_n{config.block_n}_k{config.block_k}_w{config.num_warps}_s{config.num_stages}"
+            name = (f"small_batch_m{block_m}_{'swap' if config.swap else 'rows'}_n{config.block_n}_k{config.block_k}"
+                    f"_w{config.num_warps}_s{config.num_stages}")
             calls["bf16_" + name] = functools.partial(small_batch, hidden, index, weights, gate_up, down, None, None,
                                                       block_m, config)
             calls["fp8_fast_" + name] = functools.partial(small_batch, hidden, index, weights, gate_up_q, down_q,

@@ -165,7 +165,8 @@ def x_exactness(rows: int = 512, vocab: int = 262_144) -> dict:
         sc = torch.full((rows, vocab), float("nan"), device="cuda")
         triton_logit_pass(raw, noise, temp, softcap=cap, self_conditioning_out=sc)
         logits = raw.float() if cap is None else torch.tanh(raw.float() / cap) * cap
-        for label, x in (("div", logits / 0.55), ("mul_f32_reciprocal", logits * (torch.tensor(1.0, device="cuda") / torch.tensor(0.55, device="cuda")))):
+        reciprocal = torch.tensor(1.0, device="cuda") / torch.tensor(0.55, device="cuda")
+        for label, x in (("div", logits / 0.55), ("mul_f32_reciprocal", logits * reciprocal)):
             bad = sc != x
             out[f"{name}_{label}_mismatches"] = int(bad.sum())
             if bad.any():

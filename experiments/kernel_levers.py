@@ -309,15 +309,16 @@ def self_conditioning_part() -> dict:
         bf16 = probabilities @ embedding
         pq, ps = quantize_rows(probabilities)
 
-        def fp8():
-            return torch._scaled_mm(pq, column_q.T, scale_a=ps[:, None], scale_b=column_scale[None], out_dtype=torch.bfloat16)
+        def fp8():  # called in this iteration, before the del below (as every closure here)
+            return torch._scaled_mm(pq, column_q.T, scale_a=ps[:, None], scale_b=column_scale[None],  # noqa: F821
+                                    out_dtype=torch.bfloat16)
 
         got = fp8()
         result[f"rows{rows}"] = {
-            "bf16_ms": ms(lambda: probabilities @ embedding), "fp8_ms": ms(fp8),
-            "fp8_fast_ms": ms(lambda: torch._scaled_mm(pq, column_q.T, scale_a=ps[:, None], scale_b=column_scale[None],
+            "bf16_ms": ms(lambda: probabilities @ embedding), "fp8_ms": ms(fp8),  # noqa: F821
+            "fp8_fast_ms": ms(lambda: torch._scaled_mm(pq, column_q.T, scale_a=ps[:, None], scale_b=column_scale[None],  # noqa: F821
                                                        out_dtype=torch.bfloat16, use_fast_accum=True)),
-            "quantize_probabilities_ms": ms(lambda: quantize_rows(probabilities)),
+            "quantize_probabilities_ms": ms(lambda: quantize_rows(probabilities)),  # noqa: F821
             "bf16_relative_difference": float((bf16.float() - want).norm() / want.norm()),
             "fp8_relative_difference": float((got.float() - want).norm() / want.norm()),
         }

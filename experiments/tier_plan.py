@@ -40,7 +40,8 @@ def main() -> None:
     tiers = [Tier(False), Tier(True), Tier(True, "fp8"), Tier(True, "fp8", released=True),
              Tier(True, "fp8-fast", sc_fp8=True), Tier(True, "fp8-fast", released=True, sc_fp8=True)]
     out = {"card_free_gib": args.free_gib, "card_total_gib": args.total_gib,
-           "estimates_gib": {t.options + (" (bf16 copies released)" if t.released else ""): {f"{b}x{p}": round(estimate(counts, t, b, p).total / GIB, 1) for b, p in SHAPES}
+           "estimates_gib": {t.options + (" (bf16 copies released)" if t.released else ""):
+                             {f"{b}x{p}": round(estimate(counts, t, b, p).total / GIB, 1) for b, p in SHAPES}
                              for t in tiers},
            "chosen": {}}
     for compile, precision in ASKED:

@@ -124,7 +124,8 @@ def test_compile_option_is_a_tri_state_and_auto_compiles_only_cuda(tiny_checkpoi
     monkeypatch.delenv("PETRI_COMPILE", raising=False)
     parser = argparse.ArgumentParser()
     model_options.add_model_arguments(parser)
-    assert [model_options.spec_from_args(parser.parse_args(argv)).compile for argv in ([], ["--compile"], ["--no-compile"])] == [None, True, False]
+    compiles = [model_options.spec_from_args(parser.parse_args(argv)).compile for argv in ([], ["--compile"], ["--no-compile"])]
+    assert compiles == [None, True, False]
     for value, expected in (("0", False), ("yes", True), ("", None)):
         monkeypatch.setenv("PETRI_COMPILE", value)
         parser = argparse.ArgumentParser()

@@ -74,7 +74,7 @@ def measured_peaks() -> dict[tuple[str, int, int], float]:
         shapes = data.get("shapes") or {f"{data.get('batch')}x{data.get('prompt_tokens')}": data}
         for shape, configs in shapes.items():
             batch, prompt = (int(v) for v in shape.split("x"))
-            for name, tier in MEASURED_TIERS.items():
+            for name in MEASURED_TIERS:
                 peak = configs.get(name, {}).get("peak_gpu_memory_gib") if isinstance(configs, dict) else None
                 if peak:
                     found.setdefault((name, batch, prompt), []).append(peak)

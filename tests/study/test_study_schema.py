@@ -73,7 +73,8 @@ def test_shipped_studies_load_and_are_balanced(name):
 
 @pytest.mark.parametrize(
     "name, language, script, method",
-    [("inventory_order_ko.json", "ko", "[가-힣]", nouns.KIWI), ("inventory_order_ja.json", "ja", "[\u3040-\u30ff\u4e00-\u9fff]", nouns.FUGASHI)],
+    [("inventory_order_ko.json", "ko", "[가-힣]", nouns.KIWI),
+     ("inventory_order_ja.json", "ja", "[\u3040-\u30ff\u4e00-\u9fff]", nouns.FUGASHI)],
 )
 def test_translated_study_mirrors_english(name, language, script, method):
     en, tr = load_study(STUDIES / "inventory_order.json"), load_study(STUDIES / name)

@@ -243,10 +243,10 @@ def test_drag_and_keyboard_placement_reaches_the_run(page, served, tmp_path):
         assert concept in final
     assert "|" in page.inner_text("#petri-pairs")
     links = page.locator("#petri-files a[href]").evaluate_all("els => els.map(e => e.href)")
-    names = {l.rsplit("/", 1)[-1] for l in links}
+    names = {link.rsplit("/", 1)[-1] for link in links}
     run_id = next(n for n in names if n.endswith("-pairs.csv")).removesuffix("-pairs.csv")  # named by their run
     assert {f"{run_id}-{n}" for n in ("positions.csv", "segments.csv", "samples.csv", "pairs.csv", "run.json")} <= names
-    download = httpx.get(next(l for l in links if l.endswith("-pairs.csv")), timeout=30)
+    download = httpx.get(next(link for link in links if link.endswith("-pairs.csv")), timeout=30)
     assert download.status_code == 200 and download.text.startswith('"event","event_index","group"')
     page.evaluate("window.scrollTo(0, 0)")
     page.wait_for_function("!document.querySelector('#petri-heatmap .js-plotly-plot').classList.contains('is-transitioning')")
@@ -650,7 +650,7 @@ def test_a_stored_run_reopens(page, served):
     page.wait_for_selector("#petri-heatmap .js-plotly-plot")
     assert "order" in page.inner_text("#petri-final")
     links = page.locator("#petri-files a[href]").evaluate_all("els => els.map(e => e.href)")
-    assert any(f"/{dish_run['run_id']}/" in l or l.endswith("run.json") for l in links)
+    assert any(f"/{dish_run['run_id']}/" in link or link.endswith("run.json") for link in links)
 
 
 def test_a_canvas_starting_with_eos_shows_its_text(page, served):
@@ -896,7 +896,8 @@ def test_at_420_px_the_dish_and_compare_tabs_fit(page, served):
         # a stored dish with its chips side by side (their labels would overlap on one line), reopened
         dish = Dish(("order", "inventory", "person"), "The stock was counted.", "{event}", positions=(20, 24, 27),
                     shuffle=False)
-        side_by_side = service.seed(service.plan([SeedEvent(dish)], 1, replace(service.lm.default_settings(), max_denoising_steps=2))).run_id
+        side_by_side = service.seed(service.plan([SeedEvent(dish)], 1,
+                                                 replace(service.lm.default_settings(), max_denoising_steps=2))).run_id
         reopen_run(page, side_by_side)
         page.wait_for_selector(f"#petri-status:has-text('{side_by_side}')")
         page.wait_for_function("document.querySelector(\"#petri-canvas .pc-chip[data-concept='person']\").dataset.start == '27'")

@@ -147,7 +147,7 @@ def test_whole_trajectory_figure_cells_in_the_browser(page):
         widths: [...document.querySelectorAll('#fig .heatmaplayer text, #fig g.textpoint text')].map((t) => t.getBBox().width),
         cell: document.getElementById('fig')._fullLayout.xaxis._length / document.getElementById('fig')._fullLayout.xaxis.range
               .reduce((a, b) => b - a),
-    })""")
+    })""")  # noqa: E501 - JavaScript run in the page
     assert found["sizes"] and min(found["sizes"]) >= 10, found["sizes"][:10]
     # no token's text spills into the next cell ("custome" in a 34 px cell did)
     assert max(found["widths"]) <= found["cell"], (max(found["widths"]), found["cell"])
@@ -205,7 +205,7 @@ def test_the_viewers_speed_and_mode_selectors_are_never_cut(page, width):
     page.set_viewport_size({"width": width, "height": 600})
     page.set_content(viewer_harness())
     page.evaluate("""() => { const m = document.querySelector('.pt-mode');
-        for (const v of ['canvas', 'argmax']) { const o = document.createElement('option'); o.value = v; o.textContent = v; m.appendChild(o); } }""")
+        for (const v of ['canvas', 'argmax']) { const o = document.createElement('option'); o.value = v; o.textContent = v; m.appendChild(o); } }""")  # noqa: E501 - JavaScript run in the page
     found = page.evaluate("""() => [...document.querySelectorAll('.pt-bar select')].map((s) => {
         const free = s.cloneNode(true); free.style.position = 'absolute'; free.style.width = 'auto';
         document.body.appendChild(free); const natural = free.getBoundingClientRect().width; free.remove();

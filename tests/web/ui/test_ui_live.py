@@ -395,10 +395,15 @@ def test_a_refused_run_is_never_queued_and_never_says_queued(service):
     demo = build_ui(service)
     spread = DishController(service).spread
     meta, concepts, events, templates = small_study()
-    dish = lambda c: [c, "Only 90 units are in stock.", "{event}", 2, 0, spread(c), True, 4, 0.1, 0.4, 0.8, False, True]
-    compare = lambda c: [c, "calm", "The order was packed.", "tense", "Ninety units in stock, none in stock.", "{event}",
-                         2, 0, 4, spread(c), True, None, None, None, False, None]
-    study = lambda c: [meta, c, events, templates, "benign, contradictory", "", ["t1"], 2, 0, 4]
+    def dish(c):
+        return [c, "Only 90 units are in stock.", "{event}", 2, 0, spread(c), True, 4, 0.1, 0.4, 0.8, False, True]
+
+    def compare(c):
+        return [c, "calm", "The order was packed.", "tense", "Ninety units in stock, none in stock.", "{event}",
+                2, 0, 4, spread(c), True, None, None, None, False, None]
+
+    def study(c):
+        return [meta, c, events, templates, "benign, contradictory", "", ["t1"], 2, 0, 4]
     # the Study tab's validator writes the status line only (wire_run's mark_fields=False): Gradio's
     # validator step refuses a loaded study's template choice (the study browser tests)
     tabs = [("petri-run", dish, 0), ("petri-cmp-run", compare, 0), ("petri-study-run", study, 1)]

@@ -50,7 +50,7 @@ def test_final_text_hides_special_tokens_and_marks_end_of_turn_tokens(service):
     # the <eos> at 5 is one marker; the words after it are the answer as plainly as those before
     assert labels == [None, None, "order", None, END_TOKEN_LABEL, None, None, "person"] + [None] * (16 - 10)
     assert pieces[4] == ("<eos>", END_TOKEN_LABEL)
-    assert [t for t, l in pieces if l is None] == [" stock"] * (5 + 16 - 10)
+    assert [t for t, label in pieces if label is None] == [" stock"] * (5 + 16 - 10)
 
 
 def test_a_canvas_starting_with_eos_shows_what_the_model_wrote(service):
