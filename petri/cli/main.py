@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING, cast
 
 from petri.cli.options import add_model_arguments, add_sampler_arguments, load_from_args, settings_from_args
 from petri.cli.probe import add_probe_command, cmd_probe
 from petri.core.dish import DEFAULT_TEMPLATE, Dish, LayoutError
-from petri.engine.base import BackendUnavailableError, ModelNotFoundError
+from petri.engine.base import BackendUnavailableError, ModelNotFoundError, SamplingModel
 from petri.runs.export import run_tables, token_decoder, write_run
 from petri.runs.store import StoreError
 from petri.study.executors import ExecutorError
+
+if TYPE_CHECKING:
+    from petri.study.executors import StudyExecutor
 
 
 def _concepts(value: str) -> tuple[str, ...]:
@@ -281,12 +285,13 @@ def cmd_study(args) -> int:
     return 0
 
 
-def _study_decoder(lm, executor, result):
+def _study_decoder(lm: SamplingModel | StudyExecutor, executor, result):
     """The token decoder of a finished study's positions table (``final_token``). A Ray driver holds
     no model, so it loads only the tokenizer of the workers' checkpoint (None when it has none)."""
     trajectories = [b.trajectory for b in result.batches]
     if executor is None:
-        return token_decoder(lm.tokenizer, lm.model_id, trajectories)
+        model = cast(SamplingModel, lm)  # no executor: lm is the loaded model
+        return token_decoder(model.tokenizer, model.model_id, trajectories)
     from petri.engine.torch.model import load_tokenizer
 
     try:
