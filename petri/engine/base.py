@@ -125,6 +125,17 @@ class SamplingModel(Protocol):
         ...
 
 
+class TorchLoadedModel(SamplingModel, Protocol):
+    """A :class:`SamplingModel` of the torch backend as the engine's torch and CUDA modules use it:
+    ``model`` (the transformers module), ``dtype`` (a ``torch.dtype``) and ``fast_tier`` (the GPU fast
+    path's state, :class:`petri.engine.torch.fast_tier.FastTier`). Typed Any here: naming the torch
+    classes would import torch, and ``petri.engine.torch.model.LoadedModel`` imports those modules."""
+
+    model: Any
+    dtype: Any
+    fast_tier: Any
+
+
 class SteppedModel(SamplingModel, Protocol):
     """A :class:`SamplingModel` whose family's stepper can be driven a step at a time (the torch
     backend's models; what the probe reads, :mod:`petri.engine.probe`)."""

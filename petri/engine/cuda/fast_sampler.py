@@ -48,7 +48,7 @@ import torch
 
 from petri.core.cancel import CancelToken
 from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory
-from petri.engine.base import LiveStep, SampleRequest, StepCallback
+from petri.engine.base import LiveStep, SampleRequest, StepCallback, TorchLoadedModel
 from petri.engine.cuda.compiled_tier import uncompile_regions
 from petri.engine.cuda.fp8 import embedding_columns, scaled_matmul
 from petri.engine.cuda.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
@@ -62,7 +62,7 @@ from petri.engine.torch.step import TorchOps, _cache_kwarg, start_batch
 log = logging.getLogger(__name__)
 
 
-def fast_path_reason(lm, options: FastOptions | None = None) -> str | None:
+def fast_path_reason(lm: TorchLoadedModel, options: FastOptions | None = None) -> str | None:
     """``None`` when the fast path (with ``options``, the tier's unless given) can run on ``lm``,
     else why not."""
     options = lm.fast_tier.options if options is None else options
@@ -95,7 +95,7 @@ class _Session:
     conditioning input (S, L, V) in the embedding dtype; the record's rows (T, S, L); noise (S·L, V) float32,
     or with the inverse-CDF draw uniforms (S·L,) float32."""
 
-    def __init__(self, lm, cache, batch: int, settings: SamplerSettings, has_anchors: bool, options: FastOptions):
+    def __init__(self, lm: TorchLoadedModel, cache, batch: int, settings: SamplerSettings, has_anchors: bool, options: FastOptions):
         model, device = lm.model, lm.device
         # the model, not ``lm``: the session is kept by lm's tier, and a reference back would make a
         # cycle that frees the S·L·V buffers only when the cycle collector runs
@@ -335,7 +335,7 @@ def _event(device: torch.device):
     return event
 
 
-def run_sampler_fast(lm, prompt_ids: Sequence[int], layouts: Sequence[Sequence[AnchorSpan]],
+def run_sampler_fast(lm: TorchLoadedModel, prompt_ids: Sequence[int], layouts: Sequence[Sequence[AnchorSpan]],
                      settings: SamplerSettings = SamplerSettings(), *, seed: int | None = None,
                      canvas_prefix: Sequence[int] = (), prompt_text: str = "", **kwargs) -> Trajectory:
     """:func:`sample_fast` with the request spelled out (the fields of
@@ -346,7 +346,7 @@ def run_sampler_fast(lm, prompt_ids: Sequence[int], layouts: Sequence[Sequence[A
 
 @torch.no_grad()
 def sample_fast(
-    lm,
+    lm: TorchLoadedModel,
     request: SampleRequest,
     *,
     on_step: StepCallback | None = None,
@@ -397,7 +397,7 @@ def sample_fast(
     return trajectory
 
 
-def run_sampler_auto(lm, request: SampleRequest, **kwargs) -> Trajectory | None:
+def run_sampler_auto(lm: TorchLoadedModel, request: SampleRequest, **kwargs) -> Trajectory | None:
     """The fast path when it can run on ``lm``; ``None`` (after logging why) when it cannot, so the
     caller runs the eager sampler. A failure while building or capturing disables the fast path
     for this model (logged once) and also returns ``None``."""

@@ -32,6 +32,8 @@ from typing import Any
 
 import torch
 
+from petri.engine.base import TorchLoadedModel
+
 #: attribute of a member linear that names its group
 GROUP = "_petri_stack"
 
@@ -90,13 +92,13 @@ def projection_groups(model, layers) -> list[list[torch.nn.Linear]]:
     return groups
 
 
-def _check_bf16(lm) -> None:
+def _check_bf16(lm: TorchLoadedModel) -> None:
     if lm.fast_tier.precision != "bf16":
         raise RuntimeError(f"projections are stacked or unstacked with the FP8 tier off (precision is "
                            f"{lm.fast_tier.precision}): the FP8 tier quantizes the stacked layers, not their members")
 
 
-def stack_projections(lm, layers) -> int:
+def stack_projections(lm: TorchLoadedModel, layers) -> int:
     """Install the groups of :func:`projection_groups` on ``layers`` of ``lm``'s model (members
     already stacked are skipped); returns how many groups are new. The FP8 tier must be off
     (``RuntimeError`` otherwise; the compiled tier switches it off around this and on again, so
@@ -114,7 +116,7 @@ def stack_projections(lm, layers) -> int:
     return count
 
 
-def unstack_projections(lm, layers) -> None:
+def unstack_projections(lm: TorchLoadedModel, layers) -> None:
     """Each member's own forward again (its weight stays a view of the stacked one: same values);
     the FP8 tier must be off, as for :func:`stack_projections`."""
     _check_bf16(lm)

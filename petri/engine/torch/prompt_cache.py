@@ -33,6 +33,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+from petri.engine.base import SamplingModel
+
 #: the environment variable that sets how many MiB of encoded prompts a model keeps
 PROMPT_CACHE_ENV = "PETRI_PROMPT_CACHE_MB"
 DEFAULT_PROMPT_CACHE_MB = 1024
@@ -136,7 +138,7 @@ class PromptCache:
         self.entries.clear()
 
 
-def kept_prompts(lm) -> PromptCache | None:
+def kept_prompts(lm: SamplingModel) -> PromptCache | None:
     """The encoded prompts ``lm`` keeps: a torch model's on its tier
     (:class:`petri.engine.torch.fast_tier.FastTier`), an MLX model's on itself; ``None`` for a model
     without a prompt encoder (masked diffusion)."""
@@ -145,7 +147,7 @@ def kept_prompts(lm) -> PromptCache | None:
     return prompts if isinstance(prompts, PromptCache) else None
 
 
-def set_prompt_cache_bytes(lm, max_bytes: int) -> bool:
+def set_prompt_cache_bytes(lm: SamplingModel, max_bytes: int) -> bool:
     """Let ``lm`` keep at most ``max_bytes`` of encoded prompts (0: none); False when it keeps none
     at all (:func:`kept_prompts`)."""
     prompts = kept_prompts(lm)

@@ -25,7 +25,7 @@ import torch
 
 from petri.core.cancel import CancelToken
 from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory
-from petri.engine.base import SampleRequest, StepCallback
+from petri.engine.base import SampleRequest, StepCallback, TorchLoadedModel
 from petri.engine.families.uniform import UniformDiffusionScheduler
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.loop import RecordedStepper, run_loop
@@ -56,7 +56,7 @@ def generate_kwargs(settings: SamplerSettings) -> dict:
 
 @torch.no_grad()
 def run_sampler(
-    lm,
+    lm: TorchLoadedModel,
     prompt_ids: Sequence[int],
     layouts: Sequence[Sequence[AnchorSpan]],
     settings: SamplerSettings = SamplerSettings(),
@@ -78,7 +78,7 @@ def run_sampler(
 
 @torch.no_grad()
 def sample_request(
-    lm,
+    lm: TorchLoadedModel,
     request: SampleRequest,
     *,
     on_step: StepCallback | None = None,
@@ -126,7 +126,7 @@ def sample_request(
                     started=started, encoded=encoded, on_step=on_step, cancel=cancel)
 
 
-def eager_stepper(lm, request: SampleRequest, fixed_noise: FixedNoise | None = None):
+def eager_stepper(lm: TorchLoadedModel, request: SampleRequest, fixed_noise: FixedNoise | None = None):
     """The eager sampler's first moves (seed, pins, the prompt encoded once) and its stepper: the
     decoder forward and DiffusionGemma's step (:class:`RecordedStepper`), ready for step 0. Returns
     (stepper, pinned mask (S, L) bool on the host). :func:`sample_request` and the probe
@@ -142,7 +142,7 @@ def eager_stepper(lm, request: SampleRequest, fixed_noise: FixedNoise | None = N
     return RecordedStepper(ops, forward, scheduler, len(request.layouts)), pinned_mask
 
 
-def _decoder_forward(lm, cache, canvas: torch.Tensor):
+def _decoder_forward(lm: TorchLoadedModel, cache, canvas: torch.Tensor):
     """DiffusionGemma's decoder over the canvas (S, L) after the prompt's cache, with the previous
     step's logits as self-conditioning: ``forward(canvas, self_conditioning) → logits (S, L, V)``."""
     model, device = lm.model, lm.device
