@@ -7,11 +7,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from petri.core.dish import DEFAULT_TEMPLATE, Dish, LayoutError
-from petri.runs.export import run_tables, token_decoder, write_run
-from petri.engine.base import BackendUnavailableError, ModelNotFoundError
 from petri.cli.options import add_model_arguments, add_sampler_arguments, load_from_args, settings_from_args
 from petri.cli.probe import add_probe_command, cmd_probe
+from petri.core.dish import DEFAULT_TEMPLATE, Dish, LayoutError
+from petri.engine.base import BackendUnavailableError, ModelNotFoundError
+from petri.runs.export import run_tables, token_decoder, write_run
 from petri.runs.store import StoreError
 from petri.study.executors import ExecutorError
 
@@ -225,9 +225,9 @@ def cmd_seed(args) -> int:
 def cmd_study(args) -> int:
     import shlex
 
+    from petri.runs.store import RunStore
     from petri.study.report import write_study
     from petri.study.runner import run_study
-    from petri.runs.store import RunStore
     from petri.study.schema import load_study
 
     study = load_study(args.file)  # malformed files are refused before the model is even loaded
@@ -298,9 +298,9 @@ def _study_decoder(lm, executor, result):
 
 
 def cmd_replay(args) -> int:
-    from petri.web.replay_files import replay_suffixes, write_replay
     from petri.runs.store import RunStore, check_run_id
     from petri.study.runner import stored_conditions
+    from petri.web.replay_files import replay_suffixes, write_replay
 
     suffix = args.out.rsplit(".", 1)[-1].lower() if "." in args.out else ""
     if suffix not in replay_suffixes():

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from petri.core.trajectory import Trajectory
 from petri.measure.summary import EventSummary, summary_of
 from petri.measure.tables import pairs_table, positions_table, samples_table, segments_table
-from petri.core.trajectory import Trajectory
 
 TABLES = {
     "positions": positions_table,

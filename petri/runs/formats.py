@@ -24,8 +24,8 @@ import pandas as pd
 
 from petri.core.trajectory import Trajectory
 from petri.measure.replay import steps_table
-from petri.runs.probe_results import PROBE_TABLES
 from petri.runs.export import TABLES, Conditions, TokenText, event_table, with_condition, write_csv, write_parquet
+from petri.runs.probe_results import PROBE_TABLES
 
 #: one label per event (``None``: no group)
 Groups = Sequence[str | None]

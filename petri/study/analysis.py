@@ -15,14 +15,14 @@ import numpy as np
 import pandas as pd
 
 from petri.core.dish import THOUGHT_CHANNEL
-from petri.runs.export import TABLES, EventCondition, with_condition
 from petri.measure.nouns import FALLBACK, jaccard_matrix, mean_off_diagonal, tagger_name, top_nouns_by_template
-from petri.stats.groups import MIN_INFORMATIVE_N, GroupComparison, LevelComparisons, compare_groups, compare_levels, event_level_values
-from petri.study.statistics import StudyStatistics, study_statistics
-from petri.study.paired_statistics import PairedStatistics, paired_statistics
 from petri.measure.sample_metrics import event_metric_columns
 from petri.measure.summary import EventSummary
 from petri.measure.tables import anchors_table, preservation_summary
+from petri.runs.export import TABLES, EventCondition, with_condition
+from petri.stats.groups import MIN_INFORMATIVE_N, GroupComparison, LevelComparisons, compare_groups, compare_levels, event_level_values
+from petri.study.paired_statistics import PairedStatistics, paired_statistics
+from petri.study.statistics import StudyStatistics, study_statistics
 
 if TYPE_CHECKING:  # the runner imports torch; analysis only reads its result
     from petri.study.runner import StudyBatch, StudyResult

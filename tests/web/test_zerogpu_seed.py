@@ -11,9 +11,9 @@ import time
 
 import numpy as np
 import pytest
-import zerogpu_support as harness
 from fastapi.testclient import TestClient
 
+import zerogpu_support as harness
 from petri.core.cancel import Cancelled, CancelToken
 from petri.core.dish import Dish
 from petri.core.plan import SeedEvent

@@ -45,17 +45,17 @@ import time
 import torch
 
 from petri.core.cancel import CancelToken
+from petri.core.trajectory import SamplerSettings, Trajectory
 from petri.engine.base import LiveStep, SampleRequest, StepCallback, spelled_out
 from petri.engine.cuda.compiled_tier import uncompile_regions
-from petri.engine.torch.decoder_hooks import self_conditioning_reason, soft_embeddings_fed
-from petri.engine.torch.fast_tier import FastOptions
 from petri.engine.cuda.fp8 import embedding_columns, scaled_matmul
 from petri.engine.cuda.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
 from petri.engine.cuda.step_logs import StepLogs
-from petri.engine.loop import Record, run_loop
-from petri.engine.torch.step import TorchOps, _cache_kwarg, start_batch
 from petri.engine.families.uniform import StopRule, accept_and_renoise, stops, temperature_at
-from petri.core.trajectory import SamplerSettings, Trajectory
+from petri.engine.loop import Record, run_loop
+from petri.engine.torch.decoder_hooks import self_conditioning_reason, soft_embeddings_fed
+from petri.engine.torch.fast_tier import FastOptions
+from petri.engine.torch.step import TorchOps, _cache_kwarg, start_batch
 
 log = logging.getLogger(__name__)
 

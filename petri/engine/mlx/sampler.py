@@ -26,6 +26,8 @@ import numpy as np
 
 from petri.core.cancel import CancelToken
 from petri.core.dish import pinned_arrays
+from petri.core.paths import embedded_model_path
+from petri.core.trajectory import SamplerSettings, Trajectory
 from petri.engine.base import (
     ModelNotFoundError,
     RequestSampling,
@@ -37,13 +39,11 @@ from petri.engine.base import (
     settings_from_generation_config,
     spelled_out,
 )
+from petri.engine.families.uniform import FAMILY, UniformDiffusionScheduler
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.loop import RecordedStepper, run_loop
 from petri.engine.mlx.model import EncoderCache, MLXDiffusionGemma, resolve_mlx_dtype
 from petri.engine.torch.prompt_cache import PromptCache
-from petri.core.paths import embedded_model_path
-from petri.engine.families.uniform import FAMILY, UniformDiffusionScheduler
-from petri.core.trajectory import SamplerSettings, Trajectory
 
 
 @dataclass

@@ -9,20 +9,19 @@ only, and a missing model produces a :class:`ModelNotFoundError` whose message s
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
 
-from petri.engine.torch import sampler as torch_sampler
-from petri.engine.torch.fast_tier import FastTier
+from petri.core.paths import checkpoint_source, embedded_model_path
+from petri.core.trajectory import SamplerSettings
 from petri.engine.base import (
     REAL_MODEL_ID,
+    ModelNotFoundError,
     RequestSampling,
     SampleRequest,
-    ModelNotFoundError,
     fetch_hub_model,
     missing_model_message,
     prompt_room,
@@ -30,10 +29,10 @@ from petri.engine.base import (
 )
 from petri.engine.checkpoints import model_type_of, weights_fingerprint
 from petri.engine.families.registry import family_for_model_type
-from petri.engine.torch.device import resolve_device, resolve_dtype
 from petri.engine.families.uniform import FAMILY
-from petri.core.paths import checkpoint_source, embedded_model_path
-from petri.core.trajectory import AnchorSpan, SamplerSettings
+from petri.engine.torch import sampler as torch_sampler
+from petri.engine.torch.device import resolve_device, resolve_dtype
+from petri.engine.torch.fast_tier import FastTier
 
 EMBEDDED_MODEL_PATH = embedded_model_path()
 

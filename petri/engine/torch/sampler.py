@@ -23,7 +23,9 @@ import time
 import torch
 
 from petri.core.cancel import CancelToken
+from petri.core.trajectory import SamplerSettings, Trajectory
 from petri.engine.base import SampleRequest, StepCallback, spelled_out
+from petri.engine.families.uniform import UniformDiffusionScheduler
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.loop import RecordedStepper, run_loop
 from petri.engine.torch.step import (  # noqa: F401 - StabilityTracker, accept_mask: the names tests import
@@ -34,8 +36,6 @@ from petri.engine.torch.step import (  # noqa: F401 - StabilityTracker, accept_m
     start_batch,
     token_entropy,
 )
-from petri.engine.families.uniform import UniformDiffusionScheduler
-from petri.core.trajectory import SamplerSettings, Trajectory
 
 
 def generate_kwargs(settings: SamplerSettings) -> dict:

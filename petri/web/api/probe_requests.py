@@ -25,8 +25,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from petri.app.probe import EvalSettings
 from petri.core.paths import probe_set_path
-from petri.core.probe import DEFAULT_MIN_MASS, MIN_MASS_HIGH, MIN_MASS_LOW, ORDER_AS_LISTED, Pin, ProbeRequest, \
-    Question, parse_order
+from petri.core.probe import DEFAULT_MIN_MASS, MIN_MASS_HIGH, MIN_MASS_LOW, ORDER_AS_LISTED, Pin, ProbeRequest, Question, parse_order
 from petri.study.probe_eval import EVAL_ORDER
 from petri.study.probe_set import LabelledItem, LabelledSet, labelled_set, load_labelled_set
 from petri.web.api import examples
@@ -40,8 +39,8 @@ from petri.web.limits import (
     MAX_PROBE_QUESTIONS,
     MAX_PROBE_REPEATS,
     MAX_PROBE_STEPS,
-    MAX_SEED,
     MAX_PROBE_TEXT_CHARS,
+    MAX_SEED,
     MAX_TOP_K,
 )
 

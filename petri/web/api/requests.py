@@ -21,12 +21,12 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from petri.core.dish import DEFAULT_TEMPLATE, Dish, LayoutError, concept_token_ids, encode_prompt, even_slots, template_problem
-from petri.engine.seeding import plan_dish, plan_event
 from petri.core.plan import SeedEvent, SeedPlan
-from petri.study.runner import check_layouts, plan_cells
-from petri.study.schema import Study, StudyError, study_from_dict
 from petri.core.settings import FamilySettings
 from petri.core.trajectory import AnchorSpan
+from petri.engine.seeding import plan_dish, plan_event
+from petri.study.runner import check_layouts, plan_cells
+from petri.study.schema import Study, StudyError, study_from_dict
 from petri.web import limits
 from petri.web.api import examples
 from petri.web.api.settings import Settings, SettingsIn, settings_model
@@ -34,12 +34,12 @@ from petri.web.errors import FieldError, clean_text
 from petri.web.limits import (
     MAX_CONCEPT_CHARS,
     MAX_CONCEPTS,
+    MAX_EVENT_TEXT_CHARS,
     MAX_EVENTS,
     MAX_GROUP_CHARS,
     MAX_SAMPLES,
     MAX_SEED,
     MAX_STUDY_BATCHES,
-    MAX_EVENT_TEXT_CHARS,
     MIN_CONCEPTS,
 )
 

@@ -23,22 +23,22 @@ import pandas as pd
 import plotly.graph_objects as go
 from pydantic import ValidationError
 
-from petri.core.wording import counted
-from petri.core.dish import DEFAULT_TEMPLATE
-from petri.runs.export import token_decoder
-from petri.measure.metrics import flip_grid
 from petri.app.jobs import QueueFull
 from petri.app.service import PetriService, SeedResult
+from petri.core.dish import DEFAULT_TEMPLATE
+from petri.core.trajectory import Trajectory
+from petri.core.wording import counted
+from petri.measure.metrics import flip_grid
+from petri.measure.tables import pairs_table, samples_table
+from petri.runs.export import token_decoder
 from petri.study.anchor_marks import aggregate_anchor_boxes
 from petri.study.plots import flip_heatmap, flips_bar, token_texts
-from petri.measure.tables import pairs_table, samples_table
-from petri.core.trajectory import Trajectory
 from petri.web.access import Caller
+from petri.web.api.requests import SeedRequest, prepare_seed, preview_layout
+from petri.web.api.responses import write_run_files
 from petri.web.errors import FieldError
 from petri.web.gpu_executor import GpuAborted, on_zero_gpu, ui_seed_events
 from petri.web.limits import MAX_SAMPLES
-from petri.web.api.requests import SeedRequest, prepare_seed, preview_layout
-from petri.web.api.responses import write_run_files
 from petri.web.ui.access import UiAccess, export_dir
 from petri.web.ui.canvas import canvas_value, placement_rows
 from petri.web.ui.dish_controls import (
