@@ -118,8 +118,8 @@ def run_table(
 
 def event_table(event: Trajectory | EventSummary, name: str, index: int, groups: Sequence[str | None] | None,
                  token_text: TokenText | None = None, conditions: Conditions = None) -> pd.DataFrame:
-    """Table ``name`` of one event (its trajectory or summary: a chunk of :func:`run_table`), tagged with ``event_index`` and ``group`` when ``groups``
-    is given (after ``event``, or first where the table carries no event text), and with the event's
+    """Table ``name`` of one event (its trajectory or summary: a chunk of :func:`run_table`), tagged with ``event_index`` and ``group``
+    when ``groups`` is given (after ``event``, or first where the table carries no event text), and with the event's
     condition (and dose) when ``conditions`` is given (:func:`with_condition`)."""
     frame = TABLES[name](event)
     if name == "positions":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
@@ -61,7 +61,7 @@ def request_error_message(err: ValidationError | FieldError) -> str:
     return "; ".join(field_message(e) for e in err.errors())
 
 
-def field_message(error: dict) -> str:
+def field_message(error: Mapping[str, Any]) -> str:
     """One pydantic error (``ValidationError.errors()`` item) as a sentence naming its field: a list
     too short or too long says how many it needs and got ("concepts: at least 2 are needed, got 1"),
     instead of pydantic's "List should have at least 2 items after validation, not 1"."""

@@ -105,7 +105,7 @@ def test_a_cancel_stops_the_call_within_a_step_and_marks_the_run(service, monkey
     plan = plan_of(service, steps=40)
     seen = []
     with pytest.raises(Cancelled):
-        for kind, payload in zerogpu_seed_stream(service, plan, cancel=token):
+        for _kind, payload in zerogpu_seed_stream(service, plan, cancel=token):
             seen.append(payload.index)
             token.cancel("cancelled")
     assert seen == [0]  # the next frame saw the cancel

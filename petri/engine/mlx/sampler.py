@@ -17,9 +17,11 @@ instead of a multinomial draw, and renoise from a fixed token stream.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import mlx.core as mx
 import numpy as np
@@ -136,7 +138,7 @@ def checkpoint_digest(folder: Path, head_bytes: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def load_mlx_model(name_or_path: str | Path | None = None, dtype: str = "auto", allow_download: bool = False) -> MLXLoadedModel:
+def load_mlx_model(name_or_path: str | os.PathLike | None = None, dtype: str = "auto", allow_download: bool = False) -> MLXLoadedModel:
     """Load a DiffusionGemma checkpoint for the MLX backend.
 
     ``name_or_path``: a checkpoint folder or a hub id resolved from the local Hugging Face cache
@@ -299,7 +301,7 @@ def sample_mlx(
     mask_np, ids_np = pinned_arrays(request.layouts, request.canvas_prefix, lm.canvas_length)
     anchor_mask, anchor_ids = ops.mask(mask_np), ops.tokens(ids_np)
     ids = tuple(int(i) for i in request.prompt_ids)
-    cache = lm.prompts.encoded((ids, lm.dtype), lambda: model.encode(np.asarray([list(ids)])), len(request.layouts))
+    cache = cast(PromptCache, lm.prompts).encoded((ids, lm.dtype), lambda: model.encode(np.asarray([list(ids)])), len(request.layouts))
     encoded = time.perf_counter()
     scheduler = UniformDiffusionScheduler(
         ops, request.settings, lm.vocab_size, anchor_mask, anchor_ids, bool(mask_np.any()), fixed_noise

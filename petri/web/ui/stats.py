@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
 import pandas as pd
@@ -93,7 +94,7 @@ def run_power(folder: str | None, events: str, templates: str, effect, sims,
     if not folder:
         raise gr.Error("Power: no study results on screen yet; run or reopen a study first")
     try:
-        design = dict(events=_ints(events, "events per group") or (6, 12, 24, 48),
+        design: dict[str, Any] = dict(events=_ints(events, "events per group") or (6, 12, 24, 48),
                       templates=_ints(templates, "templates") or None, n_sims=min(int(sims or 500), MAX_SIMS),
                       seed=int(seed or 0))
         table, summary = paired_power_of(folder, design, _effect(effect))
