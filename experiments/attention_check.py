@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from blas_workspace import graphed_ms, kernels_of  # noqa: E402
+
 from petri.engine.cuda.sliding_attention import attend_flash  # noqa: E402
 from petri.engine.cuda.split_attention import chunks_for, products_attention, split_attention  # noqa: E402
 

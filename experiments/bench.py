@@ -1,18 +1,59 @@
 """Side-by-side benchmark: transformers' DiffusionGemma ``generate`` vs the petri sampler.
 
-Configurations (``--configs``) run one after another in one process, each a warm-up call then
-``--repeats`` timed calls, on the same model, batch, prompt length and fixed number of denoising steps
-(adaptive stopping off: random weights never settle): ``generate`` (eager), ``generate_static``
-(transformers' compiled static-cache step), ``petri_eager``, ``petri_fast`` (graphs + fused pass,
-with per-step forward / sampling / logging GPU time and host synchronisations),
-``petri_fast_fused_experts`` (the same with the experts op of ``petri.engine.cuda.fused_experts``),
-``petri_fast_compiled_plain`` (graphs + fused pass + regionally compiled layers, transformers'
-experts), ``petri_fast_compiled_experts`` (compiled layers around the fused experts op),
-``petri_fast_compiled_softmax`` (and the decoder's self-conditioning softmax done by the sampler's
-pass) and ``petri_fast_compiled`` (and the inverse-CDF draw); ``petri_fast_fp8`` and ``petri_fast_compiled_fp8``: the exact and the compiled tier with
-the FP8 tier's weights (``petri.engine.cuda.fp8``, ``--precision fp8``); ``petri_fast_compiled_fp8fast``: the compiled tier
-in ``--precision fp8-fast``; ``petri_fast_compiled_small``: the compiled tier with ``petri.engine.cuda.batch1_experts`` for calls of few tokens (what ``--compile`` does; ``petri_fast_compiled`` leaves that lever out); ``petri_fast_compiled_small_fp8`` and ``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op). ``petri_fast_compiled_small_eager_encoder``, ``petri_fast_compiled_small_torch_topk``, ``petri_fast_compiled_small_unsplit`` and ``petri_fast_compiled_small_unstacked`` (also ``..._fp8fast_unstacked``): the compiled tier without one of issue 25's later levers (its prompt encoder uncompiled; the routers' ``torch.topk``; the global layers' attention unsplit; the projections unstacked); ``petri_fast_compiled_small_fp8fast_sc_fp8``: fp8-fast with the opt-in FP8 self-conditioning (``FastOptions.fp8_self_conditioning``). ``petri_fast_compiled_small_unfused_norms`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms``: the default and the fastest configuration without the fused norms (``petri.engine.cuda.fused_norms``; Inductor's fusions of the library's norms instead). ``petri_fast_compiled_small_uncaptured_encoder`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder``: the same two with the prompt encoder's pass run uncaptured (no ``petri.engine.cuda.encoder_graphs``). ``petri_fast_compiled_small_fp8fast_sc_fp8_overlapped_mlp``: the fastest configuration with each FP8 decoder layer's dense MLP on a side CUDA stream beside its experts (``petri.engine.cuda.overlapped_mlp``, opt-in until 2026-12-03 and on by default since, so now the same as ``petri_fast_compiled_small_fp8fast_sc_fp8``, whose sequential form is ``petri_fast_compiled_small_fp8fast_sc_fp8_sequential_mlp``; ``bench_h200_shapes_b1_b12_overlapped_mlp.json`` also has ``petri_fast_compiled_small_overlapped_mlp``, from when bf16 layers were overlapped too). ``petri_fast_compiled_small_autotuned`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_autotuned``: the default and the fastest configuration compiled without Inductor's deterministic mode (their kernels' configurations picked by timing, as every run before 2026-12-03 was; ``petri.engine.torch.decoder_hooks.compile_function``). ``petri_fast_compiled_small_unfused_attention_inputs`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_attention_inputs``: the default and the fastest configuration without the fused attention inputs (``petri.engine.cuda.attention_inputs``; Inductor's fusions of the library's q, k, v norms, rotary embedding and ``torch.cat`` instead). ``petri_fast_compiled_small_chunked_global_attention`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_chunked_global_attention``: the default and the fastest configuration with the global layers' attention by the memory-efficient kernel over chunks of the keys (``petri.engine.cuda.split_attention``'s ``"chunks"`` method, the default before 2026-12-03; today's is ``"products"``). ``petri_fast_compiled_small_sdpa_sliding`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_sdpa_sliding``: the same two with the sliding layers' attention by SDPA's choice at every batch (``petri.engine.cuda.sliding_attention``'s flash kernel at one sample off, the tier before 2026-12-04). ``petri_fast_compiled_small_masked_encoder`` and ``petri_fast_compiled_small_fp8fast_sc_fp8_masked_encoder``: the same two with the prompt encoder's sliding layers by SDPA with the band mask (``petri.engine.cuda.encoder_attention`` off, the tier before 2026-12-04). ``petri_fast_compiled_small_fp8fast_sc_fp8_fp8_encoder``: the fastest configuration with the prompt encoder in FP8 too (opt-in: ``petri.engine.cuda.fp8.set_precision``'s ``fp8_encoder``). (Results from before 2026-12-02 name ``petri_fast_compiled_small_split_attention``: the tier of then, split attention opt-in, with it on.) Each configuration puts the model in its mode first (``MODES``: its keyword arguments of ``set_model_mode``). The petri samplers
-pin three anchors and record the full per-step log. Peak GPU memory per configuration. Prints one JSON object (and ``--out`` keeps it).
+Configurations (``--configs``) run one after another in one process, each a warm-up call then ``--repeats``
+timed calls, on the same model, batch, prompt length and fixed number of denoising steps (adaptive stopping
+off: random weights never settle): ``generate`` (eager), ``generate_static`` (transformers' compiled
+static-cache step), ``petri_eager``, ``petri_fast`` (graphs + fused pass, with per-step forward / sampling /
+logging GPU time and host synchronisations), ``petri_fast_fused_experts`` (the same with the experts op of
+``petri.engine.cuda.fused_experts``), ``petri_fast_compiled_plain`` (graphs + fused pass + regionally compiled
+layers, transformers' experts), ``petri_fast_compiled_experts`` (compiled layers around the fused experts op),
+``petri_fast_compiled_softmax`` (and the decoder's self-conditioning softmax done by the sampler's pass) and
+``petri_fast_compiled`` (and the inverse-CDF draw); ``petri_fast_fp8`` and ``petri_fast_compiled_fp8``: the
+exact and the compiled tier with the FP8 tier's weights (``petri.engine.cuda.fp8``, ``--precision fp8``);
+``petri_fast_compiled_fp8fast``: the compiled tier in ``--precision fp8-fast``; ``petri_fast_compiled_small``:
+the compiled tier with ``petri.engine.cuda.batch1_experts`` for calls of few tokens (what ``--compile`` does;
+``petri_fast_compiled`` leaves that lever out); ``petri_fast_compiled_small_fp8`` and
+``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op).
+``petri_fast_compiled_small_eager_encoder``, ``petri_fast_compiled_small_torch_topk``,
+``petri_fast_compiled_small_unsplit`` and ``petri_fast_compiled_small_unstacked`` (also
+``..._fp8fast_unstacked``): the compiled tier without one of issue 25's later levers (its prompt encoder
+uncompiled; the routers' ``torch.topk``; the global layers' attention unsplit; the projections unstacked);
+``petri_fast_compiled_small_fp8fast_sc_fp8``: fp8-fast with the opt-in FP8 self-conditioning
+(``FastOptions.fp8_self_conditioning``). ``petri_fast_compiled_small_unfused_norms`` and
+``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms``: the default and the fastest configuration without
+the fused norms (``petri.engine.cuda.fused_norms``; Inductor's fusions of the library's norms instead).
+``petri_fast_compiled_small_uncaptured_encoder`` and
+``petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder``: the same two with the prompt encoder's pass
+run uncaptured (no ``petri.engine.cuda.encoder_graphs``).
+``petri_fast_compiled_small_fp8fast_sc_fp8_overlapped_mlp``: the fastest configuration with each FP8 decoder
+layer's dense MLP on a side CUDA stream beside its experts (``petri.engine.cuda.overlapped_mlp``, opt-in until
+2026-12-03 and on by default since, so now the same as ``petri_fast_compiled_small_fp8fast_sc_fp8``, whose
+sequential form is ``petri_fast_compiled_small_fp8fast_sc_fp8_sequential_mlp``;
+``bench_h200_shapes_b1_b12_overlapped_mlp.json`` also has ``petri_fast_compiled_small_overlapped_mlp``, from
+when bf16 layers were overlapped too). ``petri_fast_compiled_small_autotuned`` and
+``petri_fast_compiled_small_fp8fast_sc_fp8_autotuned``: the default and the fastest configuration compiled
+without Inductor's deterministic mode (their kernels' configurations picked by timing, as every run before
+2026-12-03 was; ``petri.engine.torch.decoder_hooks.compile_function``).
+``petri_fast_compiled_small_unfused_attention_inputs`` and
+``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_attention_inputs``: the default and the fastest
+configuration without the fused attention inputs (``petri.engine.cuda.attention_inputs``; Inductor's fusions
+of the library's q, k, v norms, rotary embedding and ``torch.cat`` instead).
+``petri_fast_compiled_small_chunked_global_attention`` and
+``petri_fast_compiled_small_fp8fast_sc_fp8_chunked_global_attention``: the default and the fastest
+configuration with the global layers' attention by the memory-efficient kernel over chunks of the keys
+(``petri.engine.cuda.split_attention``'s ``"chunks"`` method, the default before 2026-12-03; today's is
+``"products"``). ``petri_fast_compiled_small_sdpa_sliding`` and
+``petri_fast_compiled_small_fp8fast_sc_fp8_sdpa_sliding``: the same two with the sliding layers' attention by
+SDPA's choice at every batch (``petri.engine.cuda.sliding_attention``'s flash kernel at one sample off, the
+tier before 2026-12-04). ``petri_fast_compiled_small_masked_encoder`` and
+``petri_fast_compiled_small_fp8fast_sc_fp8_masked_encoder``: the same two with the prompt encoder's sliding
+layers by SDPA with the band mask (``petri.engine.cuda.encoder_attention`` off, the tier before 2026-12-04).
+``petri_fast_compiled_small_fp8fast_sc_fp8_fp8_encoder``: the fastest configuration with the prompt encoder in
+FP8 too (opt-in: ``petri.engine.cuda.fp8.set_precision``'s ``fp8_encoder``). (Results from before 2026-12-02
+name ``petri_fast_compiled_small_split_attention``: the tier of then, split attention opt-in, with it on.)
+Each configuration puts the model in its mode first (``MODES``: its keyword arguments of ``set_model_mode``).
+The petri samplers pin three anchors and record the full per-step log. Peak GPU memory per configuration.
+Prints one JSON object (and ``--out`` keeps it).
 
 ``ms_per_step`` counts a prompt encode in every call (the model's kept prompts are cleared before
 each timed call, as before they existed; the warm-up is two calls, so that where the tier captures
@@ -27,7 +68,8 @@ costs beyond its three graphs' GPU time.
     # full-size DiffusionGemma architecture (random bf16 weights, no download) on one GPU
     python experiments/bench.py --model full --device cuda --batch 12 --prompt-tokens 200 --steps 24
     # batch 1 and batch 12 in one run, the FP8 tier beside bf16 (issue 25)
-    python experiments/bench.py --model full --shapes 1x1600,12x200 --configs generate,petri_fast,petri_fast_fp8,petri_fast_compiled,petri_fast_compiled_fp8
+    python experiments/bench.py --model full --shapes 1x1600,12x200 \\
+        --configs generate,petri_fast,petri_fast_fp8,petri_fast_compiled,petri_fast_compiled_fp8
     # the first request of a fresh process (build, compile, capture, one seed; --profile adds a profile)
     python experiments/bench.py --model full --device cuda --first-request
     # the embedded model on the CPU, with its shipped sampler settings (adaptive stopping on)
@@ -48,23 +90,23 @@ import sys
 import time
 
 _PROCESS_START = time.perf_counter()  # before torch and transformers are imported
-from dataclasses import replace
-from pathlib import Path
+from dataclasses import replace  # noqa: E402 - after the clock starts (the process's own start time)
+from pathlib import Path  # noqa: E402
 
-import numpy as np
-import torch
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from petri.core.dish import even_slots  # noqa: E402
-from petri.engine.torch.model import LoadedModel, compile_for_sampling, load_model  # noqa: E402
+from petri.core.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
 from petri.engine.cuda.compiled_tier import uncompile_regions  # noqa: E402
 from petri.engine.cuda.encoder_graphs import DEFAULT_ENCODER_GRAPH_LENGTHS, set_encoder_graph_lengths  # noqa: E402
-from petri.engine.torch.fast_tier import FastOptions  # noqa: E402
 from petri.engine.cuda.fast_sampler import run_sampler_fast  # noqa: E402
+from petri.engine.torch.fast_tier import FastOptions  # noqa: E402
+from petri.engine.torch.model import LoadedModel, compile_for_sampling, load_model  # noqa: E402
 from petri.engine.torch.sampler import generate_kwargs, run_sampler  # noqa: E402
-from petri.core.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
 
 
 def full_size_config():
@@ -101,7 +143,8 @@ def build_full_size(device: torch.device) -> LoadedModel:
     from petri.engine.torch.meta_build import build_random_on_device
 
     model = build_random_on_device(full_size_config(), device, torch.bfloat16)
-    return LoadedModel(model=model, tokenizer=None, model_id="diffusiongemma-26B-A4B-architecture-random", device=device, dtype=torch.bfloat16)
+    return LoadedModel(model=model, tokenizer=None, model_id="diffusiongemma-26B-A4B-architecture-random", device=device,
+                       dtype=torch.bfloat16)
 
 
 def sync(device: torch.device) -> None:
@@ -438,7 +481,8 @@ def main() -> None:
     device = resolve_device(args.device)
     _release_fp8[0] = args.release_fp8
     built = time.perf_counter()
-    lm = build_full_size(device) if args.model == "full" else load_model(None if args.model == "embedded" else args.model, device=str(device))
+    lm = (build_full_size(device) if args.model == "full"
+          else load_model(None if args.model == "embedded" else args.model, device=str(device)))
     build_s = time.perf_counter() - built
     settings = lm.default_settings() if args.model != "full" else SamplerSettings()
     settings = replace(settings, max_denoising_steps=args.steps)

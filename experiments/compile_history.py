@@ -41,11 +41,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions  # noqa: E402
-from petri.engine.torch.decoder_hooks import deterministic_mode_used  # noqa: E402
-from petri.engine.cuda.fp8 import set_precision  # noqa: E402
-from petri.engine.torch.tiny import tiny_random_model  # noqa: E402
 from petri.core.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
+from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions  # noqa: E402
+from petri.engine.cuda.fp8 import set_precision  # noqa: E402
+from petri.engine.torch.decoder_hooks import deterministic_mode_used  # noqa: E402
+from petri.engine.torch.tiny import tiny_random_model  # noqa: E402
 
 PROMPT = [5, 9, 17, 33]
 

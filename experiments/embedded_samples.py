@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from petri.core.dish import Dish, encode_prompt  # noqa: E402
 from petri.engine.base import SampleRequest  # noqa: E402
-from petri.engine.torch.model import load_model  # noqa: E402
 from petri.engine.seeding import seed_dish  # noqa: E402
+from petri.engine.torch.model import load_model  # noqa: E402
 
 EVENT = "Only 90 units are in stock, but the customer ordered 120."
 

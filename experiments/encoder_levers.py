@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from blas_workspace import graphed_ms  # noqa: E402
+
 from petri.engine.cuda.batch1_experts import GemmConfig, align_blocks_torch, grouped_gemm  # noqa: E402
 from petri.engine.cuda.fp8 import activation_quantized, experts_fp8, quantize_rows, scaled_matmul  # noqa: E402
 from petri.engine.cuda.fused_experts import combine_rows, gated_activation, moe_experts  # noqa: E402
@@ -132,7 +133,8 @@ def expert_cases(length: int) -> list[dict]:
     }
     for block_m in (32, 64, 128):
         for config in SMALL_BATCH_CONFIGS:
-            name = f"small_batch_m{block_m}_{'swap' if config.swap else 'rows'}_n{config.block_n}_k{config.block_k}_w{config.num_warps}_s{config.num_stages}"
+            name = (f"small_batch_m{block_m}_{'swap' if config.swap else 'rows'}_n{config.block_n}_k{config.block_k}"
+                    f"_w{config.num_warps}_s{config.num_stages}")
             calls["bf16_" + name] = functools.partial(small_batch, hidden, index, weights, gate_up, down, None, None,
                                                       block_m, config)
             calls["fp8_fast_" + name] = functools.partial(small_batch, hidden, index, weights, gate_up_q, down_q,

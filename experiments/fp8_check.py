@@ -21,10 +21,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from petri.engine.cuda.fp8 import (  # noqa: E402
-    experts_fp8, quantize_rows, quantize_rows_torch, scaled_grouped, scaled_matmul,
-)
 from petri.engine.cuda.batch1_experts import MAX_PAIRS, experts_small_batch  # noqa: E402
+from petri.engine.cuda.fp8 import (  # noqa: E402
+    experts_fp8,
+    quantize_rows,
+    quantize_rows_torch,
+    scaled_grouped,
+    scaled_matmul,
+)
 from petri.engine.cuda.fused_experts import experts_triton, route  # noqa: E402
 
 

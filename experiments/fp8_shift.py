@@ -126,8 +126,8 @@ def main() -> None:
         lm = build_full_size(torch.device("cuda"))
         prompt = torch.randint(3, lm.vocab_size, (200,), generator=torch.Generator().manual_seed(0)).tolist()
         layouts = three_anchor_layouts(args.batch, lm.canvas_length, lm.vocab_size)
-        from petri.engine.base import SampleRequest
         from petri.core.trajectory import SamplerSettings
+        from petri.engine.base import SampleRequest
 
         settings = SamplerSettings()
 
@@ -220,7 +220,8 @@ def report(lm, args, settings, arms: dict, samplers: dict, seconds: dict, plan: 
     return {
         "model": lm.model_id, "gpu": torch.cuda.get_device_name() if lm.device.type == "cuda" else None, "torch": torch.__version__,
         "seeds": args.seeds, "batch": args.batch, "samples_per_arm": int(len(arms["bf16"]["flips"])),
-        "settings": {k: getattr(settings, k) for k in ("max_denoising_steps", "stability_threshold", "confidence_threshold", "entropy_bound")},
+        "settings": {k: getattr(settings, k)
+                     for k in ("max_denoising_steps", "stability_threshold", "confidence_threshold", "entropy_bound")},
         "compiled": args.compile, "samplers": samplers, "arm_seconds": seconds,
         **({"bf16_arm_from": Path(args.reference).name} if args.reference else {}),
         **{f"{arm}_vs_bf16": compare(arms[arm], arms["bf16"], args.batch, paired=offset == 0)

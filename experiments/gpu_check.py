@@ -133,10 +133,11 @@ def agreement(got, reference) -> dict:
 
 
 def compiled_tiny_check() -> dict:
+    from test_fast_sampler import eager_race_loop
+
+    from petri.core.trajectory import AnchorSpan, SamplerSettings
     from petri.engine.cuda.fast_sampler import run_sampler_fast
     from petri.engine.torch.model import compile_for_sampling
-    from petri.core.trajectory import AnchorSpan, SamplerSettings
-    from test_fast_sampler import eager_race_loop
 
     lm = tiny_cuda_model()
     settings = SamplerSettings(max_denoising_steps=8, stability_threshold=None, confidence_threshold=None)
@@ -164,7 +165,8 @@ def x_exactness(rows: int = 512, vocab: int = 262_144) -> dict:
         sc = torch.full((rows, vocab), float("nan"), device="cuda")
         triton_logit_pass(raw, noise, temp, softcap=cap, self_conditioning_out=sc)
         logits = raw.float() if cap is None else torch.tanh(raw.float() / cap) * cap
-        for label, x in (("div", logits / 0.55), ("mul_f32_reciprocal", logits * (torch.tensor(1.0, device="cuda") / torch.tensor(0.55, device="cuda")))):
+        reciprocal = torch.tensor(1.0, device="cuda") / torch.tensor(0.55, device="cuda")
+        for label, x in (("div", logits / 0.55), ("mul_f32_reciprocal", logits * reciprocal)):
             bad = sc != x
             out[f"{name}_{label}_mismatches"] = int(bad.sum())
             if bad.any():
@@ -175,9 +177,10 @@ def x_exactness(rows: int = 512, vocab: int = 262_144) -> dict:
 
 def tiny_options_check() -> dict:
     """Tiny bf16 model, 10 steps: which fast-path piece (graph, Triton pass) departs from the loop."""
-    from petri.engine.cuda.fast_sampler import FastOptions, run_sampler_fast
-    from petri.core.trajectory import SamplerSettings
     from test_fast_sampler import PROMPT, eager_race_loop, three_anchors
+
+    from petri.core.trajectory import SamplerSettings
+    from petri.engine.cuda.fast_sampler import FastOptions, run_sampler_fast
 
     lm = tiny_cuda_model()
     settings = SamplerSettings(max_denoising_steps=10, stability_threshold=None, confidence_threshold=None)
@@ -205,12 +208,12 @@ def tiny_options_check() -> dict:
 
 def experts_check(tokens: int = 3072, hidden: int = 2816, experts: int = 128, top_k: int = 8, width: int = 704) -> dict:
     """The fused experts op against transformers' grouped_mm experts module (module docstring, 3)."""
-    from triton.testing import do_bench
     from transformers import DiffusionGemmaConfig
     from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaTextExperts
+    from triton.testing import do_bench
 
-    from petri.engine.torch.configs import MINIMAL_VISION_CONFIG
     from petri.engine.cuda.fused_experts import moe_experts
+    from petri.engine.torch.configs import MINIMAL_VISION_CONFIG
 
     config = DiffusionGemmaConfig(
         text_config={"hidden_size": hidden, "num_experts": experts, "top_k_experts": top_k,

@@ -7,8 +7,8 @@ It runs the shipped study file (``assets/studies/inventory_order.json``, or ``_k
 ``--lang ko``) through exactly the code of ``python -m petri study`` and writes ``report.md``, the
 tidy CSVs, ``run.json`` and ``figures/`` into ``experiments/results/inventory_order-<lang>-<model>``
 (unless ``--out`` is given; the shipped run, English on petri-tiny, into
-``assets/studies/results/inventory_order-en-petri-tiny``, where the Study tab and an installed wheel find it). Killed midway, the same command resumes from the run store
-(``runs/store`` unless ``--store`` is given). Every other option of ``python -m petri study``
+``assets/studies/results/inventory_order-en-petri-tiny``, where the Study tab and an installed wheel find it). Killed midway, the same
+command resumes from the run store (``runs/store`` unless ``--store`` is given). Every other option of ``python -m petri study``
 (``--samples``, ``--seed``, ``--steps``, ``--templates``, ``--device``, ...) passes through.
 """
 

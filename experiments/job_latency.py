@@ -28,9 +28,8 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from reliability_support import AppProcess  # noqa: E402
-
 from petri.runs.store import RunStore  # noqa: E402
+from reliability_support import AppProcess  # noqa: E402
 
 STUDY = {
     "id": "latency", "title": "Latency", "language": "en", "concepts": ["order", "inventory", "person"],

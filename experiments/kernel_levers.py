@@ -93,8 +93,8 @@ import triton.language as tl  # noqa: E402
 from triton.testing import do_bench_cudagraph  # noqa: E402
 
 import petri.engine.cuda.batch1_experts as batch1  # noqa: E402
-import petri.engine.cuda.fused_logits as fused_logits  # noqa: E402
 import petri.engine.cuda.fp8_kernels as fp8_kernels  # noqa: E402
+import petri.engine.cuda.fused_logits as fused_logits  # noqa: E402
 from petri.engine.cuda.fp8 import FP8_MAX, INV_FP8_MAX, MIN_SCALE, activation_quantized  # noqa: E402
 from petri.engine.cuda.fused_experts import gated_activation  # noqa: E402
 from petri.engine.cuda.fused_router import route_top_k_reference, route_top_k_triton  # noqa: E402
@@ -309,15 +309,16 @@ def self_conditioning_part() -> dict:
         bf16 = probabilities @ embedding
         pq, ps = quantize_rows(probabilities)
 
-        def fp8():
-            return torch._scaled_mm(pq, column_q.T, scale_a=ps[:, None], scale_b=column_scale[None], out_dtype=torch.bfloat16)
+        def fp8():  # called in this iteration, before the del below (as every closure here)
+            return torch._scaled_mm(pq, column_q.T, scale_a=ps[:, None], scale_b=column_scale[None],  # noqa: F821
+                                    out_dtype=torch.bfloat16)
 
         got = fp8()
         result[f"rows{rows}"] = {
-            "bf16_ms": ms(lambda: probabilities @ embedding), "fp8_ms": ms(fp8),
-            "fp8_fast_ms": ms(lambda: torch._scaled_mm(pq, column_q.T, scale_a=ps[:, None], scale_b=column_scale[None],
+            "bf16_ms": ms(lambda: probabilities @ embedding), "fp8_ms": ms(fp8),  # noqa: F821
+            "fp8_fast_ms": ms(lambda: torch._scaled_mm(pq, column_q.T, scale_a=ps[:, None], scale_b=column_scale[None],  # noqa: F821
                                                        out_dtype=torch.bfloat16, use_fast_accum=True)),
-            "quantize_probabilities_ms": ms(lambda: quantize_rows(probabilities)),
+            "quantize_probabilities_ms": ms(lambda: quantize_rows(probabilities)),  # noqa: F821
             "bf16_relative_difference": float((bf16.float() - want).norm() / want.norm()),
             "fp8_relative_difference": float((got.float() - want).norm() / want.norm()),
         }
@@ -429,8 +430,12 @@ def launch_part() -> dict:
 
 def norms_part() -> dict:
     from petri.engine.cuda.fp8 import quantize_rows_torch
-    from petri.engine.cuda.fused_norms import (feedforward_inputs_reference, feedforward_inputs_triton,
-                                          layer_output_reference, layer_output_triton)
+    from petri.engine.cuda.fused_norms import (
+        feedforward_inputs_reference,
+        feedforward_inputs_triton,
+        layer_output_reference,
+        layer_output_triton,
+    )
 
     def inductor_inputs(*args):
         r, pre, pre_2, router = feedforward_inputs_reference(*args)

@@ -134,8 +134,8 @@ def http_api(work: Path, model: str) -> dict[str, str]:
     import torch
     from fastapi.testclient import TestClient
 
-    from petri.engine.select import load_backend_model
     from petri.app.service import PetriService
+    from petri.engine.select import load_backend_model
     from petri.runs.store import RunStore
     from petri.web.app import create_app
 

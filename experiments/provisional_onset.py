@@ -40,7 +40,7 @@ def main() -> None:
         jobs = [BatchJob(i, batch_key(e.id, template), e.id, template, e.group, None, args.samples, None, 0)
                 for i, e in enumerate(study.events)]
         seen: dict[str, set[str]] = {a: set(), b: set()}
-        for n, job in enumerate(batch_order(jobs, study, args.seed), start=1):
+        for n, job in enumerate(batch_order(jobs, study, args.seed), start=1):  # noqa: B007 - n is read after the loop
             if job.group in seen:
                 seen[job.group].add(job.event_id)
             if min(len(seen[a]), len(seen[b])) >= 2:

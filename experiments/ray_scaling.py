@@ -27,11 +27,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from petri.core.paths import embedded_model_path, studies_dir  # noqa: E402
+from petri.core.trajectory import SamplerSettings  # noqa: E402
 from petri.runs.store import RunStore  # noqa: E402
 from petri.study.executors import ModelSpec  # noqa: E402
 from petri.study.runner import run_study  # noqa: E402
 from petri.study.schema import load_study, study_from_dict  # noqa: E402
-from petri.core.trajectory import SamplerSettings  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ sys.path.insert(0, str(REPO))
 
 
 def main() -> None:
-    from petri.engine.torch.model import EMBEDDED_MODEL_PATH, load_model
     from petri.app.service import PetriService
+    from petri.engine.torch.model import EMBEDDED_MODEL_PATH, load_model
     from petri.runs.store import RunStore
     from petri.study.provisional import BatchReader
     from petri.study.runner import run_study

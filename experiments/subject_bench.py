@@ -128,9 +128,9 @@ def folder_bytes(path: Path) -> int:
 # ------------------------------------------------------------------------------------------ runs
 def run_model(name: str, dishes: list[Dish], repeats: int) -> dict:
     """Sample every dish once (1 sample, seed i, the model's default settings) and time the 12-sample seed."""
+    from petri.core.paths import checkpoint_source
     from petri.engine.seeding import seed_dish
     from petri.engine.torch.model import load_model
-    from petri.core.paths import checkpoint_source
 
     lm = load_model(name, device="cpu")
     settings = lm.default_settings()

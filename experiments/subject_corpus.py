@@ -51,7 +51,8 @@ _REFUSAL = re.compile(r"\b(I'm sorry|I am sorry|I cannot|I can't|as an AI|AI lan
 
 
 def clean_text(text: str) -> str:
-    """Curly quotes, dashes and ellipses as ASCII; markdown emphasis, headings and code marks dropped; every run of whitespace (newlines too) one space."""
+    """Curly quotes, dashes and ellipses as ASCII; markdown emphasis, headings and code marks dropped; every run of
+    whitespace (newlines too) one space."""
     return _WS.sub(" ", _MARKDOWN.sub("", (text or "").translate(_ASCII_PUNCTUATION))).strip()
 
 

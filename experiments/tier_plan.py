@@ -19,6 +19,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "experiments"))
 
 from bench import full_size_config  # noqa: E402
+
 from petri.engine.torch.tier_memory import GIB, Tier, TierMemoryError, choose_tier, estimate, weight_counts  # noqa: E402
 
 ASKED = [(False, "bf16"), (True, "bf16"), (True, "fp8"), (True, "fp8-fast"), (True, "fp8-fast+sc-fp8")]
@@ -39,7 +40,8 @@ def main() -> None:
     tiers = [Tier(False), Tier(True), Tier(True, "fp8"), Tier(True, "fp8", released=True),
              Tier(True, "fp8-fast", sc_fp8=True), Tier(True, "fp8-fast", released=True, sc_fp8=True)]
     out = {"card_free_gib": args.free_gib, "card_total_gib": args.total_gib,
-           "estimates_gib": {t.options + (" (bf16 copies released)" if t.released else ""): {f"{b}x{p}": round(estimate(counts, t, b, p).total / GIB, 1) for b, p in SHAPES}
+           "estimates_gib": {t.options + (" (bf16 copies released)" if t.released else ""):
+                             {f"{b}x{p}": round(estimate(counts, t, b, p).total / GIB, 1) for b, p in SHAPES}
                              for t in tiers},
            "chosen": {}}
     for compile, precision in ASKED:

@@ -488,9 +488,9 @@ def train(args: argparse.Namespace) -> dict:
         "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
         "loss_log": log,
     }
-    print("held-out canvas CE (prefix %s): %s; unigram entropy %.3f nats" % (
-        headline_prefix, ", ".join(f"t={k_}: {v:.3f}" for k_, v in metrics["heldout_canvas_ce"].items()),
-        unigram["unigram_entropy_nats"]), flush=True)
+    held_out = ", ".join(f"t={k_}: {v:.3f}" for k_, v in metrics["heldout_canvas_ce"].items())
+    print(f"held-out canvas CE (prefix {headline_prefix}): {held_out}; unigram entropy "
+          f"{unigram['unigram_entropy_nats']:.3f} nats", flush=True)
 
     size = save_checkpoint(model, args, special, args.out)
     metrics["checkpoint_bytes"] = size

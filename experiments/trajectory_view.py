@@ -27,10 +27,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory  # noqa: E402
 from petri.measure.replay import sample_record, steps_table  # noqa: E402
 from petri.study.animation import write_gif  # noqa: E402
 from petri.study.trajectory_plots import trajectory_figure  # noqa: E402
-from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory  # noqa: E402
 
 
 def synthetic(samples: int, steps: int, canvas: int, seed: int = 0) -> Trajectory:

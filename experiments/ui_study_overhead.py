@@ -120,7 +120,8 @@ def main() -> None:
             run_api(app.url, study, args.samples, 2, args.seed + 100)  # warm-up: the first job's one-off costs
             api = run_api(app.url, study, args.samples, args.steps, args.seed)
             ui, per_batch = run_ui(app.url, path, args.samples, args.steps, args.seed + 1)
-    print(json.dumps({"study": str(args.study or "generated"), "events": len(study["events"]), "samples": args.samples, "steps": args.steps, "api_s": round(api, 2),
+    print(json.dumps({"study": str(args.study or "generated"), "events": len(study["events"]), "samples": args.samples,
+                      "steps": args.steps, "api_s": round(api, 2),
                       "ui_s": round(ui, 2), "ui_over_api": round(ui / api, 2), "ui_per_batch_s": per_batch}))
 
 

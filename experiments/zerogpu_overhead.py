@@ -23,7 +23,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import zerogpu_support as harness  # noqa: E402
-
 from petri.app.service import PetriService  # noqa: E402
 from petri.core.dish import Dish  # noqa: E402
 from petri.core.plan import SeedEvent  # noqa: E402

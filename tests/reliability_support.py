@@ -41,7 +41,7 @@ class AppProcess:
         self.env.pop("GRADIO_SERVER_NAME", None)
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 240) -> "AppProcess":
+    def start(self, timeout: float = 240) -> AppProcess:
         self._out = open(self.log, "ab")
         self.proc = subprocess.Popen(self.args, cwd=REPO, env=self.env, stdout=self._out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
@@ -87,7 +87,7 @@ class AppProcess:
         except OSError:
             return ""
 
-    def __enter__(self) -> "AppProcess":
+    def __enter__(self) -> AppProcess:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -192,7 +192,8 @@ def test_only_the_engine_imports_torch_mlx_or_transformers():
 
 
 def test_library_files_stay_short():
-    long_files = {str(p.relative_to(PACKAGE.parent)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long_files = {str(p.relative_to(PACKAGE.parent)): n for p in PACKAGE.rglob("*.py")
+                  if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long_files, f"over {MAX_LINES} lines: {long_files}"
 
 
@@ -205,7 +206,8 @@ def test_library_files_stay_short():
 )
 def test_numpy_layers_import_without_torch(modules):
     """Importing the layers above the engine loads neither torch nor transformers (a fresh process)."""
-    code = f"import sys, {modules}; heavy = [m for m in ('torch', 'transformers', 'mlx') if m in sys.modules]; print(heavy); assert not heavy"
+    code = (f"import sys, {modules}; heavy = [m for m in ('torch', 'transformers', 'mlx') if m in sys.modules]; "
+            "print(heavy); assert not heavy")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from petri.measure.metrics import flip_grid, step_flips
 from petri.app.service import PetriService
-from petri.runs.store import RunStore
-from petri.measure.tables import anchors_table, preservation_summary, samples_table
 from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory
+from petri.engine.base import LiveStep
+from petri.measure.metrics import flip_grid, step_flips
+from petri.measure.tables import anchors_table, preservation_summary, samples_table
+from petri.runs.store import RunStore
 from petri.web.api.responses import event_summary
 from petri.web.ui.dish import DishController
-from petri.engine.base import LiveStep
 from petri.web.ui.views import LiveFlips
 
 # sample 0 runs 3 steps, sample 1 stops after 2 (its step 2 is padding, -1)

@@ -56,7 +56,7 @@ class Job:
     """
 
     kind: str
-    work: Callable[["JobContext"], Any] = field(repr=False)
+    work: Callable[[JobContext], Any] = field(repr=False)
     owner: str | None = None
     job_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     status: str = "queued"
@@ -105,7 +105,7 @@ def recorded_run(store: RunStore, run_id: str) -> Iterator[None]:
 class JobContext:
     """What a job's work receives: its cancel token and the ways to report progress and its run."""
 
-    def __init__(self, queue: "JobQueue", job: Job):
+    def __init__(self, queue: JobQueue, job: Job):
         self._queue, self.job = queue, job
 
     @property
@@ -136,7 +136,7 @@ class JobQueue:
         self.store, self.model_lock, self.max_queued, self.keep = store, model_lock, max_queued, keep
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._waiting: list[Job] = []
-        self._subscribers: dict[str, list[Callable[[JobEvent], None]]] = {}
+        self._subscribers: dict[str, list[Callable[[JobEvent], object]]] = {}
         self._cond = threading.Condition()
         self._stopping = False
         self._worker: threading.Thread | None = None
@@ -183,7 +183,7 @@ class JobQueue:
                 self._finish(job, reason, None)
         return job
 
-    def subscribe(self, job_id: str, callback: Callable[[JobEvent], None]) -> Callable[[], None]:
+    def subscribe(self, job_id: str, callback: Callable[[JobEvent], object]) -> Callable[[], None]:
         """Call ``callback`` with the job's current state now (a ``state`` event; an ``end`` event
         too when it is already final), then with every later event, from the publishing thread.
         Returns the function that unsubscribes."""

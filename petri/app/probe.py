@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from petri.app.jobs import Job, JobContext, recorded_run
 from petri.core.cancel import CancelToken
@@ -24,6 +25,9 @@ from petri.engine.probe import ProbeResult, plan_probe, read_slots
 from petri.runs.probe_results import EVAL_KIND, EVAL_TABLES, PARTIAL_PREFIX, PROBE_KIND, frame_document, plain, read_document
 from petri.study.probe_eval import EVAL_ORDER, ProbeEvaluation, evaluate, item_request
 from petri.study.probe_set import LabelledSet, labelled_set_lines
+
+if TYPE_CHECKING:
+    from petri.engine.base import SamplingModel
 
 
 @dataclass
@@ -67,7 +71,7 @@ def labelled_to_dict(labelled: LabelledSet) -> dict:
     return {**header, "items": items}
 
 
-def check_labelled(lm, labelled: LabelledSet, settings: EvalSettings) -> None:
+def check_labelled(lm: SamplingModel, labelled: LabelledSet, settings: EvalSettings) -> None:
     """Raise :class:`ProbeInputError` where an item of ``labelled`` cannot be read on ``lm``
     (:func:`petri.engine.probe.plan_probe`, no model work), naming the field in the set:
     ``items[i].prompt`` or ``items[i].frame`` for what is the item's own, the set's field else."""

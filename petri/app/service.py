@@ -15,18 +15,20 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import cast
 
+from petri.app import probe as probing
+from petri.app.jobs import Job, JobContext, JobQueue, recorded_run
+from petri.app.runs_view import RunsView
 from petri.core.cancel import CancelToken, acquire_or_cancel
 from petri.core.plan import SeedEvent, SeedPlan  # noqa: F401  (SeedEvent: read from here by the edges)
+from petri.core.settings import FamilySettings
+from petri.core.trajectory import Trajectory
 from petri.engine.base import SamplingModel, StepCallback
 from petri.engine.seeding import plan_seed, sample_planned
-from petri.app.jobs import Job, JobContext, JobQueue, recorded_run
-from petri.app import probe as probing
-from petri.app.runs_view import RunsView
 from petri.runs.store import RunStore
 from petri.study.runner import ProgressCallback, StudyProgress, StudyResult, run_study
 from petri.study.schema import Study
-from petri.core.trajectory import SamplerSettings, Trajectory
 
 
 class BusyError(RuntimeError):
@@ -88,7 +90,7 @@ class PetriService(RunsView):
                 self._active.discard(token)
 
     # ------------------------------------------------------------------------------ seeding
-    def plan(self, events: Sequence[SeedEvent], n_samples: int, settings: SamplerSettings | None = None,
+    def plan(self, events: Sequence[SeedEvent], n_samples: int, settings: FamilySettings | None = None,
              seed: int = 0) -> SeedPlan:
         """``events`` planned once for this service's model (:func:`petri.engine.seeding.plan_seed`;
         ``settings`` ``None``: the model's defaults), under a new run id: what :meth:`seed` and
@@ -107,7 +109,7 @@ class PetriService(RunsView):
         """:meth:`seed`'s work, the lock already held; ``event_started(index)`` before each event's first step."""
         if plan.run_id is None:
             plan = replace(plan, run_id=uuid.uuid4().hex)
-        run_id = plan.run_id
+        run_id = cast(str, plan.run_id)  # set just above
         started = time.perf_counter()
         self.store.create_run(run_id, "seed", self.lm.model_id, plan.stored_request(), owner)
         if started_run is not None:
@@ -159,7 +161,7 @@ class PetriService(RunsView):
         *,
         samples: int = 12,
         seed: int = 0,
-        settings: SamplerSettings | None = None,
+        settings: FamilySettings | None = None,
         templates: Sequence[str] | None = None,
         progress: ProgressCallback | None = None,
         on_step: StepCallback | None = None,
@@ -190,7 +192,7 @@ class PetriService(RunsView):
         )
 
     def submit_study(
-        self, study: Study, samples: int, seed: int, settings: SamplerSettings | None,
+        self, study: Study, samples: int, seed: int, settings: FamilySettings | None,
         templates: Sequence[str] | None = None, owner: str | None = None, progress: ProgressCallback | None = None,
     ) -> Job:
         """Queue a study as a job; its progress counts (event, template) batches, stored ones
@@ -210,12 +212,12 @@ class PetriService(RunsView):
 
     # ------------------------------------------------------------------------------ probe
     def probe(self, request, *, wait_s: float | None = None, cancel: CancelToken | None = None,
-              owner: str | None = None) -> "probing.ProbeRun":
+              owner: str | None = None) -> probing.ProbeRun:
         """One slot read of a :class:`~petri.core.probe.ProbeRequest`, stored as a ``probe`` run
         (:func:`petri.app.probe.probe`; a bad request raises ``ProbeInputError`` and stores nothing)."""
         return probing.probe(self, request, wait_s=wait_s, cancel=cancel, owner=owner)
 
-    def submit_probe_eval(self, labelled, settings: "probing.EvalSettings | None" = None, owner: str | None = None,
+    def submit_probe_eval(self, labelled, settings: probing.EvalSettings | None = None, owner: str | None = None,
                           on_item: Callable[[int, int], None] | None = None) -> Job:
         """Queue a labelled set's evaluation as a ``probe-eval`` job (:func:`petri.app.probe.submit_probe_eval`)."""
         return probing.submit_probe_eval(self, labelled, settings or probing.EvalSettings(), owner, on_item)

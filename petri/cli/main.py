@@ -1,19 +1,23 @@
 """The ``petri`` command (also ``python -m petri``): ``seed`` (one event), ``study FILE`` (a study
-file), ``probe`` (slot reads on a pinned frame, :mod:`petri.cli.probe`), ``power`` / ``restat`` / ``paired`` (statistics of stored study folders), ``replay RUN_ID`` (a
-stored run step by step: GIF, figure or table) and ``serve`` (the web app, as ``python app.py``)."""
+file), ``probe`` (slot reads on a pinned frame, :mod:`petri.cli.probe`), ``power`` / ``restat`` / ``paired`` (statistics of stored study
+folders), ``replay RUN_ID`` (a stored run step by step: GIF, figure or table) and ``serve`` (the web app, as ``python app.py``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING, cast
 
-from petri.core.dish import DEFAULT_TEMPLATE, Dish, LayoutError
-from petri.runs.export import run_tables, token_decoder, write_run
-from petri.engine.base import BackendUnavailableError, ModelNotFoundError
 from petri.cli.options import add_model_arguments, add_sampler_arguments, load_from_args, settings_from_args
 from petri.cli.probe import add_probe_command, cmd_probe
+from petri.core.dish import DEFAULT_TEMPLATE, Dish, LayoutError
+from petri.engine.base import BackendUnavailableError, ModelNotFoundError, SamplingModel
+from petri.runs.export import run_tables, token_decoder, write_run
 from petri.runs.store import StoreError
 from petri.study.executors import ExecutorError
+
+if TYPE_CHECKING:
+    from petri.study.executors import StudyExecutor
 
 
 def _concepts(value: str) -> tuple[str, ...]:
@@ -149,9 +153,9 @@ def cmd_statistics(args) -> int:
         raise ValueError("--condition: the study in RESULTS_DIR has no conditions (it is not a paired study)")
 
     segments, groups, _, _ = load_results(args.results_dir)
-    result = power_from_cells(cell_values(segments), groups, events=args.events, templates=args.templates,
-                              effect=args.effect, n_sims=args.sims, alpha=args.alpha, seed=args.seed)
-    return _print_power(result, args.json)
+    cells_power = power_from_cells(cell_values(segments), groups, events=args.events, templates=args.templates,
+                                   effect=args.effect, n_sims=args.sims, alpha=args.alpha, seed=args.seed)
+    return _print_power(cells_power, args.json)
 
 
 def _print_power(result, json_path: str | None) -> int:
@@ -225,9 +229,9 @@ def cmd_seed(args) -> int:
 def cmd_study(args) -> int:
     import shlex
 
+    from petri.runs.store import RunStore
     from petri.study.report import write_study
     from petri.study.runner import run_study
-    from petri.runs.store import RunStore
     from petri.study.schema import load_study
 
     study = load_study(args.file)  # malformed files are refused before the model is even loaded
@@ -248,7 +252,7 @@ def cmd_study(args) -> int:
     try:
         executor = ray_executor_from_args(args)  # cluster refusals come before any sampling
         lm = executor or load_from_args(args)
-        settings = (settings_from_args(lm.facts().default_settings, args) if executor  # checked again as it samples
+        settings = (settings_from_args(executor.facts().default_settings, args) if executor  # checked again as it samples
                     else settings_from_args(lm.default_settings(), args, lm.canvas_length))
         out = args.out or f"out/{study.id}"
         result = run_study(
@@ -281,12 +285,13 @@ def cmd_study(args) -> int:
     return 0
 
 
-def _study_decoder(lm, executor, result):
+def _study_decoder(lm: SamplingModel | StudyExecutor, executor, result):
     """The token decoder of a finished study's positions table (``final_token``). A Ray driver holds
     no model, so it loads only the tokenizer of the workers' checkpoint (None when it has none)."""
     trajectories = [b.trajectory for b in result.batches]
     if executor is None:
-        return token_decoder(lm.tokenizer, lm.model_id, trajectories)
+        model = cast(SamplingModel, lm)  # no executor: lm is the loaded model
+        return token_decoder(model.tokenizer, model.model_id, trajectories)
     from petri.engine.torch.model import load_tokenizer
 
     try:
@@ -298,9 +303,9 @@ def _study_decoder(lm, executor, result):
 
 
 def cmd_replay(args) -> int:
-    from petri.web.replay_files import replay_suffixes, write_replay
     from petri.runs.store import RunStore, check_run_id
     from petri.study.runner import stored_conditions
+    from petri.web.replay_files import replay_suffixes, write_replay
 
     suffix = args.out.rsplit(".", 1)[-1].lower() if "." in args.out else ""
     if suffix not in replay_suffixes():

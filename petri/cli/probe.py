@@ -21,6 +21,7 @@ import argparse
 import json
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 from petri.cli.options import add_model_arguments, load_from_args
@@ -95,12 +96,17 @@ def _evaluate(model, labelled, args, out: Path, label: str):
         writer.close()
 
 
+def _share(row: dict, name: str, low: str, high: str) -> str:
+    """``row[name]`` with its interval ``[row[low], row[high]]``, two decimals each."""
+    return f"{row[name]:.2f} [{row[low]:.2f}, {row[high]:.2f}]"
+
+
 def _print_summary(evaluation, label: str) -> None:
     meta = evaluation.meta
     print(f"{label}: {meta['model']['model_id']}, {meta['items']} items, order {meta['order']}, min_mass "
           f"{meta['min_mass']:g}, {meta['seconds_per_read']:.2f} s per read")
     for row in evaluation.summary.to_dict("records"):
-        share = lambda name, low, high: f"{row[name]:.2f} [{row[low]:.2f}, {row[high]:.2f}]"  # noqa: E731
+        share = partial(_share, row)
         print(f"  {row['question']}: accuracy {share('accuracy', 'wilson_low', 'wilson_high')} over "
               f"{row['answered']} answered of {row['n']} (coverage {share('coverage', 'coverage_low', 'coverage_high')};"
               f" with abstentions counted wrong {share('accuracy_with_abstentions', 'with_abstentions_low', 'with_abstentions_high')};"

@@ -62,7 +62,7 @@ class CancelToken:
             raise Cancelled(self._reason or "cancelled")
 
 
-def acquire_or_cancel(lock: threading.Lock, token: "CancelToken | None", timeout: float | None = None) -> bool:
+def acquire_or_cancel(lock: threading.Lock, token: CancelToken | None, timeout: float | None = None) -> bool:
     """Acquire ``lock``, waiting in slices of at most 0.1 s so that a cancel of ``token`` during the
     wait raises :class:`Cancelled` within one slice. ``timeout``: seconds to wait at most (``None``:
     no limit); returns False when it expires without the lock, True once held."""

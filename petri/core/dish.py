@@ -10,9 +10,9 @@ somewhere across samples.
 from __future__ import annotations
 
 import string
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -136,7 +136,8 @@ def encode_prompt(
     empty thought block becomes a pinned canvas prefix, so anchors and free positions hold answer text.
     """
     if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(
+        # list[int], or a BatchEncoding holding it (transformers' own annotation is a wider union)
+        ids: Any = tokenizer.apply_chat_template(
             [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
         )
         if isinstance(ids, Mapping):  # transformers 5 returns a BatchEncoding (a UserDict, not a dict)
@@ -144,7 +145,7 @@ def encode_prompt(
         prefix: tuple[int, ...] = ()
         if pin_thought_channel:
             prefix = tuple(tokenizer.encode(THOUGHT_CHANNEL, add_special_tokens=False))
-        rendered = tokenizer.decode(ids)
+        rendered = cast(str, tokenizer.decode(ids))  # one sequence: one string
         return PromptEncoding(rendered, tuple(int(i) for i in ids), prefix, chat_template=True)
     ids = tokenizer.encode(text, add_special_tokens=False)
     if tokenizer.bos_token_id is not None:

@@ -198,8 +198,8 @@ def request_from_dict(payload: Any) -> ProbeRequest:
     """The request of the example server's JSON shape: ``prompt``, ``frame``, ``questions`` (each
     ``name``, ``alternatives``, optional ``slot``, ``labels``, ``ask_if``, ``text``),
     ``instructions``, ``samples`` (int or ``"auto"``), ``steps``, ``seed``, ``top_k``, ``pins``
-    (``[{"text", "at"}]``), ``order`` (:func:`parse_order`), ``min_mass`` (:func:`check_min_mass`). Structure only; :func:`validate_request` checks it against a model.
-    Raises :class:`ProbeInputError`."""
+    (``[{"text", "at"}]``), ``order`` (:func:`parse_order`), ``min_mass`` (:func:`check_min_mass`). Structure only;
+    :func:`validate_request` checks it against a model. Raises :class:`ProbeInputError`."""
     if not isinstance(payload, Mapping):
         raise ProbeInputError("request", "must be a JSON object")
     unknown = set(payload) - {"prompt", "frame", "questions", "instructions", "samples", "steps", "seed", "top_k",

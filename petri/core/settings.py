@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, replace
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any, ClassVar
 
 #: Most denoising steps a request may ask for (the API, the CLI and the UI alike).
@@ -120,6 +120,11 @@ class FamilySettings:
     FAMILY: ClassVar[str] = ""
     SWITCHES: ClassVar[tuple[Switch, ...]] = ()
     CHECKS: ClassVar[tuple[Check, ...]] = ()
+    # Declared for the type checker only (no value is bound here): every subclass is a dataclass
+    # (check_settings_class) with the REQUIRED_FIELDS among its fields.
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+    max_denoising_steps: int
+    pin_thought_channel: bool
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -206,7 +211,8 @@ def check_settings_class(cls) -> None:
     for f in fields(cls):
         if f.default is MISSING and f.default_factory is MISSING:
             raise ValueError(f"{cls.__name__}.{f.name}: every field has a default")
-    for rule in [*cls.SWITCHES, *cls.CHECKS]:
+    rules: list[Switch | Check] = [*cls.SWITCHES, *cls.CHECKS]
+    for rule in rules:
         unknown = [n for n in rule.fields if n not in names]
         if unknown:
             raise ValueError(f"{cls.__name__}: {rule!r} names no setting {unknown}")
@@ -243,7 +249,7 @@ def apply_settings(defaults, given: Mapping[str, Any], canvas_length: int | None
 
 
 #: The families' settings types by family id (what :func:`settings_from_dict` reads stored runs as).
-_TYPES: dict[str, type] = {}
+_TYPES: dict[str, type[FamilySettings]] = {}
 
 
 def register_settings(cls) -> type:

@@ -10,7 +10,7 @@ steps any sample ran, ``L`` the canvas length.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -286,7 +286,7 @@ def assemble_trajectory(
     anchor_mask: np.ndarray,
     final_ids: np.ndarray,
     canvas: np.ndarray | None = None,
-    layouts: list[list[AnchorSpan]],
+    layouts: Sequence[Sequence[AnchorSpan]],
     prompt_ids,
     prompt_text: str,
     settings: SamplerSettings,

@@ -17,6 +17,7 @@ from petri.core.cancel import CancelToken
 from petri.core.settings import FamilySettings
 from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory, check_sampler_inputs
 
+
 @dataclass(frozen=True)
 class LiveStep:
     """One denoising step as the live callback sees it, on the host: ``index`` (from 0), the raw
@@ -71,6 +72,11 @@ class SamplingModel(Protocol):
     def vocab_size(self) -> int: ...
 
     @property
+    def device(self) -> Any:
+        """Where it runs: a ``torch.device`` (torch), ``"mlx"`` (MLX); ``str()`` of it names it."""
+        ...
+
+    @property
     def device_type(self) -> str:
         """``"cuda"``, ``"mps"``, ``"cpu"`` or ``"mlx"`` (``"cuda-compiled"`` in the GPU fast path's
         compiled tier): what a run id must tell apart (numbers differ between them)."""
@@ -111,11 +117,31 @@ class SamplingModel(Protocol):
         """The largest prompt (tokens) that fits with the canvas, ``None`` when unbounded."""
         ...
 
-    def sample(self, request: "SampleRequest", *, on_step: StepCallback | None = None,
+    def sample(self, request: SampleRequest, *, on_step: StepCallback | None = None,
                cancel: CancelToken | None = None) -> Trajectory:
         """Denoise one canvas per layout (a batch of S = ``len(request.layouts)``), the prompt (P,)
         encoded once; anchors and ``request.canvas_prefix`` pinned at every step. ``cancel`` is
         checked at the start of every step (raises :class:`~petri.core.cancel.Cancelled`)."""
+        ...
+
+
+class TorchLoadedModel(SamplingModel, Protocol):
+    """A :class:`SamplingModel` of the torch backend as the engine's torch and CUDA modules use it:
+    ``model`` (the transformers module), ``dtype`` (a ``torch.dtype``) and ``fast_tier`` (the GPU fast
+    path's state, :class:`petri.engine.torch.fast_tier.FastTier`). Typed Any here: naming the torch
+    classes would import torch, and ``petri.engine.torch.model.LoadedModel`` imports those modules."""
+
+    model: Any
+    dtype: Any
+    fast_tier: Any
+
+
+class SteppedModel(SamplingModel, Protocol):
+    """A :class:`SamplingModel` whose family's stepper can be driven a step at a time (the torch
+    backend's models; what the probe reads, :mod:`petri.engine.probe`)."""
+
+    def eager_stepper(self, request: SampleRequest) -> tuple[Any, Any]:
+        """(stepper, pinned mask (S, L) bool on the host), ready for step 0."""
         ...
 
 

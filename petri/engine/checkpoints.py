@@ -7,12 +7,12 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
-def weights_fingerprint(model: torch.nn.Module, dtype: torch.dtype) -> str:
+def weights_fingerprint(model: Any, dtype: torch.dtype) -> str:  # a transformers model
     """A cheap fingerprint of the weights (config, dtype, and the name, shape and first 64 values of
     every tensor), so a retrained checkpoint under the same folder name gets a new study run id
     instead of a wrong resume. 16 hex characters. Where the checkpoint was loaded from

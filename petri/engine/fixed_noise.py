@@ -37,7 +37,7 @@ class FixedNoise:
             )
 
     @classmethod
-    def from_seed(cls, seed: int, batch: int, length: int, vocab_size: int, steps: int) -> "FixedNoise":
+    def from_seed(cls, seed: int, batch: int, length: int, vocab_size: int, steps: int) -> FixedNoise:
         """Uniform tokens drawn once with numpy (the same on every backend)."""
         rng = np.random.default_rng(seed)
         return cls(

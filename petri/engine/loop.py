@@ -23,8 +23,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from petri.core.cancel import CancelToken
-from petri.engine.base import LiveStep, SampleRequest, StepCallback
 from petri.core.trajectory import Trajectory, assemble_trajectory
+from petri.engine.base import LiveStep, SampleRequest, SamplingModel, StepCallback
 
 
 class ArrayOps(Protocol):
@@ -196,7 +196,7 @@ class RecordedStepper:
 def run_loop(
     stepper: Stepper,
     *,
-    lm: Any,
+    lm: SamplingModel,
     request: SampleRequest,
     pinned_mask: np.ndarray,
     sampler: str,

@@ -21,15 +21,26 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
 from petri.core.cancel import CancelToken
 from petri.core.dish import encode_prompt
-from petri.core.probe import AUTO_DRAWS, AUTO_ENTROPY, FrameLayout, ProbeInputError, ProbeRequest, \
-    layout_frame, listed_request, listing_orders, render_prompt, request_to_dict
+from petri.core.probe import (
+    AUTO_DRAWS,
+    AUTO_ENTROPY,
+    FrameLayout,
+    ProbeInputError,
+    ProbeRequest,
+    layout_frame,
+    listed_request,
+    listing_orders,
+    render_prompt,
+    request_to_dict,
+)
 from petri.core.trajectory import AnchorSpan
-from petri.engine.base import SampleRequest, SamplingModel
+from petri.engine.base import SampleRequest, SamplingModel, SteppedModel
 
 
 @dataclass(frozen=True)
@@ -50,7 +61,7 @@ class SlotRead:
     entropy: float
     top_k: tuple[tuple[str, float], ...]
     draws: int
-    answer: str
+    answer: str | None
     labels: tuple[str, ...] = ()
     position: int = -1
     order_probs: np.ndarray | None = None
@@ -174,7 +185,7 @@ def slot_distributions(model: SamplingModel, plan: ProbePlan, pinned_ids: np.nda
     request = SampleRequest(plan.prompt_ids, [layout] * draws, plan.settings, seed, plan.prefix_ids, plan.prompt_text)
     read: list[np.ndarray] = []
     with torch.no_grad():
-        stepper, _ = model.eager_stepper(request)
+        stepper, _ = cast(SteppedModel, model).eager_stepper(request)  # plan_probe refused a model without one
         inner = stepper.forward
 
         def forward(canvas, model_input):

@@ -14,15 +14,16 @@ from dataclasses import replace
 from petri.core.cancel import CancelToken
 from petri.core.dish import Dish, PromptEncoding, concept_token_ids, encode_prompt, layout_samples, pinned_arrays
 from petri.core.plan import PlannedEvent, SeedEvent, SeedPlan
-from petri.engine.base import SampleRequest, SamplingModel, StepCallback
+from petri.core.settings import FamilySettings
 from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory
+from petri.engine.base import SampleRequest, SamplingModel, StepCallback
 
 
 def plan_dish(
     lm: SamplingModel,
     dish: Dish,
     n_samples: int,
-    settings: SamplerSettings = SamplerSettings(),
+    settings: FamilySettings = SamplerSettings(),
     seed: int = 0,
 ) -> tuple[PromptEncoding, list[list[AnchorSpan]]]:
     """The encoded prompt and every sample's anchor layout, without any model work: the check a
@@ -70,7 +71,7 @@ def seed_dish(
     lm: SamplingModel,
     dish: Dish,
     n_samples: int,
-    settings: SamplerSettings = SamplerSettings(),
+    settings: FamilySettings = SamplerSettings(),
     seed: int = 0,
     on_step: StepCallback | None = None,
     cancel: CancelToken | None = None,

@@ -199,7 +199,8 @@ class Segment:
     @property
     def pair(self) -> Pair:
         """The unordered pair ``{left, right}`` as a sorted tuple."""
-        return tuple(sorted((self.left, self.right)))
+        first, second = sorted((self.left, self.right))
+        return first, second
 
 
 def in_canvas_order(spans: Sequence[AnchorSpan]) -> list[AnchorSpan]:

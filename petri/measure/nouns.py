@@ -41,9 +41,9 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from importlib import metadata, util
-from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -210,7 +210,9 @@ def tagger_name(method: str | None = None) -> str:
     """Human-readable name of the noun extractor that ``method`` (default: best available) uses."""
     resolved = _resolve(method)
     if resolved == PATTERN:
-        version = _pattern()[2]
+        loaded = _pattern()
+        assert loaded is not None  # _resolve picks PATTERN only where it loads
+        version = loaded[2]
         return f"textblob {version} Pattern tagger (Penn Treebank NN/NNS/NNP/NNPS; English)"
     if resolved == KIWI:
         return (
@@ -223,6 +225,11 @@ def tagger_name(method: str | None = None) -> str:
             "(UniDic 名詞-普通名詞/固有名詞; Japanese)"
         )
     return "content-word fallback (NO part-of-speech tagger: stopword-filtered alphabetic tokens, word-level)"
+
+
+#: The tagger in use (:func:`tagger_name`), declared for readers and checkers: no value is bound here, so
+#: :func:`__getattr__` computes it on first use.
+TAGGER_NAME: str
 
 
 def __getattr__(name: str) -> str:  # PEP 562: TAGGER_NAME is computed on first use
@@ -263,7 +270,9 @@ def extract_nouns(text: str, *, method: str | None = None) -> list[str]:
     if resolved == FALLBACK:
         words = (m.group(0).lower() for m in _WORD.finditer(text))
         return [w for w in words if _keep(w) and w not in _STOPWORDS]
-    tag, singularize, _ = _pattern()
+    loaded = _pattern()
+    assert loaded is not None  # _resolve picks PATTERN only where it loads
+    tag, singularize, _ = loaded
     out = []
     for token, pos in tag(text):
         if pos not in _NOUN_TAGS:

@@ -20,8 +20,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from petri.measure.metrics import anchor_concepts, commit_steps, flip_grid
 from petri.core.trajectory import UNIFORM_FAMILY, Trajectory
+from petri.measure.metrics import anchor_concepts, commit_steps, flip_grid
 
 #: The per-step table's columns, in order (one row per sample × step run × position).
 STEP_COLUMNS = ["sample", "step", "position", "token_id", "token_text", "entropy", "accepted", "canvas_id",

@@ -22,6 +22,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from petri.measure.metrics import in_canvas_order, settled_share
@@ -70,7 +71,7 @@ class SampleMetric:
     column: str
     description: str
     dtype: type
-    compute: Callable[[EventSummary], Sequence]
+    compute: Callable[[EventSummary], Sequence | np.ndarray]
     higher_is: str | None = None
     api: bool = True
     ui_width: int | None = 150
@@ -89,7 +90,7 @@ class SampleMetric:
             numeric = self.dtype in (float, int)
             object.__setattr__(self, "per_event", ((self.column, mean),) if numeric else ())
 
-    def values(self, summary: EventSummary) -> Sequence:
+    def values(self, summary: EventSummary) -> Sequence | np.ndarray:
         """The metric of every sample of ``summary``'s event ``(S,)``, checked for length."""
         got = self.compute(summary)
         if len(got) != summary.traj.n_samples:
@@ -129,7 +130,7 @@ def sample_metrics() -> tuple[SampleMetric, ...]:
 def event_metric_columns() -> list[tuple[str, str, Aggregate]]:
     """The study events table's metric columns in order: ``(events column, samples column, aggregate)``."""
     ordered = sorted(sample_metrics(), key=lambda m: m.event_order)  # stable: registration order on ties
-    return [(name, m.column, how) for m in ordered for name, how in m.per_event]
+    return [(name, m.column, how) for m in ordered for name, how in m.per_event or ()]  # set by __post_init__
 
 
 def _layout(summary: EventSummary) -> list[str]:

@@ -13,14 +13,20 @@ the flips, segments and anchor rows it holds are computed once for every table o
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
+from petri.core.trajectory import Trajectory
 from petri.measure.metrics import anchor_concepts, commit_steps, pair_instability, pair_segment_values, step_sum
 from petri.measure.sample_metrics import sample_metrics
-from petri.measure.summary import EventSummary, summary_of, tagged as _tagged
-from petri.measure.summary import preservation_summary  # noqa: F401  (read from here by the study and the API)
-from petri.core.trajectory import Trajectory
+from petri.measure.summary import (
+    EventSummary,
+    preservation_summary,  # noqa: F401  (read from here by the study and the API)
+    summary_of,
+)
+from petri.measure.summary import tagged as _tagged
 
 #: What every table takes: one event's trajectory, or its summary (computed once for all its tables).
 Event = Trajectory | EventSummary
@@ -96,7 +102,7 @@ def samples_table(event: Event) -> pd.DataFrame:
     anchors).
     """
     summary = summary_of(event)
-    columns = {"sample": np.arange(summary.traj.n_samples)}
+    columns: dict[str, Any] = {"sample": np.arange(summary.traj.n_samples)}
     columns.update({m.column: m.values(summary) for m in sample_metrics()})
     return _tagged(summary.traj, columns)
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from petri.core.trajectory import Trajectory
 from petri.measure.summary import EventSummary, summary_of
 from petri.measure.tables import pairs_table, positions_table, samples_table, segments_table
-from petri.core.trajectory import Trajectory
 
 TABLES = {
     "positions": positions_table,
@@ -118,8 +118,8 @@ def run_table(
 
 def event_table(event: Trajectory | EventSummary, name: str, index: int, groups: Sequence[str | None] | None,
                  token_text: TokenText | None = None, conditions: Conditions = None) -> pd.DataFrame:
-    """Table ``name`` of one event (its trajectory or summary: a chunk of :func:`run_table`), tagged with ``event_index`` and ``group`` when ``groups``
-    is given (after ``event``, or first where the table carries no event text), and with the event's
+    """Table ``name`` of one event (its trajectory or summary: a chunk of :func:`run_table`), tagged with ``event_index`` and ``group``
+    when ``groups`` is given (after ``event``, or first where the table carries no event text), and with the event's
     condition (and dose) when ``conditions`` is given (:func:`with_condition`)."""
     frame = TABLES[name](event)
     if name == "positions":

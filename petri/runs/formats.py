@@ -8,8 +8,8 @@ Tables (:data:`RUN_TABLES`): the tidy ``positions``, ``segments``, ``samples`` a
 (:data:`petri.runs.export.TABLES`, one chunk per event) and ``steps``, the per-step record (one chunk
 per (event, sample)); and the tables of runs that store JSON documents instead of trajectories
 (:data:`RESULT_TABLES`, :class:`ResultTable`: a probe read's ``reads`` and ``top_k``, an
-evaluation's ``predictions``, ``summary`` and ``reliability``, :mod:`petri.runs.probe_results`). Formats (:data:`FORMATS`): ``csv`` (streamed chunk by chunk, formula-leading
-text neutralised by :func:`petri.runs.export.write_csv`) and ``parquet`` (the chunks joined, then
+evaluation's ``predictions``, ``summary`` and ``reliability``, :mod:`petri.runs.probe_results`). Formats (:data:`FORMATS`): ``csv``
+(streamed chunk by chunk, formula-leading text neutralised by :func:`petri.runs.export.write_csv`) and ``parquet`` (the chunks joined, then
 written at once).
 """
 
@@ -18,14 +18,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from petri.core.trajectory import Trajectory
 from petri.measure.replay import steps_table
-from petri.runs.probe_results import PROBE_TABLES
 from petri.runs.export import TABLES, Conditions, TokenText, event_table, with_condition, write_csv, write_parquet
+from petri.runs.probe_results import PROBE_TABLES
 
 #: one label per event (``None``: no group)
 Groups = Sequence[str | None]
@@ -84,7 +85,10 @@ def register_table(table: RunTable | ResultTable) -> RunTable | ResultTable:
     already in either is refused: ValueError naming it)."""
     if table.name in RUN_TABLES or table.name in RESULT_TABLES:
         raise ValueError(f"table: {table.name!r} is registered already")
-    (RESULT_TABLES if isinstance(table, ResultTable) else RUN_TABLES)[table.name] = table
+    if isinstance(table, ResultTable):
+        RESULT_TABLES[table.name] = table
+    else:
+        RUN_TABLES[table.name] = table
     return table
 
 
@@ -150,7 +154,8 @@ def one_sample(traj: Trajectory, s: int) -> Trajectory:
     """Sample ``s`` of ``traj`` alone (a one-sample trajectory; for writing one sample at a time)."""
     keep = slice(s, s + 1)
     per_sample = ("argmax", "entropy", "accepted", "steps", "anchor_mask", "final_ids", "canvas", "anchors", "final_texts")
-    return replace(traj, **{name: None if getattr(traj, name) is None else getattr(traj, name)[keep] for name in per_sample})
+    fields: dict[str, Any] = {name: None if getattr(traj, name) is None else getattr(traj, name)[keep] for name in per_sample}
+    return replace(traj, **fields)
 
 
 def per_id(decode: TokenText | None) -> Callable[[int], str]:

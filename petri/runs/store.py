@@ -17,6 +17,7 @@ from collections.abc import Collection
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -248,7 +249,7 @@ class RunStore:
 
     def list_runs(self, limit: int = 50) -> list[dict]:
         rows = self._read("SELECT run_id FROM runs ORDER BY created_at DESC, rowid DESC LIMIT ?", (limit,))
-        return [self.get_run(r[0]) for r in rows]
+        return [cast(dict, self.get_run(r[0])) for r in rows]  # ids just read: each has its run
 
     # ------------------------------------------------------------------------------ jobs
     def save_job(self, job: dict) -> None:
@@ -331,7 +332,7 @@ class RunStore:
             "SELECT r.run_id FROM runs r JOIN run_owners o ON o.run_id = r.run_id WHERE o.owner IS ? "
             "ORDER BY r.created_at DESC, r.rowid DESC LIMIT ?", (owner, limit),
         )
-        return [self.get_run(r[0]) for r in rows]
+        return [cast(dict, self.get_run(r[0])) for r in rows]  # ids just read: each has its run
 
     def close(self) -> None:
         with self._lock:

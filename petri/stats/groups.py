@@ -41,8 +41,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -213,7 +214,7 @@ def _bootstrap_statistic(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.nda
     return _delta_along_last_axis(np.moveaxis(a, axis, -1), np.moveaxis(b, axis, -1))
 
 
-def cliffs_delta(a: Sequence[float], b: Sequence[float]) -> float:
+def cliffs_delta(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
     """Cliff's delta of ``b`` over ``a``: ``(#{b > a} - #{b < a}) / (n_a * n_b)`` over all pairs.
 
     Positive when ``b`` tends to be larger; in [-1, 1]; ties count for neither side. Vectorised
@@ -232,7 +233,7 @@ def cliffs_delta(a: Sequence[float], b: Sequence[float]) -> float:
 # --------------------------------------------------------------------------- the test
 
 
-def _clean(values: Sequence[float], label: str) -> tuple[np.ndarray, int]:
+def _clean(values: Sequence[float] | np.ndarray, label: str) -> tuple[np.ndarray, int]:
     """Float 1-D array with NaNs dropped, and how many were dropped."""
     try:
         x = np.asarray(values, dtype=float).ravel()
@@ -277,8 +278,8 @@ def _bootstrap_ci(
 
 
 def compare_groups(
-    a: Sequence[float],
-    b: Sequence[float],
+    a: Sequence[float] | np.ndarray,
+    b: Sequence[float] | np.ndarray,
     *,
     unit: str,
     labels: tuple[str, str] = ("benign", "contradictory"),

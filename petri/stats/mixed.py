@@ -68,7 +68,8 @@ class MixedResult:
         conf = f"{100 * self.confidence:g}%"
         return (
             f"mixed model ({self.unit}: {self.n_cells} cells = {self.n_events} events x {self.n_templates} templates): "
-            f"{self.effect_label or f'{self.group_b} - {self.group_a}'} = {self.effect:+.4g} (SE {self.se:.3g}, {conf} CI {self.ci_low:+.4g}, "
+            f"{self.effect_label or f'{self.group_b} - {self.group_a}'} = {self.effect:+.4g} "
+            f"(SE {self.se:.3g}, {conf} CI {self.ci_low:+.4g}, "
             f"{self.ci_high:+.4g}, p={_fmt_p(self.p_value)}); variance event {self.var_event:.3g}, template "
             f"{self.var_template:.3g}, residual {self.var_residual:.3g}; ICC event {self.icc_event:.2f}, "
             f"template {self.icc_template:.2f}" + ("" if self.converged else " (did NOT converge)")
@@ -204,8 +205,8 @@ def _fit_crossed(data: pd.DataFrame, value: str, event_col: str, template_col: s
                  group_a: str, group_b: str, n_events_a: int, n_events_b: int, unit: str) -> MixedResult:
     """Fit ``value ~ _x`` (``_x`` a column of ``data``) with crossed random intercepts for event and
     template as variance components of one all-covering group (REML); the effect is ``_x``'s coefficient."""
-    from statsmodels.regression.mixed_linear_model import MixedLM  # here: only the mixed model needs it
     from scipy import stats as sps
+    from statsmodels.regression.mixed_linear_model import MixedLM  # here: only the mixed model needs it
 
     data = data.assign(_event=data[event_col].astype(str), _template=data[template_col].astype(str))
     n_templates = int(data["_template"].nunique())

@@ -14,8 +14,9 @@ draws from its own generator, ``numpy.random.default_rng([seed, n_events])``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps

@@ -25,8 +25,9 @@ differences ``d_i = B_i - A_i`` over the ``n`` events with both values:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -78,7 +79,7 @@ def signed_rank_null(n: int) -> np.ndarray:
     return counts / 2.0 ** n
 
 
-def hodges_lehmann(d: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float, float]:
+def hodges_lehmann(d: Sequence[float] | np.ndarray, confidence: float = 0.95) -> tuple[float, float, float, float]:
     """(estimate, low, high, achieved confidence) from the Walsh averages of ``d`` (see the module
     docstring); NaNs when ``d`` is empty, the interval NaN when ``n`` is too small for ``confidence``."""
     d = np.asarray(d, dtype=float).ravel()

@@ -9,20 +9,20 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
 
 from petri.core.dish import THOUGHT_CHANNEL
-from petri.runs.export import TABLES, EventCondition, with_condition
 from petri.measure.nouns import FALLBACK, jaccard_matrix, mean_off_diagonal, tagger_name, top_nouns_by_template
-from petri.stats.groups import MIN_INFORMATIVE_N, GroupComparison, LevelComparisons, compare_groups, compare_levels, event_level_values
-from petri.study.statistics import StudyStatistics, study_statistics
-from petri.study.paired_statistics import PairedStatistics, paired_statistics
 from petri.measure.sample_metrics import event_metric_columns
 from petri.measure.summary import EventSummary
 from petri.measure.tables import anchors_table, preservation_summary
+from petri.runs.export import TABLES, EventCondition, with_condition
+from petri.stats.groups import MIN_INFORMATIVE_N, GroupComparison, LevelComparisons, compare_groups, compare_levels, event_level_values
+from petri.study.paired_statistics import PairedStatistics, paired_statistics
+from petri.study.statistics import StudyStatistics, study_statistics
 
 if TYPE_CHECKING:  # the runner imports torch; analysis only reads its result
     from petri.study.runner import StudyBatch, StudyResult
@@ -67,7 +67,8 @@ def study_tables(batches: list[StudyBatch], study_id: str, *, names: Sequence[st
     return {name: pd.concat([t[name] for t in per_batch], ignore_index=True) for name in names}
 
 
-def cluster_bootstrap_mean(sums: np.ndarray, counts: np.ndarray, n_boot: int, confidence: float, rng: np.random.Generator) -> tuple[float, float]:
+def cluster_bootstrap_mean(sums: np.ndarray, counts: np.ndarray, n_boot: int, confidence: float,
+                           rng: np.random.Generator) -> tuple[float, float]:
     """Percentile CI of ``sum(sums) / sum(counts)`` resampling clusters (samples) with replacement."""
     keep = counts > 0
     sums, counts = sums[keep], counts[keep]
@@ -80,7 +81,8 @@ def cluster_bootstrap_mean(sums: np.ndarray, counts: np.ndarray, n_boot: int, co
     return float(low), float(high)
 
 
-def events_table(tables: dict[str, pd.DataFrame], study, max_steps: int, *, n_boot: int = 2000, confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
+def events_table(tables: dict[str, pd.DataFrame], study, max_steps: int, *, n_boot: int = 2000, confidence: float = 0.95,
+                 seed: int = 0) -> pd.DataFrame:
     """One row per event: mean segment instability (the event-level value of the test) with a
     cluster-bootstrap CI over the event's samples (``ci_informative`` False when it rests on fewer than
     :data:`petri.stats.groups.MIN_INFORMATIVE_N` samples), plus each registered per-sample metric's
@@ -260,7 +262,7 @@ def analyze(result: StudyResult, *, top_n: int = 20, n_bootstrap: int = 2000, co
             notes.append(f"paired study: the group tests compare the events under the reference condition "
                          f"{reference!r} only")
 
-    stats_kwargs = dict(n_bootstrap=n_bootstrap, confidence=confidence, seed=result.seed)
+    stats_kwargs: dict[str, Any] = dict(n_bootstrap=n_bootstrap, confidence=confidence, seed=result.seed)
     if not study.comparison:
         return _finish(result, tables, None, [], ev, seg, notes, top_n, None)
     a, b = study.comparison
@@ -270,7 +272,8 @@ def analyze(result: StudyResult, *, top_n: int = 20, n_bootstrap: int = 2000, co
         for x, y in ((a, g), (g, b)):
             try:
                 secondary.append(
-                    compare_groups(ev.loc[ev.group == x, "instability"], ev.loc[ev.group == y, "instability"], unit="event", labels=(x, y), **stats_kwargs)
+                    compare_groups(ev.loc[ev.group == x, "instability"], ev.loc[ev.group == y, "instability"], unit="event",
+                                   labels=(x, y), **stats_kwargs)
                 )
             except ValueError as err:
                 notes.append(f"secondary comparison {x} vs {y} skipped: {err}")
@@ -323,6 +326,6 @@ def _finish(result: StudyResult, tables: dict[str, pd.DataFrame], comparison: Le
         notes=notes,
         statistics=statistics,
         paired=(paired_statistics(tables["segments"], tables["samples"], [c.id for c in study.conditions],
-                                  doses={c.id: c.dose for c in study.conditions} if study.dose_study else None,
+                                  doses={c.id: cast(float, c.dose) for c in study.conditions} if study.dose_study else None,  # all set
                                   seed=result.seed) if study.paired else None),
     )

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
+from petri.core.trajectory import Trajectory
 from petri.measure.replay import CONFIDENCE_LEGEND, sample_record
 from petri.study.trajectory_plots import CONFIDENCE_SCALE
-from petri.core.trajectory import Trajectory
 
 _FONTS = ("/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf", "DejaVuSansMono.ttf")
 CELL_W, CELL_H, PAD = 96, 30, 12

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from petri.study.checks import Checker
 from petri.study.transforms import TRANSFORMS
@@ -124,7 +124,7 @@ def parse_event_conditions(check: Checker, entry: str, raw: Any, conditions: tup
             sub = check.concept_subset(item["concepts"], f"{here}.concepts", concepts)
         text = check.text(item["text"], f"{here}.text") if "text" in item else None
         variants[cid] = Variant(sub, text)
-    counts = {c.id: len(variants[c.id].concepts) if c.id in variants and variants[c.id].concepts is not None
+    counts = {c.id: len(cast(tuple, variants[c.id].concepts)) if c.id in variants and variants[c.id].concepts is not None
               else own_concepts for c in conditions}
     if len(set(counts.values())) > 1:
         raise check.fail(where, f"every condition of one event must pin the same number of concepts (they share "

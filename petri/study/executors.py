@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 from petri.core.cancel import CancelToken
 from petri.core.dish import Dish
+from petri.core.settings import FamilySettings
+from petri.core.trajectory import Trajectory
 from petri.engine.base import SamplingModel, StepCallback
 from petri.engine.seeding import plan_dish, seed_dish
-from petri.core.trajectory import SamplerSettings, Trajectory
 from petri.study.slots import SharedSlotsDish, resolve_dish
 
 
@@ -37,7 +38,7 @@ class BatchJob:
     group: str
     dish: Dish
     samples: int
-    settings: SamplerSettings
+    settings: FamilySettings
     seed: int
     run_id: str | None = None  # the study run it belongs to (every live step names it)
 
@@ -52,10 +53,10 @@ class ModelFacts:
     fingerprint: str
     device_type: str
     device: str
-    default_settings: SamplerSettings
+    default_settings: FamilySettings
 
     @classmethod
-    def of(cls, lm: SamplingModel) -> "ModelFacts":
+    def of(cls, lm: SamplingModel) -> ModelFacts:
         return cls(lm.model_id, lm.fingerprint(), lm.device_type, str(lm.describe()["device"]), lm.default_settings())
 
 
@@ -79,7 +80,7 @@ class StudyExecutor(ABC):
         """What fixes the numbers and names the run: model id, fingerprint, device kind."""
 
     @abstractmethod
-    def check_layouts(self, dishes: Sequence[Dish], settings: SamplerSettings) -> None:
+    def check_layouts(self, dishes: Sequence[Dish], settings: FamilySettings) -> None:
         """Raise :class:`~petri.core.dish.LayoutError` when a concept set does not fit the canvas."""
 
     @abstractmethod
@@ -89,11 +90,11 @@ class StudyExecutor(ABC):
         ``cancel`` stops it (:class:`~petri.core.cancel.Cancelled`) within a step here, or once the
         driver next looks on a cluster."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a no-op default, overridden by the executors that hold workers
         """Release workers (no-op by default)."""
 
 
-def check_layouts(lm: SamplingModel, dishes: Sequence[Dish], settings: SamplerSettings) -> None:
+def check_layouts(lm: SamplingModel, dishes: Sequence[Dish], settings: FamilySettings) -> None:
     """Lay out every distinct concept set once before sampling anything, so a concept set that does
     not fit the canvas fails the whole run up front (raises :class:`~petri.core.dish.LayoutError`);
     a paired study's dish is laid out in its shared slots (:mod:`petri.study.slots`)."""
@@ -122,7 +123,7 @@ class LocalExecutor(StudyExecutor):
     def facts(self) -> ModelFacts:
         return ModelFacts.of(self.lm)
 
-    def check_layouts(self, dishes: Sequence[Dish], settings: SamplerSettings) -> None:
+    def check_layouts(self, dishes: Sequence[Dish], settings: FamilySettings) -> None:
         check_layouts(self.lm, dishes, settings)
 
     def run(self, jobs: Sequence[BatchJob], on_landed: BatchLanded, cancel: CancelToken | None = None) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from petri.stats.paired import mcnemar_exact, match_pairs, wilcoxon_paired
+from petri.stats.paired import match_pairs, mcnemar_exact, wilcoxon_paired
 
 __all__ = ["compare_runs"]
 

@@ -18,18 +18,19 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from petri.runs.export import write_csv
-from petri.study.statistics import _num
 from petri.stats.mixed import MixedResult, cell_values, crossed_mixed_model, dose_mixed_model
 from petri.stats.paired_power import PairedPowerResult, paired_power
 from petri.stats.within import PageResult, PairedComparison, event_condition_means, page_trend, paired_comparison
+from petri.study.statistics import _num
 
 __all__ = ["PairedStatistics", "paired_statistics", "write_paired", "paired_from_folder", "PAIRED_VALUES", "SUMMARY_COLUMNS"]
 

@@ -27,9 +27,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from petri.core.trajectory import AnchorSpan, Trajectory
 from petri.measure.metrics import flip_counts, flip_grid
 from petri.stats.groups import LevelComparisons
-from petri.core.trajectory import AnchorSpan, Trajectory
 from petri.study.anchor_marks import ANCHOR_COLOR, LABEL_ROW_PX, mark_anchors, top_margin
 
 log = logging.getLogger(__name__)
@@ -217,7 +217,8 @@ def jaccard_heatmap(matrix: pd.DataFrame, mean_off_diagonal: float | None = None
     if run_id:
         title += f" — {run_tag(run_id)}"
     if compact:
-        lines = [*_wrap(title, COMPACT_WRAP).split("<br>"), *(f"<sup>{t}</sup>" for t in _wrap(tagger, COMPACT_WRAP + 10).split("<br>") if t)]
+        tagger_lines = (f"<sup>{t}</sup>" for t in _wrap(tagger, COMPACT_WRAP + 10).split("<br>") if t)
+        lines = [*_wrap(title, COMPACT_WRAP).split("<br>"), *tagger_lines]
         title = "<br>".join(lines)
     elif tagger:
         title += f"<br><sup>{tagger}</sup>"
@@ -380,7 +381,8 @@ def flips_bar(traj: Trajectory, sample: int, tokenizer=None) -> go.Figure:
     if tokenizer is not None:
         custom = token_texts(_decoder(tokenizer), traj.final_ids[s])
         hover += "<br>final token: %{customdata}"
-    fig = go.Figure(go.Bar(x=np.arange(traj.canvas_length), y=flips, marker_color=list(colors), customdata=custom, hovertemplate=hover + "<extra></extra>"))
+    fig = go.Figure(go.Bar(x=np.arange(traj.canvas_length), y=flips, marker_color=list(colors), customdata=custom,
+                           hovertemplate=hover + "<extra></extra>"))
     label_rows = mark_anchors(fig, traj.anchors[s], traj.anchor_mask[s])
     free = ~traj.anchor_mask[s]
     mean_free = float(flips[free].mean()) if free.any() else float("nan")
@@ -442,8 +444,8 @@ def save_figures(
     plotlyjs: str | bool = "directory",
 ) -> tuple[dict[str, dict[str, Path]], list[str]]:
     """Write ``<name>.html`` for every figure (by default all share one ``plotly.min.js`` written
-    beside them; ``plotlyjs=True`` inlines it into each file, ~4.8 MB apiece) and, where the machine can render them, ``<name>.png`` / ``.svg`` (one
-    browser session for all). Returns (paths by name and format, notes); image failures are
+    beside them; ``plotlyjs=True`` inlines it into each file, ~4.8 MB apiece) and, where the machine can render them, ``<name>.png`` /
+    ``.svg`` (one browser session for all). Returns (paths by name and format, notes); image failures are
     logged and noted, never raised."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -34,8 +34,7 @@ import pandas as pd
 from petri.core.cancel import CancelToken
 from petri.core.probe import DEFAULT_MIN_MASS, ORDER_CYCLIC, ProbeRequest
 from petri.engine.probe import ProbeResult, read_slots
-from petri.stats.calibration import (brier_score, changed_share, expected_calibration_error, reliability_bins,
-                                     wilson_interval)
+from petri.stats.calibration import brier_score, changed_share, expected_calibration_error, reliability_bins, wilson_interval
 from petri.stats.paired import mcnemar_exact
 from petri.study.probe_set import LabelledItem, LabelledSet, load_labelled_set  # noqa: F401 - the contract's names
 
@@ -175,8 +174,8 @@ def evaluate(model, labelled: LabelledSet, *, samples=1, steps: int = 1, seed: i
              on_rows: Callable[[list[dict]], None] | None = None,
              cancel: CancelToken | None = None) -> ProbeEvaluation:
     """Read every item of ``labelled`` ``repeats`` times (repeat r with seed ``seed + r``) on
-    ``model``, each read in ``order`` and abstaining below ``min_mass``. ``on_item(done, total)`` after each read; ``on_rows(rows)`` gets each read's
-    prediction rows as they come (the CLI appends them to its CSV, so a crash loses nothing read).
+    ``model``, each read in ``order`` and abstaining below ``min_mass``. ``on_item(done, total)`` after each read; ``on_rows(rows)`` gets
+    each read's prediction rows as they come (the CLI appends them to its CSV, so a crash loses nothing read).
     Raises :class:`~petri.core.probe.ProbeInputError` (an item the model refuses) before reading."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")

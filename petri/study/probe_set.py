@@ -27,8 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from petri.core.probe import (MAX_ALTERNATIVES, MAX_ITEMS, MAX_QUESTIONS, MAX_TEXT_CHARS, ProbeInputError, Question,
-                              question_from_dict)
+from petri.core.probe import MAX_ALTERNATIVES, MAX_ITEMS, MAX_QUESTIONS, MAX_TEXT_CHARS, ProbeInputError, Question, question_from_dict
 
 #: The largest labelled-set file read (bytes).
 MAX_FILE_BYTES = 20_000_000

@@ -13,13 +13,12 @@ from dataclasses import dataclass
 import pandas as pd
 
 from petri.core.wording import counted
-from petri.stats.groups import LevelComparisons, compare_levels
 from petri.runs.store import RunStore
+from petri.stats.groups import LevelComparisons, compare_levels
 from petri.study.analysis import batch_tables, events_table, group_summary_table, study_tables
 from petri.study.runner import StudyBatch, batch_key, split_key, study_batch
-from petri.study.statistics import PEEKING_WARNING
 from petri.study.schema import Study
-
+from petri.study.statistics import PEEKING_WARNING
 
 #: The tidy tables the provisional statistics are computed from.
 PROVISIONAL_TABLES = ("segments", "samples")

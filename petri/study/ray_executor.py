@@ -21,14 +21,23 @@ import socket
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from petri.core.cancel import CancelToken
 from petri.core.dish import Dish
+from petri.core.settings import FamilySettings
+from petri.core.trajectory import Trajectory
+from petri.engine.base import SamplingModel
 from petri.study.executors import (
-    BatchJob, BatchLanded, ExecutorError, ModelFacts, ModelSpec, StudyExecutor, check_layouts, sample_batch,
+    BatchJob,
+    BatchLanded,
+    ExecutorError,
+    ModelFacts,
+    ModelSpec,
+    StudyExecutor,
+    check_layouts,
+    sample_batch,
 )
-from petri.core.trajectory import SamplerSettings, Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +74,13 @@ class _BatchWorker:
     def facts(self) -> tuple[ModelFacts, str]:
         if self.load_error is not None:
             raise self.load_error
-        return ModelFacts.of(self.lm), socket.gethostname()
+        return ModelFacts.of(cast(SamplingModel, self.lm)), socket.gethostname()  # loaded: load_error is None
 
-    def check_layouts(self, dishes: Sequence[Dish], settings: SamplerSettings) -> None:
-        check_layouts(self.lm, dishes, settings)
+    def check_layouts(self, dishes: Sequence[Dish], settings: FamilySettings) -> None:
+        check_layouts(cast(SamplingModel, self.lm), dishes, settings)  # the driver asked facts() first
 
     def sample(self, job: BatchJob) -> Trajectory:
-        return sample_batch(self.lm, job)
+        return sample_batch(cast(SamplingModel, self.lm), job)  # the driver asked facts() first
 
 
 def _host_port(address: str) -> tuple[str, int]:
@@ -196,7 +205,7 @@ class RayExecutor(StudyExecutor):
     def facts(self) -> ModelFacts:
         return self._facts
 
-    def check_layouts(self, dishes: Sequence[Dish], settings: SamplerSettings) -> None:
+    def check_layouts(self, dishes: Sequence[Dish], settings: FamilySettings) -> None:
         first = next(iter(self.actors.values()))
         self._get(first.check_layouts.remote(list(dishes), settings))
 

@@ -9,19 +9,19 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pandas as pd
 
 from petri.core.wording import counted
 from petri.measure.sample_metrics import sample_metrics
-from petri.study.analysis import StudyAnalysis, analyze
 from petri.runs.export import TokenText, package_versions, with_final_token, write_csv, write_tables
-from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap, save_figures
 from petri.stats.groups import GroupComparison, too_small_note
-from petri.study.statistics import write_statistics
-from petri.study.paired_statistics import write_paired
+from petri.study.analysis import StudyAnalysis, analyze
 from petri.study.paired_plots import paired_slope_figure
+from petri.study.paired_statistics import PairedStatistics, write_paired
+from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap, save_figures
+from petri.study.statistics import write_statistics
 
 if TYPE_CHECKING:
     from petri.study.runner import StudyResult
@@ -63,7 +63,8 @@ def _comparison_row(c: GroupComparison) -> str:
     return (
         f"| {c.unit_label} | {c.group_a} {c.n_a} / {c.group_b} {c.n_b} | {_fmt(c.median_a)} / {_fmt(c.median_b)} "
         + (f"| {c.u_statistic:g} | {_p(c.p_value)} ({c.p_method}) | {c.rank_biserial:+.3f} [{conf} CI {c.ci_low:+.3f}, "
-           f"{c.ci_high:+.3f}] ({c.ci_method}) |" if c.informative else f"| — | — | uninformative: {too_small_note(c.n_a, c.n_b, c.unit)} |")
+           f"{c.ci_high:+.3f}] ({c.ci_method}) |" if c.informative
+           else f"| — | — | uninformative: {too_small_note(c.n_a, c.n_b, c.unit)} |")
     )
 
 
@@ -133,7 +134,7 @@ def _group_headline(c, groups: tuple[str, ...], headline: bool = True) -> list[s
 
 def paired_figure(result: StudyResult, analysis: StudyAnalysis):
     """The paired study's slope chart of the event instabilities, titled with the headline paired test."""
-    study, paired = result.study, analysis.paired
+    study, paired = result.study, cast(PairedStatistics, analysis.paired)  # a paired study's analysis has them
     head = paired.headline
     return paired_slope_figure(analysis.events, [c.id for c in study.conditions], doses=paired.doses,
                                title=head.summary() if head is not None else "", model_id=result.model_id,
@@ -151,7 +152,8 @@ def model_label(model_id: str) -> str:
     )
 
 
-def render_report(result: StudyResult, analysis: StudyAnalysis, figures: dict[str, dict[str, Path]], out_dir: Path, command: str | None = None, notes: list[str] | None = None) -> str:
+def render_report(result: StudyResult, analysis: StudyAnalysis, figures: dict[str, dict[str, Path]], out_dir: Path,
+                  command: str | None = None, notes: list[str] | None = None) -> str:
     study = result.study
     c = analysis.comparison
     pres = analysis.preservation
@@ -198,7 +200,8 @@ def render_report(result: StudyResult, analysis: StudyAnalysis, figures: dict[st
         "",
         f"- Reading 1 (surface form intact in the final text): **{pres['anchors_intact']}/{pres['anchors_total']}** anchors "
         f"({100 * pres['intact_share']:.1f}%); samples with every anchor intact: {pres['samples_all_intact']}/{pres['samples_total']}.",
-        f"- Reading 2 (model agreement: share of steps whose unforced argmax equals the anchor tokens): **{pres['mean_agreement']:.3f}** on average.",
+        "- Reading 2 (model agreement: share of steps whose unforced argmax equals the anchor tokens): "
+        f"**{pres['mean_agreement']:.3f}** on average.",
         "",
         _md_table(analysis.preservation_by_concept),
         "",
@@ -219,7 +222,8 @@ def render_report(result: StudyResult, analysis: StudyAnalysis, figures: dict[st
         "|---|---|---|---|---|",
     ]
     for g, d in conv["by_group"].items():
-        lines.append(f"| {g} | {d['samples']} | {d['mean_steps']:.2f} | {100 * d['stopped_early_share']:.1f}% | {d['mean_settled_share']:.3f} |")
+        lines.append(f"| {g} | {d['samples']} | {d['mean_steps']:.2f} | {100 * d['stopped_early_share']:.1f}% "
+                     f"| {d['mean_settled_share']:.3f} |")
     lines += _metrics_section(analysis.tables["samples"])
     lines += ["", "## Figures", ""]
     for name, paths in figures.items():
@@ -250,8 +254,10 @@ def render_report(result: StudyResult, analysis: StudyAnalysis, figures: dict[st
         "",
         f"- Model: `{result.model_id}` (weights fingerprint `{result.model_fingerprint}`) on `{result.device}`.",
         f"- Sampler settings: `{result.settings.to_dict()}`.",
-        f"- Samples per batch: {result.samples}; base seed: {result.seed} (each batch's seed is derived from it and the event and template ids).",
-        f"- Run id: `{result.run_id}`; store: `{result.store_path}`; batches computed this run: {result.computed}, resumed from the store: {result.resumed}.",
+        f"- Samples per batch: {result.samples}; base seed: {result.seed} "
+        "(each batch's seed is derived from it and the event and template ids).",
+        f"- Run id: `{result.run_id}`; store: `{result.store_path}`; batches computed this run: {result.computed}, "
+        f"resumed from the store: {result.resumed}.",
         f"- Timings: wall {t.get('wall_s', 0):.1f} s this run; sampling {t.get('sampling_s_all_batches', 0):.1f} s over all batches "
         f"(mean {t.get('mean_batch_s', 0):.3f} s per batch of {result.samples}).",
         f"- Started {result.started_at}, finished {result.finished_at}.",

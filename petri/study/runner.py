@@ -28,13 +28,14 @@ from tqdm.auto import tqdm
 
 from petri.core.cancel import Cancelled, CancelToken
 from petri.core.dish import Dish
+from petri.core.settings import FamilySettings
+from petri.core.trajectory import Trajectory
 from petri.engine.base import SamplingModel, StepCallback
 from petri.runs.export import EventCondition
 from petri.runs.store import RunStore
 from petri.study.executors import BatchJob, LocalExecutor, StudyExecutor, check_layouts  # noqa: F401 (check_layouts: re-exported)
 from petri.study.schema import Study, StudyEvent, Template
 from petri.study.slots import SharedSlotsDish
-from petri.core.trajectory import SamplerSettings, Trajectory
 
 #: Bump when a change makes stored batches incompatible with new ones (new run ids then).
 RUN_FORMAT = 1
@@ -87,7 +88,7 @@ class StudyResult:
     run_id: str
     model_id: str
     model_fingerprint: str
-    settings: SamplerSettings
+    settings: FamilySettings
     samples: int
     seed: int
     template_ids: tuple[str, ...]
@@ -217,7 +218,7 @@ def batch_order(jobs: list[BatchJob], study: Study, seed: int) -> list[BatchJob]
 def study_run_id(
     study: Study,
     model_id: str,
-    settings: SamplerSettings,
+    settings: FamilySettings,
     samples: int,
     seed: int,
     template_ids: tuple[str, ...],
@@ -261,7 +262,7 @@ def run_study(
     *,
     samples: int = 12,
     seed: int = 0,
-    settings: SamplerSettings | None = None,
+    settings: FamilySettings | None = None,
     templates: list[str] | tuple[str, ...] | None = None,
     progress: ProgressCallback | None = None,
     on_step: StepCallback | None = None,

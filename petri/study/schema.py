@@ -21,13 +21,14 @@ from typing import Any
 
 from petri.core.dish import LayoutError, template_problem, validate_concepts
 from petri.measure.nouns import UnsupportedLanguage, analyser_for, analyser_problem
+from petri.study.checks import ID_PATTERN, Checker, StudyError  # noqa: F401 (ID_PATTERN, StudyError: re-exported)
 from petri.study.conditions import Condition, Variant, parse_conditions, parse_event_conditions
 from petri.study.transforms import apply_transform
-from petri.study.checks import ID_PATTERN, Checker, StudyError  # noqa: F401 (ID_PATTERN, StudyError: re-exported)
 
 SCHEMA_VERSION = 1
 
-_TOP_KEYS = {"schema", "id", "title", "language", "nouns", "description", "concepts", "groups", "comparison", "templates", "events", "conditions"}
+_TOP_KEYS = {"schema", "id", "title", "language", "nouns", "description", "concepts", "groups", "comparison", "templates", "events",
+             "conditions"}
 _REQUIRED_TOP = ("id", "title", "language", "concepts", "templates", "events")
 _TEMPLATE_KEYS = {"id", "text"}
 NOUNS_CHOICES = ("analyser", "words")
@@ -241,7 +242,8 @@ def study_from_dict(data: Any, source: str = "<dict>", file_sha256: str = "") ->
     raw_templates = data["templates"]
     if not isinstance(raw_templates, list) or not raw_templates:
         raise check.fail("templates", "must be a non-empty list of {\"id\", \"text\"} objects")
-    templates, seen_t = [], {}
+    templates: list = []
+    seen_t: dict[str, int] = {}
     for i, raw in enumerate(raw_templates):
         entry = _template_entry(i, raw)
         check.keys(raw, entry, _TEMPLATE_KEYS, ("id", "text"))
@@ -259,7 +261,9 @@ def study_from_dict(data: Any, source: str = "<dict>", file_sha256: str = "") ->
     raw_events = data["events"]
     if not isinstance(raw_events, list) or not raw_events:
         raise check.fail("events", "must be a non-empty list of event objects")
-    events, seen_e, seen_text = [], {}, {}
+    events: list = []
+    seen_e: dict[str, int] = {}
+    seen_text: dict[str, int] = {}
     for i, raw in enumerate(raw_events):
         entry = _event_entry(i, raw)
         check.keys(raw, entry, _EVENT_KEYS, ("id", "group", "text"))
@@ -279,7 +283,7 @@ def study_from_dict(data: Any, source: str = "<dict>", file_sha256: str = "") ->
         if "concepts" in raw:
             sub = check.concept_subset(raw["concepts"], f"{entry}.concepts", concepts)
         note = check.text(raw.get("note", ""), f"{entry}.note", empty_ok=True)
-        variants = ()
+        variants: tuple = ()
         if "conditions" in raw:
             variants = parse_event_conditions(check, entry, raw["conditions"], conditions, concepts,
                                               len(sub) if sub is not None else len(concepts))

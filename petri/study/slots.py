@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from petri.core.dish import Dish, LayoutError, concept_token_ids, encode_prompt, even_slots
-from petri.core.trajectory import SamplerSettings
+from petri.core.settings import FamilySettings
 from petri.engine.base import SamplingModel
 
 __all__ = ["SharedSlotsDish", "resolve_dish", "shared_positions"]
@@ -31,11 +31,11 @@ class SharedSlotsDish(Dish):
 
 
 def shared_positions(lm: SamplingModel, slot_concepts: tuple[str, ...], n_slots: int,
-                     settings: SamplerSettings) -> tuple[int, ...]:
+                     settings: FamilySettings) -> tuple[int, ...]:
     """The start positions of ``n_slots`` slots as wide as the longest of ``slot_concepts`` (tokens),
     spread evenly after the canvas prefix (the pinned thought block, when the settings pin it)."""
     lengths = {c: len(concept_token_ids(lm.tokenizer, c)) for c in slot_concepts}
-    widest = max(lengths, key=lengths.get)
+    widest = max(lengths, key=lambda c: lengths[c])
     prefix = encode_prompt(lm.tokenizer, "x", pin_thought_channel=settings.pin_thought_channel).canvas_prefix_ids
     room = lm.canvas_length - len(prefix)
     if lengths[widest] * n_slots > room:
@@ -45,7 +45,7 @@ def shared_positions(lm: SamplingModel, slot_concepts: tuple[str, ...], n_slots:
     return tuple(even_slots([lengths[widest]] * n_slots, lm.canvas_length, len(prefix)))
 
 
-def resolve_dish(lm: SamplingModel, dish: Dish, settings: SamplerSettings) -> Dish:
+def resolve_dish(lm: SamplingModel, dish: Dish, settings: FamilySettings) -> Dish:
     """``dish`` as sampled on ``lm``: a :class:`SharedSlotsDish` gets its shared positions, any
     other dish is returned as it is."""
     if not isinstance(dish, SharedSlotsDish):

@@ -13,16 +13,16 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
 from petri.core.wording import counted
 from petri.runs.export import write_csv
+from petri.stats.groups import MIN_INFORMATIVE_N, GroupComparison, LevelComparisons, compare_levels
 from petri.stats.mixed import BootstrapResult, MixedResult, cell_values, crossed_mixed_model, two_way_cluster_bootstrap
 from petri.stats.multiple import pair_comparisons
-from petri.stats.groups import MIN_INFORMATIVE_N, GroupComparison, LevelComparisons, compare_levels
 
 __all__ = ["StudyStatistics", "study_statistics", "PEEKING_WARNING", "write_statistics", "STATISTICS_START",
            "STATISTICS_END", "replace_section"]
@@ -166,7 +166,7 @@ def study_statistics(segments: pd.DataFrame, groups: tuple[str, str], *, planned
     """All of :class:`StudyStatistics` from a segments table (``event_id``, ``template_id``, ``group``,
     ``pair``, ``instability``). ``comparison`` is recomputed with :func:`petri.stats.groups.compare_levels` unless
     given (the analysis passes its own, the same numbers)."""
-    kw = dict(n_bootstrap=n_bootstrap, confidence=confidence, seed=seed)
+    kw: dict[str, Any] = dict(n_bootstrap=n_bootstrap, confidence=confidence, seed=seed)
     if comparison is None:
         comparison = compare_levels(segments, group_col="group", groups=groups, event_col="event_id", **kw)
     cells = cell_values(segments)
@@ -184,7 +184,7 @@ def study_statistics(segments: pd.DataFrame, groups: tuple[str, str], *, planned
         notes.append(f"two-way cluster bootstrap skipped: {err}")
     pairs = pair_comparisons(segments, groups, **kw)
     done = int(segments[["event_id", "template_id"]].drop_duplicates().shape[0])
-    return StudyStatistics(tuple(groups), comparison, mixed, boot, pairs, int(segments["template_id"].nunique()),
+    return StudyStatistics(cast(tuple[str, str], tuple(groups)), comparison, mixed, boot, pairs, int(segments["template_id"].nunique()),
                            int(planned_batches), done, int(seed), int(n_bootstrap), list(secondary or []), notes)
 
 

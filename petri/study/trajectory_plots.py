@@ -4,8 +4,8 @@
 report's layout, step 0 on top), each cell coloured by confidence (``exp(-entropy)``, see
 :mod:`petri.measure.replay`), what the viewer shows (the canvas, ``[MASK]`` cells grey on a masked-diffusion
 canvas, or the raw argmax) and a last row that is the returned canvas, renoised cells faded, the cells whose argmax flipped at that step
-outlined with a dashed black line (a form no concept colour takes), each position's commit step marked with a black bar, anchors outlined in their
-concept colours (``colors``: the chips' and heatmap boxes' colours, :func:`petri.web.ui.views.concept_colors`).
+outlined with a dashed black line (a form no concept colour takes), each position's commit step marked with a black bar, anchors outlined
+in their concept colours (``colors``: the chips' and heatmap boxes' colours, :func:`petri.web.ui.views.concept_colors`).
 (2) :func:`step_curves_figure`: per step, the mean entropy of the free positions, the free tokens
 accepted and the flips; each sample a thin line, the mean over the samples still running a thick one.
 """
@@ -13,17 +13,18 @@ accepted and the flips; each sample a thin line, the mean over the samples still
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from petri.core.trajectory import MASKED_FAMILY, Trajectory
 from petri.measure.replay import CONFIDENCE_LEGEND, confidence, decode_ids, sample_record, step_curves, visible_text
 from petri.study.anchor_marks import mark_anchors
-from petri.core.trajectory import MASKED_FAMILY, Trajectory
 
 #: Confidence colour scale, light (unsure) to dark (certain), shared by the figure and the animation.
-CONFIDENCE_SCALE = [[0.0, "#f7fbff"], [0.5, "#6baed6"], [1.0, "#08306b"]]
+CONFIDENCE_SCALE: list[list] = [[0.0, "#f7fbff"], [0.5, "#6baed6"], [1.0, "#08306b"]]
 #: A flip's outline: dashed black, as in the viewer (a concept's box is a solid line in its colour).
 FLIP_OUTLINE = {"color": "black", "width": 1.5, "dash": "dash"}
 #: A cell at least this wide (px) shows its token's text, at :data:`CELL_FONT_PX` (never smaller).
@@ -72,7 +73,7 @@ def figure_rows(traj: Trajectory, sample: int, mode: str = "canvas") -> tuple[np
     s = int(sample)
     n_steps = int(traj.steps[s])
     argmax = traj.argmax[s, :n_steps]
-    ids = argmax.copy() if mode == "argmax" else traj.canvas[s, :n_steps].copy()
+    ids = argmax.copy() if mode == "argmax" else cast(np.ndarray, traj.canvas)[s, :n_steps].copy()  # shown_mode: a canvas
     anchors = traj.anchor_mask[s]
     ids[:, anchors] = traj.final_ids[s][anchors]
     masked = np.zeros(ids.shape, dtype=bool)
@@ -152,7 +153,7 @@ def trajectory_figure(traj: Trajectory, sample: int, decode: Callable[[int], str
     if len(flips):
         fig.add_shape(type="path", path=cell_outlines(flips), line=FLIP_OUTLINE, layer="above",
                       name="flipped at this step", showlegend=True)
-    unmasked = np.argwhere(accepted[:-1] & ~traj.anchor_mask[rec["sample"]][None]) if masked_family else []
+    unmasked: Any = np.argwhere(accepted[:-1] & ~traj.anchor_mask[rec["sample"]][None]) if masked_family else []
     if len(unmasked):
         fig.add_shape(type="path", path=cell_outlines(unmasked, 0.36), line={"color": "black", "width": 1.5, "dash": "dot"},
                       layer="above", name="unmasked at this step", showlegend=True)

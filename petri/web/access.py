@@ -60,7 +60,7 @@ def check_token(token: str) -> str:
     return token
 
 
-def caller_from(policy: "AccessPolicy", headers, cookies) -> "Caller":
+def caller_from(policy: AccessPolicy, headers, cookies) -> Caller:
     """The caller of a request with these ``headers`` and ``cookies`` (any mapping with ``.get``;
     header names lowercase): the ``X-Petri-Token`` header (checked: :class:`TokenError`), else a
     well-formed ``petri_caller`` cookie, else no token."""
@@ -110,7 +110,7 @@ class Caller:
         ``owns_run(run_id, owner)``, the service or its run store)."""
         return not self.public or runs.owns_run(run_id, self.owner)
 
-    def for_submission(self) -> "Caller":
+    def for_submission(self) -> Caller:
         """This caller, with a new token when a public server needs one and none was sent."""
         if self.public and not self.token:
             return Caller(public=True, token=new_token())

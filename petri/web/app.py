@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from petri.app.service import PetriService
 from petri.engine.cuda.encoder_graphs import set_encoder_graph_lengths
 from petri.engine.torch.prompt_cache import prompt_cache_env_set, set_prompt_cache_bytes
-from petri.app.service import PetriService
 from petri.web import gpu_executor
 from petri.web.access import AccessPolicy, ApiTokenMiddleware
-from petri.web.errors import install_error_handlers
+from petri.web.api.deps import JobGate
 from petri.web.api.jobs import router as job_router
 from petri.web.api.probe import router as probe_router
-from petri.web.limits import MAX_UPLOAD_BYTES
 from petri.web.api.replay import router as replay_router
-from petri.web.api.deps import JobGate
 from petri.web.api.routes import router
 from petri.web.api.runs import router as runs_router
+from petri.web.errors import install_error_handlers
+from petri.web.limits import MAX_UPLOAD_BYTES
 
 
 def create_app(
@@ -61,9 +61,8 @@ def create_app(
     if ui:
         import gradio as gr
 
-        from petri.web.ui.build import UI_CSS, build_ui
-
         from petri.web.ui.access import CallerMiddleware
+        from petri.web.ui.build import UI_CSS, build_ui
 
         blocks = build_ui(service, model_source=model_source, access=access)
         app = gr.mount_gradio_app(app, blocks, path="/", css=UI_CSS, max_file_size=MAX_UPLOAD_BYTES)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exception_handlers import http_exception_handler
@@ -30,7 +31,7 @@ from petri.web.limits import MAX_BODY_BYTES, RETRY_AFTER_S
 log = logging.getLogger("petri.web")
 
 #: The error answers of the POST routes, for the OpenAPI docs.
-POST_RESPONSES = {
+POST_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"description": "the body is not parseable JSON (too deeply nested, not UTF-8)"},
     413: {"description": f"the body is larger than {MAX_BODY_BYTES:,} bytes"},
     422: {"description": "a bad field (named in detail[*].loc)"},
@@ -60,7 +61,7 @@ def request_error_message(err: ValidationError | FieldError) -> str:
     return "; ".join(field_message(e) for e in err.errors())
 
 
-def field_message(error: dict) -> str:
+def field_message(error: Mapping[str, Any]) -> str:
     """One pydantic error (``ValidationError.errors()`` item) as a sentence naming its field: a list
     too short or too long says how many it needs and got ("concepts: at least 2 are needed, got 1"),
     instead of pydantic's "List should have at least 2 items after validation, not 1"."""
@@ -95,7 +96,7 @@ def clean_text(text) -> str:
 def safe_error(error: dict) -> dict:
     """A pydantic error as JSON-safe data: type, loc, msg and (short, plain) input only; a NaN, a
     lone surrogate or a huge payload is never echoed back."""
-    out = {"type": clean_text(error.get("type", "")),
+    out: dict[str, Any] = {"type": clean_text(error.get("type", "")),
            "loc": [p if isinstance(p, int) else clean_text(p)[:200] for p in error.get("loc", ())],
            "msg": clean_text(error.get("msg", ""))}
     value = error.get("input")

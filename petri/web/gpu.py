@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from petri.core.cancel import CancelToken
 from petri.app.service import PetriService, SeedResult
+from petri.core.cancel import CancelToken
 from petri.core.plan import SeedPlan
+from petri.core.settings import FamilySettings
 from petri.study.runner import ProgressCallback, StudyResult
 from petri.study.schema import Study
-from petri.core.trajectory import SamplerSettings
 from petri.web.gpu_executor import on_zero_gpu, run_zerogpu_seed
 
 
@@ -50,7 +50,7 @@ def run_study_job(
     study: Study,
     samples: int,
     seed: int,
-    settings: SamplerSettings,
+    settings: FamilySettings,
     templates: Sequence[str] | None,
     wait_s: float | None = None,
     progress: ProgressCallback | None = None,

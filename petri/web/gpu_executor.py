@@ -116,8 +116,12 @@ def seed_frames(plan: SeedPlan) -> Iterator[GpuFrame]:
     Closing the generator stops the sampler within one step."""
     lm = _served_model()
     for index in range(len(plan.events)):
-        yield from _frames(index, lambda on_step, cancel, i=index: sample_planned(lm, plan, i, on_step=on_step,
-                                                                                   cancel=cancel))
+        yield from _frames(index, _event_sampler(lm, plan, index))
+
+
+def _event_sampler(lm, plan: SeedPlan, index: int) -> Callable[[Callable, CancelToken], Trajectory]:
+    """``sample(on_step, cancel)`` for :func:`_frames`: event ``index`` of ``plan`` sampled with ``lm``."""
+    return lambda on_step, cancel: sample_planned(lm, plan, index, on_step=on_step, cancel=cancel)
 
 
 def batch_frames(job: BatchJob) -> Iterator[GpuFrame]:

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from petri.core.trajectory import Trajectory
 from petri.runs.export import Conditions
 from petri.runs.formats import FORMATS, write_table
 from petri.study.animation import mp4_available, write_gif, write_mp4
 from petri.study.plots import save_figures
 from petri.study.trajectory_plots import step_curves_figure, trajectory_figure
-from petri.core.trajectory import Trajectory
 from petri.web.tokens import TokenText, concept_colors
 
 #: the replay's own kinds: the animation and the whole-trajectory figure

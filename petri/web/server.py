@@ -19,16 +19,16 @@ import ipaddress
 import os
 import sys
 
-from petri.engine.base import BackendUnavailableError, ModelNotFoundError
-from petri.cli.options import add_model_arguments, load_from_args
 from petri.app.service import PetriService
+from petri.cli.options import add_model_arguments, load_from_args
+from petri.engine.base import BackendUnavailableError, ModelNotFoundError, SamplingModel
 from petri.runs.store import RunStore, StoreError
 from petri.web import limits
 from petri.web.access import API_TOKEN_ENV, CALLER_HEADER, PUBLIC_ENV, AccessPolicy, RedactSecrets
 from petri.web.app import create_app
 
 #: Seconds a stopping server gives open requests and the job worker before it exits anyway.
-SHUTDOWN_GRACE_S = 5.0
+SHUTDOWN_GRACE_S = 5
 
 
 def build_parser(prog: str = "app.py") -> argparse.ArgumentParser:
@@ -57,6 +57,7 @@ def build_service(args: argparse.Namespace) -> tuple[PetriService, str | None]:
     if runs or jobs:
         print(f"note: {runs} runs and {jobs} jobs that a stopped process left unfinished are marked interrupted "
               "(a study resumes when it is run again)", file=sys.stderr, flush=True)
+    lm: SamplingModel
     if args.tiny_random:
         from petri.engine.torch.tiny import tiny_random_model
 

@@ -9,13 +9,13 @@ import time
 import numpy as np
 import pytest
 
-from petri.core.cancel import Cancelled, CancelToken
-from petri.core.dish import Dish
 from petri.app.jobs import JobQueue, QueueFull
 from petri.app.service import PetriService, SeedEvent
+from petri.core.cancel import Cancelled, CancelToken
+from petri.core.dish import Dish
+from petri.core.trajectory import SamplerSettings
 from petri.runs.store import RunStore
 from petri.study.schema import study_from_dict
-from petri.core.trajectory import SamplerSettings
 from study_support import study_dict
 
 DEADLINE_S = 30

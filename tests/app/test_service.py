@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-
 import pytest
 
-from petri.core.dish import Dish
 from petri.app.service import BusyError, SeedEvent
+from petri.core.dish import Dish
 from petri.core.trajectory import SamplerSettings
 from service_support import model_held
 

@@ -14,14 +14,14 @@ import httpx
 import numpy as np
 import pytest
 import torch
+from test_jobs import wait_until
 
-from petri.engine.torch.tiny import tiny_random_model
 from petri.app.service import PetriService
+from petri.core.trajectory import SamplerSettings
+from petri.engine.torch.tiny import tiny_random_model
 from petri.runs.store import RunStore
 from petri.study.schema import study_from_dict
-from petri.core.trajectory import SamplerSettings
 from reliability_support import REPO, AppProcess
-from test_jobs import wait_until
 from study_support import numbered_events, study_dict
 from tiny_support import save_checkpoint
 

@@ -4,7 +4,8 @@ A fresh virtual environment that sees the running interpreter's packages (torch 
 not downloaded again) gets the project built as a wheel and installed (no editable link to the
 checkout). It sees them through a ``.pth`` file naming the running interpreter's site folders, so
 it works whether the requirements went into the system Python or into a virtualenv
-(``system_site_packages`` would see only the base interpreter's, without a virtualenv's pandas). From a folder outside the checkout, the installed ``petri`` command seeds the embedded
+(``system_site_packages`` would see only the base interpreter's, without a virtualenv's pandas). From a folder outside the checkout, the
+installed ``petri`` command seeds the embedded
 model that the wheel installed as data files, and ``import petri`` resolves to the installed copy.
 """
 

@@ -124,7 +124,8 @@ def test_compile_option_is_a_tri_state_and_auto_compiles_only_cuda(tiny_checkpoi
     monkeypatch.delenv("PETRI_COMPILE", raising=False)
     parser = argparse.ArgumentParser()
     model_options.add_model_arguments(parser)
-    assert [model_options.spec_from_args(parser.parse_args(argv)).compile for argv in ([], ["--compile"], ["--no-compile"])] == [None, True, False]
+    compiles = [model_options.spec_from_args(parser.parse_args(argv)).compile for argv in ([], ["--compile"], ["--no-compile"])]
+    assert compiles == [None, True, False]
     for value, expected in (("0", False), ("yes", True), ("", None)):
         monkeypatch.setenv("PETRI_COMPILE", value)
         parser = argparse.ArgumentParser()
@@ -150,10 +151,10 @@ def test_a_failing_compiled_tier_falls_back_to_the_plain_fast_path(tiny_lm, monk
     import copy
     from dataclasses import replace
 
-    from petri.engine.cuda import fast_sampler
-    from petri.engine.torch.model import compile_for_sampling
     from petri.core.trajectory import SamplerSettings
     from petri.engine.base import SampleRequest
+    from petri.engine.cuda import fast_sampler
+    from petri.engine.torch.model import compile_for_sampling
 
     lm = compile_for_sampling(replace(tiny_lm, model=copy.deepcopy(tiny_lm.model)), backend="eager")
     real = fast_sampler.sample_fast

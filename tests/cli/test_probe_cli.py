@@ -95,3 +95,24 @@ def test_set_refusal(tmp_path, capsys):
                    + json.dumps({"id": "1", "prompt": "x", "gold": {"q": "c"}}) + "\n")
     assert main(["probe", "--set", str(bad), "--model", "petri-tiny", "--out", str(tmp_path / "o")]) == 2
     assert "items[0].gold.q" in capsys.readouterr().err
+
+
+def test_the_evaluation_summary_prints_each_share_with_its_interval_in_order(capsys):
+    """The summary line of ``petri probe --set``: every share followed by its [low, high] interval (values
+    set by hand, each distinct, so a swapped or wrong column shows)."""
+    from types import SimpleNamespace
+
+    from petri.cli.probe import _print_summary
+
+    row = {"question": "consistent", "accuracy": 0.5, "wilson_low": 0.25, "wilson_high": 0.75, "answered": 8, "n": 10,
+           "coverage": 0.8, "coverage_low": 0.45, "coverage_high": 0.95, "accuracy_with_abstentions": 0.4,
+           "with_abstentions_low": 0.15, "with_abstentions_high": 0.7, "commonest_gold_share": 0.6,
+           "answers_first": 0.3, "answers_first_low": 0.1, "answers_first_high": 0.65, "gold_first": 0.35,
+           "gold_first_low": 0.12, "gold_first_high": 0.68, "ece": 0.11, "brier": 0.22, "repeats": 1}
+    meta = {"model": {"model_id": "m"}, "items": 10, "order": "cyclic", "min_mass": 0.5, "seconds_per_read": 0.25}
+    _print_summary(SimpleNamespace(meta=meta, summary=pd.DataFrame([row])), "set")
+    out = capsys.readouterr().out
+    assert "m, 10 items, order cyclic, min_mass 0.5, 0.25 s per read" in out
+    assert "consistent: accuracy 0.50 [0.25, 0.75] over 8 answered of 10 (coverage 0.80 [0.45, 0.95];" in out
+    assert "with abstentions counted wrong 0.40 [0.15, 0.70];" in out
+    assert "first listed answered 0.30 [0.10, 0.65] against 0.35 [0.12, 0.68] for the gold answers" in out

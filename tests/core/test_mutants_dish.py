@@ -15,8 +15,8 @@ from petri.core.dish import (
     encode_prompt,
     layout_samples,
 )
-from petri.engine.torch.tiny import build_tiny_tokenizer
 from petri.core.trajectory import AnchorSpan
+from petri.engine.torch.tiny import build_tiny_tokenizer
 
 
 def test_anchors_may_touch_each_other_and_both_canvas_ends():

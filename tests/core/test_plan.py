@@ -95,11 +95,10 @@ def test_a_plan_refuses_layouts_that_do_not_match_its_samples(service):
 def test_a_studys_steps_carry_its_run_id_and_each_batchs_pinned_mask(tiny_lm, tmp_path):
     """A study's batches sample through seed_dish: every live step names the study's run (it named
     none before), and its pinned mask is the batch's (the stored trajectory's anchor mask)."""
-    from study_support import study_dict
-
     from petri.runs.store import RunStore
     from petri.study.runner import run_study
     from petri.study.schema import study_from_dict
+    from study_support import study_dict
 
     study = study_from_dict(study_dict("plan-study", "Plan study", templates=1))
     steps = []

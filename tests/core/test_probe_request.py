@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from petri.core.probe import (LABEL_POOL, ProbeInputError, layout_frame, question_order, render_prompt,
-                              request_from_dict, request_to_dict, validate_request)
+from petri.core.probe import (
+    LABEL_POOL,
+    ProbeInputError,
+    layout_frame,
+    question_order,
+    render_prompt,
+    request_from_dict,
+    request_to_dict,
+    validate_request,
+)
 
 
 def encode(text):

@@ -16,8 +16,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parent.parent.parent
 PAGE = REPO / "docs" / "getting-started.md"
 MARK = re.compile(r"<!-- getting-started: (run|install) -->\n```(\w+)\n(.*?)\n```", re.S)

@@ -12,6 +12,7 @@ REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO / "experiments"))
 
 import docs_layout  # noqa: E402
+
 import test_layers  # noqa: E402  (tests/ is on the path: pyproject's pythonpath)
 
 

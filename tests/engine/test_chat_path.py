@@ -13,13 +13,13 @@ import pytest
 import torch
 from transformers import DiffusionGemmaForBlockDiffusion
 
-from petri.engine.torch.configs import small_diffusion_gemma_config
 from petri.core.dish import THOUGHT_CHANNEL, Dish, encode_prompt
-from petri.measure.metrics import segments
-from petri.engine.torch.model import LoadedModel
-from petri.engine.seeding import plan_dish, seed_dish
-from petri.engine.torch.tiny import build_tiny_tokenizer
 from petri.core.trajectory import SamplerSettings
+from petri.engine.seeding import plan_dish, seed_dish
+from petri.engine.torch.configs import small_diffusion_gemma_config
+from petri.engine.torch.model import LoadedModel
+from petri.engine.torch.tiny import build_tiny_tokenizer
+from petri.measure.metrics import segments
 
 TURN_OPEN, TURN_CLOSE, CHANNEL_OPEN, CHANNEL_CLOSE = "<|turn>", "<turn|>", "<|channel>", "<channel|>"
 #: Gemma's chat layout: <bos><|turn>user\n{text}<turn|>\n<|turn>model\n

@@ -17,11 +17,11 @@ import torch
 import torch.nn.functional as F
 
 from petri.core.dish import Dish
+from petri.core.paths import EMBEDDED_MODELS, embedded_model_named
+from petri.core.trajectory import MaskedSettings
 from petri.engine.families.masked import MaskedLoadedModel
 from petri.engine.seeding import seed_dish
 from petri.engine.torch.model import load_model, load_tokenizer
-from petri.core.paths import EMBEDDED_MODELS, embedded_model_named
-from petri.core.trajectory import MaskedSettings
 
 FOLDER = embedded_model_named("petri-tiny-mdm")
 # Written for this test in the corpus's style (WordNet glosses as sentences); not from the corpus.

@@ -11,8 +11,8 @@ from dataclasses import replace
 import pytest
 
 from petri.core.dish import Dish
-from petri.engine.torch.model import EMBEDDED_MODEL_PATH, default_model_name, load_model
 from petri.engine.seeding import seed_dish
+from petri.engine.torch.model import EMBEDDED_MODEL_PATH, default_model_name, load_model
 
 
 @pytest.fixture(scope="module")

@@ -31,14 +31,14 @@ import numpy as np
 import pytest
 import torch
 
+from petri.core.dish import Dish, concept_token_ids, layout_samples
+from petri.core.trajectory import SamplerSettings
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.select import BackendUnavailableError, mlx_available, select_backend
-from petri.core.dish import Dish, concept_token_ids, layout_samples
 from petri.engine.torch.model import EMBEDDED_MODEL_PATH, LoadedModel, load_model
 from petri.engine.torch.sampler import run_sampler
 from petri.engine.torch.step import _encode_prompt_once
 from petri.engine.torch.tiny import build_tiny_tokenizer, tiny_random_model
-from petri.core.trajectory import SamplerSettings
 from tiny_support import save_checkpoint
 
 LOGITS_ATOL = 1e-4

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from petri.engine.torch.device import mps_available
 from petri.core.dish import Dish
-from petri.engine.torch.model import load_model
 from petri.engine.seeding import seed_dish
+from petri.engine.torch.device import mps_available
+from petri.engine.torch.model import load_model
 
 pytestmark = pytest.mark.skipif(not mps_available(), reason="no Apple MPS device on this machine")
 

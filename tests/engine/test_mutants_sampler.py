@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from test_sampler_parity import DraftRecorder
 
+from petri.core.trajectory import SamplerSettings
 from petri.engine.torch.sampler import generate_kwargs, run_sampler
 from petri.engine.torch.step import StabilityTracker, _cache_kwarg, _output_cache, accept_mask
 from petri.engine.torch.tiny import tiny_random_model
-from petri.core.trajectory import SamplerSettings
-from test_sampler_parity import DraftRecorder
 
 
 def test_generate_kwargs_spell_every_setting():
@@ -145,6 +145,7 @@ def test_a_sample_that_stops_at_the_first_step_keeps_its_canvas_while_others_run
     step-0 canvas: its final tokens are the step-0 argmax, and it ran one step. (Kills the
     off-by-one that froze finished samples only from step 2 on.)"""
     from test_sampler_promises import PREFIX, anchored_layouts, one_hot_logits, prompt_of, scripted_logits
+
     from petri.core.dish import pinned_arrays
 
     lm = tiny_lm

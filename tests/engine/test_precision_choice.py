@@ -13,15 +13,15 @@ import itertools
 import pytest
 import torch
 
+from petri.cli.options import add_model_arguments
+from petri.core.trajectory import AnchorSpan, SamplerSettings
 from petri.engine.base import SampleRequest
 from petri.engine.cuda.compiled_tier import uncompile_regions
 from petri.engine.cuda.fp8 import precision_of, set_precision_choice
 from petri.engine.precision_choice import PrecisionChoice, parse_precision
 from petri.engine.select import load_backend_model
-from petri.engine.torch.tiny import tiny_random_model
 from petri.engine.torch.model import compile_for_sampling
-from petri.cli.options import add_model_arguments
-from petri.core.trajectory import AnchorSpan, SamplerSettings
+from petri.engine.torch.tiny import tiny_random_model
 
 
 @pytest.mark.parametrize("text, want", [

@@ -102,7 +102,7 @@ def _hand_slot(lm, prompt_text, draws=1, seed=0):
 
 
 def _listing(alternatives, labels="ABC"):
-    return "The customer placed an order.\nok: " + "  ".join(f"{l}) {a}" for l, a in zip(labels, alternatives))
+    return "The customer placed an order.\nok: " + "  ".join(f"{label}) {a}" for label, a in zip(labels, alternatives))
 
 
 @pytest.mark.parametrize("family", ["uniform", "masked"])
@@ -345,7 +345,7 @@ def test_slot_outside_the_canvas(uniform):
 
 
 def test_a_cancelled_token_stops_the_read(uniform):
-    from petri.core.cancel import CancelToken, Cancelled
+    from petri.core.cancel import Cancelled, CancelToken
 
     token = CancelToken()
     token.cancel()

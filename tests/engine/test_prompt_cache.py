@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
+from petri.core.trajectory import AnchorSpan, SamplerSettings
 from petri.engine.torch.prompt_cache import PROMPT_CACHE_ENV, PromptCache, cache_bytes, prompt_cache_bytes_from_env
-from petri.engine.torch.tiny import tiny_random_model
 from petri.engine.torch.sampler import run_sampler
 from petri.engine.torch.step import encoded_prompt
-from petri.core.trajectory import AnchorSpan, SamplerSettings
+from petri.engine.torch.tiny import tiny_random_model
 from tiny_support import save_checkpoint
 
 PROMPT_A = [11, 12, 13, 14, 15, 16, 17]

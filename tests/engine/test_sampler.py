@@ -5,12 +5,11 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import torch
 
 from petri.core.dish import Dish, concept_token_ids, layout_samples
-from petri.engine.torch.sampler import accept_mask, run_sampler
 from petri.core.trajectory import SamplerSettings
-
-import torch
+from petri.engine.torch.sampler import accept_mask, run_sampler
 
 
 def pinned_run(lm, settings, seed=11, samples=4, on_step=None):

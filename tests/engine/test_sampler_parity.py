@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from petri.engine.torch.sampler import generate_kwargs, run_sampler
 from petri.core.trajectory import SamplerSettings
+from petri.engine.torch.sampler import generate_kwargs, run_sampler
 
 
 class DraftRecorder:

@@ -21,14 +21,15 @@ import pytest
 import torch
 
 from petri.core.dish import Dish, concept_token_ids, layout_samples, pinned_arrays
-from petri.engine.torch.sampler import StabilityTracker, run_sampler
 from petri.core.trajectory import SamplerSettings
+from petri.engine.torch.sampler import StabilityTracker, run_sampler
 
 PREFIX = (5, 6)  # stands in for the thought block: pinned on every sample, not an anchor
+PREFIX_LENGTH = len(PREFIX)
 STAGGERED = SamplerSettings(max_denoising_steps=20, entropy_bound=2.0, stability_threshold=0, confidence_threshold=1.5)
 
 
-def anchored_layouts(lm, samples, seed=3, first_free=len(PREFIX)):
+def anchored_layouts(lm, samples, seed=3, first_free=PREFIX_LENGTH):
     dish = Dish(concepts=("order", "inventory", "person"), event="x")
     ids = {c: concept_token_ids(lm.tokenizer, c) for c in dish.concepts}
     return layout_samples(dish, ids, lm.canvas_length, samples, seed=seed, first_free=first_free)
@@ -216,7 +217,8 @@ def test_pinned_positions_do_not_use_the_budget_hand_worked(tiny_lm):
     settings = SamplerSettings(max_denoising_steps=3, entropy_bound=1.5, stability_threshold=None, confidence_threshold=None)
     with scripted_logits(lm.model, lambda n: tied_logits(ties, vocab)):
         traj = run_sampler(lm, prompt_of(lm), layouts, settings, seed=0, canvas_prefix=prefix)
-    np.testing.assert_allclose(traj.entropy[0, 0, [0, 7, 10, 14, 3]], [math.log(2), math.log(2), math.log(3), math.log(4), math.log(2)], rtol=1e-5)
+    np.testing.assert_allclose(traj.entropy[0, 0, [0, 7, 10, 14, 3]], [math.log(2), math.log(2), math.log(3), math.log(4), math.log(2)],
+                               rtol=1e-5)
     expected = np.zeros(16, dtype=bool)
     expected[[0, 1, 2, 3, 4, 7, 10]] = True
     np.testing.assert_array_equal(traj.accepted, np.broadcast_to(expected, (2, 3, 16)))

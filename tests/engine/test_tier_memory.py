@@ -74,7 +74,7 @@ def measured_peaks() -> dict[tuple[str, int, int], float]:
         shapes = data.get("shapes") or {f"{data.get('batch')}x{data.get('prompt_tokens')}": data}
         for shape, configs in shapes.items():
             batch, prompt = (int(v) for v in shape.split("x"))
-            for name, tier in MEASURED_TIERS.items():
+            for name in MEASURED_TIERS:
                 peak = configs.get(name, {}).get("peak_gpu_memory_gib") if isinstance(configs, dict) else None
                 if peak:
                     found.setdefault((name, batch, prompt), []).append(peak)
@@ -138,10 +138,9 @@ def test_a_tier_that_does_not_fit_is_refused_before_any_weight_loads(monkeypatch
     """load_backend_model on a (faked) CUDA device plans from the checkpoint's config and refuses
     before the loader runs; with room it passes the planned tier on."""
     from petri.engine import select
+    from petri.engine.cuda import fused_logits
     from petri.engine.torch import device as torch_device
     from petri.engine.torch import model as torch_model
-
-    from petri.engine.cuda import fused_logits
 
     monkeypatch.setattr(torch_device, "resolve_device", lambda name="auto": torch.device("cuda"))
     monkeypatch.setattr(fused_logits, "HAVE_TRITON", True)  # the compiled tier possible, as on a GPU machine

@@ -7,8 +7,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from petri.study.probe_set import load_labelled_set
 from experiment_support import experiment_script
+from petri.study.probe_set import load_labelled_set
 
 ROOT = Path(__file__).resolve().parents[2]
 

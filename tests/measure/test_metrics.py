@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from petri.core.trajectory import NO_TOKEN, AnchorSpan
 from petri.measure.metrics import (
     Segment,
     anchor_agreement,
@@ -19,7 +20,6 @@ from petri.measure.metrics import (
     settled_share,
     step_sum,
 )
-from petri.core.trajectory import NO_TOKEN, AnchorSpan
 
 P = NO_TOKEN  # padding
 

@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
+from petri.core.trajectory import AnchorSpan
 from petri.measure.metrics import (
     Segment,
     anchor_concepts,
@@ -18,7 +19,6 @@ from petri.measure.metrics import (
     settled_share,
     step_sum,
 )
-from petri.core.trajectory import AnchorSpan
 
 
 def test_a_single_step_run_is_valid_and_has_no_flips():

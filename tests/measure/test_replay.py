@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from petri.measure.replay import STEP_COLUMNS, confidence, frame, live_record, sample_record, step_curves, steps_table, visible_text
 from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory
+from petri.measure.replay import STEP_COLUMNS, confidence, frame, live_record, sample_record, step_curves, steps_table, visible_text
 
 # sample 0 runs 3 steps, sample 1 stops after 2 (its step 2 is padding)
 ARGMAX = np.array([

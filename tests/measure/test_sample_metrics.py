@@ -14,8 +14,7 @@ from fastapi.testclient import TestClient
 from petri.core.dish import Dish
 from petri.engine.seeding import seed_dish
 from petri.measure.metrics import flip_counts
-from petri.measure.sample_metrics import (SampleMetric, register_sample_metric, sample_metrics, total,
-                                          unregister_sample_metric)
+from petri.measure.sample_metrics import SampleMetric, register_sample_metric, sample_metrics, total, unregister_sample_metric
 from petri.measure.tables import samples_table
 from petri.study.analysis import events_table, study_tables
 from petri.study.report import _metrics_section

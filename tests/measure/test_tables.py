@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from petri.measure.tables import pairs_table, positions_table, samples_table, segments_table
 from petri.core.trajectory import NO_TOKEN, AnchorSpan, SamplerSettings, Trajectory
+from petri.measure.tables import pairs_table, positions_table, samples_table, segments_table
 
 P = NO_TOKEN
 T, F = True, False

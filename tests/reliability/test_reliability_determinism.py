@@ -9,10 +9,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from petri.web.app import create_app
-from petri.engine.torch.model import load_model
 from petri.app.service import PetriService
+from petri.engine.torch.model import load_model
 from petri.runs.store import RunStore
+from petri.web.app import create_app
 from reliability_support import EMBEDDED
 
 EVENT = "Only 90 units are in stock, but a customer ordered 120."

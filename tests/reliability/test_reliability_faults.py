@@ -28,9 +28,9 @@ import httpx
 import pytest
 
 import petri.web.server as app_module
-from petri.web.app import create_app
 from petri.app.service import PetriService
 from petri.runs.store import RunStore
+from petri.web.app import create_app
 from reliability_support import EMBEDDED, HEAVY, REPO, AppProcess, integrity, remount, stored_rows, tmpfs
 from study_support import numbered_events, study_dict
 from tiny_support import save_checkpoint

@@ -27,17 +27,17 @@ import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis.errors import Unsatisfiable
 from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
 from schemathesis.checks import negative_data_rejection, not_a_server_error, response_schema_conformance
 
 import petri.web.server as app_module
-from petri.web.app import create_app
-from petri.web.limits import MAX_BODY_BYTES, MAX_SEED
 from petri.app.service import PetriService
 from petri.runs.store import RunStore
-from service_support import model_held
+from petri.web.app import create_app
+from petri.web.limits import MAX_BODY_BYTES, MAX_SEED
 from reliability_support import HEAVY
+from service_support import model_held
 
 FUZZ_EXAMPLES = int(os.environ.get("PETRI_FUZZ_EXAMPLES", "300" if HEAVY else "25"))
 REQUEST_TIMEOUT_S = 60
@@ -142,13 +142,13 @@ def test_schemathesis_fuzz_finds_no_server_error_and_no_hang(server, service):
                 @given(case=operation.as_strategy(generation_mode=mode))
                 @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, derandomize=not HEAVY,
                           suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
-                def fuzz(case):
-                    if mode.is_positive:
+                def fuzz(case):  # run in this iteration (fuzz() below), so it reads this mode and these checks
+                    if mode.is_positive:  # noqa: B023
                         _clamp(case)
                     response = case.call(base_url=server.url, session=session, timeout=REQUEST_TIMEOUT_S)
                     statuses[response.status_code] += 1
                     TRIED["schemathesis"] += 1
-                    case.validate_response(response, checks=checks)
+                    case.validate_response(response, checks=checks)  # noqa: B023
 
                 try:
                     fuzz()
@@ -213,7 +213,8 @@ BIG_INT = "9" * 5000
 RAW_CASES = {
     # name: (raw body, expected status, expected loc)
     "deeply nested JSON (100k)": (NESTED, 400, ["body"]),
-    "deeply nested object in a field": ('{"concepts":["a","b"],"event":"x","settings":' + '{"a":' * 5000 + "1" + "}" * 5000 + "}", 400, ["body"]),
+    "deeply nested object in a field": ('{"concepts":["a","b"],"event":"x","settings":' + '{"a":' * 5000 + "1" + "}" * 5000 + "}", 400,
+                                        ["body"]),
     "nested 500 deep inside a field": (json.dumps(seed_body(settings=json.loads("[" * 500 + "]" * 500))), 422, ["body", "settings"]),
     "integer of 5000 digits": ('{"concepts":["a","b"],"event":"x","seed":' + BIG_INT + "}", 400, ["body"]),
     "seed 10**30": (json.dumps(seed_body(seed=10**30)), 422, ["body", "seed"]),
@@ -224,12 +225,14 @@ RAW_CASES = {
     "t_max 1e999 (inf)": ('{"concepts":["a","b"],"event":"x","settings":{"t_max":1e999}}', 422, ["body", "settings", "t_max"]),
     "NaN": ('{"concepts":["a","b"],"event":"x","settings":{"entropy_bound":NaN}}', 422, ["body", "settings", "entropy_bound"]),
     "-Infinity": ('{"concepts":["a","b"],"event":"x","settings":{"t_min":-Infinity}}', 422, ["body", "settings", "t_min"]),
-    "steps 1e308 (float for int)": (json.dumps(seed_body(settings={"max_denoising_steps": 1e308})), 422, ["body", "settings", "max_denoising_steps"]),
+    "steps 1e308 (float for int)": (json.dumps(seed_body(settings={"max_denoising_steps": 1e308})), 422,
+                                    ["body", "settings", "max_denoising_steps"]),
     "position 10**30": (json.dumps(seed_body(positions=[10**30, 0, 8])), 422, ["body", "positions", 0]),
     "lone surrogate in a concept": ('{"concepts":["order","\\ud800"],"event":"x"}', 422, ["body", "concepts", 1]),
     "lone surrogate in the event": ('{"concepts":["order","person"],"event":"a\\udfffb"}', 422, ["body", "event"]),
     "lone surrogate in a key": ('{"concepts":["order","person"],"event":"x","\\ud800":1}', 422, ["body"]),
-    "lone surrogate in the template": ('{"concepts":["order","person"],"event":"x","template":"\\udbff{event}"}', 422, ["body", "template"]),
+    "lone surrogate in the template": ('{"concepts":["order","person"],"event":"x","template":"\\udbff{event}"}', 422,
+                                       ["body", "template"]),
     "invalid UTF-8 bytes": (b'{"concepts":["order","\xff\xfe"],"event":"x"}', 400, ["body"]),
     "truncated JSON": ('{"concepts":["order","person"],"event":"x"', 422, ["body"]),
     "a JSON array": ("[1, 2, 3]", 422, ["body"]),
@@ -446,9 +449,10 @@ sys.addaudithook(_audit_hook)  # audit hooks cannot be removed: it records only 
 
 
 def test_requests_naming_files_or_models_never_open_or_load_them(client, server, monkeypatch, tmp_path):
+    from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
+
     import petri.engine.select as select
     import petri.engine.torch.model as models
-    from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
     secret_dir = tmp_path / "secret-target"
     secret_dir.mkdir()

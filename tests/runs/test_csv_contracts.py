@@ -16,11 +16,11 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from petri.web.app import create_app
-from petri.cli.main import main as cli_main
 from petri.app.service import PetriService
-from petri.runs.store import RunStore
+from petri.cli.main import main as cli_main
 from petri.engine.torch.tiny import tiny_random_model
+from petri.runs.store import RunStore
+from petri.web.app import create_app
 from study_support import study_dict
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,12 +15,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from petri.app.service import PetriService
+from petri.core.trajectory import SamplerSettings
 from petri.runs.store import RunStore
 from petri.study.report import write_study
 from petri.study.schema import study_from_dict
-from petri.core.trajectory import SamplerSettings
-from petri.web.app import create_app
 from petri.web.api.responses import write_run_files
+from petri.web.app import create_app
 
 CONCEPTS = ['=HYPERLINK("http://example.invalid","x")', "+SUM(1,1)", "-2+3", "@SUM(A1)"]
 EVENT = "=1+1 and the order shipped"

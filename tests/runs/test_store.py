@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from petri.core.dish import Dish
+from petri.core.trajectory import SamplerSettings
 from petri.engine.seeding import seed_dish
 from petri.runs.store import RunStore, StoreError, check_run_id
-from petri.core.trajectory import SamplerSettings
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,14 @@ import pytest
 from scipy.stats import mannwhitneyu
 from statsmodels.stats.proportion import proportion_confint
 
-from petri.stats.calibration import (auc_with_interval, brier_score, changed_share, expected_calibration_error,
-                                     reliability_bins, wilson_interval)
+from petri.stats.calibration import (
+    auc_with_interval,
+    brier_score,
+    changed_share,
+    expected_calibration_error,
+    reliability_bins,
+    wilson_interval,
+)
 
 
 @pytest.mark.parametrize("k,n", [(105, 154), (84, 154), (0, 10), (10, 10), (1, 3), (50, 100)])

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from petri.stats.mixed import cell_values, crossed_mixed_model, two_way_cluster_bootstrap
+from petri.stats.mixed import crossed_mixed_model, two_way_cluster_bootstrap
 from petri.stats.multiple import benjamini_hochberg, holm, pair_comparisons
 from petri.stats.paired import mcnemar_exact, wilcoxon_paired
 from petri.stats.power import power_from_cells

@@ -14,7 +14,6 @@ from petri.runs.store import RunStore
 from petri.study.analysis import analyze
 from petri.study.schema import StudyError, study_from_dict
 from petri.study.transforms import apply_transform, shuffle_words
-
 from tests.study.test_study_run import SETTINGS, one_thread  # noqa: F401 (one intra-op thread, autouse)
 
 SAMPLES = 3
@@ -139,8 +138,10 @@ def _with_event(i: int, conditions) -> dict:
     (0, {"other": {"concepts": ["cat", "stock", "baker"]}}, "events[0] (id 'e01').conditions.other: unknown condition 'other'"),
     (1, {"same": {"text": "  "}}, "events[1] (id 'e02').conditions.same.text: is empty"),
     (1, {"same": {"txt": "x"}}, "events[1] (id 'e02').conditions.same: unknown key(s) ['txt']"),
-    (1, {"unrelated": {"concepts": ["cat", "baker"]}}, "events[1] (id 'e02').conditions: every condition of one event must pin the same number of concepts"),
-    (1, {"unrelated": {"concepts": ["cat", "cat", "baker"]}}, "events[1] (id 'e02').conditions.unrelated.concepts: duplicate concept 'cat'"),
+    (1, {"unrelated": {"concepts": ["cat", "baker"]}},
+     "events[1] (id 'e02').conditions: every condition of one event must pin the same number of concepts"),
+    (1, {"unrelated": {"concepts": ["cat", "cat", "baker"]}},
+     "events[1] (id 'e02').conditions.unrelated.concepts: duplicate concept 'cat'"),
     (0, ["unrelated"], "events[0] (id 'e01').conditions: must be a JSON object"),
 ])
 def test_bad_event_conditions_are_refused_naming_the_entry(i, conditions, message):

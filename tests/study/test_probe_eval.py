@@ -13,8 +13,7 @@ import pytest
 from petri.core.probe import MAX_ITEMS, ProbeInputError, Question
 from petri.engine.probe import read_slots
 from petri.engine.torch.tiny import tiny_random_model
-from petri.study.probe_eval import (ProbeEvaluation, compare_evaluations, evaluate, item_request,
-                                    prediction_columns, summarise)
+from petri.study.probe_eval import ProbeEvaluation, compare_evaluations, evaluate, item_request, prediction_columns, summarise
 from petri.study.probe_set import LabelledItem, LabelledSet, labelled_set_lines, load_labelled_set
 from petri.study.probe_tables import PredictionWriter, write_evaluation
 

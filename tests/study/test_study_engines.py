@@ -15,16 +15,16 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from engine.test_mlx_backend import ENTROPY_ATOL, anchored_layouts, confident, torch_driven_by
+from petri.core.trajectory import SamplerSettings
 from petri.engine.base import SamplingModel
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.select import mlx_available
 from petri.engine.torch.sampler import run_sampler
+from petri.measure.tables import pairs_table
 from petri.runs.store import RunStore
 from petri.study.runner import run_study
 from petri.study.schema import study_from_dict
-from petri.measure.tables import pairs_table
-from petri.core.trajectory import SamplerSettings
-from engine.test_mlx_backend import ENTROPY_ATOL, anchored_layouts, confident, torch_driven_by
 from study_support import study_dict
 from tiny_support import save_checkpoint
 

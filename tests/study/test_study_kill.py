@@ -87,7 +87,8 @@ def test_sigkill_midway_then_rerun_matches_an_uninterrupted_run(checkpoint, tmp_
 
     # An uninterrupted run in another folder (fresh store) gives the same CSV numbers.
     clean_out = tmp_path / "clean"
-    assert main(["study", str(study_file), "--model", str(checkpoint), "--store", str(tmp_path / "store2"), "--out", str(clean_out), *ARGS]) == 0
+    assert main(["study", str(study_file), "--model", str(checkpoint), "--store", str(tmp_path / "store2"), "--out", str(clean_out),
+                 *ARGS]) == 0
     assert f"{TOTAL} batches computed, 0 resumed" in capsys.readouterr().out
     resumed, clean = read_tables(out), read_tables(clean_out)
     for name in resumed:

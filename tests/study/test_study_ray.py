@@ -18,9 +18,9 @@ import ray
 import torch
 
 from petri.cli.main import main
+from petri.core.paths import embedded_model_path
 from petri.engine.torch.model import load_tokenizer
 from petri.runs.export import token_decoder
-from petri.core.paths import embedded_model_path
 from petri.runs.store import RunStore
 from petri.study.executors import ModelSpec
 from petri.study.ray_executor import RayExecutor

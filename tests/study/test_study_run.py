@@ -16,15 +16,16 @@ import torch
 
 import petri.study.executors as executors
 import petri.study.runner as runner
-from petri.study.analysis import analyze, clean_text, cluster_bootstrap_mean, study_tables
-from petri.core.dish import LayoutError
-from petri.measure.nouns import FALLBACK, FUGASHI, KIWI, tagger_name, top_nouns_by_template
-from petri.study.plots import flips_bar, save_figures, sample_flip_heatmap as flip_heatmap
-from petri.study.report import render_report, sidecar, write_study
 from petri.app.service import BusyError
-from petri.runs.store import RunStore
-from petri.study.schema import study_from_dict
+from petri.core.dish import LayoutError
 from petri.core.trajectory import SamplerSettings
+from petri.measure.nouns import FALLBACK, FUGASHI, KIWI, tagger_name, top_nouns_by_template
+from petri.runs.store import RunStore
+from petri.study.analysis import analyze, clean_text, cluster_bootstrap_mean, study_tables
+from petri.study.plots import flips_bar, save_figures
+from petri.study.plots import sample_flip_heatmap as flip_heatmap
+from petri.study.report import render_report, sidecar, write_study
+from petri.study.schema import study_from_dict
 from service_support import model_held
 
 SETTINGS = SamplerSettings(max_denoising_steps=4)
@@ -172,16 +173,19 @@ def test_crash_then_resume_skips_finished_batches_and_matches(tiny_lm, study, fu
 
 def test_run_id_depends_on_everything_that_fixes_the_numbers(tiny_lm, study, full):
     fp = tiny_lm.fingerprint()
-    base = dict(study=study, model_id=tiny_lm.model_id, settings=SETTINGS, samples=SAMPLES, seed=7, template_ids=("t1", "t2"), fingerprint=fp)
+    base = dict(study=study, model_id=tiny_lm.model_id, settings=SETTINGS, samples=SAMPLES, seed=7, template_ids=("t1", "t2"),
+                fingerprint=fp)
     assert runner.study_run_id(**base) == full.run_id
-    for change in (dict(seed=8), dict(samples=4), dict(settings=SamplerSettings(max_denoising_steps=5)), dict(template_ids=("t1",)), dict(fingerprint="x")):
+    for change in (dict(seed=8), dict(samples=4), dict(settings=SamplerSettings(max_denoising_steps=5)), dict(template_ids=("t1",)),
+                   dict(fingerprint="x")):
         assert runner.study_run_id(**{**base, **change}) != full.run_id
     assert runner.batch_seed(7, "b1", "t1") == runner.batch_seed(7, "b1", "t1") != runner.batch_seed(7, "t1", "b1")
 
 
 def test_batch_seeds_do_not_depend_on_run_order(tiny_lm, study, full, tmp_path):
     # Running only template t2 gives exactly the t2 batches of the full run.
-    part = runner.run_study(tiny_lm, study, RunStore(tmp_path), samples=SAMPLES, seed=7, settings=SETTINGS, templates=["t2"], show_progress=False)
+    part = runner.run_study(tiny_lm, study, RunStore(tmp_path), samples=SAMPLES, seed=7, settings=SETTINGS, templates=["t2"],
+                            show_progress=False)
     assert part.run_id != full.run_id and [b.template_id for b in part.batches] == ["t2"] * len(study.events)
     for b in part.batches:
         ref = next(x for x in full.batches if x.key == b.key)
@@ -341,7 +345,8 @@ def test_write_study_outputs(full, analysis, tmp_path):
     assert len(events) == len(STUDY["events"]) and {"instability", "ci_low", "ci_high", "group"} <= set(events.columns)
     for name in ("instability", "events", "jaccard"):
         html = (tmp_path / "out" / "figures" / f"{name}.html").read_text()
-        assert html.lstrip().lower().startswith(("<!doctype html>", "<html")) and "Plotly.newPlot" in html and html.rstrip().endswith("</html>")
+        assert html.lstrip().lower().startswith(("<!doctype html>", "<html")) and "Plotly.newPlot" in html
+        assert html.rstrip().endswith("</html>")
     meta = json.loads((tmp_path / "out" / "run.json").read_text())
     assert meta["model_id"] == "tiny-random-seed0" and meta["seed"] == 7 and meta["samples_per_batch"] == SAMPLES
     assert meta["settings"]["max_denoising_steps"] == 4 and meta["tagger"] and "torch" in meta["versions"]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from petri.measure import nouns
 from petri.cli.main import main
+from petri.measure import nouns
 from petri.study.schema import StudyError, load_study, study_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,7 +73,8 @@ def test_shipped_studies_load_and_are_balanced(name):
 
 @pytest.mark.parametrize(
     "name, language, script, method",
-    [("inventory_order_ko.json", "ko", "[가-힣]", nouns.KIWI), ("inventory_order_ja.json", "ja", "[\u3040-\u30ff\u4e00-\u9fff]", nouns.FUGASHI)],
+    [("inventory_order_ko.json", "ko", "[가-힣]", nouns.KIWI),
+     ("inventory_order_ja.json", "ja", "[\u3040-\u30ff\u4e00-\u9fff]", nouns.FUGASHI)],
 )
 def test_translated_study_mirrors_english(name, language, script, method):
     en, tr = load_study(STUDIES / "inventory_order.json"), load_study(STUDIES / name)

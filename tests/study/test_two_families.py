@@ -11,16 +11,16 @@ from dataclasses import replace
 
 import numpy as np
 import pandas as pd
+from test_study_engines import STUDY as ENGINES_STUDY
 
 from petri.cli.main import main
+from petri.core.trajectory import MaskedSettings
 from petri.engine.families.masked import MaskedLoadedModel
 from petri.engine.torch.model import LoadedModel, load_model
 from petri.runs.store import RunStore
 from petri.study.analysis import analyze
 from petri.study.runner import run_study
 from petri.study.schema import study_from_dict
-from petri.core.trajectory import MaskedSettings
-from test_study_engines import STUDY as ENGINES_STUDY
 
 STUDY = {**ENGINES_STUDY, "id": "two-families", "title": "uniform vs masked diffusion"}
 

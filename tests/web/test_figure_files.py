@@ -3,20 +3,17 @@ tab's button, which writes the figures of the run on screen into its caller's ow
 
 from __future__ import annotations
 
-import json
-
 import gradio as gr
-import httpx
 import plotly.graph_objects as go
 import pytest
+from test_public_access import ui_compare_run
 
-from petri.core.dish import Dish
 from petri.app.service import SeedEvent
-from petri.web.access import AccessPolicy, Caller, CALLER_COOKIE
+from petri.core.dish import Dish
+from petri.web.access import CALLER_COOKIE, AccessPolicy, Caller
 from petri.web.app import create_app
 from petri.web.ui.access import export_dir
 from petri.web.ui.figure_files import figure_files, write_figure_files
-from test_public_access import ui_compare_run
 
 EVENT = "Only 90 units are in stock, but a customer ordered 120."
 

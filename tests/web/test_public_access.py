@@ -6,8 +6,6 @@ with the cookie the page set), and a client with no token at all."""
 
 from __future__ import annotations
 
-from petri.web.ui.runs import RUN_COLUMNS
-
 import json
 from contextlib import contextmanager
 
@@ -16,9 +14,9 @@ import pytest
 
 from petri.app.service import PetriService
 from petri.runs.store import RunStore
-from petri.web.access import CALLER_COOKIE, Caller, owner_of
+from petri.web.access import CALLER_COOKIE, AccessPolicy, Caller, owner_of
 from petri.web.app import create_app
-from petri.web.access import AccessPolicy
+from petri.web.ui.runs import RUN_COLUMNS
 
 EVENT = "Only 90 units are in stock, but a customer ordered 120."
 
@@ -176,8 +174,8 @@ def test_the_trajectory_view_opens_no_other_callers_run(tiny_lm, service):
     naming another caller's run (however it got into a session) reads as no stored run."""
     import gradio as gr
 
-    from petri.core.dish import Dish
     from petri.app.service import SeedEvent
+    from petri.core.dish import Dish
     from petri.web.tokens import TokenText
     from petri.web.ui.trajectory import TrajectoryView
 
@@ -343,8 +341,8 @@ def test_only_the_integer_1_is_a_schema_version(version):
 def test_deleting_a_shared_run_removes_only_the_callers_claim_until_the_last(service):
     """Two callers who posted the same study share its run: the first delete drops only that
     caller's claim; the last drops the run, its events and its claims."""
-    from petri.core.dish import Dish
     from petri.app.service import SeedEvent
+    from petri.core.dish import Dish
 
     a, b = owner_of("a" * 43), owner_of("b" * 43)
     run_id = service.seed(service.plan([SeedEvent(Dish(concepts=["order", "inventory"], event=EVENT))], 2), owner=a).run_id

@@ -7,16 +7,15 @@ is listed, and picks the newest run only when that run is gone (or none was pick
 
 from __future__ import annotations
 
-from petri.web.ui.runs import RUN_COLUMNS
-
 import httpx
 import pytest
+from test_public_access import gradio_call
 
-from petri.core.dish import Dish
 from petri.app.service import PetriService, SeedEvent
+from petri.core.dish import Dish
 from petri.runs.store import RunStore
 from petri.web.app import create_app
-from test_public_access import gradio_call
+from petri.web.ui.runs import RUN_COLUMNS
 
 
 @pytest.fixture(scope="module")

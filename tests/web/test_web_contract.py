@@ -12,9 +12,9 @@ import gradio as gr
 import pandas as pd
 import pytest
 
+from petri.web.api.requests import SeedRequest, StudyRequest, prepare_seed, prepare_study
 from petri.web.app import create_app
 from petri.web.errors import FieldError
-from petri.web.api.requests import SeedRequest, StudyRequest, prepare_seed, prepare_study
 from petri.web.ui.dish import DishController
 from petri.web.ui.study import StudyController
 from service_support import model_held

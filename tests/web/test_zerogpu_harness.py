@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import gradio as gr
 import numpy as np
 import pytest
+
 import zerogpu_support as harness
 from zerogpu_support import ABORTED, GPU, ZeroGpuViolation
 

@@ -11,9 +11,9 @@ import time
 
 import numpy as np
 import pytest
-import zerogpu_support as harness
 from fastapi.testclient import TestClient
 
+import zerogpu_support as harness
 from petri.core.cancel import Cancelled, CancelToken
 from petri.core.dish import Dish
 from petri.core.plan import SeedEvent
@@ -105,7 +105,7 @@ def test_a_cancel_stops_the_call_within_a_step_and_marks_the_run(service, monkey
     plan = plan_of(service, steps=40)
     seen = []
     with pytest.raises(Cancelled):
-        for kind, payload in zerogpu_seed_stream(service, plan, cancel=token):
+        for _kind, payload in zerogpu_seed_stream(service, plan, cancel=token):
             seen.append(payload.index)
             token.cancel("cancelled")
     assert seen == [0]  # the next frame saw the cancel

@@ -9,15 +9,15 @@ import time
 
 import numpy as np
 import pytest
-import zerogpu_support as harness
-from study_support import study_dict
 
+import zerogpu_support as harness
 from petri.core.trajectory import SamplerSettings
 from petri.runs.store import RunStore
 from petri.study.runner import run_study
 from petri.study.schema import study_from_dict
 from petri.web import gpu_executor
 from petri.web.gpu_executor import GpuAborted, ZeroGpuStudyExecutor
+from study_support import study_dict
 
 RECORDS = ("argmax", "entropy", "accepted", "steps", "anchor_mask", "final_ids", "canvas")
 SETTINGS = SamplerSettings(max_denoising_steps=4, stability_threshold=None, confidence_threshold=None)

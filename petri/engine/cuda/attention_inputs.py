@@ -37,6 +37,7 @@ column views); cos, sin (B or 1, L, D); the prompt's keys and values (B, Hkv, P,
 from __future__ import annotations
 
 import types
+from typing import Any
 
 import torch
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -187,7 +188,7 @@ if HAVE_TRITON:
             token = pid // per_token
             j = pid % per_token
             b = token // L
-            l = token % L
+            l = token % L  # noqa: E741 - the docstring's position l of L (token t = b·L + l)
             at = cos_ptr + b * cs_sb + l * cs_sl
             cos_1 = tl.load(at + half).to(tl.float32)
             cos_2 = tl.load(at + HALF + half).to(tl.float32)
@@ -252,7 +253,7 @@ def fused_attention_forward(self, hidden_states: torch.Tensor, position_embeddin
     the attention function's weights."""
     cache = cache if cache is not None else past_key_values
     batch, length = hidden_states.shape[:2]
-    layer = cache.layers[self.layer_idx] if cache is not None else None
+    layer: Any = cache.layers[self.layer_idx] if cache is not None else None
     if cache is not None and (cache.is_compileable or layer.keys.shape[0] != batch):
         return type(self).forward(self, hidden_states, position_embeddings, attention_mask, cache, **kwargs)
     cos, sin = position_embeddings
@@ -278,7 +279,7 @@ def fused_attention_reason(attention) -> str | None:
     v without) and an even head dim."""
     if not isinstance(attention, library.DiffusionGemmaDecoderTextAttention):
         return f"{type(attention).__name__} is not the library's decoder attention"
-    norms = [getattr(attention, name, None) for name in ("q_norm", "k_norm", "v_norm")]
+    norms: list[Any] = [getattr(attention, name, None) for name in ("q_norm", "k_norm", "v_norm")]
     if any(norm is None or not hasattr(norm, "eps") for norm in norms):
         return "the attention lacks a q, k or v norm with an eps"
     if len({norm.eps for norm in norms}) != 1:

@@ -18,18 +18,10 @@ import functools
 import logging
 import os
 
+from petri.engine.base import TorchLoadedModel
 from petri.engine.cuda.attention_inputs import drop_fused_attention_inputs, use_fused_attention_inputs
 from petri.engine.cuda.batch1_experts import use_small_batch_experts
-from petri.engine.torch.decoder_hooks import (
-    compile_function,
-    compile_layers,
-    deterministic_mode_used,
-    encoder_layers,
-    uncompile_layers,
-    writing_own_cache_layer,
-)
 from petri.engine.cuda.encoder_attention import use_encoder_window
-from petri.engine.torch.fast_tier import FastOptions
 from petri.engine.cuda.fp8 import precision_of, set_precision
 from petri.engine.cuda.fused_experts import fuse_experts, unfuse_experts
 from petri.engine.cuda.fused_norms import fuse_norms_reason, fused_norms_forward
@@ -38,6 +30,15 @@ from petri.engine.cuda.overlapped_mlp import MLPBeside, feedforward_mlp
 from petri.engine.cuda.sliding_attention import use_flash_sliding
 from petri.engine.cuda.split_attention import check_method, drop_split_attention, use_split_attention
 from petri.engine.cuda.stacked_projections import stack_projections, unstack_projections
+from petri.engine.torch.decoder_hooks import (
+    compile_function,
+    compile_layers,
+    deterministic_mode_used,
+    encoder_layers,
+    uncompile_layers,
+    writing_own_cache_layer,
+)
+from petri.engine.torch.fast_tier import FastOptions
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ log = logging.getLogger(__name__)
 PETRI_CACHE_DIR = os.path.expanduser("~/.cache/petri/torchinductor")
 
 
-def compile_regions(lm, backend: str = "inductor", fused_experts: bool = True, small_batch_experts: bool = True,
+def compile_regions(lm: TorchLoadedModel, backend: str = "inductor", fused_experts: bool = True, small_batch_experts: bool = True,
                     encoder: bool = True, fused_router: bool = True, split_attention: bool = True,
                     stacked_projections: bool = True, fp8_self_conditioning: bool = False,
                     fused_norms: bool = True, overlapped_mlp: bool = True, deterministic_kernels: bool = True,
@@ -156,7 +157,7 @@ def _fused_norms_forward(layers, fused_norms: bool, fused_router: bool, overlapp
 
 
 @contextlib.contextmanager
-def _fp8_off(lm):
+def _fp8_off(lm: TorchLoadedModel):
     """The FP8 tier off while open and on again after (in the precision it had): switching it on
     quantizes the layers installed by then (the stacked projections) and puts the FP8 experts
     forward over the op installed (with the tier's small-batch flag), :func:`petri.engine.cuda.fp8.use_fp8`."""
@@ -205,7 +206,7 @@ def use_petri_cache_dir() -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = PETRI_CACHE_DIR
 
 
-def uncompile_regions(lm) -> None:
+def uncompile_regions(lm: TorchLoadedModel) -> None:
     """The decoder layers' own forward, experts, attention and projections again, and the default
     options (the tier's record of the compiled tier cleared); the FP8 tier stays as it was."""
     with _fp8_off(lm):

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from petri.engine.base import SamplingModel, TorchLoadedModel
 from petri.engine.torch.prompt_cache import repeated_copy
 from petri.engine.torch.step import _encode_prompt_once, encoder_inputs, run_encoder
 
@@ -57,7 +58,7 @@ class EncoderGraph:
     int64: the graph's input; ``cache``: the ``DynamicCache`` the graph fills, overwritten by every
     replay."""
 
-    def __init__(self, lm, length: int, warmup_passes: int = 1):
+    def __init__(self, lm: TorchLoadedModel, length: int, warmup_passes: int = 1):
         device = lm.device
         self.length = length
         self.ids = torch.zeros((1, length), dtype=torch.long, device=device)
@@ -110,14 +111,14 @@ class EncoderGraphs:
     captures: int = 0
     replays: int = 0
 
-    def usable(self, lm) -> bool:
+    def usable(self, lm: TorchLoadedModel) -> bool:
         """Whether passes on ``lm`` may be captured: lengths to keep, no failed capture, CUDA, the
         compiled tier's encoder, and the tier's graphs on."""
         tier = lm.fast_tier
         return (self.max_lengths > 0 and self.failed is None and lm.device.type == "cuda"
                 and bool(tier.compiled_encoder_layers) and tier.options.graph)
 
-    def encode(self, lm, prompt_ids: torch.Tensor):
+    def encode(self, lm: TorchLoadedModel, prompt_ids: torch.Tensor):
         """The KV cache of ``prompt_ids`` (1, P): the kept graph of length P replayed, one captured
         now (at the length's :data:`CAPTURE_AT_PASS`-th pass), or the uncaptured pass."""
         length = prompt_ids.shape[1]
@@ -142,7 +143,7 @@ class EncoderGraphs:
             self.passes.popitem(last=False)
         return count
 
-    def _captured(self, lm, length: int):
+    def _captured(self, lm: TorchLoadedModel, length: int):
         """A new graph of ``length`` kept (the least recently used one out), or ``None`` after a
         failed capture (capturing off for the model from now on, logged)."""
         try:
@@ -173,7 +174,7 @@ class EncoderGraphs:
         self.failed = None
 
 
-def set_encoder_graph_lengths(lm, count: int) -> bool:
+def set_encoder_graph_lengths(lm: SamplingModel, count: int) -> bool:
     """Let ``lm`` keep captured encoder passes of at most ``count`` prompt lengths (0: none); False
     when it keeps none at all (a model without a torch :class:`~petri.engine.torch.fast_tier.FastTier`)."""
     tier = getattr(lm, "fast_tier", None)

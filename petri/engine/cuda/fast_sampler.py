@@ -41,26 +41,27 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from typing import Any, cast
 
 import torch
 
 from petri.core.cancel import CancelToken
-from petri.engine.base import LiveStep, SampleRequest, StepCallback, spelled_out
+from petri.core.trajectory import SamplerSettings, Trajectory
+from petri.engine.base import LiveStep, SampleRequest, StepCallback, TorchLoadedModel, spelled_out
 from petri.engine.cuda.compiled_tier import uncompile_regions
-from petri.engine.torch.decoder_hooks import self_conditioning_reason, soft_embeddings_fed
-from petri.engine.torch.fast_tier import FastOptions
 from petri.engine.cuda.fp8 import embedding_columns, scaled_matmul
 from petri.engine.cuda.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
 from petri.engine.cuda.step_logs import StepLogs
-from petri.engine.loop import Record, run_loop
-from petri.engine.torch.step import TorchOps, _cache_kwarg, start_batch
 from petri.engine.families.uniform import StopRule, accept_and_renoise, stops, temperature_at
-from petri.core.trajectory import SamplerSettings, Trajectory
+from petri.engine.loop import Record, run_loop
+from petri.engine.torch.decoder_hooks import self_conditioning_reason, soft_embeddings_fed
+from petri.engine.torch.fast_tier import FastOptions
+from petri.engine.torch.step import TorchOps, _cache_kwarg, start_batch
 
 log = logging.getLogger(__name__)
 
 
-def fast_path_reason(lm, options: FastOptions | None = None) -> str | None:
+def fast_path_reason(lm: TorchLoadedModel, options: FastOptions | None = None) -> str | None:
     """``None`` when the fast path (with ``options``, the tier's unless given) can run on ``lm``,
     else why not."""
     options = lm.fast_tier.options if options is None else options
@@ -93,7 +94,7 @@ class _Session:
     conditioning input (S, L, V) in the embedding dtype; the record's rows (T, S, L); noise (S·L, V) float32,
     or with the inverse-CDF draw uniforms (S·L,) float32."""
 
-    def __init__(self, lm, cache, batch: int, settings: SamplerSettings, has_anchors: bool, options: FastOptions):
+    def __init__(self, lm: TorchLoadedModel, cache, batch: int, settings: SamplerSettings, has_anchors: bool, options: FastOptions):
         model, device = lm.model, lm.device
         # the model, not ``lm``: the session is kept by lm's tier, and a reference back would make a
         # cycle that frees the S·L·V buffers only when the cycle collector runs
@@ -146,7 +147,7 @@ class _Session:
         self.max_steps = T
         self.history = torch.full((max(1, settings.stability_threshold or 0), S, L), -1, dtype=torch.long, device=device)
         self.stop = (
-            StopRule(self.ops, settings.stability_threshold, settings.confidence_threshold, self.anchor_mask,
+            StopRule(self.ops, cast(int, settings.stability_threshold), cast(float, settings.confidence_threshold), self.anchor_mask,
                      has_anchors, history=self.history)
             if self.has_stopper else None
         )
@@ -198,14 +199,14 @@ class _Session:
             embed = decoder.embed_tokens
             # at step 0 the buffer holds zeros, so this is the decoder's "no self-conditioning" zeros
             if self.sc_fp8:  # (S·L, V) e4m3 × the embedding's columns in e4m3, one scaled product
-                columns, column_scale = self.embedding_columns
+                columns, column_scale = cast(tuple[torch.Tensor, torch.Tensor], self.embedding_columns)  # made with sc_fp8
                 rows = self.self_conditioning.view(self.batch * self.length, self.vocab)
                 soft = scaled_matmul(rows, self.sc_scale, columns, column_scale, embed.weight.dtype,
                                      self.fast_accumulation).view(self.batch, self.length, -1)
             else:
                 soft = torch.matmul(self.self_conditioning, embed.weight)
             soft = soft * embed.embed_scale.to(embed.weight.dtype)
-            feeding = soft_embeddings_fed(decoder, soft)
+            feeding: contextlib.AbstractContextManager = soft_embeddings_fed(decoder, soft)
         else:
             feeding = contextlib.nullcontext()
         with feeding:
@@ -224,7 +225,7 @@ class _Session:
         self.step_record.count(running)
         if self.options.inverse_cdf_draw:
             self.noise.uniform_()
-            draw = {"log_noise": None, "uniforms": self.noise}
+            draw: dict[str, Any] = {"log_noise": None, "uniforms": self.noise}
         else:
             self.noise.exponential_()
             self.noise.log_()
@@ -238,7 +239,7 @@ class _Session:
                 keep_rows_per_sample=keep, rows_per_sample=L, probabilities=self.sc_probabilities,
             )
         else:
-            timing = (
+            timing: dict[str, Any] = (
                 {"inv_temperature": self.inv_temperatures[self.step_counter]}
                 if index is None else {"temperature": self.temperatures[index]}
             )
@@ -335,7 +336,7 @@ def _event(device: torch.device):
 
 @torch.no_grad()
 def sample_fast(
-    lm,
+    lm: TorchLoadedModel,
     request: SampleRequest,
     *,
     on_step: StepCallback | None = None,
@@ -390,7 +391,7 @@ def sample_fast(
 run_sampler_fast = spelled_out(sample_fast)
 
 
-def run_sampler_auto(lm, request: SampleRequest, **kwargs) -> Trajectory | None:
+def run_sampler_auto(lm: TorchLoadedModel, request: SampleRequest, **kwargs) -> Trajectory | None:
     """The fast path when it can run on ``lm``; ``None`` (after logging why) when it cannot, so the
     caller runs the eager sampler. A failure while building or capturing disables the fast path
     for this model (logged once) and also returns ``None``."""

@@ -41,17 +41,18 @@ from __future__ import annotations
 import logging
 import types
 from dataclasses import replace
-from typing import Optional
+from typing import Any
 
 import torch
 
+from petri.engine.base import TorchLoadedModel
 from petri.engine.cuda.batch1_experts import MAX_PAIRS, align_blocks, grouped_gemm
-from petri.engine.torch.decoder_hooks import encoder_layers
 from petri.engine.cuda.fp8_kernels import MAX_WIDTH, gelu_gate_quantized, quantize_rows_triton, triton_quantizable
 from petri.engine.cuda.fused_experts import combine_rows, fusable_reason, gated_activation, route
 from petri.engine.cuda.fused_logits import HAVE_TRITON
-from petri.engine.precision_choice import PRECISIONS
 from petri.engine.cuda.stacked_projections import is_stacked_member, stacked_groups
+from petri.engine.precision_choice import PRECISIONS
+from petri.engine.torch.decoder_hooks import encoder_layers
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +195,7 @@ def experts_fp8_small_batch(hidden, top_k_index, top_k_weights, gate_up_q, gate_
 def moe_experts_fp8(
     hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
     gate_up_q: torch.Tensor, gate_up_scale: torch.Tensor, down_q: torch.Tensor, down_scale: torch.Tensor,
-    activation: str, fast_accum: bool = False, small_batch: bool = False, hidden_scale: Optional[torch.Tensor] = None,
+    activation: str, fast_accum: bool = False, small_batch: bool = False, hidden_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """:func:`experts_fp8` as one op, opaque to ``torch.compile`` (like ``petri::moe_experts``);
     ``small_batch``: :func:`experts_fp8_small_batch` instead, on CUDA with Triton. ``hidden_scale``:
@@ -258,7 +259,7 @@ def encoder_targets(model) -> list[tuple[str, torch.nn.Linear]]:
     return [] if layers is None else _layer_linears(layers, "model.encoder.layers")
 
 
-def fp8_reason(lm) -> str | None:
+def fp8_reason(lm: TorchLoadedModel) -> str | None:
     """``None`` when :func:`use_fp8` can run on ``lm``, else why not (naming the field); with the
     tier's ``fp8_encoder`` the encoder's linears and experts are checked too."""
     model = lm.model
@@ -280,7 +281,7 @@ def fp8_reason(lm) -> str | None:
     return None
 
 
-def _experts_of(model, encoder: bool = False) -> list[tuple[str, torch.nn.Module]]:
+def _experts_of(model, encoder: bool = False) -> list[tuple[str, Any]]:
     """(name, module) of the decoder layers' experts and, with ``encoder``, the prompt encoder's."""
     stacks = [("model.decoder.layers", model.model.decoder.layers)]
     if encoder and (layers := encoder_layers(model)) is not None:
@@ -323,7 +324,7 @@ def _install_linear(module, weight_scale: tuple[torch.Tensor, torch.Tensor], fas
 
 
 @torch.no_grad()
-def use_fp8(lm, fast_accum: bool = False) -> None:
+def use_fp8(lm: TorchLoadedModel, fast_accum: bool = False) -> None:
     """Switch ``lm`` to the FP8 tier, in place (module docstring); raises ``ValueError`` naming why
     when it cannot. Drops the fast path's captured sessions. ``fast_accum``: the scaled matmuls with
     ``use_fast_accum`` (precision ``fp8-fast``: faster, with less exact accumulation). With the
@@ -351,7 +352,7 @@ def use_fp8(lm, fast_accum: bool = False) -> None:
     _forget_compiled_code(lm)
 
 
-def _forget_compiled_code(lm) -> None:
+def _forget_compiled_code(lm: TorchLoadedModel) -> None:
     """After a forward changed: new fast-path sessions (their graphs hold the old forward) and, where
     the decoder layers are compiled (the model's tier says), Dynamo's code dropped, so that they are
     traced again (from Inductor's on-disk caches where it compiled the same graph before)."""
@@ -362,7 +363,7 @@ def _forget_compiled_code(lm) -> None:
     lm.fast_tier.drop_sessions()
 
 
-def _install_fp8_experts(lm) -> None:
+def _install_fp8_experts(lm: TorchLoadedModel) -> None:
     """The FP8 experts forward over whatever experts forward is installed (the library's or the
     compiled tier's op, kept as the forward :func:`use_bf16` restores), told whether the compiled
     tier's small-batch lever is on (:attr:`petri.engine.torch.fast_tier.FastTier.small_batch_experts`).
@@ -373,7 +374,7 @@ def _install_fp8_experts(lm) -> None:
         experts._petri_fp8_small_batch = lm.fast_tier.small_batch_experts
 
 
-def embedding_columns(lm) -> tuple[torch.Tensor, torch.Tensor]:
+def embedding_columns(lm: TorchLoadedModel) -> tuple[torch.Tensor, torch.Tensor]:
     """The decoder's embedding matrix (V, H) for the FP8 self-conditioning product
     (:class:`petri.engine.torch.fast_tier.FastOptions`): its transpose quantized per row, i.e. per hidden
     column, q (H, V) e4m3 and scale (H,) float32, so that ``scaled_matmul(p, p_scale, q, scale)`` is
@@ -388,7 +389,7 @@ def embedding_columns(lm) -> tuple[torch.Tensor, torch.Tensor]:
     return columns
 
 
-def use_bf16(lm) -> None:
+def use_bf16(lm: TorchLoadedModel) -> None:
     """Undo :func:`use_fp8`: the modules' own forward and bf16 weights again (the experts: the
     forward they had before, e.g. the compiled tier's op)."""
     model = lm.model
@@ -410,7 +411,7 @@ def use_bf16(lm) -> None:
     _forget_compiled_code(lm)
 
 
-def set_precision(lm, precision: str, fp8_encoder: bool | None = None,
+def set_precision(lm: TorchLoadedModel, precision: str, fp8_encoder: bool | None = None,
                   fp8_self_conditioning: bool | None = None) -> None:
     """``"bf16"`` (the model's own weights), ``"fp8"`` or ``"fp8-fast"`` (:func:`use_fp8`);
     ``ValueError`` names the field for anything else. Opt-in levers, ``None`` keeps the tier's:
@@ -435,17 +436,17 @@ def set_precision(lm, precision: str, fp8_encoder: bool | None = None,
         tier.set_options(replace(tier.options, fp8_self_conditioning=bool(fp8_self_conditioning)))
 
 
-def set_precision_choice(lm, choice) -> None:
+def set_precision_choice(lm: TorchLoadedModel, choice) -> None:
     """:func:`set_precision` as a :class:`petri.engine.precision_choice.PrecisionChoice` (``--precision``'s
     text, read) says: its precision and both levers."""
     set_precision(lm, choice.precision, fp8_encoder=choice.fp8_encoder, fp8_self_conditioning=choice.fp8_self_conditioning)
 
 
-def precision_of(lm) -> str:
+def precision_of(lm: TorchLoadedModel) -> str:
     """``"fp8"`` or ``"fp8-fast"`` when the FP8 tier is on for ``lm`` (its tier's precision,
     :class:`petri.engine.torch.fast_tier.FastTier`), else ``"bf16"`` (whatever the dtype)."""
     return lm.fast_tier.precision
 
 
-def is_fp8(lm) -> bool:
+def is_fp8(lm: TorchLoadedModel) -> bool:
     return precision_of(lm) != "bf16"

@@ -10,6 +10,8 @@ Shapes: rows xq (M, H) e4m3 with x_scale (M,) float32; the MLP's output (M, H) b
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 from petri.engine.cuda.fp8 import FP8, activation_quantized, linear_product
@@ -38,7 +40,8 @@ def gate_up_quantized(mlp, xq: torch.Tensor, x_scale: torch.Tensor) -> tuple[tor
     gate, up (M, I) bf16 each, what its FP8 linears compute from the bf16 rows (:func:`takes_quantized`)."""
     linears, widths = _gate_up_linears(mlp)
     products = [linear_product(m, xq, x_scale) for m in linears]
-    return tuple(products[0].split(widths, dim=-1)) if widths is not None else tuple(products)
+    found = tuple(products[0].split(widths, dim=-1)) if widths is not None else tuple(products)
+    return cast(tuple[torch.Tensor, torch.Tensor], found)  # the gate's and the up's
 
 
 @torch.library.custom_op("petri::gelu_gate_quantized", mutates_args=())

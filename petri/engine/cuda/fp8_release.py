@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from petri.engine.base import TorchLoadedModel
 from petri.engine.cuda.fp8 import _experts_of, _forget_compiled_code, dense_targets, encoder_targets, is_fp8
 from petri.engine.cuda.stacked_projections import stacked_groups
 
@@ -36,7 +37,7 @@ def released_tensors(model) -> list[torch.Tensor]:
 
 
 @torch.no_grad()
-def release_bf16(lm) -> int:
+def release_bf16(lm: TorchLoadedModel) -> int:
     """Free the bf16 copies of what the FP8 tier quantized (module docstring); returns the bytes whose
     storage was released. ``ValueError`` naming the field where the tier is off or the prompt encoder
     would still read them (``fp8_encoder`` off)."""
@@ -59,7 +60,7 @@ def release_bf16(lm) -> int:
     return sum(storages.values())
 
 
-def set_accumulation(lm, precision: str) -> None:
+def set_accumulation(lm: TorchLoadedModel, precision: str) -> None:
     """Between ``"fp8"`` and ``"fp8-fast"`` on a model in the FP8 tier, released or not: the same e4m3
     copies, only the scaled products' accumulation flag changes (no bf16 weights needed);
     ``ValueError`` naming ``precision`` for anything else."""

@@ -35,6 +35,7 @@ traced further).
 from __future__ import annotations
 
 import types
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -253,13 +254,13 @@ def fusable_reason(experts: torch.nn.Module) -> str | None:
     return None
 
 
-def fuse_experts(model: torch.nn.Module, layers=None) -> str | None:
+def fuse_experts(model: Any, layers=None) -> str | None:
     """Route the experts of every layer of ``layers`` (the decoder layers of ``model``, a
     ``DiffusionGemmaForBlockDiffusion``, unless given: the compiled tier also passes the prompt
     encoder's) through :func:`moe_experts`, in place. Returns ``None``, or why nothing was changed
     (then the layers are untouched)."""
     layers = model.model.decoder.layers if layers is None else layers
-    experts = [getattr(layer, "experts", None) for layer in layers]
+    experts: list[Any] = [getattr(layer, "experts", None) for layer in layers]
     if any(module is None for module in experts):
         return "a layer has no experts"
     for module in experts:
@@ -272,7 +273,7 @@ def fuse_experts(model: torch.nn.Module, layers=None) -> str | None:
     return None
 
 
-def unfuse_experts(model: torch.nn.Module, layers=None) -> None:
+def unfuse_experts(model: Any, layers=None) -> None:
     """Undo :func:`fuse_experts` for ``layers`` (the decoder layers unless given): their own forward again."""
     for layer in model.model.decoder.layers if layers is None else layers:
         module = getattr(layer, "experts", None)

@@ -25,8 +25,8 @@ kernel does no fused multiply-adds. (Measured on an H200 with PyTorch 2.11: a co
 division instead differs from the eager ops in 62 % of the elements by an ulp, a float32-computed
 reciprocal in up to 79 %, depending on T.) So x, argmax, sampled tokens and the bf16 copy are exact (first index on
 ties, like ``torch.argmax``) provided ``tanh`` rounds alike (checked on the GPU by
-``tests/engine/cuda/test_fused_logits.py`` and ``experiments/gpu_check.py``); the entropy is an online (single-pass) evaluation and agrees with
-``torch.distributions.Categorical`` within float32 rounding (stated tolerance: 2e-5 absolute +
+``tests/engine/cuda/test_fused_logits.py`` and ``experiments/gpu_check.py``); the entropy is an online (single-pass) evaluation and agrees
+with ``torch.distributions.Categorical`` within float32 rounding (stated tolerance: 2e-5 absolute +
 1e-5 relative).
 
 The inverse-CDF draw reads S·L uniforms per step instead of S·L·V exponentials (3.2 GB of float32
@@ -56,6 +56,7 @@ what the Triton kernel :func:`triton_logit_pass` is checked against.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -151,24 +152,25 @@ def reference_logit_pass(
         logits = raw[part].to(torch.float32)
         if softcap is not None:
             logits = torch.tanh(logits / softcap) * softcap
-        x = logits / temperature if temperature is not None else logits * inv_temperature
+        x = logits / temperature if temperature is not None else logits * cast(torch.Tensor, inv_temperature)
         # validate_args=False: the argument check synchronises, which a CUDA graph cannot capture
         entropy[part] = torch.distributions.Categorical(logits=x, validate_args=False).entropy()
         argmax[part] = torch.argmax(x, dim=-1)
         if uniforms is not None:
             sampled[part] = inverse_cdf_draw(x, uniforms[part])
         else:
-            sampled[part] = torch.argmax(x - log_noise[part], dim=-1)
-        if fp8_out:
+            sampled[part] = torch.argmax(x - cast(torch.Tensor, log_noise)[part], dim=-1)
+        if fp8_out:  # both given (_fp8_self_conditioning)
+            sc_out, sc_scale = cast(torch.Tensor, self_conditioning_out), cast(torch.Tensor, self_conditioning_scale)
             xb = x.to(torch.bfloat16).float()
             weights = torch.exp(xb - xb.amax(dim=-1, keepdim=True))
-            new = (weights * FP8_SC_MAX).to(self_conditioning_out.dtype)
+            new = (weights * FP8_SC_MAX).to(sc_out.dtype)
             scale = 1.0 / (FP8_SC_MAX * weights.sum(dim=-1))
             if keep_rows is not None:
-                new = torch.where(keep_rows[part, None], self_conditioning_out[part].float(), new.float()).to(new.dtype)
-                scale = torch.where(keep_rows[part], self_conditioning_scale[part], scale)
-            self_conditioning_out[part] = new
-            self_conditioning_scale[part] = scale
+                new = torch.where(keep_rows[part, None], sc_out[part].float(), new.float()).to(new.dtype)
+                scale = torch.where(keep_rows[part], sc_scale[part], scale)
+            sc_out[part] = new
+            sc_scale[part] = scale
         elif self_conditioning_out is not None:
             new = x.to(self_conditioning_out.dtype)
             if probabilities:
@@ -202,10 +204,10 @@ if HAVE_TRITON:
         """One tile of a row: (indices, in-vocabulary mask, x = softcap(raw) · inv_t in float32)."""
         idx = start + offsets
         valid = idx < VOCAB
-        l = tl.load(raw_ptr + row * raw_stride + idx, mask=valid, other=0.0).to(tl.float32)
+        logit = tl.load(raw_ptr + row * raw_stride + idx, mask=valid, other=0.0).to(tl.float32)
         if HAS_CAP:
-            l = libdevice.tanh(l * inv_cap) * cap
-        return idx, valid, l * inv_t
+            logit = libdevice.tanh(logit * inv_cap) * cap
+        return idx, valid, logit * inv_t
 
     @triton.jit
     def _first_index_of(values, value, idx, VOCAB: tl.constexpr):
@@ -378,8 +380,8 @@ def triton_logit_pass(
 ) -> LogitPassOutput:
     """The fused pass as one Triton launch (CUDA only); arguments as :func:`reference_logit_pass`,
     except ``inv_temperature`` (one-element float32 device tensor holding
-    ``scalar_reciprocal(T)``, so a CUDA graph can replay it with a new value) and ``keep_rows_per_sample`` (S,) bool with ``rows_per_sample`` rows each
-    (row r belongs to sample r // rows_per_sample). ``out`` lets a caller reuse its buffers.
+    ``scalar_reciprocal(T)``, so a CUDA graph can replay it with a new value) and ``keep_rows_per_sample`` (S,) bool with
+    ``rows_per_sample`` rows each (row r belongs to sample r // rows_per_sample). ``out`` lets a caller reuse its buffers.
     ``probabilities``: write the decoder's softmax of the bf16 self-conditioning logits instead of
     the logits (a second kernel; see the module docstring). ``uniforms`` (N,) float32: draw by
     inverse CDF in that second kernel, with ``log_noise`` ``None``. ``block`` (tile width) and

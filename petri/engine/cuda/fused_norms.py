@@ -38,6 +38,7 @@ top-k (:func:`petri.engine.cuda.fused_router.route_scaled`) on the op's scaled i
 from __future__ import annotations
 
 import types
+from typing import Any
 
 import torch
 
@@ -280,7 +281,7 @@ def fuse_norms_forward(self, hidden_states: torch.Tensor, position_embeddings=No
     return out.view(shape)
 
 
-def fuse_norms_reason(layer: torch.nn.Module) -> str | None:
+def fuse_norms_reason(layer: Any) -> str | None:
     """``None`` when :func:`fuse_norms_forward` computes ``layer``'s forward, else what it lacks: the
     library's norms, one eps for all of them, the router's parts, the MLP and experts modules."""
     eps = getattr(getattr(layer, "input_layernorm", None), "eps", None)

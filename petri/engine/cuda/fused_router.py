@@ -25,6 +25,7 @@ weights (T, K) float32, index (T, K) int64.
 from __future__ import annotations
 
 import types
+from typing import Any
 
 import torch
 
@@ -117,7 +118,7 @@ def _(scores, top_k, per_expert_scale):
             scores.new_empty((tokens, top_k), dtype=torch.int64))
 
 
-def route_scaled(router: torch.nn.Module, scaled: torch.Tensor):
+def route_scaled(router: Any, scaled: torch.Tensor):  # a transformers router: its children untyped
     """``router``'s projection of its scaled input (its norm times its scale and root, (T, H)), then
     :func:`router_top_k`: what a router returns (shapes in the module docstring)."""
     return router_top_k(router.proj(scaled), int(router.config.top_k_experts), router.per_expert_scale)
@@ -143,7 +144,7 @@ def fusable_router_reason(router: torch.nn.Module) -> str | None:
 def fuse_routers(layers) -> str | None:
     """Give the router of every layer of ``layers`` (a ``ModuleList`` of decoder or encoder layers)
     :func:`_fused_router_forward`, in place. Returns ``None``, or why nothing was changed."""
-    routers = [getattr(layer, "router", None) for layer in layers]
+    routers: list[Any] = [getattr(layer, "router", None) for layer in layers]
     if any(router is None for router in routers):
         return "a layer has no router"
     for router in routers:

@@ -52,6 +52,8 @@ router_input (T, H) → mlp (T, H), experts (T, H).
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import torch
 
 from petri.engine.cuda.fp8_mlp import mlp_quantized
@@ -76,14 +78,14 @@ class MLPBeside:
         return stream
 
 
-def feedforward_mlp(layer: torch.nn.Module, pre: torch.Tensor, pre_scale: torch.Tensor | None,
+def feedforward_mlp(layer: Any, pre: torch.Tensor, pre_scale: torch.Tensor | None,
                     quantize: bool) -> torch.Tensor:
     """``layer``'s dense MLP of its input: quantized rows through :func:`petri.engine.cuda.fp8_mlp.mlp_quantized`
     in the FP8 tier, else the module. (T, H) → (T, H)."""
-    return mlp_quantized(layer.mlp, pre, pre_scale) if quantize else layer.mlp(pre)
+    return mlp_quantized(layer.mlp, pre, cast(torch.Tensor, pre_scale)) if quantize else layer.mlp(pre)  # set when quantized
 
 
-def feedforward_experts(layer: torch.nn.Module, pre_2: torch.Tensor, pre_2_scale: torch.Tensor | None,
+def feedforward_experts(layer: Any, pre_2: torch.Tensor, pre_2_scale: torch.Tensor | None,
                         router_input: torch.Tensor, quantize: bool) -> torch.Tensor:
     """``layer``'s router (the fused top-k of its scaled input) and experts. (T, H) each → (T, H)."""
     _, top_k_weights, top_k_index = route_scaled(layer.router, router_input)

@@ -31,6 +31,7 @@ functions return (B, Lq, H, D).
 from __future__ import annotations
 
 import torch
+
 from petri.engine.cuda.split_attention import (
     WIDEST_FAST_HEAD,
     attend_or_sdpa,

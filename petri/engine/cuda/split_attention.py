@@ -46,6 +46,7 @@ functions return (B, Lq, H, D).
 from __future__ import annotations
 
 import copy
+from typing import Any, cast
 
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -229,7 +230,7 @@ def give_attention_function(layers, name: str, function, takes) -> int:
         if getattr(config, "_attn_implementation", None) != "sdpa" or "_petri_config" in vars(attention):
             continue
         if shared is None:
-            shared = copy.copy(config)
+            shared = copy.copy(cast(Any, config))  # the attention's config: present where it takes the split
             shared._attn_implementation = name
         attention._petri_config, attention.config = config, shared
         changed += 1

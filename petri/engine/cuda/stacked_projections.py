@@ -28,8 +28,11 @@ Shapes: input (..., H) → the stacked product (..., N₁ + … + Nₖ), member 
 from __future__ import annotations
 
 import types
+from typing import Any
 
 import torch
+
+from petri.engine.base import TorchLoadedModel
 
 #: attribute of a member linear that names its group
 GROUP = "_petri_stack"
@@ -44,7 +47,7 @@ class StackedProjections:
         self.members = members
         self.widths = [m.out_features for m in members]
         weight = torch.cat([m.weight.detach() for m in members])
-        self.stacked = torch.nn.Linear(members[0].in_features, weight.shape[0], bias=False,
+        self.stacked: Any = torch.nn.Linear(members[0].in_features, weight.shape[0], bias=False,
                                        device=weight.device, dtype=weight.dtype)
         self.stacked.weight = torch.nn.Parameter(weight, requires_grad=False)
         start = 0
@@ -89,13 +92,13 @@ def projection_groups(model, layers) -> list[list[torch.nn.Linear]]:
     return groups
 
 
-def _check_bf16(lm) -> None:
+def _check_bf16(lm: TorchLoadedModel) -> None:
     if lm.fast_tier.precision != "bf16":
         raise RuntimeError(f"projections are stacked or unstacked with the FP8 tier off (precision is "
                            f"{lm.fast_tier.precision}): the FP8 tier quantizes the stacked layers, not their members")
 
 
-def stack_projections(lm, layers) -> int:
+def stack_projections(lm: TorchLoadedModel, layers) -> int:
     """Install the groups of :func:`projection_groups` on ``layers`` of ``lm``'s model (members
     already stacked are skipped); returns how many groups are new. The FP8 tier must be off
     (``RuntimeError`` otherwise; the compiled tier switches it off around this and on again, so
@@ -108,12 +111,12 @@ def stack_projections(lm, layers) -> int:
         group = StackedProjections(members)
         for index, member in enumerate(members):
             setattr(member, GROUP, (group, index))
-            member.forward = types.MethodType(_member_forward, member)
+            member.forward = types.MethodType(_member_forward, member)  # type: ignore[method-assign]  # this instance's own
         count += 1
     return count
 
 
-def unstack_projections(lm, layers) -> None:
+def unstack_projections(lm: TorchLoadedModel, layers) -> None:
     """Each member's own forward again (its weight stays a view of the stacked one: same values);
     the FP8 tier must be off, as for :func:`stack_projections`."""
     _check_bf16(lm)
@@ -125,7 +128,7 @@ def unstack_projections(lm, layers) -> None:
 
 def stacked_groups(model) -> list[StackedProjections]:
     """The groups installed on ``model``'s decoder, each once, in module order."""
-    found = {}
+    found: dict[int, StackedProjections] = {}
     for module in model.model.decoder.modules():
         entry = vars(module).get(GROUP)
         if entry is not None:

@@ -25,16 +25,18 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
+import numpy as np
 import torch
 
 from petri.core.cancel import CancelToken
+from petri.core.trajectory import MASKED_FAMILY, MaskedSettings, Trajectory, block_count, blocks_problem
 from petri.engine.base import SampleRequest, StepCallback, prompt_room
 from petri.engine.checkpoints import weights_fingerprint
 from petri.engine.families.registry import get_family
 from petri.engine.loop import RecordedStepper, run_loop
 from petri.engine.torch.step import TorchOps, token_entropy
-from petri.core.trajectory import MASKED_FAMILY, MaskedSettings, Trajectory, block_count, blocks_problem
 
 FAMILY = MASKED_FAMILY
 DEFAULT_CANVAS_LENGTH = 64
@@ -106,7 +108,7 @@ class MaskedDiffusionScheduler:
         for s in range(confidence.shape[0]):
             available = int(candidate[s].sum())
             if threshold is None:
-                k = int(self.counts[s, within])
+                k = int(cast(torch.Tensor, self.counts)[s, within])  # set with the block (no threshold)
             else:
                 k = max(1, int((confidence[s] >= threshold).sum())) if available else 0
             k = min(k, available)
@@ -154,7 +156,7 @@ class MaskedLoadedModel:
 
     @property
     def vocab_size(self) -> int:
-        return int(self.model.config.vocab_size)
+        return int(cast(Any, self.model).config.vocab_size)
 
     @property
     def architecture(self) -> str:
@@ -187,7 +189,7 @@ class MaskedLoadedModel:
     def fingerprint(self) -> str:
         return weights_fingerprint(self.model, self.dtype)
 
-    def eager_stepper(self, request: SampleRequest) -> tuple[RecordedStepper, "np.ndarray"]:
+    def eager_stepper(self, request: SampleRequest) -> tuple[RecordedStepper, np.ndarray]:
         """Seed, pins and the stepper (this model's forward and its family's step), ready for step 0:
         (stepper, pinned mask (S, L) bool on the host). :meth:`sample` and the probe drive it."""
         from petri.core.dish import pinned_arrays

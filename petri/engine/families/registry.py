@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from petri.core.settings import register_settings, request_fields, unregister_settings
+from petri.core.settings import FamilySettings, register_settings, request_fields, unregister_settings
 from petri.core.trajectory import MaskedSettings, SamplerSettings
 
 #: In ``model_types``: every ``model_type`` no family names.
@@ -49,7 +49,7 @@ class Family:
 
     ``load`` and ``step`` may be ``"module:attribute"`` names (:func:`resolve`)."""
 
-    settings: type
+    settings: type[FamilySettings]
     model_types: tuple[str | None, ...]
     load: Callable | str
     step: type | str

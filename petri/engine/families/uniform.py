@@ -17,7 +17,7 @@ path computes its own draw in a fused pass and calls :func:`accept_and_renoise` 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from petri.core.trajectory import UNIFORM_FAMILY, SamplerSettings
 
@@ -102,7 +102,8 @@ class UniformDiffusionScheduler:
         self.anchor_mask, self.anchor_ids = anchor_mask, anchor_ids
         self.max_steps, self.can_stop = settings.max_denoising_steps, stops(settings)
         self.stop = (
-            StopRule(ops, settings.stability_threshold, settings.confidence_threshold, anchor_mask, has_anchors)
+            StopRule(ops, cast(int, settings.stability_threshold), cast(float, settings.confidence_threshold), anchor_mask,
+                     has_anchors)  # both set: stops(settings)
             if self.can_stop else None
         )
         shape = tuple(anchor_mask.shape)
@@ -146,5 +147,5 @@ class UniformDiffusionScheduler:
 
     def state(self) -> list:
         extra = [] if self.stop is None or self.stop.history is None else [self.stop.history]
-        kept = [] if self.last_entropy is None else [self.last_entropy]
+        kept: list = [] if self.last_entropy is None else [self.last_entropy]
         return [self.canvas, self.final_ids, self.model_input, self.finished, *kept, *extra]

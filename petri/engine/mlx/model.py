@@ -37,7 +37,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 import numpy as np
@@ -162,7 +162,7 @@ class EncoderCache:
         """Bytes of the kept keys and values."""
         return sum(int(a.nbytes) for a in (*self.keys, *self.values))
 
-    def repeat(self, batch: int) -> "EncoderCache":
+    def repeat(self, batch: int) -> EncoderCache:
         """The cache of a one-row prompt repeated ``batch`` times (``batch_repeat_interleave``)."""
         if batch == 1:
             return self
@@ -263,7 +263,7 @@ class MLXDiffusionGemma:
             for name, new in (("experts.gate_up_proj", "experts.gate_up_t"), ("experts.down_proj", "experts.down_t")):
                 swapped = mx.swapaxes(layer.pop(name), -1, -2)
                 layer[new] = mx.contiguous(swapped) if transposed else swapped
-            layer.update({n: _Linear(layer[n], transposed) for n in linears if n in layer})
+            layer.update({n: cast(Any, _Linear(layer[n], transposed)) for n in linears if n in layer})  # a linear's weights
             layer["layer_scalar"] = weights.get(_DECODER + p + "layer_scalar", mx.ones((1,))).astype(dtype)
             self.encoder_scalar.append(weights.get(_ENCODER + p + "layer_scalar", mx.ones((1,))).astype(dtype))
             self.w.append(layer)
@@ -275,7 +275,7 @@ class MLXDiffusionGemma:
 
     # ------------------------------------------------------------------------------- loading
     @classmethod
-    def from_pretrained(cls, path: str | Path, dtype: str | mx.Dtype = "auto") -> "MLXDiffusionGemma":
+    def from_pretrained(cls, path: str | Path, dtype: str | mx.Dtype = "auto") -> MLXDiffusionGemma:
         """Load a transformers DiffusionGemma checkpoint folder (one or several safetensors files)."""
         from transformers import AutoConfig
 
@@ -284,7 +284,7 @@ class MLXDiffusionGemma:
         return cls(load_weights(folder), config.text_config, config.canvas_length, resolve_mlx_dtype(dtype))
 
     @classmethod
-    def from_torch(cls, model: Any, dtype: str | mx.Dtype = "float32") -> "MLXDiffusionGemma":
+    def from_torch(cls, model: Any, dtype: str | mx.Dtype = "float32") -> MLXDiffusionGemma:
         """Build from an in-memory ``DiffusionGemmaForBlockDiffusion`` (its state dict, via numpy)."""
         weights = {
             name: mx.array(tensor.detach().float().cpu().numpy())
@@ -445,5 +445,6 @@ def load_weights(folder: Path) -> dict[str, mx.array]:
         path = folder / name
         if not path.exists():
             raise FileNotFoundError(f"{path} is missing (MLX reads safetensors checkpoints only)")
-        weights.update({k: v for k, v in mx.load(str(path)).items() if "vision" not in k})
+        loaded = cast(dict[str, mx.array], mx.load(str(path)))  # a safetensors file: a dict of arrays
+        weights.update({k: v for k, v in loaded.items() if "vision" not in k})
     return weights

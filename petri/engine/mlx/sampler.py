@@ -17,15 +17,19 @@ instead of a multinomial draw, and renoise from a fixed token stream.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import mlx.core as mx
 import numpy as np
 
 from petri.core.cancel import CancelToken
 from petri.core.dish import pinned_arrays
+from petri.core.paths import embedded_model_path
+from petri.core.trajectory import SamplerSettings, Trajectory
 from petri.engine.base import (
     ModelNotFoundError,
     RequestSampling,
@@ -37,13 +41,11 @@ from petri.engine.base import (
     settings_from_generation_config,
     spelled_out,
 )
+from petri.engine.families.uniform import FAMILY, UniformDiffusionScheduler
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.loop import RecordedStepper, run_loop
 from petri.engine.mlx.model import EncoderCache, MLXDiffusionGemma, resolve_mlx_dtype
 from petri.engine.torch.prompt_cache import PromptCache
-from petri.core.paths import embedded_model_path
-from petri.engine.families.uniform import FAMILY, UniformDiffusionScheduler
-from petri.core.trajectory import SamplerSettings, Trajectory
 
 
 @dataclass
@@ -136,7 +138,7 @@ def checkpoint_digest(folder: Path, head_bytes: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def load_mlx_model(name_or_path: str | Path | None = None, dtype: str = "auto", allow_download: bool = False) -> MLXLoadedModel:
+def load_mlx_model(name_or_path: str | os.PathLike | None = None, dtype: str = "auto", allow_download: bool = False) -> MLXLoadedModel:
     """Load a DiffusionGemma checkpoint for the MLX backend.
 
     ``name_or_path``: a checkpoint folder or a hub id resolved from the local Hugging Face cache
@@ -299,7 +301,7 @@ def sample_mlx(
     mask_np, ids_np = pinned_arrays(request.layouts, request.canvas_prefix, lm.canvas_length)
     anchor_mask, anchor_ids = ops.mask(mask_np), ops.tokens(ids_np)
     ids = tuple(int(i) for i in request.prompt_ids)
-    cache = lm.prompts.encoded((ids, lm.dtype), lambda: model.encode(np.asarray([list(ids)])), len(request.layouts))
+    cache = cast(PromptCache, lm.prompts).encoded((ids, lm.dtype), lambda: model.encode(np.asarray([list(ids)])), len(request.layouts))
     encoded = time.perf_counter()
     scheduler = UniformDiffusionScheduler(
         ops, request.settings, lm.vocab_size, anchor_mask, anchor_ids, bool(mask_np.any()), fixed_noise

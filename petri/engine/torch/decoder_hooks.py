@@ -82,7 +82,7 @@ def reading_own_cache_layer(compiled, index: int, eager=None):
             kwargs[name] = OneLayerCache(kwargs[name], index)
         return compiled(*args, **kwargs)
 
-    call.layer_index = index
+    call.layer_index = index  # type: ignore[attr-defined]  # read back by the hooks' owners: a function attribute
     return call
 
 
@@ -130,7 +130,7 @@ def writing_own_cache_layer(compiled, index: int, eager):
         cache.update(written.keys, written.values, index)
         return out
 
-    call.layer_index = index
+    call.layer_index = index  # type: ignore[attr-defined]  # read back by the hooks' owners: a function attribute
     return call
 
 

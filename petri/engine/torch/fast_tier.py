@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from petri.engine.cuda.batch1_experts import small_batch_fits
-from petri.engine.torch.decoder_hooks import self_conditioning_reason
 from petri.engine.cuda.encoder_graphs import EncoderGraphs
+from petri.engine.torch.decoder_hooks import self_conditioning_reason
 from petri.engine.torch.prompt_cache import PromptCache
 
 

@@ -17,6 +17,8 @@ parameters (the LM head and the token embedding) stay one tensor.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 
@@ -48,7 +50,7 @@ def materialise(model: torch.nn.Module, device: torch.device) -> None:
     allocation per distinct tensor: a parameter that several modules share (DiffusionGemma's decoder
     reuses the encoder's weights) stays one tensor. ``Module.to_empty`` allocates it once per module
     that holds it: on an 80 GB H100 the full-size architecture ran out of memory at 78.5 GiB that way."""
-    fresh: dict[int, torch.Tensor] = {}
+    fresh: dict[int, Any] = {}  # parameters and buffers
     for module in model.modules():
         for table, make in ((module._parameters, _empty_parameter), (module._buffers, _empty_buffer)):
             for name, tensor in list(table.items()):

@@ -9,20 +9,20 @@ only, and a missing model produces a :class:`ModelNotFoundError` whose message s
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
 
-from petri.engine.torch import sampler as torch_sampler
-from petri.engine.torch.fast_tier import FastTier
+from petri.core.paths import checkpoint_source, embedded_model_path
+from petri.core.trajectory import SamplerSettings
 from petri.engine.base import (
     REAL_MODEL_ID,
+    ModelNotFoundError,
     RequestSampling,
     SampleRequest,
-    ModelNotFoundError,
     fetch_hub_model,
     missing_model_message,
     prompt_room,
@@ -30,10 +30,10 @@ from petri.engine.base import (
 )
 from petri.engine.checkpoints import model_type_of, weights_fingerprint
 from petri.engine.families.registry import family_for_model_type
-from petri.engine.torch.device import resolve_device, resolve_dtype
 from petri.engine.families.uniform import FAMILY
-from petri.core.paths import checkpoint_source, embedded_model_path
-from petri.core.trajectory import AnchorSpan, SamplerSettings
+from petri.engine.torch import sampler as torch_sampler
+from petri.engine.torch.device import resolve_device, resolve_dtype
+from petri.engine.torch.fast_tier import FastTier
 
 EMBEDDED_MODEL_PATH = embedded_model_path()
 
@@ -56,7 +56,8 @@ class LoadedModel(RequestSampling):
     device: torch.device
     dtype: torch.dtype
     backend: str = "torch"
-    fast_tier: FastTier | None = field(default=None, repr=False, compare=False)
+    # None: a tier of this model, made by __post_init__ (never None after it)
+    fast_tier: FastTier = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if self.fast_tier is None or self.fast_tier.model is not self.model:
@@ -80,7 +81,7 @@ class LoadedModel(RequestSampling):
 
     @property
     def canvas_length(self) -> int:
-        return int(self.model.config.canvas_length)
+        return int(cast(int, self.model.config.canvas_length))  # set in every DiffusionGemma config
 
     @property
     def architecture(self) -> str:
@@ -98,7 +99,7 @@ class LoadedModel(RequestSampling):
 
     @property
     def vocab_size(self) -> int:
-        return int(self.model.config.text_config.vocab_size)
+        return int(cast(Any, self.model.config.text_config).vocab_size)  # a config object once loaded
 
     def default_settings(self) -> SamplerSettings:
         """The sampler settings of the checkpoint's generation config, DiffusionGemma's defaults elsewhere."""
@@ -258,7 +259,7 @@ def load_diffusion_gemma(source: str, model_id: str, device: torch.device, dtype
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(source, local_files_only=True, dtype=dtype)
     except OSError as err:
         raise ModelNotFoundError(missing_model_message(source, str(EMBEDDED_MODEL_PATH))) from err
-    model.to(device).eval()
+    cast(Any, model).to(device).eval()  # transformers annotates to() for its own wrapper, not a device
     return LoadedModel(model=model, tokenizer=tokenizer, model_id=model_id, device=device, dtype=dtype)
 
 

@@ -14,8 +14,8 @@ What is kept: at most ``max_bytes`` of cached key/value tensors (one copy of the
 least recently used first out; a prompt whose cache alone is larger is encoded and not kept. The
 key is the prompt's ids, the tier's precision and encoder form (compiled or eager,
 :class:`petri.engine.torch.fast_tier.FastTier`) and the loaded model's device and dtype, so a switch of
-tier never hands out a cache another precision or another form of the encoder made. Weights changed in place (a test sharpening a head, a fine-tune in the process) must
-:meth:`PromptCache.clear` it. The MLX backend keeps its encoder caches the same way
+tier never hands out a cache another precision or another form of the encoder made. Weights changed in place (a test sharpening a head, a
+fine-tune in the process) must :meth:`PromptCache.clear` it. The MLX backend keeps its encoder caches the same way
 (:mod:`petri.engine.mlx.sampler`; MLX arrays are immutable, so a kept cache is handed out
 without a copy at batch 1).
 
@@ -32,6 +32,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
+
+from petri.engine.base import SamplingModel
 
 #: the environment variable that sets how many MiB of encoded prompts a model keeps
 PROMPT_CACHE_ENV = "PETRI_PROMPT_CACHE_MB"
@@ -90,8 +92,9 @@ class PromptCache:
     those that ran the encoder."""
 
     max_bytes: int = field(default_factory=prompt_cache_bytes_from_env)
-    repeat: Callable[[Any, int], Any] = field(default=None, repr=False)
-    size: Callable[[Any], int] = field(default=None, repr=False)
+    # None: the default (repeated_copy, cache_bytes), filled in by __post_init__
+    repeat: Callable[[Any, int], Any] = field(default=None, repr=False)  # type: ignore[assignment]
+    size: Callable[[Any], int] = field(default=None, repr=False)  # type: ignore[assignment]
     owner: Any = field(default=None, repr=False)
     entries: OrderedDict = field(default_factory=OrderedDict, repr=False)
     hits: int = 0
@@ -135,7 +138,7 @@ class PromptCache:
         self.entries.clear()
 
 
-def kept_prompts(lm) -> PromptCache | None:
+def kept_prompts(lm: SamplingModel) -> PromptCache | None:
     """The encoded prompts ``lm`` keeps: a torch model's on its tier
     (:class:`petri.engine.torch.fast_tier.FastTier`), an MLX model's on itself; ``None`` for a model
     without a prompt encoder (masked diffusion)."""
@@ -144,7 +147,7 @@ def kept_prompts(lm) -> PromptCache | None:
     return prompts if isinstance(prompts, PromptCache) else None
 
 
-def set_prompt_cache_bytes(lm, max_bytes: int) -> bool:
+def set_prompt_cache_bytes(lm: SamplingModel, max_bytes: int) -> bool:
     """Let ``lm`` keep at most ``max_bytes`` of encoded prompts (0: none); False when it keeps none
     at all (:func:`kept_prompts`)."""
     prompts = kept_prompts(lm)

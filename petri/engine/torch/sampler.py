@@ -23,7 +23,9 @@ import time
 import torch
 
 from petri.core.cancel import CancelToken
-from petri.engine.base import SampleRequest, StepCallback, spelled_out
+from petri.core.trajectory import SamplerSettings, Trajectory
+from petri.engine.base import SampleRequest, StepCallback, TorchLoadedModel, spelled_out
+from petri.engine.families.uniform import UniformDiffusionScheduler
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.loop import RecordedStepper, run_loop
 from petri.engine.torch.step import (  # noqa: F401 - StabilityTracker, accept_mask: the names tests import
@@ -34,8 +36,6 @@ from petri.engine.torch.step import (  # noqa: F401 - StabilityTracker, accept_m
     start_batch,
     token_entropy,
 )
-from petri.engine.families.uniform import UniformDiffusionScheduler
-from petri.core.trajectory import SamplerSettings, Trajectory
 
 
 def generate_kwargs(settings: SamplerSettings) -> dict:
@@ -55,7 +55,7 @@ def generate_kwargs(settings: SamplerSettings) -> dict:
 
 @torch.no_grad()
 def sample_request(
-    lm,
+    lm: TorchLoadedModel,
     request: SampleRequest,
     *,
     on_step: StepCallback | None = None,
@@ -107,7 +107,7 @@ def sample_request(
 run_sampler = spelled_out(sample_request)
 
 
-def eager_stepper(lm, request: SampleRequest, fixed_noise: FixedNoise | None = None):
+def eager_stepper(lm: TorchLoadedModel, request: SampleRequest, fixed_noise: FixedNoise | None = None):
     """The eager sampler's first moves (seed, pins, the prompt encoded once) and its stepper: the
     decoder forward and DiffusionGemma's step (:class:`RecordedStepper`), ready for step 0. Returns
     (stepper, pinned mask (S, L) bool on the host). :func:`sample_request` and the probe
@@ -123,7 +123,7 @@ def eager_stepper(lm, request: SampleRequest, fixed_noise: FixedNoise | None = N
     return RecordedStepper(ops, forward, scheduler, len(request.layouts)), pinned_mask
 
 
-def _decoder_forward(lm, cache, canvas: torch.Tensor):
+def _decoder_forward(lm: TorchLoadedModel, cache, canvas: torch.Tensor):
     """DiffusionGemma's decoder over the canvas (S, L) after the prompt's cache, with the previous
     step's logits as self-conditioning: ``forward(canvas, self_conditioning) → logits (S, L, V)``."""
     model, device = lm.model, lm.device

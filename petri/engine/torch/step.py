@@ -14,8 +14,9 @@ import torch
 from transformers import DynamicCache
 
 from petri.core.dish import pinned_arrays
-from petri.engine.families.uniform import StopRule
 from petri.core.trajectory import AnchorSpan
+from petri.engine.base import TorchLoadedModel
+from petri.engine.families.uniform import StopRule
 
 
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -130,7 +131,7 @@ def _output_cache(output):
     return output.cache if getattr(output, "cache", None) is not None else output.past_key_values
 
 
-def encoder_inputs(lm, length: int) -> tuple[DynamicCache, torch.Tensor, dict]:
+def encoder_inputs(lm: TorchLoadedModel, length: int) -> tuple[DynamicCache, torch.Tensor, dict]:
     """What one encoder pass over a prompt of ``length`` tokens takes besides the ids: an empty KV
     cache, the position ids (1, P) int32 and the encoder's attention masks (by layer type). They
     depend on the length only, so a captured pass (:mod:`petri.engine.cuda.encoder_graphs`) makes them
@@ -149,7 +150,7 @@ def encoder_inputs(lm, length: int) -> tuple[DynamicCache, torch.Tensor, dict]:
     return cache, position_ids, mask_mapping
 
 
-def run_encoder(lm, prompt_ids: torch.Tensor, cache: DynamicCache, position_ids: torch.Tensor,
+def run_encoder(lm: TorchLoadedModel, prompt_ids: torch.Tensor, cache: DynamicCache, position_ids: torch.Tensor,
                 mask_mapping) -> DynamicCache:
     """The causal encoder of ``lm`` over ``prompt_ids`` (1, P) with :func:`encoder_inputs`' inputs of
     that length: the cache it filled."""
@@ -164,13 +165,14 @@ def run_encoder(lm, prompt_ids: torch.Tensor, cache: DynamicCache, position_ids:
     )
 
 
-def _encode_prompt_once(lm, prompt_ids: torch.Tensor) -> DynamicCache:
-    """Run the causal encoder of ``lm`` (a torch :class:`~petri.engine.torch.model.LoadedModel`) on one copy of the prompt (1, P): its KV cache."""
+def _encode_prompt_once(lm: TorchLoadedModel, prompt_ids: torch.Tensor) -> DynamicCache:
+    """Run the causal encoder of ``lm`` (a torch :class:`~petri.engine.torch.model.LoadedModel`) on one copy of the prompt (1, P):
+    its KV cache."""
     return run_encoder(lm, prompt_ids, *encoder_inputs(lm, prompt_ids.shape[1]))
 
 
 def start_batch(
-    lm, prompt_ids: Sequence[int], layouts: Sequence[Sequence[AnchorSpan]],
+    lm: TorchLoadedModel, prompt_ids: Sequence[int], layouts: Sequence[Sequence[AnchorSpan]],
     canvas_prefix: Sequence[int], seed: int | None,
 ) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, DynamicCache]:
     """What every torch sampler does before its first step, in this order (the RNG order is part of
@@ -187,11 +189,11 @@ def start_batch(
     return pinned_mask, anchor_mask, anchor_ids, encoded_prompt(lm, prompt_ids, len(layouts))
 
 
-def encoded_prompt(lm, prompt_ids: Sequence[int], batch: int) -> DynamicCache:
+def encoded_prompt(lm: TorchLoadedModel, prompt_ids: Sequence[int], batch: int) -> DynamicCache:
     """The prompt's KV cache repeated ``batch`` times: from the model's kept prompts
     (:class:`petri.engine.torch.prompt_cache.PromptCache`) or by one encoder pass (:func:`_encode_prompt_once`,
-    or its graph replayed where the tier keeps one: :mod:`petri.engine.cuda.encoder_graphs`). The key is the ids, the tier's precision and encoder form
-    (compiled or eager) and the loaded model's device and dtype (copies of a loaded model over one
+    or its graph replayed where the tier keeps one: :mod:`petri.engine.cuda.encoder_graphs`). The key is the ids, the tier's precision and
+    encoder form (compiled or eager) and the loaded model's device and dtype (copies of a loaded model over one
     module share its tier)."""
     ids = tuple(int(i) for i in prompt_ids)
 

@@ -6,9 +6,11 @@ milliseconds on a CPU and need no files.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerFast
+from transformers import DiffusionGemmaForBlockDiffusion, PretrainedConfig, PreTrainedTokenizerFast
 
 from petri.engine.torch.configs import small_diffusion_gemma_config
 from petri.engine.torch.model import LoadedModel
@@ -78,6 +80,8 @@ def tiny_masked_model(canvas_length: int = 16, seed: int = 0, max_positions: int
     tokenizer.add_special_tokens({"mask_token": "<mask>"})
     sizes = dict(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                  intermediate_size=64, max_position_embeddings=max_positions, pad_token_id=tokenizer.pad_token_id)
+    config: PretrainedConfig
+    model_class: Any  # BertForMaskedLM or ModernBertForMaskedLM, each of its own config
     if architecture == "bert":
         config, model_class = BertConfig(**sizes), BertForMaskedLM
     elif architecture == "modernbert":

@@ -9,6 +9,8 @@ every family shares (:func:`petri.core.settings.request_fields`), so they apply 
 
 from __future__ import annotations
 
+from typing import Any
+
 from petri.core.dish import DEFAULT_TEMPLATE
 
 CONCEPTS = ["order", "inventory", "person"]
@@ -17,7 +19,7 @@ BENIGN = "The customer placed an order, and the warehouse packed it the same aft
 SETTINGS = {"max_denoising_steps": 24}
 
 #: ``POST /api/seed`` and ``POST /api/jobs/seed``: one event, then a list of events with their groups.
-SEED = [
+SEED: list[Any] = [
     {"concepts": CONCEPTS, "event": CONTRADICTORY, "group": "contradictory", "samples": 2, "seed": 0,
      "settings": SETTINGS},
     {"concepts": CONCEPTS, "events": [{"event": BENIGN, "group": "benign"},
@@ -27,7 +29,7 @@ SEED = [
 
 #: ``POST /api/study`` and ``POST /api/jobs/study``: a four-event study in the study-file schema (each
 #: compared group needs two events).
-STUDY = [
+STUDY: list[Any] = [
     {"study": {"schema": 1, "id": "example", "title": "Does a contradiction destabilise order and inventory?",
                "language": "en", "concepts": CONCEPTS, "groups": ["benign", "contradictory"],
                "comparison": {"groups": ["benign", "contradictory"]},
@@ -44,7 +46,7 @@ QUESTIONS = [{"name": "consistent", "alternatives": ["yes", "no"]}]
 FRAME = "Consistent: {{consistent}}"
 
 #: ``POST /api/probe``: a read (answered at once), then an inline labelled set's evaluation (a job).
-PROBE = [
+PROBE: list[Any] = [
     {"prompt": CONTRADICTORY, "frame": FRAME, "questions": QUESTIONS, "samples": 1, "steps": 1, "seed": 0},
     {"frame": FRAME, "questions": QUESTIONS,
      "items": [{"id": "contra_01", "prompt": CONTRADICTORY, "gold": {"consistent": "no"}},

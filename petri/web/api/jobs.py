@@ -27,10 +27,10 @@ from petri.app.jobs import Job, JobNotFound, QueueFull
 from petri.app.service import PetriService
 from petri.web import limits
 from petri.web.access import Caller
-from petri.web.errors import POST_RESPONSES, StrictJsonRoute
+from petri.web.api.deps import Client, Service
 from petri.web.api.requests import SeedRequest, StudyRequest, prepare_seed, prepare_study
 from petri.web.api.responses import JobList, JobOut, JobSubmitted
-from petri.web.api.deps import Client, Service
+from petri.web.errors import POST_RESPONSES, StrictJsonRoute
 
 #: Seconds between comment lines that keep an idle event stream open through proxies.
 KEEPALIVE_S = 15.0

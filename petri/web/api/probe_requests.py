@@ -19,14 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from petri.app.probe import EvalSettings
 from petri.core.paths import probe_set_path
-from petri.core.probe import DEFAULT_MIN_MASS, MIN_MASS_HIGH, MIN_MASS_LOW, ORDER_AS_LISTED, Pin, ProbeRequest, \
-    Question, parse_order
+from petri.core.probe import DEFAULT_MIN_MASS, MIN_MASS_HIGH, MIN_MASS_LOW, ORDER_AS_LISTED, Pin, ProbeRequest, Question, parse_order
 from petri.study.probe_eval import EVAL_ORDER
 from petri.study.probe_set import LabelledItem, LabelledSet, labelled_set, load_labelled_set
 from petri.web.api import examples
@@ -40,8 +39,8 @@ from petri.web.limits import (
     MAX_PROBE_QUESTIONS,
     MAX_PROBE_REPEATS,
     MAX_PROBE_STEPS,
-    MAX_SEED,
     MAX_PROBE_TEXT_CHARS,
+    MAX_SEED,
     MAX_TOP_K,
 )
 
@@ -150,7 +149,8 @@ def prepare_probe(body: ProbeIn) -> ProbeRequest:
         raise FieldError(["body", "repeats"], "a read is read once; repeats belong to an evaluation (items or set)")
     order = body.order or ORDER_AS_LISTED
     parse_order(order)
-    return ProbeRequest(prompt=body.prompt, frame=body.frame, questions=_questions(body),
+    # _require: prompt and frame given
+    return ProbeRequest(prompt=cast(str, body.prompt), frame=cast(str, body.frame), questions=_questions(body),
                         instructions=body.instructions, samples=body.samples, steps=body.steps, seed=body.seed,
                         top_k=body.top_k, pins=tuple(Pin(p.text, p.at) for p in body.pins or ()), order=order,
                         min_mass=float(body.min_mass))
@@ -187,5 +187,5 @@ def prepare_evaluation(body: ProbeIn) -> tuple[LabelledSet, EvalSettings]:
         return load_labelled_set(sets[body.set]), settings
     _require(body, ("frame", "questions", "items"), ("prompt", "pins"), "a labelled set")
     items = [LabelledItem(str(i) if item.id is None else item.id, item.prompt, item.frame, dict(item.gold))
-             for i, item in enumerate(body.items)]
-    return labelled_set("inline", _questions(body), body.frame, body.instructions, items), settings
+             for i, item in enumerate(cast(list[ItemIn], body.items))]  # _require: given
+    return labelled_set("inline", _questions(body), cast(str, body.frame), body.instructions, items), settings  # _require: given

@@ -20,10 +20,10 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response
 
+from petri.core.trajectory import Trajectory
 from petri.study.animation import write_gif
 from petri.study.plots import save_figures
 from petri.study.trajectory_plots import trajectory_figure
-from petri.core.trajectory import Trajectory
 from petri.web.api.deps import Client, RunId, Service, served_tokenizer, stored_events
 from petri.web.replay_files import pick, run_colors
 from petri.web.tokens import TokenText

@@ -14,19 +14,19 @@ from __future__ import annotations
 
 import unicodedata
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from petri.core.dish import DEFAULT_TEMPLATE, Dish, LayoutError, concept_token_ids, encode_prompt, even_slots, template_problem
-from petri.engine.seeding import plan_dish, plan_event
 from petri.core.plan import SeedEvent, SeedPlan
-from petri.study.runner import check_layouts, plan_cells
-from petri.study.schema import Study, StudyError, study_from_dict
 from petri.core.settings import FamilySettings
 from petri.core.trajectory import AnchorSpan
+from petri.engine.seeding import plan_dish, plan_event
+from petri.study.runner import check_layouts, plan_cells
+from petri.study.schema import Study, StudyError, study_from_dict
 from petri.web import limits
 from petri.web.api import examples
 from petri.web.api.settings import Settings, SettingsIn, settings_model
@@ -34,14 +34,17 @@ from petri.web.errors import FieldError, clean_text
 from petri.web.limits import (
     MAX_CONCEPT_CHARS,
     MAX_CONCEPTS,
+    MAX_EVENT_TEXT_CHARS,
     MAX_EVENTS,
     MAX_GROUP_CHARS,
     MAX_SAMPLES,
     MAX_SEED,
     MAX_STUDY_BATCHES,
-    MAX_EVENT_TEXT_CHARS,
     MIN_CONCEPTS,
 )
+
+if TYPE_CHECKING:
+    from petri.engine.base import SamplingModel
 
 # ----------------------------------------------------------------------------------- field checks
 
@@ -146,11 +149,11 @@ class StudyRequest(_Strict):
 # ----------------------------------------------------------------------------------- model-aware checks
 
 
-def check_prompt_length(lm, prompt_tokens: int, loc: list) -> None:
+def check_prompt_length(lm: SamplingModel, prompt_tokens: int, loc: list) -> None:
     """A prompt that with the canvas overflows the model's positions is refused (naming ``loc``):
     the model was never trained on such positions, and the attention cost grows with the square."""
     limit = lm.max_positions
-    if limit is not None and prompt_tokens > lm.max_prompt_length:
+    if limit is not None and prompt_tokens > cast(int, lm.max_prompt_length):  # bounded with max_positions
         raise FieldError(loc, f"the prompt (template with this event) is {prompt_tokens:,} tokens; with the "
                               f"{lm.canvas_length}-token canvas that is more than the {limit:,} positions this model "
                               "reads; shorten the event or the template", "prompt_too_long")
@@ -177,7 +180,8 @@ def build_events(request: SeedRequest, lm_defaults: FamilySettings,
             ["body", "positions"],
             f"{len(request.positions)} positions given for {len(request.concepts)} concepts (one per concept)",
         )
-    items = [EventIn(event=request.event, group=request.group)] if request.event is not None else request.events
+    items = ([EventIn(event=request.event, group=request.group)] if request.event is not None
+             else cast(list[EventIn], request.events))  # the model requires event or events
     settings = request.settings.apply(lm_defaults, canvas_length)
     events = []
     for item in items:
@@ -198,7 +202,7 @@ def build_events(request: SeedRequest, lm_defaults: FamilySettings,
     return events, settings
 
 
-def prepare_seed(request: SeedRequest, lm) -> SeedPlan:
+def prepare_seed(request: SeedRequest, lm: SamplingModel) -> SeedPlan:
     """The request planned (:class:`~petri.core.plan.SeedPlan`: its events and settings, every
     layout and prompt made and checked, no model work) under a new run id: raises
     :class:`FieldError` naming the field. ``POST /api/seed``, ``POST /api/jobs/seed`` and the UI's
@@ -219,7 +223,7 @@ def prepare_seed(request: SeedRequest, lm) -> SeedPlan:
         except LayoutError as err:
             raise _layout_error(err, request.concepts, ["body", "concepts"]) from None
         except ValueError as err:
-            loc = ["body", "template"] if str(err).startswith("template") else ["body", "events", index]
+            loc: list[str | int] = ["body", "template"] if str(err).startswith("template") else ["body", "events", index]
             raise FieldError(loc, str(err)) from None
         check_prompt_length(lm, len(planned[-1].prompt.ids), event_loc)
     return SeedPlan(tuple(planned), request.samples, settings, request.seed, run_id=uuid.uuid4().hex)
@@ -227,7 +231,8 @@ def prepare_seed(request: SeedRequest, lm) -> SeedPlan:
 
 def _check_study_texts(study: Study) -> None:
     """The study file's texts held to the request limits (lengths and characters), naming the entry."""
-    checks = [(("concepts", i), c, MAX_CONCEPT_CHARS, concept_check) for i, c in enumerate(study.concepts)]
+    checks: list[tuple[tuple[str | int, ...], str, int, Callable[[str], str]]] = [
+        (("concepts", i), c, MAX_CONCEPT_CHARS, concept_check) for i, c in enumerate(study.concepts)]
     checks += [(("templates", i, "text"), t.text, MAX_EVENT_TEXT_CHARS, text_check) for i, t in enumerate(study.templates)]
     for i, e in enumerate(study.events):
         checks.append((("events", i, "text"), e.text, MAX_EVENT_TEXT_CHARS, text_check))
@@ -243,7 +248,7 @@ def _check_study_texts(study: Study) -> None:
             raise FieldError(["body", "study", *loc], str(err)) from None
 
 
-def prepare_study(request: StudyRequest, lm) -> tuple[Study, FamilySettings, list[str] | None]:
+def prepare_study(request: StudyRequest, lm: SamplingModel) -> tuple[Study, FamilySettings, list[str] | None]:
     """The request's study (validated as a study file, then held to the web's limits), settings and
     template ids, every concept set laid out and every prompt measured (no model work): raises
     :class:`FieldError`. ``POST /api/study`` and the UI's Study tab both go through it."""
@@ -294,13 +299,14 @@ class LayoutPreview:
 
 
 def preview_layout(
-    lm, concepts: Sequence[str], positions: Sequence[int] | None = None, pin_thought_channel: bool | None = None
+    lm: SamplingModel, concepts: Sequence[str], positions: Sequence[int] | None = None, pin_thought_channel: bool | None = None
 ) -> LayoutPreview:
     """The layout :func:`prepare_seed` checks for ``concepts`` at ``positions`` (None: spread evenly),
     unshuffled and without the model: the same :func:`~petri.engine.seeding.plan_dish` call, so the
     preview refuses exactly what a run would. With an error the spans still show where each concept
     that tokenizes was asked to go."""
-    settings = settings_model()(pin_thought_channel=pin_thought_channel).apply(lm.default_settings())
+    # pin_thought_channel: a field of the model made from the families (each has it), not of its base
+    settings = settings_model()(pin_thought_channel=pin_thought_channel).apply(lm.default_settings())  # type: ignore[call-arg]
     prefix = len(encode_prompt(lm.tokenizer, "x", pin_thought_channel=settings.pin_thought_channel).canvas_prefix_ids)
     try:
         dish = Dish(tuple(concepts), "x", "{event}", tuple(positions) if positions is not None else None, shuffle=False)
@@ -311,7 +317,7 @@ def preview_layout(
     return LayoutPreview(lm.canvas_length, prefix, [by_concept[c] for c in concepts])
 
 
-def _requested_spans(lm, concepts: Sequence[str], positions: Sequence[int] | None, prefix: int) -> list[AnchorSpan]:
+def _requested_spans(lm: SamplingModel, concepts: Sequence[str], positions: Sequence[int] | None, prefix: int) -> list[AnchorSpan]:
     """Each concept that tokenizes at its requested start (or its even slot), for drawing a refused layout."""
     ids = {}
     for c in concepts:

@@ -4,17 +4,17 @@ from the stored trajectory alone (so a stored run reads back exactly as it was a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import pandas as pd
 from pydantic import BaseModel, Field, SerializeAsAny, create_model
 
-from petri.runs.export import TABLES, run_metadata, run_tables, write_tables
+from petri.core.trajectory import Trajectory
 from petri.measure.sample_metrics import SampleMetric, json_number, sample_metrics
-from petri.runs.formats import RESULT_TABLES
 from petri.measure.summary import EventSummary
 from petri.measure.tables import pairs_table, preservation_summary, segments_table
-from petri.core.trajectory import Trajectory
+from petri.runs.export import TABLES, run_metadata, run_tables, write_tables
+from petri.runs.formats import RESULT_TABLES
 from petri.web.api.registered import registered
 
 
@@ -36,14 +36,14 @@ class AnchorOut(BaseModel):
 
 
 #: ``SampleOut``'s fields before the registered metrics' and after them (the answer's key order).
-_SAMPLE_HEAD = {
+_SAMPLE_HEAD: dict[str, Any] = {
     "sample": (int, ...),
     "steps": (int, ...),
     "anchors": (list[AnchorOut], ...),
     "final_text": (str, ...),
     "flips": (list[int], Field(description="flips per canvas position (0 at anchors)")),
 }
-_SAMPLE_TAIL = {
+_SAMPLE_TAIL: dict[str, Any] = {
     "argmax": (list[list[int]] | None, Field(None, description="(steps, canvas) raw argmax; on request")),
     "canvas": (list[list[int]] | None, Field(
         None, description="(steps, canvas) the tokens on the canvas after each step (uniform diffusion: accepted draws "
@@ -58,7 +58,7 @@ def sample_model() -> type[BaseModel]:
     set, :mod:`petri.measure.sample_metrics`; made once per set of metrics)."""
     metrics = tuple(m for m in sample_metrics() if m.api)
     if metrics not in _SAMPLE_MODELS:
-        fields = {m.column: (float | None if m.dtype is float else m.dtype, Field(description=m.description))
+        fields: dict[str, Any] = {m.column: (float | None if m.dtype is float else m.dtype, Field(description=m.description))
                   for m in metrics}
         _SAMPLE_MODELS[metrics] = create_model("SampleOut", __module__=__name__, __doc__="One sample of an event.",
                                                **_SAMPLE_HEAD, **fields, **_SAMPLE_TAIL)
@@ -66,7 +66,10 @@ def sample_model() -> type[BaseModel]:
 
 
 #: The model of the metrics registered at import (the built-in ones).
-SampleOut = sample_model()
+if TYPE_CHECKING:
+    SampleOut = BaseModel  # to the type checker: what the model made at import is
+else:
+    SampleOut = sample_model()
 #: An answer's sample: validated, serialised and documented with the metrics registered now.
 Sample = Annotated[SampleOut, registered(sample_model), SerializeAsAny()]
 

@@ -4,9 +4,10 @@
 - ``GET /api/runs/{run_id}``: a run's summary (the per-step argmax on request);
 - ``GET /api/runs/{run_id}/{table}.{fmt}``: one of its tables in one of the registered formats
   (:mod:`petri.runs.formats`: ``positions``, ``segments``, ``samples``, ``pairs``, ``steps`` as ``csv``
-  or ``parquet``; a paired study's rows carry ``condition`` and ``dose`` as its study folder's do); a probe run's ``reads`` and ``top_k``, an evaluation's ``predictions``, ``summary``
-  and ``reliability``, read from its stored documents. Tables and formats come from those registries; a run id is checked with
-  :func:`~petri.runs.store.check_run_id` before the store is read.
+  or ``parquet``; a paired study's rows carry ``condition`` and ``dose`` as its study folder's do); a probe run's ``reads``
+  and ``top_k``, an evaluation's ``predictions``, ``summary`` and ``reliability``, read from its stored documents.
+  Tables and formats come from those registries; a run id is checked with :func:`~petri.runs.store.check_run_id`
+  before the store is read.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from fastapi.responses import Response, StreamingResponse
 
 from petri.runs.export import token_decoder
 from petri.runs.formats import FORMATS, RESULT_TABLES, RUN_TABLES, ResultTable, any_table, result_table_bytes, table_bytes, table_format
-from petri.web import limits
 from petri.study.runner import stored_conditions
+from petri.web import limits
 from petri.web.api.deps import Client, RunId, Service, load_run, served_tokenizer, stored_run
 from petri.web.api.responses import RunOut, csv_links, event_summary, model_out
 from petri.web.errors import FieldError, StrictJsonRoute

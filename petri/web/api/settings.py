@@ -15,7 +15,7 @@ registered now, and the OpenAPI schema shows that model.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -57,14 +57,17 @@ def settings_model() -> type[SettingsBase]:
             for control in request_fields(family.settings):
                 if control.name in fields:
                     continue  # the same setting (registry._check_shared_names)
-                bounds = {k: v for k, v in (("ge", control.info.ge), ("le", control.info.le)) if v is not None}
+                bounds: dict[str, Any] = {k: v for k, v in (("ge", control.info.ge), ("le", control.info.le)) if v is not None}
                 fields[control.name] = (control.type | None, Field(None, description=control.info.help, **bounds))
         _MODELS[key] = create_model("SettingsIn", __base__=SettingsBase, __doc__=DOC, __module__=__name__, **fields)
     return _MODELS[key]
 
 
 #: The model of the families registered at import (the built-in ones).
-SettingsIn = settings_model()
+if TYPE_CHECKING:
+    SettingsIn = SettingsBase  # to the type checker: the base of the model made at import
+else:
+    SettingsIn = settings_model()
 
 
 #: The annotation of a request's ``settings``.

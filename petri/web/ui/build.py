@@ -91,7 +91,8 @@ def build_ui(service: PetriService, model_source: str | None = None, access: Acc
         )
         # "wrap": on a narrow screen every tab stays in view (the default menu hid Runs behind "⋯" at 420 px)
         with gr.Tabs(elem_id="petri-tabs", overflow_behavior="wrap") as tabs:
-            controllers, views = {}, {}
+            controllers: dict = {}
+            views: dict = {}
             for tab in RESULT_TABS:
                 with gr.Tab(tab.label, id=tab.kind):
                     controllers[tab.kind], views[tab.kind] = tab.build(service, who, controllers)

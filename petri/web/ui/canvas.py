@@ -67,7 +67,7 @@ CANVAS_CSS = """
 .pc-axis span { position: absolute; transform: translateX(-50%); }
 .pc-msg { min-height: 1.3em; font-size: 13px; color: #374151; }
 .pc-msg.pc-bad { color: #b91c1c; font-weight: 600; }
-"""
+"""  # noqa: E501 - served as written: its long lines are HTML, CSS or JavaScript
 
 CANVAS_JS = r"""
 const track = element.querySelector('.pc-track');
@@ -224,7 +224,7 @@ watch('value', () => {
 });
 render(-1);
 new ResizeObserver(() => stackLabels()).observe(track);
-"""
+"""  # noqa: E501 - served as written: its long lines are HTML, CSS or JavaScript
 
 
 def canvas_value(preview: LayoutPreview, colors: dict[str, str], seq: int | None = None, shuffled: bool = False) -> dict:

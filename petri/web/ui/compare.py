@@ -4,8 +4,8 @@ out and seeded from the same seed, so sample ``s`` of A and sample ``s`` of B sh
 The inputs beyond the two events are the Dish tab's (:mod:`petri.web.ui.dish_controls`): the anchor
 slots on the chip canvas or in the slot table, per-sample shuffle, and the sampler settings. While
 it samples, each event's flip map and trajectory view are redrawn as its steps arrive
-(:class:`petri.web.ui.dish_live.LiveDish`, as on the Dish tab). Shown after: both flip maps and their difference, per-pair instability side by side, and the paired
-difference per sample (B − A), with each event's final text.
+(:class:`petri.web.ui.dish_live.LiveDish`, as on the Dish tab). Shown after: both flip maps and their difference, per-pair instability side
+by side, and the paired difference per sample (B − A), with each event's final text.
 
 The tables are :func:`compare_pairs` and :func:`paired_samples` (pure, over
 :func:`petri.measure.tables.pairs_table` / :func:`~petri.measure.tables.segments_table` / :func:`~petri.measure.tables.samples_table`).
@@ -14,25 +14,26 @@ The tables are :func:`compare_pairs` and :func:`paired_samples` (pure, over
 from __future__ import annotations
 
 import threading
+from typing import cast
 
 import gradio as gr
 import pandas as pd
 from pydantic import ValidationError
 
-from petri.core.wording import counted
-from petri.core.dish import DEFAULT_TEMPLATE
-from petri.measure.metrics import flip_grid
 from petri.app.jobs import QueueFull
-from petri.app.service import PetriService
-from petri.study.anchor_marks import aggregate_anchor_boxes
-from petri.study.plots import flip_difference_heatmap
+from petri.app.service import PetriService, SeedResult
+from petri.core.dish import DEFAULT_TEMPLATE
+from petri.core.trajectory import Trajectory
+from petri.core.wording import counted
+from petri.measure.metrics import flip_grid
 from petri.measure.summary import EventSummary
 from petri.measure.tables import pairs_table, samples_table, segments_table
-from petri.core.trajectory import Trajectory
+from petri.study.anchor_marks import aggregate_anchor_boxes
+from petri.study.plots import flip_difference_heatmap
 from petri.web.access import Caller
+from petri.web.api.requests import prepare_seed
 from petri.web.errors import FieldError
 from petri.web.limits import MAX_SAMPLES
-from petri.web.api.requests import prepare_seed
 from petri.web.ui.access import UiAccess
 from petri.web.ui.dish import EXAMPLE_CONCEPTS, TEMPLATE_CHOICES, DishController
 from petri.web.ui.dish_controls import (
@@ -62,8 +63,8 @@ def same_layouts(a: Trajectory, b: Trajectory) -> bool:
 #: Room for each column of the two tables (px): every header word whole on its line ("sample" wrapped
 #: as "sam/ple" and "contradictory" as "contradictor/y" in the columns the table shared out evenly);
 #: a table wider than its panel (a phone) scrolls sideways.
-PAIRS_WIDTHS = ["150px", "200px", "180px", "200px"]
-PAIRED_WIDTHS = ["80px", "200px", "180px", "160px", "130px", "160px", "130px", "300px"]
+PAIRS_WIDTHS: list[str | int] = ["150px", "200px", "180px", "200px"]
+PAIRED_WIDTHS: list[str | int] = ["80px", "200px", "180px", "160px", "130px", "160px", "130px", "300px"]
 
 
 def compare_pairs(a: Trajectory, b: Trajectory, labels: tuple[str, str]) -> pd.DataFrame:
@@ -201,7 +202,9 @@ class CompareController:
         except JobCancelled as stop:
             yield {"status": f"Stopped: {stop}."}
             return
-        yield {**self.views(result.run_id, *result.trajectories, labels),
+        result = cast(SeedResult, result)  # stream() ends with "done" or raises
+        a, b = result.trajectories
+        yield {**self.views(result.run_id, a, b, labels),
                "status": f"Done: run `{result.run_id}` — {labels[0]} and {labels[1]}, {counted(request.samples, 'sample')} "
                          f"each, seed {request.seed}, {result.wall_s:.2f} s. Stored; also at `/api/runs/{result.run_id}`."}
 
@@ -245,7 +248,8 @@ class CompareController:
                 n_samples=a.n_samples, title=difference_title(run_id, labels), colors=concepts)),
             "pairs": compare_pairs(a, b, labels).round(4),
             "paired": paired.round(4),
-            "summary": f"{f'Run `{run_id}`: ' if run_id else ''}{summary_line(paired, labels)} {paired_tests_line(a, b, labels)} ({layout_note}.)",
+            "summary": f"{f'Run `{run_id}`: ' if run_id else ''}{summary_line(paired, labels)} "
+                       f"{paired_tests_line(a, b, labels)} ({layout_note}.)",
             "sample": gr.update(maximum=max(a.n_samples - 1, 1), value=0, interactive=a.n_samples > 1),
             **self.sample_views(run_id, a, b, labels, 0),
         }
@@ -261,7 +265,7 @@ class CompareController:
         for name, traj, label in (("text_a", a, labels[0]), ("text_b", b, labels[1])):
             pieces = highlighted_text(traj, sample, self.dish.tokens)
             # the end-of-turn chip only where the text has such a token (a chip for nothing misleads)
-            ends = {END_TOKEN_LABEL: END_TOKEN_COLOR} if any(l == END_TOKEN_LABEL for _, l in pieces) else {}
+            ends = {END_TOKEN_LABEL: END_TOKEN_COLOR} if any(kind == END_TOKEN_LABEL for _, kind in pieces) else {}
             views[name] = gr.update(value=pieces, color_map={**concepts, **ends}, label=f"{label}: sample {sample}")
         for i, (view, traj, label) in enumerate(zip(self.trajectories, (a, b), labels)):
             views.update(view.views(run_id, i, traj, sample, title=f"{label}: ", mode=modes[i]))
@@ -356,7 +360,7 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
     shown = [text_a, text_b, *(trajectories[v.name(p)] for v in ctl.trajectories for p in ("view", "key", "figure", "curves", "files"))]
 
     def sample_handler(request: gr.Request, rid, s, view_a, view_b):
-        update = ctl.show_sample(rid, s, (mode_of(view_a), mode_of(view_b)), access.caller(request))
+        update = ctl.show_sample(rid, s, (mode_of(view_a), mode_of(view_b)), cast(UiAccess, access).caller(request))
         return {names[k]: v for k, v in update.items()}
 
     sample.input(sample_handler, [run_id, sample, *views], shown, show_progress="hidden", trigger_mode="always_last")

@@ -16,6 +16,7 @@ which the Compare tab shares.
 from __future__ import annotations
 
 import threading
+from typing import Any, cast
 
 import gradio as gr
 import numpy as np
@@ -23,22 +24,22 @@ import pandas as pd
 import plotly.graph_objects as go
 from pydantic import ValidationError
 
-from petri.core.wording import counted
-from petri.core.dish import DEFAULT_TEMPLATE
-from petri.runs.export import token_decoder
-from petri.measure.metrics import flip_grid
 from petri.app.jobs import QueueFull
 from petri.app.service import PetriService, SeedResult
+from petri.core.dish import DEFAULT_TEMPLATE
+from petri.core.trajectory import Trajectory
+from petri.core.wording import counted
+from petri.measure.metrics import flip_grid
+from petri.measure.tables import pairs_table, samples_table
+from petri.runs.export import token_decoder
 from petri.study.anchor_marks import aggregate_anchor_boxes
 from petri.study.plots import flip_heatmap, flips_bar, token_texts
-from petri.measure.tables import pairs_table, samples_table
-from petri.core.trajectory import Trajectory
 from petri.web.access import Caller
+from petri.web.api.requests import SeedRequest, prepare_seed, preview_layout
+from petri.web.api.responses import write_run_files
 from petri.web.errors import FieldError
 from petri.web.gpu_executor import GpuAborted, on_zero_gpu, ui_seed_events
 from petri.web.limits import MAX_SAMPLES
-from petri.web.api.requests import SeedRequest, prepare_seed, preview_layout
-from petri.web.api.responses import write_run_files
 from petri.web.ui.access import UiAccess, export_dir
 from petri.web.ui.canvas import canvas_value, placement_rows
 from petri.web.ui.dish_controls import (
@@ -93,7 +94,7 @@ def template_control(text: str) -> str:
 
 #: The pair-instability table's columns as shown and their shares of its width.
 PAIRS_COLUMNS = ["pair", "segments", "instability"]
-PAIRS_COLUMN_WIDTHS = ["38%", "28%", "34%"]
+PAIRS_COLUMN_WIDTHS: list[str | int] = ["38%", "28%", "34%"]
 
 EXAMPLE_EVENT = "Only 90 units are in stock, but a customer ordered 120."
 EXAMPLE_CONCEPTS = "order, inventory, person"
@@ -231,7 +232,7 @@ class DishController:
             concepts = list(table["concept"])  # the table's order is the slot order
             positions = [int(s) for s in table["start"]]
         return SeedRequest(
-            concepts=concepts, event=None if events is not None else (event or None), events=events,
+            concepts=concepts, event=None if events is not None else (event or None), events=cast(Any, events),  # dicts: validated
             template=template_text(template),
             positions=positions, shuffle=bool(shuffle), samples=int(samples or 1),
             settings=settings_request(self.defaults, settings), seed=int(seed or 0),
@@ -309,6 +310,7 @@ class DishController:
             return
         except Exception as err:  # noqa: BLE001 - shown to the user
             raise gr.Error(f"Sampling failed: {err}") from None
+        result = cast(SeedResult, result)  # stream() ends with "done" or raises
         traj = result.trajectories[0]
         yield {
             **self.result_views(result.run_id, result.trajectories, result.groups, caller),
@@ -369,7 +371,7 @@ class DishController:
         verb = "stopped" if isinstance(stop, GpuAborted) else "cancelled"
         where = f"{verb} at step {last_step}" if last_step >= 0 else f"{verb} before its first step"
         named = f"run `{run_id}`" if run_id else "the run"
-        views = {"run_badge": f"**Results below:** {named}, {where} (partial: an event that did not finish is not stored).",
+        views: dict[str, Any] = {"run_badge": f"**Results below:** {named}, {where} (partial: an event that did not finish is not stored).",
                  "status": f"Stopped: {stop}; {where}."}
         if last_step >= 0:
             views["heatmap"] = live.heatmap(last_step, f"{run_label(run_id or '')}{verb}")
@@ -390,7 +392,7 @@ class DishController:
         colors = concept_colors(sorted({a.concept for spans in traj.anchors for a in spans}))
         sample = min(max(sample, 0), traj.n_samples - 1)
         pieces = highlighted_text(traj, sample, self.tokens)
-        color_map = {**colors, **({END_TOKEN_LABEL: END_TOKEN_COLOR} if any(l == END_TOKEN_LABEL for _, l in pieces) else {})}
+        color_map = {**colors, **({END_TOKEN_LABEL: END_TOKEN_COLOR} if any(kind == END_TOKEN_LABEL for _, kind in pieces) else {})}
         return {
             "final_text": gr.update(value=pieces, color_map=color_map),
             "flips": flips_bar(traj, sample, self.lm.tokenizer),
@@ -491,5 +493,6 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
     # every way the value moves (drag, arrow keys, a number typed in its box); the last one wins.
     # One selector for every panel: the final text, the flips chart, the viewer and its downloads
     shown = [final_text, flips, *(trajectory[ctl.trajectory.name(p)] for p in ("view", "key", "figure", "curves", "files", "sample"))]
-    sample.input(sample_handler, [run_id, sample, trajectory[ctl.trajectory.name("view")]], shown, show_progress="hidden", trigger_mode="always_last")
+    sample.input(sample_handler, [run_id, sample, trajectory[ctl.trajectory.name("view")]], shown, show_progress="hidden",
+                 trigger_mode="always_last")
     return ctl, {**names, **controls}

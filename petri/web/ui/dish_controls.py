@@ -15,6 +15,8 @@ the element ids (``petri`` on the Dish tab, ``petri-cmp`` on the Compare tab).
 
 from __future__ import annotations
 
+from typing import cast
+
 import gradio as gr
 
 from petri.core.settings import Control, controls
@@ -66,7 +68,8 @@ def _component(control: Control, value, elem: str):
     if control.type is bool:
         return gr.Checkbox(value, label=control.label, elem_id=elem_id)
     if control.info.widget == "slider":
-        return gr.Slider(control.info.ge, control.info.le, value=value, step=1 if control.type is int else None,
+        return gr.Slider(cast(float, control.info.ge), cast(float, control.info.le), value=value,  # a slider is bounded
+                         step=1 if control.type is int else None,
                          label=control.label, elem_id=elem_id)
     return gr.Number(value, label=control.label, elem_id=elem_id, precision=0 if control.type is int else None)
 

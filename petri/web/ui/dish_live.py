@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 
@@ -23,6 +23,9 @@ from petri.study.anchor_marks import aggregate_anchor_boxes
 from petri.study.plots import flip_heatmap, token_texts
 from petri.web.ui.trajectory import TrajectoryView
 from petri.web.ui.views import LiveFlips, TokenText, concept_colors
+
+if TYPE_CHECKING:
+    from petri.engine.base import SamplingModel
 
 #: Redraw a live view at most this often (seconds).
 LIVE_REDRAW_S = 0.25
@@ -63,7 +66,7 @@ def title_at_top(fig: go.Figure) -> go.Figure:
 class LiveDish:
     """One event's flip counts while it samples and the views drawn from them."""
 
-    def __init__(self, lm, tokens: TokenText, planned: PlannedEvent):
+    def __init__(self, lm: SamplingModel, tokens: TokenText, planned: PlannedEvent):
         self.layouts = planned.layouts
         self.pinned = planned.pinned  # (S, L) bool, as every step's LiveStep carries it
         self.colors = concept_colors(planned.dish.concepts)

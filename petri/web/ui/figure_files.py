@@ -18,10 +18,10 @@ the run's stored events (:meth:`petri.runs.store.RunStore.load_events`) and the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-
-import re
+from typing import Any
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -90,7 +90,7 @@ def add_figure_downloads(service, run_id: gr.components.Component, figures: Call
     return button, files
 
 
-def shown_figures(plots: dict[str, object]) -> tuple[str, dict[str, go.Figure]]:
+def shown_figures(plots: dict[str, Any]) -> tuple[str, dict[str, go.Figure]]:
     """(run id, figures by name) of ``gr.Plot`` values (``PlotData`` with the figure's JSON, or None):
     the run id from the figures' ``layout.meta`` (only hex, so it is safe in a file name)."""
     figures = {name: pio.from_json(value.plot) for name, value in plots.items() if value is not None

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from petri.app.service import PetriService
 from petri.core.paths import checkpoint_source
 from petri.engine.torch.prompt_cache import PROMPT_CACHE_ENV, kept_prompts
-from petri.app.service import PetriService
 from petri.web.limits import LIMITS
+
+if TYPE_CHECKING:
+    from petri.engine.base import SamplingModel
 
 
 def model_card(model_source: str | None) -> str:
@@ -42,7 +46,7 @@ def _installed(package: str) -> str:
         return "not installed"
 
 
-def backend_line(lm) -> str:
+def backend_line(lm: SamplingModel) -> str:
     """``PyTorch 2.x · transformers 4.x (`ModelClass`)`` for the served model's backend."""
     backend = getattr(lm, "backend", "torch")
     parts = [f"{label} {_installed(package)}" for label, package in BACKEND_PACKAGES.get(backend, ((backend, backend),))]
@@ -50,7 +54,7 @@ def backend_line(lm) -> str:
     return " · ".join(parts) + (f" (`{architecture}`)" if architecture else "")
 
 
-def kept_prompts_line(lm) -> str:
+def kept_prompts_line(lm: SamplingModel) -> str:
     """How many encoder caches the served model keeps for prompts sent again (:mod:`petri.engine.torch.prompt_cache`)."""
     prompts = kept_prompts(lm)
     if prompts is None:

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import json
 import threading
+from typing import cast
 
 import gradio as gr
 import pandas as pd
 from pydantic import ValidationError
 
 from petri.app.jobs import QueueFull
-from petri.app.probe import EvalSettings
+from petri.app.probe import EvalSettings, ProbeEvalRun
 from petri.app.service import BusyError, PetriService
 from petri.core.cancel import Cancelled, CancelToken
 from petri.core.probe import DEFAULT_MIN_MASS, ORDER_AS_LISTED, ORDER_CYCLIC, ProbeInputError
@@ -127,7 +128,11 @@ class ProbeController:
         yield {"status": "Reading the slots…"}
         token = CancelToken()
         if cancel is not None:  # the Cancel button's event, seen at every step (and while waiting for the model)
-            token.heartbeat = lambda: cancel.is_set() and token.cancel("cancelled")
+            def heartbeat() -> None:  # cancel the token once the stop is set
+                if cancel.is_set():
+                    token.cancel("cancelled")
+
+            token.heartbeat = heartbeat
         try:
             done = self.service.probe(request, wait_s=UI_WAIT_S, cancel=token, owner=caller.owner if caller else None)
         except Cancelled as stop:
@@ -199,6 +204,7 @@ class ProbeController:
             return
         except JobFailed as err:
             raise gr.Error(f"The evaluation failed: {err}") from None
+        result = cast(ProbeEvalRun, result)  # stream() ends with "done" or raises
         results = {name: frame_document(getattr(result.evaluation, name)) for name in EVAL_TABLES}
         yield {**self.eval_views(result.run_id, results, caller),
                "status": f"Done: run `{result.run_id}` — {labelled.name}, {result.wall_s:.1f} s. Stored; also at "

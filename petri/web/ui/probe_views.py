@@ -9,6 +9,8 @@ question × step, with ``alternatives`` and ``probs``); an evaluation's tables a
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -20,6 +22,9 @@ from petri.engine.probe import plan_probe
 from petri.runs.probe_results import EVAL_KIND, PROBE_KIND
 from petri.web.tokens import PALETTE
 from petri.web.ui.views import phone_table_css, responsive
+
+if TYPE_CHECKING:
+    from petri.engine.base import SamplingModel
 
 QUESTION_COLUMNS = ["name", "slot", "alternatives", "labels", "ask_if"]
 FRAME_COLOR = "#6b7280"
@@ -71,7 +76,7 @@ def questions_of(rows) -> list[dict]:
     return questions
 
 
-def frame_canvas(lm, request: ProbeRequest | None, error: str = "") -> dict:
+def frame_canvas(lm: SamplingModel, request: ProbeRequest | None, error: str = "") -> dict:
     """The canvas control's value for ``request`` on ``lm``: the pinned prefix, each run of pinned
     frame text a grey chip (its text as the label), each slot a coloured one-position chip, all
     ``fixed`` (the frame's text places them); or an empty canvas carrying ``error`` where the request
@@ -86,7 +91,8 @@ def frame_canvas(lm, request: ProbeRequest | None, error: str = "") -> dict:
         return {**empty, "error": str(err)}
     layout, prefix = plan.layout, len(plan.prefix_ids)
     slot_at = {at: name for name, at in layout.slots.items()}
-    chips, run = [], []
+    chips: list = []
+    run: list[int] = []
 
     def close() -> None:
         if run:
@@ -201,7 +207,7 @@ def settling_figure(document: dict) -> go.Figure | None:
 
 ANSWER_COLUMNS = ["question", "answer", "orders", "read"]
 #: the answers table's column widths (shares of the table, so it fits a 420 px screen)
-ANSWER_WIDTHS = ["18%", "48%", "17%", "17%"]
+ANSWER_WIDTHS: list[str | int] = ["18%", "48%", "17%", "17%"]
 #: On a phone: room for a header and a question name ("consistent") whole at 13 px (at 18 % they broke
 #: as "quest/ion", "order/s", "consi/stent" at 420 px); the answer's words wrap.
 ANSWERS_PHONE_CSS = phone_table_css("petri-probe-answers", ANSWER_COLUMNS,
@@ -233,7 +239,7 @@ SUMMARY_VIEW = {"question": "measure", "answered": "answered of n (coverage)",
 
 
 SUMMARY_VIEW_COLUMNS = ["question", "measure", "value"]
-SUMMARY_VIEW_WIDTHS = ["22%", "38%", "40%"]
+SUMMARY_VIEW_WIDTHS: list[str | int] = ["22%", "38%", "40%"]
 
 
 def summary_view(summary: pd.DataFrame) -> pd.DataFrame:

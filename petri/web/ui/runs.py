@@ -24,21 +24,21 @@ import numpy as np
 import pandas as pd
 
 from petri.app.service import PetriService
-from petri.measure.summary import EventSummary
+from petri.core.trajectory import settings_from_dict
 from petri.core.wording import counted
+from petri.measure.summary import EventSummary
+from petri.runs.probe_results import EVAL_KIND, PROBE_KIND
 from petri.study.provisional import stored_batches
 from petri.study.runner import StudyResult
 from petri.study.schema import StudyError, study_from_dict
-from petri.core.trajectory import settings_from_dict
 from petri.web.access import Caller
 from petri.web.ui.access import UiAccess
 from petri.web.ui.probe_views import probe_headline, probe_row
 from petri.web.ui.views import phone_table_css
-from petri.runs.probe_results import EVAL_KIND, PROBE_KIND
 
 RUN_COLUMNS = ["kind", "what", "design", "headline", "status", "run_id", "created_at", "model", "concepts"]
 #: Room for each column (px): "what" gets the most, so an event reads as a sentence, not 20 characters.
-RUN_COLUMN_WIDTHS = ["80px", "360px", "150px", "190px", "90px", "150px", "150px", "120px", "150px"]
+RUN_COLUMN_WIDTHS: list[str | int] = ["80px", "360px", "150px", "190px", "90px", "150px", "150px", "120px", "150px"]
 #: On a phone (600 px or less) the table shows only these columns, each with its share of the width
 #: (%), and wraps: its nine columns of fixed width scrolled sideways at 420 px (the picked run's whole
 #: row is written above the table).
@@ -128,7 +128,7 @@ def searchable(run: dict, row: list) -> str:
     first 60 characters of an event), lower-cased."""
     request = run["request"]
     events = request.get("events", []) if run_kind(run) != "study" else request.get("study", {}).get("events", [])
-    texts = [e.get("event", e.get("text", "")) if isinstance(e, dict) else str(e) for e in events]
+    texts: list = [e.get("event", e.get("text", "")) if isinstance(e, dict) else str(e) for e in events]
     return " ".join([*map(str, row), *texts]).lower()
 
 

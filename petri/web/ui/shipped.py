@@ -22,7 +22,8 @@ from petri.study.plots import event_ranking_figure, instability_figure, jaccard_
 
 ENV_VAR = "PETRI_SHIPPED_STUDY"
 #: The committed files offered for download (positions.csv is committed gzipped: the Hub's 10 MiB limit).
-DOWNLOADS = ("events.csv", "segments.csv", "samples.csv", "pairs.csv", "positions.csv.gz", "jaccard.csv", "pair_tests.csv", "statistics.json", "run.json", "report.md")
+DOWNLOADS = ("events.csv", "segments.csv", "samples.csv", "pairs.csv", "positions.csv.gz", "jaccard.csv", "pair_tests.csv",
+             "statistics.json", "run.json", "report.md")
 
 
 def shipped_study_dir() -> Path:

@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
 import pandas as pd
 
+from petri.stats.groups import MIN_INFORMATIVE_N
 from petri.stats.mixed import cell_values
 from petri.stats.power import power_from_cells
-from petri.stats.groups import MIN_INFORMATIVE_N
 from petri.study.paired_statistics import paired_from_folder
 from petri.study.statistics import load_results
 
@@ -93,7 +94,7 @@ def run_power(folder: str | None, events: str, templates: str, effect, sims,
     if not folder:
         raise gr.Error("Power: no study results on screen yet; run or reopen a study first")
     try:
-        design = dict(events=_ints(events, "events per group") or (6, 12, 24, 48),
+        design: dict[str, Any] = dict(events=_ints(events, "events per group") or (6, 12, 24, 48),
                       templates=_ints(templates, "templates") or None, n_sims=min(int(sims or 500), MAX_SIMS),
                       seed=int(seed or 0))
         table, summary = paired_power_of(folder, design, _effect(effect))
@@ -192,9 +193,9 @@ def build_stats_panel(folder: str | Path | None) -> dict:
 def paired_tests_line(a, b, labels: tuple[str, str]) -> str:
     """The Compare view's paired tests of two trajectories whose sample ``s`` share layout and seed:
     Wilcoxon signed-rank on per-sample mean segment instability, exact McNemar on "every anchor intact"."""
-    from petri.stats.paired import mcnemar_exact, wilcoxon_paired
     from petri.measure.summary import EventSummary
     from petri.measure.tables import samples_table, segments_table
+    from petri.stats.paired import mcnemar_exact, wilcoxon_paired
 
     events = [EventSummary(t) for t in (a, b)]  # each event's flips counted once for both tables
     inst = [segments_table(e).groupby("sample")["instability"].mean().reindex(range(e.traj.n_samples)) for e in events]

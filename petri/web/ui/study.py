@@ -18,23 +18,24 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import cast
 
 import gradio as gr
 import pandas as pd
 from pydantic import ValidationError
 
-from petri.core.paths import studies_dir
-from petri.core.wording import counted
 from petri.app.jobs import QueueFull
 from petri.app.service import PetriService
+from petri.core.paths import studies_dir
+from petri.core.wording import counted
 from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap
 from petri.study.provisional import BatchReader, provisional_statistics
 from petri.study.runner import study_run_id
 from petri.study.schema import Study, StudyError, load_study, study_from_dict
 from petri.web.access import Caller
+from petri.web.api.requests import SettingsIn, StudyRequest, prepare_study
 from petri.web.errors import FieldError
 from petri.web.limits import MAX_SAMPLES, MAX_STEPS
-from petri.web.api.requests import SettingsIn, StudyRequest, prepare_study
 from petri.web.ui.access import UiAccess, export_dir
 from petri.web.ui.figure_files import add_shown_figure_downloads
 from petri.web.ui.live import JobCancelled, JobFailed, field_validation, stream, wire_run
@@ -243,7 +244,7 @@ class StudyController:
         it is queued)."""
         def input_of(loc: list, kind: str) -> int:
             if loc and loc[0] == "study":
-                entry = re.match(r"[A-Za-z_]*", str(loc[1]) if len(loc) > 1 else "").group()
+                entry = cast(re.Match, re.match(r"[A-Za-z_]*", str(loc[1]) if len(loc) > 1 else "")).group()  # * always matches
                 return self.STUDY_INPUTS.get(entry, 1)
             return self.REQUEST_INPUTS.get(str(loc[0]) if loc else "", 1)
 

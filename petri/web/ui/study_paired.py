@@ -7,7 +7,7 @@ they ride in the tab's study header, :func:`conditions_meta` / :func:`with_condi
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 from petri.study.paired_plots import paired_slope_figure
 from petri.study.schema import Study
@@ -83,7 +83,7 @@ def paired_final_views(result, analysis) -> dict:
 def paired_live_views(study: Study, prov, label: str, model_id: str, run_id: str) -> dict:
     """The chart of a paired study from its batches so far (events with every condition in draw a full line)."""
     conditions = [c.id for c in study.conditions]
-    doses = {c.id: c.dose for c in study.conditions} if study.dose_study else None
+    doses = {c.id: cast(float, c.dose) for c in study.conditions} if study.dose_study else None  # all set
     fig = paired_slope_figure(prov.events, conditions, doses=doses, model_id=model_id, provisional=label, run_id=run_id)
     return {"instability": responsive(fig),
             "stats": f"**Run `{run_id}` — {label}** — provisional; the paired statistics come when every batch is in."}

@@ -27,9 +27,12 @@ a tab and returns them by name, :meth:`TrajectoryView.views` their values for a 
 
 from __future__ import annotations
 
+from typing import cast
+
 import gradio as gr
 import numpy as np
 
+from petri.core.trajectory import MASKED_FAMILY, UNIFORM_FAMILY, Trajectory
 from petri.measure.metrics import anchor_concepts
 from petri.measure.replay import CONFIDENCE_LEGEND, live_record, sample_record
 from petri.study.trajectory_plots import (
@@ -40,12 +43,11 @@ from petri.study.trajectory_plots import (
     step_curves_figure,
     trajectory_figure,
 )
-from petri.core.trajectory import MASKED_FAMILY, UNIFORM_FAMILY, Trajectory
 from petri.web.access import Caller
 from petri.web.replay_files import export_bundle, run_colors
+from petri.web.tokens import TokenText
 from petri.web.ui.access import UiAccess, export_dir
 from petri.web.ui.busy import busy_click
-from petri.web.tokens import TokenText
 from petri.web.ui.views import responsive
 
 VIEW_HTML = """
@@ -65,7 +67,7 @@ VIEW_HTML = """
   <div class="pt-canvas"></div>
   <div class="pt-legend"></div>
 </div>
-"""
+"""  # noqa: E501 - served as written: its long lines are HTML, CSS or JavaScript
 
 VIEW_CSS = """
 .pt { padding: 6px 2px; outline-offset: 2px; }
@@ -94,7 +96,7 @@ VIEW_CSS = """
 .pt-flow .pt-renoised { margin: 0 0.3em; text-decoration: underline dotted; }
 .pt-pause-mark { display: inline-block; width: 3px; height: 0.8em; border-left: 3px solid currentColor;
   border-right: 3px solid currentColor; vertical-align: -0.05em; }
-"""
+"""  # noqa: E501 - served as written: its long lines are HTML, CSS or JavaScript
 
 VIEW_JS = r"""
 const root = element.querySelector('.pt');
@@ -247,7 +249,7 @@ watch('value', () => {
   render();
 });
 render();
-"""
+"""  # noqa: E501 - served as written: its long lines are HTML, CSS or JavaScript
 
 _MARKS = ("Dashed black outline = the argmax flipped at this step (a mark no concept colour takes); thick solid "
           "border = anchor (its own token, in its concept's colour); striped = special token.")
@@ -330,7 +332,8 @@ class TrajectoryView:
         rec = live_record(token_ids, anchor_row, pinned_row, self.tokens, self.tokens.is_special, canvas=canvas,
                           accepted=accepted, family=family, mask_id=mask_id)
         modes = view_modes(family, canvas is not None)
-        live_note = " Live: sample 0 as each step arrives (confidence is not streamed; the stored record replaces this view when the run ends)."
+        live_note = (" Live: sample 0 as each step arrives (confidence is not streamed; the stored record replaces this view when "
+                     "the run ends).")
         return {**rec, **modes, "legends": {k: v + live_note for k, v in modes["legends"].items()},
                 "key": "live", "live": True, "colors": colors, "scale": CONFIDENCE_SCALE, "title": "sample 0 (live)"}
 
@@ -375,6 +378,7 @@ class TrajectoryView:
     def show_sample(self, key: dict | None, sample, caller: Caller | None = None, mode: str = "canvas") -> dict:
         """Another sample of the stored run: its record, figure and curves (cells showing ``mode``)."""
         stored = self._stored(key, caller)
+        key = cast(dict, key)  # _stored refused a missing key
         views = self.views(key["run_id"], key["event"], stored[key["event"]][2], int(sample or 0), key.get("title", ""),
                            mode)
         views.pop(self.name("sample"))
@@ -392,6 +396,7 @@ class TrajectoryView:
         """The replay files of the shown sample (GIF, figures as HTML/PNG/SVG, steps CSV/Parquet),
         written into ``caller``'s own download folder (:func:`petri.web.ui.access.export_dir`)."""
         stored = self._stored(key, caller)
+        key = cast(dict, key)  # _stored refused a missing key
         folder = export_dir(caller) / f"{key['run_id']}-replay-{self.prefix}"
         paths, notes = export_bundle([t for _, _, t in stored], [g for _, g, _ in stored], key["event"],
                                      int(sample or 0), folder, self.tokens)

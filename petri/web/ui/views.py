@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from petri.core.trajectory import Trajectory
 from petri.measure.metrics import anchor_concepts, step_flips
 from petri.measure.sample_metrics import sample_metrics
-from petri.core.trajectory import Trajectory
 from petri.web.errors import FieldError, field_message, request_error_message  # noqa: F401 (re-exported)
 from petri.web.tokens import END_OF_TURN_TOKENS, PALETTE, TokenText, concept_colors  # noqa: F401 (re-exported)
 

@@ -80,8 +80,8 @@ def test_generate_gives_the_library_s_tokens_with_either_cache(cache, monkeypatc
     """transformers' ``generate`` through the fused forward: with its dynamic cache the op runs in
     every layer of every step; its static cache (compileable: its appending pads) goes through the
     library's forward. The tokens are the library's either way."""
-    from petri.engine.torch.sampler import generate_kwargs
     from petri.core.trajectory import SamplerSettings
+    from petri.engine.torch.sampler import generate_kwargs
 
     lm = _tiny()
     settings = SamplerSettings(max_denoising_steps=4)

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.torch.decoder_hooks import encoder_layers
 from petri.engine.cuda.fused_logits import HAVE_TRITON
-from petri.engine.torch.tiny import tiny_random_model
+from petri.engine.torch.decoder_hooks import encoder_layers
 from petri.engine.torch.step import _cache_kwarg, _encode_prompt_once, encoded_prompt
+from petri.engine.torch.tiny import tiny_random_model
 
 #: longer than the tiny model's sliding window (8 below), so the sliding layers keep only its tail
 PROMPT = list(range(20, 45))

@@ -14,11 +14,11 @@ import torch
 
 import petri.engine.cuda.encoder_attention as encoder_attention
 from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.torch.decoder_hooks import encoder_layers
 from petri.engine.cuda.encoder_attention import NAME, petri_encoder_window, use_encoder_window, window_call_fits
 from petri.engine.cuda.split_attention import drop_split_attention
-from petri.engine.torch.tiny import tiny_random_model
+from petri.engine.torch.decoder_hooks import encoder_layers
 from petri.engine.torch.step import _encode_prompt_once, encoder_inputs
+from petri.engine.torch.tiny import tiny_random_model
 
 CUDA = torch.cuda.is_available()
 WINDOW = 8

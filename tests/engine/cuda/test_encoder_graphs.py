@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 import torch
 
+from petri.core.trajectory import AnchorSpan, SamplerSettings
 from petri.engine.cuda import encoder_graphs as module
 from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
 from petri.engine.cuda.encoder_graphs import EncoderGraphs, set_encoder_graph_lengths
-from petri.engine.torch.fast_tier import FastOptions
 from petri.engine.cuda.fused_logits import HAVE_TRITON
-from petri.engine.torch.tiny import tiny_random_model
+from petri.engine.torch.fast_tier import FastOptions
 from petri.engine.torch.step import _encode_prompt_once
-from petri.core.trajectory import AnchorSpan, SamplerSettings
+from petri.engine.torch.tiny import tiny_random_model
 
 
 class _Graph:
@@ -120,8 +120,8 @@ def test_the_tier_drops_its_encoder_graphs_with_its_sessions():
 
 def test_a_public_server_keeps_no_encoder_graphs_unless_asked(monkeypatch, tmp_path):
     pytest.importorskip("fastapi")  # the GPU machine's image has no web stack
-    from petri.engine.torch.prompt_cache import PROMPT_CACHE_ENV
     from petri.app.service import PetriService
+    from petri.engine.torch.prompt_cache import PROMPT_CACHE_ENV
     from petri.runs.store import RunStore
     from petri.web.access import AccessPolicy
     from petri.web.app import create_app

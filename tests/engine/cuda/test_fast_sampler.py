@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from petri.core.dish import pinned_arrays
+from petri.core.trajectory import AnchorSpan, SamplerSettings
 from petri.engine.cuda.fast_sampler import FastOptions, fast_path_reason, run_sampler_fast
 from petri.engine.cuda.fused_logits import HAVE_TRITON
 from petri.engine.torch.step import StabilityTracker, _cache_kwarg, _encode_prompt_once, accept_mask
-from petri.core.trajectory import AnchorSpan, SamplerSettings
 
 CUDA = torch.cuda.is_available() and HAVE_TRITON
 
@@ -153,8 +153,8 @@ def test_compiled_tier_on_cpu_equals_eager_race_loop():
 
     from petri.engine.cuda.compiled_tier import uncompile_regions
     from petri.engine.cuda.fused_experts import unfuse_experts
-    from petri.engine.torch.tiny import tiny_random_model
     from petri.engine.torch.model import compile_for_sampling
+    from petri.engine.torch.tiny import tiny_random_model
 
     lm = tiny_random_model(canvas_length=16, num_layers=6, seed=5)
     settings = SamplerSettings(max_denoising_steps=5, stability_threshold=None, confidence_threshold=None)

@@ -23,12 +23,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from petri.engine.cuda import fast_sampler
+from petri.core.trajectory import AnchorSpan, SamplerSettings
 from petri.engine.base import SampleRequest
+from petri.engine.cuda import fast_sampler
 from petri.engine.cuda.fast_sampler import FastOptions, fast_path_reason, run_sampler_auto, run_sampler_fast
 from petri.engine.cuda.fused_logits import HAVE_TRITON
 from petri.engine.torch.model import LoadedModel
-from petri.core.trajectory import AnchorSpan, SamplerSettings
 
 ENGINE = Path(__file__).resolve().parents[3] / "petri" / "engine"
 SETTINGS = SamplerSettings(max_denoising_steps=2, stability_threshold=None, confidence_threshold=None)
@@ -195,8 +195,8 @@ def test_the_compiled_tier_runs_in_graphs_and_is_undone_on_gpu():
 
     from petri.engine.cuda.compiled_tier import uncompile_regions
     from petri.engine.torch.decoder_hooks import encoder_layers
-    from petri.engine.torch.tiny import tiny_random_model
     from petri.engine.torch.model import compile_for_sampling
+    from petri.engine.torch.tiny import tiny_random_model
 
     lm = tiny_random_model(canvas_length=16, num_layers=6, seed=5)
     lm.model.to("cuda", torch.bfloat16)

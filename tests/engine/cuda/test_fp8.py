@@ -12,17 +12,18 @@ from dataclasses import replace
 import pytest
 import torch
 
+from petri.core.trajectory import AnchorSpan, SamplerSettings
 from petri.engine.base import SampleRequest
 from petri.engine.cuda.fp8 import (
     FP8,
     FP8_MAX,
     INV_FP8_MAX,
     MIN_SCALE,
+    activation_quantized,
     dequantize,
     experts_fp8,
     fp8_reason,
     precision_of,
-    activation_quantized,
     quantize_rows,
     quantize_rows_torch,
     scaled_grouped,
@@ -36,7 +37,6 @@ from petri.engine.cuda.fp8 import (
 from petri.engine.cuda.fused_experts import experts_reference, gated_activation
 from petri.engine.cuda.fused_logits import HAVE_TRITON
 from petri.engine.torch.tiny import tiny_random_model
-from petri.core.trajectory import AnchorSpan, SamplerSettings
 from tiny_support import tiny_logits
 
 CUDA = torch.cuda.is_available() and HAVE_TRITON and torch.cuda.get_device_capability() >= (8, 9)
@@ -182,8 +182,8 @@ def test_fp8_trajectories_name_the_tier(bf16_tiny):
 
 
 def test_fp8_survives_the_compiled_tier_switching_its_experts(bf16_tiny):
-    from petri.engine.cuda.compiled_tier import uncompile_regions
     from petri.engine.cuda.batch1_experts import _small_batch_forward
+    from petri.engine.cuda.compiled_tier import uncompile_regions
     from petri.engine.torch.model import compile_for_sampling
 
     experts = bf16_tiny.model.model.decoder.layers[0].experts

@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.torch.decoder_hooks import encoder_layers
 from petri.engine.cuda.fp8 import FP8, precision_of, quantize_rows, set_precision, use_bf16
 from petri.engine.cuda.fused_logits import HAVE_TRITON
 from petri.engine.cuda.stacked_projections import GROUP
-from petri.engine.torch.tiny import tiny_random_model
+from petri.engine.torch.decoder_hooks import encoder_layers
 from petri.engine.torch.step import _encode_prompt_once, encoded_prompt
+from petri.engine.torch.tiny import tiny_random_model
 
 PROMPT = list(range(20, 45))
 CUDA = torch.cuda.is_available() and HAVE_TRITON and torch.cuda.get_device_capability() >= (8, 9)

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from petri.core.trajectory import AnchorSpan, SamplerSettings
 from petri.engine.base import SampleRequest
 from petri.engine.cuda.fp8 import set_precision
 from petri.engine.cuda.fp8_release import release_bf16, released_tensors, set_accumulation
 from petri.engine.torch.model import compile_for_sampling
 from petri.engine.torch.tiny import tiny_random_model
-from petri.core.trajectory import AnchorSpan, SamplerSettings
 from tiny_support import tiny_logits
 
 

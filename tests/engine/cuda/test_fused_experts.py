@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DiffusionGemmaForBlockDiffusion
 
-from petri.engine.torch.configs import small_diffusion_gemma_config
+from petri.engine.cuda.batch1_experts import moe_experts_small_batch
 from petri.engine.cuda.fused_experts import (
     experts_reference,
     experts_triton,
@@ -19,8 +19,8 @@ from petri.engine.cuda.fused_experts import (
     route,
     unfuse_experts,
 )
-from petri.engine.cuda.batch1_experts import moe_experts_small_batch
 from petri.engine.cuda.fused_logits import HAVE_TRITON
+from petri.engine.torch.configs import small_diffusion_gemma_config
 
 EXPERTS, TOP_K = 8, 3
 
@@ -129,9 +129,9 @@ def test_fuse_routes_the_layers_through_the_op_and_unfuse_restores(model, monkey
 
 
 def test_fused_model_samples_like_the_plain_one(tmp_path):
-    from petri.engine.torch.tiny import tiny_random_model
-    from petri.engine.torch.sampler import run_sampler
     from petri.core.trajectory import AnchorSpan, SamplerSettings
+    from petri.engine.torch.sampler import run_sampler
+    from petri.engine.torch.tiny import tiny_random_model
 
     lm = tiny_random_model(seed=3)
     layouts = [[AnchorSpan(concept="x", start=2, token_ids=(7,))], []]

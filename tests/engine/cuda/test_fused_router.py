@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.torch.decoder_hooks import encoder_layers
 from petri.engine.cuda.fused_logits import HAVE_TRITON
 from petri.engine.cuda.fused_router import fuse_routers, route_top_k_reference, route_top_k_triton, unfuse_routers
+from petri.engine.torch.decoder_hooks import encoder_layers
 from petri.engine.torch.tiny import tiny_random_model
 
 CUDA = torch.cuda.is_available() and HAVE_TRITON

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 
+from experiment_support import experiment_script
 from petri.engine.cuda import compiled_tier, fused_norms
 from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
 from petri.engine.cuda.fp8 import set_precision
@@ -31,7 +32,6 @@ from petri.engine.cuda.overlapped_mlp import (
     overlapped_feedforward_blocks,
 )
 from petri.engine.torch.tiny import tiny_random_model
-from experiment_support import experiment_script
 from tiny_support import tiny_logits
 
 

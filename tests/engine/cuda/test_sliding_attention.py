@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attention_support import check_against_sdpa, tiny_decoder
 from petri.engine.cuda.sliding_attention import (
     FLASH_BELOW_SAMPLES,
     NAME,
@@ -18,8 +19,6 @@ from petri.engine.cuda.sliding_attention import (
     use_flash_sliding,
 )
 from petri.engine.cuda.split_attention import drop_split_attention, split_attention, use_split_attention
-
-from attention_support import check_against_sdpa, tiny_decoder
 
 CUDA = torch.cuda.is_available()
 

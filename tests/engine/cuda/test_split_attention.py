@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import petri.engine.cuda.split_attention as split_module
+from attention_support import check_against_sdpa, tiny_decoder
 from petri.engine.cuda.sliding_attention import NAME as FLASH_NAME
 from petri.engine.cuda.split_attention import (
     NAME,
@@ -27,8 +28,6 @@ from petri.engine.cuda.split_attention import (
     use_split_attention,
 )
 from petri.engine.torch.tiny import tiny_random_model
-
-from attention_support import check_against_sdpa, tiny_decoder
 
 CUDA = torch.cuda.is_available()
 
@@ -169,10 +168,11 @@ def test_compiled_layers_with_the_split_give_the_librarys_logits_on_gpu(method, 
     uncompiled library model: logits within bf16 rounding."""
     from dataclasses import replace
 
+    from transformers import DiffusionGemmaForBlockDiffusion
+
     from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
     from petri.engine.torch.configs import small_diffusion_gemma_config
     from petri.engine.torch.tiny import build_tiny_tokenizer
-    from transformers import DiffusionGemmaForBlockDiffusion
 
     tokenizer = build_tiny_tokenizer()
     config = small_diffusion_gemma_config(vocab_size=len(tokenizer), canvas_length=16, num_layers=2, num_heads=4,

@@ -8,17 +8,16 @@ import io
 import json
 import threading
 import time
+from contextlib import contextmanager
 
 import httpx
 import pandas as pd
 import pytest
 
-from contextlib import contextmanager
-
-from petri.web.app import create_app
-from petri.web.limits import MAX_QUEUED, MAX_SAMPLES
 from petri.app.service import PetriService
 from petri.runs.store import RunStore
+from petri.web.app import create_app
+from petri.web.limits import MAX_QUEUED, MAX_SAMPLES
 from service_support import model_held
 
 EVENT = "Only 90 units are in stock, but a customer ordered 120."

@@ -11,12 +11,12 @@ import httpx
 import numpy as np
 import pytest
 
-from service_support import model_held
 from petri.app.service import PetriService
 from petri.runs.store import RunStore
 from petri.web import limits
 from petri.web.access import AccessPolicy
 from petri.web.app import create_app
+from service_support import model_held
 from tests.app.test_jobs import DEADLINE_S, STUDY, wait_until
 
 EVENT = "Only 90 units are in stock, but a customer ordered 120."

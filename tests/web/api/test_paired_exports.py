@@ -18,7 +18,6 @@ from petri.runs.store import RunStore
 from petri.study import runner
 from petri.study.schema import study_from_dict
 from petri.web.app import create_app
-
 from tests.study.test_study_run import SETTINGS, one_thread  # noqa: F401 (one intra-op thread, autouse)
 
 DOSE = {

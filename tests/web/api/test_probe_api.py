@@ -12,13 +12,13 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
-from service_support import model_held
 from petri.app.service import PetriService
 from petri.core.probe import request_from_dict
 from petri.engine.probe import read_slots
 from petri.runs.store import RunStore
 from petri.web.access import CALLER_HEADER, AccessPolicy
 from petri.web.app import create_app
+from service_support import model_held
 from tests.app.test_jobs import wait_until
 from tests.web.api.test_job_api import poll_final
 

@@ -13,8 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from petri.engine.torch.tiny import tiny_random_model
 from petri.app.service import PetriService
+from petri.engine.torch.tiny import tiny_random_model
 from petri.runs.store import RunStore
 from petri.web.app import create_app
 
@@ -96,8 +96,8 @@ def test_cli_replay_writes_a_gif_a_table_and_the_figure(tmp_path):
     lm.tokenizer.save_pretrained(folder)  # the CLI only needs the tokenizer
     store = RunStore(tmp_path / "store")
     service = PetriService(lm, store)
-    from petri.core.dish import Dish
     from petri.app.service import SeedEvent
+    from petri.core.dish import Dish
     from petri.core.trajectory import SamplerSettings
 
     result = service.seed(service.plan([SeedEvent(Dish(concepts=("order", "inventory"), event="The order shipped."))], 3,

@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 import shutil
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -42,9 +42,9 @@ pytestmark = pytest.mark.skipif(
 def served(tmp_path_factory, live_server):
     """(url, service, gate): the app on a live server; a study run waits at ``gate`` after its
     third batch until the test sets it."""
-    from petri.engine.torch.tiny import tiny_random_model
-    from petri.engine.torch.model import EMBEDDED_MODEL_PATH, load_model
     from petri.app.service import PetriService
+    from petri.engine.torch.model import EMBEDDED_MODEL_PATH, load_model
+    from petri.engine.torch.tiny import tiny_random_model
     from petri.runs.store import RunStore
     from petri.web.app import create_app
 
@@ -243,10 +243,10 @@ def test_drag_and_keyboard_placement_reaches_the_run(page, served, tmp_path):
         assert concept in final
     assert "|" in page.inner_text("#petri-pairs")
     links = page.locator("#petri-files a[href]").evaluate_all("els => els.map(e => e.href)")
-    names = {l.rsplit("/", 1)[-1] for l in links}
+    names = {link.rsplit("/", 1)[-1] for link in links}
     run_id = next(n for n in names if n.endswith("-pairs.csv")).removesuffix("-pairs.csv")  # named by their run
     assert {f"{run_id}-{n}" for n in ("positions.csv", "segments.csv", "samples.csv", "pairs.csv", "run.json")} <= names
-    download = httpx.get(next(l for l in links if l.endswith("-pairs.csv")), timeout=30)
+    download = httpx.get(next(link for link in links if link.endswith("-pairs.csv")), timeout=30)
     assert download.status_code == 200 and download.text.startswith('"event","event_index","group"')
     page.evaluate("window.scrollTo(0, 0)")
     page.wait_for_function("!document.querySelector('#petri-heatmap .js-plotly-plot').classList.contains('is-transitioning')")
@@ -439,8 +439,8 @@ def test_reopened_dish_and_study_restore_their_controls(page, served):
     3 (run through the service), reopened from the Runs tab: every control reads the run's values."""
     from dataclasses import replace
 
-    from petri.core.dish import Dish
     from petri.app.service import SeedEvent
+    from petri.core.dish import Dish
     from petri.study.schema import load_study
 
     _, service, gate = served
@@ -635,8 +635,8 @@ def test_a_stored_run_reopens(page, served):
     reopens from the Runs tab with its heatmap, text and downloads."""
     from dataclasses import replace
 
-    from petri.core.dish import Dish
     from petri.app.service import SeedEvent
+    from petri.core.dish import Dish
 
     _, service, _ = served
     settings = replace(service.lm.default_settings(), max_denoising_steps=4)
@@ -645,12 +645,12 @@ def test_a_stored_run_reopens(page, served):
     run_id = service.seed(service.plan([SeedEvent(dish)], 2, settings, seed=5)).run_id
     dish_run = next(r for r in service.store.list_runs(20) if r["run_id"] == run_id)
     reopen_run(page, dish_run["run_id"])
-    page.wait_for_selector(f"#petri-status:has-text('Reopened dish run')")
+    page.wait_for_selector("#petri-status:has-text('Reopened dish run')")
     assert dish_run["run_id"] in page.inner_text("#petri-status")
     page.wait_for_selector("#petri-heatmap .js-plotly-plot")
     assert "order" in page.inner_text("#petri-final")
     links = page.locator("#petri-files a[href]").evaluate_all("els => els.map(e => e.href)")
-    assert any(f"/{dish_run['run_id']}/" in l or l.endswith("run.json") for l in links)
+    assert any(f"/{dish_run['run_id']}/" in link or link.endswith("run.json") for link in links)
 
 
 def test_a_canvas_starting_with_eos_shows_its_text(page, served):
@@ -659,8 +659,8 @@ def test_a_canvas_starting_with_eos_shows_its_text(page, served):
     end-of-turn marker, drawn in a colour far from the page's background."""
     from dataclasses import replace
 
-    from petri.core.dish import Dish
     from petri.app.service import SeedEvent
+    from petri.core.dish import Dish
 
     _, service, _ = served
     settings = replace(service.lm.default_settings(), max_denoising_steps=3)
@@ -699,8 +699,8 @@ def test_the_sample_selector_follows_arrows_and_typing(page, served):
     that sample's text and flips chart, and the slider reads the same sample."""
     from dataclasses import replace
 
-    from petri.core.dish import Dish
     from petri.app.service import SeedEvent
+    from petri.core.dish import Dish
 
     _, service, _ = served
     settings = replace(service.lm.default_settings(), max_denoising_steps=3)
@@ -876,8 +876,8 @@ def test_at_420_px_the_dish_and_compare_tabs_fit(page, served):
     side (their labels stack)."""
     from dataclasses import replace
 
-    from petri.core.dish import Dish
     from petri.app.service import SeedEvent
+    from petri.core.dish import Dish
 
     _, service, _ = served
     page.set_viewport_size({"width": 420, "height": 900})
@@ -896,7 +896,8 @@ def test_at_420_px_the_dish_and_compare_tabs_fit(page, served):
         # a stored dish with its chips side by side (their labels would overlap on one line), reopened
         dish = Dish(("order", "inventory", "person"), "The stock was counted.", "{event}", positions=(20, 24, 27),
                     shuffle=False)
-        side_by_side = service.seed(service.plan([SeedEvent(dish)], 1, replace(service.lm.default_settings(), max_denoising_steps=2))).run_id
+        side_by_side = service.seed(service.plan([SeedEvent(dish)], 1,
+                                                 replace(service.lm.default_settings(), max_denoising_steps=2))).run_id
         reopen_run(page, side_by_side)
         page.wait_for_selector(f"#petri-status:has-text('{side_by_side}')")
         page.wait_for_function("document.querySelector(\"#petri-canvas .pc-chip[data-concept='person']\").dataset.start == '27'")

@@ -11,11 +11,10 @@ import threading
 from contextlib import contextmanager
 
 import pytest
-
-from petri.measure.replay import visible_text
-
 from test_browser import CHROMIUM, open_settings, run_compare, save_screenshot, tab, wait_new_done
 from test_browser_legibility import browser  # noqa: F401  (a fixture: one chromium for the module)
+
+from petri.measure.replay import visible_text
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")
 
@@ -217,7 +216,7 @@ HEATMAP_LABELS = """(sel) => {
   return {labels: [...document.querySelectorAll(sel + ' g.annotation')].map(box),
           title: box(document.querySelector(sel + ' .gtitle')), svg: box(svg),
           hovers: (document.querySelector(sel + ' .js-plotly-plot').layout.annotations || []).map((a) => a.hovertext || '')};
-}"""
+}"""  # noqa: E501 - JavaScript run in the page
 
 
 def apart(a: dict, b: dict, gap: float = 1.0) -> bool:
@@ -288,10 +287,10 @@ def test_the_viewer_draws_its_pause_mark_and_sets_renoised_pieces_apart_in_flowi
     """Issue 60, item 11: the Pause glyph (U+23F8) was a box in fonts without it, and flowing text ran
     renoised pieces (random tokens) into their neighbours ("lovelyottedarer"). The viewer alone, as
     Gradio hands it a record (test_browser_viewer_families' harness)."""
+    from test_browser_viewer_families import DISH, harness, view_of
+
     from petri.core.trajectory import SamplerSettings
     from petri.engine.seeding import seed_dish
-
-    from test_browser_viewer_families import DISH, harness, view_of
 
     traj = seed_dish(tiny_lm, DISH, 1, SamplerSettings(max_denoising_steps=6, entropy_bound=3.0), seed=3)
     record, _ = view_of(tiny_lm, traj)
@@ -310,7 +309,8 @@ def test_the_viewer_draws_its_pause_mark_and_sets_renoised_pieces_apart_in_flowi
             return [...btn.textContent].filter((ch) => ch.trim() && draw(ch) === none);
         }""")
         assert missing == [], missing
-        mark = page.evaluate("(() => { const m = document.querySelector('.pt-play .pt-pause-mark'); return m ? m.getBoundingClientRect().width : 0; })()")
+        mark = page.evaluate("(() => { const m = document.querySelector('.pt-play .pt-pause-mark'); "
+                             "return m ? m.getBoundingClientRect().width : 0; })()")
         assert "Pause" in page.inner_text(".pt-play") and mark >= 6
         page.click(".pt-play")  # pause
         page.check(".pt-flow-toggle")
@@ -352,8 +352,8 @@ def test_runs_open_says_it_is_working_shows_the_result_and_the_list_reads_whole(
     """Issue 60, items 7 and 9 (420 px): Open took seconds with nothing shown and left the page
     where it was; search filtered only on Enter and an empty result said nothing; a deleted run stayed
     listed after a failed Open; at 420 px the Run choice was cut and the table showed only kind and
-    what, scrolling sideways. Now the table fits the phone (kind, what and headline, wrapped); the button says "Opening…", the opened tab's results come into view, the list filters
-    as one types and says when nothing matches, a failed Open reads the list again, and the picked
+    what, scrolling sideways. Now the table fits the phone (kind, what and headline, wrapped); the button says "Opening…", the opened tab's
+    results come into view, the list filters as one types and says when nothing matches, a failed Open reads the list again, and the picked
     run's whole row is written under the choice."""
     from test_browser_pages import seeded
 
@@ -392,7 +392,7 @@ def test_runs_open_says_it_is_working_shows_the_result_and_the_list_reads_whole(
         page.wait_for_function(f"document.querySelector('#petri-runs-choice input').value.includes('{older[:12]}')")
         page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
         page.evaluate("""() => { window.__openLabels = []; const b = document.querySelector('#petri-runs-open');
-            new MutationObserver(() => window.__openLabels.push(b.innerText.trim())).observe(b, {subtree: true, childList: true, characterData: true}); }""")
+            new MutationObserver(() => window.__openLabels.push(b.innerText.trim())).observe(b, {subtree: true, childList: true, characterData: true}); }""")  # noqa: E501 - JavaScript run in the page
         page.click("#petri-runs-open")
         page.wait_for_selector(f"#petri-status:has-text('{older}')")
         page.wait_for_function("document.querySelector('#petri-runs-open').innerText.trim() === 'Open'")
@@ -430,7 +430,7 @@ def says_busy_then_shows_files(page, button: str, files: str, label: str) -> Non
     """Click ``button``: it said "Preparing…" while it worked, its label is ``label…`` again, and its
     files came right under it (less than 150 px below) and in view."""
     page.evaluate("""(sel) => { window.__busyLabels = []; const b = document.querySelector(sel);
-        new MutationObserver(() => window.__busyLabels.push(b.innerText.trim())).observe(b, {subtree: true, childList: true, characterData: true}); }""", button)
+        new MutationObserver(() => window.__busyLabels.push(b.innerText.trim())).observe(b, {subtree: true, childList: true, characterData: true}); }""", button)  # noqa: E501 - JavaScript run in the page
     page.click(button)
     page.wait_for_selector(f"{files} td.filename", timeout=300_000)
     page.wait_for_function("([sel, label]) => document.querySelector(sel).innerText.startsWith(label)", arg=[button, label])

@@ -5,12 +5,11 @@ app serves itself (issue 49: FastAPI's default page loaded them from a CDN and w
 from __future__ import annotations
 
 import pytest
+from test_browser import CHROMIUM, CHROMIUM_ARGS
 
 from petri.app.service import PetriService
 from petri.runs.store import RunStore
 from petri.web.app import create_app
-
-from test_browser import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")
 

@@ -13,14 +13,13 @@ from pathlib import Path
 import numpy as np
 import plotly
 import pytest
+from test_browser import CHROMIUM, CHROMIUM_ARGS
 
 from petri.core.trajectory import AnchorSpan
 from petri.study.anchor_marks import aggregate_anchor_boxes
 from petri.study.plots import flip_heatmap, jaccard_heatmap
 from petri.web.ui.canvas import CANVAS_CSS, CANVAS_HTML, CANVAS_JS
 from petri.web.ui.trajectory import VIEW_CSS, VIEW_HTML, VIEW_JS
-
-from test_browser import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")
 
@@ -148,7 +147,7 @@ def test_whole_trajectory_figure_cells_in_the_browser(page):
         widths: [...document.querySelectorAll('#fig .heatmaplayer text, #fig g.textpoint text')].map((t) => t.getBBox().width),
         cell: document.getElementById('fig')._fullLayout.xaxis._length / document.getElementById('fig')._fullLayout.xaxis.range
               .reduce((a, b) => b - a),
-    })""")
+    })""")  # noqa: E501 - JavaScript run in the page
     assert found["sizes"] and min(found["sizes"]) >= 10, found["sizes"][:10]
     # no token's text spills into the next cell ("custome" in a 34 px cell did)
     assert max(found["widths"]) <= found["cell"], (max(found["widths"]), found["cell"])
@@ -206,7 +205,7 @@ def test_the_viewers_speed_and_mode_selectors_are_never_cut(page, width):
     page.set_viewport_size({"width": width, "height": 600})
     page.set_content(viewer_harness())
     page.evaluate("""() => { const m = document.querySelector('.pt-mode');
-        for (const v of ['canvas', 'argmax']) { const o = document.createElement('option'); o.value = v; o.textContent = v; m.appendChild(o); } }""")
+        for (const v of ['canvas', 'argmax']) { const o = document.createElement('option'); o.value = v; o.textContent = v; m.appendChild(o); } }""")  # noqa: E501 - JavaScript run in the page
     found = page.evaluate("""() => [...document.querySelectorAll('.pt-bar select')].map((s) => {
         const free = s.cloneNode(true); free.style.position = 'absolute'; free.style.width = 'auto';
         document.body.appendChild(free); const natural = free.getBoundingClientRect().width; free.remove();

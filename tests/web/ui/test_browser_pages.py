@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-
 from test_browser import CHROMIUM, opened_page, reopen_run, served, tab  # noqa: F401  (served: a fixture)
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")

@@ -1,6 +1,6 @@
 """The Probe tab in a real browser (Debian's chromium via Playwright) on the embedded small model
-(a tiny random one where it is absent; the real read either way): a frame typed into the editor is drawn on the canvas control (pinned text grey, the slot
-a chip of its own); Read draws one bar per alternative and the settling over the steps; nothing of
+(a tiny random one where it is absent; the real read either way): a frame typed into the editor is drawn on the canvas control (pinned text
+grey, the slot a chip of its own); Read draws one bar per alternative and the settling over the steps; nothing of
 the tab overflows its box at 1440 px or at 420 px (the page never scrolls sideways, every figure
 text lies inside its figure, every tab of the page stays in view); the read reopens from the Runs tab into the Probe tab;
 an uploaded labelled set evaluates into its summary and reliability diagram.
@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from test_browser import CHROMIUM, opened_page, reopen_run, save_screenshot, tab
 from test_browser_dish import BROKEN_WORDS
 

@@ -4,10 +4,7 @@ downloads open for it, while the other visitor lists nothing and gets a 404 for 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
 from test_browser import CHROMIUM, CHROMIUM_ARGS, tab
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")
@@ -15,8 +12,8 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium
 
 @pytest.fixture(scope="module")
 def public(tmp_path_factory, live_server):
-    from petri.engine.torch.tiny import tiny_random_model
     from petri.app.service import PetriService
+    from petri.engine.torch.tiny import tiny_random_model
     from petri.runs.store import RunStore
     from petri.web.access import AccessPolicy
     from petri.web.app import create_app

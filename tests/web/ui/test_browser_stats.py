@@ -17,8 +17,8 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium
 def test_study_tab_shows_pair_table_and_power_panel(tmp_path, live_server):
     from playwright.sync_api import sync_playwright
 
-    from petri.engine.torch.tiny import tiny_random_model
     from petri.app.service import PetriService
+    from petri.engine.torch.tiny import tiny_random_model
     from petri.runs.store import RunStore
     from petri.web.app import create_app
 

@@ -11,7 +11,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from test_browser import CHROMIUM, page, save_screenshot, served, settle_narrow_layout, small_study_file, tab  # noqa: F401
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")
@@ -31,7 +30,7 @@ FIGURE_TEXTS = """(sel) => {
     for (const t of plot.querySelectorAll(q)) { const r = t.getBoundingClientRect();
       if (r.width > 0 && t.textContent.trim()) out.push({kind, text: t.textContent.slice(0, 40), l: r.left, r: r.right, t: r.top, b: r.bottom}); }
   return {svg: {l: svg.left, r: svg.right, t: svg.top, b: svg.bottom}, texts: out};
-}"""
+}"""  # noqa: E501 - JavaScript run in the page
 
 
 def assert_figure_text_apart(page, sel: str) -> None:

@@ -14,7 +14,6 @@ import threading
 
 import httpx
 import pytest
-
 from test_browser import CHROMIUM, opened_page, reopen_run, tab
 
 #: The sampler waits after this step (0-based) until the test has seen the live view on it.
@@ -27,9 +26,9 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium
 def served(tmp_path_factory, live_server):
     """(url, service, gate): the app on the embedded model; a Dish run's steps pause after step
     HOLD_AT until the test sets ``gate`` (the first run only)."""
+    from petri.app.service import PetriService
     from petri.engine.torch.model import EMBEDDED_MODEL_PATH, load_model
     from petri.engine.torch.tiny import tiny_random_model
-    from petri.app.service import PetriService
     from petri.runs.store import RunStore
     from petri.web.app import create_app
 

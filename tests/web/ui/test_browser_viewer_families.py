@@ -10,16 +10,15 @@ import json
 
 import numpy as np
 import pytest
+from test_browser import CHROMIUM, CHROMIUM_ARGS
 
 from petri.core.dish import Dish
+from petri.core.trajectory import SamplerSettings
 from petri.engine.families.masked import MaskedSettings
 from petri.engine.seeding import seed_dish
 from petri.engine.torch.tiny import tiny_masked_model
-from petri.core.trajectory import SamplerSettings
 from petri.web.tokens import TokenText
 from petri.web.ui.trajectory import VIEW_CSS, VIEW_HTML, VIEW_JS, TrajectoryView
-
-from test_browser import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")
 

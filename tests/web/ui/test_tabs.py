@@ -7,7 +7,7 @@ from petri.app.service import SeedEvent
 from petri.core.dish import Dish
 from petri.core.trajectory import SamplerSettings
 from petri.web.ui.build import RESULT_TABS, build_ui
-from petri.web.ui.runs import REOPEN, KIND_FILTERS, RunsController
+from petri.web.ui.runs import KIND_FILTERS, REOPEN, RunsController
 
 
 def tab_labels(blocks) -> list[str]:

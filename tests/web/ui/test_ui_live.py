@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
+from petri.measure.tables import segments_table
 from petri.study.analysis import analyze
 from petri.study.provisional import provisional_statistics, stored_batches
-from petri.measure.tables import segments_table
 from petri.web.ui import study as ui_study
 from petri.web.ui.study import StudyController, fields_to_study
 from study_support import study_fields, tab_study
@@ -302,8 +302,8 @@ def test_the_compare_tab_draws_each_events_flip_map_while_it_samples(service, mo
 def test_a_queued_seed_names_each_event_before_its_steps(service):
     """``submit_seed``'s ``on_event(index)`` comes on the job's thread before event ``index``'s first
     step, so a caller can tell the events' steps apart without guessing from the step index."""
-    from petri.core.dish import Dish
     from petri.app.service import SeedEvent
+    from petri.core.dish import Dish
     from petri.core.trajectory import SamplerSettings
 
     order: list = []
@@ -395,10 +395,15 @@ def test_a_refused_run_is_never_queued_and_never_says_queued(service):
     demo = build_ui(service)
     spread = DishController(service).spread
     meta, concepts, events, templates = small_study()
-    dish = lambda c: [c, "Only 90 units are in stock.", "{event}", 2, 0, spread(c), True, 4, 0.1, 0.4, 0.8, False, True]
-    compare = lambda c: [c, "calm", "The order was packed.", "tense", "Ninety units in stock, none in stock.", "{event}",
-                         2, 0, 4, spread(c), True, None, None, None, False, None]
-    study = lambda c: [meta, c, events, templates, "benign, contradictory", "", ["t1"], 2, 0, 4]
+    def dish(c):
+        return [c, "Only 90 units are in stock.", "{event}", 2, 0, spread(c), True, 4, 0.1, 0.4, 0.8, False, True]
+
+    def compare(c):
+        return [c, "calm", "The order was packed.", "tense", "Ninety units in stock, none in stock.", "{event}",
+                2, 0, 4, spread(c), True, None, None, None, False, None]
+
+    def study(c):
+        return [meta, c, events, templates, "benign, contradictory", "", ["t1"], 2, 0, 4]
     # the Study tab's validator writes the status line only (wire_run's mark_fields=False): Gradio's
     # validator step refuses a loaded study's template choice (the study browser tests)
     tabs = [("petri-run", dish, 0), ("petri-cmp-run", compare, 0), ("petri-study-run", study, 1)]

@@ -136,8 +136,8 @@ def test_mlx_loader_downloads_only_when_allowed(hub):
 
 
 def test_allow_download_flag_and_environment(monkeypatch):
-    import petri.engine.select as select
     import petri.cli.options as options
+    import petri.engine.select as select
 
     seen = []
     monkeypatch.setattr(select, "load_backend_model", lambda name, **kw: seen.append((name, kw)) or object())

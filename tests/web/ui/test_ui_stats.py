@@ -59,8 +59,8 @@ def test_power_panel_simulates_from_the_study_on_screen():
     assert text.startswith("**Pilot: study run `d894fb59657f4120473aeb68`.**") and folder == str(SHIPPED)
     assert update["label"] == "Power per design (pilot: run d894fb59657f4120473aeb68)" and update["visible"]
     # issue 49 / 60: the size (rate at effect 0) beside each design's power, from the same simulation at effect 0
-    from petri.stats.power import power_from_cells
     from petri.stats.mixed import cell_values
+    from petri.stats.power import power_from_cells
     from petri.study.statistics import load_results
 
     segments, groups, _, _ = load_results(SHIPPED)

@@ -11,15 +11,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from petri.measure.metrics import flip_grid
 from petri.app.service import PetriService
-from petri.runs.store import RunStore
+from petri.core.paths import shipped_run_dir
+from petri.measure.metrics import flip_grid
 from petri.measure.tables import samples_table, segments_table
+from petri.runs.store import RunStore
 from petri.web.ui.canvas import placement_rows
 from petri.web.ui.compare import CompareController, paired_samples
 from petri.web.ui.dish import DishController
 from petri.web.ui.runs import RunsController, runs_table
-from petri.core.paths import shipped_run_dir
 from petri.web.ui.shipped import load_shipped, shipped_figures, shipped_markdown
 from petri.web.ui.study import StudyController
 from petri.web.ui.views import END_TOKEN_LABEL, highlighted_text
@@ -50,7 +50,7 @@ def test_final_text_hides_special_tokens_and_marks_end_of_turn_tokens(service):
     # the <eos> at 5 is one marker; the words after it are the answer as plainly as those before
     assert labels == [None, None, "order", None, END_TOKEN_LABEL, None, None, "person"] + [None] * (16 - 10)
     assert pieces[4] == ("<eos>", END_TOKEN_LABEL)
-    assert [t for t, l in pieces if l is None] == [" stock"] * (5 + 16 - 10)
+    assert [t for t, label in pieces if label is None] == [" stock"] * (5 + 16 - 10)
 
 
 def test_a_canvas_starting_with_eos_shows_what_the_model_wrote(service):
@@ -248,8 +248,8 @@ def test_count_colour_bars_tick_whole_numbers_and_the_difference_scale_fits_the_
     """Few samples: ticks 0, 1, 2, 3 (plotly's 0.5 steps printed as integers read 0, 1, 1, 2, 2, 3, 3);
     many: about 8 whole-number ticks. The difference map's symmetric scale is the largest difference
     drawn (2 here, not the 8 samples), and its anchors are outlined in the concept colours."""
-    from petri.study.plots import flip_difference_heatmap, flip_heatmap
     from petri.core.trajectory import AnchorSpan
+    from petri.study.plots import flip_difference_heatmap, flip_heatmap
 
     bar = flip_heatmap(np.zeros((4, 6)), n_samples=3).data[0].colorbar
     assert (bar.tickmode, bar.tick0, bar.dtick) == ("linear", 0, 1)
@@ -273,9 +273,9 @@ def test_compare_heatmaps_share_one_step_axis(service):
 def test_heatmap_boxes_name_slots_when_samples_shuffle_their_anchors():
     """Item 7 of issue 20: a figure over every sample labels what it aggregates. Hand-worked: sample 0
     pins order at 3 (one token) and person at 8-9; sample 1 swaps them (person 3-4, order 8)."""
+    from petri.core.trajectory import AnchorSpan
     from petri.study.anchor_marks import aggregate_anchor_boxes
     from petri.study.plots import flip_heatmap
-    from petri.core.trajectory import AnchorSpan
 
     order_a, person_a = AnchorSpan("order", 3, (11,)), AnchorSpan("person", 8, (12, 13))
     same = aggregate_anchor_boxes([[order_a, person_a], [person_a, order_a]])  # same layout, other list order
@@ -437,8 +437,6 @@ def test_the_compare_tabs_empty_views_name_their_columns_and_what_fills_them(ser
 def test_runs_search_reads_every_word_of_an_event(tmp_path):
     """Issue 49, item 8: the row shows an event's first 60 characters, and the search read only those,
     so "held" from "...although the inventory held no units at all." found nothing."""
-    from petri.app.service import PetriService
-    from petri.runs.store import RunStore
 
     long_event = "The customer ordered 120 units for delivery on Friday, although the inventory held no units at all."
     assert long_event.index("held") > 60

@@ -9,9 +9,9 @@ import threading
 import time
 
 import numpy as np
-import zerogpu_support as harness
 from test_ui import dish_inputs
 
+import zerogpu_support as harness
 from petri.web import gpu_executor
 from petri.web.ui.dish import DishController
 
