@@ -111,20 +111,29 @@ class PetriService(RunsView):
             plan = replace(plan, run_id=uuid.uuid4().hex)
         run_id = cast(str, plan.run_id)  # set just above
         started = time.perf_counter()
-        self.store.create_run(run_id, "seed", self.lm.model_id, plan.stored_request(), owner)
+        self.start_seed_run(plan, owner)
         if started_run is not None:
             started_run(run_id)
         trajectories = []
         with recorded_run(self.store, run_id):
-            for index, planned in enumerate(plan.events):
+            for index in range(len(plan.events)):
                 if event_started is not None:
                     event_started(index)
                 traj = sample_planned(self.lm, plan, index, on_step=on_step, cancel=cancel)
-                self.store.save_event(run_id, index, f"event{index}", traj, planned.event.group)
+                self.save_seed_event(plan, index, traj)
                 trajectories.append(traj)
                 if event_done is not None:
                     event_done(index)
         return SeedResult(run_id, trajectories, plan.groups, time.perf_counter() - started)
+
+    def start_seed_run(self, plan: SeedPlan, owner: str | None = None) -> None:
+        """Store ``plan`` (its ``run_id`` set) as a new seed run of this model, its events to come
+        (:meth:`save_seed_event`); ``owner`` (a token hash) may read it on a public server."""
+        self.store.create_run(cast(str, plan.run_id), "seed", self.lm.model_id, plan.stored_request(), owner)
+
+    def save_seed_event(self, plan: SeedPlan, index: int, traj: Trajectory) -> None:
+        """Store event ``index`` of ``plan``'s run, sampled as ``traj``, under its key and group."""
+        self.store.save_event(cast(str, plan.run_id), index, f"event{index}", traj, plan.events[index].event.group)
 
     def submit_seed(self, plan: SeedPlan, owner: str | None = None, on_step: StepCallback | None = None,
                     on_event: Callable[[int], None] | None = None) -> Job:

@@ -182,7 +182,7 @@ def zerogpu_seed_stream(service: PetriService, plan: SeedPlan, owner: str | None
     run_id = plan.run_id or uuid.uuid4().hex
     plan = replace(plan, run_id=run_id)
     started = time.perf_counter()
-    service.store.create_run(run_id, "seed", service.lm.model_id, plan.stored_request(), owner)
+    service.start_seed_run(plan, owner)
     trajectories: list[Trajectory] = []
     closed = False  # the caller dropped this stream (e.g. the browser went away): recorded as cancelled
     try:
@@ -198,8 +198,7 @@ def zerogpu_seed_stream(service: PetriService, plan: SeedPlan, owner: str | None
                             closed = True
                             raise Cancelled("cancelled") from None
                         continue
-                    service.store.save_event(run_id, frame.event, f"event{frame.event}", frame.trajectory,
-                                             plan.events[frame.event].event.group)
+                    service.save_seed_event(plan, frame.event, frame.trajectory)
                     trajectories.append(frame.trajectory)
             except Exception as err:
                 if _is_abort(err):
@@ -224,23 +223,6 @@ def run_zerogpu_seed(service: PetriService, plan: SeedPlan, on_step=None, cancel
         if on_step is not None:
             on_step(payload)
     raise RuntimeError("the GPU call ended without its result")  # unreachable: the stream ends with "done"
-
-
-def ui_seed_events(service: PetriService, plan: SeedPlan, owner: str | None = None,
-                   cancel: threading.Event | None = None) -> Iterator[tuple[str, Any]]:
-    """:func:`zerogpu_seed_stream` for a UI run handler, in place of :func:`petri.web.ui.live.stream`:
-    the same ``("progress", LiveStep)`` / ``("done", SeedResult)`` items, a Cancel button's ``cancel``
-    event seen at the next step, a cancel raised as :class:`~petri.web.ui.live.JobCancelled`
-    (:class:`GpuAborted` as itself)."""
-    # lazily: the API alone does not load Gradio
-    from petri.web.ui.live import JobCancelled
-
-    token = CancelToken()
-    token.heartbeat = lambda: token.cancel("cancelled") if cancel is not None and cancel.is_set() else None
-    try:
-        yield from zerogpu_seed_stream(service, plan, owner, token)
-    except Cancelled as stop:
-        raise JobCancelled(f"the job was {stop.reason}") from None
 
 
 class ZeroGpuStudyExecutor(LocalExecutor):

@@ -38,7 +38,7 @@ from petri.web.access import Caller
 from petri.web.api.requests import SeedRequest, prepare_seed, preview_layout
 from petri.web.api.responses import write_run_files
 from petri.web.errors import FieldError
-from petri.web.gpu_executor import GpuAborted, on_zero_gpu, ui_seed_events
+from petri.web.gpu_executor import GpuAborted, on_zero_gpu
 from petri.web.limits import MAX_SAMPLES
 from petri.web.ui.access import UiAccess, export_dir
 from petri.web.ui.canvas import canvas_value, placement_rows
@@ -56,7 +56,7 @@ from petri.web.ui.dish_controls import (
 )
 from petri.web.ui.dish_live import LiveDish, throttled, title_at_top
 from petri.web.ui.figure_files import add_figure_downloads
-from petri.web.ui.live import QUEUED_LINE, JobCancelled, field_validation, stream, wire_run
+from petri.web.ui.live import QUEUED_LINE, JobCancelled, field_validation, stream, wire_run, zerogpu_stream
 from petri.web.ui.trajectory import TrajectoryView, mode_of, run_label
 from petri.web.ui.views import (
     END_TOKEN_COLOR,
@@ -290,7 +290,7 @@ class DishController:
         yield {**self.cleared_views(), **({"status": QUEUED_LINE} if self.service.busy else {})}
         result: SeedResult | None = None
         try:
-            events = (ui_seed_events(self.service, plan, caller.owner if caller else None, cancel) if zero_gpu
+            events = (zerogpu_stream(self.service, plan, caller.owner if caller else None, cancel) if zero_gpu
                       else stream(submit, self.service.jobs, cancel=cancel, idle=True))
             for kind, payload in throttled(events, live.add):
                 if kind == "done":

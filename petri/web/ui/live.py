@@ -24,7 +24,11 @@ import gradio as gr
 from pydantic import ValidationError
 
 from petri.app.jobs import FINAL, Job, JobQueue
+from petri.app.service import PetriService
+from petri.core.cancel import Cancelled, CancelToken
+from petri.core.plan import SeedPlan
 from petri.web.errors import FieldError
+from petri.web.gpu_executor import zerogpu_seed_stream
 from petri.web.ui.access import UiAccess
 from petri.web.ui.views import field_message, request_error_message
 
@@ -205,3 +209,17 @@ class CancelButtons:
         with self._lock:
             if self._events.get(session or "") is event:
                 del self._events[session or ""]
+
+
+def zerogpu_stream(service: PetriService, plan: SeedPlan, owner: str | None = None,
+                   cancel: threading.Event | None = None) -> Iterator[tuple[str, Any]]:
+    """:func:`petri.web.gpu_executor.zerogpu_seed_stream` for a UI run handler, in place of
+    :func:`stream` on ZeroGPU: the same ``("progress", LiveStep)`` / ``("done", SeedResult)`` items,
+    a Cancel button's ``cancel`` event seen at the next step, a cancel raised as :class:`JobCancelled`
+    (:class:`~petri.web.gpu_executor.GpuAborted` as itself)."""
+    token = CancelToken()
+    token.heartbeat = lambda: token.cancel("cancelled") if cancel is not None and cancel.is_set() else None
+    try:
+        yield from zerogpu_seed_stream(service, plan, owner, token)
+    except Cancelled as stop:
+        raise JobCancelled(f"the job was {stop.reason}") from None
