@@ -237,6 +237,8 @@ def test_the_dish_keeps_the_users_layout_and_reads_whole_at_each_width(app, brow
     page = open_dish(browser, url, width)
     try:
         assert not page.locator("#petri-shuffle-per-sample input").is_checked()  # the default keeps the layout
+        # the canvas control draws its chips after the page's first paint (under load, seconds later)
+        page.wait_for_function("document.querySelectorAll('#petri-canvas .pc-chip').length >= 3")
         chips = dict(page.locator("#petri-canvas .pc-chip").evaluate_all("els => els.map(e => [e.dataset.concept, +e.dataset.start])"))
         assert page.evaluate("document.querySelector('#petri-canvas .pc-track').dataset.shuffled") == "0"
         run_id, traj = run_dish(page, service, samples=2, steps=4)
