@@ -264,7 +264,8 @@ def GPU(task=None, *, duration: Any = None, size: str | None = None):
 def serve_on_zerogpu(monkeypatch, service) -> None:
     """Make this process a ZeroGPU Space for one test: ``SPACES_ZERO_GPU=true``, a ``spaces`` module
     whose ``GPU`` is this harness's, ``service`` served, and :mod:`petri.web.gpu_executor`'s GPU
-    generators (a seed's, a study batch's) decorated again through its own ``spaces_gpu`` (as at import on a Space)."""
+    generators (a seed's, a study batch's) decorated again through its own ``spaces_gpu`` (as at import on a Space),
+    and each call placing the model on the CPU (:class:`~petri.engine.torch.card_placement.CardPlacement`)."""
     import types
 
     from petri.web import gpu_executor
@@ -274,6 +275,9 @@ def serve_on_zerogpu(monkeypatch, service) -> None:
     monkeypatch.setitem(sys.modules, "spaces", spaces)
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     monkeypatch.setattr(gpu_executor, "_served", [service])
+    from petri.engine.torch.card_placement import CardPlacement
+
+    monkeypatch.setattr(gpu_executor, "_placement", [CardPlacement("cpu")])  # each call places it (here: where it is)
     monkeypatch.setattr(gpu_executor, "zerogpu_seed",
                         gpu_executor.spaces_gpu(duration=gpu_executor.seed_duration)(gpu_executor.seed_frames))
     monkeypatch.setattr(gpu_executor, "zerogpu_batch",

@@ -46,7 +46,8 @@ def create_app(
     )
     serve_docs_offline(app)
     app.state.service = service
-    gpu_executor.serve(service)  # the model a ZeroGPU call's forked child samples with
+    # the model a ZeroGPU call's forked child samples with, and how the child puts it on its card
+    gpu_executor.serve(service, gpu_executor.zerogpu_placement(service.lm) if gpu_executor.on_zero_gpu() else None)
     if access.public and not prompt_cache_env_set():
         set_prompt_cache_bytes(service.lm, 0)
         set_encoder_graph_lengths(service.lm, 0)

@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from petri.app.jobs import recorded_run
 from petri.app.service import PetriService, SeedResult
@@ -45,6 +45,9 @@ from petri.engine.base import LiveStep
 from petri.engine.seeding import sample_planned
 from petri.study.executors import BatchJob, LocalExecutor, sample_batch
 
+if TYPE_CHECKING:  # the web layer imports no torch before a model loads
+    from petri.engine.torch.card_placement import CardPlacement
+
 #: The variable the platform sets on a ZeroGPU Space.
 ZERO_GPU_ENV = "SPACES_ZERO_GPU"
 #: The message of the error ``spaces`` raises in the main process when the GPU child dies or runs
@@ -52,6 +55,11 @@ ZERO_GPU_ENV = "SPACES_ZERO_GPU"
 ABORTED = "GPU task aborted"
 #: Seconds a call asks for unless ``PETRI_GPU_DURATION_S`` is set: ``spaces``' own default.
 DEFAULT_DURATION_S = 60
+#: The variable that names the ZeroGPU card size each call asks for (``spaces.GPU(size=...)``).
+ZEROGPU_SIZE_ENV = "PETRI_ZEROGPU_SIZE"
+#: The card size unless :data:`ZEROGPU_SIZE_ENV` names another: the whole card, since the real
+#: DiffusionGemma fits no tier on half of one (:func:`petri.engine.torch.card_placement.card_tier`).
+DEFAULT_ZEROGPU_SIZE = "xlarge"
 
 
 def on_zero_gpu() -> bool:
@@ -90,12 +98,38 @@ class GpuFrame:
 
 
 _served: list[PetriService] = []
+#: How the served model is put on the card inside each GPU call (None: used where it was loaded).
+_placement: list[CardPlacement] = []
 
 
-def serve(service: PetriService) -> None:
+def serve(service: PetriService, placement: CardPlacement | None = None) -> None:
     """Name the service whose model :func:`seed_frames` samples with: called once the model is loaded,
-    before any GPU call (a ZeroGPU child is forked from this process and finds it here)."""
+    before any GPU call (a ZeroGPU child is forked from this process and finds it here). ``placement``:
+    how each call puts that model on its GPU (:class:`~petri.engine.torch.card_placement.CardPlacement`;
+    on a Space the model stays on the CPU in this process and each call places it); ``None`` samples
+    with it where it was loaded."""
     _served[:] = [service]
+    _placement[:] = [placement] if placement is not None else []
+
+
+def zerogpu_size() -> str:
+    """The ZeroGPU card size each GPU call asks for: :data:`ZEROGPU_SIZE_ENV`, else :data:`DEFAULT_ZEROGPU_SIZE`."""
+    return os.environ.get(ZEROGPU_SIZE_ENV, DEFAULT_ZEROGPU_SIZE)
+
+
+def zerogpu_placement(lm, size: str | None = None) -> CardPlacement:
+    """How a ZeroGPU call puts ``lm`` (loaded on the CPU in this process) on its card: CUDA, in the tier
+    :func:`~petri.engine.torch.card_placement.card_tier` picks for a DiffusionGemma on a ``size`` card
+    (:func:`zerogpu_size` if None; a model that fits no tier there raises
+    :class:`~petri.engine.torch.tier_memory.TierMemoryError` at start-up, naming the card), bf16 for
+    another family."""
+    from petri.engine.families.registry import UNIFORM
+    from petri.engine.torch.card_placement import CardPlacement, card_tier
+    from petri.engine.torch.tier_memory import weight_counts
+
+    if getattr(lm, "family", None) != UNIFORM.id or not hasattr(lm, "model"):
+        return CardPlacement("cuda", "bf16")
+    return CardPlacement("cuda", card_tier(weight_counts(lm.model), size or zerogpu_size()).precision_text)
 
 
 def seed_duration(plan: SeedPlan | BatchJob) -> int:
@@ -107,7 +141,7 @@ def seed_duration(plan: SeedPlan | BatchJob) -> int:
 def _served_model():
     if not _served:
         raise RuntimeError("no model is served: call petri.web.gpu_executor.serve(service) first")
-    return _served[0].lm
+    return _placement[0].model(_served[0].lm) if _placement else _served[0].lm
 
 
 def seed_frames(plan: SeedPlan) -> Iterator[GpuFrame]:
@@ -159,9 +193,9 @@ def _frames(event: int, sample: Callable[[Callable, CancelToken], Trajectory]) -
 
 
 #: :func:`seed_frames` under ``spaces.GPU``: what :func:`zerogpu_seed_stream` calls.
-zerogpu_seed = spaces_gpu(duration=seed_duration)(seed_frames)
+zerogpu_seed = spaces_gpu(duration=seed_duration, size=zerogpu_size())(seed_frames)
 #: :func:`batch_frames` under ``spaces.GPU``: what :class:`ZeroGpuStudyExecutor` calls, once a batch.
-zerogpu_batch = spaces_gpu(duration=seed_duration)(batch_frames)
+zerogpu_batch = spaces_gpu(duration=seed_duration, size=zerogpu_size())(batch_frames)
 
 
 def _is_abort(err: BaseException) -> bool:
