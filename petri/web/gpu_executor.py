@@ -27,6 +27,7 @@ samples, steps and shape (:func:`seed_duration` asks for ``spaces``' default unl
 
 from __future__ import annotations
 
+import argparse
 import os
 import queue
 import threading
@@ -110,6 +111,16 @@ def serve(service: PetriService, placement: CardPlacement | None = None) -> None
     with it where it was loaded."""
     _served[:] = [service]
     _placement[:] = [placement] if placement is not None else []
+
+
+def host_model_args(args: argparse.Namespace) -> argparse.Namespace:
+    """The model options the main process loads with: on ZeroGPU a copy of ``args`` on the CPU, in
+    bf16, not compiled, no FP8 (this process must never touch CUDA, ``torch.compile`` does not run
+    there, and each GPU call builds the card's tier: :func:`zerogpu_placement`); elsewhere ``args``."""
+    if not on_zero_gpu():
+        return args
+    return argparse.Namespace(**{**vars(args), "device": "cpu", "dtype": "bfloat16", "compile": False,
+                                 "precision": "bf16"})
 
 
 def zerogpu_size() -> str:

@@ -23,7 +23,7 @@ from petri.app.service import PetriService
 from petri.cli.options import add_model_arguments, load_from_args
 from petri.engine.base import BackendUnavailableError, ModelNotFoundError, SamplingModel
 from petri.runs.store import RunStore, StoreError
-from petri.web import limits
+from petri.web import gpu_executor, limits
 from petri.web.access import API_TOKEN_ENV, CALLER_HEADER, PUBLIC_ENV, AccessPolicy, RedactSecrets
 from petri.web.app import create_app
 
@@ -63,7 +63,7 @@ def build_service(args: argparse.Namespace) -> tuple[PetriService, str | None]:
 
         lm, source = tiny_random_model(canvas_length=64), None
     else:
-        lm = load_from_args(args)
+        lm = load_from_args(gpu_executor.host_model_args(args))  # on ZeroGPU: the CPU; each GPU call places it
         from petri.engine.select import default_model_name
 
         source = str(args.model) if args.model is not None else default_model_name()

@@ -97,3 +97,26 @@ def test_a_forked_child_places_again_rather_than_trust_its_parents_placement(mon
     assert recv.recv() == 2
     process.join(10)
     assert process.exitcode == 0 and len(calls) == 1
+
+
+def test_on_zerogpu_the_main_process_loads_on_the_cpu_in_bf16_uncompiled(monkeypatch):
+    import argparse
+
+    from petri.web import gpu_executor
+
+    args = argparse.Namespace(model="m", device="cuda", dtype="auto", compile=True, precision="fp8-fast", backend="auto")
+    assert gpu_executor.host_model_args(args) is args  # off ZeroGPU: as given
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    host = gpu_executor.host_model_args(args)
+    assert (host.device, host.dtype, host.compile, host.precision) == ("cpu", "bfloat16", False, "bf16")
+    assert (host.model, host.backend) == ("m", "auto") and args.device == "cuda"
+
+
+def test_on_zerogpu_a_diffusion_gemma_is_placed_in_the_tier_of_the_card_size(monkeypatch):
+    from petri.web import gpu_executor
+
+    lm = tiny_random_model()
+    monkeypatch.setenv("PETRI_ZEROGPU_SIZE", "large")
+    assert gpu_executor.zerogpu_placement(lm) == CardPlacement("cuda", "bf16")
+    with pytest.raises(ValueError, match="size: 'huge'"):
+        gpu_executor.zerogpu_placement(lm, "huge")
