@@ -21,8 +21,8 @@ A study's batches go the same way, one call per batch (:class:`ZeroGpuStudyExecu
 :func:`petri.study.runner.run_study`), though the Study tab and ``POST /api/study`` do not use it yet.
 
 Not built here (issue 63): studies from the UI and API and probe reads on ZeroGPU, the ``duration`` estimate from
-samples, steps and shape (:func:`seed_duration` asks for ``spaces``' default unless
-``PETRI_GPU_DURATION_S`` says otherwise), the quota-aware UI and the API's Gradio endpoints.
+samples, steps and shape (:func:`seed_duration` asks for the seconds :func:`serve` was given:
+``PETRI_GPU_DURATION_S``, else ``spaces``' default), the quota-aware UI and the API's Gradio endpoints.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from typing import Any
 from petri.app.jobs import recorded_run
 from petri.app.service import PetriService, SeedResult
 from petri.core.cancel import Cancelled, CancelToken
+from petri.core.config import DEFAULT_GPU_DURATION_S
 from petri.core.plan import SeedPlan
 from petri.core.trajectory import Trajectory
 from petri.engine.base import LiveStep
@@ -50,8 +51,8 @@ ZERO_GPU_ENV = "SPACES_ZERO_GPU"
 #: The message of the error ``spaces`` raises in the main process when the GPU child dies or runs
 #: past its ``duration``.
 ABORTED = "GPU task aborted"
-#: Seconds a call asks for unless ``PETRI_GPU_DURATION_S`` is set: ``spaces``' own default.
-DEFAULT_DURATION_S = 60
+#: Seconds a call asks for unless :func:`serve` is told otherwise (``PETRI_GPU_DURATION_S``): ``spaces``' own default.
+DEFAULT_DURATION_S = DEFAULT_GPU_DURATION_S
 
 
 def on_zero_gpu() -> bool:
@@ -90,18 +91,22 @@ class GpuFrame:
 
 
 _served: list[PetriService] = []
+#: The seconds a call asks for (:func:`serve` sets it).
+_duration_s: list[int] = [DEFAULT_DURATION_S]
 
 
-def serve(service: PetriService) -> None:
-    """Name the service whose model :func:`seed_frames` samples with: called once the model is loaded,
+def serve(service: PetriService, duration_s: int = DEFAULT_DURATION_S) -> None:
+    """Name the service whose model :func:`seed_frames` samples with, and the seconds a call asks for
+    (``PETRI_GPU_DURATION_S``, :class:`petri.core.config.PetriConfig`): called once the model is loaded,
     before any GPU call (a ZeroGPU child is forked from this process and finds it here)."""
     _served[:] = [service]
+    _duration_s[:] = [duration_s]
 
 
 def seed_duration(plan: SeedPlan | BatchJob) -> int:
-    """The seconds a ZeroGPU call of ``plan`` (a seed, or a study's batch) asks for: ``PETRI_GPU_DURATION_S`` if set, else
-    :data:`DEFAULT_DURATION_S` (an estimate from the plan's samples and steps is not built)."""
-    return int(os.environ.get("PETRI_GPU_DURATION_S", DEFAULT_DURATION_S))
+    """The seconds a ZeroGPU call of ``plan`` (a seed, or a study's batch) asks for: those :func:`serve`
+    was given (an estimate from the plan's samples and steps is not built)."""
+    return _duration_s[0]
 
 
 def _served_model():
