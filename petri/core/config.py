@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 #: Booleans: what reads as true and as false (any case); anything else is refused.
 TRUE, FALSE = ("1", "true", "yes"), ("0", "false", "no")
@@ -88,9 +88,10 @@ class PetriConfig(BaseModel):
         "MiB of encoded prompts a model keeps for reuse (0: none); unset: the engine's default, 1,024 "
         "(`petri.engine.torch.prompt_cache.DEFAULT_PROMPT_CACHE_MB`), and none (nor captured encoder passes) "
         "on a public server.", ge=0)
-    api_token: str | None = _setting(
+    api_token: SecretStr | None = _setting(
         None, "PETRI_API_TOKEN", "any text",
-        "A token every route of the server but `/api/health` requires; unset: none.")
+        "A token every route of the server but `/api/health` requires; unset: none. Kept out of the object's "
+        "`repr`.")
     public: bool = _setting(
         False, "PETRI_PUBLIC", BOOLEAN,
         "Serve as public (jobs and runs private to their submitters) on loopback too; a server bound beyond "

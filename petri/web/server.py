@@ -90,7 +90,8 @@ def access_policy(host: str, config: PetriConfig = PetriConfig()) -> AccessPolic
     """Public (jobs and runs private to their submitters) when bound beyond loopback or when
     ``config.public`` (``PETRI_PUBLIC=1``); an API token on every route when ``config.api_token``
     (``PETRI_API_TOKEN``) is set."""
-    return AccessPolicy(public=not is_loopback(host) or config.public, api_token=config.api_token)
+    token = config.api_token.get_secret_value() if config.api_token is not None else None
+    return AccessPolicy(public=not is_loopback(host) or config.public, api_token=token)
 
 
 def server_config(app, host: str, port: int):

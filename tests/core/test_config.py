@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from petri.core.config import ConfigError, PetriConfig, config_table, variable
 
@@ -24,7 +25,7 @@ GIVEN = {
     "PETRI_ASSETS": ("/srv/assets", "assets", Path("/srv/assets")),
     "PETRI_SHIPPED_STUDY": ("/srv/shipped", "shipped_study", Path("/srv/shipped")),
     "PETRI_PROMPT_CACHE_MB": ("0", "prompt_cache_mb", 0),
-    "PETRI_API_TOKEN": ("s3cret", "api_token", "s3cret"),
+    "PETRI_API_TOKEN": ("s3cret", "api_token", SecretStr("s3cret")),
     "PETRI_PUBLIC": ("TRUE", "public", True),
     "PETRI_GPU_DURATION_S": ("120", "gpu_duration_s", 120),
     "GRADIO_SERVER_NAME": ("0.0.0.0", "host", "0.0.0.0"),
@@ -45,6 +46,12 @@ def test_every_variable_is_read_and_nothing_else():
     config = PetriConfig.from_env({**{env: raw for env, (raw, _, _) in GIVEN.items()}, "PETRI_HEAVY": "1", "HOME": "/x"})
     assert {name: getattr(config, name) for _, name, _ in GIVEN.values()} == {name: v for _, name, v in GIVEN.values()}
     assert {env: variable(name) for env, (_, name, _) in GIVEN.items()} == {env: env for env in GIVEN}
+
+
+def test_the_token_stays_out_of_the_repr():
+    config = PetriConfig.from_env({"PETRI_API_TOKEN": "s3cret"})
+    assert config.api_token is not None and config.api_token.get_secret_value() == "s3cret"
+    assert "s3cret" not in repr(config) and "s3cret" not in str(config)
 
 
 def test_a_blank_value_is_unset_and_home_is_expanded():
