@@ -249,3 +249,62 @@ def test_a_tests_place_gives_its_markers():
     assert markers_for("cli/test_install.py") == ["process"]
     assert markers_for("docs/test_site.py") == ["process"] and markers_for("docs/test_layout.py") == []
     assert markers_for("engine/test_sampler.py") == [] and markers_for("web/ui/test_ui.py") == []
+
+
+#: The one module that reads the ``PETRI_*`` variables (docs/configuration.md).
+CONFIG_MODULE = "petri.core.config"
+
+
+def environ_reads(source: str) -> list[str]:
+    """The environment variables ``source`` reads by name: ``os.environ[K]``, ``os.environ.get(K)``,
+    ``os.getenv(K)``, ``K in os.environ`` (``environ`` / ``getenv`` imported from ``os`` too), ``K``
+    a string or a module-level name bound to one; ``?`` where the name is made at run time."""
+    tree = ast.parse(source)
+    constants = {target.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+                 for target in node.targets if isinstance(target, ast.Name)}
+
+    def is_environ(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
+            isinstance(node, ast.Name) and node.id == "environ")
+
+    def name_of(key: ast.AST) -> str:
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            return key.value
+        return constants.get(key.id, "?") if isinstance(key, ast.Name) else "?"
+
+    found = []
+    for node in ast.walk(tree):
+        key = None
+        if isinstance(node, ast.Subscript) and is_environ(node.value):
+            key = node.slice
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.func, ast.Attribute | ast.Name):
+            func = node.func
+            if (isinstance(func, ast.Attribute) and is_environ(func.value)) or (
+                    isinstance(func, ast.Attribute) and func.attr == "getenv") or (
+                    isinstance(func, ast.Name) and func.id == "getenv"):
+                key = node.args[0]
+        elif isinstance(node, ast.Compare) and any(is_environ(c) for c in node.comparators):
+            key = node.left
+        if key is not None:
+            found.append(name_of(key))
+    return found
+
+
+def test_environ_reads_sees_every_form():
+    source = ("import os\nfrom os import environ, getenv\nNAME = 'PETRI_B'\n"
+              "os.environ['PETRI_A']; os.environ.get(NAME); os.getenv('HF_HOME'); getenv('PETRI_C')\n"
+              "'PETRI_D' in os.environ; environ.setdefault('X', '1'); os.environ.get(f'PETRI_{NAME}')\n"
+              "PetriConfig.from_env(os.environ)\n")
+    assert sorted(environ_reads(source)) == ["?", "HF_HOME", "PETRI_A", "PETRI_B", "PETRI_C", "PETRI_D", "X"]
+
+
+def test_only_the_configuration_reads_petri_variables():
+    """Every ``PETRI_*`` variable is read by :mod:`petri.core.config` (the entry points hand it
+    ``os.environ`` whole); no other module, ``app.py`` included, reads one by name or by a name made
+    at run time."""
+    sources = {module: path for module, path in all_modules().items() if module != CONFIG_MODULE}
+    sources["app"] = PACKAGE.parent / "app.py"
+    offenders = [f"{module} reads {name}" for module, path in sources.items()
+                 for name in environ_reads(path.read_text()) if name.startswith("PETRI_") or name == "?"]
+    assert not offenders, "\n".join(offenders)

@@ -5,12 +5,16 @@ folders), ``replay RUN_ID`` (a stored run step by step: GIF, figure or table) an
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
 from petri.cli.options import add_model_arguments, add_sampler_arguments, load_from_args, settings_from_args
 from petri.cli.probe import add_probe_command, cmd_probe
+from petri.core.config import ConfigError, PetriConfig
 from petri.core.dish import DEFAULT_TEMPLATE, Dish, LayoutError
+from petri.core.paths import use_assets_dir
 from petri.engine.base import BackendUnavailableError, ModelNotFoundError, SamplingModel
 from petri.runs.export import run_tables, token_decoder, write_run
 from petri.runs.store import StoreError
@@ -24,7 +28,9 @@ def _concepts(value: str) -> tuple[str, ...]:
     return tuple(c.strip() for c in value.split(","))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(config: PetriConfig = PetriConfig()) -> argparse.ArgumentParser:
+    """The ``petri`` command's options, the model options' defaults from ``config``
+    (:func:`petri.cli.options.add_model_arguments`)."""
     parser = argparse.ArgumentParser(prog="petri", description="Concept Petri Dish")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser(
@@ -37,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     seed.add_argument("--template", default=DEFAULT_TEMPLATE, help="prompt template with {event} and {concepts}")
     seed.add_argument("--seed", type=int, default=0)
     seed.add_argument("--out", default=None, help="folder for the tidy CSVs and run.json")
-    add_model_arguments(seed)
+    add_model_arguments(seed, config)
     add_sampler_arguments(seed)
 
     study = commands.add_parser(
@@ -57,11 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     study.add_argument("--quiet", action="store_true", help="no progress bar")
     study.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice); "
                        "keep it the same when resuming for bit-identical numbers")
-    add_model_arguments(study)
+    add_model_arguments(study, config)
     add_sampler_arguments(study)
     add_ray_arguments(study)
     add_statistics_commands(commands)
-    add_probe_command(commands)
+    add_probe_command(commands, config)
 
     replay = commands.add_parser(
         "replay", help="a stored run's denoising, step by step: GIF/MP4 animation, trajectory figure or steps table",
@@ -324,13 +330,22 @@ def cmd_replay(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """The ``petri`` command: the configuration read once from ``environ`` (default ``os.environ``;
+    :class:`petri.core.config.PetriConfig`), then ``argv``'s command; 2 on an error."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        config = PetriConfig.from_env(os.environ if environ is None else environ)
+        parser = build_parser(config)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if argv[:1] == ["serve"]:  # the server has its own options (shared with app.py)
         from petri.web.server import main as serve
 
-        return serve(argv[1:], prog="petri serve")
-    args = build_parser().parse_args(argv)
+        return serve(argv[1:], prog="petri serve", config=config)
+    use_assets_dir(config.assets)
+    args = parser.parse_args(argv)
     args.argv = argv
     try:
         if args.command == "seed":

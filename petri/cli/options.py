@@ -6,42 +6,47 @@ of every family can be given on the command line."""
 from __future__ import annotations
 
 import argparse
-import os
 from dataclasses import replace
 
+from petri.core.config import ConfigError, PetriConfig, variable
 from petri.core.settings import Control, FamilySettings, SettingError, apply_settings, controls
-from petri.engine.base import ALLOW_DOWNLOAD_ENV, SamplingModel
+from petri.engine.base import SamplingModel
 from petri.engine.families.registry import families
 from petri.engine.precision_choice import parse_precision
 from petri.study.executors import ModelSpec
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default=os.environ.get("PETRI_MODEL") or None,
-        help="hub id (local cache only, unless --allow-download) or checkpoint folder (env PETRI_MODEL); default: the "
-        "real DiffusionGemma when cached on a GPU machine, else the embedded assets/petri-small (also by the name "
+def add_model_arguments(parser: argparse.ArgumentParser, config: PetriConfig = PetriConfig()) -> None:
+    """The options that say which model to load and how, their defaults from ``config`` (the
+    environment's ``PETRI_*`` variables, read by the entry point); the configuration's prompt-cache
+    limit and assets folder ride along as defaults of no option (``prompt_cache_mb``, ``assets``), for
+    :func:`spec_from_args`. A ``PETRI_PRECISION`` that cannot be read raises
+    :class:`petri.core.config.ConfigError` naming it."""
+    parser.add_argument("--model", default=config.model,
+        help=f"hub id (local cache only, unless --allow-download) or checkpoint folder (env {variable('model')}); default: "
+        "the real DiffusionGemma when cached on a GPU machine, else the embedded assets/petri-small (also by the name "
         "petri-small); petri-small-mdm: the embedded masked-diffusion model; petri-tiny and petri-tiny-mdm: the smaller, "
         "faster pair that writes invented words; a masked LM folder (BERT, ModernBERT) runs as masked diffusion")
     parser.add_argument(
-        "--allow-download", action="store_true", default=env_flag(ALLOW_DOWNLOAD_ENV),
-        help=f"fetch a hub model that is not in the local cache at start, with a progress bar (env {ALLOW_DOWNLOAD_ENV}=1, "
-        "what a Hugging Face Space sets); off by default",
+        "--allow-download", action="store_true", default=config.allow_download,
+        help="fetch a hub model that is not in the local cache at start, with a progress bar "
+        f"(env {variable('allow_download')}=1, what a Hugging Face Space sets); off by default",
     )
     parser.add_argument("--device", default="auto", help="auto (cuda → mps → cpu), cuda, mps or cpu")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp16 on MPS, fp32 on CPU), bf16, fp16 or fp32")
     parser.add_argument(
-        "--compile", action=argparse.BooleanOptionalAction, default=env_choice("PETRI_COMPILE"),
+        "--compile", action=argparse.BooleanOptionalAction, default=config.compile,
         help="the compiled tier of the GPU fast path: compiled decoder and prompt-encoder layers, the fused experts op (the "
         "small-batch experts for one or two samples), the routers' fused top-k, the global layers' split attention, the "
         "stacked projections, the sampler's self-conditioning softmax and inverse-CDF "
         "draw (not bit-exact; see docs/performance.md). Default "
-        "(env PETRI_COMPILE=1/0 overrides): on with CUDA and Triton, off elsewhere; the first request pays "
+        f"(env {variable('compile')}=1/0 overrides): on with CUDA and Triton, off elsewhere; the first request pays "
         "the compilation (tens of seconds, cached on disk for the next start). On CUDA the tier is planned against the "
         "card's memory before the model loads: unnamed, the compiled tier where it fits, else the exact one; a tier that "
         "fits in no form is refused, naming the tier that fits (docs/performance.md, \"On one 80 GB card\")",
     )
     parser.add_argument(  # issue 25
-        "--precision", default=os.environ.get("PETRI_PRECISION") or "bf16", type=precision_text,
+        "--precision", default=config_precision(config), type=precision_text,
         metavar="PRECISION[+LEVER...]",
         help="fp8: the opt-in FP8 tier (CUDA, FP8 GPUs): the decoder's matrices, experts and lm head in e4m3 with "
         "per-row scales; fp8-fast: the same with the matrix units' fast accumulation. Opt-in levers after it: "
@@ -49,15 +54,26 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "fp8-fast+sc-fp8 is the benchmark's fastest configuration. Their samples differ in distribution from bf16 "
         "by the shift the README reports, and every output names the tier (sampler '+fp8', '+fp8-fast', "
         "'+sc-fp8', '+enc-fp8'). Where the FP8 tier fits the card only without its bf16 copies, it runs so, with "
-        "+enc-fp8. Default bf16 (env PETRI_PRECISION)",
+        f"+enc-fp8. Default bf16 (env {variable('precision')})",
     )
     parser.add_argument(
         "--trust-remote-code", action="store_true",
         help="let a masked-diffusion checkpoint run its own modelling code (LLaDA, Dream); off by default",
     )
     parser.add_argument(
-        "--backend", default="auto", help="auto (MLX on Apple silicon without a torch GPU, else torch), torch or mlx"
+        "--backend", default=config.backend,
+        help=f"auto (MLX on Apple silicon without a torch GPU, else torch), torch or mlx (env {variable('backend')})",
     )
+    parser.set_defaults(prompt_cache_mb=config.prompt_cache_mb, assets=None if config.assets is None else str(config.assets))
+
+
+def config_precision(config: PetriConfig) -> str:
+    """``config``'s precision checked (:func:`petri.engine.precision_choice.parse_precision`) and
+    written out in its canonical order; :class:`ConfigError` names ``PETRI_PRECISION`` when it cannot be read."""
+    try:
+        return parse_precision(config.precision).text
+    except ValueError as error:
+        raise ConfigError(variable("precision"), str(error).removeprefix("precision: ")) from None
 
 
 def precision_text(text: str) -> str:
@@ -67,18 +83,6 @@ def precision_text(text: str) -> str:
         return parse_precision(text).text
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error).removeprefix("precision: ")) from None
-
-
-def env_flag(name: str) -> bool:
-    """True when the environment variable ``name`` is 1 / true / yes (any case)."""
-    return env_choice(name) is True
-
-
-def env_choice(name: str) -> bool | None:
-    """The environment variable ``name`` as True (1 / true / yes), False (0 / false / no) or ``None``
-    (unset or anything else: the default applies)."""
-    value = os.environ.get(name, "").strip().lower()
-    return True if value in ("1", "true", "yes") else False if value in ("0", "false", "no") else None
 
 
 def sampler_controls() -> dict[str, tuple[Control, tuple[str, ...]]]:
@@ -112,7 +116,8 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
     :class:`ModelSpec`, which a worker process or machine can load on its own."""
     return ModelSpec(args.model, args.backend, args.device, args.dtype, args.compile, getattr(args, "threads", None),
                      bool(getattr(args, "allow_download", False)), getattr(args, "precision", "bf16"),
-                     bool(getattr(args, "trust_remote_code", False)))
+                     bool(getattr(args, "trust_remote_code", False)), getattr(args, "prompt_cache_mb", None),
+                     getattr(args, "assets", None))
 
 
 def load_from_args(args: argparse.Namespace) -> SamplingModel:

@@ -25,6 +25,7 @@ from functools import partial
 from pathlib import Path
 
 from petri.cli.options import add_model_arguments, load_from_args
+from petri.core.config import PetriConfig
 
 
 def _samples(value: str):
@@ -39,7 +40,7 @@ def _samples(value: str):
     return number
 
 
-def add_probe_command(commands) -> None:
+def add_probe_command(commands, config: PetriConfig = PetriConfig()) -> None:
     probe = commands.add_parser(
         "probe", help="read the model's answer at slots of a pinned frame (one request, or evaluate a labelled set)",
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
@@ -65,7 +66,7 @@ def add_probe_command(commands) -> None:
                        "model's probability than this lies on the labels (the mean over the orders); default: the "
                        "request's own, 0.5")
     probe.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    add_model_arguments(probe)
+    add_model_arguments(probe, config)
 
 
 def _progress(label: str, quiet: bool):

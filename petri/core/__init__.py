@@ -3,6 +3,6 @@
 The core: the record of a sampling request (:mod:`.trajectory`, with the built-in families'
 settings), how a family's settings are described so every surface can be made from them
 (:mod:`.settings`), the dish that pins concepts on the canvas (:mod:`.dish`), cancellation
-(:mod:`.cancel`) and where shipped files lie (:mod:`.paths`). numpy only; every other layer builds
-on these.
+(:mod:`.cancel`), where shipped files lie (:mod:`.paths`) and the configuration the environment
+gives (:mod:`.config`, pydantic). numpy only otherwise; every other layer builds on these.
 """

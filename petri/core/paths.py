@@ -1,26 +1,46 @@
 """Where the project's shipped files are: the embedded model and the study files.
 
 ``assets/`` sits at the top of the source checkout. An installed copy (``pip install .``) puts the
-same files under ``<prefix>/share/concept-petri-dish/assets`` (the wheel's data files). The
-environment variable ``PETRI_ASSETS`` names another folder and wins over both.
+same files under ``<prefix>/share/concept-petri-dish/assets`` (the wheel's data files). A folder
+the process is told of (:func:`use_assets_dir`, which an entry point calls with ``PETRI_ASSETS``
+from :class:`petri.core.config.PetriConfig`) wins over both.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-ENV_VAR = "PETRI_ASSETS"
 _CHECKOUT_ASSETS = Path(__file__).resolve().parents[2] / "assets"
 _INSTALLED_ASSETS = Path(sys.prefix) / "share" / "concept-petri-dish" / "assets"
+#: The folders this process was told of (:func:`use_assets_dir`, :func:`use_shipped_study_dir`).
+_TOLD: dict[str, Path | None] = {"assets": None, "shipped_study": None}
+
+
+def _folder(folder: str | Path | None) -> Path | None:
+    return Path(folder).expanduser() if folder else None
+
+
+def use_assets_dir(folder: str | Path | None) -> None:
+    """Tell this process where its assets folder is (``None``: the default places). An entry point
+    calls it once with its configuration's ``assets`` (``PETRI_ASSETS``,
+    :class:`petri.core.config.PetriConfig`); a worker loading a
+    :class:`petri.study.executors.ModelSpec` with the folder its spec carries."""
+    _TOLD["assets"] = _folder(folder)
+
+
+def use_shipped_study_dir(folder: str | Path | None) -> None:
+    """Tell this process which study run the Study tab opens with (``None``: the shipped one); the
+    web server calls it once with its configuration's ``shipped_study`` (``PETRI_SHIPPED_STUDY``)."""
+    _TOLD["shipped_study"] = _folder(folder)
 
 
 def assets_dir() -> Path:
-    """The assets folder: ``$PETRI_ASSETS``, else the source checkout's, else the installed copy's
-    (the first that exists; the checkout's path when none does, so messages name a real place)."""
-    if os.environ.get(ENV_VAR):
-        return Path(os.environ[ENV_VAR]).expanduser()
+    """The assets folder: the one :func:`use_assets_dir` named, else the source checkout's, else the
+    installed copy's (the first that exists; the checkout's path when none does, so messages name a
+    real place)."""
+    if _TOLD["assets"] is not None:
+        return _TOLD["assets"]
     for candidate in (_CHECKOUT_ASSETS, _INSTALLED_ASSETS):
         if (candidate / "petri-tiny").is_dir():
             return candidate
@@ -74,3 +94,10 @@ def shipped_run_dir() -> Path:
     """The committed run of the shipped study (``assets/studies/results/inventory_order-en-petri-tiny``:
     its CSVs, ``run.json`` and ``report.md``), in a checkout and in an installed wheel alike."""
     return studies_dir() / "results" / SHIPPED_RUN
+
+
+def shipped_study_dir() -> Path:
+    """The study run the Study tab opens with: the folder :func:`use_shipped_study_dir` named (``PETRI_SHIPPED_STUDY``),
+    else :func:`shipped_run_dir`."""
+    told = _TOLD["shipped_study"]
+    return told if told is not None else shipped_run_dir()

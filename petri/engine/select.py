@@ -2,14 +2,15 @@
 
 Rules for ``select_backend("auto")``:
 
-1. the environment variable ``PETRI_BACKEND`` (``torch`` / ``mlx``), when set, wins;
+1. a backend named (``torch`` / ``mlx``) wins; the command line's ``--backend`` defaults to
+   ``PETRI_BACKEND`` (:class:`petri.core.config.PetriConfig`, read by the entry points);
 2. on Apple silicon (macOS, arm64) where PyTorch has no usable GPU (MPS unavailable) and ``mlx`` is
    importable: ``"mlx"``;
 3. otherwise ``"torch"``.
 
 :func:`load_backend_model` runs a checkpoint of a family MLX does not run (its registration's
 ``backends``: masked diffusion, ``petri-tiny-mdm``) on torch even where rule 2 picks MLX, whose
-backend runs DiffusionGemma only; asking for ``mlx`` by name (or ``PETRI_BACKEND=mlx``) for one is
+backend runs DiffusionGemma only; asking for ``mlx`` by name for one is
 refused, naming the backend.
 
 ``select_backend("mlx")`` insists on MLX and raises :class:`BackendUnavailableError` with the
@@ -29,7 +30,6 @@ from petri.engine.base import BackendUnavailableError, SamplingModel
 from petri.engine.families.registry import UNIFORM, Family, families, family_for_model_type
 
 BACKENDS = ("torch", "mlx")
-ENV_VAR = "PETRI_BACKEND"
 MLX_INSTALL_HINT = 'pip install "mlx[cpu]" on Linux, pip install mlx on macOS (Apple silicon)'
 
 
@@ -61,12 +61,8 @@ def torch_gpu_available() -> bool:
 
 
 def requested_backend(name: str | None = "auto") -> str:
-    """The backend asked for: ``name``, or ``PETRI_BACKEND`` when ``name`` is ``"auto"`` (lower case;
-    ``"auto"`` when neither names one)."""
-    requested = (name or "auto").strip().lower()
-    if requested == "auto":
-        requested = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
-    return requested
+    """The backend asked for: ``name`` in lower case (``"auto"`` when it names none)."""
+    return (name or "auto").strip().lower() or "auto"
 
 
 def select_backend(name: str | None = "auto") -> str:

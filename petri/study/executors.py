@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from petri.core.cancel import CancelToken
 from petri.core.dish import Dish
+from petri.core.paths import use_assets_dir
 from petri.core.settings import FamilySettings
 from petri.core.trajectory import Trajectory
 from petri.engine.base import SamplingModel, StepCallback
@@ -134,8 +135,9 @@ class LocalExecutor(StudyExecutor):
 @dataclass(frozen=True)
 class ModelSpec:
     """How a worker loads its own copy of the model: the ``--model/--backend/--device/--dtype/
-    --compile/--threads/--allow-download/--precision`` options, as plain values that travel to another process
-    or machine."""
+    --compile/--threads/--allow-download/--precision`` options and the configuration's prompt-cache limit
+    and assets folder (:class:`petri.core.config.PetriConfig`), as plain values that travel to another
+    process or machine."""
 
     name: str | None = None
     backend: str = "auto"
@@ -146,6 +148,8 @@ class ModelSpec:
     allow_download: bool = False
     precision: str = "bf16"  # issue 25: "fp8", "fp8-fast+sc-fp8", …: the opt-in FP8 tier (petri.engine.precision_choice)
     trust_remote_code: bool = False
+    prompt_cache_mb: int | None = None  # None: the engine's default (PETRI_PROMPT_CACHE_MB, petri.core.config)
+    assets: str | None = None  # None: the default assets folder (PETRI_ASSETS, petri.core.config)
 
     def load(self) -> SamplingModel:
         from petri.engine.select import load_backend_model
@@ -154,6 +158,13 @@ class ModelSpec:
             from petri.engine.torch.device import set_cpu_threads
 
             set_cpu_threads(self.threads)
-        return load_backend_model(self.name, backend=self.backend, device=self.device, dtype=self.dtype,
-                                  allow_download=self.allow_download, compile=self.compile,
-                                  precision=self.precision, trust_remote_code=self.trust_remote_code)
+        if self.assets is not None:
+            use_assets_dir(self.assets)
+        lm = load_backend_model(self.name, backend=self.backend, device=self.device, dtype=self.dtype,
+                                allow_download=self.allow_download, compile=self.compile,
+                                precision=self.precision, trust_remote_code=self.trust_remote_code)
+        if self.prompt_cache_mb is not None:
+            from petri.engine.torch.prompt_cache import set_prompt_cache_bytes
+
+            set_prompt_cache_bytes(lm, self.prompt_cache_mb * 2**20)
+        return lm

@@ -30,8 +30,6 @@ from fastapi import HTTPException, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
 CALLER_HEADER = "X-Petri-Token"
-API_TOKEN_ENV = "PETRI_API_TOKEN"
-PUBLIC_ENV = "PETRI_PUBLIC"
 API_COOKIE = "petri_api_token"
 CALLER_COOKIE = "petri_caller"
 OPEN_PATHS = ("/api/health",)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from petri.app.service import PetriService
+from petri.core.config import PetriConfig
 from petri.engine.cuda.encoder_graphs import set_encoder_graph_lengths
-from petri.engine.torch.prompt_cache import prompt_cache_env_set, set_prompt_cache_bytes
+from petri.engine.torch.prompt_cache import set_prompt_cache_bytes
 from petri.web import gpu_executor
 from petri.web.access import AccessPolicy, ApiTokenMiddleware
 from petri.web.api.deps import JobGate
@@ -26,15 +27,18 @@ def create_app(
     model_source: str | None = None,
     busy_wait_s: float = 0.0,
     access: AccessPolicy = AccessPolicy(),
+    config: PetriConfig = PetriConfig(),
 ) -> FastAPI:
     """The FastAPI app over ``service`` (kept on ``app.state.service``), with the Gradio UI mounted at
     ``/`` unless ``ui`` is False.
 
     ``model_source`` (the folder or hub id the model came from) lets the UI show its model card;
     ``busy_wait_s`` is how long an API request waits for a running job before answering 503;
-    ``access`` says who may see what (:mod:`petri.web.access`: local, public, API token). A public
-    app keeps no encoded prompts and no captured encoder passes unless ``PETRI_PROMPT_CACHE_MB`` asks
-    for them (:mod:`petri.engine.torch.prompt_cache`: a reused prompt is faster, which would tell a visitor
+    ``access`` says who may see what (:mod:`petri.web.access`: local, public, API token);
+    ``config`` is the environment's configuration (:class:`petri.core.config.PetriConfig`): its
+    prompt-cache limit and ZeroGPU call duration. A public app keeps no encoded prompts and no
+    captured encoder passes unless ``config.prompt_cache_mb`` (``PETRI_PROMPT_CACHE_MB``) asks for
+    them (:mod:`petri.engine.torch.prompt_cache`: a reused prompt is faster, which would tell a visitor
     that someone else sent it; :mod:`petri.engine.cuda.encoder_graphs`: the same of a prompt's length).
     """
     app = FastAPI(
@@ -47,8 +51,11 @@ def create_app(
     serve_docs_offline(app)
     app.state.service = service
     # the model a ZeroGPU call's forked child samples with, and how the child puts it on its card
-    gpu_executor.serve(service, gpu_executor.zerogpu_placement(service.lm) if gpu_executor.on_zero_gpu() else None)
-    if access.public and not prompt_cache_env_set():
+    placement = gpu_executor.zerogpu_placement(service.lm, config.zerogpu_size) if gpu_executor.on_zero_gpu() else None
+    gpu_executor.serve(service, duration_s=config.gpu_duration_s, placement=placement, size=config.zerogpu_size)
+    if config.prompt_cache_mb is not None:
+        set_prompt_cache_bytes(service.lm, config.prompt_cache_mb * 2**20)
+    elif access.public:
         set_prompt_cache_bytes(service.lm, 0)
         set_encoder_graph_lengths(service.lm, 0)
     app.state.jobs = JobGate(service, busy_wait_s)

@@ -21,8 +21,8 @@ A study's batches go the same way, one call per batch (:class:`ZeroGpuStudyExecu
 :func:`petri.study.runner.run_study`), though the Study tab and ``POST /api/study`` do not use it yet.
 
 Not built here (issue 63): studies from the UI and API and probe reads on ZeroGPU, the ``duration`` estimate from
-samples, steps and shape (:func:`seed_duration` asks for ``spaces``' default unless
-``PETRI_GPU_DURATION_S`` says otherwise), the quota-aware UI and the API's Gradio endpoints.
+samples, steps and shape (:func:`seed_duration` asks for the seconds :func:`serve` was given:
+``PETRI_GPU_DURATION_S``, else ``spaces``' default), the quota-aware UI and the API's Gradio endpoints.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from petri.app.jobs import recorded_run
 from petri.app.service import PetriService, SeedResult
 from petri.core.cancel import Cancelled, CancelToken
+from petri.core.config import DEFAULT_GPU_DURATION_S, DEFAULT_ZEROGPU_CARD
 from petri.core.plan import SeedPlan
 from petri.core.trajectory import Trajectory
 from petri.engine.base import LiveStep
@@ -54,13 +55,12 @@ ZERO_GPU_ENV = "SPACES_ZERO_GPU"
 #: The message of the error ``spaces`` raises in the main process when the GPU child dies or runs
 #: past its ``duration``.
 ABORTED = "GPU task aborted"
-#: Seconds a call asks for unless ``PETRI_GPU_DURATION_S`` is set: ``spaces``' own default.
-DEFAULT_DURATION_S = 60
-#: The variable that names the ZeroGPU card size each call asks for (``spaces.GPU(size=...)``).
-ZEROGPU_SIZE_ENV = "PETRI_ZEROGPU_SIZE"
-#: The card size unless :data:`ZEROGPU_SIZE_ENV` names another: the whole card, since the real
-#: DiffusionGemma fits no tier on half of one (:func:`petri.engine.torch.card_placement.card_tier`).
-DEFAULT_ZEROGPU_SIZE = "xlarge"
+#: Seconds a call asks for unless :func:`serve` is told otherwise (``PETRI_GPU_DURATION_S``): ``spaces``' own default.
+DEFAULT_DURATION_S = DEFAULT_GPU_DURATION_S
+#: The card size each call asks for unless :func:`serve` is told otherwise (``PETRI_ZEROGPU_SIZE``): the
+#: whole card, since the real DiffusionGemma fits no tier on half of one
+#: (:func:`petri.engine.torch.card_placement.card_tier`).
+DEFAULT_ZEROGPU_SIZE = DEFAULT_ZEROGPU_CARD
 
 
 def on_zero_gpu() -> bool:
@@ -99,18 +99,26 @@ class GpuFrame:
 
 
 _served: list[PetriService] = []
-#: How the served model is put on the card inside each GPU call (None: used where it was loaded).
+#: The seconds a call asks for (:func:`serve` sets it).
+_duration_s: list[int] = [DEFAULT_DURATION_S]
+#: How the served model is put on the card inside each GPU call (empty: used where it was loaded).
 _placement: list[CardPlacement] = []
 
 
-def serve(service: PetriService, placement: CardPlacement | None = None) -> None:
-    """Name the service whose model :func:`seed_frames` samples with: called once the model is loaded,
-    before any GPU call (a ZeroGPU child is forked from this process and finds it here). ``placement``:
-    how each call puts that model on its GPU (:class:`~petri.engine.torch.card_placement.CardPlacement`;
-    on a Space the model stays on the CPU in this process and each call places it); ``None`` samples
-    with it where it was loaded."""
+def serve(service: PetriService, duration_s: int = DEFAULT_DURATION_S, placement: CardPlacement | None = None,
+          size: str = DEFAULT_ZEROGPU_SIZE) -> None:
+    """Name the service whose model :func:`seed_frames` samples with, the seconds a call asks for
+    (``PETRI_GPU_DURATION_S``, :class:`petri.core.config.PetriConfig`), how each call puts that model on
+    its GPU (``placement``: :class:`~petri.engine.torch.card_placement.CardPlacement`; on a Space the
+    model stays on the CPU in this process and each call places it; ``None`` samples with it where it
+    was loaded) and the card size each call asks for (``PETRI_ZEROGPU_SIZE``): called once the model is
+    loaded, before any GPU call (a ZeroGPU child is forked from this process and finds it here)."""
+    global zerogpu_seed, zerogpu_batch
     _served[:] = [service]
+    _duration_s[:] = [duration_s]
     _placement[:] = [placement] if placement is not None else []
+    zerogpu_seed = spaces_gpu(duration=seed_duration, size=size)(seed_frames)
+    zerogpu_batch = spaces_gpu(duration=seed_duration, size=size)(batch_frames)
 
 
 def host_model_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -123,30 +131,18 @@ def host_model_args(args: argparse.Namespace) -> argparse.Namespace:
                                  "precision": "bf16"})
 
 
-def zerogpu_size() -> str:
-    """The ZeroGPU card size each GPU call asks for: :data:`ZEROGPU_SIZE_ENV`, else :data:`DEFAULT_ZEROGPU_SIZE`."""
-    return os.environ.get(ZEROGPU_SIZE_ENV, DEFAULT_ZEROGPU_SIZE)
+def zerogpu_placement(lm, size: str = DEFAULT_ZEROGPU_SIZE) -> CardPlacement:
+    """How a ZeroGPU call puts ``lm`` (loaded on the CPU in this process) on its card
+    (:func:`petri.engine.torch.card_placement.placement_for`: CUDA, in the tier for a ``size`` card)."""
+    from petri.engine.torch.card_placement import placement_for
 
-
-def zerogpu_placement(lm, size: str | None = None) -> CardPlacement:
-    """How a ZeroGPU call puts ``lm`` (loaded on the CPU in this process) on its card: CUDA, in the tier
-    :func:`~petri.engine.torch.card_placement.card_tier` picks for a DiffusionGemma on a ``size`` card
-    (:func:`zerogpu_size` if None; a model that fits no tier there raises
-    :class:`~petri.engine.torch.tier_memory.TierMemoryError` at start-up, naming the card), bf16 for
-    another family."""
-    from petri.engine.families.registry import UNIFORM
-    from petri.engine.torch.card_placement import CardPlacement, card_tier
-    from petri.engine.torch.tier_memory import weight_counts
-
-    if getattr(lm, "family", None) != UNIFORM.id or not hasattr(lm, "model"):
-        return CardPlacement("cuda", "bf16")
-    return CardPlacement("cuda", card_tier(weight_counts(lm.model), size or zerogpu_size()).precision_text)
+    return placement_for(lm, size)
 
 
 def seed_duration(plan: SeedPlan | BatchJob) -> int:
-    """The seconds a ZeroGPU call of ``plan`` (a seed, or a study's batch) asks for: ``PETRI_GPU_DURATION_S`` if set, else
-    :data:`DEFAULT_DURATION_S` (an estimate from the plan's samples and steps is not built)."""
-    return int(os.environ.get("PETRI_GPU_DURATION_S", DEFAULT_DURATION_S))
+    """The seconds a ZeroGPU call of ``plan`` (a seed, or a study's batch) asks for: those :func:`serve`
+    was given (an estimate from the plan's samples and steps is not built)."""
+    return _duration_s[0]
 
 
 def _served_model():
@@ -204,9 +200,9 @@ def _frames(event: int, sample: Callable[[Callable, CancelToken], Trajectory]) -
 
 
 #: :func:`seed_frames` under ``spaces.GPU``: what :func:`zerogpu_seed_stream` calls.
-zerogpu_seed = spaces_gpu(duration=seed_duration, size=zerogpu_size())(seed_frames)
+zerogpu_seed = spaces_gpu(duration=seed_duration, size=DEFAULT_ZEROGPU_SIZE)(seed_frames)
 #: :func:`batch_frames` under ``spaces.GPU``: what :class:`ZeroGpuStudyExecutor` calls, once a batch.
-zerogpu_batch = spaces_gpu(duration=seed_duration, size=zerogpu_size())(batch_frames)
+zerogpu_batch = spaces_gpu(duration=seed_duration, size=DEFAULT_ZEROGPU_SIZE)(batch_frames)
 
 
 def _is_abort(err: BaseException) -> bool:

@@ -3,7 +3,9 @@
     python app.py                      # the default model, http://127.0.0.1:7860
     python app.py --model PATH_OR_ID --store runs/ --device cuda
 
-``GRADIO_SERVER_NAME`` / ``GRADIO_SERVER_PORT`` set the address (as on Hugging Face Spaces).
+``GRADIO_SERVER_NAME`` / ``GRADIO_SERVER_PORT`` set the address (as on Hugging Face Spaces). The
+environment is read once, here (:class:`petri.core.config.PetriConfig`: every variable in
+docs/configuration.md), and passed down.
 The server binds to loopback (127.0.0.1) unless told otherwise: ``--host 0.0.0.0`` (or
 ``GRADIO_SERVER_NAME=0.0.0.0``, which a Space sets) makes it reachable from the network; it is then
 public (:mod:`petri.web.access`: jobs and runs private to their submitters; ``PETRI_API_TOKEN``
@@ -18,27 +20,31 @@ import argparse
 import ipaddress
 import os
 import sys
+from collections.abc import Mapping
 
 from petri.app.service import PetriService
 from petri.cli.options import add_model_arguments, load_from_args
+from petri.core.config import ConfigError, PetriConfig, variable
+from petri.core.paths import use_assets_dir, use_shipped_study_dir
 from petri.engine.base import BackendUnavailableError, ModelNotFoundError, SamplingModel
 from petri.runs.store import RunStore, StoreError
 from petri.web import gpu_executor, limits
-from petri.web.access import API_TOKEN_ENV, CALLER_HEADER, PUBLIC_ENV, AccessPolicy, RedactSecrets
+from petri.web.access import CALLER_HEADER, AccessPolicy, RedactSecrets
 from petri.web.app import create_app
 
 #: Seconds a stopping server gives open requests and the job worker before it exits anyway.
 SHUTDOWN_GRACE_S = 5
 
 
-def build_parser(prog: str = "app.py") -> argparse.ArgumentParser:
+def build_parser(prog: str = "app.py", config: PetriConfig = PetriConfig()) -> argparse.ArgumentParser:
+    """The server's options, their defaults from ``config`` (the environment, read by :func:`main`)."""
     parser = argparse.ArgumentParser(prog=prog, description="Serve the Concept Petri Dish web app (UI + HTTP API).")
-    add_model_arguments(parser)
+    add_model_arguments(parser, config)
     parser.add_argument("--store", default="runs", help="run-store folder (SQLite); default: runs/")
-    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-                        help="address to bind (env GRADIO_SERVER_NAME; default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
-                        help="port (env GRADIO_SERVER_PORT; default 7860)")
+    parser.add_argument("--host", default=config.host,
+                        help=f"address to bind (env {variable('host')}; default {PetriConfig().host})")
+    parser.add_argument("--port", type=int, default=config.port,
+                        help=f"port (env {variable('port')}; default {PetriConfig().port})")
     parser.add_argument("--busy-wait", type=float, default=0.0,
                         help="seconds an API request waits for a running job before answering 503 (default 0)")
     parser.add_argument("--max-queued-jobs", type=int, default=limits.MAX_QUEUED_JOBS,
@@ -80,11 +86,12 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def access_policy(host: str) -> AccessPolicy:
+def access_policy(host: str, config: PetriConfig = PetriConfig()) -> AccessPolicy:
     """Public (jobs and runs private to their submitters) when bound beyond loopback or when
-    ``PETRI_PUBLIC=1``; an API token on every route when ``PETRI_API_TOKEN`` is set."""
-    public = not is_loopback(host) or os.environ.get(PUBLIC_ENV, "") == "1"
-    return AccessPolicy(public=public, api_token=os.environ.get(API_TOKEN_ENV) or None)
+    ``config.public`` (``PETRI_PUBLIC=1``); an API token on every route when ``config.api_token``
+    (``PETRI_API_TOKEN``) is set."""
+    token = config.api_token.get_secret_value() if config.api_token is not None else None
+    return AccessPolicy(public=not is_loopback(host) or config.public, api_token=token)
 
 
 def server_config(app, host: str, port: int):
@@ -116,9 +123,20 @@ def serve(app, service: PetriService, host: str, port: int) -> None:
     service.close_store()
 
 
-def main(argv: list[str] | None = None, prog: str = "app.py") -> int:
-    """Serve the app (``python app.py ARGS`` / ``petri serve ARGS``); 2 on a start-up error."""
-    args = build_parser(prog).parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "app.py", config: PetriConfig | None = None,
+         environ: Mapping[str, str] | None = None) -> int:
+    """Serve the app (``python app.py ARGS`` / ``petri serve ARGS``); 2 on a start-up error. The
+    configuration is ``config`` (``petri serve``: the command read it), else read once from ``environ``
+    (default ``os.environ``)."""
+    try:
+        config = config or PetriConfig.from_env(os.environ if environ is None else environ)
+        parser = build_parser(prog, config)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    use_assets_dir(config.assets)
+    use_shipped_study_dir(config.shipped_study)
+    args = parser.parse_args(argv)
     try:
         service, source = build_service(args)
     except (ModelNotFoundError, StoreError, ValueError, BackendUnavailableError) as err:
@@ -127,13 +145,13 @@ def main(argv: list[str] | None = None, prog: str = "app.py") -> int:
             print("hint: `python app.py --tiny-random` serves the app on a tiny random model (its text is noise)",
                   file=sys.stderr)
         return 2
-    access = access_policy(args.host)
-    app = create_app(service, model_source=source, busy_wait_s=args.busy_wait, access=access)
+    access = access_policy(args.host, config)
+    app = create_app(service, model_source=source, busy_wait_s=args.busy_wait, access=access, config=config)
     print(f"Concept Petri Dish: {service.model_id} on {service.model_info()['device']} — http://{args.host}:{args.port}/ "
           f"(API docs at /docs)", flush=True)
     if not is_loopback(args.host):
         guard = ("every route but /api/health needs the API token" if access.api_token else
-                 f"set {API_TOKEN_ENV} to require a token on every route")
+                 f"set {variable('api_token')} to require a token on every route")
         print(f"warning: serving on {args.host}, reachable from the network; jobs and runs are private to "
               f"whoever submitted them ({CALLER_HEADER}); {guard} (see RELIABILITY.md)", file=sys.stderr, flush=True)
     serve(app, service, args.host, args.port)

@@ -121,17 +121,19 @@ def test_compile_option_is_a_tri_state_and_auto_compiles_only_cuda(tiny_checkpoi
     from petri.study.executors import ModelSpec
 
     folder, _ = tiny_checkpoint
-    monkeypatch.delenv("PETRI_COMPILE", raising=False)
+    from petri.core.config import ConfigError, PetriConfig
+
     parser = argparse.ArgumentParser()
     model_options.add_model_arguments(parser)
     compiles = [model_options.spec_from_args(parser.parse_args(argv)).compile for argv in ([], ["--compile"], ["--no-compile"])]
     assert compiles == [None, True, False]
-    for value, expected in (("0", False), ("yes", True), ("", None)):
-        monkeypatch.setenv("PETRI_COMPILE", value)
+    for value, expected in (("0", False), ("yes", True), ("No", False), ("TRUE", True), ("", None)):
         parser = argparse.ArgumentParser()
-        model_options.add_model_arguments(parser)
+        model_options.add_model_arguments(parser, PetriConfig.from_env({"PETRI_COMPILE": value}))
         assert parser.parse_args([]).compile is expected
     assert parser.parse_args(["--compile"]).compile is True  # the flag wins over the environment
+    with pytest.raises(ConfigError, match="^PETRI_COMPILE: got 'maybe'; expected 1 / true / yes or 0 / false / no"):
+        PetriConfig.from_env({"PETRI_COMPILE": "maybe"})  # was read as unset before the configuration object
 
     compiled = []
     monkeypatch.setattr(torch_model, "compile_for_sampling", lambda lm: compiled.append(lm) or lm)

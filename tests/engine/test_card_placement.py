@@ -116,7 +116,6 @@ def test_on_zerogpu_a_diffusion_gemma_is_placed_in_the_tier_of_the_card_size(mon
     from petri.web import gpu_executor
 
     lm = tiny_random_model()
-    monkeypatch.setenv("PETRI_ZEROGPU_SIZE", "large")
-    assert gpu_executor.zerogpu_placement(lm) == CardPlacement("cuda", "bf16")
+    assert gpu_executor.zerogpu_placement(lm, "large") == CardPlacement("cuda", "bf16")
     with pytest.raises(ValueError, match="size: 'huge'"):
         gpu_executor.zerogpu_placement(lm, "huge")

@@ -123,20 +123,20 @@ def test_app_serves_a_dish_on_it(tmp_path, live_server):
 
 def test_where_auto_would_pick_mlx_it_runs_on_torch(monkeypatch):
     """On Apple silicon without a torch GPU, ``auto`` picks MLX, whose backend runs DiffusionGemma only."""
+    from petri.core.config import PetriConfig
     from petri.engine import select
     from petri.engine.base import BackendUnavailableError
 
     monkeypatch.setattr(select, "is_apple_silicon", lambda: True)
     monkeypatch.setattr(select, "torch_gpu_available", lambda: False)
     monkeypatch.setattr(select, "mlx_available", lambda: True)
-    monkeypatch.delenv(select.ENV_VAR, raising=False)
     assert select.select_backend("auto") == "mlx"
     assert isinstance(select.load_backend_model("petri-tiny-mdm", backend="auto", device="cpu"), MaskedLoadedModel)
     with pytest.raises(BackendUnavailableError, match="backend='mlx'.*masked-diffusion"):
         select.load_backend_model("petri-tiny-mdm", backend="mlx", device="cpu")
-    monkeypatch.setenv(select.ENV_VAR, "mlx")
-    with pytest.raises(BackendUnavailableError, match="masked-diffusion"):
-        select.load_backend_model("petri-tiny-mdm", backend="auto", device="cpu")
+    with pytest.raises(BackendUnavailableError, match="masked-diffusion"):  # PETRI_BACKEND=MLX: --backend's default
+        select.load_backend_model("petri-tiny-mdm", backend=PetriConfig.from_env({"PETRI_BACKEND": "MLX"}).backend,
+                                  device="cpu")
 
 
 def test_the_ui_dish_tab_runs_it(mdm, tmp_path):

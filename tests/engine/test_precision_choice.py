@@ -69,18 +69,19 @@ def test_the_command_line_checks_and_writes_out_the_text(capsys):
     assert "argument --precision: unknown lever '+turbo'" in capsys.readouterr().err
 
 
-def test_the_environment_sets_the_default_and_is_checked_too(monkeypatch, capsys):
-    monkeypatch.setenv("PETRI_PRECISION", "fp8-fast+enc-fp8")
+def test_the_environment_sets_the_default_and_is_checked_too(capsys):
+    from petri.cli.main import main
+    from petri.core.config import ConfigError, PetriConfig
+
     parser = argparse.ArgumentParser(prog="petri")
-    add_model_arguments(parser)
+    add_model_arguments(parser, PetriConfig.from_env({"PETRI_PRECISION": "fp8-fast+enc-fp8"}))
     assert parser.parse_args([]).precision == "fp8-fast+enc-fp8"
     assert parser.parse_args(["--precision", "bf16"]).precision == "bf16"
-    monkeypatch.setenv("PETRI_PRECISION", "fp4")
-    parser = argparse.ArgumentParser(prog="petri")
-    add_model_arguments(parser)
-    with pytest.raises(SystemExit):
-        parser.parse_args([])
-    assert "argument --precision: 'fp4' is not one of" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="^PETRI_PRECISION: 'fp4' is not one of"):
+        add_model_arguments(argparse.ArgumentParser(prog="petri"), PetriConfig.from_env({"PETRI_PRECISION": "fp4"}))
+    # the command says so before it does anything, naming the variable
+    assert main(["seed", "--event", "e", "--concepts", "a"], environ={"PETRI_PRECISION": "fp4"}) == 2
+    assert capsys.readouterr().err.startswith("error: PETRI_PRECISION: 'fp4' is not one of")
 
 
 def test_a_typo_fails_before_any_model_loads(monkeypatch):

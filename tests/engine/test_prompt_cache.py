@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from petri.core.trajectory import AnchorSpan, SamplerSettings
-from petri.engine.torch.prompt_cache import PROMPT_CACHE_ENV, PromptCache, cache_bytes, prompt_cache_bytes_from_env
+from petri.engine.torch.prompt_cache import PROMPT_CACHE_ENV, PromptCache, cache_bytes
 from petri.engine.torch.sampler import run_sampler
 from petri.engine.torch.step import encoded_prompt
 from petri.engine.torch.tiny import tiny_random_model
@@ -149,36 +149,44 @@ def test_a_copy_of_the_loaded_model_with_another_dtype_does_not_take_its_prompts
     assert len(lm.encoder_calls) == 2
 
 
-def test_the_limit_comes_from_the_environment_and_a_bad_value_is_named(monkeypatch):
-    monkeypatch.delenv(PROMPT_CACHE_ENV, raising=False)
-    assert prompt_cache_bytes_from_env() == 1024 * 2**20
+def test_the_limit_comes_from_the_configuration_and_a_bad_value_is_named(monkeypatch):
+    """``PETRI_PROMPT_CACHE_MB`` is read by the configuration (never by the cache: 1,024 MiB whatever
+    the environment says) and reaches a model the command line loads through its ModelSpec."""
+    import argparse
+
+    from petri.cli.options import add_model_arguments, spec_from_args
+    from petri.core.config import ConfigError, PetriConfig
+
     monkeypatch.setenv(PROMPT_CACHE_ENV, "3")
-    assert PromptCache().max_bytes == 3 * 2**20
-    monkeypatch.setenv(PROMPT_CACHE_ENV, "0")
-    assert PromptCache().max_bytes == 0
+    assert PromptCache().max_bytes == 1024 * 2**20
+    monkeypatch.setattr("petri.engine.select.load_backend_model", lambda *a, **kw: tiny_random_model(canvas_length=16))
+    for given, mib in (({}, 1024), ({PROMPT_CACHE_ENV: "3"}, 3), ({PROMPT_CACHE_ENV: "0"}, 0), ({PROMPT_CACHE_ENV: " "}, 1024)):
+        parser = argparse.ArgumentParser()
+        add_model_arguments(parser, PetriConfig.from_env(given))
+        assert spec_from_args(parser.parse_args([])).load().fast_tier.prompts.max_bytes == mib * 2**20, given
     for bad in ("lots", "-1", "1.5"):
-        monkeypatch.setenv(PROMPT_CACHE_ENV, bad)
-        with pytest.raises(ValueError, match=PROMPT_CACHE_ENV):
-            PromptCache()
+        with pytest.raises(ConfigError, match=f"^{PROMPT_CACHE_ENV}: got '{bad}'; expected a whole number of MiB, 0 or more"):
+            PetriConfig.from_env({PROMPT_CACHE_ENV: bad})
 
 
-def test_a_public_server_keeps_no_prompts_unless_asked(monkeypatch, tmp_path):
+def test_a_public_server_keeps_no_prompts_unless_asked(tmp_path):
     pytest.importorskip("fastapi")  # the GPU machine's image has no web stack
     from petri.app.service import PetriService
+    from petri.core.config import PetriConfig
     from petri.runs.store import RunStore
     from petri.web.access import AccessPolicy
     from petri.web.app import create_app
 
-    def served(public: bool):
+    def served(public: bool, environ: dict):
         lm = tiny_random_model(canvas_length=16)
-        create_app(PetriService(lm, RunStore(tmp_path / f"runs-{public}")), ui=False, access=AccessPolicy(public=public))
+        create_app(PetriService(lm, RunStore(tmp_path / f"runs-{public}-{len(environ)}")), ui=False,
+                   access=AccessPolicy(public=public), config=PetriConfig.from_env(environ))
         return lm.fast_tier.prompts.max_bytes
 
-    monkeypatch.delenv(PROMPT_CACHE_ENV, raising=False)
-    assert served(public=True) == 0
-    assert served(public=False) == 1024 * 2**20
-    monkeypatch.setenv(PROMPT_CACHE_ENV, "64")  # the operator asked for it
-    assert served(public=True) == 64 * 2**20
+    assert served(public=True, environ={}) == 0
+    assert served(public=False, environ={}) == 1024 * 2**20
+    assert served(public=True, environ={PROMPT_CACHE_ENV: "64"}) == 64 * 2**20  # the operator asked for it
+    assert served(public=False, environ={PROMPT_CACHE_ENV: "64"}) == 64 * 2**20
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
@@ -247,8 +255,8 @@ def test_the_model_tab_says_what_is_kept(monkeypatch, tmp_path):
     from petri.runs.store import RunStore
     from petri.web.ui.model import model_markdown
 
-    monkeypatch.setenv(PROMPT_CACHE_ENV, "16")
     lm = tiny_random_model(canvas_length=16)
+    lm.fast_tier.prompts.set_max_bytes(16 * 2**20)  # PETRI_PROMPT_CACHE_MB=16
     service = PetriService(lm, RunStore(tmp_path / "runs"))
     assert "| kept prompts | encoder caches of recent prompts, up to 16 MiB" in model_markdown(service, None)
     lm.fast_tier.prompts.set_max_bytes(0)

@@ -519,8 +519,9 @@ def test_the_server_binds_to_loopback_by_default(monkeypatch, capsys):
     assert stop.value.code == 0
     assert "default 127.0.0.1" in " ".join(capsys.readouterr().out.split())
     # a Space sets GRADIO_SERVER_NAME=0.0.0.0 on purpose; then the app warns that it is public
-    monkeypatch.setenv("GRADIO_SERVER_NAME", "0.0.0.0")
-    assert app_module.build_parser().parse_args([]).host == "0.0.0.0"
+    from petri.core.config import PetriConfig
+
+    assert app_module.build_parser(config=PetriConfig.from_env({"GRADIO_SERVER_NAME": "0.0.0.0"})).parse_args([]).host == "0.0.0.0"
     assert app_module.is_loopback("127.0.0.1") and app_module.is_loopback("::1") and app_module.is_loopback("localhost")
     assert not app_module.is_loopback("0.0.0.0") and not app_module.is_loopback("192.168.1.5")
 

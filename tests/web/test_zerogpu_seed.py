@@ -78,7 +78,7 @@ def test_post_api_seed_goes_through_the_gpu_call_on_zerogpu(service, monkeypatch
 
 def test_an_aborted_call_keeps_the_finished_events_and_says_so(service, monkeypatch):
     harness.serve_on_zerogpu(monkeypatch, service)
-    monkeypatch.setenv("PETRI_GPU_DURATION_S", "4")
+    monkeypatch.setattr(gpu_executor, "_duration_s", [4])  # PETRI_GPU_DURATION_S=4, as create_app passes it on
     real = gpu_executor.sample_planned
 
     def slow_third(lm, plan, index, on_step=None, cancel=None):

@@ -50,7 +50,7 @@ def test_a_study_on_zerogpu_runs_a_call_per_batch_and_stores_the_same_records(se
 def test_an_aborted_batch_keeps_the_batches_before_it_and_the_study_resumes(service, tmp_path, monkeypatch):
     here = run(service.lm, RunStore(tmp_path / "here"))
     harness.serve_on_zerogpu(monkeypatch, service)
-    monkeypatch.setenv("PETRI_GPU_DURATION_S", "4")
+    monkeypatch.setattr(gpu_executor, "_duration_s", [4])  # PETRI_GPU_DURATION_S=4, as create_app passes it on
     real = gpu_executor.sample_batch
 
     calls = tmp_path / "calls"  # each call's child is fresh: they count in a file

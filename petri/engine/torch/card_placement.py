@@ -52,6 +52,19 @@ def card_tier(counts: WeightCounts, size: str, shape: tuple[int, int] = PLANNING
     raise TierMemoryError(f"no tier fits a ZeroGPU {size} card ({memory / GIB:.1f} GiB): {refusals[-1]}")
 
 
+def placement_for(lm, size: str) -> CardPlacement:
+    """How a ZeroGPU call puts ``lm`` on its card: CUDA, in the tier :func:`card_tier` picks for a
+    DiffusionGemma on a ``size`` card (one that fits no tier there raises
+    :class:`~petri.engine.torch.tier_memory.TierMemoryError`, naming the card: at start-up), bf16 for
+    another family."""
+    from petri.engine.families.registry import UNIFORM
+    from petri.engine.torch.tier_memory import weight_counts
+
+    if getattr(lm, "family", None) != UNIFORM.id or not hasattr(lm, "model"):
+        return CardPlacement("cuda", "bf16")
+    return CardPlacement("cuda", card_tier(weight_counts(lm.model), size).precision_text)
+
+
 @dataclass
 class CardPlacement:
     """Where and how the served model runs inside a GPU call: ``device`` (``"cuda"`` on a Space;

@@ -2,7 +2,7 @@
 checkpoint folder (the embedded model in ``assets/petri-small`` by default), or a tiny random one.
 
 Nothing is downloaded at run time unless asked (``allow_download=True``: ``--allow-download`` /
-``PETRI_ALLOW_DOWNLOAD=1``, what a Hugging Face Space sets): hub ids are resolved from the local cache
+``PETRI_ALLOW_DOWNLOAD=1``, what a Hugging Face Space sets, read by the entry points): hub ids are resolved from the local cache
 only, and a missing model produces a :class:`ModelNotFoundError` whose message says how to get it.
 """
 
@@ -35,6 +35,8 @@ from petri.engine.torch import sampler as torch_sampler
 from petri.engine.torch.device import resolve_device, resolve_dtype
 from petri.engine.torch.fast_tier import FastTier
 
+#: The default embedded model's folder where this module was imported (the loaders call
+#: :func:`petri.core.paths.embedded_model_path`, which follows the assets folder an entry point names).
 EMBEDDED_MODEL_PATH = embedded_model_path()
 
 
@@ -205,7 +207,7 @@ def default_model_name() -> str:
     """The real DiffusionGemma when a GPU and its cached weights are present, else the embedded model."""
     if torch.cuda.is_available() and real_model_is_cached():
         return REAL_MODEL_ID
-    return str(EMBEDDED_MODEL_PATH)
+    return str(embedded_model_path())
 
 
 def load_model(
@@ -236,7 +238,7 @@ def load_model(
     local = Path(name).expanduser()
     source = str(local) if local.is_dir() else name
     if not local.is_dir() and (local.exists() or name.startswith((".", "/", "~"))):
-        raise ModelNotFoundError(missing_model_message(name, str(EMBEDDED_MODEL_PATH)))
+        raise ModelNotFoundError(missing_model_message(name, str(embedded_model_path())))
     if allow_download and not local.is_dir():
         source = fetch_hub_model(name)
     model_id = local.name if local.is_dir() else name
@@ -258,7 +260,7 @@ def load_diffusion_gemma(source: str, model_id: str, device: torch.device, dtype
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(source, local_files_only=True, dtype=dtype)
     except OSError as err:
-        raise ModelNotFoundError(missing_model_message(source, str(EMBEDDED_MODEL_PATH))) from err
+        raise ModelNotFoundError(missing_model_message(source, str(embedded_model_path()))) from err
     cast(Any, model).to(device).eval()  # transformers annotates to() for its own wrapper, not a device
     return LoadedModel(model=model, tokenizer=tokenizer, model_id=model_id, device=device, dtype=dtype)
 

@@ -19,15 +19,16 @@ fine-tune in the process) must :meth:`PromptCache.clear` it. The MLX backend kee
 (:mod:`petri.engine.mlx.sampler`; MLX arrays are immutable, so a kept cache is handed out
 without a copy at batch 1).
 
-The limit: ``PETRI_PROMPT_CACHE_MB`` (default 1,024 MiB; 0 keeps nothing). A public server keeps
-nothing unless that variable is set (:func:`petri.web.app.create_app`): a visitor could otherwise
+The limit: ``PETRI_PROMPT_CACHE_MB`` (default 1,024 MiB; 0 keeps nothing), read by the entry points
+(:class:`petri.core.config.PetriConfig`) and applied to a loaded model with :func:`set_prompt_cache_bytes`
+(:meth:`petri.study.executors.ModelSpec.load`, :func:`petri.web.app.create_app`). A public server keeps
+nothing unless that variable is set: a visitor could otherwise
 tell from the speed of a request (its ``encode_s``) that someone else sent the same prompt lately.
 """
 
 from __future__ import annotations
 
 import copy
-import os
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -35,29 +36,11 @@ from typing import Any
 
 from petri.engine.base import SamplingModel
 
-#: the environment variable that sets how many MiB of encoded prompts a model keeps
+#: the environment variable that sets how many MiB of encoded prompts a model keeps (read by
+#: :class:`petri.core.config.PetriConfig` at an entry point, applied through :func:`set_prompt_cache_bytes`)
 PROMPT_CACHE_ENV = "PETRI_PROMPT_CACHE_MB"
+#: MiB a model keeps unless told otherwise
 DEFAULT_PROMPT_CACHE_MB = 1024
-
-
-def prompt_cache_env_set() -> bool:
-    """Whether ``PETRI_PROMPT_CACHE_MB`` says anything (blank counts as unset)."""
-    return bool(os.environ.get(PROMPT_CACHE_ENV, "").strip())
-
-
-def prompt_cache_bytes_from_env() -> int:
-    """``PETRI_PROMPT_CACHE_MB`` in bytes (the default when unset); ``ValueError`` names the
-    variable when it is not a whole number of MiB ≥ 0."""
-    if not prompt_cache_env_set():
-        return DEFAULT_PROMPT_CACHE_MB * 2**20
-    raw = os.environ[PROMPT_CACHE_ENV].strip()
-    try:
-        mib = int(raw)
-    except ValueError:
-        mib = -1
-    if mib < 0:
-        raise ValueError(f"{PROMPT_CACHE_ENV} must be a whole number of MiB, 0 or more (got {raw!r})")
-    return mib * 2**20
 
 
 def cache_bytes(cache) -> int:
@@ -91,7 +74,7 @@ class PromptCache:
     must tell models apart (MLX). ``hits`` / ``misses`` count the requests served from it and
     those that ran the encoder."""
 
-    max_bytes: int = field(default_factory=prompt_cache_bytes_from_env)
+    max_bytes: int = DEFAULT_PROMPT_CACHE_MB * 2**20
     # None: the default (repeated_copy, cache_bytes), filled in by __post_init__
     repeat: Callable[[Any, int], Any] = field(default=None, repr=False)  # type: ignore[assignment]
     size: Callable[[Any], int] = field(default=None, repr=False)  # type: ignore[assignment]

@@ -8,7 +8,6 @@ with the model and run they came from. Nothing is sampled or recomputed.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -16,20 +15,13 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
-from petri.core.paths import shipped_run_dir
+from petri.core.paths import shipped_study_dir
 from petri.stats.groups import GroupComparison, LevelComparisons
 from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap
 
-ENV_VAR = "PETRI_SHIPPED_STUDY"
 #: The committed files offered for download (positions.csv is committed gzipped: the Hub's 10 MiB limit).
 DOWNLOADS = ("events.csv", "segments.csv", "samples.csv", "pairs.csv", "positions.csv.gz", "jaccard.csv", "pair_tests.csv",
              "statistics.json", "run.json", "report.md")
-
-
-def shipped_study_dir() -> Path:
-    """The committed study run: env PETRI_SHIPPED_STUDY, else :func:`petri.core.paths.shipped_run_dir`
-    (the checkout's ``assets/studies/results/...`` or an installed wheel's copy of it)."""
-    return Path(os.environ[ENV_VAR]).expanduser() if os.environ.get(ENV_VAR) else shipped_run_dir()
 
 
 def comparison_from_dict(data: dict) -> GroupComparison:

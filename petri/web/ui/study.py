@@ -45,7 +45,6 @@ from petri.web.ui.study_paired import conditions_meta, paired_final_views, paire
 from petri.web.ui.study_summary import jaccard_views, mixed_model_lines, statistics_markdown  # noqa: F401 (their home was here)
 from petri.web.ui.views import request_error_message, responsive
 
-STUDY_DIR = studies_dir()
 EVENT_COLUMNS = ["id", "group", "text", "concepts"]
 TEMPLATE_COLUMNS = ["id", "text"]
 #: Redraw the live study figures at most this often (seconds); every batch updates the status line.
@@ -98,9 +97,10 @@ DEFAULT_STUDY = "inventory_order.json"
 def builtin_studies() -> dict[str, Path]:
     """The study files bundled in ``assets/studies`` by file name (a fixed server-side list),
     :data:`DEFAULT_STUDY` first, then by name."""
-    if not STUDY_DIR.is_dir():
+    folder = studies_dir()
+    if not folder.is_dir():
         return {}
-    return {p.name: p for p in sorted(STUDY_DIR.glob("*.json"), key=lambda p: (p.name != DEFAULT_STUDY, p.name))}
+    return {p.name: p for p in sorted(folder.glob("*.json"), key=lambda p: (p.name != DEFAULT_STUDY, p.name))}
 
 
 def study_to_fields(study: Study) -> tuple[dict, str, pd.DataFrame, pd.DataFrame, str, str, list[str]]:

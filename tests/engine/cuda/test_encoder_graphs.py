@@ -118,24 +118,24 @@ def test_the_tier_drops_its_encoder_graphs_with_its_sessions():
         assert not tier.encoder_graphs.graphs and not tier.encoder_graphs.passes
 
 
-def test_a_public_server_keeps_no_encoder_graphs_unless_asked(monkeypatch, tmp_path):
+def test_a_public_server_keeps_no_encoder_graphs_unless_asked(tmp_path):
     pytest.importorskip("fastapi")  # the GPU machine's image has no web stack
     from petri.app.service import PetriService
-    from petri.engine.torch.prompt_cache import PROMPT_CACHE_ENV
+    from petri.core.config import PetriConfig
     from petri.runs.store import RunStore
     from petri.web.access import AccessPolicy
     from petri.web.app import create_app
 
-    def served(public: bool) -> int:
+    def served(public: bool, config: PetriConfig = PetriConfig()) -> int:
         lm = tiny_random_model(canvas_length=16)
-        create_app(PetriService(lm, RunStore(tmp_path / f"runs-{public}")), ui=False, access=AccessPolicy(public=public))
+        create_app(PetriService(lm, RunStore(tmp_path / f"runs-{public}-{config.prompt_cache_mb}")), ui=False,
+                   access=AccessPolicy(public=public), config=config)
         return lm.fast_tier.encoder_graphs.max_lengths
 
-    monkeypatch.delenv(PROMPT_CACHE_ENV, raising=False)
     assert served(public=True) == 0
     assert served(public=False) == module.DEFAULT_ENCODER_GRAPH_LENGTHS
-    monkeypatch.setenv(PROMPT_CACHE_ENV, "64")  # the operator asked to keep prompts
-    assert served(public=True) == module.DEFAULT_ENCODER_GRAPH_LENGTHS
+    asked = PetriConfig.from_env({"PETRI_PROMPT_CACHE_MB": "64"})  # the operator asked to keep prompts
+    assert served(public=True, config=asked) == module.DEFAULT_ENCODER_GRAPH_LENGTHS
     assert set_encoder_graph_lengths(SimpleNamespace(), 3) is False  # no torch tier
 
 

@@ -138,20 +138,17 @@ def test_mlx_loader_downloads_only_when_allowed(hub):
 def test_allow_download_flag_and_environment(monkeypatch):
     import petri.cli.options as options
     import petri.engine.select as select
+    from petri.core.config import PetriConfig
 
     seen = []
     monkeypatch.setattr(select, "load_backend_model", lambda name, **kw: seen.append((name, kw)) or object())
 
-    def parse(argv):
+    def parse(argv, environ=None):
         parser = argparse.ArgumentParser()
-        options.add_model_arguments(parser)
+        options.add_model_arguments(parser, PetriConfig.from_env(environ or {}))
         return parser.parse_args(argv)
 
-    monkeypatch.delenv("PETRI_ALLOW_DOWNLOAD", raising=False)
-    monkeypatch.delenv("PETRI_MODEL", raising=False)
     options.load_from_args(parse(["--model", "a/b"]))
     options.load_from_args(parse(["--model", "a/b", "--allow-download"]))
-    monkeypatch.setenv("PETRI_ALLOW_DOWNLOAD", "1")
-    monkeypatch.setenv("PETRI_MODEL", "c/d")
-    options.load_from_args(parse([]))
+    options.load_from_args(parse([], {"PETRI_ALLOW_DOWNLOAD": "1", "PETRI_MODEL": "c/d"}))
     assert [(name, kw["allow_download"]) for name, kw in seen] == [("a/b", False), ("a/b", True), ("c/d", True)]

@@ -53,7 +53,7 @@ def test_cancel_stops_a_zerogpu_dish_run_within_a_step(service, monkeypatch):
 def test_an_aborted_zerogpu_dish_run_keeps_its_steps_and_says_so_plainly(service, monkeypatch):
     ctl = DishController(service)
     harness.serve_on_zerogpu(monkeypatch, service)
-    monkeypatch.setenv("PETRI_GPU_DURATION_S", "4")
+    monkeypatch.setattr(gpu_executor, "_duration_s", [4])  # PETRI_GPU_DURATION_S=4, as create_app passes it on
     real = gpu_executor.sample_planned
 
     def stalls_after_step_2(lm, plan, index, on_step=None, cancel=None):
