@@ -8,7 +8,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, cast
 
-from petri.cli.options import add_model_arguments, add_sampler_arguments, load_from_args, settings_from_args
+from petri.app.model_options import add_model_arguments, load_from_args
+from petri.cli.options import add_sampler_arguments, settings_from_args
 from petri.cli.probe import add_probe_command, cmd_probe
 from petri.core.dish import DEFAULT_TEMPLATE, Dish, LayoutError
 from petri.engine.base import BackendUnavailableError, ModelNotFoundError, SamplingModel
@@ -192,7 +193,7 @@ def ray_executor_from_args(args):
         if args.workers is not None:
             raise ValueError("--workers needs --ray (without it the study runs in this process)")
         return None
-    from petri.cli.options import spec_from_args
+    from petri.app.model_options import spec_from_args
     from petri.study.ray_executor import RayExecutor
 
     return RayExecutor(spec_from_args(args), address=args.ray, workers=args.workers)

@@ -5,8 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from petri.app.service import PetriService
-from petri.engine.cuda.encoder_graphs import set_encoder_graph_lengths
-from petri.engine.torch.prompt_cache import prompt_cache_env_set, set_prompt_cache_bytes
+from petri.engine.torch.prompt_cache import keep_no_prompts, prompt_cache_env_set
 from petri.web import gpu_executor
 from petri.web.access import AccessPolicy, ApiTokenMiddleware
 from petri.web.api.deps import JobGate
@@ -48,8 +47,7 @@ def create_app(
     app.state.service = service
     gpu_executor.serve(service)  # the model a ZeroGPU call's forked child samples with
     if access.public and not prompt_cache_env_set():
-        set_prompt_cache_bytes(service.lm, 0)
-        set_encoder_graph_lengths(service.lm, 0)
+        keep_no_prompts(service.lm)
     app.state.jobs = JobGate(service, busy_wait_s)
     app.state.access = access
     install_error_handlers(app)

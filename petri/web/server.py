@@ -19,8 +19,8 @@ import ipaddress
 import os
 import sys
 
+from petri.app.model_options import add_model_arguments, load_from_args
 from petri.app.service import PetriService
-from petri.cli.options import add_model_arguments, load_from_args
 from petri.engine.base import BackendUnavailableError, ModelNotFoundError, SamplingModel
 from petri.runs.store import RunStore, StoreError
 from petri.web import limits
