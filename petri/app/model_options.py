@@ -1,9 +1,9 @@
 """The options that name the model to load and how, shared by the ``petri`` command (:mod:`petri.cli`)
-and the web server (``app.py``, ``petri serve``: :mod:`petri.web.server`), so neither edge imports
-the other: ``--model``, ``--allow-download``, ``--device``, ``--dtype``, ``--compile``,
-``--precision``, ``--trust-remote-code`` and ``--backend``, read into a
-:class:`~petri.study.executors.ModelSpec`. The sampler's flags are the command line's own
-(:mod:`petri.cli.options`)."""
+and the web server (``app.py``, ``petri serve``: :mod:`petri.web.server`), one layer below both,
+so the web server imports nothing of the command line (which runs it): ``--model``,
+``--allow-download``, ``--device``, ``--dtype``, ``--compile``, ``--precision``,
+``--trust-remote-code`` and ``--backend``, read into a :class:`~petri.study.executors.ModelSpec`.
+The sampler's flags are the command line's own (:mod:`petri.cli.options`)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from petri.core.cancel import CancelToken, Cancelled
+from petri.core.cancel import Cancelled, CancelToken
 from petri.core.trajectory import AnchorSpan, MaskedSettings, SamplerSettings
 from petri.engine.base import EngineFacts, SampleRequest
 from petri.engine.torch.tiny import tiny_masked_model
