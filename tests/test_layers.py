@@ -249,7 +249,7 @@ def test_numpy_layers_import_without_torch(modules):
 def test_nothing_above_the_engine_reads_the_framework_model():
     """The protocol (``petri.engine.base.SamplingModel``) gives what the upper layers need; the
     framework model behind it (``lm.model``) and a torch model's tier (``lm.fast_tier``: what
-    ``facts()`` gives as data) are the engine's own."""
+    ``facts()`` gives as data, the service's ``model_facts()``) are the engine's own."""
     import re
 
     reads = re.compile(r"\blm\.(model|fast_tier)\b|getattr\(\s*[\w.]*lm\s*,\s*[\"'](model|fast_tier)[\"']")

@@ -65,7 +65,7 @@ def kept_prompts_line(facts: EngineFacts) -> str:
 
 def model_markdown(service: PetriService, model_source: str | None) -> str:
     """The tab's text: a property table, the sampler defaults, the limits, then the model card."""
-    info, facts = service.model_info(), service.lm.facts()
+    info, facts = service.model_info(), service.model_facts()
     defaults = service.default_settings()
     lines = [
         "| property | value |", "|---|---|",
