@@ -409,10 +409,10 @@ def time_encode(lm: LoadedModel, prompt: torch.Tensor, repeats: int = 3, capture
     after one untimed pass), outside any sampler and past the kept prompts: as a request runs it
     (``captured``: the tier's graph of the length replayed where it keeps one,
     ``petri.engine.cuda.encoder_graphs``), or always uncaptured."""
-    from petri.engine.torch.step import _encode_prompt_once
+    from petri.engine.torch.step import encode_prompt_once
 
     def encode():
-        return lm.fast_tier.encoder_graphs.encode(lm, prompt) if captured else _encode_prompt_once(lm, prompt)
+        return lm.fast_tier.encoder_graphs.encode(lm, prompt) if captured else encode_prompt_once(lm, prompt)
 
     return median_ms(lm.device, encode, repeats)
 

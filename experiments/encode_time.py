@@ -27,7 +27,7 @@ from bench import build_full_size, median_ms, sync, time_encode  # noqa: E402
 
 from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions  # noqa: E402
 from petri.engine.cuda.encoder_graphs import EncoderGraph  # noqa: E402
-from petri.engine.torch.step import _encode_prompt_once  # noqa: E402
+from petri.engine.torch.step import encode_prompt_once  # noqa: E402
 
 
 def profiled(lm, prompt, top: int = 15) -> dict:
@@ -36,7 +36,7 @@ def profiled(lm, prompt, top: int = 15) -> dict:
     sync(lm.device)
     start = time.perf_counter()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        _encode_prompt_once(lm, prompt)
+        encode_prompt_once(lm, prompt)
         sync(lm.device)
     wall = 1000 * (time.perf_counter() - start)
     rows = []
@@ -67,7 +67,7 @@ def main() -> None:
         for n, prompt in prompts.items():
             sync(lm.device)
             start = time.perf_counter()
-            _encode_prompt_once(lm, prompt)
+            encode_prompt_once(lm, prompt)
             sync(lm.device)
             first[n] = round(time.perf_counter() - start, 2)
         out[form] = {"first_call_s": first,
@@ -98,7 +98,7 @@ def captured(lm, prompt, repeats: int) -> dict:
               "reserved_mib": round((torch.cuda.memory_reserved() - reserved) / 2**20, 1)}
     result["ms"] = median_ms(lm.device, lambda: graph.encode(prompt), repeats)
     cache = graph.encode(prompt)
-    want = _encode_prompt_once(lm, prompt)
+    want = encode_prompt_once(lm, prompt)
     result["bit_equal"] = all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
                               for a, b in zip(cache.layers, want.layers))
     return result

@@ -8,7 +8,8 @@
     layer 5  edges                  petri/web, petri/cli, petri/__main__.py
 
 A folder is a layer: no module lies loose in ``petri/`` but ``__main__``. A module may import from its
-own layer or below, never above; the module graph has no circle (lazy imports inside functions count,
+own layer or below, never above, and inside a layer only down its ``ORDER_IN_LAYER`` (the command
+line runs the web server, never the other way); the module graph has no circle (lazy imports inside functions count,
 and so do imports under ``if TYPE_CHECKING:``: a type-only circle is still two modules that each need
 the other). Library files stay under 500 lines.
 """
@@ -35,6 +36,13 @@ LAYERS: dict[str, int] = {
     "petri.web": 5,
     "petri.cli": 5,
     "petri.__main__": 5,
+}
+#: inside one layer, which package may import which: a package imports those ranked below it
+#: (``petri.core`` below ``petri.measure``; the web edge below the command line, which serves it)
+ORDER_IN_LAYER: dict[str, int] = {
+    "petri.core": 0, "petri.measure": 1, "petri.stats": 1,
+    "petri.runs": 0, "petri.study": 1,
+    "petri.web": 0, "petri.cli": 1, "petri.__main__": 2,
 }
 HEAVY = ("torch", "mlx", "transformers")
 MAX_LINES = 500
@@ -109,16 +117,42 @@ def test_a_layer_is_a_folder():
     assert not not_folders, f"layers that are not folders: {not_folders}"
 
 
+def rank_of(module: str) -> tuple[int, int] | None:
+    """(layer, rank inside the layer) of ``module``: what an import may only go down; None for ``petri``."""
+    layer = layer_of(module)
+    if layer is None:
+        return None
+    package = max((p for p in ORDER_IN_LAYER if module == p or module.startswith(p + ".")), key=len, default=None)
+    return layer, ORDER_IN_LAYER.get(package, 0) if package else 0
+
+
+def arrows_back_up(imports: dict[str, list[str]]) -> list[str]:
+    """Each (module, petri module it imports) of ``imports`` that goes up: to a higher layer, or in
+    one layer to a package ranked above the importer's (``ORDER_IN_LAYER``), once per pair."""
+    found = []
+    for module, targets in imports.items():
+        own = rank_of(module)
+        for target in dict.fromkeys(targets):
+            theirs = rank_of(target) if target.startswith("petri.") else None
+            if own is not None and theirs is not None and theirs > own:
+                found.append(f"{module} (layer {own[0]}, rank {own[1]}) imports {target} (layer {theirs[0]}, rank {theirs[1]})")
+    return found
+
+
+def test_arrows_back_up_are_upward_imports_and_imports_up_a_layers_order():
+    assert arrows_back_up({"petri.web.server": ["petri.cli.options", "petri.cli.options", "petri.app.service"]}) == [
+        "petri.web.server (layer 5, rank 0) imports petri.cli.options (layer 5, rank 1)"]
+    assert len(arrows_back_up({"petri.core.dish": ["petri.engine.base", "petri.measure.metrics"]})) == 2
+    assert arrows_back_up({"petri.cli.main": ["petri.web.server", "petri.app.service"],
+                           "petri.study.runner": ["petri.runs.store", "petri.core.dish"]}) == []
+
+
 def test_no_import_reaches_up_a_layer():
-    upward = []
-    for module, path in all_modules().items():
-        own = layer_of(module)
-        for target, _ in imports_of(path):
-            if target.startswith("petri.") or target == "petri":
-                theirs = layer_of(target)
-                if own is not None and theirs is not None and theirs > own:
-                    upward.append(f"{module} (layer {own}) imports {target} (layer {theirs})")
-    assert not upward, "\n".join(upward)
+    """0 arrows back up (issue 61: ``petri.web.server`` imported ``petri.cli.options`` while the
+    command line imports the web server; the options both read live in ``petri.app.model_options``)."""
+    arrows = arrows_back_up({module: [target for target, _ in imports_of(path)]
+                             for module, path in all_modules().items()})
+    assert not arrows, "\n".join(arrows)
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -214,10 +248,11 @@ def test_numpy_layers_import_without_torch(modules):
 
 def test_nothing_above_the_engine_reads_the_framework_model():
     """The protocol (``petri.engine.base.SamplingModel``) gives what the upper layers need; the
-    framework model behind it (``lm.model``) is the engine's own."""
+    framework model behind it (``lm.model``) and a torch model's tier (``lm.fast_tier``: what
+    ``facts()`` gives as data, the service's ``model_facts()``) are the engine's own."""
     import re
 
-    reads = re.compile(r"\blm\.model\b|getattr\(\s*[\w.]*lm\s*,\s*[\"']model[\"']")
+    reads = re.compile(r"\blm\.(model|fast_tier)\b|getattr\(\s*[\w.]*lm\s*,\s*[\"'](model|fast_tier)[\"']")
     offenders = [
         f"{module}:{number}: {line.strip()}"
         for module, path in all_modules().items()
@@ -308,3 +343,42 @@ def test_only_the_configuration_reads_petri_variables():
     offenders = [f"{module} reads {name}" for module, path in sources.items()
                  for name in environ_reads(path.read_text()) if name.startswith("PETRI_") or name == "?"]
     assert not offenders, "\n".join(offenders)
+
+
+def private_names_imported(path: Path) -> list[tuple[str, str]]:
+    """(module, name) for each ``from petri.… import _name`` in ``path`` (lazy imports too)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return [(node.module, alias.name) for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("petri")
+            for alias in node.names if alias.name.startswith("_")]
+
+
+def test_private_names_imported_reads_lazy_imports(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("from petri.a.b import _c, d\ndef f():\n    from petri.e import _g\nfrom numpy import _h\n")
+    assert private_names_imported(source) == [("petri.a.b", "_c"), ("petri.e", "_g")]
+
+
+def test_no_private_name_crosses_a_package():
+    """A ``_name`` is its package's own: a module of another package (``petri.engine.cuda`` and
+    ``petri.engine.torch``, a family and a backend) imports only public names; what two packages
+    share is public in the lower one (issue 61)."""
+    crossing = []
+    for module, path in all_modules().items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        crossing += [f"{module} imports {target}.{name}" for target, name in private_names_imported(path)
+                     if target.rpartition(".")[0] != package and target != package]
+    assert not crossing, "\n".join(crossing)
+
+
+def test_the_web_edge_imports_no_torch_until_a_model_loads():
+    """Importing the web app, the server and what ``app.py`` imports loads no torch, transformers or
+    MLX (the engine's facts reach the edge as data); loading a model does (a fresh process)."""
+    code = ("import runpy, sys, petri.web.app, petri.web.server, petri.web.ui.build; "
+            "runpy.run_path('app.py', run_name='app'); "
+            "heavy = [m for m in ('torch', 'transformers', 'mlx') if m in sys.modules]; print(heavy); assert not heavy; "
+            "from petri.engine.select import load_backend_model; load_backend_model('petri-tiny', device='cpu'); "
+            "assert 'torch' in sys.modules, 'a model loaded without torch'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=PACKAGE.parent)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -19,7 +19,7 @@ import torch
 from petri.core.settings import Check, FamilySettings, pin_setting, setting, steps_setting
 from petri.engine.families.masked import MaskedLoadedModel, load_masked_model
 from petri.engine.families.registry import Family
-from petri.engine.torch.step import token_entropy
+from petri.engine.torch.array_ops import token_entropy
 
 TOY_FAMILY = "toy-diffusion"
 MODEL_TYPE = "petri_toy"

@@ -35,6 +35,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parent / "results"
 
+#: the tests every target of the sampler's modules runs, and what they leave out
+SAMPLER_TESTS = ["tests/engine/test_sampler.py", "tests/engine/test_sampler_parity.py", "tests/engine/test_sampler_promises.py",
+                 "tests/engine/test_mutants_sampler.py"]
+# torch.compile takes ~10 s per run and checks only that compiling changes nothing
+SAMPLER_DESELECT = ["--deselect", "tests/engine/test_sampler.py::test_compiled_forward_samples_the_same_tokens"]
+
 # target name -> (module to mutate, the test files that exercise it, extra pytest arguments)
 TARGETS: dict[str, tuple[str, list[str], list[str]]] = {
     "metrics": (
@@ -50,18 +56,17 @@ TARGETS: dict[str, tuple[str, list[str], list[str]]] = {
     ),
     "sampler": (
         "petri/engine/torch/sampler.py",
-        ["tests/engine/test_sampler.py", "tests/engine/test_sampler_parity.py", "tests/engine/test_sampler_promises.py",
-         "tests/engine/test_mutants_sampler.py"],
-        # torch.compile takes ~10 s per run and checks only that compiling changes nothing
-        ["--deselect", "tests/engine/test_sampler.py::test_compiled_forward_samples_the_same_tokens"],
+        SAMPLER_TESTS,
+        SAMPLER_DESELECT,
     ),
-    # the step pieces (acceptance, entropy, adaptive stop, prompt encoding) moved out of the sampler
+    # the step pieces (adaptive stop, prompt encoding) moved out of the sampler
     "sampler_step": (
         "petri/engine/torch/step.py",
-        ["tests/engine/test_sampler.py", "tests/engine/test_sampler_parity.py", "tests/engine/test_sampler_promises.py",
-         "tests/engine/test_mutants_sampler.py"],
-        ["--deselect", "tests/engine/test_sampler.py::test_compiled_forward_samples_the_same_tokens"],
+        SAMPLER_TESTS,
+        SAMPLER_DESELECT,
     ),
+    # token entropy, acceptance and the torch array operations, one module below the step pieces
+    "sampler_array_ops": ("petri/engine/torch/array_ops.py", SAMPLER_TESTS, SAMPLER_DESELECT),
 }
 
 # mutmut 3 skips decorated functions; in the scratch copy these decorators become an assignment

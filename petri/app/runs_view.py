@@ -9,7 +9,7 @@ from typing import Any
 
 from petri.core.settings import FamilySettings
 from petri.core.trajectory import Trajectory
-from petri.engine.base import SamplingModel
+from petri.engine.base import EngineFacts, SamplingModel
 from petri.runs.store import RunStore
 
 
@@ -70,6 +70,10 @@ class RunsView:
     def model_info(self) -> dict[str, str | int]:
         """The served model: ``model_id``, ``device``, ``dtype``, ``canvas_length``, ``vocab_size``."""
         return self.lm.describe()
+
+    def model_facts(self) -> EngineFacts:
+        """What the served model is and how it runs, as data (:meth:`~petri.engine.base.SamplingModel.facts`)."""
+        return self.lm.facts()
 
     def default_settings(self) -> FamilySettings:
         """The served model's sampler settings (its family's settings type)."""

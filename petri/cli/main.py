@@ -10,7 +10,8 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
-from petri.cli.options import add_model_arguments, add_sampler_arguments, load_from_args, settings_from_args
+from petri.app.model_options import add_model_arguments, load_from_args
+from petri.cli.options import add_sampler_arguments, settings_from_args
 from petri.cli.probe import add_probe_command, cmd_probe
 from petri.core.config import ConfigError, PetriConfig
 from petri.core.dish import DEFAULT_TEMPLATE, Dish, LayoutError
@@ -30,7 +31,7 @@ def _concepts(value: str) -> tuple[str, ...]:
 
 def build_parser(config: PetriConfig = PetriConfig()) -> argparse.ArgumentParser:
     """The ``petri`` command's options, the model options' defaults from ``config``
-    (:func:`petri.cli.options.add_model_arguments`)."""
+    (:func:`petri.app.model_options.add_model_arguments`)."""
     parser = argparse.ArgumentParser(prog="petri", description="Concept Petri Dish")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser(
@@ -198,7 +199,7 @@ def ray_executor_from_args(args):
         if args.workers is not None:
             raise ValueError("--workers needs --ray (without it the study runs in this process)")
         return None
-    from petri.cli.options import spec_from_args
+    from petri.app.model_options import spec_from_args
     from petri.study.ray_executor import RayExecutor
 
     return RayExecutor(spec_from_args(args), address=args.ray, workers=args.workers)

@@ -24,7 +24,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-from petri.cli.options import add_model_arguments, load_from_args
+from petri.app.model_options import add_model_arguments, load_from_args
 from petri.core.config import PetriConfig
 
 

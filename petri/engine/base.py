@@ -9,7 +9,7 @@ or the CPU; ``petri.engine.mlx.sampler.MLXLoadedModel`` for MLX). Nothing here i
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -42,7 +42,34 @@ class LiveStep:
 #: Called after each step with its :class:`LiveStep`.
 StepCallback = Callable[[LiveStep], None]
 
+#: The step read hook (:meth:`SteppedModel.read_steps`; diffusers' ``callback_on_step_end`` in
+#: spirit): called at every step after the model's forward and before the family's step uses it,
+#: with the step's index (from 0) and the step's tensors by name, the framework's own, on the
+#: device and valid during the call only: ``logits`` (S, L, V), what the forward returned, and
+#: ``canvas`` (S, L), the canvas it read.
+StepRead = Callable[[int, Mapping[str, Any]], None]
+
 REAL_MODEL_ID = "google/diffusiongemma-26B-A4B-it"
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What a loaded model is and how it runs here, as data (:meth:`SamplingModel.facts`), so the
+    layers above read it without reaching into a backend's state: ``backend`` (``"torch"`` or
+    ``"mlx"``), ``family`` and ``tier`` (as the trajectory names them), ``device`` (``str`` of it,
+    e.g. ``"cuda:0"``), ``device_type`` (what a run id tells apart, e.g. ``"cuda-compiled"``),
+    ``dtype`` (e.g. ``"bfloat16"``), ``architecture`` (the model class's name) and
+    ``kept_prompt_bytes``: the most bytes of encoded prompts it keeps for prompts sent again
+    (:mod:`petri.engine.torch.prompt_cache`; 0: none; ``None``: it has no prompt encoder)."""
+
+    backend: str
+    family: str
+    tier: str
+    device: str
+    device_type: str
+    dtype: str
+    architecture: str
+    kept_prompt_bytes: int | None
 
 
 class ModelNotFoundError(RuntimeError):
@@ -117,6 +144,11 @@ class SamplingModel(Protocol):
         """The largest prompt (tokens) that fits with the canvas, ``None`` when unbounded."""
         ...
 
+    def facts(self) -> EngineFacts:
+        """What the model is and how it runs, as data (:class:`EngineFacts`, read now: the kept
+        prompts' limit can change; :func:`engine_facts` makes it)."""
+        ...
+
     def sample(self, request: SampleRequest, *, on_step: StepCallback | None = None,
                cancel: CancelToken | None = None) -> Trajectory:
         """Denoise one canvas per layout (a batch of S = ``len(request.layouts)``), the prompt (P,)
@@ -137,11 +169,15 @@ class TorchLoadedModel(SamplingModel, Protocol):
 
 
 class SteppedModel(SamplingModel, Protocol):
-    """A :class:`SamplingModel` whose family's stepper can be driven a step at a time (the torch
+    """A :class:`SamplingModel` whose family's eager step can be read at every step (the torch
     backend's models; what the probe reads, :mod:`petri.engine.probe`)."""
 
-    def eager_stepper(self, request: SampleRequest) -> tuple[Any, Any]:
-        """(stepper, pinned mask (S, L) bool on the host), ready for step 0."""
+    def read_steps(self, request: SampleRequest, steps: int, on_read: StepRead, *,
+                   cancel: CancelToken | None = None) -> None:
+        """Run ``steps`` steps of the family's eager step on ``request`` (seeded and pinned as
+        :meth:`sample` is; no early stop), calling ``on_read`` (:data:`StepRead`) at each, with
+        gradients off. The last step runs only its forward (its read is all that is wanted of it).
+        ``cancel`` is checked at the start of every step."""
         ...
 
 
@@ -221,6 +257,15 @@ def settings_from_generation_config(generation_config) -> SamplerSettings:
         stability_threshold=pick("stability_threshold"),
         confidence_threshold=pick("confidence_threshold"),
     )
+
+
+def engine_facts(lm: SamplingModel, architecture: str, kept_prompt_bytes: int | None) -> EngineFacts:
+    """``lm``'s :class:`EngineFacts`: the protocol's own members, with what only its backend knows
+    (the model class's name, the kept prompts' limit in bytes, ``None`` without a prompt encoder)."""
+    described = lm.describe()
+    return EngineFacts(backend=lm.backend, family=lm.family, tier=lm.tier, device=str(described["device"]),
+                       device_type=lm.device_type, dtype=str(described["dtype"]), architecture=architecture,
+                       kept_prompt_bytes=kept_prompt_bytes)
 
 
 def prompt_room(max_positions: int | None, canvas_length: int) -> int | None:

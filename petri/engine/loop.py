@@ -24,7 +24,7 @@ import numpy as np
 
 from petri.core.cancel import CancelToken
 from petri.core.trajectory import Trajectory, assemble_trajectory
-from petri.engine.base import LiveStep, SampleRequest, SamplingModel, StepCallback
+from petri.engine.base import LiveStep, SampleRequest, SamplingModel, StepCallback, StepRead
 
 
 class ArrayOps(Protocol):
@@ -166,19 +166,28 @@ class Scheduler(Protocol):
 
 
 class RecordedStepper:
-    """The eager stepper: ``forward(canvas, model_input) → logits`` (S, L, V), then the scheduler's
-    step, then the record's row."""
+    """The eager stepper: ``forward(canvas, model_input) → logits`` (S, L, V), then ``on_read``
+    (:data:`~petri.engine.base.StepRead`, when set), then the scheduler's step, then the record's row."""
 
     def __init__(self, ops, forward: Callable, scheduler: Scheduler, batch: int):
         self.ops, self.forward, self.scheduler = ops, forward, scheduler
         self.record = Record(ops, batch)
         self.max_steps, self.can_stop = scheduler.max_steps, scheduler.can_stop
+        self.on_read: StepRead | None = None
+
+    def read(self, index: int):
+        """Step ``index``'s forward and its read (``on_read``), nothing else: its logits (S, L, V)."""
+        scheduler = self.scheduler
+        logits = self.forward(scheduler.canvas, scheduler.model_input)
+        if self.on_read is not None:
+            self.on_read(index, {"logits": logits, "canvas": scheduler.canvas})
+        return logits
 
     def step(self, index: int) -> None:
         scheduler = self.scheduler
         running = ~scheduler.finished
         self.record.count(running)
-        logits = self.forward(scheduler.canvas, scheduler.model_input)
+        logits = self.read(index)
         raw_argmax, entropy, accepted = scheduler.step(logits, index)
         self.record.write(running, raw_argmax, entropy, accepted, scheduler.canvas)
         self.ops.materialize(*scheduler.state(), *self.record.last_row())
@@ -191,6 +200,20 @@ class RecordedStepper:
 
     def result(self, steps_run: int) -> dict[str, np.ndarray]:
         return {**self.record.host(steps_run), "final_ids": self.ops.numpy(self.scheduler.final_ids)}
+
+
+def read_steps(stepper: RecordedStepper, steps: int, on_read: StepRead, cancel: CancelToken | None = None) -> None:
+    """:meth:`~petri.engine.base.SteppedModel.read_steps` on an eager ``stepper`` ready for step 0:
+    ``steps`` steps with ``on_read`` at each, the last one its forward only; ``cancel`` checked at
+    the start of every step."""
+    stepper.on_read = on_read
+    for index in range(steps):
+        if cancel is not None:
+            cancel.check()
+        if index < steps - 1:
+            stepper.step(index)
+        else:
+            stepper.read(index)
 
 
 def run_loop(

@@ -2,10 +2,11 @@
 at each slot over its question's label tokens (issue 50; the method of vLLM's structured-diffusion
 example server).
 
-The read drives the model's own stepper (``model.eager_stepper``: the family's forward and its
-step, exactly what a seed runs), so nothing here computes a forward of its own: it only looks at
-the logits the stepper's forward returns, at the slot positions, before the family's step uses
-them. Per slot and step it keeps softmax(logits) (float64, no temperature: the model's own
+The read drives the model's own eager step through the protocol's step read hook
+(``model.read_steps``, :class:`petri.engine.base.SteppedModel`: the family's forward and its step,
+exactly what a seed runs), so nothing here computes a forward of its own: it only looks at the
+logits each step's forward returns, at the slot positions, before the family's step uses them.
+Per slot and step it keeps softmax(logits) (float64, no temperature: the model's own
 distribution), averaged over the noise draws (one batch, one canvas per draw). Uniform diffusion
 (DiffusionGemma): slots and free positions start as uniform noise, the frame and the thought block
 are pinned. Masked diffusion: slots and free positions start as the mask token.
@@ -20,8 +21,9 @@ tokens pinned at their slots; otherwise (an earlier "no answer" included) it is 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -139,7 +141,7 @@ class ProbePlan:
 def plan_probe(model: SamplingModel, request: ProbeRequest) -> ProbePlan:
     """Validate ``request`` against ``model`` (its tokenizer, canvas and family) and lay it out; no
     model work. Raises :class:`ProbeInputError` naming the field."""
-    if getattr(model, "backend", "torch") != "torch" or not hasattr(model, "eager_stepper"):
+    if getattr(model, "backend", "torch") != "torch" or not hasattr(model, "read_steps"):
         raise ProbeInputError("model", "the probe runs on the torch backend (CPU, CUDA or MPS)")
     if model.tokenizer is None:
         raise ProbeInputError("model", "this model has no tokenizer")
@@ -184,25 +186,13 @@ def slot_distributions(model: SamplingModel, plan: ProbePlan, pinned_ids: np.nda
     layout = _spans(pinned_ids, pinned, len(plan.prefix_ids))
     request = SampleRequest(plan.prompt_ids, [layout] * draws, plan.settings, seed, plan.prefix_ids, plan.prompt_text)
     read: list[np.ndarray] = []
-    with torch.no_grad():
-        stepper, _ = cast(SteppedModel, model).eager_stepper(request)  # plan_probe refused a model without one
-        inner = stepper.forward
 
-        def forward(canvas, model_input):
-            logits = inner(canvas, model_input)
-            at = logits[:, positions].double()
-            read.append(torch.softmax(at, dim=-1).mean(0).cpu().numpy())
-            return logits
+    def on_read(index: int, tensors: Mapping[str, Any]) -> None:
+        at = tensors["logits"][:, positions].double()
+        read.append(torch.softmax(at, dim=-1).mean(0).cpu().numpy())
 
-        stepper.forward = forward
-        for index in range(steps):
-            if cancel is not None:
-                cancel.check()
-            if index < steps - 1:
-                stepper.step(index)
-            else:  # the last step's read needs only its forward, not the step that follows it
-                scheduler = stepper.scheduler
-                forward(scheduler.canvas, scheduler.model_input)
+    # plan_probe refused a model without the hook; its last step runs only the forward this reads
+    cast(SteppedModel, model).read_steps(request, steps, on_read, cancel=cancel)
     return np.stack(read)
 
 

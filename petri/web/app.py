@@ -6,8 +6,7 @@ from fastapi import FastAPI
 
 from petri.app.service import PetriService
 from petri.core.config import PetriConfig
-from petri.engine.cuda.encoder_graphs import set_encoder_graph_lengths
-from petri.engine.torch.prompt_cache import set_prompt_cache_bytes
+from petri.engine.torch.prompt_cache import keep_no_prompts, set_prompt_cache_bytes
 from petri.web import gpu_executor
 from petri.web.access import AccessPolicy, ApiTokenMiddleware
 from petri.web.api.deps import JobGate
@@ -56,8 +55,7 @@ def create_app(
     if config.prompt_cache_mb is not None:
         set_prompt_cache_bytes(service.lm, config.prompt_cache_mb * 2**20)
     elif access.public:
-        set_prompt_cache_bytes(service.lm, 0)
-        set_encoder_graph_lengths(service.lm, 0)
+        keep_no_prompts(service.lm)
     app.state.jobs = JobGate(service, busy_wait_s)
     app.state.access = access
     install_error_handlers(app)

@@ -22,8 +22,8 @@ import os
 import sys
 from collections.abc import Mapping
 
+from petri.app.model_options import add_model_arguments, load_from_args
 from petri.app.service import PetriService
-from petri.cli.options import add_model_arguments, load_from_args
 from petri.core.config import ConfigError, PetriConfig, variable
 from petri.core.paths import use_assets_dir, use_shipped_study_dir
 from petri.engine.base import BackendUnavailableError, ModelNotFoundError, SamplingModel

@@ -38,4 +38,5 @@ def test_the_services_reads_answer_as_the_store_and_model(service, tiny_lm, tmp_
     assert service.get_run(theirs.run_id) is None
     assert service.model_info()["model_id"] == service.model_id == tiny_lm.model_id
     assert service.canvas_length == 16 and service.default_settings() == tiny_lm.default_settings()
+    assert service.model_facts() == tiny_lm.facts() and service.model_facts().tier == "eager"
     assert service.store_path == str(tmp_path / "store" / "petri.sqlite")  # the store file (RunStore.path)

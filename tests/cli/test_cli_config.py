@@ -9,7 +9,7 @@ import argparse
 import pytest
 
 from petri.cli.main import main
-from petri.cli.options import add_model_arguments, spec_from_args
+from petri.app.model_options import add_model_arguments, spec_from_args
 from petri.core import paths
 from petri.core.config import PetriConfig
 from petri.engine.base import ModelNotFoundError

@@ -116,7 +116,7 @@ def test_compile_option_is_a_tri_state_and_auto_compiles_only_cuda(tiny_checkpoi
     CPU) reach ModelSpec, and ModelSpec.load compiles exactly when it should."""
     import argparse
 
-    from petri.cli import options as model_options
+    from petri.app import model_options
     from petri.engine.torch import model as torch_model
     from petri.study.executors import ModelSpec
 

@@ -11,7 +11,7 @@ import torch
 
 from petri.engine.cuda.step_logs import StepLogs
 from petri.engine.loop import RECORD_LAYOUT, Record
-from petri.engine.torch.step import TorchOps
+from petri.engine.torch.array_ops import TorchOps
 
 NAN = float("nan")
 # Two samples, three positions, three steps; sample 1 has finished before step 2.

@@ -37,7 +37,7 @@ from petri.engine.fixed_noise import FixedNoise
 from petri.engine.select import BackendUnavailableError, mlx_available, select_backend
 from petri.engine.torch.model import EMBEDDED_MODEL_PATH, LoadedModel, load_model
 from petri.engine.torch.sampler import run_sampler
-from petri.engine.torch.step import _encode_prompt_once
+from petri.engine.torch.step import encode_prompt_once
 from petri.engine.torch.tiny import build_tiny_tokenizer, tiny_random_model
 from tiny_support import save_checkpoint
 
@@ -134,7 +134,7 @@ def logits_both(lm, mlm, prompt, canvas, self_conditioning=None):
 
     batch, length = canvas.shape
     with torch.no_grad():
-        cache = _encode_prompt_once(lm, torch.tensor(np.asarray([prompt])))
+        cache = encode_prompt_once(lm, torch.tensor(np.asarray([prompt])))
         if batch > 1:
             cache.batch_repeat_interleave(batch)
         positions = torch.arange(len(prompt), len(prompt) + length, dtype=torch.int32)[None]

@@ -14,8 +14,9 @@ import torch
 from test_sampler_parity import DraftRecorder
 
 from petri.core.trajectory import SamplerSettings
+from petri.engine.torch.array_ops import accept_mask
 from petri.engine.torch.sampler import generate_kwargs, run_sampler
-from petri.engine.torch.step import StabilityTracker, _cache_kwarg, _output_cache, accept_mask
+from petri.engine.torch.step import StabilityTracker, _output_cache, cache_kwarg
 from petri.engine.torch.tiny import tiny_random_model
 
 
@@ -40,8 +41,8 @@ def test_cache_keyword_follows_the_function_signature():
     def new_style(x, cache=None):
         return x
 
-    assert _cache_kwarg(old_style, "C") == {"past_key_values": "C"}
-    assert _cache_kwarg(new_style, "C") == {"cache": "C"}
+    assert cache_kwarg(old_style, "C") == {"past_key_values": "C"}
+    assert cache_kwarg(new_style, "C") == {"cache": "C"}
 
 
 def test_output_cache_reads_either_attribute():

@@ -13,7 +13,7 @@ import itertools
 import pytest
 import torch
 
-from petri.cli.options import add_model_arguments
+from petri.app.model_options import add_model_arguments
 from petri.core.trajectory import AnchorSpan, SamplerSettings
 from petri.engine.base import SampleRequest
 from petri.engine.cuda.compiled_tier import uncompile_regions

@@ -154,7 +154,7 @@ def test_the_limit_comes_from_the_configuration_and_a_bad_value_is_named(monkeyp
     the environment says) and reaches a model the command line loads through its ModelSpec."""
     import argparse
 
-    from petri.cli.options import add_model_arguments, spec_from_args
+    from petri.app.model_options import add_model_arguments, spec_from_args
     from petri.core.config import ConfigError, PetriConfig
 
     monkeypatch.setenv(PROMPT_CACHE_ENV, "3")

@@ -41,7 +41,7 @@ import torch
 
 from petri.engine.base import SamplingModel, TorchLoadedModel
 from petri.engine.torch.prompt_cache import repeated_copy
-from petri.engine.torch.step import _encode_prompt_once, encoder_inputs, run_encoder
+from petri.engine.torch.step import encode_prompt_once, encoder_inputs, run_encoder
 
 log = logging.getLogger(__name__)
 
@@ -123,14 +123,14 @@ class EncoderGraphs:
         now (at the length's :data:`CAPTURE_AT_PASS`-th pass), or the uncaptured pass."""
         length = prompt_ids.shape[1]
         if not self.usable(lm):
-            return _encode_prompt_once(lm, prompt_ids)
+            return encode_prompt_once(lm, prompt_ids)
         graph = self.graphs.get(length)
         if graph is None:
             if self._count_pass(length) < CAPTURE_AT_PASS:
-                return _encode_prompt_once(lm, prompt_ids)
+                return encode_prompt_once(lm, prompt_ids)
             graph = self._captured(lm, length)
             if graph is None:
-                return _encode_prompt_once(lm, prompt_ids)
+                return encode_prompt_once(lm, prompt_ids)
         self.graphs.move_to_end(length)
         self.replays += 1
         return graph.encode(prompt_ids)

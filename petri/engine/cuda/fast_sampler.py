@@ -54,9 +54,10 @@ from petri.engine.cuda.fused_logits import HAVE_TRITON, reference_logit_pass, sc
 from petri.engine.cuda.step_logs import StepLogs
 from petri.engine.families.uniform import StopRule, accept_and_renoise, stops, temperature_at
 from petri.engine.loop import Record, run_loop
+from petri.engine.torch.array_ops import TorchOps
 from petri.engine.torch.decoder_hooks import self_conditioning_reason, soft_embeddings_fed
 from petri.engine.torch.fast_tier import FastOptions
-from petri.engine.torch.step import TorchOps, _cache_kwarg, start_batch
+from petri.engine.torch.step import cache_kwarg, start_batch
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ class _Session:
         self.mask_mapping = model.model.decoder.create_diffusion_decoder_attention_mask(
             config=model.config,
             inputs_embeds=self.canvas.unsqueeze(-1),
-            **_cache_kwarg(model.model.decoder.create_diffusion_decoder_attention_mask, cache),
+            **cache_kwarg(model.model.decoder.create_diffusion_decoder_attention_mask, cache),
             decoder_attention_mask=torch.ones((S, prompt_length + L), dtype=torch.bool, device=device),
         )
         self.graphs: list[torch.cuda.CUDAGraph] | None = None
@@ -211,10 +212,10 @@ class _Session:
             feeding = contextlib.nullcontext()
         with feeding:
             if self.softcap is not None:
-                hidden = model.model(**common, **_cache_kwarg(model.model.forward, self.cache)).last_hidden_state
+                hidden = model.model(**common, **cache_kwarg(model.model.forward, self.cache)).last_hidden_state
                 raw = model.lm_head(hidden)
             else:
-                raw = model(**common, **_cache_kwarg(model.forward, self.cache)).logits
+                raw = model(**common, **cache_kwarg(model.forward, self.cache)).logits
         self.raw = raw.view(self.batch * self.length, self.vocab)
 
     def sample(self, index: int | None) -> None:

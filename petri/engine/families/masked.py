@@ -32,11 +32,11 @@ import torch
 
 from petri.core.cancel import CancelToken
 from petri.core.trajectory import MASKED_FAMILY, MaskedSettings, Trajectory, block_count, blocks_problem
-from petri.engine.base import SampleRequest, StepCallback, prompt_room
+from petri.engine.base import EngineFacts, SampleRequest, StepCallback, StepRead, engine_facts, prompt_room
 from petri.engine.checkpoints import weights_fingerprint
 from petri.engine.families.registry import get_family
-from petri.engine.loop import RecordedStepper, run_loop
-from petri.engine.torch.step import TorchOps, token_entropy
+from petri.engine.loop import RecordedStepper, read_steps, run_loop
+from petri.engine.torch.array_ops import TorchOps, token_entropy
 
 FAMILY = MASKED_FAMILY
 DEFAULT_CANVAS_LENGTH = 64
@@ -186,12 +186,16 @@ class MaskedLoadedModel:
         return {"model_id": self.model_id, "device": str(self.device), "dtype": str(self.dtype).removeprefix("torch."),
                 "canvas_length": self.canvas_length, "vocab_size": self.vocab_size}
 
+    def facts(self) -> EngineFacts:
+        """:class:`~petri.engine.base.EngineFacts` (no prompt encoder: nothing kept)."""
+        return engine_facts(self, self.architecture, None)
+
     def fingerprint(self) -> str:
         return weights_fingerprint(self.model, self.dtype)
 
     def eager_stepper(self, request: SampleRequest) -> tuple[RecordedStepper, np.ndarray]:
         """Seed, pins and the stepper (this model's forward and its family's step), ready for step 0:
-        (stepper, pinned mask (S, L) bool on the host). :meth:`sample` and the probe drive it."""
+        (stepper, pinned mask (S, L) bool on the host). :meth:`sample` and :meth:`read_steps` drive it."""
         from petri.core.dish import pinned_arrays
 
         family = get_family(self.family)
@@ -209,6 +213,13 @@ class MaskedLoadedModel:
         stepper = RecordedStepper(ops, _masked_forward(self.model, prompt, self.shift_logits), scheduler,
                                   len(request.layouts))
         return stepper, pinned_mask
+
+    @torch.no_grad()
+    def read_steps(self, request: SampleRequest, steps: int, on_read: StepRead, *,
+                   cancel: CancelToken | None = None) -> None:
+        """:meth:`~petri.engine.base.SteppedModel.read_steps` over :meth:`eager_stepper` (what the
+        probe reads, :mod:`petri.engine.probe`)."""
+        read_steps(self.eager_stepper(request)[0], steps, on_read, cancel)
 
     @torch.no_grad()
     def sample(self, request: SampleRequest, *, on_step: StepCallback | None = None,

@@ -31,10 +31,12 @@ from petri.core.dish import pinned_arrays
 from petri.core.paths import embedded_model_path
 from petri.core.trajectory import SamplerSettings, Trajectory
 from petri.engine.base import (
+    EngineFacts,
     ModelNotFoundError,
     RequestSampling,
     SampleRequest,
     StepCallback,
+    engine_facts,
     fetch_hub_model,
     missing_model_message,
     prompt_room,
@@ -104,6 +106,10 @@ class MLXLoadedModel(RequestSampling):
 
     def default_settings(self) -> SamplerSettings:
         return settings_from_generation_config(self.generation_config)
+
+    def facts(self) -> EngineFacts:
+        """:class:`~petri.engine.base.EngineFacts` (the kept prompts: its own)."""
+        return engine_facts(self, self.architecture, cast(PromptCache, self.prompts).max_bytes)
 
     def describe(self) -> dict[str, str | int]:
         return {

@@ -16,13 +16,17 @@ from typing import Any, cast
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
 
+from petri.core.cancel import CancelToken
 from petri.core.paths import checkpoint_source, embedded_model_path
 from petri.core.trajectory import SamplerSettings
 from petri.engine.base import (
     REAL_MODEL_ID,
+    EngineFacts,
     ModelNotFoundError,
     RequestSampling,
     SampleRequest,
+    StepRead,
+    engine_facts,
     fetch_hub_model,
     missing_model_message,
     prompt_room,
@@ -31,6 +35,7 @@ from petri.engine.base import (
 from petri.engine.checkpoints import model_type_of, weights_fingerprint
 from petri.engine.families.registry import family_for_model_type
 from petri.engine.families.uniform import FAMILY
+from petri.engine.loop import read_steps
 from petri.engine.torch import sampler as torch_sampler
 from petri.engine.torch.device import resolve_device, resolve_dtype
 from petri.engine.torch.fast_tier import FastTier
@@ -116,6 +121,10 @@ class LoadedModel(RequestSampling):
             "vocab_size": self.vocab_size,
         }
 
+    def facts(self) -> EngineFacts:
+        """:class:`~petri.engine.base.EngineFacts` (the kept prompts: its tier's)."""
+        return engine_facts(self, self.architecture, self.fast_tier.prompts.max_bytes)
+
     def fingerprint(self) -> str:
         """:func:`weights_fingerprint` of this model (of its weights as loaded, where the FP8 tier
         released its bf16 copies since: :mod:`petri.engine.cuda.fp8_release`)."""
@@ -123,8 +132,15 @@ class LoadedModel(RequestSampling):
 
     def eager_stepper(self, request: SampleRequest):
         """:func:`petri.engine.torch.sampler.eager_stepper` on this model: (stepper, pinned mask
-        (S, L) bool), ready for step 0 (what the probe drives, :mod:`petri.engine.probe`)."""
+        (S, L) bool), ready for step 0."""
         return torch_sampler.eager_stepper(self, request)
+
+    @torch.no_grad()
+    def read_steps(self, request: SampleRequest, steps: int, on_read: StepRead, *,
+                   cancel: CancelToken | None = None) -> None:
+        """:meth:`~petri.engine.base.SteppedModel.read_steps` over :meth:`eager_stepper` (what the
+        probe reads, :mod:`petri.engine.probe`)."""
+        read_steps(self.eager_stepper(request)[0], steps, on_read, cancel)
 
     def sampler(self):
         """:func:`petri.engine.torch.sampler.sample_request`, what :meth:`sample` runs

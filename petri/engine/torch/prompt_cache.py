@@ -138,3 +138,14 @@ def set_prompt_cache_bytes(lm: SamplingModel, max_bytes: int) -> bool:
         return False
     prompts.set_max_bytes(max_bytes)
     return True
+
+
+def keep_no_prompts(lm: SamplingModel) -> None:
+    """Let ``lm`` keep no encoded prompts and no captured encoder passes (what a public server does
+    unless ``PETRI_PROMPT_CACHE_MB`` is set, :func:`petri.web.app.create_app`: a faster pass would
+    tell a visitor that someone sent the same prompt, or one of its length, lately). Imports nothing:
+    the captured passes are a torch tier's (:class:`petri.engine.cuda.encoder_graphs.EncoderGraphs`)."""
+    set_prompt_cache_bytes(lm, 0)
+    graphs = getattr(getattr(lm, "fast_tier", None), "encoder_graphs", None)
+    if graphs is not None:
+        graphs.set_max_lengths(0)

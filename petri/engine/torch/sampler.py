@@ -28,14 +28,8 @@ from petri.engine.base import SampleRequest, StepCallback, TorchLoadedModel, spe
 from petri.engine.families.uniform import UniformDiffusionScheduler
 from petri.engine.fixed_noise import FixedNoise
 from petri.engine.loop import RecordedStepper, run_loop
-from petri.engine.torch.step import (  # noqa: F401 - StabilityTracker, accept_mask: the names tests import
-    StabilityTracker,
-    TorchOps,
-    _cache_kwarg,
-    accept_mask,
-    start_batch,
-    token_entropy,
-)
+from petri.engine.torch.array_ops import TorchOps, accept_mask, token_entropy  # noqa: F401 - the names tests import
+from petri.engine.torch.step import StabilityTracker, cache_kwarg, start_batch  # noqa: F401 - StabilityTracker: tests
 
 
 def generate_kwargs(settings: SamplerSettings) -> dict:
@@ -133,10 +127,10 @@ def _decoder_forward(lm: TorchLoadedModel, cache, canvas: torch.Tensor):
     mask_mapping = model.model.decoder.create_diffusion_decoder_attention_mask(
         config=model.config,
         inputs_embeds=canvas.unsqueeze(-1),
-        **_cache_kwarg(model.model.decoder.create_diffusion_decoder_attention_mask, cache),
+        **cache_kwarg(model.model.decoder.create_diffusion_decoder_attention_mask, cache),
         decoder_attention_mask=torch.ones((batch, prompt_length + length), dtype=torch.bool, device=device),
     )
-    forward_cache = _cache_kwarg(model.forward, cache)
+    forward_cache = cache_kwarg(model.forward, cache)
 
     def forward(canvas: torch.Tensor, self_conditioning: torch.Tensor | None) -> torch.Tensor:
         return model(

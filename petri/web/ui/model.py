@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 from petri.app.service import PetriService
 from petri.core.paths import checkpoint_source
-from petri.engine.torch.prompt_cache import PROMPT_CACHE_ENV, kept_prompts
+from petri.engine.torch.prompt_cache import PROMPT_CACHE_ENV
 from petri.web.limits import LIMITS
 
 if TYPE_CHECKING:
-    from petri.engine.base import SamplingModel
+    from petri.engine.base import EngineFacts
 
 
 def model_card(model_source: str | None) -> str:
@@ -46,40 +46,38 @@ def _installed(package: str) -> str:
         return "not installed"
 
 
-def backend_line(lm: SamplingModel) -> str:
+def backend_line(facts: EngineFacts) -> str:
     """``PyTorch 2.x · transformers 4.x (`ModelClass`)`` for the served model's backend."""
-    backend = getattr(lm, "backend", "torch")
+    backend = facts.backend
     parts = [f"{label} {_installed(package)}" for label, package in BACKEND_PACKAGES.get(backend, ((backend, backend),))]
-    architecture = getattr(lm, "architecture", None)
-    return " · ".join(parts) + (f" (`{architecture}`)" if architecture else "")
+    return " · ".join(parts) + (f" (`{facts.architecture}`)" if facts.architecture else "")
 
 
-def kept_prompts_line(lm: SamplingModel) -> str:
+def kept_prompts_line(facts: EngineFacts) -> str:
     """How many encoder caches the served model keeps for prompts sent again (:mod:`petri.engine.torch.prompt_cache`)."""
-    prompts = kept_prompts(lm)
-    if prompts is None:
+    if facts.kept_prompt_bytes is None:
         return "none (the model has no prompt encoder)"
-    if prompts.max_bytes == 0:
+    if facts.kept_prompt_bytes == 0:
         return f"none (`{PROMPT_CACHE_ENV}=0`, or a public server without it)"
-    return (f"encoder caches of recent prompts, up to {prompts.max_bytes / 2**20:,.0f} MiB (`{PROMPT_CACHE_ENV}`); "
+    return (f"encoder caches of recent prompts, up to {facts.kept_prompt_bytes / 2**20:,.0f} MiB (`{PROMPT_CACHE_ENV}`); "
             "a prompt sent again skips the encoder, with the same samples")
 
 
 def model_markdown(service: PetriService, model_source: str | None) -> str:
     """The tab's text: a property table, the sampler defaults, the limits, then the model card."""
-    info = service.model_info()
+    info, facts = service.model_info(), service.model_facts()
     defaults = service.default_settings()
     lines = [
         "| property | value |", "|---|---|",
         f"| model | `{info['model_id']}` |",
         f"| source | `{model_source or 'in-process'}` |",
-        f"| backend | {backend_line(service.lm)} |",
+        f"| backend | {backend_line(facts)} |",
         f"| device | `{info['device']}` |",
         f"| dtype | `{info['dtype']}` |",
         f"| canvas length | {info['canvas_length']} tokens |",
         f"| vocabulary | {info['vocab_size']} tokens |",
         f"| run store | `{service.store_path}` |",
-        f"| kept prompts | {kept_prompts_line(service.lm)} |",
+        f"| kept prompts | {kept_prompts_line(facts)} |",
         "",
         "**Sampler defaults** (from the model's generation config): "
         + ", ".join(f"`{k}={v}`" for k, v in defaults.to_dict().items()),

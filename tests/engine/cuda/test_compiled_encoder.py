@@ -13,7 +13,7 @@ import torch
 from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
 from petri.engine.cuda.fused_logits import HAVE_TRITON
 from petri.engine.torch.decoder_hooks import encoder_layers
-from petri.engine.torch.step import _cache_kwarg, _encode_prompt_once, encoded_prompt
+from petri.engine.torch.step import cache_kwarg, encode_prompt_once, encoded_prompt
 from petri.engine.torch.tiny import tiny_random_model
 
 #: longer than the tiny model's sliding window (8 below), so the sliding layers keep only its tail
@@ -29,7 +29,7 @@ def lm():
 
 
 def encode(lm, ids) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    cache = _encode_prompt_once(lm, torch.tensor([ids], device=lm.device))
+    cache = encode_prompt_once(lm, torch.tensor([ids], device=lm.device))
     return [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
 
 
@@ -62,16 +62,16 @@ def test_a_filled_cache_is_extended_in_its_own_layers(lm):
 
     def extended():
         model = lm.model
-        cache = _encode_prompt_once(lm, torch.tensor([PROMPT]))
+        cache = encode_prompt_once(lm, torch.tensor([PROMPT]))
         more = torch.tensor([[50, 51, 52]])
         start = len(PROMPT)
         position_ids = torch.arange(start, start + 3).unsqueeze(0)
         encoder = model.model.encoder
         masks = encoder.create_masks_for_generate(
             config=model.config, inputs_embeds=torch.empty((1, 3, 0)), attention_mask=torch.ones((1, start + 3), dtype=torch.bool),
-            position_ids=position_ids, **_cache_kwarg(encoder.create_masks_for_generate, cache),
+            position_ids=position_ids, **cache_kwarg(encoder.create_masks_for_generate, cache),
         )
-        encoder(input_ids=more, attention_mask=masks, position_ids=position_ids, **_cache_kwarg(encoder.forward, cache))
+        encoder(input_ids=more, attention_mask=masks, position_ids=position_ids, **cache_kwarg(encoder.forward, cache))
         return [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
 
     want = extended()

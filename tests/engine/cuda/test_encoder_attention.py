@@ -17,7 +17,7 @@ from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
 from petri.engine.cuda.encoder_attention import NAME, petri_encoder_window, use_encoder_window, window_call_fits
 from petri.engine.cuda.split_attention import drop_split_attention
 from petri.engine.torch.decoder_hooks import encoder_layers
-from petri.engine.torch.step import _encode_prompt_once, encoder_inputs
+from petri.engine.torch.step import encode_prompt_once, encoder_inputs
 from petri.engine.torch.tiny import tiny_random_model
 
 CUDA = torch.cuda.is_available()
@@ -36,7 +36,7 @@ def tiny(device: str = "cpu", dtype: torch.dtype = torch.float32):
 
 
 def cache_of(lm) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    cache = _encode_prompt_once(lm, torch.tensor([PROMPT], device=lm.device))
+    cache = encode_prompt_once(lm, torch.tensor([PROMPT], device=lm.device))
     return [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
 
 

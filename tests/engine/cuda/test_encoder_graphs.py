@@ -23,7 +23,7 @@ from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
 from petri.engine.cuda.encoder_graphs import EncoderGraphs, set_encoder_graph_lengths
 from petri.engine.cuda.fused_logits import HAVE_TRITON
 from petri.engine.torch.fast_tier import FastOptions
-from petri.engine.torch.step import _encode_prompt_once
+from petri.engine.torch.step import encode_prompt_once
 from petri.engine.torch.tiny import tiny_random_model
 
 
@@ -52,7 +52,7 @@ def uncaptured(monkeypatch):
         calls.append(prompt_ids.shape[1])
         return ("uncaptured", prompt_ids.shape[1])
 
-    monkeypatch.setattr(module, "_encode_prompt_once", encode)
+    monkeypatch.setattr(module, "encode_prompt_once", encode)
     return calls
 
 
@@ -167,7 +167,7 @@ def _layers(cache):
 def test_the_replayed_pass_gives_the_uncaptured_cache_bit_for_bit(compiled_gpu_lm):
     lm = compiled_gpu_lm
     prompts = [torch.tensor([p], device="cuda") for p in (PROMPT_A, PROMPT_B)]
-    want = [_layers(_encode_prompt_once(lm, p)) for p in prompts]
+    want = [_layers(encode_prompt_once(lm, p)) for p in prompts]
     graph = module.EncoderGraph(lm, len(PROMPT_A))
     first = graph.encode(prompts[0])
     first_layers = _layers(first)

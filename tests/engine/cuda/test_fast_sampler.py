@@ -21,7 +21,8 @@ from petri.core.dish import pinned_arrays
 from petri.core.trajectory import AnchorSpan, SamplerSettings
 from petri.engine.cuda.fast_sampler import FastOptions, fast_path_reason, run_sampler_fast
 from petri.engine.cuda.fused_logits import HAVE_TRITON
-from petri.engine.torch.step import StabilityTracker, _cache_kwarg, _encode_prompt_once, accept_mask
+from petri.engine.torch.array_ops import accept_mask
+from petri.engine.torch.step import StabilityTracker, cache_kwarg, encode_prompt_once
 
 CUDA = torch.cuda.is_available() and HAVE_TRITON
 
@@ -36,7 +37,7 @@ def eager_race_loop(lm, prompt_ids, layouts, settings, seed, draw="race"):
     torch.manual_seed(seed)
     mask_np, ids_np = pinned_arrays(layouts, (), L)
     anchors, anchor_ids = torch.from_numpy(mask_np).to(device), torch.from_numpy(ids_np).to(device)
-    cache = _encode_prompt_once(lm, torch.tensor([prompt_ids], device=device))  # encoded here, never reused
+    cache = encode_prompt_once(lm, torch.tensor([prompt_ids], device=device))  # encoded here, never reused
     if S > 1:
         cache.batch_repeat_interleave(S)
     P = len(prompt_ids)
@@ -44,7 +45,7 @@ def eager_race_loop(lm, prompt_ids, layouts, settings, seed, draw="race"):
     canvas = torch.where(anchors, anchor_ids, torch.randint(0, V, (S, L), device=device))
     masks = model.model.decoder.create_diffusion_decoder_attention_mask(
         config=model.config, inputs_embeds=canvas[..., None],
-        **_cache_kwarg(model.model.decoder.create_diffusion_decoder_attention_mask, cache),
+        **cache_kwarg(model.model.decoder.create_diffusion_decoder_attention_mask, cache),
         decoder_attention_mask=torch.ones((S, P + L), dtype=torch.bool, device=device))
     stopper = None
     if settings.stability_threshold is not None and settings.confidence_threshold is not None:
@@ -56,7 +57,7 @@ def eager_race_loop(lm, prompt_ids, layouts, settings, seed, draw="race"):
         running = ~finished
         steps += running.cpu().int()
         logits = model(decoder_input_ids=canvas, self_conditioning_logits=sc, decoder_attention_mask=masks,
-                       decoder_position_ids=positions, **_cache_kwarg(model.forward, cache)).logits
+                       decoder_position_ids=positions, **cache_kwarg(model.forward, cache)).logits
         x = logits / (settings.t_min + (settings.t_max - settings.t_min) * (remaining / T))
         if draw == "race":
             log_noise = torch.empty((S * L, V), device=device).exponential_().log_()

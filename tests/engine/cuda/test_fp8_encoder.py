@@ -18,7 +18,7 @@ from petri.engine.cuda.fp8 import FP8, precision_of, quantize_rows, set_precisio
 from petri.engine.cuda.fused_logits import HAVE_TRITON
 from petri.engine.cuda.stacked_projections import GROUP
 from petri.engine.torch.decoder_hooks import encoder_layers
-from petri.engine.torch.step import _encode_prompt_once, encoded_prompt
+from petri.engine.torch.step import encode_prompt_once, encoded_prompt
 from petri.engine.torch.tiny import tiny_random_model
 
 PROMPT = list(range(20, 45))
@@ -34,7 +34,7 @@ def lm():
 
 def cache_of(lm) -> list[torch.Tensor]:
     with torch.no_grad():
-        cache = _encode_prompt_once(lm, torch.tensor([PROMPT], device=lm.device))
+        cache = encode_prompt_once(lm, torch.tensor([PROMPT], device=lm.device))
     return [t.float() for layer in cache.layers for t in (layer.keys, layer.values)]
 
 

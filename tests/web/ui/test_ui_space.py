@@ -136,7 +136,7 @@ def test_mlx_loader_downloads_only_when_allowed(hub):
 
 
 def test_allow_download_flag_and_environment(monkeypatch):
-    import petri.cli.options as options
+    import petri.app.model_options as options
     import petri.engine.select as select
     from petri.core.config import PetriConfig
 
