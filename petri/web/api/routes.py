@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
+from petri.app.service import SeedResult
+from petri.core.plan import SeedPlan
 from petri.web import limits
 from petri.web.api.deps import Client, Jobs, Service
 from petri.web.api.requests import SeedRequest, StudyRequest, prepare_seed, prepare_study
@@ -56,8 +58,14 @@ async def seed(request: SeedRequest, service: Service, jobs: Jobs, caller: Clien
     caller = caller.for_submission()
     caller.hand_out(response)
     result = await jobs.run(client, run_seed, service, plan, None, jobs.busy_wait_s, owner=caller.owner)
+    return seed_answer(service, plan, result, request.include_trajectories)
+
+
+def seed_answer(service, plan: SeedPlan, result: SeedResult, include_trajectories: bool) -> RunOut:
+    """``POST /api/seed``'s answer for ``result``, the seed of ``plan`` (also the answer of the
+    ZeroGPU Gradio endpoint ``/seed``, :mod:`petri.web.ui.api_endpoints`)."""
     summaries = [
-        event_summary(i, traj, group, request.include_trajectories)
+        event_summary(i, traj, group, include_trajectories)
         for i, (traj, group) in enumerate(zip(result.trajectories, result.groups))
     ]
     run = service.get_run(result.run_id) or {}
