@@ -26,6 +26,7 @@ from petri.runs.store import RunStore, StoreError
 from petri.web import limits
 from petri.web.access import API_TOKEN_ENV, CALLER_HEADER, PUBLIC_ENV, AccessPolicy, RedactSecrets
 from petri.web.app import create_app
+from petri.web.zerogpu_space import prepare_spaces, run_spaces_startup
 
 #: Seconds a stopping server gives open requests and the job worker before it exits anyway.
 SHUTDOWN_GRACE_S = 5
@@ -119,6 +120,7 @@ def serve(app, service: PetriService, host: str, port: int) -> None:
 def main(argv: list[str] | None = None, prog: str = "app.py") -> int:
     """Serve the app (``python app.py ARGS`` / ``petri serve ARGS``); 2 on a start-up error."""
     args = build_parser(prog).parse_args(argv)
+    prepare_spaces()  # on ZeroGPU, spaces' torch patch before the model loads (petri.web.zerogpu_space)
     try:
         service, source = build_service(args)
     except (ModelNotFoundError, StoreError, ValueError, BackendUnavailableError) as err:
@@ -136,5 +138,6 @@ def main(argv: list[str] | None = None, prog: str = "app.py") -> int:
                  f"set {API_TOKEN_ENV} to require a token on every route")
         print(f"warning: serving on {args.host}, reachable from the network; jobs and runs are private to "
               f"whoever submitted them ({CALLER_HEADER}); {guard} (see RELIABILITY.md)", file=sys.stderr, flush=True)
+    run_spaces_startup()  # on ZeroGPU: what spaces runs at gr.Blocks.launch(), which this server never calls
     serve(app, service, args.host, args.port)
     return 0
