@@ -27,8 +27,8 @@ from petri.web.gpu_executor import on_zero_gpu
 GPU_ROUTES: dict[str, str | None] = {
     "/api/seed": "seed",
     "/api/jobs/seed": "seed",
-    "/api/study": None,
-    "/api/jobs/study": None,
+    "/api/study": "study",
+    "/api/jobs/study": "study",
     "/api/probe": None,
 }
 #: What :func:`zerogpu_answer` puts in the snippet when the Space's id is not known (``SPACE_ID`` unset).

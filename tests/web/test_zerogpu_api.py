@@ -67,7 +67,7 @@ def test_on_zerogpu_the_gpu_routes_answer_501_and_the_gradio_endpoint_answers_as
     seed_refusal = refused["/api/seed"].json()
     assert seed_refusal["gradio_endpoint"] == "/seed" and "api_name='/seed'" in seed_refusal["gradio_client"]
     assert "Client('someone/petri-zero')" in seed_refusal["gradio_client"]
-    assert refused["/api/study"].json()["gradio_endpoint"] is None
+    assert refused["/api/study"].json()["gradio_endpoint"] == "/study" and refused["/api/probe"].json()["gradio_endpoint"] is None
 
     assert answer["kind"] == "seed" and same_work(answer) == same_work(dedicated.json())
     steps = frames[:-1]
@@ -113,3 +113,35 @@ def test_off_zerogpu_the_routes_run_and_no_gradio_endpoint_is_added(service, mon
     assert "seed" not in names
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     assert "seed" in {fn.api_name for fn in build_ui(service).fns.values()}
+
+
+def test_the_gradio_study_endpoint_answers_as_the_route_one_gpu_call_a_batch(tiny_lm, tmp_path, monkeypatch,
+                                                                             live_server):
+    from petri.app.service import PetriService
+    from petri.runs.store import RunStore
+    from study_support import study_dict
+
+    body = {"study": study_dict("zerogpu-study", "ZeroGPU study", templates=1), "samples": 2, "seed": 5,
+            "settings": {"max_denoising_steps": 4}}
+    dedicated_service = PetriService(tiny_lm, RunStore(tmp_path / "dedicated"))
+    with TestClient(create_app(dedicated_service, ui=False)) as api:
+        dedicated = api.post("/api/study", json=body)
+        dedicated_table = api.get(f"/api/runs/{dedicated.json()['run_id']}/samples.csv")
+    dedicated_service.shutdown()
+    assert dedicated.status_code == 200, dedicated.text
+    service = PetriService(tiny_lm, RunStore(tmp_path / "zero"))
+    harness.serve_on_zerogpu(monkeypatch, service)
+    try:
+        with live_server(create_app(service)) as live:
+            frames = list(Client(live.url, verbose=False).submit(body, api_name="/study"))
+            table = httpx.get(f"{live.url}/api/runs/{frames[-1]['run_id']}/samples.csv", timeout=60)
+    finally:
+        service.shutdown()
+    answer, batches = frames[-1], frames[:-1]
+    expected = dedicated.json()
+    assert answer["kind"] == "study" and answer["computed"] == answer["batches"] == expected["batches"] > 1
+    assert {k: v for k, v in answer.items() if k != "timings"} == {k: v for k, v in expected.items() if k != "timings"}
+    assert [f["kind"] for f in batches] == ["batch"] * answer["batches"]
+    assert [f["done"] for f in batches] == list(range(1, answer["batches"] + 1))
+    assert len(harness.CALLS) == answer["batches"] and {c.exitcode for c in harness.CALLS} == {0}  # a fork a batch
+    assert table.status_code == 200 and table.text == dedicated_table.text

@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from study_support import study_dict
 from zerogpu_device_api import GPU_UUID, DeviceApi
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("spaces") is None, reason="the spaces package is not installed")
@@ -36,6 +37,9 @@ BODY = {"events": [{"event": "Only 90 units are in stock.", "group": "a"}, {"eve
 #: A seed long enough to be killed mid-way: 3 events × 256 steps.
 LONG = {**BODY, "events": [{"event": f"{n} units are in stock."} for n in (90, 80, 70)],
         "settings": {"max_denoising_steps": 256, "adaptive_stop": False}}
+#: A study of 4 events and one template: 4 batches, a GPU call each.
+STUDY = {"study": study_dict("spaces-study", "Study through spaces", templates=1), "samples": 2, "seed": 5,
+         "settings": {"max_denoising_steps": 4}}
 PER_RUN = ("run_id", "timings", "csv", "created_at", "finished_at")
 
 
@@ -68,7 +72,7 @@ def test_the_real_spaces_package_runs_the_seed_endpoint_in_its_forked_worker(tmp
     url = f"http://127.0.0.1:{port}"
     token = visitor_token()
     output = (tmp_path / "server.out").open("w")  # a file: a full pipe would block the server
-    with DeviceApi(idle=(False, True, False)) as api:
+    with DeviceApi(idle=(False, True, True, True, True, True, False)) as api:  # 2 seeds, 4 study batches, 1 seed
         env = {**os.environ, "SPACES_ZERO_GPU": "true", "SPACES_ZERO_DEVICE_API_URL": api.url,
                "ZEROGPU_PROC_SELF_CGROUP_PATH": str(cgroup), "ZEROGPU_OFFLOAD_DIR": str(tmp_path / "offload"),
                "HOME": str(tmp_path / "home"), "PETRI_STANDIN_LOG": str(log), "GRADIO_ANALYTICS_ENABLED": "False"}
@@ -81,6 +85,7 @@ def test_the_real_spaces_package_runs_the_seed_endpoint_in_its_forked_worker(tmp
             client = Client(url, headers={"X-IP-Token": token}, verbose=False)
             first = client.predict(BODY, api_name="/seed")
             second = client.predict(BODY, api_name="/seed")  # the device API says idle: the same child again
+            study = client.predict(STUDY, api_name="/study")  # a call per batch, from a thread of the request
             api.kill_after_allow_s = 1.0  # the third child is killed as a task past its time would be
             with pytest.raises(AppError, match="GPU task aborted") as aborted:
                 client.predict(LONG, api_name="/seed")
@@ -93,20 +98,23 @@ def test_the_real_spaces_package_runs_the_seed_endpoint_in_its_forked_worker(tmp
 
     assert [name for name, _ in started] == ["startup-report"]  # run by petri, which never calls launch()
     schedules = api.named("schedule")
-    assert len(schedules) == 3 and {s["token"] for s in schedules} == {token}  # the visitor's quota token
+    assert len(schedules) == 7 and {s["token"] for s in schedules} == {token}  # the visitor's quota token
     assert {s["durationSeconds"] for s in schedules} == {"60"} and {s["cgroupPath"] for s in schedules} == {"/petri-standin"}
     allows = api.named("allow")
-    assert [a["allowToken"] for a in allows] == ["allow-1", "allow-3"]  # the second call reused the first child
+    # an idle answer reuses the child of the same decorated function: the seed's for the second seed, the
+    # first batch's (spaces keeps children per function) for the other three batches
+    assert [a["allowToken"] for a in allows] == ["allow-1", "allow-3", "allow-7"]
     children = [int(line.split()[1]) for line in log.read_text().splitlines()]
     assert [int(a["pid"]) for a in allows] == children and server.pid not in children
     assert {line.split()[2] for line in log.read_text().splitlines()} == {GPU_UUID}
     releases = api.named("release")
-    assert [(r["allowToken"], r["fail"]) for r in releases] == [("allow-1", "false"), ("allow-2", "false"),
-                                                               ("allow-3", "true")]
+    assert [(r["allowToken"], r["fail"]) for r in releases] == [(f"allow-{n}", "false") for n in range(1, 7)] + [
+        ("allow-7", "true")]
 
     assert same_work(first) == same_work(second) == same_work(tiny_random_answer)
+    assert study["kind"] == "study" and study["computed"] == study["batches"] == 4
     assert "of 3 events finished and are stored" in str(aborted.value)
-    killed = next(r for r in runs if r["run_id"] not in (first["run_id"], second["run_id"]))
+    killed = next(r for r in runs if r["run_id"] not in (first["run_id"], second["run_id"], study["run_id"]))
     assert killed["status"] == "failed" and "GPU task aborted" in killed["error"]
     assert refused.status_code == 501 and refused.json()["gradio_endpoint"] == "/seed"
 

@@ -110,6 +110,12 @@ async def study(request: StudyRequest, service: Service, jobs: Jobs, caller: Cli
     caller.hand_out(response)
     result = await jobs.run(client, run_study_job, service, parsed, request.samples, request.seed, settings, templates,
                             jobs.busy_wait_s, owner=caller.owner)
+    return study_answer(service, parsed, settings, result)
+
+
+def study_answer(service, parsed, settings, result) -> StudyOut:
+    """``POST /api/study``'s answer for ``result``, the run of study ``parsed`` under ``settings``
+    (also the answer of the ZeroGPU Gradio endpoint ``/study``, :mod:`petri.web.ui.api_endpoints`)."""
     return StudyOut(
         run_id=result.run_id,
         status="done",
