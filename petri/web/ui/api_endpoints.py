@@ -41,9 +41,8 @@ from pydantic import ValidationError
 
 from petri.app.service import PetriService
 from petri.core.cancel import CancelToken
-from petri.study.runner import run_study
+from petri.web.api.answers import check_sync_budget, seed_answer, study_answer
 from petri.web.api.requests import SeedRequest, StudyRequest, prepare_seed, prepare_study
-from petri.web.api.routes import check_sync_budget, seed_answer, study_answer
 from petri.web.errors import FieldError, request_error_message
 from petri.web.gpu_executor import GpuAborted, ZeroGpuStudyExecutor, zerogpu_seed_stream
 from petri.web.ui.access import UiAccess
@@ -92,16 +91,11 @@ def study_endpoint(service: PetriService, who: UiAccess):
             plan, settings, templates = prepare_study(parsed, service.lm)
         except (ValidationError, FieldError) as err:
             raise gr.Error(request_error_message(err), title="Bad request", print_exception=False) from None
-        owner = caller.owner
-
-        def registered(run_id: str) -> None:
-            if owner is not None:
-                service.store.add_run_owner(run_id, owner)
 
         def run(progress, cancel):
-            return run_study(ZeroGpuStudyExecutor(service.lm), plan, service.store, samples=parsed.samples,
-                             seed=parsed.seed, settings=settings, templates=templates, progress=progress,
-                             show_progress=False, cancel=cancel, on_run_id=registered)
+            return service.run_study_on(ZeroGpuStudyExecutor(service.lm), plan, samples=parsed.samples,
+                                        seed=parsed.seed, settings=settings, templates=templates, progress=progress,
+                                        cancel=cancel, owner=caller.owner)
 
         try:
             for kind, payload in in_request_thread(run):
