@@ -12,7 +12,7 @@ MARKED_PATHS = {
     "browser": ("web/ui/test_browser", "docs/test_browser"),
     "process": ("reliability/", "cli/test_install.py", "app/test_shutdown.py", "study/test_study_kill.py",
                 "study/test_study_ray.py", "docs/test_site.py", "docs/test_getting_started.py",
-                "docs/test_browser_site.py"),
+                "docs/test_browser_site.py", "web/test_zerogpu_spaces.py"),
     "fuzz": ("reliability/test_reliability_hostile.py",),
     "gpu": ("engine/cuda/",),
 }

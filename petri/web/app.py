@@ -17,6 +17,7 @@ from petri.web.api.routes import router
 from petri.web.api.runs import router as runs_router
 from petri.web.errors import install_error_handlers
 from petri.web.limits import MAX_UPLOAD_BYTES
+from petri.web.zerogpu_routes import ZeroGpuRoutes
 
 
 def create_app(
@@ -64,6 +65,7 @@ def create_app(
     app.include_router(runs_router)
     app.include_router(job_router)
     app.include_router(probe_router)
+    app.add_middleware(ZeroGpuRoutes)  # on ZeroGPU the routes that run the model answer 501 (Gradio endpoints instead)
     if ui:
         import gradio as gr
 

@@ -31,6 +31,7 @@ from petri.runs.store import RunStore, StoreError
 from petri.web import gpu_executor, limits
 from petri.web.access import CALLER_HEADER, AccessPolicy, RedactSecrets
 from petri.web.app import create_app
+from petri.web.zerogpu_space import prepare_spaces, run_spaces_startup
 
 #: Seconds a stopping server gives open requests and the job worker before it exits anyway.
 SHUTDOWN_GRACE_S = 5
@@ -137,6 +138,7 @@ def main(argv: list[str] | None = None, prog: str = "app.py", config: PetriConfi
     use_assets_dir(config.assets)
     use_shipped_study_dir(config.shipped_study)
     args = parser.parse_args(argv)
+    prepare_spaces()  # on ZeroGPU, spaces' torch patch before the model loads (petri.web.zerogpu_space)
     try:
         service, source = build_service(args)
     except (ModelNotFoundError, StoreError, ValueError, BackendUnavailableError) as err:
@@ -154,5 +156,6 @@ def main(argv: list[str] | None = None, prog: str = "app.py", config: PetriConfi
                  f"set {variable('api_token')} to require a token on every route")
         print(f"warning: serving on {args.host}, reachable from the network; jobs and runs are private to "
               f"whoever submitted them ({CALLER_HEADER}); {guard} (see RELIABILITY.md)", file=sys.stderr, flush=True)
+    run_spaces_startup()  # on ZeroGPU: what spaces runs at gr.Blocks.launch(), which this server never calls
     serve(app, service, args.host, args.port)
     return 0

@@ -8,8 +8,8 @@ import argparse
 
 import pytest
 
-from petri.cli.main import main
 from petri.app.model_options import add_model_arguments, spec_from_args
+from petri.cli.main import main
 from petri.core import paths
 from petri.core.config import PetriConfig
 from petri.engine.base import ModelNotFoundError

@@ -1,7 +1,8 @@
 """A seed through the ZeroGPU path (petri/web/gpu_executor.py) under the fork harness
 (tests/zerogpu_support.py), on the CPU with the tiny model: the same stored records as the
 dedicated path for the same seed, the GPU work in a forked child only, no worker thread, ``POST
-/api/seed`` through the same path, an aborted call keeping its finished events, a cancel."""
+/api/seed`` answering 501 there (its work is the Gradio endpoint /seed), an aborted call keeping its
+finished events, a cancel."""
 
 from __future__ import annotations
 
@@ -64,16 +65,18 @@ def test_off_zerogpu_the_seed_route_keeps_the_dedicated_path(service, count_call
     assert calls == []
 
 
-def test_post_api_seed_goes_through_the_gpu_call_on_zerogpu(service, monkeypatch):
+def test_post_api_seed_answers_501_on_zerogpu_and_runs_nothing(service, monkeypatch):
+    """On ZeroGPU the route's work is the Gradio endpoint /seed (tests/web/test_zerogpu_api.py): a
+    FastAPI request carries no visitor quota token."""
     body = {"events": [{"event": "Only 90 units are in stock."}], "concepts": ["order", "inventory"],
             "template": "{event}", "samples": 2, "seed": 3, "settings": {"max_denoising_steps": 4, "adaptive_stop": False}}
     with TestClient(create_app(service, ui=False)) as client:
         dedicated = client.post("/api/seed", json=body)
         harness.serve_on_zerogpu(monkeypatch, service)
         zero = client.post("/api/seed", json=body)
-    assert dedicated.status_code == zero.status_code == 200, zero.text
-    assert len(harness.CALLS) == 1 and harness.CALLS[0].exitcode == 0
-    assert_same_records(service, dedicated.json()["run_id"], zero.json()["run_id"])
+    assert dedicated.status_code == 200 and zero.status_code == 501, zero.text
+    assert zero.json()["gradio_endpoint"] == "/seed"
+    assert harness.CALLS == [] and len(service.store.list_runs()) == 1
 
 
 def test_an_aborted_call_keeps_the_finished_events_and_says_so(service, monkeypatch):

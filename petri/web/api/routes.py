@@ -20,10 +20,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from petri.web import limits
+from petri.web.api.answers import check_sync_budget, seed_answer, study_answer
 from petri.web.api.deps import Client, Jobs, Service
 from petri.web.api.requests import SeedRequest, StudyRequest, prepare_seed, prepare_study
-from petri.web.api.responses import HealthOut, QueueOut, RunOut, StudyOut, csv_links, event_summary, model_out
-from petri.web.errors import POST_RESPONSES, FieldError, StrictJsonRoute
+from petri.web.api.responses import HealthOut, QueueOut, RunOut, StudyOut
+from petri.web.errors import POST_RESPONSES, StrictJsonRoute
 from petri.web.gpu import run_seed, run_study_job
 
 router = APIRouter(prefix="/api", route_class=StrictJsonRoute)
@@ -56,38 +57,7 @@ async def seed(request: SeedRequest, service: Service, jobs: Jobs, caller: Clien
     caller = caller.for_submission()
     caller.hand_out(response)
     result = await jobs.run(client, run_seed, service, plan, None, jobs.busy_wait_s, owner=caller.owner)
-    summaries = [
-        event_summary(i, traj, group, request.include_trajectories)
-        for i, (traj, group) in enumerate(zip(result.trajectories, result.groups))
-    ]
-    run = service.get_run(result.run_id) or {}
-    return RunOut(
-        run_id=result.run_id,
-        status=run.get("status", "done"),
-        model=model_out(service.model_info()),
-        settings=plan.settings.to_dict(),
-        events=summaries,
-        timings={
-            "wall_s": result.wall_s,
-            "sampling_s": float(sum(t.timings.get("total_s", 0.0) for t in result.trajectories)),
-        },
-        csv=csv_links(result.run_id),
-        created_at=run.get("created_at"),
-        finished_at=run.get("finished_at"),
-    )
-
-
-def check_sync_budget(events: int, samples: int, steps: int, canvas: int) -> None:
-    """Refuse (422, naming the budget) a synchronous seed over ``limits.SYNC_MAX_TOKEN_STEPS``."""
-    work = events * samples * steps * canvas
-    if work > limits.SYNC_MAX_TOKEN_STEPS:
-        raise FieldError(
-            ["body", "samples"],
-            f"{events} events × {samples} samples × {steps} steps × {canvas} canvas positions = {work:,} "
-            f"token-steps is more than a synchronous request may ask for ({limits.SYNC_MAX_TOKEN_STEPS:,}); "
-            "submit it as a job with POST /api/jobs/seed (same body) and follow its events_url",
-            kind="sync_budget_exceeded", budget=limits.SYNC_MAX_TOKEN_STEPS, work=work,
-        )
+    return seed_answer(service, plan, result, request.include_trajectories)
 
 
 @router.post("/study", response_model=StudyOut, tags=["api"], responses=POST_RESPONSES)
@@ -102,18 +72,4 @@ async def study(request: StudyRequest, service: Service, jobs: Jobs, caller: Cli
     caller.hand_out(response)
     result = await jobs.run(client, run_study_job, service, parsed, request.samples, request.seed, settings, templates,
                             jobs.busy_wait_s, owner=caller.owner)
-    return StudyOut(
-        run_id=result.run_id,
-        status="done",
-        study_id=parsed.id,
-        model=model_out(service.model_info()),
-        settings=settings.to_dict(),
-        samples=result.samples,
-        seed=result.seed,
-        templates=list(result.template_ids),
-        batches=len(result.batches),
-        computed=result.computed,
-        resumed=result.resumed,
-        timings={k: float(v) for k, v in result.timings.items()},
-        csv=csv_links(result.run_id),
-    )
+    return study_answer(service, parsed, settings, result)

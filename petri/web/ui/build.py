@@ -15,7 +15,9 @@ import gradio as gr
 
 from petri.app.service import PetriService
 from petri.web.access import AccessPolicy
+from petri.web.gpu_executor import on_zero_gpu
 from petri.web.ui.access import UiAccess
+from petri.web.ui.api_endpoints import register_api_endpoints
 from petri.web.ui.compare import build_compare_tab
 from petri.web.ui.dish import build_dish_tab
 from petri.web.ui.model import model_markdown
@@ -104,4 +106,6 @@ def build_ui(service: PetriService, model_source: str | None = None, access: Acc
         # a figure drawn while its tab was hidden keeps the width it had then (plotly relays out on a
         # window resize, which a hidden plot misses): a resize once the new tab is shown fits it
         tabs.select(None, None, None, js=RELAYOUT_JS, queue=False, show_progress="hidden")
+        if on_zero_gpu():  # the API's GPU work, as Gradio endpoints (the FastAPI routes answer 501 there)
+            register_api_endpoints(service, who)
     return demo

@@ -1,0 +1,155 @@
+"""The HTTP API's GPU work as named Gradio endpoints, for Hugging Face ZeroGPU.
+
+On ZeroGPU the FastAPI routes that run the model answer ``501`` (:mod:`petri.web.zerogpu_routes`):
+a ``spaces.GPU`` call must start from a Gradio request, whose context carries the visitor's quota
+token. :func:`register_api_endpoints` adds, inside the app's ``gr.Blocks``, one API-only endpoint
+(``gr.api``, no component on the page) per route of
+:data:`~petri.web.zerogpu_routes.GPU_ROUTES` that has one:
+
+- ``/seed``: the JSON body of ``POST /api/seed`` (a dict; validated once, by the same pydantic model
+  :class:`~petri.web.api.requests.SeedRequest` and the same checks, the synchronous budget
+  included); its model work is one ``spaces.GPU`` call
+  (:func:`~petri.web.gpu_executor.zerogpu_seed_stream`), stored as it lands. It streams one frame
+  per denoising step, ``{"kind": "step", "run_id", "step", "argmax": [[...]], "finished": [...]}``
+  (the step's raw argmax ids, samples × canvas, -1 where a sample had finished), then the route's
+  own JSON answer (``kind`` ``"seed"``); on a public server that answer also carries ``token``, the
+  caller token to send as ``X-Petri-Token`` (the route hands it out as a header).
+
+- ``/study``: the JSON body of ``POST /api/study`` (validated once by
+  :class:`~petri.web.api.requests.StudyRequest` and the same checks); each (event, template) batch is
+  one ``spaces.GPU`` call (:class:`~petri.web.gpu_executor.ZeroGpuStudyExecutor`, under
+  :func:`petri.study.runner.run_study`, which stores each batch as it lands, so a call that stops
+  keeps the batches before it and posting the body again resumes). It streams one frame per stored
+  batch, ``{"kind": "batch", "done", "total", "event_id", "template_id", "skipped"}``, then the
+  route's own answer (``kind`` ``"study"``; ``token`` on a public server).
+
+With ``gradio_client``: ``Client(space).predict(body, api_name="/seed")`` returns the answer;
+``submit`` iterates the frames. A bad field raises ``gradio.Error`` naming it, as the route's 422 does;
+"GPU task aborted" names the events that were stored before it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import gradio as gr
+from pydantic import ValidationError
+
+from petri.app.service import PetriService
+from petri.core.cancel import CancelToken
+from petri.web.api.answers import check_sync_budget, seed_answer, study_answer
+from petri.web.api.requests import SeedRequest, StudyRequest, prepare_seed, prepare_study
+from petri.web.errors import FieldError, request_error_message
+from petri.web.gpu_executor import GpuAborted, ZeroGpuStudyExecutor, zerogpu_seed_stream
+from petri.web.ui.access import UiAccess
+from petri.web.zerogpu_routes import GPU_ROUTES
+
+
+def step_frame(run_id: str, step) -> dict:
+    """A streamed frame of denoising ``step`` (a :class:`~petri.engine.base.LiveStep`, numpy arrays)."""
+    return {"kind": "step", "run_id": run_id, "step": int(step.index), "argmax": step.argmax.tolist(),
+            "finished": step.finished.tolist()}
+
+
+def seed_endpoint(service: PetriService, who: UiAccess):
+    """The ``/seed`` endpoint's function over ``service``: a generator of frames, then the answer."""
+
+    def seed(body: dict, request: gr.Request) -> Iterator[dict[str, Any]]:
+        """A seed on the GPU: the body of POST /api/seed in, a frame per denoising step, then its answer."""
+        caller = who.caller(request).for_submission()
+        try:
+            parsed = SeedRequest.model_validate(body)
+            plan = prepare_seed(parsed, service.lm)
+            check_sync_budget(len(plan.events), plan.samples, plan.settings.max_denoising_steps, service.canvas_length)
+        except (ValidationError, FieldError) as err:
+            raise gr.Error(request_error_message(err), title="Bad request", print_exception=False) from None
+        try:
+            for kind, payload in zerogpu_seed_stream(service, plan, caller.owner):
+                if kind == "progress":
+                    yield step_frame(payload.run_id or "", payload)
+                    continue
+                answer = seed_answer(service, plan, payload, parsed.include_trajectories).model_dump(mode="json")
+                yield {**answer, "token": caller.token} if caller.public else answer
+        except GpuAborted as err:
+            raise gr.Error(f"Stopped: {err}", title="GPU task aborted", print_exception=False) from None
+
+    return seed
+
+
+def study_endpoint(service: PetriService, who: UiAccess):
+    """The ``/study`` endpoint's function over ``service``: a generator of batch frames, then the answer."""
+
+    def study(body: dict, request: gr.Request) -> Iterator[dict[str, Any]]:
+        """A study on the GPU, one call per batch: the body of POST /api/study in, a frame per batch, then its answer."""
+        caller = who.caller(request).for_submission()
+        try:
+            parsed = StudyRequest.model_validate(body)
+            plan, settings, templates = prepare_study(parsed, service.lm)
+        except (ValidationError, FieldError) as err:
+            raise gr.Error(request_error_message(err), title="Bad request", print_exception=False) from None
+
+        def run(progress, cancel):
+            return service.run_study_on(ZeroGpuStudyExecutor(service.lm), plan, samples=parsed.samples,
+                                        seed=parsed.seed, settings=settings, templates=templates, progress=progress,
+                                        cancel=cancel, owner=caller.owner)
+
+        try:
+            for kind, payload in in_request_thread(run):
+                if kind == "progress":
+                    yield {"kind": "batch", "done": payload.done, "total": payload.total, "event_id": payload.event_id,
+                           "template_id": payload.template_id, "skipped": payload.skipped}
+                    continue
+                answer = study_answer(service, plan, settings, payload).model_dump(mode="json")
+                yield {**answer, "token": caller.token} if caller.public else answer
+        except GpuAborted as err:
+            raise gr.Error(f"Stopped: {err}; post the same body again to resume", title="GPU task aborted",
+                           print_exception=False) from None
+
+    return study
+
+
+def in_request_thread(work) -> Iterator[tuple[str, Any]]:
+    """``work(progress, cancel)`` in a thread that carries this thread's context (Gradio's request,
+    whose quota token each ``spaces.GPU`` call reads), yielding ``("progress", value)`` per
+    ``progress(value)`` and then ``("done", result)``; its error is raised here; closing the
+    generator cancels it (within one step) and waits for it."""
+    messages: queue.Queue = queue.Queue()
+    token = CancelToken()
+
+    def target() -> None:
+        try:
+            messages.put(("done", work(lambda value: messages.put(("progress", value)), token)))
+        except BaseException as err:  # noqa: BLE001 - raised again on the generator's side
+            messages.put(("error", err))
+
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(target,), name="petri-zerogpu-study",
+                              daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = messages.get()
+            if kind == "error":
+                raise value
+            yield kind, value
+            if kind == "done":
+                return
+    finally:
+        token.cancel("cancelled")
+        thread.join()
+
+
+#: ``api_name`` → the function that builds its endpoint (a service and the UI's access rule in).
+ENDPOINTS = {"seed": seed_endpoint, "study": study_endpoint}
+
+
+def register_api_endpoints(service: PetriService, who: UiAccess) -> list[str]:
+    """Add the GPU routes' Gradio endpoints to the ``gr.Blocks`` being built (call inside its
+    ``with``); returns their api names."""
+    names = sorted({name for name in GPU_ROUTES.values() if name is not None})
+    for name in names:
+        gr.api(ENDPOINTS[name](service, who), api_name=name, concurrency_limit=None)
+    return names
