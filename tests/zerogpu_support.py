@@ -277,7 +277,9 @@ def serve_on_zerogpu(monkeypatch, service) -> None:
     monkeypatch.setattr(gpu_executor, "_served", [service])
     from petri.engine.torch.card_placement import CardPlacement
 
-    monkeypatch.setattr(gpu_executor, "_placement", [CardPlacement("cpu")])  # each call places it (here: where it is)
+    # each call places the model (here: where it is, on the CPU), also for an app made after this
+    monkeypatch.setattr(gpu_executor, "_placement", [CardPlacement("cpu")])
+    monkeypatch.setattr(gpu_executor, "zerogpu_placement", lambda lm, size="xlarge": CardPlacement("cpu"))
     monkeypatch.setattr(gpu_executor, "zerogpu_seed",
                         gpu_executor.spaces_gpu(duration=gpu_executor.seed_duration)(gpu_executor.seed_frames))
     monkeypatch.setattr(gpu_executor, "zerogpu_batch",
