@@ -55,7 +55,7 @@ async def seed(request: SeedRequest, service: Service, jobs: Jobs, caller: Clien
     check_sync_budget(len(plan.events), plan.samples, plan.settings.max_denoising_steps, service.canvas_length)
     caller = caller.for_submission()
     caller.hand_out(response)
-    result = await jobs.run(client, run_seed, service, plan, None, jobs.busy_wait_s, owner=caller.owner)
+    result = await jobs.run(client, run_seed, service, plan, wait_s=jobs.busy_wait_s, owner=caller.owner)
     summaries = [
         event_summary(i, traj, group, request.include_trajectories)
         for i, (traj, group) in enumerate(zip(result.trajectories, result.groups))
@@ -97,17 +97,16 @@ async def study(request: StudyRequest, service: Service, jobs: Jobs, caller: Cli
     template) batch is committed to the run store before the next starts; the run id derives from
     the study, model, settings, samples and seed, so posting the same body again resumes an
     interrupted run (or returns a finished one at once). Tables: ``GET /api/runs/{run_id}``."""
-    parsed, settings, templates = prepare_study(request, service.lm)
+    plan = prepare_study(request, service.lm)
     caller = caller.for_submission()
     caller.hand_out(response)
-    result = await jobs.run(client, run_study_job, service, parsed, request.samples, request.seed, settings, templates,
-                            jobs.busy_wait_s, owner=caller.owner)
+    result = await jobs.run(client, run_study_job, service, plan, wait_s=jobs.busy_wait_s, owner=caller.owner)
     return StudyOut(
         run_id=result.run_id,
         status="done",
-        study_id=parsed.id,
+        study_id=plan.study.id,
         model=model_out(service.model_info()),
-        settings=settings.to_dict(),
+        settings=result.settings.to_dict(),
         samples=result.samples,
         seed=result.seed,
         templates=list(result.template_ids),
