@@ -49,8 +49,10 @@ def main() -> None:
                           "first_comparison_after_batch": n, "share": round(n / len(jobs), 3), "sampled": False}))
         return
 
+    from petri.core.watch import Watch
     from petri.engine.torch.model import EMBEDDED_MODEL_PATH, load_model
     from petri.runs.store import RunStore
+    from petri.study.plan import StudyPlan
     from petri.study.provisional import BatchReader, provisional_statistics
     from petri.study.runner import run_study
 
@@ -72,8 +74,8 @@ def main() -> None:
                 onset.append(p.done)
                 print(f"batch {p.done} of {p.total}: {prov.comparison.event.summary()}", file=sys.stderr)
 
-        result = run_study(lm, study, store, samples=args.samples, seed=args.seed, settings=settings,
-                           templates=[template], progress=progress, on_run_id=follow, show_progress=False)
+        result = run_study(lm, StudyPlan(study, args.samples, args.seed, settings, (template,)), store,
+                           watch=Watch(progress=progress), on_run_id=follow)
     total = len(result.batches)
     print(json.dumps({"study": args.study.name, "template": template, "seed": args.seed, "batches": total,
                       "samples": args.samples, "steps": args.steps, "first_comparison_after_batch": onset[0],

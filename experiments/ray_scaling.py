@@ -30,6 +30,7 @@ from petri.core.paths import embedded_model_path, studies_dir  # noqa: E402
 from petri.core.trajectory import SamplerSettings  # noqa: E402
 from petri.runs.store import RunStore  # noqa: E402
 from petri.study.executors import ModelSpec  # noqa: E402
+from petri.study.plan import StudyPlan  # noqa: E402
 from petri.study.runner import run_study  # noqa: E402
 from petri.study.schema import load_study, study_from_dict  # noqa: E402
 
@@ -77,10 +78,9 @@ def measure(spec, workers: int, study, samples: int, settings: SamplerSettings) 
     try:
         with tempfile.TemporaryDirectory() as tmp:
             warm = subset(study, 2)  # the schema wants two events per compared group
-            run_study(executor, warm, RunStore(Path(tmp) / "warm"), samples=samples, seed=1_000_003,
-                      settings=settings, templates=[warm.templates[0].id], show_progress=False)
-            result = run_study(executor, study, RunStore(Path(tmp) / "timed"), samples=samples, seed=0,
-                               settings=settings, show_progress=False)
+            run_study(executor, StudyPlan(warm, samples, 1_000_003, settings, (warm.templates[0].id,)),
+                      RunStore(Path(tmp) / "warm"))
+            result = run_study(executor, StudyPlan(study, samples, 0, settings), RunStore(Path(tmp) / "timed"))
     finally:
         executor.close()
     batches = len(result.batches)

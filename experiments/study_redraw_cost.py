@@ -23,8 +23,10 @@ sys.path.insert(0, str(REPO))
 
 def main() -> None:
     from petri.app.service import PetriService
+    from petri.core.watch import Watch
     from petri.engine.torch.model import EMBEDDED_MODEL_PATH, load_model
     from petri.runs.store import RunStore
+    from petri.study.plan import StudyPlan
     from petri.study.provisional import BatchReader
     from petri.study.runner import run_study
     from petri.study.schema import load_study
@@ -63,8 +65,8 @@ def main() -> None:
             followed = time.perf_counter() - start
             rows.append({"batches": p.done, "read_all_s": round(full, 3), "reader_s": round(followed, 3)})
 
-        result = run_study(lm, study, service.store, samples=args.samples, seed=0, settings=settings,
-                           templates=list(template), progress=progress, on_run_id=on_run_id, show_progress=False)
+        result = run_study(lm, StudyPlan(study, args.samples, 0, settings, tuple(template)), service.store,
+                           watch=Watch(progress=progress), on_run_id=on_run_id)
     print(json.dumps({"study": args.study.name, "batches": len(result.batches), "samples": args.samples,
                       "steps": args.steps, "mean_batch_s": round(result.timings["mean_batch_s"], 3), "redraws": rows}))
 

@@ -19,9 +19,10 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from petri.app.jobs import Job, JobContext, recorded_run
-from petri.core.cancel import CancelToken
-from petri.core.probe import DEFAULT_MIN_MASS, ProbeInputError, ProbeRequest
-from petri.engine.probe import ProbeResult, plan_probe, read_slots
+from petri.core.plan import ProbePlan
+from petri.core.probe import DEFAULT_MIN_MASS, ProbeInputError
+from petri.core.watch import NO_WATCH, Watch
+from petri.engine.probe import ProbeResult, layout_probe, read_planned
 from petri.runs.probe_results import EVAL_KIND, EVAL_TABLES, PARTIAL_PREFIX, PROBE_KIND, frame_document, plain, read_document
 from petri.study.probe_eval import EVAL_ORDER, ProbeEvaluation, evaluate, item_request
 from petri.study.probe_set import LabelledSet, labelled_set_lines
@@ -73,11 +74,11 @@ def labelled_to_dict(labelled: LabelledSet) -> dict:
 
 def check_labelled(lm: SamplingModel, labelled: LabelledSet, settings: EvalSettings) -> None:
     """Raise :class:`ProbeInputError` where an item of ``labelled`` cannot be read on ``lm``
-    (:func:`petri.engine.probe.plan_probe`, no model work), naming the field in the set:
+    (:func:`petri.engine.probe.layout_probe`, no model work), naming the field in the set:
     ``items[i].prompt`` or ``items[i].frame`` for what is the item's own, the set's field else."""
     for index, item in enumerate(labelled.items):
         try:
-            plan_probe(lm, item_request(labelled, item, samples=settings.samples, steps=settings.steps,
+            layout_probe(lm, item_request(labelled, item, samples=settings.samples, steps=settings.steps,
                                         seed=settings.seed, order=settings.order, min_mass=settings.min_mass))
         except ProbeInputError as err:
             own = err.field == "prompt" or (err.field == "frame" and item.frame is not None)
@@ -87,14 +88,15 @@ def check_labelled(lm: SamplingModel, labelled: LabelledSet, settings: EvalSetti
             raise ProbeInputError(f"items[{index}].{err.field}", f"item {item.item_id!r}: {message}") from None
 
 
-def probe(service, request: ProbeRequest, *, wait_s: float | None = None, cancel: CancelToken | None = None,
+def probe(service, plan: ProbePlan, *, watch: Watch = NO_WATCH, wait_s: float | None = None,
           owner: str | None = None) -> ProbeRun:
-    """Read ``request``'s slots on the service's model (holding its lock), store the read as a
-    ``probe`` run (``owner``, a token hash, may open it on a public server) and return it. A bad
-    request raises :class:`ProbeInputError` and stores nothing."""
+    """Read ``plan`` (:func:`petri.engine.probe.plan_probe`: the request checked and laid out on the
+    service's model at the edge) on the service's model, holding its lock (``watch.cancel`` stops it
+    within a step, or while it waits), store the read as a ``probe`` run (``owner``, a token hash,
+    may open it on a public server) and return it."""
     started = time.perf_counter()
-    with service.cancellable(cancel) as token, service.exclusive(wait_s, token):
-        result = read_slots(service.lm, request, cancel=token)
+    with service.cancellable(watch.cancel) as token, service.exclusive(wait_s, token):
+        result = read_planned(service.lm, plan, cancel=token)
         document = read_document(result)
         run_id = uuid.uuid4().hex
         service.store.create_run(run_id, PROBE_KIND, service.lm.model_id, {"probe": document["request"]}, owner)

@@ -3,8 +3,13 @@ one model job run at a time. The HTTP routes, the Gradio UI and the CLI are thin
 
 Two ways in: a synchronous call (:meth:`PetriService.seed`, :meth:`PetriService.run_study`) that
 takes the lock itself, and a job (:meth:`PetriService.submit_seed`, :meth:`PetriService.submit_study`)
-that the job queue runs in order. Both can be cancelled through a :class:`~petri.core.cancel.CancelToken`,
-and :meth:`PetriService.shutdown` stops all of it (``interrupted``, resumable).
+that the job queue runs in order. Both take the run planned at the edge (a
+:class:`~petri.core.plan.SeedPlan`, :class:`~petri.study.plan.StudyPlan` or
+:class:`~petri.core.plan.ProbePlan`) and a :class:`~petri.core.watch.Watch` (live steps, progress, a
+cancel token), keyword-only beside ``owner`` and ``wait_s``, which are the service's own (who may
+read the run; how long a synchronous call waits for the lock). A synchronous call is cancelled
+through its watch's token, a job through the queue; :meth:`PetriService.shutdown` stops all of it
+(``interrupted``, resumable).
 """
 
 from __future__ import annotations
@@ -21,15 +26,24 @@ from petri.app import probe as probing
 from petri.app.jobs import Job, JobContext, JobQueue, recorded_run
 from petri.app.runs_view import RunsView
 from petri.core.cancel import CancelToken, acquire_or_cancel
-from petri.core.plan import SeedEvent, SeedPlan  # noqa: F401  (SeedEvent: read from here by the edges)
+from petri.core.plan import ProbePlan, SeedEvent, SeedPlan  # noqa: F401  (SeedEvent: read from here by the edges)
 from petri.core.settings import FamilySettings
 from petri.core.trajectory import Trajectory
-from petri.engine.base import SamplingModel, StepCallback
+from petri.core.watch import NO_WATCH, Watch
+from petri.engine.base import SamplingModel
 from petri.engine.seeding import plan_seed, sample_planned
 from petri.runs.store import RunStore
 from petri.study.executors import StudyExecutor
-from petri.study.runner import ProgressCallback, StudyProgress, StudyResult, run_study
-from petri.study.schema import Study
+from petri.study.plan import StudyPlan
+from petri.study.runner import StudyProgress, StudyResult, run_study
+
+
+def job_watch(watch: Watch) -> Watch:
+    """``watch`` for a queued job, which is stopped through its queue (:meth:`petri.app.jobs.JobQueue.cancel`,
+    ``DELETE /api/jobs/{id}``) and its own token: a watch that brings a ``cancel`` is refused, naming it."""
+    if watch.cancel is not None:
+        raise ValueError("watch.cancel: a queued job is cancelled through the job queue, not a token of the caller's")
+    return watch
 
 
 class BusyError(RuntimeError):
@@ -98,16 +112,16 @@ class PetriService(RunsView):
         :meth:`submit_seed` sample. Raises :class:`~petri.core.dish.LayoutError` or ``ValueError``."""
         return plan_seed(self.lm, events, n_samples, settings, seed, run_id=uuid.uuid4().hex)
 
-    def seed(self, plan: SeedPlan, on_step: StepCallback | None = None, wait_s: float | None = None,
-             cancel: CancelToken | None = None, owner: str | None = None) -> SeedResult:
+    def seed(self, plan: SeedPlan, *, watch: Watch = NO_WATCH, wait_s: float | None = None,
+             owner: str | None = None) -> SeedResult:
         """Sample every event of ``plan`` (one batch per event), store each as it finishes, return
-        them all. ``owner`` (a token hash) may read the run on a public server."""
-        with self.cancellable(cancel) as token, self.exclusive(wait_s, token):
-            return self._seed(plan, on_step, token, owner)
+        them all; ``watch`` sees each step and each event's start and may cancel it. ``owner`` (a
+        token hash) may read the run on a public server."""
+        with self.cancellable(watch.cancel) as token, self.exclusive(wait_s, token):
+            return self._seed(plan, watch=watch.cancelled_by(token), owner=owner)
 
-    def _seed(self, plan: SeedPlan, on_step, cancel, owner, started_run=None, event_done=None,
-              event_started=None) -> SeedResult:
-        """:meth:`seed`'s work, the lock already held; ``event_started(index)`` before each event's first step."""
+    def _seed(self, plan: SeedPlan, *, watch: Watch, owner: str | None, started_run=None, event_done=None) -> SeedResult:
+        """:meth:`seed`'s work, the lock already held; ``watch.progress(index)`` before each event's first step."""
         if plan.run_id is None:
             plan = replace(plan, run_id=uuid.uuid4().hex)
         run_id = cast(str, plan.run_id)  # set just above
@@ -118,9 +132,9 @@ class PetriService(RunsView):
         trajectories = []
         with recorded_run(self.store, run_id):
             for index in range(len(plan.events)):
-                if event_started is not None:
-                    event_started(index)
-                traj = sample_planned(self.lm, plan, index, on_step=on_step, cancel=cancel)
+                if watch.progress is not None:
+                    watch.progress(index)
+                traj = sample_planned(self.lm, plan, index, on_step=watch.on_step, cancel=watch.cancel)
                 self.save_seed_event(plan, index, traj)
                 trajectories.append(traj)
                 if event_done is not None:
@@ -136,13 +150,14 @@ class PetriService(RunsView):
         """Store event ``index`` of ``plan``'s run, sampled as ``traj``, under its key and group."""
         self.store.save_event(cast(str, plan.run_id), index, f"event{index}", traj, plan.events[index].event.group)
 
-    def submit_seed(self, plan: SeedPlan, owner: str | None = None, on_step: StepCallback | None = None,
-                    on_event: Callable[[int], None] | None = None) -> Job:
+    def submit_seed(self, plan: SeedPlan, *, owner: str | None = None, watch: Watch = NO_WATCH) -> Job:
         """Queue a seed as a job; its progress counts denoising steps (``events × max steps`` at most:
         samples that stop early finish their event sooner). The job's result is a :class:`SeedResult`.
-        ``on_step`` (in-process callers such as the UI) sees each step (a :class:`~petri.engine.base.LiveStep`), as in :meth:`seed`;
-        ``on_event(index)`` is called on the job's thread before event ``index``'s first step, so the
-        steps that follow belong to that event."""
+        ``watch`` (in-process callers such as the UI) sees each step (a :class:`~petri.engine.base.LiveStep`),
+        as in :meth:`seed`, and ``watch.progress(index)`` on the job's thread before event ``index``'s
+        first step, so the steps that follow belong to that event. The job is cancelled through the
+        queue (:func:`job_watch`)."""
+        watch = job_watch(watch)
         max_steps = plan.settings.max_denoising_steps
 
         def work(ctx: JobContext) -> SeedResult:
@@ -159,46 +174,30 @@ class PetriService(RunsView):
 
             ctx.progress(0, total, "step")
             ctx.cancel.heartbeat = step
-            return self._seed(plan, on_step, ctx.cancel, owner, started_run=ctx.set_run_id, event_done=event_done,
-                              event_started=on_event)
+            return self._seed(plan, watch=watch.cancelled_by(ctx.cancel), owner=owner, started_run=ctx.set_run_id,
+                              event_done=event_done)
 
         return self.jobs.submit("seed", work, owner)
 
     # ------------------------------------------------------------------------------ studies
-    def run_study(
-        self,
-        study: Study,
-        *,
-        samples: int = 12,
-        seed: int = 0,
-        settings: FamilySettings | None = None,
-        templates: Sequence[str] | None = None,
-        progress: ProgressCallback | None = None,
-        on_step: StepCallback | None = None,
-        wait_s: float | None = None,
-        show_progress: bool = False,
-        cancel: CancelToken | None = None,
-        owner: str | None = None,
-    ) -> StudyResult:
+    def run_study(self, plan: StudyPlan, *, watch: Watch = NO_WATCH, wait_s: float | None = None,
+                  owner: str | None = None) -> StudyResult:
         """:func:`petri.study.runner.run_study` on this service's model and store, holding the one-job
         lock for the whole study (raises :class:`BusyError` if another job holds it). Rerunning the
-        same study with the same arguments resumes from the store."""
-        with self.cancellable(cancel) as token, self.exclusive(wait_s, token):
-            return self._study(study, samples, seed, settings, templates, progress, on_step, show_progress, token, owner)
+        same plan resumes from the store."""
+        with self.cancellable(watch.cancel) as token, self.exclusive(wait_s, token):
+            return self._study(plan, watch=watch.cancelled_by(token), owner=owner)
 
-    def run_study_on(self, executor: StudyExecutor, study: Study, *, samples: int, seed: int,
-                     settings: FamilySettings | None, templates: Sequence[str] | None = None,
-                     progress: ProgressCallback | None = None, cancel: CancelToken | None = None,
+    def run_study_on(self, executor: StudyExecutor, plan: StudyPlan, *, watch: Watch = NO_WATCH,
                      owner: str | None = None) -> StudyResult:
         """:meth:`run_study` with every batch sampled by ``executor`` (on ZeroGPU one ``spaces.GPU`` call a
         batch: :class:`petri.web.gpu_executor.ZeroGpuStudyExecutor`), stored in this service's store,
         without the one-job lock (each of those calls gets a GPU of its own)."""
-        with self.cancellable(cancel) as token:
-            return self._study(study, samples, seed, settings, templates, progress, None, False, token, owner,
-                               executor=executor)
+        with self.cancellable(watch.cancel) as token:
+            return self._study(plan, watch=watch.cancelled_by(token), owner=owner, executor=executor)
 
-    def _study(self, study, samples, seed, settings, templates, progress, on_step, show_progress, cancel, owner,
-               started_run=None, executor: StudyExecutor | None = None) -> StudyResult:
+    def _study(self, plan: StudyPlan, *, watch: Watch, owner: str | None, started_run=None,
+               executor: StudyExecutor | None = None) -> StudyResult:
         """:meth:`run_study`'s work, the lock already held (or not needed: ``executor``)."""
 
         def registered(run_id: str) -> None:
@@ -207,36 +206,32 @@ class PetriService(RunsView):
             if started_run is not None:
                 started_run(run_id)
 
-        return run_study(
-            executor or self.lm, study, self.store, samples=samples, seed=seed, settings=settings, templates=templates,
-            progress=progress, on_step=on_step, show_progress=show_progress, cancel=cancel, on_run_id=registered,
-        )
+        return run_study(executor or self.lm, plan, self.store, watch=watch, on_run_id=registered)
 
-    def submit_study(
-        self, study: Study, samples: int, seed: int, settings: FamilySettings | None,
-        templates: Sequence[str] | None = None, owner: str | None = None, progress: ProgressCallback | None = None,
-    ) -> Job:
+    def submit_study(self, plan: StudyPlan, *, owner: str | None = None, watch: Watch = NO_WATCH) -> Job:
         """Queue a study as a job; its progress counts (event, template) batches, stored ones
-        included. The job's result is a :class:`~petri.study.runner.StudyResult`. ``progress``
-        (in-process callers such as the UI) also sees each :class:`~petri.study.runner.StudyProgress`."""
+        included. The job's result is a :class:`~petri.study.runner.StudyResult`. ``watch.progress``
+        (in-process callers such as the UI) also sees each :class:`~petri.study.runner.StudyProgress`.
+        The job is cancelled through the queue (:func:`job_watch`)."""
+        watch = job_watch(watch)
 
         def work(ctx: JobContext) -> StudyResult:
             def batch(p: StudyProgress) -> None:
                 ctx.progress(p.done, p.total, "batch")
-                if progress is not None:
-                    progress(p)
+                if watch.progress is not None:
+                    watch.progress(p)
 
-            return self._study(study, samples, seed, settings, templates, batch, None, False, ctx.cancel, owner,
+            return self._study(plan, watch=replace(watch, progress=batch, cancel=ctx.cancel), owner=owner,
                                started_run=ctx.set_run_id)
 
         return self.jobs.submit("study", work, owner)
 
     # ------------------------------------------------------------------------------ probe
-    def probe(self, request, *, wait_s: float | None = None, cancel: CancelToken | None = None,
+    def probe(self, plan: ProbePlan, *, watch: Watch = NO_WATCH, wait_s: float | None = None,
               owner: str | None = None) -> probing.ProbeRun:
-        """One slot read of a :class:`~petri.core.probe.ProbeRequest`, stored as a ``probe`` run
-        (:func:`petri.app.probe.probe`; a bad request raises ``ProbeInputError`` and stores nothing)."""
-        return probing.probe(self, request, wait_s=wait_s, cancel=cancel, owner=owner)
+        """One slot read of a :class:`~petri.core.plan.ProbePlan`, stored as a ``probe`` run
+        (:func:`petri.app.probe.probe`)."""
+        return probing.probe(self, plan, watch=watch, wait_s=wait_s, owner=owner)
 
     def submit_probe_eval(self, labelled, settings: probing.EvalSettings | None = None, owner: str | None = None,
                           on_item: Callable[[int, int], None] | None = None) -> Job:

@@ -235,18 +235,20 @@ def cmd_seed(args) -> int:
 
 def cmd_study(args) -> int:
     import shlex
+    from dataclasses import replace
 
+    from petri.core.watch import Watch
     from petri.runs.store import RunStore
+    from petri.study.plan import StudyPlan
     from petri.study.report import write_study
     from petri.study.runner import run_study
     from petri.study.schema import load_study
 
     study = load_study(args.file)  # malformed files are refused before the model is even loaded
-    study.noun_method()  # so is a language whose noun analyser is not installed
-    if args.templates is not None:
-        study.select_templates(args.templates)
     if args.samples < 1:
         raise ValueError(f"--samples must be >= 1, got {args.samples}")
+    # so are a language whose noun analyser is not installed and an unknown template (the plan's checks)
+    plan = StudyPlan(study, args.samples, args.seed, templates=args.templates)
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
@@ -262,10 +264,7 @@ def cmd_study(args) -> int:
         settings = (settings_from_args(executor.facts().default_settings, args) if executor  # checked again as it samples
                     else settings_from_args(lm.default_settings(), args, lm.canvas_length))
         out = args.out or f"out/{study.id}"
-        result = run_study(
-            lm, study, store, samples=args.samples, seed=args.seed, settings=settings, templates=args.templates,
-            show_progress=not args.quiet,
-        )
+        result = run_study(lm, replace(plan, settings=settings), store, watch=Watch(show_progress=not args.quiet))
         if executor:
             print_worker_summary(executor)
     except KeyboardInterrupt:

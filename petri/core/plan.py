@@ -1,4 +1,6 @@
-"""A seed request planned once (no torch): every event's encoded prompt and every sample's anchor
+"""Requests planned once (no torch): a seed's (:class:`SeedPlan`) and a probe read's (:class:`ProbePlan`).
+
+A seed request planned once: every event's encoded prompt and every sample's anchor
 layout, made at the edge (the API's request check, the UI, :meth:`petri.app.service.PetriService.plan`)
 and passed down to the sampler, so nothing lays a dish out twice.
 
@@ -7,6 +9,11 @@ and passed down to the sampler, so nothing lays a dish out twice.
 what each sample pins, ``pinned`` ``(S, L)`` bool: the thought block at the canvas start and the
 sample's anchors (:func:`petri.core.dish.pinned_arrays`), the mask the live view and every step's
 :class:`~petri.engine.base.LiveStep` carry.
+
+A probe read planned once (:func:`petri.engine.probe.plan_probe`, at the edge: ``POST /api/probe``,
+the UI's Probe tab) holds the checked :class:`~petri.core.probe.ProbeRequest` and its
+:class:`ProbeLayout` on the model, as given and in each listing order it is read in;
+:func:`petri.engine.probe.read_planned` reads it as planned.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from petri.core.dish import Dish, PromptEncoding
+from petri.core.probe import FrameLayout, ListingOrder, ProbeRequest
 from petri.core.trajectory import AnchorSpan
 
 
@@ -82,3 +90,36 @@ def _event_record(dish: Dish, group: str | None) -> dict:
     return {"event": dish.event, "group": group, "concepts": list(dish.concepts), "template": dish.template,
             "shuffle": dish.shuffle, "positions": list(dish.positions) if dish.positions is not None else None}
 
+
+
+@dataclass(frozen=True)
+class ProbeLayout:
+    """A probe request on one model, before any model work: the encoded prompt (its text, ids (P,)
+    and the canvas prefix pinned before the frame), the frame's canvas layout and the family's settings."""
+
+    prompt_text: str
+    prompt_ids: tuple[int, ...]
+    prefix_ids: tuple[int, ...]
+    layout: FrameLayout
+    settings: object
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """A probe read planned on one model: the ``request``, its layout as given (``base``: the slots,
+    labels, levels and the prompt the result reports) and, per listing order it is read in
+    (``orders``, :func:`petri.core.probe.listing_orders`), the layout of the request listed in that
+    order (``listed``, one per order)."""
+
+    request: ProbeRequest
+    base: ProbeLayout
+    orders: tuple[ListingOrder, ...]
+    listed: tuple[ProbeLayout, ...]
+
+    def __post_init__(self):
+        if not self.orders or len(self.listed) != len(self.orders):
+            raise ValueError(f"listed: {len(self.listed)} layouts for {len(self.orders)} listing orders")
+
+    @property
+    def layout(self) -> FrameLayout:
+        return self.base.layout

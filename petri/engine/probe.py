@@ -29,10 +29,10 @@ import numpy as np
 
 from petri.core.cancel import CancelToken
 from petri.core.dish import encode_prompt
+from petri.core.plan import ProbeLayout, ProbePlan
 from petri.core.probe import (
     AUTO_DRAWS,
     AUTO_ENTROPY,
-    FrameLayout,
     ProbeInputError,
     ProbeRequest,
     layout_frame,
@@ -127,20 +127,9 @@ def tokenizer_codecs(tokenizer):
     return encode, encode_single
 
 
-@dataclass(frozen=True)
-class ProbePlan:
-    """A request on one model, before any model work: the encoded prompt and the canvas layout."""
-
-    prompt_text: str
-    prompt_ids: tuple[int, ...]
-    prefix_ids: tuple[int, ...]
-    layout: FrameLayout
-    settings: object
-
-
-def plan_probe(model: SamplingModel, request: ProbeRequest) -> ProbePlan:
-    """Validate ``request`` against ``model`` (its tokenizer, canvas and family) and lay it out; no
-    model work. Raises :class:`ProbeInputError` naming the field."""
+def layout_probe(model: SamplingModel, request: ProbeRequest) -> ProbeLayout:
+    """Validate ``request`` against ``model`` (its tokenizer, canvas and family) and lay it out as
+    given; no model work. Raises :class:`ProbeInputError` naming the field."""
     if getattr(model, "backend", "torch") != "torch" or not hasattr(model, "read_steps"):
         raise ProbeInputError("model", "the probe runs on the torch backend (CPU, CUDA or MPS)")
     if model.tokenizer is None:
@@ -159,7 +148,16 @@ def plan_probe(model: SamplingModel, request: ProbeRequest) -> ProbePlan:
     if room is not None and len(prompt.ids) > room:
         raise ProbeInputError("prompt", f"the prompt with its question lines is {len(prompt.ids)} tokens; "
                               f"this model reads at most {room} beside its canvas")
-    return ProbePlan(prompt.text, prompt.ids, tuple(prompt.canvas_prefix_ids), layout, settings)
+    return ProbeLayout(prompt.text, prompt.ids, tuple(prompt.canvas_prefix_ids), layout, settings)
+
+
+def plan_probe(model: SamplingModel, request: ProbeRequest) -> ProbePlan:
+    """``request`` planned on ``model`` (:class:`~petri.core.plan.ProbePlan`): laid out as given and
+    in each listing order it is read in, every refusal (:class:`ProbeInputError`, naming the field)
+    before any model work. What :func:`read_planned` reads."""
+    base = layout_probe(model, request)
+    orders = listing_orders(request)
+    return ProbePlan(request, base, orders, tuple(layout_probe(model, listed_request(request, o)) for o in orders))
 
 
 def _spans(pinned_ids: np.ndarray, pinned: np.ndarray, start: int) -> list[AnchorSpan]:
@@ -174,7 +172,7 @@ def _spans(pinned_ids: np.ndarray, pinned: np.ndarray, start: int) -> list[Ancho
     return spans
 
 
-def slot_distributions(model: SamplingModel, plan: ProbePlan, pinned_ids: np.ndarray, pinned: np.ndarray,
+def slot_distributions(model: SamplingModel, plan: ProbeLayout, pinned_ids: np.ndarray, pinned: np.ndarray,
                        positions: list[int], *, draws: int, seed: int, steps: int,
                        cancel: CancelToken | None = None) -> np.ndarray:
     """softmax(logits) at canvas ``positions`` for each of ``steps`` steps, averaged over ``draws``
@@ -210,7 +208,7 @@ def _entropy(probs: np.ndarray) -> float:
     return float(-(nonzero * np.log(nonzero)).sum())
 
 
-def _level_read(model: SamplingModel, plan: ProbePlan, ids: np.ndarray, pinned: np.ndarray, positions: list[int],
+def _level_read(model: SamplingModel, plan: ProbeLayout, ids: np.ndarray, pinned: np.ndarray, positions: list[int],
                 asked: list[int], request: ProbeRequest, cancel) -> tuple[np.ndarray, np.ndarray]:
     """One order's read of one level: (dist (steps, len(positions), V) float64, draws (steps,
     len(positions)) int); with ``samples="auto"`` the uncertain (step, slot) reads are taken again
@@ -235,8 +233,14 @@ def _level_read(model: SamplingModel, plan: ProbePlan, ids: np.ndarray, pinned: 
 
 
 def read_slots(model: SamplingModel, request: ProbeRequest, *, cancel: CancelToken | None = None) -> ProbeResult:
-    """Read every question of ``request`` at its slot (see the module docstring). Validates first
-    (:class:`ProbeInputError`); ``cancel`` is checked before every step.
+    """Plan ``request`` on ``model`` (:func:`plan_probe`: a refusal raises :class:`ProbeInputError`
+    first) and read it (:func:`read_planned`)."""
+    return read_planned(model, plan_probe(model, request), cancel=cancel)
+
+
+def read_planned(model: SamplingModel, plan: ProbePlan, *, cancel: CancelToken | None = None) -> ProbeResult:
+    """Read every question of ``plan.request`` at its slot, as planned (see the module docstring);
+    ``cancel`` is checked before every step.
 
     Each order of :func:`petri.core.probe.listing_orders` is read with the same noise (the same
     seed): its prompt lists the alternatives in that order, label j naming the j-th listed. Per
@@ -245,10 +249,7 @@ def read_slots(model: SamplingModel, request: ProbeRequest, *, cancel: CancelTok
     the range over them), ``mass`` is the mean mass, ``top_k`` that of the mean full distribution.
     An earlier answer is pinned, in each order, as the label that order gives it."""
     started = time.perf_counter()
-    plan = plan_probe(model, request)
-    layout = plan.layout
-    orders = listing_orders(request)
-    plans = [plan_probe(model, listed_request(request, order)) for order in orders]
+    request, layout, orders, plans = plan.request, plan.layout, plan.orders, plan.listed
     pinned_ids, pinned = np.array(layout.pinned_ids, dtype=np.int64), np.array(layout.pinned, dtype=bool)
     questions = request.questions
     reads: list[SlotRead] = []
@@ -291,5 +292,5 @@ def read_slots(model: SamplingModel, request: ProbeRequest, *, cancel: CancelTok
                     labels=layout.labels[i], position=layout.slots[q.slot], order_probs=by_order,
                     min_mass=request.min_mass))
             answers[q.name] = reads[-1].answer
-    return ProbeResult(request, tuple(reads), tuple(skipped), time.perf_counter() - started, plan.prompt_text,
+    return ProbeResult(request, tuple(reads), tuple(skipped), time.perf_counter() - started, plan.base.prompt_text,
                        dict(model.describe()))

@@ -179,11 +179,11 @@ def evaluate(model, labelled: LabelledSet, *, samples=1, steps: int = 1, seed: i
     Raises :class:`~petri.core.probe.ProbeInputError` (an item the model refuses) before reading."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
-    from petri.engine.probe import plan_probe
+    from petri.engine.probe import layout_probe
 
     for item in labelled.items:  # every refusal before any model work
-        plan_probe(model, item_request(labelled, item, samples=samples, steps=steps, seed=seed, order=order,
-                                       min_mass=min_mass))
+        layout_probe(model, item_request(labelled, item, samples=samples, steps=steps, seed=seed, order=order,
+                                         min_mass=min_mass))
     started = time.perf_counter()
     rows: list[dict] = []
     total, done = repeats * len(labelled.items), 0

@@ -26,14 +26,16 @@ from datetime import datetime, timezone
 
 from tqdm.auto import tqdm
 
-from petri.core.cancel import Cancelled, CancelToken
+from petri.core.cancel import Cancelled
 from petri.core.dish import Dish
 from petri.core.settings import FamilySettings
 from petri.core.trajectory import Trajectory
-from petri.engine.base import SamplingModel, StepCallback
+from petri.core.watch import NO_WATCH, Watch
+from petri.engine.base import SamplingModel
 from petri.runs.export import EventCondition
 from petri.runs.store import RunStore
 from petri.study.executors import BatchJob, LocalExecutor, StudyExecutor, check_layouts  # noqa: F401 (check_layouts: re-exported)
+from petri.study.plan import StudyPlan
 from petri.study.schema import Study, StudyEvent, Template
 from petri.study.slots import SharedSlotsDish
 
@@ -75,9 +77,6 @@ class StudyProgress:
     elapsed_s: float
     worker: str = ""
     by_worker: dict[str, int] = field(default_factory=dict)
-
-
-ProgressCallback = Callable[[StudyProgress], None]
 
 
 @dataclass
@@ -257,61 +256,50 @@ def _now() -> str:
 
 def run_study(
     lm: SamplingModel | StudyExecutor,
-    study: Study,
+    plan: StudyPlan,
     store: RunStore,
     *,
-    samples: int = 12,
-    seed: int = 0,
-    settings: FamilySettings | None = None,
-    templates: list[str] | tuple[str, ...] | None = None,
-    progress: ProgressCallback | None = None,
-    on_step: StepCallback | None = None,
-    show_progress: bool = True,
-    cancel: CancelToken | None = None,
+    watch: Watch = NO_WATCH,
     on_run_id: Callable[[str], None] | None = None,
 ) -> StudyResult:
-    """Sample every (event, template) batch of ``study`` (``samples`` shuffled layouts each) and
-    commit each to ``store`` as it lands; batches already stored under the same run id are skipped
-    (a resume). Returns every batch, reloaded from the store so fresh and resumed runs are read back
-    identically.
+    """Sample every (event, template) batch of ``plan.study`` (``plan.samples`` shuffled layouts
+    each) and commit each to ``store`` as it lands; batches already stored under the same run id are
+    skipped (a resume). Returns every batch, reloaded from the store so fresh and resumed runs are
+    read back identically.
 
     Args:
         lm: a loaded model (the batches run here, in :func:`batch_order`) or a :class:`StudyExecutor`
             (e.g. :class:`petri.study.ray_executor.RayExecutor`: the batches run on its workers and
             land in any order; only this process writes the store).
-        settings: sampler settings; ``None`` uses the model's defaults.
-        templates: template ids to run (study order kept); ``None`` runs them all.
-        progress: called with a :class:`StudyProgress` after each batch (stored or skipped);
-            an exception it raises aborts the run (the stored batches stay).
-        on_step: passed to the sampler for live per-step views (costs a host copy per step; a
-            loaded model only).
-        show_progress: draw a tqdm progress bar on stderr.
-        cancel: stops the run within one denoising step (:class:`~petri.core.cancel.Cancelled`); the run
-            is then stored as ``cancelled`` or ``interrupted`` (the token's reason), as it is
-            ``interrupted`` on Ctrl-C, and the same call resumes it.
+        plan: the study, samples, seed, settings (``None``: the model's defaults) and templates
+            (:class:`~petri.study.plan.StudyPlan`, checked when it was made).
+        watch: ``progress`` is called with a :class:`StudyProgress` after each batch (stored or
+            skipped; an exception it raises aborts the run, the stored batches stay); ``on_step``
+            goes to the sampler for live per-step views (a loaded model only); ``show_progress``
+            draws a tqdm bar on stderr; ``cancel`` stops the run within one denoising step
+            (:class:`~petri.core.cancel.Cancelled`), which is then stored as ``cancelled`` or
+            ``interrupted`` (the token's reason), as it is ``interrupted`` on Ctrl-C, and the same
+            call resumes it.
         on_run_id: called with the run id once the run is registered in the store (before sampling).
     """
-    if samples < 1:
-        raise ValueError(f"samples must be >= 1, got {samples}")
-    study.noun_method()  # the analysis needs the language's noun analyser: refused before sampling
+    study, samples, seed = plan.study, plan.samples, plan.seed
     if isinstance(lm, StudyExecutor):
-        if on_step is not None:
-            raise ValueError("on_step needs a model in this process, not an executor")
+        if watch.on_step is not None:
+            raise ValueError("watch.on_step needs a model in this process, not an executor")
         executor = lm
     else:
-        executor = LocalExecutor(lm, on_step)
+        executor = LocalExecutor(lm, watch.on_step)
     facts = executor.facts()
-    settings = settings or facts.default_settings
-    chosen: tuple[Template, ...] = study.select_templates(templates)
-    template_ids = tuple(t.id for t in chosen)
+    settings = plan.settings or facts.default_settings
+    template_ids = plan.template_ids
     fingerprint = facts.fingerprint
     run_id = study_run_id(study, facts.model_id, settings, samples, seed, template_ids, fingerprint, facts.device_type)
-    plan = [
+    jobs = [
         BatchJob(position, batch_key(e.id, t.id, c), e.id, t.id, e.group, dish, samples, settings,
                  batch_seed(seed, e.id, t.id), run_id)
-        for position, (e, t, c, dish) in enumerate(plan_cells(study, chosen))
+        for position, (e, t, c, dish) in enumerate(plan_cells(study, plan.chosen))
     ]
-    executor.check_layouts([job.dish for job in plan], settings)
+    executor.check_layouts([job.dish for job in jobs], settings)
     request = {
         "study": study.to_dict(),
         "study_file": study.source,
@@ -327,17 +315,17 @@ def run_study(
     if on_run_id is not None:
         on_run_id(run_id)
     stored = store.completed_events(run_id)
-    todo = [job for job in batch_order(plan, study, seed) if job.key not in stored]
+    todo = [job for job in batch_order(jobs, study, seed) if job.key not in stored]
     landed: set[str] = set()
     by_worker: dict[str, int] = {}
     sample_s = 0.0
-    bar = tqdm(total=len(plan), desc=f"study {study.id}", unit="batch", disable=not show_progress, initial=len(plan) - len(todo))
-    if len(todo) < len(plan):
-        bar.set_postfix_str(f"{len(plan) - len(todo)} batches resumed from the store")
+    bar = tqdm(total=len(jobs), desc=f"study {study.id}", unit="batch", disable=not watch.show_progress, initial=len(jobs) - len(todo))
+    if len(todo) < len(jobs):
+        bar.set_postfix_str(f"{len(jobs) - len(todo)} batches resumed from the store")
 
     def report(done: int, job: BatchJob, skipped: bool, worker: str) -> None:
-        if progress is not None:
-            progress(StudyProgress(done, len(plan), job.event_id, job.template_id, job.group, skipped,
+        if watch.progress is not None:
+            watch.progress(StudyProgress(done, len(jobs), job.event_id, job.template_id, job.group, skipped,
                                    time.perf_counter() - started, worker, dict(by_worker)))
 
     def on_landed(job: BatchJob, traj: Trajectory, worker: str) -> None:
@@ -351,12 +339,12 @@ def run_study(
         bar.update(1)
         per_worker = " ".join(f"{w}:{n}" for w, n in sorted(by_worker.items()))
         bar.set_postfix_str(per_worker if worker != "local" else f"{job.event_id}/{job.template_id}")
-        report(len(plan) - len(todo) + len(landed), job, False, worker)
+        report(len(jobs) - len(todo) + len(landed), job, False, worker)
 
     try:
-        for done, job in enumerate((job for job in plan if job.key in stored), start=1):
+        for done, job in enumerate((job for job in jobs if job.key in stored), start=1):
             report(done, job, True, "")
-        executor.run(todo, on_landed, cancel)
+        executor.run(todo, on_landed, watch.cancel)
     except BaseException as err:
         try:
             store.finish_run(run_id, stopped_status(err), error=f"{type(err).__name__}: {err}")
@@ -369,8 +357,8 @@ def run_study(
 
     batches = [study_batch(study, key, seed, traj) for key, _, traj in store.load_events(run_id)
                if split_key(key)[1] in template_ids]
-    if len(batches) != len(plan):
-        raise RuntimeError(f"run store {store.path}: run {run_id} holds {len(batches)} of {len(plan)} batches after the run")
+    if len(batches) != len(jobs):
+        raise RuntimeError(f"run store {store.path}: run {run_id} holds {len(batches)} of {len(jobs)} batches after the run")
     store.finish_run(run_id, "done")
     wall = time.perf_counter() - started
     return StudyResult(
@@ -384,7 +372,7 @@ def run_study(
         template_ids=template_ids,
         batches=batches,
         computed=computed,
-        resumed=len(plan) - computed,
+        resumed=len(jobs) - computed,
         store_path=str(store.path),
         started_at=started_at,
         finished_at=_now(),

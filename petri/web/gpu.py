@@ -7,14 +7,13 @@ ZeroGPU are not built (issue 63)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from petri.app.service import PetriService, SeedResult
-from petri.core.cancel import CancelToken
 from petri.core.plan import SeedPlan
-from petri.core.settings import FamilySettings
-from petri.study.runner import ProgressCallback, StudyResult
-from petri.study.schema import Study
+from petri.core.watch import NO_WATCH, Watch
+from petri.study.plan import StudyPlan
+from petri.study.runner import StudyResult
 from petri.web.gpu_executor import on_zero_gpu, run_zerogpu_seed
 
 
@@ -27,37 +26,20 @@ def gpu_task(fn: Callable) -> Callable:
     return spaces.GPU(duration=120)(fn)
 
 
-def run_seed(
-    service: PetriService,
-    plan: SeedPlan,
-    on_step=None,
-    wait_s: float | None = None,
-    cancel: CancelToken | None = None,
-    owner: str | None = None,
-) -> SeedResult:
+def run_seed(service: PetriService, plan: SeedPlan, *, watch: Watch = NO_WATCH, wait_s: float | None = None,
+             owner: str | None = None) -> SeedResult:
     """Sample every event of ``plan`` (one batch of ``plan.samples`` each) with its concepts pinned;
-    ``on_step`` sees each step (a LiveStep) as it comes (the UI's live view); ``cancel`` stops it
-    within a step. On ZeroGPU the sampling runs in ``spaces.GPU``'s child and ``wait_s`` is not used
-    (no model lock is taken: each call gets its own GPU)."""
+    ``watch.on_step`` sees each step (a LiveStep) as it comes (the UI's live view); ``watch.cancel``
+    stops it within a step. On ZeroGPU the sampling runs in ``spaces.GPU``'s child and ``wait_s`` is
+    not used (no model lock is taken: each call gets its own GPU)."""
     if on_zero_gpu():
-        return run_zerogpu_seed(service, plan, on_step=on_step, cancel=cancel, owner=owner)
-    return service.seed(plan, on_step=on_step, wait_s=wait_s, cancel=cancel, owner=owner)
+        return run_zerogpu_seed(service, plan, on_step=watch.on_step, cancel=watch.cancel, owner=owner)
+    return service.seed(plan, watch=watch, wait_s=wait_s, owner=owner)
 
 
 @gpu_task
-def run_study_job(
-    service: PetriService,
-    study: Study,
-    samples: int,
-    seed: int,
-    settings: FamilySettings,
-    templates: Sequence[str] | None,
-    wait_s: float | None = None,
-    progress: ProgressCallback | None = None,
-    cancel: CancelToken | None = None,
-    owner: str | None = None,
-) -> StudyResult:
-    """The resumable study runner under the service's lock; ``progress`` sees each finished batch
-    (the UI's progress bar); ``cancel`` stops it within a step (stored batches stay)."""
-    return service.run_study(study, samples=samples, seed=seed, settings=settings, templates=templates,
-                             progress=progress, wait_s=wait_s, cancel=cancel, owner=owner)
+def run_study_job(service: PetriService, plan: StudyPlan, *, watch: Watch = NO_WATCH, wait_s: float | None = None,
+                  owner: str | None = None) -> StudyResult:
+    """The resumable study runner under the service's lock; ``watch.progress`` sees each finished
+    batch (the UI's progress bar); ``watch.cancel`` stops it within a step (stored batches stay)."""
+    return service.run_study(plan, watch=watch, wait_s=wait_s, owner=owner)

@@ -14,7 +14,9 @@ from petri.app.service import PetriService, SeedEvent
 from petri.core.cancel import Cancelled, CancelToken
 from petri.core.dish import Dish
 from petri.core.trajectory import SamplerSettings
+from petri.core.watch import Watch
 from petri.runs.store import RunStore
+from petri.study.plan import StudyPlan
 from petri.study.schema import study_from_dict
 from study_support import study_dict
 
@@ -202,7 +204,7 @@ def test_a_cancelled_study_job_keeps_its_batches_and_resumes_to_the_same_numbers
     study = study_from_dict(STUDY)
     service = PetriService(tiny_lm, RunStore(tmp_path / "a"))
     batches: list = []
-    job = service.submit_study(study, 2, 5, SETTINGS, progress=batches.append)
+    job = service.submit_study(StudyPlan(study, 2, 5, SETTINGS), watch=Watch(progress=batches.append))
     events: list = []
     service.jobs.subscribe(job.job_id, events.append)
 
@@ -217,11 +219,11 @@ def test_a_cancelled_study_job_keeps_its_batches_and_resumes_to_the_same_numbers
     assert 1 <= len(stored) < 4 and service.store.get_run(job.run_id)["status"] == "cancelled"
     assert [p.done for p in batches] == list(range(1, len(stored) + 1))  # the UI's per-batch hook
 
-    again = service.submit_study(study, 2, 5, SETTINGS)
+    again = service.submit_study(StudyPlan(study, 2, 5, SETTINGS))
     assert service.jobs.wait(again.job_id, DEADLINE_S).status == "done"
     assert again.run_id == job.run_id and again.result.resumed == len(stored) and again.result.computed == 4 - len(stored)
 
-    fresh = PetriService(tiny_lm, RunStore(tmp_path / "b")).run_study(study, samples=2, seed=5, settings=SETTINGS)
+    fresh = PetriService(tiny_lm, RunStore(tmp_path / "b")).run_study(StudyPlan(study, samples=2, seed=5, settings=SETTINGS))
     for a, b in zip(again.result.batches, fresh.batches):
         assert a.key == b.key
         np.testing.assert_array_equal(a.trajectory.argmax, b.trajectory.argmax)
@@ -234,7 +236,7 @@ def test_a_seed_job_counts_steps_and_equals_the_synchronous_seed(service):
               SeedEvent(Dish(("order", "person"), "Only 90 in stock."), "contradictory")]
     settings = SamplerSettings(max_denoising_steps=5, stability_threshold=None, confidence_threshold=None)
     live: list = []
-    job = service.submit_seed(service.plan(events, 3, settings, seed=9), on_step=lambda step: live.append(step.argmax))
+    job = service.submit_seed(service.plan(events, 3, settings, seed=9), watch=Watch(on_step=lambda step: live.append(step.argmax)))
     seen: list = []
     service.jobs.subscribe(job.job_id, seen.append)
     assert service.jobs.wait(job.job_id, DEADLINE_S).status == "done"

@@ -11,6 +11,7 @@ import pytest
 
 from petri.app.probe import EvalSettings
 from petri.core.probe import ProbeInputError, request_from_dict
+from petri.engine.probe import plan_probe
 from petri.runs.formats import RESULT_TABLES
 from petri.runs.store import RunStore
 from petri.study.probe_set import LabelledItem, LabelledSet
@@ -21,12 +22,12 @@ REQUEST = {"prompt": "Only 90 units are in stock.", "frame": "ok {{consistent}}"
 
 
 def test_a_read_is_one_stored_probe_run_of_its_owner_and_a_refusal_stores_none(service):
-    done = service.probe(request_from_dict(REQUEST), owner="alice")
+    done = service.probe(plan_probe(service.lm, request_from_dict(REQUEST)), owner="alice")
     assert service.store.get_run(done.run_id)["kind"] == "probe"
     assert service.store.owns_run(done.run_id, "alice") and not service.store.owns_run(done.run_id, "bob")
     assert service.store.load_results(done.run_id)["read"]["answers"] == done.result.answers()
     with pytest.raises(ProbeInputError) as refused:
-        service.probe(request_from_dict({**REQUEST, "frame": "no slot"}), owner="alice")
+        service.probe(plan_probe(service.lm, request_from_dict({**REQUEST, "frame": "no slot"})), owner="alice")
     assert refused.value.field == "frame" and len(service.store.list_runs()) == 1
 
 

@@ -20,6 +20,7 @@ from petri.app.service import PetriService
 from petri.core.trajectory import SamplerSettings
 from petri.engine.torch.tiny import tiny_random_model
 from petri.runs.store import RunStore
+from petri.study.plan import StudyPlan
 from petri.study.schema import study_from_dict
 from reliability_support import REPO, AppProcess
 from study_support import numbered_events, study_dict
@@ -85,10 +86,10 @@ def test_sigterm_during_a_study_job_interrupts_it_and_the_study_resumes(tmp_path
     study = study_from_dict(STUDY)
     settings = SamplerSettings(max_denoising_steps=48, stability_threshold=None, confidence_threshold=None)
     resumed = PetriService(tiny_random_model(canvas_length=64), store).run_study(
-        study, samples=SAMPLES, seed=SEED, settings=settings)
+        StudyPlan(study, samples=SAMPLES, seed=SEED, settings=settings))
     assert resumed.run_id == saved["run_id"] and resumed.resumed == stored and resumed.computed == TOTAL - stored
     fresh = PetriService(tiny_random_model(canvas_length=64), RunStore(tmp_path / "fresh")).run_study(
-        study, samples=SAMPLES, seed=SEED, settings=settings)
+        StudyPlan(study, samples=SAMPLES, seed=SEED, settings=settings))
     assert_same_batches(resumed, fresh)
 
 

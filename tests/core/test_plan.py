@@ -13,6 +13,8 @@ import petri.engine.seeding as seeding
 from petri.core.dish import Dish
 from petri.core.plan import SeedEvent, SeedPlan
 from petri.core.trajectory import SamplerSettings
+from petri.core.watch import Watch
+from petri.study.plan import StudyPlan
 
 
 @pytest.fixture()
@@ -36,7 +38,7 @@ def test_every_step_carries_the_plans_pinned_mask_and_run_id(service):
                          SeedEvent(Dish(("order", "person"), "None was in stock."))], 3,
                         SamplerSettings(max_denoising_steps=4), seed=5)
     steps = []
-    result = service.seed(plan, on_step=steps.append)
+    result = service.seed(plan, watch=Watch(on_step=steps.append))
     assert result.run_id == plan.run_id and service.store.get_run(plan.run_id)["status"] == "done"
     assert len(steps) == sum(int(t.steps.max()) for t in result.trajectories) > 0
     first = int(result.trajectories[0].steps.max())
@@ -102,8 +104,8 @@ def test_a_studys_steps_carry_its_run_id_and_each_batchs_pinned_mask(tiny_lm, tm
 
     study = study_from_dict(study_dict("plan-study", "Plan study", templates=1))
     steps = []
-    result = run_study(tiny_lm, study, RunStore(tmp_path / "store"), samples=2, seed=1,
-                       settings=SamplerSettings(max_denoising_steps=3), on_step=steps.append, show_progress=False)
+    result = run_study(tiny_lm, StudyPlan(study, samples=2, seed=1, settings=SamplerSettings(max_denoising_steps=3)),
+                       RunStore(tmp_path / "store"), watch=Watch(on_step=steps.append))
     stored = [traj for _, _, traj in RunStore(tmp_path / "store").load_events(result.run_id)]
     assert len(steps) == sum(int(t.steps.max()) for t in stored) and len(stored) == 4
     assert {step.run_id for step in steps} == {result.run_id}

@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from petri.app.service import PetriService
 from petri.core.trajectory import SamplerSettings
 from petri.runs.store import RunStore
+from petri.study.plan import StudyPlan
 from petri.study.report import write_study
 from petri.study.schema import study_from_dict
 from petri.web.api.responses import write_run_files
@@ -101,7 +102,7 @@ def test_a_study_folder_neutralises_every_csv_and_keeps_the_raw_values(wide_lm, 
                    {"id": "e4", "group": GROUPS[1], "text": "a plain event"}],
     })
     service = PetriService(wide_lm, RunStore(tmp_path / "store"))
-    result = service.run_study(study, samples=2, seed=1, settings=SamplerSettings(max_denoising_steps=3))
+    result = service.run_study(StudyPlan(study, samples=2, seed=1, settings=SamplerSettings(max_denoising_steps=3)))
     out = write_study(result, tmp_path / "out", images=False)
     csvs = sorted((tmp_path / "out").glob("*.csv"))
     assert {p.stem for p in csvs} >= {"positions", "segments", "samples", "pairs", "events", "templates", "jaccard"}

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 import petri.study.runner as runner
+from petri.core.watch import Watch
 from petri.runs.store import RunStore
 from petri.study.analysis import analyze
+from petri.study.plan import StudyPlan
 from petri.study.schema import StudyError, study_from_dict
 from petri.study.transforms import apply_transform, shuffle_words
 from tests.study.test_study_run import SETTINGS, one_thread  # noqa: F401 (one intra-op thread, autouse)
@@ -165,7 +167,7 @@ def test_event_conditions_need_the_study_conditions_and_one_group_needs_conditio
 def paired_run(tiny_lm, tmp_path_factory):
     study = study_from_dict(PAIRED, source="tiny-paired.json")
     store = RunStore(tmp_path_factory.mktemp("paired"))
-    return runner.run_study(tiny_lm, study, store, samples=SAMPLES, seed=5, settings=SETTINGS, show_progress=False)
+    return runner.run_study(tiny_lm, StudyPlan(study, samples=SAMPLES, seed=5, settings=SETTINGS), store)
 
 
 def _batch(result, event_id, template_id, condition):
@@ -226,7 +228,7 @@ def test_per_sample_rows_carry_the_condition_and_the_dose(paired_run, tiny_lm, t
     for e in ("e01", "e02", "e03"):
         assert same[(e, "fitting")] == same[(e, "same")]
     dose = study_from_dict(DOSE)
-    result = runner.run_study(tiny_lm, dose, RunStore(tmp_path), samples=2, seed=0, settings=SETTINGS, show_progress=False)
+    result = runner.run_study(tiny_lm, StudyPlan(dose, samples=2, seed=0, settings=SETTINGS), RunStore(tmp_path))
     tables = analyze(result, n_bootstrap=50).tables
     assert sorted(tables["samples"]["dose"].unique()) == [0.0, 0.5, 1.0]
     assert list(tables["segments"].columns[4:6]) == ["condition", "dose"]
@@ -243,10 +245,10 @@ def test_a_resumed_paired_run_skips_finished_cells_and_matches(tiny_lm, paired_r
             raise KeyboardInterrupt("simulated crash")
 
     with pytest.raises(KeyboardInterrupt):
-        runner.run_study(tiny_lm, study, store, samples=SAMPLES, seed=5, settings=SETTINGS, progress=crash, show_progress=False)
+        runner.run_study(tiny_lm, StudyPlan(study, samples=SAMPLES, seed=5, settings=SETTINGS), store, watch=Watch(progress=crash))
     stored = store.completed_events(paired_run.run_id)
     assert len(stored) == stop_after and all(len(k.split("::")) == 3 for k in stored)
-    resumed = runner.run_study(tiny_lm, study, store, samples=SAMPLES, seed=5, settings=SETTINGS, show_progress=False)
+    resumed = runner.run_study(tiny_lm, StudyPlan(study, samples=SAMPLES, seed=5, settings=SETTINGS), store)
     total = len(study.events) * len(study.templates) * len(study.conditions)
     assert resumed.resumed == stop_after and resumed.computed == total - stop_after
     assert [b.key for b in resumed.batches] == [b.key for b in paired_run.batches]
@@ -260,7 +262,7 @@ def test_shared_slots_that_do_not_fit_are_refused_before_sampling(tiny_lm, tmp_p
     data["events"][0]["conditions"] = {"unrelated": {"concepts": ["cat", "violin", "baker"]}}
     from petri.core.dish import LayoutError
     with pytest.raises(LayoutError, match="'violin': the paired conditions share 3 slots"):
-        runner.run_study(tiny_lm, study_from_dict(data), RunStore(tmp_path), samples=1, settings=SETTINGS, show_progress=False)
+        runner.run_study(tiny_lm, StudyPlan(study_from_dict(data), samples=1, settings=SETTINGS), RunStore(tmp_path))
 
 
 def test_the_paired_statistics_read_the_event_means_of_each_condition(paired_run, tmp_path):
@@ -292,8 +294,7 @@ def test_a_dose_study_gets_the_dose_slope_and_pages_test(tiny_lm, tmp_path):
     data = copy.deepcopy(DOSE)
     data["conditions"].append({"id": "d025", "dose": 0.25})
     data["events"].append({"id": "e03", "group": "everyday", "text": "A person checked the shelves."})
-    result = runner.run_study(tiny_lm, study_from_dict(data), RunStore(tmp_path), samples=2, seed=0, settings=SETTINGS,
-                              show_progress=False)
+    result = runner.run_study(tiny_lm, StudyPlan(study_from_dict(data), samples=2, seed=0, settings=SETTINGS), RunStore(tmp_path))
     paired = analyze(result, n_bootstrap=50).paired
     assert paired.doses == {"d000": 0.0, "d050": 0.5, "d100": 1.0, "d025": 0.25}
     assert paired.dose_mixed is not None and paired.dose_mixed.effect_label == "slope of instability per unit dose"
@@ -364,7 +365,7 @@ def test_a_paired_study_with_two_groups_tests_the_groups_under_the_reference_con
                                                  "A person closed the till."], start=1)]
     study = study_from_dict(data)
     assert study.comparison == ("everyday", "other")
-    result = runner.run_study(tiny_lm, study, RunStore(tmp_path), samples=2, seed=1, settings=SETTINGS, show_progress=False)
+    result = runner.run_study(tiny_lm, StudyPlan(study, samples=2, seed=1, settings=SETTINGS), RunStore(tmp_path))
     analysis = analyze(result, n_bootstrap=50)
     ev = analysis.events[analysis.events.condition == "fitting"]
     assert analysis.comparison.event.n_a == 3 and analysis.comparison.event.n_b == 3

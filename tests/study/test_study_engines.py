@@ -23,6 +23,7 @@ from petri.engine.select import mlx_available
 from petri.engine.torch.sampler import run_sampler
 from petri.measure.tables import pairs_table
 from petri.runs.store import RunStore
+from petri.study.plan import StudyPlan
 from petri.study.runner import run_study
 from petri.study.schema import study_from_dict
 from study_support import study_dict
@@ -92,7 +93,7 @@ def test_a_study_on_mlx_equals_the_study_on_torch(tmp_path):
     runs = {}
     for name, lm in (("torch", torch_lm), ("mlx", mlx_lm)):
         store = RunStore(tmp_path / f"store-{name}")
-        runs[name] = run_study(FixedNoiseModel(lm), study, store, samples=3, seed=4, settings=SETTINGS, show_progress=False)
+        runs[name] = run_study(FixedNoiseModel(lm), StudyPlan(study, samples=3, seed=4, settings=SETTINGS), store)
         store.close()
     ref, got = runs["torch"], runs["mlx"]
     assert [b.key for b in got.batches] == [b.key for b in ref.batches] == ["b1::t1", "b2::t1", "c1::t1", "c2::t1"]

@@ -19,10 +19,12 @@ import torch
 
 from petri.cli.main import main
 from petri.core.paths import embedded_model_path
+from petri.core.watch import Watch
 from petri.engine.torch.model import load_tokenizer
 from petri.runs.export import token_decoder
 from petri.runs.store import RunStore
 from petri.study.executors import ModelSpec
+from petri.study.plan import StudyPlan
 from petri.study.ray_executor import RayExecutor
 from petri.study.report import write_study
 from petri.study.runner import run_study
@@ -125,8 +127,8 @@ def test_a_worker_killed_mid_study_has_its_batch_rerun_and_nothing_stored_twice(
             executor.kill_worker(p.worker)
 
     try:
-        result = run_study(executor, load_study(study_file), store, samples=SAMPLES, seed=SEED,
-                           settings=settings_of(reference), progress=kill_after_first, show_progress=False)
+        result = run_study(executor, StudyPlan(load_study(study_file), samples=SAMPLES, seed=SEED, settings=settings_of(reference)), store,
+                           watch=Watch(progress=kill_after_first))
     finally:
         executor.close()
     killed = seen[0].worker
@@ -149,10 +151,10 @@ def test_an_aborted_driver_resumes_on_ray_with_the_same_numbers(local_ray, study
 
     try:
         with pytest.raises(KeyboardInterrupt):
-            run_study(executor, study, RunStore(tmp_path / "store"), samples=SAMPLES, seed=SEED, settings=settings,
-                      progress=abort_after_two, show_progress=False)
+            run_study(executor, StudyPlan(study, samples=SAMPLES, seed=SEED, settings=settings), RunStore(tmp_path / "store"),
+                      watch=Watch(progress=abort_after_two))
         store = CountingStore(tmp_path / "store")
-        result = run_study(executor, study, store, samples=SAMPLES, seed=SEED, settings=settings, show_progress=False)
+        result = run_study(executor, StudyPlan(study, samples=SAMPLES, seed=SEED, settings=settings), store)
     finally:
         executor.close()
     assert (result.computed, result.resumed, len(store.saved)) == (TOTAL - 2, 2, TOTAL - 2)
@@ -174,8 +176,8 @@ def test_a_cancel_token_stops_a_study_on_ray_and_keeps_what_landed(local_ray, st
     store = RunStore(tmp_path / "store")
     try:
         with pytest.raises(Cancelled):
-            run_study(executor, study, store, samples=SAMPLES, seed=SEED, settings=settings,
-                      progress=cancel_after_two, show_progress=False, cancel=token)
+            run_study(executor, StudyPlan(study, samples=SAMPLES, seed=SEED, settings=settings), store,
+                      watch=Watch(progress=cancel_after_two, cancel=token))
     finally:
         executor.close()
     (run,) = store.list_runs()

@@ -19,9 +19,11 @@ import petri.study.runner as runner
 from petri.app.service import BusyError
 from petri.core.dish import LayoutError
 from petri.core.trajectory import SamplerSettings
+from petri.core.watch import Watch
 from petri.measure.nouns import FALLBACK, FUGASHI, KIWI, tagger_name, top_nouns_by_template
 from petri.runs.store import RunStore
 from petri.study.analysis import analyze, clean_text, cluster_bootstrap_mean, study_tables
+from petri.study.plan import StudyPlan
 from petri.study.plots import flips_bar, save_figures
 from petri.study.plots import sample_flip_heatmap as flip_heatmap
 from petri.study.report import render_report, sidecar, write_study
@@ -72,7 +74,7 @@ def study():
 def full(tiny_lm, study, tmp_path_factory):
     """An uninterrupted run."""
     store = RunStore(tmp_path_factory.mktemp("full"))
-    return runner.run_study(tiny_lm, study, store, samples=SAMPLES, seed=7, settings=SETTINGS, show_progress=False)
+    return runner.run_study(tiny_lm, StudyPlan(study, samples=SAMPLES, seed=7, settings=SETTINGS), store)
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +147,7 @@ def test_crash_then_resume_skips_finished_batches_and_matches(tiny_lm, study, fu
             raise KeyboardInterrupt("simulated crash")
 
     with pytest.raises(KeyboardInterrupt):
-        runner.run_study(tiny_lm, study, store, samples=SAMPLES, seed=7, settings=SETTINGS, progress=crash, show_progress=False)
+        runner.run_study(tiny_lm, StudyPlan(study, samples=SAMPLES, seed=7, settings=SETTINGS), store, watch=Watch(progress=crash))
     assert len(store.completed_events(full.run_id)) == per_event  # same run id as the uninterrupted run
     assert store.get_run(full.run_id)["status"] == "interrupted"  # Ctrl-C: resumable, not a failure
 
@@ -153,7 +155,8 @@ def test_crash_then_resume_skips_finished_batches_and_matches(tiny_lm, study, fu
     assert len(stored_first) == per_event
     calls = count_seed_dish(monkeypatch)
     seen = []
-    resumed = runner.run_study(tiny_lm, study, store, samples=SAMPLES, seed=7, settings=SETTINGS, progress=seen.append, show_progress=False)
+    resumed = runner.run_study(tiny_lm, StudyPlan(study, samples=SAMPLES, seed=7, settings=SETTINGS), store,
+                               watch=Watch(progress=seen.append))
     texts = {e.id: e.text for e in study.events}
     assert len(calls) == N_BATCHES - per_event
     for event_id, _ in stored_first:  # each stored batch's event was sampled again only for its other templates
@@ -166,7 +169,7 @@ def test_crash_then_resume_skips_finished_batches_and_matches(tiny_lm, study, fu
 
     # A third run computes nothing.
     calls.clear()
-    again = runner.run_study(tiny_lm, study, store, samples=SAMPLES, seed=7, settings=SETTINGS, show_progress=False)
+    again = runner.run_study(tiny_lm, StudyPlan(study, samples=SAMPLES, seed=7, settings=SETTINGS), store)
     assert calls == [] and again.computed == 0
     assert_same_numbers(full, again)
 
@@ -184,8 +187,7 @@ def test_run_id_depends_on_everything_that_fixes_the_numbers(tiny_lm, study, ful
 
 def test_batch_seeds_do_not_depend_on_run_order(tiny_lm, study, full, tmp_path):
     # Running only template t2 gives exactly the t2 batches of the full run.
-    part = runner.run_study(tiny_lm, study, RunStore(tmp_path), samples=SAMPLES, seed=7, settings=SETTINGS, templates=["t2"],
-                            show_progress=False)
+    part = runner.run_study(tiny_lm, StudyPlan(study, samples=SAMPLES, seed=7, settings=SETTINGS, templates=["t2"]), RunStore(tmp_path))
     assert part.run_id != full.run_id and [b.template_id for b in part.batches] == ["t2"] * len(study.events)
     for b in part.batches:
         ref = next(x for x in full.batches if x.key == b.key)
@@ -199,15 +201,15 @@ def test_a_concept_set_that_does_not_fit_fails_before_sampling(tiny_lm, tmp_path
     study = study_from_dict(data)
     calls = count_seed_dish(monkeypatch)
     with pytest.raises(LayoutError, match="anchor tokens but the canvas has"):
-        runner.run_study(tiny_lm, study, RunStore(tmp_path), samples=2, settings=SETTINGS, show_progress=False)
+        runner.run_study(tiny_lm, StudyPlan(study, samples=2, settings=SETTINGS), RunStore(tmp_path))
     assert calls == []
 
 
 def test_service_runs_a_study_under_the_lock(study, service):
-    result = service.run_study(study, samples=1, settings=SETTINGS, templates=["t1"])
+    result = service.run_study(StudyPlan(study, samples=1, settings=SETTINGS, templates=["t1"]))
     assert result.computed == len(study.events) and not service.busy
     with model_held(service), pytest.raises(BusyError):
-        service.run_study(study, samples=1, settings=SETTINGS, templates=["t1"])
+        service.run_study(StudyPlan(study, samples=1, settings=SETTINGS, templates=["t1"]))
 
 
 # --------------------------------------------------------------------------- analysis
@@ -367,8 +369,8 @@ def test_batches_run_with_the_groups_interleaved(tiny_lm, study, full, tmp_path)
     events in a seeded order; the same study and seed give the same order, and the stored batches
     (and so the numbers) do not depend on it."""
     seen = []
-    result = runner.run_study(tiny_lm, study, RunStore(tmp_path), samples=SAMPLES, seed=7, settings=SETTINGS,
-                              progress=seen.append, show_progress=False)
+    result = runner.run_study(tiny_lm, StudyPlan(study, samples=SAMPLES, seed=7, settings=SETTINGS), RunStore(tmp_path),
+                              watch=Watch(progress=seen.append))
     ran = [(p.event_id, p.template_id) for p in seen]
     assert sorted(ran) == sorted((e.id, t.id) for e in study.events for t in study.templates)
     assert [t for _, t in ran] == ["t1"] * 8 + ["t2"] * 8

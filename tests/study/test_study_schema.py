@@ -12,6 +12,7 @@ import pytest
 
 from petri.cli.main import main
 from petri.measure import nouns
+from petri.study.plan import StudyPlan
 from petri.study.schema import StudyError, load_study, study_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,7 +115,7 @@ def test_a_missing_analyser_package_is_refused_before_the_model_or_sampling(tmp_
     from petri.study.runner import run_study
 
     with pytest.raises(StudyError, match="kiwipiepy-model"):  # before the model is even asked for its facts
-        run_study(object(), study, store=None)
+        run_study(object(), StudyPlan(study), store=None)
     code = main(["study", str(path), "--model", str(tmp_path / "no-such-model"), "--store", str(tmp_path / "store")])
     err = capsys.readouterr().err
     assert code == 2 and f"{path}: language: 'ko': the kiwi noun analyser needs kiwipiepy-model" in err

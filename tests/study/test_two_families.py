@@ -19,6 +19,7 @@ from petri.engine.families.masked import MaskedLoadedModel
 from petri.engine.torch.model import LoadedModel, load_model
 from petri.runs.store import RunStore
 from petri.study.analysis import analyze
+from petri.study.plan import StudyPlan
 from petri.study.runner import run_study
 from petri.study.schema import study_from_dict
 
@@ -37,7 +38,7 @@ def test_one_study_runs_on_both_families_side_by_side(tmp_path):
     for family, lm in models.items():
         settings = MaskedSettings(max_denoising_steps=8) if family == "masked" else replace(
             lm.default_settings(), max_denoising_steps=8)
-        results[family] = run_study(lm, study, store, samples=3, seed=5, settings=settings, show_progress=False)
+        results[family] = run_study(lm, StudyPlan(study, samples=3, seed=5, settings=settings), store)
         pairs.append(analyze(results[family], n_bootstrap=50).tables["pairs"].assign(family=family))
     store.close()
     uniform, masked = results["uniform"], results["masked"]

@@ -13,6 +13,7 @@ import pytest
 import zerogpu_support as harness
 from petri.core.trajectory import SamplerSettings
 from petri.runs.store import RunStore
+from petri.study.plan import StudyPlan
 from petri.study.runner import run_study
 from petri.study.schema import study_from_dict
 from petri.web import gpu_executor
@@ -25,7 +26,7 @@ SETTINGS = SamplerSettings(max_denoising_steps=4, stability_threshold=None, conf
 
 def run(lm_or_executor, store):
     study = study_from_dict(study_dict("zg", "ZeroGPU study", templates=1))  # 4 events x 1 template
-    return run_study(lm_or_executor, study, store, samples=2, seed=5, settings=SETTINGS)
+    return run_study(lm_or_executor, StudyPlan(study, samples=2, seed=5, settings=SETTINGS), store)
 
 
 def assert_same_batches(store_a, run_a, store_b, run_b) -> None:

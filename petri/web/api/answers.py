@@ -48,15 +48,15 @@ def seed_answer(service, plan: SeedPlan, result: SeedResult, include_trajectorie
     )
 
 
-def study_answer(service, parsed, settings, result) -> StudyOut:
-    """``POST /api/study``'s answer for ``result``, the run of study ``parsed`` under ``settings``
+def study_answer(service, plan, result) -> StudyOut:
+    """``POST /api/study``'s answer for ``result``, the run of ``plan`` (a :class:`~petri.study.plan.StudyPlan`)
     (also the answer of the ZeroGPU Gradio endpoint ``/study``, :mod:`petri.web.ui.api_endpoints`)."""
     return StudyOut(
         run_id=result.run_id,
         status="done",
-        study_id=parsed.id,
+        study_id=plan.study.id,
         model=model_out(service.model_info()),
-        settings=settings.to_dict(),
+        settings=result.settings.to_dict(),
         samples=result.samples,
         seed=result.seed,
         templates=list(result.template_ids),

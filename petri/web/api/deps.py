@@ -14,6 +14,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from petri.app.service import BusyError, PetriService
 from petri.core.cancel import Cancelled, CancelToken
+from petri.core.watch import Watch
 from petri.runs.store import check_run_id
 from petri.web import limits
 from petri.web.access import Caller, get_caller
@@ -35,14 +36,14 @@ class JobGate:
         self.in_flight = 0  # jobs running or waiting for the lock
 
     async def run(self, client: Request, fn: Callable, *args, **kwargs):
-        """``fn(*args, cancel=token, **kwargs)`` in a worker thread; if ``client`` disconnects
-        first, the token is cancelled, so the model is free again within one denoising step."""
+        """``fn(*args, watch=Watch(cancel=token), **kwargs)`` in a worker thread; if ``client``
+        disconnects first, the token is cancelled, so the model is free again within one denoising step."""
         if self.service.busy and (self.busy_wait_s <= 0 or self.in_flight > limits.MAX_QUEUED):
             waiting = f" and {self.in_flight} API requests are running or waiting for it" if self.busy_wait_s > 0 else ""
             raise busy_error(BusyError(f"a model job is already running{waiting}"))
         self.in_flight += 1
         token = CancelToken()
-        work = asyncio.ensure_future(run_in_threadpool(functools.partial(fn, *args, cancel=token, **kwargs)))
+        work = asyncio.ensure_future(run_in_threadpool(functools.partial(fn, *args, watch=Watch(cancel=token), **kwargs)))
         try:
             while not work.done():
                 await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)

@@ -71,9 +71,9 @@ def submit_seed(request: SeedRequest, service: Service, caller: Client, response
 def submit_study(request: StudyRequest, service: Service, caller: Client, response: Response) -> JobSubmitted:
     """Queue a study (the body of ``POST /api/study``); submitting the same study again after a
     cancel or an interruption resumes it from the stored batches."""
-    parsed, settings, templates = prepare_study(request, service.lm)
+    plan = prepare_study(request, service.lm)
     caller = caller.for_submission()
-    job = _submit(service.submit_study, parsed, request.samples, request.seed, settings, templates, owner=caller.owner)
+    job = _submit(service.submit_study, plan, owner=caller.owner)
     return _submitted(job, caller, response)
 
 

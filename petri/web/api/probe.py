@@ -29,6 +29,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from petri.app.probe import ProbeRun
+from petri.core.plan import ProbePlan
+from petri.core.watch import NO_WATCH, Watch
+from petri.engine.probe import plan_probe
 from petri.runs.probe_results import EVAL_KIND, PROBE_KIND, predictions_table
 from petri.study.probe_eval import compare_predictions
 from petri.web.api.deps import Client, Jobs, Service, load_run
@@ -55,9 +58,10 @@ class ProbeOut(BaseModel):
 
 
 @gpu_task
-def run_probe(service, request, wait_s: float | None = None, cancel=None, owner: str | None = None) -> ProbeRun:
-    """One slot read on the service (its lock held), stored; ``cancel`` stops it within a step."""
-    return service.probe(request, wait_s=wait_s, cancel=cancel, owner=owner)
+def run_probe(service, plan: ProbePlan, *, watch: Watch = NO_WATCH, wait_s: float | None = None,
+              owner: str | None = None) -> ProbeRun:
+    """One slot read on the service (its lock held), stored; ``watch.cancel`` stops it within a step."""
+    return service.probe(plan, watch=watch, wait_s=wait_s, owner=owner)
 
 
 def submit_evaluation(service, body: ProbeIn, owner: str | None):
@@ -76,9 +80,9 @@ async def probe(body: ProbeIn, service: Service, jobs: Jobs, caller: Client, cli
         submitted = _submitted(job, caller, response)
         headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}  # the caller's token
         return JSONResponse(submitted.model_dump(), status_code=202, headers=headers)
-    request = prepare_probe(body)
+    plan = await run_in_threadpool(plan_probe, service.lm, prepare_probe(body))  # tokenizes every listing order
     caller.hand_out(response)
-    done: ProbeRun = await jobs.run(client, run_probe, service, request, jobs.busy_wait_s, owner=caller.owner)
+    done: ProbeRun = await jobs.run(client, run_probe, service, plan, wait_s=jobs.busy_wait_s, owner=caller.owner)
     run = service.get_run(done.run_id) or {}
     return ProbeOut(run_id=done.run_id, status=run.get("status", "done"), model=model_out(service.model_info()),
                     read=done.document, timings={"wall_s": done.wall_s, "read_s": float(done.result.seconds)},

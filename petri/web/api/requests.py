@@ -25,6 +25,7 @@ from petri.core.plan import SeedEvent, SeedPlan
 from petri.core.settings import FamilySettings
 from petri.core.trajectory import AnchorSpan
 from petri.engine.seeding import plan_dish, plan_event
+from petri.study.plan import StudyPlan
 from petri.study.runner import check_layouts, plan_cells
 from petri.study.schema import Study, StudyError, study_from_dict
 from petri.web import limits
@@ -248,10 +249,12 @@ def _check_study_texts(study: Study) -> None:
             raise FieldError(["body", "study", *loc], str(err)) from None
 
 
-def prepare_study(request: StudyRequest, lm: SamplingModel) -> tuple[Study, FamilySettings, list[str] | None]:
-    """The request's study (validated as a study file, then held to the web's limits), settings and
-    template ids, every concept set laid out and every prompt measured (no model work): raises
-    :class:`FieldError`. ``POST /api/study`` and the UI's Study tab both go through it."""
+def prepare_study(request: StudyRequest, lm: SamplingModel) -> StudyPlan:
+    """The request planned (:class:`~petri.study.plan.StudyPlan`: its study, validated as a study
+    file, then held to the web's limits; samples, seed, settings and template ids), every concept
+    set laid out and every prompt measured (no model work): raises :class:`FieldError`. ``POST
+    /api/study``, ``POST /api/jobs/study`` and the UI's Study tab all go through it, and run the plan
+    it returns."""
     try:
         study = study_from_dict(request.study, source="request")
     except StudyError as err:
@@ -280,7 +283,11 @@ def prepare_study(request: StudyRequest, lm: SamplingModel) -> tuple[Study, Fami
         check_layouts(lm, [dish for *_, dish in cells], settings)
     except LayoutError as err:
         raise _layout_error(err, study.concepts, ["body", "study", "concepts"]) from None
-    return study, settings, [t.id for t in chosen] if request.templates is not None else None
+    try:
+        return StudyPlan(study, request.samples, request.seed, settings,
+                         tuple(t.id for t in chosen) if request.templates is not None else None)
+    except StudyError as err:  # the study's language has no noun analyser here
+        raise FieldError(["body", "study", clean_text(err.entry)], clean_text(err.reason)) from None
 
 
 # ----------------------------------------------------------------------------------- layout preview

@@ -56,7 +56,7 @@ async def seed(request: SeedRequest, service: Service, jobs: Jobs, caller: Clien
     check_sync_budget(len(plan.events), plan.samples, plan.settings.max_denoising_steps, service.canvas_length)
     caller = caller.for_submission()
     caller.hand_out(response)
-    result = await jobs.run(client, run_seed, service, plan, None, jobs.busy_wait_s, owner=caller.owner)
+    result = await jobs.run(client, run_seed, service, plan, wait_s=jobs.busy_wait_s, owner=caller.owner)
     return seed_answer(service, plan, result, request.include_trajectories)
 
 
@@ -67,9 +67,8 @@ async def study(request: StudyRequest, service: Service, jobs: Jobs, caller: Cli
     template) batch is committed to the run store before the next starts; the run id derives from
     the study, model, settings, samples and seed, so posting the same body again resumes an
     interrupted run (or returns a finished one at once). Tables: ``GET /api/runs/{run_id}``."""
-    parsed, settings, templates = prepare_study(request, service.lm)
+    plan = prepare_study(request, service.lm)
     caller = caller.for_submission()
     caller.hand_out(response)
-    result = await jobs.run(client, run_study_job, service, parsed, request.samples, request.seed, settings, templates,
-                            jobs.busy_wait_s, owner=caller.owner)
-    return study_answer(service, parsed, settings, result)
+    result = await jobs.run(client, run_study_job, service, plan, wait_s=jobs.busy_wait_s, owner=caller.owner)
+    return study_answer(service, plan, result)

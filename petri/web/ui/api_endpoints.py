@@ -41,6 +41,7 @@ from pydantic import ValidationError
 
 from petri.app.service import PetriService
 from petri.core.cancel import CancelToken
+from petri.core.watch import Watch
 from petri.web.api.answers import check_sync_budget, seed_answer, study_answer
 from petri.web.api.requests import SeedRequest, StudyRequest, prepare_seed, prepare_study
 from petri.web.errors import FieldError, request_error_message
@@ -88,14 +89,13 @@ def study_endpoint(service: PetriService, who: UiAccess):
         caller = who.caller(request).for_submission()
         try:
             parsed = StudyRequest.model_validate(body)
-            plan, settings, templates = prepare_study(parsed, service.lm)
+            plan = prepare_study(parsed, service.lm)
         except (ValidationError, FieldError) as err:
             raise gr.Error(request_error_message(err), title="Bad request", print_exception=False) from None
 
         def run(progress, cancel):
-            return service.run_study_on(ZeroGpuStudyExecutor(service.lm), plan, samples=parsed.samples,
-                                        seed=parsed.seed, settings=settings, templates=templates, progress=progress,
-                                        cancel=cancel, owner=caller.owner)
+            return service.run_study_on(ZeroGpuStudyExecutor(service.lm), plan,
+                                        watch=Watch(progress=progress, cancel=cancel), owner=caller.owner)
 
         try:
             for kind, payload in in_request_thread(run):
@@ -103,7 +103,7 @@ def study_endpoint(service: PetriService, who: UiAccess):
                     yield {"kind": "batch", "done": payload.done, "total": payload.total, "event_id": payload.event_id,
                            "template_id": payload.template_id, "skipped": payload.skipped}
                     continue
-                answer = study_answer(service, plan, settings, payload).model_dump(mode="json")
+                answer = study_answer(service, plan, payload).model_dump(mode="json")
                 yield {**answer, "token": caller.token} if caller.public else answer
         except GpuAborted as err:
             raise gr.Error(f"Stopped: {err}; post the same body again to resume", title="GPU task aborted",

@@ -24,6 +24,7 @@ from petri.app.jobs import QueueFull
 from petri.app.service import PetriService, SeedResult
 from petri.core.dish import DEFAULT_TEMPLATE
 from petri.core.trajectory import Trajectory
+from petri.core.watch import Watch
 from petri.core.wording import counted
 from petri.measure.metrics import flip_grid
 from petri.measure.summary import EventSummary
@@ -182,8 +183,8 @@ class CompareController:
             def set_event(index: int) -> None:
                 sampling[0] = index
 
-            return self.service.submit_seed(plan, on_step=lambda step: emit(sampling[0], step), on_event=set_event,
-                                            owner=caller.owner if caller else None)
+            return self.service.submit_seed(plan, owner=caller.owner if caller else None,
+                                            watch=Watch(on_step=lambda step: emit(sampling[0], step), progress=set_event))
 
         result = None
         try:

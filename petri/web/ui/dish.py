@@ -28,6 +28,7 @@ from petri.app.jobs import QueueFull
 from petri.app.service import PetriService, SeedResult
 from petri.core.dish import DEFAULT_TEMPLATE
 from petri.core.trajectory import Trajectory
+from petri.core.watch import Watch
 from petri.core.wording import counted
 from petri.measure.metrics import flip_grid
 from petri.measure.tables import pairs_table, samples_table
@@ -283,7 +284,7 @@ class DishController:
         jobs: list = []  # the job, once queued (its run id names a cancelled run)
 
         def submit(emit):
-            jobs.append(self.service.submit_seed(plan, on_step=emit, owner=caller.owner if caller else None))
+            jobs.append(self.service.submit_seed(plan, owner=caller.owner if caller else None, watch=Watch(on_step=emit)))
             return jobs[0]
 
         # every result panel is cleared at once: nothing of the previous run stays beside this one

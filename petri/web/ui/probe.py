@@ -31,6 +31,8 @@ from petri.app.service import BusyError, PetriService
 from petri.core.cancel import Cancelled, CancelToken
 from petri.core.probe import DEFAULT_MIN_MASS, ORDER_AS_LISTED, ORDER_CYCLIC, ProbeInputError
 from petri.core.settings import MAX_SEED
+from petri.core.watch import Watch
+from petri.engine.probe import plan_probe
 from petri.runs.formats import RESULT_TABLES, result_table_bytes
 from petri.runs.probe_results import EVAL_KIND, EVAL_TABLES, PROBE_KIND, frame_document
 from petri.study.probe_eval import EVAL_ORDER
@@ -123,6 +125,7 @@ class ProbeController:
         then yield every view of the read."""
         try:
             request = self.request_of(prompt, instructions, frame, questions, samples, steps, seed, order, min_mass)
+            plan = plan_probe(self.service.lm, request)
         except (ValidationError, FieldError, ProbeInputError) as err:
             raise gr.Error(problem_message(err), title="Check the probe") from None
         yield {"status": "Reading the slots…"}
@@ -134,12 +137,11 @@ class ProbeController:
 
             token.heartbeat = heartbeat
         try:
-            done = self.service.probe(request, wait_s=UI_WAIT_S, cancel=token, owner=caller.owner if caller else None)
+            done = self.service.probe(plan, watch=Watch(cancel=token), wait_s=UI_WAIT_S,
+                                      owner=caller.owner if caller else None)
         except Cancelled as stop:
             yield {"status": f"Stopped: {stop}."}
             return
-        except ProbeInputError as err:
-            raise gr.Error(problem_message(err), title="Check the probe") from None
         except BusyError as err:
             raise gr.Error(f"The model is busy: {err}", title="Busy") from None
         answers = "; ".join(f"{read['question']} = {answer_words(read)}" for read in

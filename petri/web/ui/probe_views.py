@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 
 from petri.core.probe import ProbeInputError, ProbeRequest
 from petri.core.wording import counted
-from petri.engine.probe import plan_probe
+from petri.engine.probe import layout_probe
 from petri.runs.probe_results import EVAL_KIND, PROBE_KIND
 from petri.web.tokens import PALETTE
 from petri.web.ui.views import phone_table_css, responsive
@@ -86,7 +86,7 @@ def frame_canvas(lm: SamplingModel, request: ProbeRequest | None, error: str = "
     if request is None:
         return empty
     try:
-        plan = plan_probe(lm, request)
+        plan = layout_probe(lm, request)
     except ProbeInputError as err:
         return {**empty, "error": str(err)}
     layout, prefix = plan.layout, len(plan.prefix_ids)

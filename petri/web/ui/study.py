@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from petri.app.jobs import QueueFull
 from petri.app.service import PetriService
 from petri.core.paths import studies_dir
+from petri.core.watch import Watch
 from petri.core.wording import counted
 from petri.study.plots import event_ranking_figure, instability_figure, jaccard_heatmap
 from petri.study.provisional import BatchReader, provisional_statistics
@@ -228,7 +229,7 @@ class StudyController:
 
     def prepare(self, meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps=None):
         """The checks of ``POST /api/study`` on the tab's inputs (and one template chosen at least):
-        ``(request, study, settings, chosen)``; raises pydantic's ``ValidationError`` or a :class:`FieldError`."""
+        ``(request, plan)`` (:class:`~petri.study.plan.StudyPlan`); raises pydantic's ``ValidationError`` or a :class:`FieldError`."""
         if not template_ids:
             raise FieldError(["templates"], "choose at least one template to run")
         request = StudyRequest(
@@ -236,7 +237,7 @@ class StudyController:
             samples=int(samples or 1), seed=int(seed or 0), templates=list(template_ids),
             settings=SettingsIn(max_denoising_steps=int(steps) if steps else None),
         )
-        return (request, *prepare_study(request, self.service.lm))
+        return request, prepare_study(request, self.service.lm)
 
     def validate(self, *inputs) -> list[dict]:
         """Gradio validator: one ``gr.validate`` per input of :meth:`run`, the bad ones carrying the
@@ -258,12 +259,12 @@ class StudyController:
         final figures, statistics, report and files. Yields dicts keyed by output name; ``cancel`` is
         the hook a Cancel button sets (:func:`petri.web.ui.live.stream`)."""
         try:
-            request, study, settings, chosen = self.prepare(meta, concepts, events, templates, comparison, show,
-                                                            template_ids, samples, seed, steps)
+            request, plan = self.prepare(meta, concepts, events, templates, comparison, show, template_ids, samples,
+                                         seed, steps)
         except (ValidationError, FieldError) as err:
             raise gr.Error(request_error_message(err), title="Check the study") from None
         lm = self.service.lm
-        chosen_ids = tuple(t.id for t in study.select_templates(chosen))
+        study, settings, chosen_ids = plan.study, plan.settings, plan.template_ids
         total = len(study.events) * len(chosen_ids) * max(1, len(study.conditions))
         # the id the runner gives this run (it derives it from the same facts), to read its batches live
         run_id = study_run_id(study, lm.model_id, settings, request.samples, request.seed, chosen_ids,
@@ -272,8 +273,7 @@ class StudyController:
                **pending_views(run_id, 0, total)}
 
         def submit(emit):
-            return self.service.submit_study(study, request.samples, request.seed, settings, chosen, progress=emit,
-                                             owner=caller.owner if caller else None)
+            return self.service.submit_study(plan, owner=caller.owner if caller else None, watch=Watch(progress=emit))
 
         reader = BatchReader(self.service.store, run_id, study, chosen_ids, request.seed)
         result, last_draw, last_cost = None, None, 0.0

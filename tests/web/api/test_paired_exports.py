@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from petri.app.service import PetriService
 from petri.runs.store import RunStore
 from petri.study import runner
+from petri.study.plan import StudyPlan
 from petri.study.schema import study_from_dict
 from petri.web.app import create_app
 from tests.study.test_study_run import SETTINGS, one_thread  # noqa: F401 (one intra-op thread, autouse)
@@ -58,10 +59,8 @@ def stored(tiny_lm, tmp_path_factory):
     """(app client, store folder, paired run id, unpaired run id): both studies run into one store."""
     folder = tmp_path_factory.mktemp("exports")
     store = RunStore(folder / "store")
-    paired = runner.run_study(tiny_lm, study_from_dict(DOSE), store, samples=SAMPLES, seed=3, settings=SETTINGS,
-                              show_progress=False)
-    unpaired = runner.run_study(tiny_lm, study_from_dict(UNPAIRED), store, samples=SAMPLES, seed=3, settings=SETTINGS,
-                                show_progress=False)
+    paired = runner.run_study(tiny_lm, StudyPlan(study_from_dict(DOSE), samples=SAMPLES, seed=3, settings=SETTINGS), store)
+    unpaired = runner.run_study(tiny_lm, StudyPlan(study_from_dict(UNPAIRED), samples=SAMPLES, seed=3, settings=SETTINGS), store)
     service = PetriService(tiny_lm, store)
     with TestClient(create_app(service, ui=False)) as client:
         yield client, folder, paired.run_id, unpaired.run_id
@@ -108,8 +107,8 @@ def test_the_study_folder_and_the_api_put_the_condition_in_the_same_place(stored
     from petri.study.report import write_study
 
     client, folder, run_id, _ = stored
-    result = runner.run_study(tiny_lm, study_from_dict(DOSE), RunStore(folder / "store"), samples=SAMPLES, seed=3,
-                              settings=SETTINGS, show_progress=False)
+    result = runner.run_study(tiny_lm, StudyPlan(study_from_dict(DOSE), samples=SAMPLES, seed=3, settings=SETTINGS),
+                              RunStore(folder / "store"))
     assert result.run_id == run_id and result.computed == 0  # the same run, resumed from the store
     write_study(result, tmp_path / "out", images=False)
     for table in ("samples", "segments", "positions", "pairs"):

@@ -21,10 +21,14 @@ import shutil
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
+
+from petri.core.watch import NO_WATCH
+from petri.study.plan import StudyPlan
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -57,26 +61,26 @@ def served(tmp_path_factory, live_server):
     class GatedService(PetriService):
         """The Study tab's job (``submit_study``) waits at the gate after its third batch."""
 
-        def submit_study(self, study, samples, seed, settings, templates=None, owner=None, progress=None):
+        def submit_study(self, plan, *, owner=None, watch=NO_WATCH):
             def held(p):
-                if progress is not None:
-                    progress(p)
+                if watch.progress is not None:
+                    watch.progress(p)
                 if p.done == GATE_AFTER_BATCHES:
                     gate.wait(300)
 
-            return super().submit_study(study, samples, seed, settings, templates, owner, progress=held)
+            return super().submit_study(plan, owner=owner, watch=replace(watch, progress=held))
 
         seed_gate: threading.Event | None = None  # set by a test: a UI seed run waits at it after every step
 
-        def submit_seed(self, plan, owner=None, on_step=None, on_event=None):
-            gate_now = self.seed_gate
+        def submit_seed(self, plan, *, owner=None, watch=NO_WATCH):
+            gate_now, on_step = self.seed_gate, watch.on_step
             if gate_now is not None and on_step is not None:
                 def held_step(*args):
                     on_step(*args)
                     gate_now.wait(300)
 
-                return super().submit_seed(plan, owner, on_step=held_step, on_event=on_event)
-            return super().submit_seed(plan, owner, on_step=on_step, on_event=on_event)
+                return super().submit_seed(plan, owner=owner, watch=replace(watch, on_step=held_step))
+            return super().submit_seed(plan, owner=owner, watch=watch)
 
     service = GatedService(lm, RunStore(tmp_path_factory.mktemp("browser-store")))
     with live_server(create_app(service, model_source=source)) as live:
@@ -450,7 +454,7 @@ def test_reopened_dish_and_study_restore_their_controls(page, served):
                 shuffle=False)
     dish_run = service.seed(service.plan([SeedEvent(dish)], 3, settings, seed=6)).run_id
     study = load_study(small_study_file(Path(service.store.path).parent))
-    study_run = service.run_study(study, samples=2, seed=3, settings=replace(settings, max_denoising_steps=8)).run_id
+    study_run = service.run_study(StudyPlan(study, samples=2, seed=3, settings=replace(settings, max_denoising_steps=8))).run_id
 
     tab(page, "Dish")  # other concepts on screen, so reopening changes the concept field (and fires its change)
     page.fill("#petri-concepts textarea, #petri-concepts input", "order, person")

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
+from dataclasses import replace
 
 import pytest
 from test_browser import CHROMIUM, open_settings, run_compare, save_screenshot, tab, wait_new_done
 from test_browser_legibility import browser  # noqa: F401  (a fixture: one chromium for the module)
 
+from petri.core.watch import NO_WATCH
 from petri.measure.replay import visible_text
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")
@@ -449,12 +451,12 @@ def held_after_each_step(service):
     opens and the service is as before. Yields the gate (set it to let the run go on at once)."""
     gate, submit = threading.Event(), service.submit_seed
 
-    def held(plan, owner=None, on_step=None, on_event=None):
+    def held(plan, *, owner=None, watch=NO_WATCH):
         def step(*args):
-            on_step(*args)
+            watch.on_step(*args)
             gate.wait(120)
 
-        return submit(plan, owner, on_step=step if on_step else None, on_event=on_event)
+        return submit(plan, owner=owner, watch=replace(watch, on_step=step if watch.on_step else None))
 
     service.submit_seed = held
     try:

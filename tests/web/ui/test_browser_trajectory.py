@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import re
 import threading
+from dataclasses import replace
 
 import httpx
 import pytest
 from test_browser import CHROMIUM, opened_page, reopen_run, tab
+
+from petri.core.watch import NO_WATCH
 
 #: The sampler waits after this step (0-based) until the test has seen the live view on it.
 HOLD_AT = 5
@@ -37,14 +40,14 @@ def served(tmp_path_factory, live_server):
     gate = threading.Event()
 
     class HeldService(PetriService):
-        def submit_seed(self, plan, owner=None, on_step=None, on_event=None):
+        def submit_seed(self, plan, *, owner=None, watch=NO_WATCH):
             def held(step):
-                on_step(step)
+                watch.on_step(step)
                 if step.index == HOLD_AT:
                     gate.wait(120)
 
             return super().submit_seed(plan, owner=owner,
-                                       on_step=held if on_step is not None else None, on_event=on_event)
+                                       watch=replace(watch, on_step=held if watch.on_step is not None else None))
 
     service = HeldService(lm, RunStore(tmp_path_factory.mktemp("traj-store")))
     with live_server(create_app(service)) as live:

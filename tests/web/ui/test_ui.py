@@ -4,11 +4,14 @@ analysis, figures and report, and ``python app.py`` fails cleanly on a missing m
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
 from petri.app.service import PetriService
+from petri.core.watch import NO_WATCH
 from petri.runs.store import RunStore
 from petri.study.schema import StudyError
 from petri.web.ui.dish import DishController
@@ -70,14 +73,14 @@ def test_the_live_view_draws_the_newest_step_when_sampling_pauses(tiny_lm, tmp_p
     paused, go_on = threading.Event(), threading.Event()
 
     class PausingService(PetriService):
-        def submit_seed(self, plan, owner=None, on_step=None):
+        def submit_seed(self, plan, *, owner=None, watch=NO_WATCH):
             def held(step):
-                on_step(step)
+                watch.on_step(step)
                 if step.index == 2:  # the third step: steps 1-3 came within a few ms of each other
                     paused.set()
                     go_on.wait(30)
 
-            return super().submit_seed(plan, owner=owner, on_step=held)
+            return super().submit_seed(plan, owner=owner, watch=replace(watch, on_step=held))
 
     ctl = DishController(PausingService(tiny_lm, RunStore(tmp_path / "store")))
     shown = []

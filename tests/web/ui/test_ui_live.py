@@ -12,8 +12,10 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
+from petri.core.watch import Watch
 from petri.measure.tables import segments_table
 from petri.study.analysis import analyze
+from petri.study.plan import StudyPlan
 from petri.study.provisional import provisional_statistics, stored_batches
 from petri.web.ui import study as ui_study
 from petri.web.ui.study import StudyController, fields_to_study
@@ -30,8 +32,8 @@ def small_study():
 def finished(service):
     meta, concepts, events, templates = small_study()
     study = fields_to_study(meta, concepts, events, templates, "benign, contradictory", "")
-    result = service.run_study(study, samples=3, seed=5, templates=["t1", "t2"],
-                               settings=service.lm.default_settings().__class__(max_denoising_steps=4))
+    result = service.run_study(StudyPlan(study, samples=3, seed=5, templates=("t1", "t2"),
+                                         settings=service.lm.default_settings().__class__(max_denoising_steps=4)))
     return study, result
 
 
@@ -300,7 +302,7 @@ def test_the_compare_tab_draws_each_events_flip_map_while_it_samples(service, mo
 
 
 def test_a_queued_seed_names_each_event_before_its_steps(service):
-    """``submit_seed``'s ``on_event(index)`` comes on the job's thread before event ``index``'s first
+    """``submit_seed``'s ``watch.progress(index)`` comes on the job's thread before event ``index``'s first
     step, so a caller can tell the events' steps apart without guessing from the step index."""
     from petri.app.service import SeedEvent
     from petri.core.dish import Dish
@@ -310,8 +312,8 @@ def test_a_queued_seed_names_each_event_before_its_steps(service):
     events = [SeedEvent(Dish(("order", "inventory"), text), group) for text, group in
               (("The order was packed.", "calm"), ("None of it was in stock.", "tense"))]
     job = service.submit_seed(service.plan(events, 2, SamplerSettings(max_denoising_steps=5), seed=3),
-                              on_step=lambda step: order.append(("step", step.index)),
-                              on_event=lambda index: order.append(("event", index)))
+                              watch=Watch(on_step=lambda step: order.append(("step", step.index)),
+                                          progress=lambda index: order.append(("event", index))))
     result = service.jobs.wait(job.job_id, timeout=120).result
     starts = [i for i, item in enumerate(order) if item[0] == "event"]
     assert [order[i] for i in starts] == [("event", 0), ("event", 1)] and starts[0] == 0
@@ -321,7 +323,7 @@ def test_a_queued_seed_names_each_event_before_its_steps(service):
 
 
 def test_the_compare_tab_keeps_the_events_apart_when_steps_do_not_restart_at_zero(service, monkeypatch):
-    """Which event a live step belongs to comes from the service (``on_event``), not from the step
+    """Which event a live step belongs to comes from the service (``watch.progress``), not from the step
     index falling back to 0: with a sampler whose stream skips step 0, B's steps still draw B's map."""
     import petri.app.service as service_module
     from petri.web.ui import dish_live as ui_dish_live
