@@ -1,30 +1,22 @@
-"""The model calls of the HTTP API: :func:`run_seed` (``POST /api/seed``) and :func:`run_study_job`
-(``POST /api/study``). Off ZeroGPU both go through the service and its one-job lock. On ZeroGPU
-(``SPACES_ZERO_GPU``) a seed goes through :mod:`petri.web.gpu_executor`'s ``spaces.GPU`` generator
-instead; :func:`run_study_job` is still wrapped whole by :func:`gpu_task`, which cannot work there
-(its arguments, the service among them, would have to be pickled into the GPU child): studies on
-ZeroGPU are not built (issue 63)."""
+"""The model calls of the HTTP API: :func:`run_seed` (``POST /api/seed``), :func:`run_study_job`
+(``POST /api/study``) and :func:`run_probe` (a read of ``POST /api/probe``). Off ZeroGPU each goes
+through the service and its one-job lock. On ZeroGPU (``SPACES_ZERO_GPU``) each goes through
+:mod:`petri.web.gpu_executor`'s ``spaces.GPU`` generators instead: a seed as one call, a study one
+call per batch (resumable), a read as one call; no model lock is taken (each call gets its own GPU).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from petri.app.probe import ProbeRun
 from petri.app.service import PetriService, SeedResult
 from petri.core.cancel import CancelToken
 from petri.core.plan import SeedPlan
 from petri.core.settings import FamilySettings
 from petri.study.runner import ProgressCallback, StudyResult
 from petri.study.schema import Study
-from petri.web.gpu_executor import on_zero_gpu, run_zerogpu_seed
-
-
-def gpu_task(fn: Callable) -> Callable:
-    """Hugging Face ZeroGPU: run ``fn`` under ``spaces.GPU`` when the ``spaces`` package is there."""
-    try:
-        import spaces  # type: ignore[import-not-found]
-    except ImportError:
-        return fn
-    return spaces.GPU(duration=120)(fn)
+from petri.web.gpu_executor import on_zero_gpu, run_zerogpu_read, run_zerogpu_seed, run_zerogpu_study
 
 
 def run_seed(
@@ -44,7 +36,6 @@ def run_seed(
     return service.seed(plan, on_step=on_step, wait_s=wait_s, cancel=cancel, owner=owner)
 
 
-@gpu_task
 def run_study_job(
     service: PetriService,
     study: Study,
@@ -58,6 +49,18 @@ def run_study_job(
     owner: str | None = None,
 ) -> StudyResult:
     """The resumable study runner under the service's lock; ``progress`` sees each finished batch
-    (the UI's progress bar); ``cancel`` stops it within a step (stored batches stay)."""
+    (the UI's progress bar); ``cancel`` stops it within a step (stored batches stay). On ZeroGPU
+    each batch is one ``spaces.GPU`` call and ``wait_s`` is not used."""
+    if on_zero_gpu():
+        return run_zerogpu_study(service, study, samples=samples, seed=seed, settings=settings, templates=templates,
+                                 progress=progress, cancel=cancel, owner=owner)
     return service.run_study(study, samples=samples, seed=seed, settings=settings, templates=templates,
                              progress=progress, wait_s=wait_s, cancel=cancel, owner=owner)
+
+
+def run_probe(service, request, wait_s: float | None = None, cancel=None, owner: str | None = None) -> ProbeRun:
+    """One slot read on the service (its lock held), stored; ``cancel`` stops it within a step. On
+    ZeroGPU the read is one ``spaces.GPU`` call (``wait_s`` not used)."""
+    if on_zero_gpu():
+        return run_zerogpu_read(service, request, cancel=cancel, owner=owner)
+    return service.probe(request, wait_s=wait_s, cancel=cancel, owner=owner)

@@ -18,15 +18,18 @@ frames are CPU data: each step's :class:`~petri.engine.base.LiveStep` (numpy arr
 finished event's :class:`~petri.core.trajectory.Trajectory`.
 
 A study's batches go the same way, one call per batch (:class:`ZeroGpuStudyExecutor`, for
-:func:`petri.study.runner.run_study`), though the Study tab and ``POST /api/study`` do not use it yet.
+:func:`petri.study.runner.run_study`; :func:`zerogpu_study_stream` for the Study tab, :func:`run_zerogpu_study`
+for ``POST /api/study``), and a probe read is one call (:func:`read_frames`, :func:`run_zerogpu_read`).
 
-Not built here (issue 63): studies from the UI and API and probe reads on ZeroGPU, the ``duration`` estimate from
-samples, steps and shape (:func:`seed_duration` asks for ``spaces``' default unless
-``PETRI_GPU_DURATION_S`` says otherwise), the quota-aware UI and the API's Gradio endpoints.
+Each call's ``duration`` is estimated from the work it carries (:mod:`petri.web.gpu_cost`;
+``PETRI_GPU_DURATION_S`` overrides it). A call that ZeroGPU stops ("GPU task aborted") or refuses
+(the visitor's quota exceeded, a duration above the maximum, no GPU in time) raises
+:class:`GpuAborted`, naming what finished and is stored.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 import queue
 import threading
@@ -39,19 +42,25 @@ from typing import Any
 from petri.app.jobs import recorded_run
 from petri.app.service import PetriService, SeedResult
 from petri.core.cancel import Cancelled, CancelToken
+from petri.core.dish import encode_prompt
 from petri.core.plan import SeedPlan
+from petri.core.probe import AUTO_DRAWS, ProbeRequest, listing_orders
 from petri.core.trajectory import Trajectory
 from petri.engine.base import LiveStep
+from petri.engine.probe import ProbeResult, plan_probe, read_slots
 from petri.engine.seeding import sample_planned
 from petri.study.executors import BatchJob, LocalExecutor, sample_batch
+from petri.web.gpu_cost import CallWork, duration_s
 
 #: The variable the platform sets on a ZeroGPU Space.
 ZERO_GPU_ENV = "SPACES_ZERO_GPU"
 #: The message of the error ``spaces`` raises in the main process when the GPU child dies or runs
 #: past its ``duration``.
 ABORTED = "GPU task aborted"
-#: Seconds a call asks for unless ``PETRI_GPU_DURATION_S`` is set: ``spaces``' own default.
-DEFAULT_DURATION_S = 60
+#: The titles of the errors ``spaces`` raises when it does not start a call (``spaces/zero/client.py``):
+#: the visitor's quota, a duration above the maximum, credits, no GPU in time.
+REFUSED_TITLES = ("ZeroGPU quota exceeded", "ZeroGPU illegal duration", "ZeroGPU pending credits exceeded",
+                  "ZeroGPU queue timeout")
 
 
 def on_zero_gpu() -> bool:
@@ -70,13 +79,29 @@ def spaces_gpu(**options: Any) -> Callable[[Callable], Callable]:
 
 
 class GpuAborted(RuntimeError):
-    """ZeroGPU stopped the call ("GPU task aborted": its ``duration`` ran out, or the child died);
-    ``stored`` events of the run were finished and stored before it stopped."""
+    """ZeroGPU stopped the call ("GPU task aborted": its ``duration`` ran out, or the child died) or
+    refused to start it (``refusal``: ``spaces``' message, e.g. the visitor's quota exceeded);
+    ``stored`` of ``total`` (events, batches) were finished and stored before it stopped."""
 
-    def __init__(self, run_id: str, stored: int, total: int, unit: str = "events"):
-        super().__init__(f"the GPU time of this call ran out (ZeroGPU: {ABORTED}); {stored} of {total} "
-                         f"{unit} finished and are stored in run {run_id}")
-        self.run_id, self.stored, self.total = run_id, stored, total
+    def __init__(self, run_id: str, stored: int, total: int, unit: str = "events", refusal: str | None = None):
+        why = (f"ZeroGPU did not start the GPU call ({refusal})" if refusal is not None
+               else f"the GPU time of this call ran out (ZeroGPU: {ABORTED})")
+        kept = f"{stored} of {total} {unit} finished and are stored in run {run_id}" if run_id else "nothing was stored"
+        super().__init__(f"{why}; {kept}")
+        self.run_id, self.stored, self.total, self.refusal = run_id, stored, total, refusal
+
+    @classmethod
+    def of(cls, err: BaseException, run_id: str, stored: int, total: int, unit: str = "events") -> GpuAborted | None:
+        """The :class:`GpuAborted` that ``spaces``' error ``err`` stands for (None: another error)."""
+        import gradio as gr  # lazily: the API alone does not load Gradio
+
+        if not isinstance(err, gr.Error):
+            return None
+        message = str(getattr(err, "message", err))
+        if message == ABORTED:
+            return cls(run_id, stored, total, unit)
+        title = getattr(err, "title", None)
+        return cls(run_id, stored, total, unit, f"{title}: {message.strip()}") if title in REFUSED_TITLES else None
 
 
 @dataclass(frozen=True)
@@ -98,10 +123,40 @@ def serve(service: PetriService) -> None:
     _served[:] = [service]
 
 
-def seed_duration(plan: SeedPlan | BatchJob) -> int:
-    """The seconds a ZeroGPU call of ``plan`` (a seed, or a study's batch) asks for: ``PETRI_GPU_DURATION_S`` if set, else
-    :data:`DEFAULT_DURATION_S` (an estimate from the plan's samples and steps is not built)."""
-    return int(os.environ.get("PETRI_GPU_DURATION_S", DEFAULT_DURATION_S))
+def seed_work(plan: SeedPlan) -> CallWork:
+    """What a seed's call samples: every event of ``plan``, its longest prompt."""
+    return CallWork(plan.samples, plan.settings.max_denoising_steps, int(plan.events[0].pinned.shape[1]),
+                    max(len(p.prompt.ids) for p in plan.events), len(plan.events))
+
+
+def batch_work(job: BatchJob, lm=None) -> CallWork:
+    """What a study batch's call samples (its prompt encoded with the served model's tokenizer)."""
+    lm = lm or _served_model()
+    prompt = encode_prompt(lm.tokenizer, job.dish.prompt_text(), pin_thought_channel=job.settings.pin_thought_channel)
+    return CallWork(job.samples, job.settings.max_denoising_steps, lm.canvas_length, len(prompt.ids))
+
+
+def read_work(request: ProbeRequest, lm=None) -> CallWork:
+    """What a probe read's call samples: per listing order and question, its draws (``auto``: one
+    read and :data:`~petri.core.probe.AUTO_DRAWS` more, at most) over ``request.steps`` steps."""
+    lm = lm or _served_model()
+    draws = 1 + AUTO_DRAWS if request.samples == "auto" else int(request.samples)
+    orders = len(listing_orders(request)) * len(request.questions)
+    return CallWork(draws, request.steps, lm.canvas_length, len(plan_probe(lm, request).prompt_ids), orders)
+
+
+def _duration(work: Callable[[Any], CallWork]) -> Callable[[Any], int]:
+    """``spaces.GPU``'s ``duration`` callable of a call's one argument: ``PETRI_GPU_DURATION_S`` if
+    set, else the estimate of its ``work`` (:func:`petri.web.gpu_cost.duration_s`)."""
+    def duration(arg) -> int:
+        override = os.environ.get("PETRI_GPU_DURATION_S")
+        return int(override) if override else duration_s(work(arg))
+
+    return duration
+
+
+#: The ``duration`` of a seed's, a study batch's and a probe read's call.
+seed_duration, batch_duration, read_duration = _duration(seed_work), _duration(batch_work), _duration(read_work)
 
 
 def _served_model():
@@ -158,24 +213,42 @@ def _frames(event: int, sample: Callable[[Callable, CancelToken], Trajectory]) -
         sampler.join()
 
 
+def read_frames(request: ProbeRequest) -> Iterator[ProbeResult]:
+    """The GPU work of one probe read (one ZeroGPU call): ``request``'s slots read with the served
+    model, yielding the :class:`~petri.engine.probe.ProbeResult` (CPU data) once. The read runs on
+    a fresh thread of the child, as a seed's sampling does (:func:`_frames`: GNU OpenMP is not
+    fork-safe on the main thread of a child forked after the parent used it)."""
+    lm = _served_model()
+    done: list = []
+
+    def work() -> None:
+        try:
+            done.append(read_slots(lm, request))
+        except BaseException as err:  # noqa: BLE001 - raised again on the generator's side
+            done.append(err)
+
+    reader = threading.Thread(target=work, name="petri-gpu-reader", daemon=True)
+    reader.start()
+    reader.join()
+    if isinstance(done[0], BaseException):
+        raise done[0]
+    yield done[0]
+
+
 #: :func:`seed_frames` under ``spaces.GPU``: what :func:`zerogpu_seed_stream` calls.
 zerogpu_seed = spaces_gpu(duration=seed_duration)(seed_frames)
 #: :func:`batch_frames` under ``spaces.GPU``: what :class:`ZeroGpuStudyExecutor` calls, once a batch.
-zerogpu_batch = spaces_gpu(duration=seed_duration)(batch_frames)
-
-
-def _is_abort(err: BaseException) -> bool:
-    """Whether ``err`` is ``spaces``' "GPU task aborted" (a ``gradio.Error``)."""
-    import gradio as gr  # lazily: the API alone does not load Gradio
-
-    return isinstance(err, gr.Error) and getattr(err, "message", str(err)) == ABORTED
+zerogpu_batch = spaces_gpu(duration=batch_duration)(batch_frames)
+#: :func:`read_frames` under ``spaces.GPU``: what :func:`run_zerogpu_read` calls.
+zerogpu_read = spaces_gpu(duration=read_duration)(read_frames)
 
 
 def zerogpu_seed_stream(service: PetriService, plan: SeedPlan, owner: str | None = None,
-                        cancel: CancelToken | None = None) -> Iterator[tuple[str, Any]]:
+                        cancel: CancelToken | None = None, with_event: bool = False) -> Iterator[tuple[str, Any]]:
     """Run ``plan`` through :data:`zerogpu_seed` from this thread, storing it as run
     ``plan.run_id`` (a new id if None); yields ``("progress", LiveStep)`` per step, then
-    ``("done", SeedResult)``, as :func:`petri.web.ui.live.stream` does. ``cancel`` (checked at
+    ``("done", SeedResult)``, as :func:`petri.web.ui.live.stream` does (``with_event``: each step as
+    ``(event index, LiveStep)``, as the Compare tab's job reports it). ``cancel`` (checked at
     every frame, so within one step) closes the GPU call and raises
     :class:`~petri.core.cancel.Cancelled`; an aborted call raises :class:`GpuAborted`; in both
     cases the finished events stay stored and the run is marked (``cancelled`` / ``failed``)."""
@@ -193,7 +266,7 @@ def zerogpu_seed_stream(service: PetriService, plan: SeedPlan, owner: str | None
                     token.check()
                     if frame.step is not None:
                         try:
-                            yield "progress", frame.step
+                            yield "progress", (frame.event, frame.step) if with_event else frame.step
                         except GeneratorExit:
                             closed = True
                             raise Cancelled("cancelled") from None
@@ -201,8 +274,9 @@ def zerogpu_seed_stream(service: PetriService, plan: SeedPlan, owner: str | None
                     service.save_seed_event(plan, frame.event, frame.trajectory)
                     trajectories.append(frame.trajectory)
             except Exception as err:
-                if _is_abort(err):
-                    raise GpuAborted(run_id, len(trajectories), len(plan.events)) from err
+                stopped = GpuAborted.of(err, run_id, len(trajectories), len(plan.events))
+                if stopped is not None:
+                    raise stopped from err
                 raise
             finally:
                 frames.close()  # a cancel or an error: the GPU call stops at its next yield
@@ -247,8 +321,99 @@ class ZeroGpuStudyExecutor(LocalExecutor):
                         continue
                     on_landed(job, frame.trajectory, self.name)
             except Exception as err:
-                if _is_abort(err):
-                    raise GpuAborted(job.run_id or "", done, len(jobs), "batches of this call") from err
+                stopped = GpuAborted.of(err, job.run_id or "", done, len(jobs), "batches to compute")
+                if stopped is not None:
+                    raise stopped from err
                 raise
             finally:
                 frames.close()
+
+
+def run_zerogpu_study(service: PetriService, study, *, samples: int, seed: int, settings, templates=None,
+                      progress=None, cancel: CancelToken | None = None, owner: str | None = None):
+    """:meth:`~petri.app.service.PetriService.run_study` on ZeroGPU: the resumable runner, each
+    batch one ``spaces.GPU`` call from this thread (:class:`ZeroGpuStudyExecutor`), no model lock;
+    an aborted or refused call raises :class:`GpuAborted` (the batches before it stay stored, the
+    run reads ``failed``, and the same call resumes it)."""
+    from petri.study.runner import run_study  # lazily: the seed path does not load the study runner
+
+    def registered(run_id: str) -> None:
+        if owner is not None:
+            service.store.add_run_owner(run_id, owner)
+
+    with service.cancellable(cancel) as token:
+        return run_study(ZeroGpuStudyExecutor(service.lm), study, service.store, samples=samples, seed=seed,
+                         settings=settings, templates=templates, progress=progress, show_progress=False,
+                         cancel=token, on_run_id=registered)
+
+
+def zerogpu_study_stream(service: PetriService, study, *, samples: int, seed: int, settings, templates=None,
+                         owner: str | None = None, cancel: CancelToken | None = None) -> Iterator[tuple[str, Any]]:
+    """:func:`run_zerogpu_study` as the Study tab streams a study job: ``("progress", StudyProgress)``
+    per batch, then ``("done", StudyResult)``; its errors (:class:`GpuAborted`,
+    :class:`~petri.core.cancel.Cancelled`) raised here. The runner drives the batches from a thread
+    started with a copy of this thread's context (``contextvars``: where Gradio keeps the request
+    and ``spaces`` reads the visitor's quota token), so each batch's GPU call carries the caller's
+    request as one made here would; closing the stream cancels the run (its stored batches stay)."""
+    messages: queue.Queue = queue.Queue()
+    token = CancelToken()
+    outer = cancel
+
+    def watch() -> None:  # the caller's token (and its heartbeat) seen at every frame of every batch
+        if outer is not None:
+            try:
+                outer.check()
+            except Cancelled as stop:
+                token.cancel(stop.reason)
+
+    token.heartbeat = watch
+
+    def work() -> None:
+        try:
+            messages.put(("done", run_zerogpu_study(
+                service, study, samples=samples, seed=seed, settings=settings, templates=templates, owner=owner,
+                progress=lambda p: messages.put(("progress", p)), cancel=token)))
+        except BaseException as err:  # noqa: BLE001 - raised again in the caller's thread
+            messages.put(("error", err))
+
+    driver = threading.Thread(target=contextvars.copy_context().run, args=(work,), name="petri-zerogpu-study",
+                              daemon=True)
+    driver.start()
+    try:
+        while True:
+            kind, payload = messages.get()
+            if kind == "error":
+                raise payload
+            yield kind, payload
+            if kind == "done":
+                return
+    finally:
+        token.cancel("cancelled")  # a closed stream: the run stops at its next frame
+        driver.join()
+
+
+def run_zerogpu_read(service: PetriService, request: ProbeRequest, cancel: CancelToken | None = None,
+                     owner: str | None = None):
+    """One probe read on ZeroGPU (:data:`zerogpu_read`, one call from this thread), stored as the
+    service stores a read (:func:`petri.app.probe.save_read`): a :class:`~petri.app.probe.ProbeRun`.
+    The request is checked here first (no model work). ``cancel`` is seen when the read's one frame
+    arrives (a read is not stopped midway); an aborted or refused call raises :class:`GpuAborted`
+    and stores nothing."""
+    from petri.app.probe import ProbeRun, save_read
+
+    started = time.perf_counter()
+    plan_probe(service.lm, request)  # a bad request raises ProbeInputError before any GPU call
+    frames = zerogpu_read(request)
+    try:
+        result = next(iter(frames))
+    except Exception as err:
+        stopped = GpuAborted.of(err, "", 0, 1, "reads")
+        if stopped is not None:
+            raise stopped from err
+        raise
+    finally:
+        frames.close()
+    if cancel is not None:
+        cancel.check()
+    run_id, document = save_read(service, result, owner)
+    return ProbeRun(run_id, result, document, time.perf_counter() - started)

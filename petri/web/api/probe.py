@@ -36,7 +36,7 @@ from petri.web.api.jobs import SUBMIT_RESPONSES, _submit, _submitted
 from petri.web.api.probe_requests import ProbeIn, prepare_evaluation, prepare_probe
 from petri.web.api.responses import JobSubmitted, ModelOut, csv_links, model_out
 from petri.web.errors import FieldError, StrictJsonRoute
-from petri.web.gpu import gpu_task
+from petri.web.gpu import run_probe
 
 router = APIRouter(prefix="/api", tags=["probe"], route_class=StrictJsonRoute)
 
@@ -52,12 +52,6 @@ class ProbeOut(BaseModel):
                                              "top_k, draws, answer), skipped, final, seconds")
     timings: dict[str, float]
     csv: dict[str, str] = Field(description="download links of the run's tables")
-
-
-@gpu_task
-def run_probe(service, request, wait_s: float | None = None, cancel=None, owner: str | None = None) -> ProbeRun:
-    """One slot read on the service (its lock held), stored; ``cancel`` stops it within a step."""
-    return service.probe(request, wait_s=wait_s, cancel=cancel, owner=owner)
 
 
 def submit_evaluation(service, body: ProbeIn, owner: str | None):
