@@ -316,3 +316,23 @@ def serve_on_zerogpu(monkeypatch, service) -> None:
         monkeypatch.setattr(gpu_executor, name, gpu_executor.spaces_gpu(duration=duration)(frames))
     monkeypatch.setattr(QUOTA, "left_s", None)
     CALLS.clear()
+
+
+def stall_seed_after_step(monkeypatch, step: int, seconds: float = 60.0) -> None:
+    """Make every seed's sampling stop for ``seconds`` after its step ``step`` (in the child, which
+    has the patch: it is made before the fork), so a call with a shorter ``duration`` is aborted there."""
+    import time
+
+    from petri.web import gpu_executor
+
+    real = gpu_executor.sample_planned
+
+    def stalls(lm, plan, index, on_step=None, cancel=None):
+        def seen(s):
+            on_step(s)
+            if s.index == step:
+                time.sleep(seconds)
+
+        return real(lm, plan, index, on_step=seen, cancel=cancel)
+
+    monkeypatch.setattr(gpu_executor, "sample_planned", stalls)

@@ -27,6 +27,7 @@ from petri.core.trajectory import Trajectory
 from petri.engine.base import SamplingModel, StepCallback
 from petri.engine.seeding import plan_seed, sample_planned
 from petri.runs.store import RunStore
+from petri.study.executors import StudyExecutor
 from petri.study.runner import ProgressCallback, StudyProgress, StudyResult, run_study
 from petri.study.schema import Study
 
@@ -185,9 +186,19 @@ class PetriService(RunsView):
         with self.cancellable(cancel) as token, self.exclusive(wait_s, token):
             return self._study(study, samples, seed, settings, templates, progress, on_step, show_progress, token, owner)
 
+    def run_study_on(self, executor: StudyExecutor, study: Study, *, samples: int, seed: int,
+                     settings: FamilySettings | None, templates: Sequence[str] | None = None,
+                     progress: ProgressCallback | None = None, cancel: CancelToken | None = None,
+                     owner: str | None = None) -> StudyResult:
+        """:meth:`run_study` with its batches on ``executor`` and no one-job lock (the executor brings
+        its own GPU: ZeroGPU's, a call a batch, :mod:`petri.web.gpu_executor`); resumable as it is."""
+        with self.cancellable(cancel) as token:
+            return self._study(study, samples, seed, settings, templates, progress, None, False, token, owner,
+                               executor=executor)
+
     def _study(self, study, samples, seed, settings, templates, progress, on_step, show_progress, cancel, owner,
-               started_run=None) -> StudyResult:
-        """:meth:`run_study`'s work, the lock already held."""
+               started_run=None, executor: StudyExecutor | None = None) -> StudyResult:
+        """:meth:`run_study`'s work, the lock already held (or no lock: ``executor``'s own GPU)."""
 
         def registered(run_id: str) -> None:
             if owner is not None:
@@ -196,7 +207,7 @@ class PetriService(RunsView):
                 started_run(run_id)
 
         return run_study(
-            self.lm, study, self.store, samples=samples, seed=seed, settings=settings, templates=templates,
+            executor or self.lm, study, self.store, samples=samples, seed=seed, settings=settings, templates=templates,
             progress=progress, on_step=on_step, show_progress=show_progress, cancel=cancel, on_run_id=registered,
         )
 

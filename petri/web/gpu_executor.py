@@ -145,14 +145,16 @@ def read_work(request: ProbeRequest, lm=None) -> CallWork:
     return CallWork(draws, request.steps, lm.canvas_length, len(plan_probe(lm, request).prompt_ids), orders)
 
 
-def _duration(work: Callable[[Any], CallWork]) -> Callable[[Any], int]:
-    """``spaces.GPU``'s ``duration`` callable of a call's one argument: ``PETRI_GPU_DURATION_S`` if
-    set, else the estimate of its ``work`` (:func:`petri.web.gpu_cost.duration_s`)."""
-    def duration(arg) -> int:
-        override = os.environ.get("PETRI_GPU_DURATION_S")
-        return int(override) if override else duration_s(work(arg))
+def call_duration(work: CallWork) -> int:
+    """The seconds a call of ``work`` asks for: ``PETRI_GPU_DURATION_S`` if set, else the estimate
+    (:func:`petri.web.gpu_cost.duration_s`)."""
+    override = os.environ.get("PETRI_GPU_DURATION_S")
+    return int(override) if override else duration_s(work)
 
-    return duration
+
+def _duration(work: Callable[[Any], CallWork]) -> Callable[[Any], int]:
+    """``spaces.GPU``'s ``duration`` callable of a call's one argument: :func:`call_duration` of its ``work``."""
+    return lambda arg: call_duration(work(arg))
 
 
 #: The ``duration`` of a seed's, a study batch's and a probe read's call.
@@ -335,16 +337,8 @@ def run_zerogpu_study(service: PetriService, study, *, samples: int, seed: int, 
     batch one ``spaces.GPU`` call from this thread (:class:`ZeroGpuStudyExecutor`), no model lock;
     an aborted or refused call raises :class:`GpuAborted` (the batches before it stay stored, the
     run reads ``failed``, and the same call resumes it)."""
-    from petri.study.runner import run_study  # lazily: the seed path does not load the study runner
-
-    def registered(run_id: str) -> None:
-        if owner is not None:
-            service.store.add_run_owner(run_id, owner)
-
-    with service.cancellable(cancel) as token:
-        return run_study(ZeroGpuStudyExecutor(service.lm), study, service.store, samples=samples, seed=seed,
-                         settings=settings, templates=templates, progress=progress, show_progress=False,
-                         cancel=token, on_run_id=registered)
+    return service.run_study_on(ZeroGpuStudyExecutor(service.lm), study, samples=samples, seed=seed, settings=settings,
+                                templates=templates, progress=progress, cancel=cancel, owner=owner)
 
 
 def zerogpu_study_stream(service: PetriService, study, *, samples: int, seed: int, settings, templates=None,

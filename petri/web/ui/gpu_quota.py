@@ -24,7 +24,7 @@ from petri.core.settings import FamilySettings
 from petri.study.runner import plan_cells
 from petri.web.api.requests import prepare_seed
 from petri.web.gpu_cost import MAX_CALL_QUOTA_S, CallWork, cap_work, duration_s, quota_s, quota_share
-from petri.web.gpu_executor import on_zero_gpu, read_work, seed_work
+from petri.web.gpu_executor import call_duration, on_zero_gpu, read_work, seed_work
 
 #: What the cost line says while the inputs cannot be planned.
 NOT_ESTIMATED = "**ZeroGPU cost**: estimated once the inputs are valid."
@@ -32,7 +32,7 @@ NOT_ESTIMATED = "**ZeroGPU cost**: estimated once the inputs are valid."
 
 def cost_text(works: Sequence[CallWork], note: str = "") -> str:
     """The cost line of a run of one GPU call per item of ``works`` (``note``: the cap, if any)."""
-    durations = [duration_s(w) for w in works]
+    durations = [call_duration(w) for w in works]
     quota = sum(quota_s(d) for d in durations)
     low, high = min(durations), max(durations)
     each = f"≈ {low} s" if low == high else f"≈ {low}–{high} s"
@@ -134,7 +134,12 @@ def cost_box(inputs: list, estimate: Callable[..., str], elem_id: str) -> gr.Mar
         except Exception:  # noqa: BLE001 - the inputs are checked (and refused, naming the field) at Run
             return NOT_ESTIMATED
 
-    box = gr.Markdown(line, inputs=inputs, elem_id=elem_id)
-    for component in inputs:
-        component.change(line, inputs, box, show_progress="hidden", queue=False)
+    page = gr.context.Context.root_block
+    if page is None:
+        raise RuntimeError("cost_box: build it inside the Blocks of the page")
+    box = gr.Markdown(NOT_ESTIMATED, elem_id=elem_id)
+    # drawn at page load outside Gradio's queue (a queued load of a callable value met "Queue is
+    # stopped" (503) in a browser test while the page was still loading), then on every change
+    for trigger in (page.load, *(c.change for c in inputs)):
+        trigger(line, inputs, box, show_progress="hidden", queue=False)
     return box

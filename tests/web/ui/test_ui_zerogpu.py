@@ -54,17 +54,7 @@ def test_an_aborted_zerogpu_dish_run_keeps_its_steps_and_says_so_plainly(service
     ctl = DishController(service)
     harness.serve_on_zerogpu(monkeypatch, service)
     monkeypatch.setenv("PETRI_GPU_DURATION_S", "4")
-    real = gpu_executor.sample_planned
-
-    def stalls_after_step_2(lm, plan, index, on_step=None, cancel=None):
-        def step(s):
-            on_step(s)
-            if s.index == 2:
-                time.sleep(60)  # past the call's 4 s
-
-        return real(lm, plan, index, on_step=step, cancel=cancel)
-
-    monkeypatch.setattr(gpu_executor, "sample_planned", stalls_after_step_2)
+    harness.stall_seed_after_step(monkeypatch, 2)  # 60 s, past the call's 4 s
     final = list(ctl.run(*dish_inputs(ctl, steps=20)))[-1]
     assert final["status"] == (f"Stopped: the GPU time of this call ran out (ZeroGPU: GPU task aborted); 0 of 1 events "
                                f"finished and are stored in run {final['run_badge'].split('`')[1]}; stopped at step 2.")
