@@ -1,8 +1,8 @@
-"""Where a seed's model work runs: the dedicated-GPU (and CPU) path, or Hugging Face ZeroGPU.
+"""Where the model work runs: the dedicated-GPU (and CPU) path, or Hugging Face ZeroGPU.
 
-**Dedicated GPU or CPU** (the default): nothing here changes it. The Dish tab queues the seed as a
-job of the service's worker thread (``petri-jobs``, :meth:`~petri.app.service.PetriService.submit_seed`)
-and ``POST /api/seed`` calls :meth:`~petri.app.service.PetriService.seed` from a worker thread.
+**Dedicated GPU or CPU** (the default): nothing here changes it. The tabs queue their work as jobs
+of the service's worker thread (``petri-jobs``, e.g. :meth:`~petri.app.service.PetriService.submit_seed`)
+and the API's routes call the service from a worker thread.
 
 **ZeroGPU** (chosen when the platform sets ``SPACES_ZERO_GPU``, read as the ``spaces`` package
 reads it: ``1``, ``t`` or ``true``): the model work is one module-level generator,
@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from petri.app.jobs import recorded_run
+from petri.app.probe import ProbeRun, save_read
 from petri.app.service import PetriService, SeedResult
 from petri.core.cancel import Cancelled, CancelToken
 from petri.core.dish import encode_prompt
@@ -387,14 +388,12 @@ def zerogpu_study_stream(service: PetriService, study, *, samples: int, seed: in
 
 
 def run_zerogpu_read(service: PetriService, request: ProbeRequest, cancel: CancelToken | None = None,
-                     owner: str | None = None):
+                     owner: str | None = None) -> ProbeRun:
     """One probe read on ZeroGPU (:data:`zerogpu_read`, one call from this thread), stored as the
     service stores a read (:func:`petri.app.probe.save_read`): a :class:`~petri.app.probe.ProbeRun`.
     The request is checked here first (no model work). ``cancel`` is seen when the read's one frame
     arrives (a read is not stopped midway); an aborted or refused call raises :class:`GpuAborted`
     and stores nothing."""
-    from petri.app.probe import ProbeRun, save_read
-
     started = time.perf_counter()
     plan_probe(service.lm, request)  # a bad request raises ProbeInputError before any GPU call
     frames = zerogpu_read(request)

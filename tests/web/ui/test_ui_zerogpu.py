@@ -100,6 +100,23 @@ def test_a_zerogpu_study_runs_a_call_a_batch_an_abort_keeps_its_batches_and_a_re
     assert len(harness.CALLS) == 5 and service.jobs._worker is None  # 3 calls, then the 2 batches left
 
 
+def test_cancel_stops_a_zerogpu_study_and_keeps_its_stored_batches(service, monkeypatch):
+    from petri.web.ui.study import StudyController
+
+    ctl = StudyController(service)
+    harness.serve_on_zerogpu(monkeypatch, service)
+    cancel = threading.Event()
+    for update in ctl.run(*study_inputs(steps=40), cancel=cancel):
+        last = update
+        if " of 4 batches" in update.get("status", ""):
+            cancel.set()  # once the first batch is stored
+    run_id = last["status"].split("`")[1]
+    assert last["status"] == (f"Study run `{run_id}` stopped (the job was cancelled); its stored batches stay (run it "
+                              "again to resume).")
+    assert service.get_run(run_id)["status"] == "cancelled" and 1 <= len(service.store.load_events(run_id)) < 4
+    assert len(harness.CALLS) == len(service.store.load_events(run_id)) + 1 and not any(c.aborted for c in harness.CALLS)
+
+
 def compare_inputs(samples=2, steps=4):
     return ("order, inventory", "calm", "The order was packed.", "tense", "None of it was in stock.", "{event}",
             samples, 0, steps, None, True, None, None, None, False, None)
