@@ -18,6 +18,13 @@ read, not copied):
 - closing the parent generator (``GeneratorExit``) asks the child to stop: it closes its generator
   after the yield it is making.
 
+It also stands in for the two things of ``spaces``' scheduling a UI must handle: the visitor's
+quota (:data:`QUOTA`: a call asking for more than is left is refused before any child starts, with
+the error ``spaces/zero/client.py`` raises, "ZeroGPU quota exceeded"; it charges what a call asked
+for, where the platform charges the time used: an upper bound) and the request a call carries
+(:attr:`CallRecord.request`: Gradio's ``LocalContext.request`` when the call started, where
+``spaces`` reads the visitor's token).
+
 What it adds, to catch what a real Space would break on: it fails (:class:`ZeroGpuViolation`) if
 the **parent** process has initialised CUDA (``torch.cuda.is_initialized()``) before or after a call
 or once a yield is unpickled, or if a yield holds a torch tensor on CUDA; and it **drops the
@@ -76,6 +83,31 @@ class CallRecord:
     exitcode: int | None = None
     aborted: bool = False
     yields: int = 0
+    request: Any = None
+
+
+@dataclass
+class Quota:
+    """What is left of the visitor's daily quota (seconds); None (the default): no quota is kept.
+    A call asks for ``duration × factor`` (``spaces``' ``duration_factor`` of a ``large`` card)."""
+
+    left_s: float | None = None
+    factor: float = 1.5
+
+
+#: The visitor's quota the harness keeps (tests set ``QUOTA.left_s``; :func:`serve_on_zerogpu` resets it).
+QUOTA = Quota()
+
+
+def _schedule(record: CallRecord) -> None:
+    """Refuse the call as ``spaces``' scheduler does when the quota left is below its request."""
+    if QUOTA.left_s is None:
+        return
+    requested = round(record.duration_s * QUOTA.factor)
+    if requested > QUOTA.left_s:
+        raise gr.Error(f"You have exceeded your free ZeroGPU quota ({requested}s requested vs. {QUOTA.left_s:.0f}s left). "
+                       "Try again in 0:12:00. ", title="ZeroGPU quota exceeded", print_exception=False)
+    QUOTA.left_s -= requested
 
 
 #: Every call made under the harness in this process, oldest first (tests read and clear it).
@@ -204,8 +236,11 @@ def GPU(task=None, *, duration: Any = None, size: str | None = None):
             yield from task(*args, **kwargs)
             return
         _check_parent("before the call")
-        record = CallRecord(duration_s=_seconds(duration, args, kwargs))
+        from gradio.context import LocalContext
+
+        record = CallRecord(duration_s=_seconds(duration, args, kwargs), request=LocalContext.request.get(None))
         CALLS.append(record)
+        _schedule(record)
         args_bytes = pickle.dumps((args, kwargs))  # as spaces' arg queue: an unpicklable argument raises here
         recv, send = _FORK.Pipe(duplex=False)
         stop = _FORK.Event()
@@ -264,8 +299,9 @@ def GPU(task=None, *, duration: Any = None, size: str | None = None):
 def serve_on_zerogpu(monkeypatch, service) -> None:
     """Make this process a ZeroGPU Space for one test: ``SPACES_ZERO_GPU=true``, a ``spaces`` module
     whose ``GPU`` is this harness's, ``service`` served, and :mod:`petri.web.gpu_executor`'s GPU
-    generators (a seed's, a study batch's) decorated again through its own ``spaces_gpu`` (as at import on a Space),
-    and each call placing the model on the CPU (:class:`~petri.engine.torch.card_placement.CardPlacement`)."""
+    generators (a seed's, a study batch's, a probe read's) decorated again through its own ``spaces_gpu``, with their
+    own ``duration`` callables (as at import on a Space); no quota kept; each call placing the model on the CPU
+    (:class:`~petri.engine.torch.card_placement.CardPlacement`)."""
     import types
 
     from petri.web import gpu_executor
@@ -280,8 +316,30 @@ def serve_on_zerogpu(monkeypatch, service) -> None:
     # each call places the model (here: where it is, on the CPU), also for an app made after this
     monkeypatch.setattr(gpu_executor, "_placement", [CardPlacement("cpu")])
     monkeypatch.setattr(gpu_executor, "zerogpu_placement", lambda lm, size="xlarge": CardPlacement("cpu"))
-    monkeypatch.setattr(gpu_executor, "zerogpu_seed",
-                        gpu_executor.spaces_gpu(duration=gpu_executor.seed_duration)(gpu_executor.seed_frames))
-    monkeypatch.setattr(gpu_executor, "zerogpu_batch",
-                        gpu_executor.spaces_gpu(duration=gpu_executor.seed_duration)(gpu_executor.batch_frames))
+    monkeypatch.setattr(gpu_executor, "_size", ["large"])  # the tests' quotas are worked for half a card
+    for name, frames, duration in (("zerogpu_seed", gpu_executor.seed_frames, gpu_executor.seed_duration),
+                                   ("zerogpu_batch", gpu_executor.batch_frames, gpu_executor.batch_duration),
+                                   ("zerogpu_read", gpu_executor.read_frames, gpu_executor.read_duration)):
+        monkeypatch.setattr(gpu_executor, name, gpu_executor.spaces_gpu(duration=duration)(frames))
+    monkeypatch.setattr(QUOTA, "left_s", None)
     CALLS.clear()
+
+
+def stall_seed_after_step(monkeypatch, step: int, seconds: float = 60.0) -> None:
+    """Make every seed's sampling stop for ``seconds`` after its step ``step`` (in the child, which
+    has the patch: it is made before the fork), so a call with a shorter ``duration`` is aborted there."""
+    import time
+
+    from petri.web import gpu_executor
+
+    real = gpu_executor.sample_planned
+
+    def stalls(lm, plan, index, on_step=None, cancel=None):
+        def seen(s):
+            on_step(s)
+            if s.index == step:
+                time.sleep(seconds)
+
+        return real(lm, plan, index, on_step=seen, cancel=cancel)
+
+    monkeypatch.setattr(gpu_executor, "sample_planned", stalls)

@@ -97,12 +97,18 @@ def probe(service, plan: ProbePlan, *, watch: Watch = NO_WATCH, wait_s: float | 
     started = time.perf_counter()
     with service.cancellable(watch.cancel) as token, service.exclusive(wait_s, token):
         result = read_planned(service.lm, plan, cancel=token)
-        document = read_document(result)
-        run_id = uuid.uuid4().hex
-        service.store.create_run(run_id, PROBE_KIND, service.lm.model_id, {"probe": document["request"]}, owner)
-        service.store.save_result(run_id, "read", document)
-        service.store.finish_run(run_id, "done")
+        run_id, document = save_read(service, result, owner)
     return ProbeRun(run_id, result, document, time.perf_counter() - started)
+
+
+def save_read(service, result: ProbeResult, owner: str | None = None) -> tuple[str, dict]:
+    """Store a finished read as a new ``probe`` run of the service's model: (its run id, its document)."""
+    document = read_document(result)
+    run_id = uuid.uuid4().hex
+    service.store.create_run(run_id, PROBE_KIND, service.lm.model_id, {"probe": document["request"]}, owner)
+    service.store.save_result(run_id, "read", document)
+    service.store.finish_run(run_id, "done")
+    return run_id, document
 
 
 def submit_probe_eval(service, labelled: LabelledSet, settings: EvalSettings = EvalSettings(),

@@ -31,8 +31,6 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 #: Booleans: what reads as true and as false (any case); anything else is refused.
 TRUE, FALSE = ("1", "true", "yes"), ("0", "false", "no")
-#: Seconds a ZeroGPU call asks for when ``PETRI_GPU_DURATION_S`` is unset: ``spaces``' own default.
-DEFAULT_GPU_DURATION_S = 60
 #: The ZeroGPU card size a call asks for when ``PETRI_ZEROGPU_SIZE`` is unset: the whole card (the real
 #: DiffusionGemma fits no tier on half of one: :func:`petri.engine.torch.card_placement.card_tier`).
 DEFAULT_ZEROGPU_CARD = "xlarge"
@@ -99,9 +97,10 @@ class PetriConfig(BaseModel):
         False, "PETRI_PUBLIC", BOOLEAN,
         "Serve as public (jobs and runs private to their submitters) on loopback too; a server bound beyond "
         "loopback is public anyway.")
-    gpu_duration_s: int = _setting(
-        DEFAULT_GPU_DURATION_S, "PETRI_GPU_DURATION_S", "a whole number of seconds, 1 or more",
-        "Seconds a ZeroGPU call asks for.", ge=1)
+    gpu_duration_s: int | None = _setting(
+        None, "PETRI_GPU_DURATION_S", "a whole number of seconds, 1 or more",
+        "Seconds every ZeroGPU call asks for; unset: each call's own estimate from its samples, steps and shape "
+        "(petri/web/gpu_cost.py).", ge=1)
     zerogpu_size: Literal["large", "xlarge"] = _setting(
         DEFAULT_ZEROGPU_CARD, "PETRI_ZEROGPU_SIZE", "large or xlarge",
         "The ZeroGPU card size each GPU call asks for (`spaces.GPU(size=...)`): large, half a card (48 GB), or "

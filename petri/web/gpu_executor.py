@@ -1,8 +1,8 @@
-"""Where a seed's model work runs: the dedicated-GPU (and CPU) path, or Hugging Face ZeroGPU.
+"""Where the model work runs: the dedicated-GPU (and CPU) path, or Hugging Face ZeroGPU.
 
-**Dedicated GPU or CPU** (the default): nothing here changes it. The Dish tab queues the seed as a
-job of the service's worker thread (``petri-jobs``, :meth:`~petri.app.service.PetriService.submit_seed`)
-and ``POST /api/seed`` calls :meth:`~petri.app.service.PetriService.seed` from a worker thread.
+**Dedicated GPU or CPU** (the default): nothing here changes it. The tabs queue their work as jobs
+of the service's worker thread (``petri-jobs``, e.g. :meth:`~petri.app.service.PetriService.submit_seed`)
+and the API's routes call the service from a worker thread.
 
 **ZeroGPU** (chosen when the platform sets ``SPACES_ZERO_GPU``, read as the ``spaces`` package
 reads it: ``1``, ``t`` or ``true``): the model work is one module-level generator,
@@ -18,16 +18,19 @@ frames are CPU data: each step's :class:`~petri.engine.base.LiveStep` (numpy arr
 finished event's :class:`~petri.core.trajectory.Trajectory`.
 
 A study's batches go the same way, one call per batch (:class:`ZeroGpuStudyExecutor`, for
-:func:`petri.study.runner.run_study`), though the Study tab and ``POST /api/study`` do not use it yet.
+:func:`petri.study.runner.run_study`; :func:`zerogpu_study_stream` for the Study tab, :func:`run_zerogpu_study`
+for ``POST /api/study``), and a probe read is one call (:func:`read_frames`, :func:`run_zerogpu_read`).
 
-Not built here (issue 63): studies from the UI and API and probe reads on ZeroGPU, the ``duration`` estimate from
-samples, steps and shape (:func:`seed_duration` asks for the seconds :func:`serve` was given:
-``PETRI_GPU_DURATION_S``, else ``spaces``' default), the quota-aware UI and the API's Gradio endpoints.
+Each call's ``duration`` is estimated from the work it carries (:mod:`petri.web.gpu_cost`;
+``PETRI_GPU_DURATION_S`` overrides it). A call that ZeroGPU stops ("GPU task aborted") or refuses
+(the visitor's quota exceeded, a duration above the maximum, no GPU in time) raises
+:class:`GpuAborted`, naming what finished and is stored.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextvars
 import os
 import queue
 import threading
@@ -38,14 +41,22 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from petri.app.jobs import recorded_run
+from petri.app.probe import ProbeRun, save_read
 from petri.app.service import PetriService, SeedResult
 from petri.core.cancel import Cancelled, CancelToken
-from petri.core.config import DEFAULT_GPU_DURATION_S, DEFAULT_ZEROGPU_CARD
-from petri.core.plan import SeedPlan
+from petri.core.config import DEFAULT_ZEROGPU_CARD
+from petri.core.dish import encode_prompt
+from petri.core.plan import ProbePlan, SeedPlan
+from petri.core.probe import AUTO_DRAWS
 from petri.core.trajectory import Trajectory
+from petri.core.watch import NO_WATCH, Watch
 from petri.engine.base import LiveStep
+from petri.engine.probe import ProbeResult, read_planned
 from petri.engine.seeding import sample_planned
 from petri.study.executors import BatchJob, LocalExecutor, sample_batch
+from petri.study.plan import StudyPlan
+from petri.study.runner import StudyResult
+from petri.web.gpu_cost import CallWork, duration_s
 
 if TYPE_CHECKING:  # the web layer imports no torch before a model loads
     from petri.engine.torch.card_placement import CardPlacement
@@ -55,12 +66,14 @@ ZERO_GPU_ENV = "SPACES_ZERO_GPU"
 #: The message of the error ``spaces`` raises in the main process when the GPU child dies or runs
 #: past its ``duration``.
 ABORTED = "GPU task aborted"
-#: Seconds a call asks for unless :func:`serve` is told otherwise (``PETRI_GPU_DURATION_S``): ``spaces``' own default.
-DEFAULT_DURATION_S = DEFAULT_GPU_DURATION_S
 #: The card size each call asks for unless :func:`serve` is told otherwise (``PETRI_ZEROGPU_SIZE``): the
 #: whole card, since the real DiffusionGemma fits no tier on half of one
 #: (:func:`petri.engine.torch.card_placement.card_tier`).
 DEFAULT_ZEROGPU_SIZE = DEFAULT_ZEROGPU_CARD
+#: The titles of the errors ``spaces`` raises when it does not start a call (``spaces/zero/client.py``):
+#: the visitor's quota, a duration above the maximum, credits, no GPU in time.
+REFUSED_TITLES = ("ZeroGPU quota exceeded", "ZeroGPU illegal duration", "ZeroGPU pending credits exceeded",
+                  "ZeroGPU queue timeout")
 
 
 def on_zero_gpu() -> bool:
@@ -79,13 +92,29 @@ def spaces_gpu(**options: Any) -> Callable[[Callable], Callable]:
 
 
 class GpuAborted(RuntimeError):
-    """ZeroGPU stopped the call ("GPU task aborted": its ``duration`` ran out, or the child died);
-    ``stored`` events of the run were finished and stored before it stopped."""
+    """ZeroGPU stopped the call ("GPU task aborted": its ``duration`` ran out, or the child died) or
+    refused to start it (``refusal``: ``spaces``' message, e.g. the visitor's quota exceeded);
+    ``stored`` of ``total`` (events, batches) were finished and stored before it stopped."""
 
-    def __init__(self, run_id: str, stored: int, total: int, unit: str = "events"):
-        super().__init__(f"the GPU time of this call ran out (ZeroGPU: {ABORTED}); {stored} of {total} "
-                         f"{unit} finished and are stored in run {run_id}")
-        self.run_id, self.stored, self.total = run_id, stored, total
+    def __init__(self, run_id: str, stored: int, total: int, unit: str = "events", refusal: str | None = None):
+        why = (f"ZeroGPU did not start the GPU call ({refusal})" if refusal is not None
+               else f"the GPU time of this call ran out (ZeroGPU: {ABORTED})")
+        kept = f"{stored} of {total} {unit} finished and are stored in run {run_id}" if run_id else "nothing was stored"
+        super().__init__(f"{why}; {kept}")
+        self.run_id, self.stored, self.total, self.refusal = run_id, stored, total, refusal
+
+    @classmethod
+    def of(cls, err: BaseException, run_id: str, stored: int, total: int, unit: str = "events") -> GpuAborted | None:
+        """The :class:`GpuAborted` that ``spaces``' error ``err`` stands for (None: another error)."""
+        import gradio as gr  # lazily: the API alone does not load Gradio
+
+        if not isinstance(err, gr.Error):
+            return None
+        message = str(getattr(err, "message", err))
+        if message == ABORTED:
+            return cls(run_id, stored, total, unit)
+        title = getattr(err, "title", None)
+        return cls(run_id, stored, total, unit, f"{title}: {message.strip()}") if title in REFUSED_TITLES else None
 
 
 @dataclass(frozen=True)
@@ -99,26 +128,36 @@ class GpuFrame:
 
 
 _served: list[PetriService] = []
-#: The seconds a call asks for (:func:`serve` sets it).
-_duration_s: list[int] = [DEFAULT_DURATION_S]
+#: The seconds every call asks for (:func:`serve` sets it; ``None``: each call's estimate).
+_duration_s: list[int | None] = [None]
 #: How the served model is put on the card inside each GPU call (empty: used where it was loaded).
 _placement: list[CardPlacement] = []
+#: The card size every call asks for (:func:`serve` sets it).
+_size: list[str] = [DEFAULT_ZEROGPU_SIZE]
 
 
-def serve(service: PetriService, duration_s: int = DEFAULT_DURATION_S, placement: CardPlacement | None = None,
+def card_size() -> str:
+    """The ZeroGPU card size every call asks for (``large`` or ``xlarge``: what its quota counts)."""
+    return _size[0]
+
+
+def serve(service: PetriService, duration_s: int | None = None, placement: CardPlacement | None = None,
           size: str = DEFAULT_ZEROGPU_SIZE) -> None:
-    """Name the service whose model :func:`seed_frames` samples with, the seconds a call asks for
-    (``PETRI_GPU_DURATION_S``, :class:`petri.core.config.PetriConfig`), how each call puts that model on
+    """Name the service whose model :func:`seed_frames` samples with, the seconds every call asks for
+    (``PETRI_GPU_DURATION_S``, :class:`petri.core.config.PetriConfig`; ``None``: each call's estimate,
+    :func:`call_duration`), how each call puts that model on
     its GPU (``placement``: :class:`~petri.engine.torch.card_placement.CardPlacement`; on a Space the
     model stays on the CPU in this process and each call places it; ``None`` samples with it where it
     was loaded) and the card size each call asks for (``PETRI_ZEROGPU_SIZE``): called once the model is
     loaded, before any GPU call (a ZeroGPU child is forked from this process and finds it here)."""
-    global zerogpu_seed, zerogpu_batch
+    global zerogpu_seed, zerogpu_batch, zerogpu_read
     _served[:] = [service]
     _duration_s[:] = [duration_s]
     _placement[:] = [placement] if placement is not None else []
+    _size[:] = [size]
     zerogpu_seed = spaces_gpu(duration=seed_duration, size=size)(seed_frames)
-    zerogpu_batch = spaces_gpu(duration=seed_duration, size=size)(batch_frames)
+    zerogpu_batch = spaces_gpu(duration=batch_duration, size=size)(batch_frames)
+    zerogpu_read = spaces_gpu(duration=read_duration, size=size)(read_frames)
 
 
 def host_model_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -139,10 +178,57 @@ def zerogpu_placement(lm, size: str = DEFAULT_ZEROGPU_SIZE) -> CardPlacement:
     return placement_for(lm, size)
 
 
-def seed_duration(plan: SeedPlan | BatchJob) -> int:
-    """The seconds a ZeroGPU call of ``plan`` (a seed, or a study's batch) asks for: those :func:`serve`
-    was given (an estimate from the plan's samples and steps is not built)."""
-    return _duration_s[0]
+def seed_work(plan: SeedPlan) -> CallWork:
+    """What a seed's call samples: every event of ``plan``, its longest prompt."""
+    return CallWork(plan.samples, plan.settings.max_denoising_steps, int(plan.events[0].pinned.shape[1]),
+                    max(len(p.prompt.ids) for p in plan.events), len(plan.events))
+
+
+def batch_work(job: BatchJob, lm=None) -> CallWork:
+    """What a study batch's call samples (its prompt encoded with the served model's tokenizer)."""
+    lm = lm or _served_lm()
+    prompt = encode_prompt(lm.tokenizer, job.dish.prompt_text(), pin_thought_channel=job.settings.pin_thought_channel)
+    return CallWork(job.samples, job.settings.max_denoising_steps, lm.canvas_length, len(prompt.ids))
+
+
+def read_work(plan: ProbePlan, lm=None) -> CallWork:
+    """What a probe read's call samples: per listing order and question, its draws (``auto``: one
+    read and :data:`~petri.core.probe.AUTO_DRAWS` more, at most) over ``plan.request.steps`` steps."""
+    lm = lm or _served_lm()
+    request = plan.request
+    draws = 1 + AUTO_DRAWS if request.samples == "auto" else int(request.samples)
+    orders = len(plan.orders) * len(request.questions)
+    return CallWork(draws, request.steps, lm.canvas_length, len(plan.base.prompt_ids), orders)
+
+
+def call_duration(work: CallWork) -> int:
+    """The seconds a call of ``work`` asks for: those :func:`serve` was given (``PETRI_GPU_DURATION_S``)
+    if any, else the estimate (:func:`petri.web.gpu_cost.duration_s`)."""
+    override = _duration_s[0]
+    return int(override) if override is not None else duration_s(work)
+
+
+def _duration(work: Callable[[Any], CallWork]) -> Callable[[Any], int]:
+    """``spaces.GPU``'s ``duration`` callable of a call's one argument: the seconds :func:`serve` was
+    given, else :func:`call_duration` of its ``work`` (not computed when the seconds are given)."""
+
+    def duration(arg: Any) -> int:
+        override = _duration_s[0]
+        return int(override) if override is not None else call_duration(work(arg))
+
+    return duration
+
+
+#: The ``duration`` of a seed's, a study batch's and a probe read's call.
+seed_duration, batch_duration, read_duration = _duration(seed_work), _duration(batch_work), _duration(read_work)
+
+
+def _served_lm():
+    """The served model as this process holds it (its facts and tokenizer; never placed on a card:
+    the duration callables run in the main process)."""
+    if not _served:
+        raise RuntimeError("no model is served: call petri.web.gpu_executor.serve(service) first")
+    return _served[0].lm
 
 
 def _served_model():
@@ -199,24 +285,42 @@ def _frames(event: int, sample: Callable[[Callable, CancelToken], Trajectory]) -
         sampler.join()
 
 
+def read_frames(plan: ProbePlan) -> Iterator[ProbeResult]:
+    """The GPU work of one probe read (one ZeroGPU call): ``plan``'s slots read with the served
+    model, yielding the :class:`~petri.engine.probe.ProbeResult` (CPU data) once. The read runs on
+    a fresh thread of the child, as a seed's sampling does (:func:`_frames`: GNU OpenMP is not
+    fork-safe on the main thread of a child forked after the parent used it)."""
+    lm = _served_model()
+    done: list = []
+
+    def work() -> None:
+        try:
+            done.append(read_planned(lm, plan))
+        except BaseException as err:  # noqa: BLE001 - raised again on the generator's side
+            done.append(err)
+
+    reader = threading.Thread(target=work, name="petri-gpu-reader", daemon=True)
+    reader.start()
+    reader.join()
+    if isinstance(done[0], BaseException):
+        raise done[0]
+    yield done[0]
+
+
 #: :func:`seed_frames` under ``spaces.GPU``: what :func:`zerogpu_seed_stream` calls.
 zerogpu_seed = spaces_gpu(duration=seed_duration, size=DEFAULT_ZEROGPU_SIZE)(seed_frames)
 #: :func:`batch_frames` under ``spaces.GPU``: what :class:`ZeroGpuStudyExecutor` calls, once a batch.
-zerogpu_batch = spaces_gpu(duration=seed_duration, size=DEFAULT_ZEROGPU_SIZE)(batch_frames)
-
-
-def _is_abort(err: BaseException) -> bool:
-    """Whether ``err`` is ``spaces``' "GPU task aborted" (a ``gradio.Error``)."""
-    import gradio as gr  # lazily: the API alone does not load Gradio
-
-    return isinstance(err, gr.Error) and getattr(err, "message", str(err)) == ABORTED
+zerogpu_batch = spaces_gpu(duration=batch_duration, size=DEFAULT_ZEROGPU_SIZE)(batch_frames)
+#: :func:`read_frames` under ``spaces.GPU``: what :func:`run_zerogpu_read` calls.
+zerogpu_read = spaces_gpu(duration=read_duration, size=DEFAULT_ZEROGPU_SIZE)(read_frames)
 
 
 def zerogpu_seed_stream(service: PetriService, plan: SeedPlan, owner: str | None = None,
-                        cancel: CancelToken | None = None) -> Iterator[tuple[str, Any]]:
+                        cancel: CancelToken | None = None, with_event: bool = False) -> Iterator[tuple[str, Any]]:
     """Run ``plan`` through :data:`zerogpu_seed` from this thread, storing it as run
     ``plan.run_id`` (a new id if None); yields ``("progress", LiveStep)`` per step, then
-    ``("done", SeedResult)``, as :func:`petri.web.ui.live.stream` does. ``cancel`` (checked at
+    ``("done", SeedResult)``, as :func:`petri.web.ui.live.stream` does (``with_event``: each step as
+    ``(event index, LiveStep)``, as the Compare tab's job reports it). ``cancel`` (checked at
     every frame, so within one step) closes the GPU call and raises
     :class:`~petri.core.cancel.Cancelled`; an aborted call raises :class:`GpuAborted`; in both
     cases the finished events stay stored and the run is marked (``cancelled`` / ``failed``)."""
@@ -234,7 +338,7 @@ def zerogpu_seed_stream(service: PetriService, plan: SeedPlan, owner: str | None
                     token.check()
                     if frame.step is not None:
                         try:
-                            yield "progress", frame.step
+                            yield "progress", (frame.event, frame.step) if with_event else frame.step
                         except GeneratorExit:
                             closed = True
                             raise Cancelled("cancelled") from None
@@ -242,8 +346,9 @@ def zerogpu_seed_stream(service: PetriService, plan: SeedPlan, owner: str | None
                     service.save_seed_event(plan, frame.event, frame.trajectory)
                     trajectories.append(frame.trajectory)
             except Exception as err:
-                if _is_abort(err):
-                    raise GpuAborted(run_id, len(trajectories), len(plan.events)) from err
+                stopped = GpuAborted.of(err, run_id, len(trajectories), len(plan.events))
+                if stopped is not None:
+                    raise stopped from err
                 raise
             finally:
                 frames.close()  # a cancel or an error: the GPU call stops at its next yield
@@ -288,8 +393,86 @@ class ZeroGpuStudyExecutor(LocalExecutor):
                         continue
                     on_landed(job, frame.trajectory, self.name)
             except Exception as err:
-                if _is_abort(err):
-                    raise GpuAborted(job.run_id or "", done, len(jobs), "batches of this call") from err
+                stopped = GpuAborted.of(err, job.run_id or "", done, len(jobs), "batches to compute")
+                if stopped is not None:
+                    raise stopped from err
                 raise
             finally:
                 frames.close()
+
+
+def run_zerogpu_study(service: PetriService, plan: StudyPlan, *, watch: Watch = NO_WATCH,
+                      owner: str | None = None) -> StudyResult:
+    """:meth:`~petri.app.service.PetriService.run_study` on ZeroGPU: the resumable runner, each
+    batch one ``spaces.GPU`` call from this thread (:class:`ZeroGpuStudyExecutor`), no model lock;
+    an aborted or refused call raises :class:`GpuAborted` (the batches before it stay stored, the
+    run reads ``failed``, and the same call resumes it)."""
+    return service.run_study_on(ZeroGpuStudyExecutor(service.lm), plan, watch=watch, owner=owner)
+
+
+def zerogpu_study_stream(service: PetriService, plan: StudyPlan, *, owner: str | None = None,
+                         cancel: CancelToken | None = None) -> Iterator[tuple[str, Any]]:
+    """:func:`run_zerogpu_study` as the Study tab streams a study job: ``("progress", StudyProgress)``
+    per batch, then ``("done", StudyResult)``; its errors (:class:`GpuAborted`,
+    :class:`~petri.core.cancel.Cancelled`) raised here. The runner drives the batches from a thread
+    started with a copy of this thread's context (``contextvars``: where Gradio keeps the request
+    and ``spaces`` reads the visitor's quota token), so each batch's GPU call carries the caller's
+    request as one made here would; closing the stream cancels the run (its stored batches stay)."""
+    messages: queue.Queue = queue.Queue()
+    token = CancelToken()
+    outer = cancel
+
+    def watch() -> None:  # the caller's token (and its heartbeat) seen at every frame of every batch
+        if outer is not None:
+            try:
+                outer.check()
+            except Cancelled as stop:
+                token.cancel(stop.reason)
+
+    token.heartbeat = watch
+
+    def work() -> None:
+        try:
+            messages.put(("done", run_zerogpu_study(
+                service, plan, owner=owner, watch=Watch(progress=lambda p: messages.put(("progress", p)), cancel=token))))
+        except BaseException as err:  # noqa: BLE001 - raised again in the caller's thread
+            messages.put(("error", err))
+
+    driver = threading.Thread(target=contextvars.copy_context().run, args=(work,), name="petri-zerogpu-study",
+                              daemon=True)
+    driver.start()
+    try:
+        while True:
+            kind, payload = messages.get()
+            if kind == "error":
+                raise payload
+            yield kind, payload
+            if kind == "done":
+                return
+    finally:
+        token.cancel("cancelled")  # a closed stream: the run stops at its next frame
+        driver.join()
+
+
+def run_zerogpu_read(service: PetriService, plan: ProbePlan, cancel: CancelToken | None = None,
+                     owner: str | None = None) -> ProbeRun:
+    """One probe read on ZeroGPU (:data:`zerogpu_read`, one call from this thread), stored as the
+    service stores a read (:func:`petri.app.probe.save_read`): a :class:`~petri.app.probe.ProbeRun`.
+    The plan was checked at the edge (no model work). ``cancel`` is seen when the read's one frame
+    arrives (a read is not stopped midway); an aborted or refused call raises :class:`GpuAborted`
+    and stores nothing."""
+    started = time.perf_counter()
+    frames = zerogpu_read(plan)
+    try:
+        result = next(iter(frames))
+    except Exception as err:
+        stopped = GpuAborted.of(err, "", 0, 1, "reads")
+        if stopped is not None:
+            raise stopped from err
+        raise
+    finally:
+        frames.close()
+    if cancel is not None:
+        cancel.check()
+    run_id, document = save_read(service, result, owner)
+    return ProbeRun(run_id, result, document, time.perf_counter() - started)

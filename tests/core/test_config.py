@@ -39,7 +39,7 @@ def test_the_defaults():
     assert PetriConfig().model_dump() == {
         "model": None, "allow_download": False, "compile": None, "precision": "bf16", "backend": "auto",
         "assets": None, "shipped_study": None, "prompt_cache_mb": None, "api_token": None, "public": False,
-        "gpu_duration_s": 60, "zerogpu_size": "xlarge", "host": "127.0.0.1", "port": 7860}
+        "gpu_duration_s": None, "zerogpu_size": "xlarge", "host": "127.0.0.1", "port": 7860}
 
 
 def test_every_variable_is_read_and_nothing_else():
@@ -93,12 +93,12 @@ def test_the_engines_names_and_defaults_agree_with_the_object():
     and its own defaults; they are the object's."""
     from petri.engine.base import ALLOW_DOWNLOAD_ENV
     from petri.engine.torch.prompt_cache import DEFAULT_PROMPT_CACHE_MB, PROMPT_CACHE_ENV, PromptCache
-    from petri.web.gpu_executor import DEFAULT_DURATION_S
+    from petri.web import gpu_executor
 
     assert (ALLOW_DOWNLOAD_ENV, PROMPT_CACHE_ENV) == (variable("allow_download"), variable("prompt_cache_mb"))
     assert PromptCache().max_bytes == DEFAULT_PROMPT_CACHE_MB * 2**20 == 1024 * 2**20
     assert "unset: the engine's default, 1,024 " in PetriConfig.model_fields["prompt_cache_mb"].description
-    assert DEFAULT_DURATION_S == PetriConfig().gpu_duration_s == 60
+    assert gpu_executor._duration_s == [None] and PetriConfig().gpu_duration_s is None  # unset: each call's estimate
 
 
 def test_the_table_has_a_row_per_variable_by_hand():

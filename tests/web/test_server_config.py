@@ -80,7 +80,7 @@ def test_the_app_passes_the_gpu_duration_and_the_cache_limit_on(monkeypatch, tmp
     from petri.web.app import create_app
 
     monkeypatch.setattr(gpu_executor, "_served", [])
-    monkeypatch.setattr(gpu_executor, "_duration_s", [gpu_executor.DEFAULT_DURATION_S])
+    monkeypatch.setattr(gpu_executor, "_duration_s", [None])
     lm = tiny_random_model(canvas_length=16)
     create_app(PetriService(lm, RunStore(tmp_path / "runs")), ui=False, config=PetriConfig(gpu_duration_s=7,
                                                                                             prompt_cache_mb=3))

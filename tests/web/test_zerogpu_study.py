@@ -65,7 +65,7 @@ def test_an_aborted_batch_keeps_the_batches_before_it_and_the_study_resumes(serv
 
     monkeypatch.setattr(gpu_executor, "sample_batch", third_stalls)
     store = RunStore(tmp_path / "zero")
-    with pytest.raises(GpuAborted, match="2 of 4 batches of this call finished"):
+    with pytest.raises(GpuAborted, match="2 of 4 batches to compute finished"):
         run(ZeroGpuStudyExecutor(service.lm), store)
     ran = calls.read_text().split()
     assert sorted(k for k, _, _ in store.load_events(here.run_id)) == sorted(ran[:2])

@@ -29,8 +29,6 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from petri.app.probe import ProbeRun
-from petri.core.plan import ProbePlan
-from petri.core.watch import NO_WATCH, Watch
 from petri.engine.probe import plan_probe
 from petri.runs.probe_results import EVAL_KIND, PROBE_KIND, predictions_table
 from petri.study.probe_eval import compare_predictions
@@ -39,7 +37,7 @@ from petri.web.api.jobs import SUBMIT_RESPONSES, _submit, _submitted
 from petri.web.api.probe_requests import ProbeIn, prepare_evaluation, prepare_probe
 from petri.web.api.responses import JobSubmitted, ModelOut, csv_links, model_out
 from petri.web.errors import FieldError, StrictJsonRoute
-from petri.web.gpu import gpu_task
+from petri.web.gpu import run_probe
 
 router = APIRouter(prefix="/api", tags=["probe"], route_class=StrictJsonRoute)
 
@@ -55,13 +53,6 @@ class ProbeOut(BaseModel):
                                              "top_k, draws, answer), skipped, final, seconds")
     timings: dict[str, float]
     csv: dict[str, str] = Field(description="download links of the run's tables")
-
-
-@gpu_task
-def run_probe(service, plan: ProbePlan, *, watch: Watch = NO_WATCH, wait_s: float | None = None,
-              owner: str | None = None) -> ProbeRun:
-    """One slot read on the service (its lock held), stored; ``watch.cancel`` stops it within a step."""
-    return service.probe(plan, watch=watch, wait_s=wait_s, owner=owner)
 
 
 def submit_evaluation(service, body: ProbeIn, owner: str | None):

@@ -32,8 +32,8 @@ from petri.measure.tables import pairs_table, samples_table, segments_table
 from petri.study.anchor_marks import aggregate_anchor_boxes
 from petri.study.plots import flip_difference_heatmap
 from petri.web.access import Caller
-from petri.web.api.requests import prepare_seed
 from petri.web.errors import FieldError
+from petri.web.gpu_executor import GpuAborted, on_zero_gpu
 from petri.web.limits import MAX_SAMPLES
 from petri.web.ui.access import UiAccess
 from petri.web.ui.dish import EXAMPLE_CONCEPTS, TEMPLATE_CHOICES, DishController
@@ -47,7 +47,8 @@ from petri.web.ui.dish_controls import (
 )
 from petri.web.ui.dish_live import LiveDish, throttled, title_at_top
 from petri.web.ui.figure_files import add_figure_downloads
-from petri.web.ui.live import QUEUED_LINE, JobCancelled, stream, wire_run
+from petri.web.ui.gpu_quota import capped_seed, cost_box, seed_cost
+from petri.web.ui.live import QUEUED_LINE, JobCancelled, stream, wire_run, zerogpu_stream
 from petri.web.ui.stats import paired_tests_line
 from petri.web.ui.trajectory import TrajectoryView, mode_of, run_label
 from petri.web.ui.views import END_TOKEN_COLOR, END_TOKEN_LABEL, concept_colors, highlighted_text, request_error_message
@@ -166,10 +167,10 @@ class CompareController:
         try:
             labels, request = self.request_of(concepts, label_a, event_a, label_b, event_b, template, samples, seed,
                                               steps, placement, shuffle, *settings)
-            plan = prepare_seed(request, self.service.lm)
+            request, plan, capped = capped_seed(request, self.service.lm)  # ZeroGPU: capped to one call
         except (ValidationError, FieldError) as err:
             raise gr.Error(request_error_message(err), title="Check the comparison") from None
-        yield {"status": QUEUED_LINE if self.service.busy else "Sampling both events…",
+        yield {"status": QUEUED_LINE if self.service.busy else " ".join(filter(None, ("Sampling both events…", capped))),
                "heatmap_a": None, "heatmap_b": None, "difference": None, "summary": "",
                "sample": gr.update(value=0, maximum=1, interactive=False)}
         lives = [LiveDish(self.service.lm, self.dish.tokens, planned) for planned in plan.events]
@@ -188,7 +189,9 @@ class CompareController:
 
         result = None
         try:
-            for kind, payload in throttled(stream(submit, self.service.jobs, cancel=cancel, idle=True), take):
+            events = (zerogpu_stream(self.service, plan, caller.owner if caller else None, cancel, with_event=True)
+                      if on_zero_gpu() else stream(submit, self.service.jobs, cancel=cancel, idle=True))
+            for kind, payload in throttled(events, take):
                 if kind == "done":
                     result = payload
                     break
@@ -200,7 +203,7 @@ class CompareController:
                        **lives[i].trajectory(self.trajectories[i])}
         except QueueFull as err:
             raise gr.Error(f"The model is busy: {err}", title="Busy") from None
-        except JobCancelled as stop:
+        except (JobCancelled, GpuAborted) as stop:  # an aborted or refused GPU call: its finished event stays stored
             yield {"status": f"Stopped: {stop}."}
             return
         result = cast(SeedResult, result)  # stream() ends with "done" or raises
@@ -313,6 +316,12 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
         samples = gr.Slider(1, MAX_SAMPLES, value=8, step=1, label="Samples per event", elem_id="petri-cmp-samples")
         seed = gr.Number(0, precision=0, minimum=0, label="Seed")
     settings = sampler_settings(dish.defaults, "petri-cmp")
+    # in the order of CompareController.run's inputs
+    controls = {"concepts": concepts, "label_a": label_a, "event_a": event_a, "label_b": label_b, "event_b": event_b,
+                "template": template, "samples": samples, "seed": seed, ctl.steps_name: settings[ctl.steps_name],
+                "placement": slots["placement"], "shuffle": slots["shuffle"],
+                **{k: v for k, v in settings.items() if k != ctl.steps_name}}
+    cost_box(list(controls.values()), lambda *values: seed_cost(ctl.request_of(*values)[1], service.lm), "petri-cmp-cost")
     with gr.Row():
         run_btn = gr.Button("Compare the two events", variant="primary", elem_id="petri-cmp-run", scale=4)
         cancel_btn = gr.Button("Cancel", variant="stop", elem_id="petri-cmp-cancel", scale=1)
@@ -349,11 +358,6 @@ def build_compare_tab(service: PetriService, dish: DishController, access: UiAcc
              "difference": difference, "pairs": pairs, "paired": paired, "text_a": text_a, "text_b": text_b,
              "sample": sample, **trajectories}
 
-    # in the order of CompareController.run's inputs
-    controls = {"concepts": concepts, "label_a": label_a, "event_a": event_a, "label_b": label_b, "event_b": event_b,
-                "template": template, "samples": samples, "seed": seed, ctl.steps_name: settings[ctl.steps_name],
-                "placement": slots["placement"], "shuffle": slots["shuffle"],
-                **{k: v for k, v in settings.items() if k != ctl.steps_name}}
     wire_placement(dish, concepts, slots, canvas, settings[control_of(dish.defaults, "pin_thought_channel")])
     wire_run(run_btn, cancel_btn, ctl.run, list(controls.values()), names, access, busy=lambda: service.busy,
              validator=ctl.validate, concurrency_limit=1, concurrency_id="model", show_progress="minimal")

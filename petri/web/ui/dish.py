@@ -57,6 +57,7 @@ from petri.web.ui.dish_controls import (
 )
 from petri.web.ui.dish_live import LiveDish, throttled, title_at_top
 from petri.web.ui.figure_files import add_figure_downloads
+from petri.web.ui.gpu_quota import capped_seed, cost_box, seed_cost
 from petri.web.ui.live import QUEUED_LINE, JobCancelled, field_validation, stream, wire_run, zerogpu_stream
 from petri.web.ui.trajectory import TrajectoryView, mode_of, run_label
 from petri.web.ui.views import (
@@ -273,8 +274,7 @@ class DishController:
         then yield every result. Yields dicts keyed by output component name; ``cancel`` is the hook
         a Cancel button sets (:func:`petri.web.ui.live.stream`); ``caller`` owns the run (None: local)."""
         try:
-            request = self.build_request(*inputs)
-            plan = prepare_seed(request, self.lm)
+            _, plan, capped = capped_seed(self.build_request(*inputs), self.lm)  # ZeroGPU: capped to one call
         except (ValidationError, FieldError) as err:
             raise gr.Error(request_error_message(err), title="Check the dish") from None
         live = LiveDish(self.lm, self.tokens, plan.events[0])
@@ -288,7 +288,7 @@ class DishController:
             return jobs[0]
 
         # every result panel is cleared at once: nothing of the previous run stays beside this one
-        yield {**self.cleared_views(), **({"status": QUEUED_LINE} if self.service.busy else {})}
+        yield {**self.cleared_views(), **({"status": QUEUED_LINE if self.service.busy else capped} if self.service.busy or capped else {})}
         result: SeedResult | None = None
         try:
             events = (zerogpu_stream(self.service, plan, caller.owner if caller else None, cancel) if zero_gpu
@@ -449,6 +449,10 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
         samples = gr.Slider(1, MAX_SAMPLES, value=8, step=1, label="Samples", elem_id="petri-samples")
         seed = gr.Number(0, precision=0, minimum=0, label="Seed")
     settings = sampler_settings(ctl.defaults)
+    controls = {"concepts": concepts, "event": event, "template": template, "samples": samples, "seed": seed,
+                "placement": slots["placement"], "shuffle": slots["shuffle"], **settings}
+    run_inputs = list(controls.values())
+    cost_box(run_inputs, lambda *values: seed_cost(ctl.build_request(*values), ctl.lm), "petri-cost")
     with gr.Row():
         run_btn = gr.Button("Run the dish", variant="primary", elem_id="petri-run", scale=4)
         cancel_btn = gr.Button("Cancel", variant="stop", elem_id="petri-cancel", scale=1)
@@ -477,9 +481,6 @@ def build_dish_tab(service: PetriService, access: UiAccess | None = None) -> tup
                                           column_widths=[f"{w}px" for w in samples_columns().values()])
 
     add_figure_downloads(service, run_id, ctl.figures, access, [sample], "petri-dish-figures")
-    controls = {"concepts": concepts, "event": event, "template": template, "samples": samples, "seed": seed,
-                "placement": slots["placement"], "shuffle": slots["shuffle"], **settings}
-    run_inputs = list(controls.values())
     names = {"status": status, "run_badge": run_badge, "heatmap": heatmap, "run_id": run_id, "final_text": final_text,
              "flips": flips, "pairs": pairs, "samples_table": samples_table_view, "files": files,
              "sample": sample, **trajectory}

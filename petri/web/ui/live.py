@@ -27,8 +27,9 @@ from petri.app.jobs import FINAL, Job, JobQueue
 from petri.app.service import PetriService
 from petri.core.cancel import Cancelled, CancelToken
 from petri.core.plan import SeedPlan
+from petri.study.plan import StudyPlan
 from petri.web.errors import FieldError
-from petri.web.gpu_executor import zerogpu_seed_stream
+from petri.web.gpu_executor import zerogpu_seed_stream, zerogpu_study_stream
 from petri.web.ui.access import UiAccess
 from petri.web.ui.views import field_message, request_error_message
 
@@ -212,14 +213,29 @@ class CancelButtons:
 
 
 def zerogpu_stream(service: PetriService, plan: SeedPlan, owner: str | None = None,
-                   cancel: threading.Event | None = None) -> Iterator[tuple[str, Any]]:
+                   cancel: threading.Event | None = None, with_event: bool = False) -> Iterator[tuple[str, Any]]:
     """:func:`petri.web.gpu_executor.zerogpu_seed_stream` for a UI run handler, in place of
-    :func:`stream` on ZeroGPU: the same ``("progress", LiveStep)`` / ``("done", SeedResult)`` items,
-    a Cancel button's ``cancel`` event seen at the next step, a cancel raised as :class:`JobCancelled`
-    (:class:`~petri.web.gpu_executor.GpuAborted` as itself)."""
+    :func:`stream` on ZeroGPU: the same ``("progress", LiveStep)`` / ``("done", SeedResult)`` items
+    (``with_event``: ``("progress", (event, LiveStep))``, as the Compare tab's job reports them),
+    through :func:`zerogpu_events`."""
+    return zerogpu_events(lambda token: zerogpu_seed_stream(service, plan, owner, token, with_event), cancel)
+
+
+def zerogpu_events(start: Callable[[CancelToken], Iterator[tuple[str, Any]]],
+                   cancel: threading.Event | None = None) -> Iterator[tuple[str, Any]]:
+    """The items of the ZeroGPU stream ``start(token)`` makes, for a UI run handler: a Cancel
+    button's ``cancel`` event seen at the next step (the token's heartbeat), a cancel raised as
+    :class:`JobCancelled` (:class:`~petri.web.gpu_executor.GpuAborted` as itself)."""
     token = CancelToken()
     token.heartbeat = lambda: token.cancel("cancelled") if cancel is not None and cancel.is_set() else None
     try:
-        yield from zerogpu_seed_stream(service, plan, owner, token)
+        yield from start(token)
     except Cancelled as stop:
         raise JobCancelled(f"the job was {stop.reason}") from None
+
+
+def zerogpu_study(service: PetriService, plan: StudyPlan, owner: str | None,
+                  cancel: threading.Event | None = None) -> Iterator[tuple[str, Any]]:
+    """:func:`petri.web.gpu_executor.zerogpu_study_stream` for the Study tab, in place of
+    :func:`stream` on ZeroGPU: ``("progress", StudyProgress)`` per batch, then ``("done", StudyResult)``."""
+    return zerogpu_events(lambda token: zerogpu_study_stream(service, plan, owner=owner, cancel=token), cancel)

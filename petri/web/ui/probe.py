@@ -40,8 +40,10 @@ from petri.study.probe_set import load_labelled_set
 from petri.web.access import Caller
 from petri.web.api.probe_requests import read_request, shipped_sets
 from petri.web.errors import FieldError
+from petri.web.gpu_executor import GpuAborted, on_zero_gpu, run_zerogpu_read
 from petri.web.ui.access import UiAccess, export_dir
 from petri.web.ui.canvas import canvas_control
+from petri.web.ui.gpu_quota import capped_read, cost_box, read_cost
 from petri.web.ui.live import JobCancelled, JobFailed, stream, wire_run
 from petri.web.ui.probe_views import (
     ANSWER_COLUMNS,
@@ -125,10 +127,11 @@ class ProbeController:
         then yield every view of the read."""
         try:
             request = self.request_of(prompt, instructions, frame, questions, samples, steps, seed, order, min_mass)
+            request, capped = capped_read(self.service.lm, request)  # ZeroGPU: capped to one call
             plan = plan_probe(self.service.lm, request)
         except (ValidationError, FieldError, ProbeInputError) as err:
             raise gr.Error(problem_message(err), title="Check the probe") from None
-        yield {"status": "Reading the slots…"}
+        yield {"status": " ".join(filter(None, ("Reading the slots…", capped)))}
         token = CancelToken()
         if cancel is not None:  # the Cancel button's event, seen at every step (and while waiting for the model)
             def heartbeat() -> None:  # cancel the token once the stop is set
@@ -137,9 +140,10 @@ class ProbeController:
 
             token.heartbeat = heartbeat
         try:
-            done = self.service.probe(plan, watch=Watch(cancel=token), wait_s=UI_WAIT_S,
-                                      owner=caller.owner if caller else None)
-        except Cancelled as stop:
+            owner = caller.owner if caller else None
+            done = (run_zerogpu_read(self.service, plan, token, owner) if on_zero_gpu()  # one GPU call from here
+                    else self.service.probe(plan, watch=Watch(cancel=token), wait_s=UI_WAIT_S, owner=owner))
+        except (Cancelled, GpuAborted) as stop:  # an aborted or refused GPU call stores nothing
             yield {"status": f"Stopped: {stop}."}
             return
         except BusyError as err:
@@ -268,6 +272,8 @@ def build_probe_tab(service: PetriService, access: UiAccess | None = None) -> tu
                             "alternatives (permutations:N, N 2-32)", elem_id="petri-probe-order")
         min_mass = gr.Number(DEFAULT_MIN_MASS, minimum=0, maximum=1, step=0.05, label="Least mass on the labels for "
                              "an answer (0-1)", elem_id="petri-probe-min-mass")
+    cost_box([prompt, instructions, frame, questions, samples, steps, seed, order, min_mass],
+             lambda *values: read_cost(service.lm, ctl.request_of(*values)), "petri-probe-cost")
     with gr.Row():
         run_btn = gr.Button("Read the slots", variant="primary", scale=4, elem_id="petri-probe-run")
         cancel_btn = gr.Button("Cancel", variant="stop", scale=1, elem_id="petri-probe-cancel")

@@ -17,6 +17,7 @@ import re
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
@@ -36,10 +37,12 @@ from petri.study.schema import Study, StudyError, load_study, study_from_dict
 from petri.web.access import Caller
 from petri.web.api.requests import SettingsIn, StudyRequest, prepare_study
 from petri.web.errors import FieldError
+from petri.web.gpu_executor import GpuAborted, on_zero_gpu
 from petri.web.limits import MAX_SAMPLES, MAX_STEPS
 from petri.web.ui.access import UiAccess, export_dir
 from petri.web.ui.figure_files import add_shown_figure_downloads
-from petri.web.ui.live import JobCancelled, JobFailed, field_validation, stream, wire_run
+from petri.web.ui.gpu_quota import capped_study, cost_box, study_cost
+from petri.web.ui.live import JobCancelled, JobFailed, field_validation, stream, wire_run, zerogpu_study
 from petri.web.ui.shipped import load_shipped, report_markdown, shipped_figures, shipped_files, shipped_markdown
 from petri.web.ui.stats import build_stats_panel, power_cleared, stats_views
 from petri.web.ui.study_paired import conditions_meta, paired_final_views, paired_live_views, with_conditions
@@ -266,19 +269,24 @@ class StudyController:
         lm = self.service.lm
         study, settings, chosen_ids = plan.study, plan.settings, plan.template_ids
         total = len(study.events) * len(chosen_ids) * max(1, len(study.conditions))
+        samples, settings, capped = capped_study(lm, study, plan.templates, plan.samples, settings)  # ZeroGPU: a call a batch
+        plan = replace(plan, samples=samples, settings=settings)
         # the id the runner gives this run (it derives it from the same facts), to read its batches live
-        run_id = study_run_id(study, lm.model_id, settings, request.samples, request.seed, chosen_ids,
+        run_id = study_run_id(study, lm.model_id, settings, samples, request.seed, chosen_ids,
                               lm.fingerprint(), lm.device_type)
-        yield {"status": f"Study run `{run_id}`: " + ("waiting for the model…" if self.service.busy else "starting…"),
-               **pending_views(run_id, 0, total)}
+        yield {"status": f"Study run `{run_id}`: " + ("waiting for the model…" if self.service.busy else "starting…")
+               + (f" {capped}" if capped else ""), **pending_views(run_id, 0, total)}
+        owner = caller.owner if caller else None
 
         def submit(emit):
-            return self.service.submit_study(plan, owner=caller.owner if caller else None, watch=Watch(progress=emit))
+            return self.service.submit_study(plan, owner=owner, watch=Watch(progress=emit))
 
         reader = BatchReader(self.service.store, run_id, study, chosen_ids, request.seed)
         result, last_draw, last_cost = None, None, 0.0
+        events = (zerogpu_study(self.service, plan, owner, cancel)
+                  if on_zero_gpu() else stream(submit, self.service.jobs, cancel=cancel))
         try:
-            for kind, payload in stream(submit, self.service.jobs, cancel=cancel):
+            for kind, payload in events:
                 if kind == "done":
                     result = payload
                     break
@@ -293,7 +301,7 @@ class StudyController:
                     yield {"status": status}
         except QueueFull as err:
             raise gr.Error(f"The model is busy: {err}", title="Busy") from None
-        except JobCancelled as stop:
+        except (JobCancelled, GpuAborted) as stop:  # an aborted or refused GPU call keeps the stored batches too
             yield {**self.live_views(study, run_id, chosen_ids, settings, request.seed, total, reader),
                    "status": f"Study run `{run_id}` stopped ({stop}); its stored batches stay (run it again to resume)."}
             return
@@ -426,6 +434,8 @@ def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tu
         seed = gr.Number(0, precision=0, minimum=0, label="Seed", elem_id="petri-study-seed")
         steps = gr.Slider(1, MAX_STEPS, value=service.default_settings().max_denoising_steps, step=1,
                           label="Max denoising steps", elem_id="petri-study-steps")
+    run_inputs = [meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps]
+    cost_box(run_inputs, lambda *values: study_cost(service.lm, *ctl.prepare(*values)), "petri-study-cost")
     with gr.Row():
         run_btn = gr.Button("Run the study", variant="primary", elem_id="petri-study-run", scale=4)
         cancel_btn = gr.Button("Cancel", variant="stop", elem_id="petri-study-cancel", scale=1)
@@ -455,8 +465,7 @@ def build_study_tab(service: PetriService, access: UiAccess | None = None) -> tu
     names = {"status": status, "instability": fig_instability, "events": fig_events, "jaccard": fig_jaccard,
              "jaccard_note": jaccard_note, "stats": stats, "groups": groups, "files": files, "report": report, **panel}
 
-    wire_run(run_btn, cancel_btn, ctl.run,
-             [meta, concepts, events, templates, comparison, show, template_ids, samples, seed, steps],
+    wire_run(run_btn, cancel_btn, ctl.run, run_inputs,
              names, access, busy=lambda: service.busy, validator=ctl.validate, mark_fields=False,  # see wire_run
              concurrency_limit=1, concurrency_id="model", show_progress="minimal")
     controls = {"meta": meta, "concepts": concepts, "events_table": events, "templates_table": templates,
