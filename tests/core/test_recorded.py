@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from petri.core.recorded import FIELDS, RECORDED, STEP_FIELDS, RecordedField, cast_record
-from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory, assemble_trajectory
+from petri.core.trajectory import AnchorSpan, SamplerSettings, assemble_trajectory
 
 S, T, L = 2, 3, 5
 
