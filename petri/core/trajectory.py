@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, cast
 
 import numpy as np
 
+from petri.core.recorded import RECORDED, Record, cast_record
 from petri.core.settings import (
     MIN_TEMPERATURE,
     Check,
@@ -179,7 +180,8 @@ register_settings(MaskedSettings)
 class Trajectory:
     """Everything one batched sampling call recorded.
 
-    Arrays (S samples, T = max steps run, L = canvas length):
+    Arrays (declared once, with their dtypes and shapes, in :data:`petri.core.recorded.RECORDED`; S samples,
+    T = max steps run, L = canvas length):
 
     - ``argmax``   int32  (S, T, L): raw argmax of the model's logits at each step, *before* any
       anchor was forced; ``NO_TOKEN`` (-1) for steps ``t >= steps[s]``.
@@ -235,20 +237,13 @@ class Trajectory:
 
     def __post_init__(self) -> None:
         s, t, length = self.argmax.shape
-        expected = {
-            "entropy": (s, t, length),
-            "accepted": (s, t, length),
-            "steps": (s,),
-            "anchor_mask": (s, length),
-            "final_ids": (s, length),
-            "canvas": (s, t, length),
-        }
-        for name, shape in expected.items():
-            if getattr(self, name) is None:
+        sizes = {"S": s, "T": t, "L": length}
+        for f in RECORDED:  # every recorded array's shape, from its declaration (the prompt's P is free)
+            if f.name == "argmax" or "P" in f.shape or getattr(self, f.name) is None:
                 continue
-            actual = getattr(self, name).shape
+            actual, shape = getattr(self, f.name).shape, f.expected(sizes)
             if actual != shape:
-                raise ValueError(f"Trajectory.{name} has shape {actual}, expected {shape}")
+                raise ValueError(f"Trajectory.{f.name} has shape {actual}, expected {shape}")
         if len(self.anchors) != s or len(self.final_texts) != s:
             raise ValueError(
                 f"Trajectory has {s} samples but {len(self.anchors)} anchor lists "
@@ -276,51 +271,49 @@ def check_sampler_inputs(prompt_ids, layouts) -> None:
         raise ValueError("prompt_ids: the prompt is empty")
 
 
-def assemble_trajectory(
-    lm: Any,
-    *,
-    argmax: np.ndarray,
-    entropy: np.ndarray,
-    accepted: np.ndarray,
-    steps: np.ndarray,
-    anchor_mask: np.ndarray,
-    final_ids: np.ndarray,
-    canvas: np.ndarray | None = None,
-    layouts: Sequence[Sequence[AnchorSpan]],
-    prompt_ids,
-    prompt_text: str,
-    settings: SamplerSettings,
-    seed: int | None,
-    timings: dict[str, float],
-    sampler: str = "eager",
-) -> Trajectory:
-    """A sampler backend's host arrays (shapes as in :class:`Trajectory`) and what the run was → a
-    :class:`Trajectory`; the final canvases are decoded with ``lm.tokenizer`` (empty texts for
-    benchmark models built without one). The family and mask token are ``lm``'s (``family``,
-    ``mask_token_id``; uniform diffusion when it names none)."""
-    final_ids = np.asarray(final_ids).astype(np.int64)
+class SampledRequest(Protocol):
+    """What :func:`assemble_trajectory` reads of the request a record was sampled for (the engine's
+    ``SampleRequest`` is one): the encoded prompt (P,), one anchor layout per sample, the settings,
+    the seed and the prompt's text."""
+
+    @property
+    def prompt_ids(self) -> Sequence[int]: ...
+    @property
+    def layouts(self) -> Sequence[Sequence[AnchorSpan]]: ...
+    @property
+    def settings(self) -> Any: ...
+    @property
+    def seed(self) -> int | None: ...
+    @property
+    def prompt_text(self) -> str: ...
+
+
+def assemble_trajectory(lm: Any, record: Record, request: SampledRequest, *, timings: dict[str, float],
+                        sampler: str = "eager") -> Trajectory:
+    """A sampler backend's host arrays and the request they were sampled for → a :class:`Trajectory`.
+
+    ``record``: the recorded fields of :data:`petri.core.recorded.RECORDED` by name (shapes and
+    dtypes as declared there; each is cast to its dtype), all but ``prompt_ids``, which is the
+    request's; ``canvas`` may be absent. The final canvases are decoded with ``lm.tokenizer`` (empty
+    texts for benchmark models built without one). The family and mask token are ``lm``'s
+    (``family``, ``mask_token_id``; uniform diffusion when it names none)."""
+    arrays = cast_record({**record, "prompt_ids": list(request.prompt_ids)})
+    final_ids = cast(np.ndarray, arrays["final_ids"])
     if lm.tokenizer is None:
         texts = [""] * len(final_ids)
     else:
         texts = lm.tokenizer.batch_decode(final_ids.tolist(), skip_special_tokens=False)
     return Trajectory(
-        argmax=np.asarray(argmax).astype(np.int32),
-        entropy=np.asarray(entropy).astype(np.float32),
-        accepted=np.asarray(accepted).astype(bool),
-        steps=np.asarray(steps).astype(np.int32),
-        anchor_mask=np.asarray(anchor_mask).astype(bool),
-        final_ids=final_ids,
-        anchors=[list(spans) for spans in layouts],
+        **arrays,  # type: ignore[arg-type]  # every required field is an array (cast_record refuses a missing one)
+        anchors=[list(spans) for spans in request.layouts],
         final_texts=texts,
-        prompt=prompt_text,
-        prompt_ids=np.asarray(list(prompt_ids), dtype=np.int64),
-        settings=settings,
+        prompt=request.prompt_text,
+        settings=request.settings,
         model_id=lm.model_id,
-        seed=seed,
+        seed=request.seed,
         device=str(lm.device),
         timings=timings,
         sampler=sampler,
-        canvas=None if canvas is None else np.asarray(canvas).astype(np.int32),
         family=getattr(lm, "family", UNIFORM_FAMILY),
         mask_id=getattr(lm, "mask_token_id", None),
     )

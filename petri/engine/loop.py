@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from petri.core.cancel import CancelToken
+from petri.core.recorded import STEP_FIELDS
 from petri.core.trajectory import Trajectory, assemble_trajectory
 from petri.engine.base import LiveStep, SampleRequest, SamplingModel, StepCallback, StepRead
 
@@ -62,15 +63,11 @@ class Stepper(Protocol):
     def result(self, steps_run: int) -> dict[str, np.ndarray]: ...  # argmax, entropy, accepted, canvas, steps, final_ids
 
 
-#: The record's layout, its one definition: per step and position (S, L), the field, its dtype and
+#: The record's layout, read from the per-step fields' one declaration
+#: (:data:`petri.core.recorded.STEP_FIELDS`): per step and position (S, L), the field, its dtype and
 #: the value it holds where the sample had already finished (raw argmax and canvas -1, entropy NaN,
 #: accepted False). Both ways of keeping the rows below write through :meth:`Record.write`.
-RECORD_LAYOUT: tuple[tuple[str, str, Any], ...] = (
-    ("argmax", "int32", -1),
-    ("entropy", "float32", float("nan")),
-    ("accepted", "bool", False),
-    ("canvas", "int32", -1),
-)
+RECORD_LAYOUT: tuple[tuple[str, str, Any], ...] = tuple((f.name, f.dtype, f.finished) for f in STEP_FIELDS)
 _FINISHED = {name: value for name, _, value in RECORD_LAYOUT}
 
 
@@ -125,10 +122,11 @@ class Record:
         ``index``: the step (a Python int, or a device counter inside a CUDA graph; ``None`` when the
         rows are appended)."""
         ops, live = self.ops, running[:, None]
-        self.rows.put((ops.where(live, ops.int32(raw_argmax), _FINISHED["argmax"]),
-                       ops.where(live, ops.float32(entropy), _FINISHED["entropy"]),
-                       accepted & live,  # False where finished
-                       ops.where(live, ops.int32(canvas), _FINISHED["canvas"])), index)
+        row = {"argmax": ops.where(live, ops.int32(raw_argmax), _FINISHED["argmax"]),
+               "entropy": ops.where(live, ops.float32(entropy), _FINISHED["entropy"]),
+               "accepted": accepted & live,  # False where finished
+               "canvas": ops.where(live, ops.int32(canvas), _FINISHED["canvas"])}
+        self.rows.put(tuple(row[name] for name, _, _ in RECORD_LAYOUT), index)  # in the declared order
 
     def row(self, index: int) -> dict:
         """Step ``index``'s row: field name → (S, L) array on the device."""
@@ -251,8 +249,4 @@ def run_loop(
         timings["capture_s"] = prepared - encoded
     timings["denoise_s"] = time.perf_counter() - denoise_from
     timings["total_s"] = time.perf_counter() - started
-    return assemble_trajectory(
-        lm, **arrays, anchor_mask=pinned_mask, layouts=request.layouts, prompt_ids=request.prompt_ids,
-        prompt_text=request.prompt_text, settings=request.settings, seed=request.seed, sampler=sampler,
-        timings=timings,
-    )
+    return assemble_trajectory(lm, {**arrays, "anchor_mask": pinned_mask}, request, timings=timings, sampler=sampler)

@@ -269,10 +269,13 @@ def pair_instability(segs: Sequence[Segment], seg_values) -> dict[Pair, float]:
     ``seg_values`` ``(len(segs),)`` from :func:`segment_instability`; NaN (empty) segments are
     skipped; a pair with no non-empty segment gets NaN.
     """
-    return {
-        p: float(v.mean()) if v.size else float("nan")
-        for p, v in pair_segment_values(segs, seg_values).items()
-    }
+    return pair_means(pair_segment_values(segs, seg_values))
+
+
+def pair_means(groups: dict[Pair, np.ndarray]) -> dict[Pair, float]:
+    """Each pair's mean of its observed segment values (:func:`pair_segment_values`); NaN for a pair
+    with none."""
+    return {p: float(v.mean()) if v.size else float("nan") for p, v in groups.items()}
 
 
 # --------------------------------------------------------------------------- anchor preservation

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -37,6 +38,26 @@ def json_number(value) -> float | None:
     """JSON-safe float: NaN/inf → None."""
     value = float(value)
     return None if math.isnan(value) or math.isinf(value) else value
+
+
+def json_value(dtype: type, value):
+    """A metric's ``value`` of ``dtype`` as the API answers it (a NumPy scalar as its Python type; a
+    float NaN or infinity is ``None``)."""
+    return json_number(value) if dtype is float else dtype(value)
+
+
+def check_metric(column: str, dtype: type) -> None:
+    """What every metric of every level must be: ``column`` an identifier (it names an API field),
+    ``dtype`` one of float, int, bool and str; refused naming the bad field."""
+    if not column.isidentifier():
+        raise ValueError(f"column: {column!r} is not an identifier (it names an API field)")
+    if dtype not in (float, int, bool, str):
+        raise ValueError(f"dtype: {dtype!r} of {column!r} is not float, int, bool or str")
+
+
+def api_type(dtype: type) -> Any:
+    """The API field's type of a metric of ``dtype`` (a float may be ``None``: NaN in JSON)."""
+    return float | None if dtype is float else dtype
 
 
 def mean(values: pd.Series, max_steps: int) -> float:
@@ -65,7 +86,8 @@ class SampleMetric:
     width in px (``None``: not shown). ``per_event``: the study events table's columns made from it,
     ``(column, aggregate)`` in order (default: its mean under its own name, for a number).
     ``event_order``: where those columns go among the other metrics' (ties: registration order).
-    ``report``: a column of the report's per-sample metrics table (group means).
+    ``report``: a column of the report's per-sample metrics table (group means). ``unit``: what a
+    value counts (the docs' metric list).
     """
 
     column: str
@@ -78,12 +100,15 @@ class SampleMetric:
     per_event: tuple[tuple[str, Aggregate], ...] | None = None
     event_order: int = 100
     report: bool = True
+    unit: str = ""
+
+    @property
+    def level(self) -> str:
+        """The rows it has one value per (a metric of another level: :mod:`petri.measure.level_metrics`)."""
+        return "sample"
 
     def __post_init__(self):
-        if not self.column.isidentifier():
-            raise ValueError(f"column: {self.column!r} is not an identifier (it names an API field)")
-        if self.dtype not in (float, int, bool, str):
-            raise ValueError(f"dtype: {self.dtype!r} of {self.column!r} is not float, int, bool or str")
+        check_metric(self.column, self.dtype)
         if self.higher_is not in ("better", "worse", None):
             raise ValueError(f"higher_is: {self.higher_is!r} of {self.column!r} is not 'better', 'worse' or None")
         if self.per_event is None:
@@ -98,9 +123,8 @@ class SampleMetric:
         return got
 
     def json_value(self, value):
-        """``value`` as the API answers it (a NumPy scalar as its Python type; a float NaN or
-        infinity is ``None``)."""
-        return json_number(value) if self.dtype is float else self.dtype(value)
+        """``value`` as the API answers it (:func:`json_value`)."""
+        return json_value(self.dtype, value)
 
 
 _METRICS: dict[str, SampleMetric] = {}
@@ -144,22 +168,24 @@ def _kept(key: str) -> Callable[[EventSummary], list]:
 for _metric in (
     SampleMetric("steps", "denoising steps the sample ran", int, lambda s: s.traj.steps, api=False, ui_width=80,
                  per_event=(("mean_steps", mean), ("stopped_early_share", share_below_limit)), event_order=1,
-                 report=False),
+                 report=False, unit="steps"),
     SampleMetric("mean_flips_free", "mean flips over the sample's free (non-anchor) positions", float,
-                 lambda s: s.mean_flips_free, higher_is=None, ui_width=170, event_order=0, report=False),
+                 lambda s: s.mean_flips_free, higher_is=None, ui_width=170, event_order=0, report=False,
+                 unit="flips per position"),
     SampleMetric("settled_share", "share of free positions that did not flip in the last 3 steps", float,
                  lambda s: settled_share(s.traj.argmax, s.traj.steps, 3, s.traj.anchor_mask), higher_is=None,
-                 event_order=2, report=False),
+                 event_order=2, report=False, unit="share"),
     SampleMetric("anchor_layout", "the anchors in canvas order, concept@start", str, _layout, api=False,
                  ui_width=170, report=False),
     SampleMetric("final_text", "the sample's decoded final text", str, lambda s: s.traj.final_texts, api=False,
                  ui_width=520, report=False),
     SampleMetric("anchors_intact", "anchors whose concept is a whole word of the final text (reading 1)", int,
                  _kept("anchors_intact"), higher_is="better", api=False, ui_width=160,
-                 per_event=(("anchors_intact", total),), event_order=3, report=False),
+                 per_event=(("anchors_intact", total),), event_order=3, report=False, unit="anchors"),
     SampleMetric("n_anchors", "anchors pinned in the sample", int, _kept("anchors_total"), api=False,
-                 ui_width=120, per_event=(("anchors_total", total),), event_order=4, report=False),
+                 ui_width=120, per_event=(("anchors_total", total),), event_order=4, report=False, unit="anchors"),
     SampleMetric("mean_agreement", "mean share of steps whose unforced argmax equals an anchor (reading 2)", float,
-                 _kept("mean_agreement"), higher_is="better", api=False, ui_width=160, event_order=5, report=False),
+                 _kept("mean_agreement"), higher_is="better", api=False, ui_width=160, event_order=5, report=False,
+                 unit="share"),
 ):
     register_sample_metric(_metric)

@@ -17,10 +17,12 @@ import pandas as pd
 
 from petri.core.trajectory import Trajectory
 from petri.measure.metrics import (
+    Pair,
     Segment,
     anchor_agreement,
     anchor_intact_in_text,
     flip_counts,
+    pair_segment_values,
     segment_instability,
     segments,
 )
@@ -65,6 +67,17 @@ class EventSummary:
         (mean flips over the segment's positions; NaN for an empty segment)."""
         segs = segments(self.traj.anchors)
         return segs, segment_instability(self.flips, segs)
+
+    @cached_property
+    def pair_segments(self) -> dict[Pair, np.ndarray]:
+        """Each unordered pair seen adjacent (sorted) → its observed (non-empty) segments' instability
+        (:func:`petri.measure.metrics.pair_segment_values`): the pairs table's rows, in order."""
+        return pair_segment_values(*self.segments)
+
+    @cached_property
+    def preservation(self) -> dict[str, float | int]:
+        """The event's :func:`preservation_summary` of all its :attr:`anchors` rows."""
+        return preservation_summary(self.anchors)
 
     @cached_property
     def anchors(self) -> pd.DataFrame:

@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from petri.core.trajectory import Trajectory
-from petri.measure.metrics import anchor_concepts, commit_steps, pair_instability, pair_segment_values, step_sum
+from petri.measure.level_metrics import metric_columns
+from petri.measure.metrics import anchor_concepts, commit_steps, step_sum
 from petri.measure.sample_metrics import sample_metrics
 from petri.measure.summary import (
     EventSummary,
@@ -61,24 +62,22 @@ def positions_table(event: Event) -> pd.DataFrame:
 
 
 def segments_table(event: Event) -> pd.DataFrame:
-    """One row per segment (no event or template text): model_id, sample, left, right, pair (``"a|b"``, sorted), start, end, length,
-    instability (NaN for empty segments)."""
+    """One row per segment (no event or template text): model_id, sample, left, right, pair (``"a|b"``, sorted),
+    start, end, length, then a column per registered segment metric
+    (:func:`petri.measure.level_metrics.metrics`, in registration order; built in: instability, NaN for
+    empty segments)."""
     summary = summary_of(event)
-    segs, values = summary.segments
-    return _tagged(
-        summary.traj,
-        {
-            "sample": [g.sample for g in segs],
-            "left": [g.left for g in segs],
-            "right": [g.right for g in segs],
-            "pair": ["|".join(g.pair) for g in segs],
-            "start": [g.start for g in segs],
-            "end": [g.end for g in segs],
-            "length": [g.length for g in segs],
-            "instability": values,
-        },
-        texts=False,
-    )
+    segs, _ = summary.segments
+    keys = {
+        "sample": [g.sample for g in segs],
+        "left": [g.left for g in segs],
+        "right": [g.right for g in segs],
+        "pair": ["|".join(g.pair) for g in segs],
+        "start": [g.start for g in segs],
+        "end": [g.end for g in segs],
+        "length": [g.length for g in segs],
+    }
+    return _tagged(summary.traj, {**keys, **metric_columns(summary, "segment")}, texts=False)
 
 
 def anchors_table(event: Event) -> pd.DataFrame:
@@ -108,18 +107,9 @@ def samples_table(event: Event) -> pd.DataFrame:
 
 
 def pairs_table(event: Event) -> pd.DataFrame:
-    """One row per unordered pair seen adjacent: pair (``"a|b"``), n_segments (non-empty
-    segments averaged), instability (NaN when every segment of the pair was empty)."""
+    """One row per unordered pair seen adjacent: pair (``"a|b"``), then a column per registered pair
+    metric (:func:`petri.measure.level_metrics.metrics`, in registration order; built in: n_segments,
+    the non-empty segments averaged, and instability, NaN when every segment of the pair was empty)."""
     summary = summary_of(event)
-    traj = summary.traj
-    segs, values = summary.segments
-    means = pair_instability(segs, values)
-    counts = {p: v.size for p, v in pair_segment_values(segs, values).items()}
-    return _tagged(
-        traj,
-        {
-            "pair": ["|".join(p) for p in means],
-            "n_segments": [counts[p] for p in means],
-            "instability": list(means.values()),
-        },
-    )
+    pairs = {"pair": ["|".join(p) for p in summary.pair_segments]}
+    return _tagged(summary.traj, {**pairs, **metric_columns(summary, "pair")})

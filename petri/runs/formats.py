@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from petri.core.recorded import RECORDED
 from petri.core.trajectory import Trajectory
 from petri.measure.replay import steps_table
 from petri.runs.export import TABLES, Conditions, TokenText, event_table, with_condition, write_csv, write_parquet
@@ -153,7 +154,7 @@ def write_table(path, trajectories: Sequence[Trajectory], table: str, fmt: str, 
 def one_sample(traj: Trajectory, s: int) -> Trajectory:
     """Sample ``s`` of ``traj`` alone (a one-sample trajectory; for writing one sample at a time)."""
     keep = slice(s, s + 1)
-    per_sample = ("argmax", "entropy", "accepted", "steps", "anchor_mask", "final_ids", "canvas", "anchors", "final_texts")
+    per_sample = (*(f.name for f in RECORDED if f.per_sample), "anchors", "final_texts")  # the sample axis first
     fields: dict[str, Any] = {name: None if getattr(traj, name) is None else getattr(traj, name)[keep] for name in per_sample}
     return replace(traj, **fields)
 

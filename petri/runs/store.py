@@ -13,20 +13,36 @@ import json
 import re
 import sqlite3
 import threading
-from collections.abc import Collection
-from dataclasses import asdict
+from collections.abc import Callable, Collection
+from dataclasses import asdict, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
+from petri.core.recorded import RECORDED
 from petri.core.trajectory import AnchorSpan, Trajectory, settings_from_dict
 
 RUN_ID_PATTERN = re.compile(r"^[0-9a-f]{8,64}$")
-_ARRAYS = ("argmax", "entropy", "accepted", "steps", "anchor_mask", "final_ids", "prompt_ids")
+#: The arrays of a stored trajectory (:data:`petri.core.recorded.RECORDED`), the required ones first.
+_ARRAYS = tuple(f.name for f in RECORDED if not f.optional)
 #: Arrays a trajectory may lack (runs stored before they were recorded load them as ``None``).
-_OPTIONAL_ARRAYS = ("canvas",)
+_OPTIONAL_ARRAYS = tuple(f.name for f in RECORDED if f.optional)
+#: The JSON header: every other field of :class:`Trajectory`, in its order, each written as
+#: :data:`_ENCODE` says (else as it is); :func:`trajectory_from_blobs` reads them back.
+HEADER_KEYS = tuple(f.name for f in fields(Trajectory) if f.name not in _ARRAYS + _OPTIONAL_ARRAYS)
+_ENCODE: dict[str, Callable[[Any], Any]] = {
+    "anchors": lambda anchors: [[asdict(a) for a in spans] for spans in anchors],
+    "settings": lambda settings: settings.to_dict(),
+}
+#: How a header key of a run stored before it existed reads back: from the header read so far
+#: (``settings`` is decoded first). The others are required.
+_MISSING: dict[str, Callable[[dict], Any]] = {
+    "sampler": lambda meta: "unknown",
+    "family": lambda meta: meta["settings"].FAMILY,
+    "mask_id": lambda meta: None,
+}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -96,47 +112,28 @@ def trajectory_to_blobs(traj: Trajectory) -> tuple[str, bytes]:
     buffer = io.BytesIO()
     arrays = {name: getattr(traj, name) for name in _ARRAYS + _OPTIONAL_ARRAYS}
     np.savez_compressed(buffer, **{name: array for name, array in arrays.items() if array is not None})
-    header = {
-        "anchors": [[asdict(a) for a in spans] for spans in traj.anchors],
-        "final_texts": traj.final_texts,
-        "prompt": traj.prompt,
-        "settings": traj.settings.to_dict(),
-        "model_id": traj.model_id,
-        "seed": traj.seed,
-        "device": traj.device,
-        "timings": traj.timings,
-        "event": traj.event,
-        "template": traj.template,
-        "sampler": traj.sampler,
-        "family": traj.family,
-        "mask_id": traj.mask_id,
-    }
+    header = {key: _ENCODE.get(key, _same)(getattr(traj, key)) for key in HEADER_KEYS}
     return json.dumps(header), buffer.getvalue()
 
 
+def _same(value: Any) -> Any:
+    return value
+
+
 def trajectory_from_blobs(header: str, arrays: bytes) -> Trajectory:
-    meta = json.loads(header)
+    stored = json.loads(header)
     with np.load(io.BytesIO(arrays)) as data:
         loaded = {name: data[name] for name in _ARRAYS}
         loaded.update({name: data[name] if name in data.files else None for name in _OPTIONAL_ARRAYS})
-    settings = settings_from_dict(meta["settings"], meta.get("family"))  # runs stored before "family": by their keys
-    anchors = [[AnchorSpan(a["concept"], a["start"], tuple(a["token_ids"])) for a in spans] for spans in meta["anchors"]]
-    return Trajectory(
-        **loaded,
-        anchors=anchors,
-        final_texts=meta["final_texts"],
-        prompt=meta["prompt"],
-        settings=settings,
-        model_id=meta["model_id"],
-        seed=meta["seed"],
-        device=meta["device"],
-        timings=meta["timings"],
-        event=meta["event"],
-        template=meta["template"],
-        sampler=meta.get("sampler", "unknown"),  # runs stored before the field existed
-        family=meta.get("family", settings.FAMILY),
-        mask_id=meta.get("mask_id"),
-    )
+    # runs stored before "family": their settings by their keys
+    meta: dict[str, Any] = {"settings": settings_from_dict(stored["settings"], stored.get("family"))}
+    for key in HEADER_KEYS:
+        if key == "anchors":
+            meta[key] = [[AnchorSpan(a["concept"], a["start"], tuple(a["token_ids"])) for a in spans]
+                         for spans in stored[key]]
+        elif key != "settings":
+            meta[key] = stored[key] if key in stored or key not in _MISSING else _MISSING[key](meta)
+    return Trajectory(**loaded, **meta)
 
 
 class RunStore:

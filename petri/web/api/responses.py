@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import pandas as pd
 from pydantic import BaseModel, Field, SerializeAsAny, create_model
 
+from petri.core.recorded import RECORDED
 from petri.core.trajectory import Trajectory
-from petri.measure.sample_metrics import SampleMetric, json_number, sample_metrics
+from petri.measure.level_metrics import LevelMetric, metrics
+from petri.measure.sample_metrics import SampleMetric, api_type, sample_metrics
 from petri.measure.summary import EventSummary
-from petri.measure.tables import pairs_table, preservation_summary, segments_table
+from petri.measure.tables import segments_table
 from petri.runs.export import TABLES, run_metadata, run_tables, write_tables
 from petri.runs.formats import RESULT_TABLES
 from petri.web.api.registered import registered
@@ -35,7 +37,8 @@ class AnchorOut(BaseModel):
     agreement: float = Field(description="reading 2: share of steps whose unforced argmax equals the anchor")
 
 
-#: ``SampleOut``'s fields before the registered metrics' and after them (the answer's key order).
+#: ``SampleOut``'s fields before the registered metrics' and after them (the answer's key order): the
+#: recorded per-step fields the API answers on request (:data:`petri.core.recorded.RECORDED`, ``api``).
 _SAMPLE_HEAD: dict[str, Any] = {
     "sample": (int, ...),
     "steps": (int, ...),
@@ -43,59 +46,63 @@ _SAMPLE_HEAD: dict[str, Any] = {
     "final_text": (str, ...),
     "flips": (list[int], Field(description="flips per canvas position (0 at anchors)")),
 }
+_STEP_ROWS = tuple(f for f in RECORDED if f.api)
 _SAMPLE_TAIL: dict[str, Any] = {
-    "argmax": (list[list[int]] | None, Field(None, description="(steps, canvas) raw argmax; on request")),
-    "canvas": (list[list[int]] | None, Field(
-        None, description="(steps, canvas) the tokens on the canvas after each step (uniform diffusion: accepted draws "
-                          "and fresh noise; masked diffusion: committed tokens and the mask token); on request, "
-                          "absent for runs stored before it was recorded")),
+    f.name: (list[list[int]] | None, Field(None, description=f"(steps, canvas) {f.meaning}; on request" + (
+        ", absent for runs stored before it was recorded" if f.optional else ""))) for f in _STEP_ROWS}
+#: Each level's fields before its registered metrics' (segment and pair: the row's keys).
+_HEADS: dict[str, dict[str, Any]] = {
+    "segment": {"sample": (int, ...), "left": (str, ...), "right": (str, ...), "start": (int, ...), "end": (int, ...),
+                "length": (int, ...)},
+    "pair": {"pair": (str, ...), "concepts": (list[str], ...)},
+    "event": {},
 }
-_SAMPLE_MODELS: dict[tuple[SampleMetric, ...], type[BaseModel]] = {}
+#: Each level's model: its name and docstring.
+_NAMES = {"sample": ("SampleOut", "One sample of an event."), "segment": ("SegmentOut", "One segment of an event."),
+          "pair": ("PairOut", "One concept pair of an event."),
+          "event": ("PreservationOut", "The event's figures (its anchors' preservation).")}
+_MODELS: dict[tuple, type[BaseModel]] = {}
+
+
+def _metric_model(level: str, metrics: tuple[SampleMetric | LevelMetric, ...], head: dict[str, Any],
+                  tail: dict[str, Any]) -> type[BaseModel]:
+    """The response model of ``level`` with a field per metric of ``metrics`` between ``head`` and
+    ``tail`` (made once per set of metrics)."""
+    key = (level, metrics)
+    if key not in _MODELS:
+        fields: dict[str, Any] = {m.column: (api_type(m.dtype), Field(description=m.description)) for m in metrics}
+        name, doc = _NAMES[level]
+        _MODELS[key] = create_model(name, __module__=__name__, __doc__=doc, **head, **fields, **tail)
+    return _MODELS[key]
 
 
 def sample_model() -> type[BaseModel]:
     """``SampleOut`` for the per-sample metrics registered now (a field per metric with ``api``
-    set, :mod:`petri.measure.sample_metrics`; made once per set of metrics)."""
-    metrics = tuple(m for m in sample_metrics() if m.api)
-    if metrics not in _SAMPLE_MODELS:
-        fields: dict[str, Any] = {m.column: (float | None if m.dtype is float else m.dtype, Field(description=m.description))
-                  for m in metrics}
-        _SAMPLE_MODELS[metrics] = create_model("SampleOut", __module__=__name__, __doc__="One sample of an event.",
-                                               **_SAMPLE_HEAD, **fields, **_SAMPLE_TAIL)
-    return _SAMPLE_MODELS[metrics]
+    set, :mod:`petri.measure.sample_metrics`)."""
+    return _metric_model("sample", tuple(m for m in sample_metrics() if m.api), _SAMPLE_HEAD, _SAMPLE_TAIL)
 
 
-#: The model of the metrics registered at import (the built-in ones).
-if TYPE_CHECKING:
-    SampleOut = BaseModel  # to the type checker: what the model made at import is
+def level_model(level: str) -> type[BaseModel]:
+    """``SegmentOut``, ``PairOut`` or ``PreservationOut`` for the ``level`` metrics registered now (a
+    field per metric with ``api`` set, :mod:`petri.measure.level_metrics`)."""
+    return _metric_model(level, tuple(m for m in metrics(level) if m.api), _HEADS[level], {})
+
+
+#: The models of the metrics registered at import (the built-in ones).
+if TYPE_CHECKING:  # to the type checker: what the models made at import are
+    SampleOut = BaseModel
+    SegmentOut = BaseModel
+    PairOut = BaseModel
+    PreservationOut = BaseModel
 else:
     SampleOut = sample_model()
-#: An answer's sample: validated, serialised and documented with the metrics registered now.
+    SegmentOut, PairOut, PreservationOut = (level_model(level) for level in ("segment", "pair", "event"))
+#: An answer's sample, segment, pair and event figures: validated, serialised and documented with the
+#: metrics registered now.
 Sample = Annotated[SampleOut, registered(sample_model), SerializeAsAny()]
-
-
-class SegmentOut(BaseModel):
-    sample: int
-    left: str
-    right: str
-    start: int
-    end: int
-    length: int
-    instability: float | None
-
-
-class PairOut(BaseModel):
-    pair: str
-    concepts: list[str]
-    n_segments: int
-    instability: float | None
-
-
-class PreservationOut(BaseModel):
-    anchors: int
-    intact: int
-    intact_share: float | None
-    mean_agreement: float | None
+Segment = Annotated[SegmentOut, registered(lambda: level_model("segment")), SerializeAsAny()]
+Pair = Annotated[PairOut, registered(lambda: level_model("pair")), SerializeAsAny()]
+Preservation = Annotated[PreservationOut, registered(lambda: level_model("event")), SerializeAsAny()]
 
 
 class EventOut(BaseModel):
@@ -108,9 +115,9 @@ class EventOut(BaseModel):
     n_samples: int
     timings: dict[str, float]
     samples: list[Sample]
-    segments: list[SegmentOut]
-    pairs: list[PairOut]
-    preservation: PreservationOut
+    segments: list[Segment]
+    pairs: list[Pair]
+    preservation: Preservation
 
 
 class RunOut(BaseModel):
@@ -220,33 +227,26 @@ def event_summary(
     summary = EventSummary(traj)
     flips = summary.flips
     anchors = summary.anchors
-    metrics = {m.column: (m, m.values(summary)) for m in sample_metrics() if m.api}
+    per_sample = {m.column: (m, m.values(summary)) for m in sample_metrics() if m.api}
     model = sample_model()
     sample_out = []
     for s in range(traj.n_samples):
+        ran = int(traj.steps[s])
         sample_out.append(
             model(
                 sample=s,
-                steps=int(traj.steps[s]),
+                steps=ran,
                 anchors=_sample_anchors(traj, anchors, s),
                 final_text=traj.final_texts[s],
                 flips=flips[s].tolist(),
-                **{column: m.json_value(values[s]) for column, (m, values) in metrics.items()},
-                argmax=traj.sample_argmax(s).tolist() if include_trajectories else None,
-                canvas=traj.canvas[s, : int(traj.steps[s])].tolist()
-                if include_trajectories and traj.canvas is not None else None,
+                **{column: m.json_value(values[s]) for column, (m, values) in per_sample.items()},
+                **{f.name: getattr(traj, f.name)[s, :ran].tolist()
+                   if include_trajectories and getattr(traj, f.name) is not None else None for f in _STEP_ROWS},
             )
         )
-    segments = [
-        SegmentOut(**{**r, "instability": json_number(r["instability"])})
-        for r in _records(segments_table(summary), ("sample", "left", "right", "start", "end", "length", "instability"))
-    ]
-    pairs = [
-        PairOut(pair=r["pair"], concepts=r["pair"].split("|"), n_segments=r["n_segments"],
-                instability=json_number(r["instability"]))
-        for r in _records(pairs_table(summary), ("pair", "n_segments", "instability"))
-    ]
-    kept = preservation_summary(anchors)
+    segments = _level_rows(summary, "segment", _records(segments_table(summary), tuple(_HEADS["segment"])))
+    names = ["|".join(p) for p in summary.pair_segments]  # concepts as the name splits (a concept may hold "|")
+    pairs = _level_rows(summary, "pair", [{"pair": name, "concepts": name.split("|")} for name in names])
     return EventOut(
         index=index,
         event=traj.event,
@@ -259,13 +259,16 @@ def event_summary(
         samples=sample_out,
         segments=segments,
         pairs=pairs,
-        preservation=PreservationOut(
-            anchors=kept["anchors_total"],
-            intact=kept["anchors_intact"],
-            intact_share=json_number(kept["intact_share"]),
-            mean_agreement=json_number(kept["mean_agreement"]),
-        ),
+        preservation=_level_rows(summary, "event", [{}])[0],
     )
+
+
+def _level_rows(summary: EventSummary, level: str, keys: list[dict]) -> list[BaseModel]:
+    """The API's rows of ``level`` (:func:`level_model`): each row's ``keys`` then its registered
+    metrics' values (``keys`` one dict per row of the level, in the level's order)."""
+    model = level_model(level)
+    columns = [(m, m.values(summary)) for m in metrics(level) if m.api]
+    return [model(**row, **{m.column: m.json_value(values[i]) for m, values in columns}) for i, row in enumerate(keys)]
 
 
 def csv_links(run_id: str, kind: str = "seed") -> dict[str, str]:
