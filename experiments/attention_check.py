@@ -8,9 +8,9 @@ of a step over 25 layers) for 5.4 GFLOP, about 160 TFLOP/s: its 64-query tiles g
 the keys when the programs are few; the query heads of a key/value head can also be folded into
 one longer query sequence. Each variant is timed as one call's median in a CUDA graph, with its
 kernels and its largest difference from float32 attention. Among them are
-``petri.engine.cuda.split_attention``'s two methods for the global layers, each also compiled: the chunks
+``petri.engine.cuda.attention.split_attention``'s two methods for the global layers, each also compiled: the chunks
 (``petri_split``) and the two products around a float32 softmax (``petri_products``), and for the
-sliding layers ``petri.engine.cuda.sliding_attention``'s folded flash call (``petri_flash_sliding``), at
+sliding layers ``petri.engine.cuda.attention.sliding_attention``'s folded flash call (``petri_flash_sliding``), at
 one to four samples to find where cuDNN's kernel overtakes it.
 
 Shapes (query; key and value): sliding one canvas (1, 16, 256, 256; 1, 8, 1279, 256), two to four
@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from blas_workspace import graphed_ms, kernels_of  # noqa: E402
 
-from petri.engine.cuda.sliding_attention import attend_flash  # noqa: E402
-from petri.engine.cuda.split_attention import chunks_for, products_attention, split_attention  # noqa: E402
+from petri.engine.cuda.attention.sliding_attention import attend_flash  # noqa: E402
+from petri.engine.cuda.attention.split_attention import chunks_for, products_attention, split_attention  # noqa: E402
 
 #: name → (batch, query heads, key/value heads, keys, head dim); 256 queries each
 SHAPES = {

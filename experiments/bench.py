@@ -5,13 +5,13 @@ timed calls, on the same model, batch, prompt length and fixed number of denoisi
 off: random weights never settle): ``generate`` (eager), ``generate_static`` (transformers' compiled
 static-cache step), ``petri_eager``, ``petri_fast`` (graphs + fused pass, with per-step forward / sampling /
 logging GPU time and host synchronisations), ``petri_fast_fused_experts`` (the same with the experts op of
-``petri.engine.cuda.fused_experts``), ``petri_fast_compiled_plain`` (graphs + fused pass + regionally compiled
+``petri.engine.cuda.fused.fused_experts``), ``petri_fast_compiled_plain`` (graphs + fused pass + regionally compiled
 layers, transformers' experts), ``petri_fast_compiled_experts`` (compiled layers around the fused experts op),
 ``petri_fast_compiled_softmax`` (and the decoder's self-conditioning softmax done by the sampler's pass) and
 ``petri_fast_compiled`` (and the inverse-CDF draw); ``petri_fast_fp8`` and ``petri_fast_compiled_fp8``: the
-exact and the compiled tier with the FP8 tier's weights (``petri.engine.cuda.fp8``, ``--precision fp8``);
+exact and the compiled tier with the FP8 tier's weights (``petri.engine.cuda.fp8_tier.fp8``, ``--precision fp8``);
 ``petri_fast_compiled_fp8fast``: the compiled tier in ``--precision fp8-fast``; ``petri_fast_compiled_small``:
-the compiled tier with ``petri.engine.cuda.batch1_experts`` for calls of few tokens (what ``--compile`` does;
+the compiled tier with ``petri.engine.cuda.fused.batch1_experts`` for calls of few tokens (what ``--compile`` does;
 ``petri_fast_compiled`` leaves that lever out); ``petri_fast_compiled_small_fp8`` and
 ``petri_fast_compiled_small_fp8fast``: the same in the FP8 tier (its small-batch op).
 ``petri_fast_compiled_small_eager_encoder``, ``petri_fast_compiled_small_torch_topk``,
@@ -21,12 +21,12 @@ uncompiled; the routers' ``torch.topk``; the global layers' attention unsplit; t
 ``petri_fast_compiled_small_fp8fast_sc_fp8``: fp8-fast with the opt-in FP8 self-conditioning
 (``FastOptions.fp8_self_conditioning``). ``petri_fast_compiled_small_unfused_norms`` and
 ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_norms``: the default and the fastest configuration without
-the fused norms (``petri.engine.cuda.fused_norms``; Inductor's fusions of the library's norms instead).
+the fused norms (``petri.engine.cuda.fused.fused_norms``; Inductor's fusions of the library's norms instead).
 ``petri_fast_compiled_small_uncaptured_encoder`` and
 ``petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder``: the same two with the prompt encoder's pass
 run uncaptured (no ``petri.engine.cuda.encoder_graphs``).
 ``petri_fast_compiled_small_fp8fast_sc_fp8_overlapped_mlp``: the fastest configuration with each FP8 decoder
-layer's dense MLP on a side CUDA stream beside its experts (``petri.engine.cuda.overlapped_mlp``, opt-in until
+layer's dense MLP on a side CUDA stream beside its experts (``petri.engine.cuda.fused.overlapped_mlp``, opt-in until
 2026-12-03 and on by default since, so now the same as ``petri_fast_compiled_small_fp8fast_sc_fp8``, whose
 sequential form is ``petri_fast_compiled_small_fp8fast_sc_fp8_sequential_mlp``;
 ``bench_h200_shapes_b1_b12_overlapped_mlp.json`` also has ``petri_fast_compiled_small_overlapped_mlp``, from
@@ -36,20 +36,20 @@ without Inductor's deterministic mode (their kernels' configurations picked by t
 2026-12-03 was; ``petri.engine.torch.decoder_hooks.compile_function``).
 ``petri_fast_compiled_small_unfused_attention_inputs`` and
 ``petri_fast_compiled_small_fp8fast_sc_fp8_unfused_attention_inputs``: the default and the fastest
-configuration without the fused attention inputs (``petri.engine.cuda.attention_inputs``; Inductor's fusions
+configuration without the fused attention inputs (``petri.engine.cuda.attention.attention_inputs``; Inductor's fusions
 of the library's q, k, v norms, rotary embedding and ``torch.cat`` instead).
 ``petri_fast_compiled_small_chunked_global_attention`` and
 ``petri_fast_compiled_small_fp8fast_sc_fp8_chunked_global_attention``: the default and the fastest
 configuration with the global layers' attention by the memory-efficient kernel over chunks of the keys
-(``petri.engine.cuda.split_attention``'s ``"chunks"`` method, the default before 2026-12-03; today's is
+(``petri.engine.cuda.attention.split_attention``'s ``"chunks"`` method, the default before 2026-12-03; today's is
 ``"products"``). ``petri_fast_compiled_small_sdpa_sliding`` and
 ``petri_fast_compiled_small_fp8fast_sc_fp8_sdpa_sliding``: the same two with the sliding layers' attention by
-SDPA's choice at every batch (``petri.engine.cuda.sliding_attention``'s flash kernel at one sample off, the
+SDPA's choice at every batch (``petri.engine.cuda.attention.sliding_attention``'s flash kernel at one sample off, the
 tier before 2026-12-04). ``petri_fast_compiled_small_masked_encoder`` and
 ``petri_fast_compiled_small_fp8fast_sc_fp8_masked_encoder``: the same two with the prompt encoder's sliding
-layers by SDPA with the band mask (``petri.engine.cuda.encoder_attention`` off, the tier before 2026-12-04).
+layers by SDPA with the band mask (``petri.engine.cuda.attention.encoder_attention`` off, the tier before 2026-12-04).
 ``petri_fast_compiled_small_fp8fast_sc_fp8_fp8_encoder``: the fastest configuration with the prompt encoder in
-FP8 too (opt-in: ``petri.engine.cuda.fp8.set_precision``'s ``fp8_encoder``). (Results from before 2026-12-02
+FP8 too (opt-in: ``petri.engine.cuda.fp8_tier.fp8.set_precision``'s ``fp8_encoder``). (Results from before 2026-12-02
 name ``petri_fast_compiled_small_split_attention``: the tier of then, split attention opt-in, with it on.)
 Each configuration puts the model in its mode first (``MODES``: its keyword arguments of ``set_model_mode``).
 The petri samplers pin three anchors and record the full per-step log. Peak GPU memory per configuration.
@@ -248,7 +248,7 @@ MODES = {
     "petri_fast_compiled_small_uncaptured_encoder": {**COMPILED_SMALL, "encoder_graphs": False},
     "petri_fast_compiled_small_fp8fast_sc_fp8_uncaptured_encoder": {**FASTEST, "encoder_graphs": False},
     # issue 25: the fastest configuration with each layer's dense MLP on a side stream beside its experts
-    # (petri.engine.cuda.overlapped_mlp; FP8 layers only, so bf16 has no such row; opt-in until 2026-12-03, since then the
+    # (petri.engine.cuda.fused.overlapped_mlp; FP8 layers only, so bf16 has no such row; opt-in until 2026-12-03, since then the
     # same as petri_fast_compiled_small_fp8fast_sc_fp8, whose sequential form is ..._sequential_mlp)
     "petri_fast_compiled_small_fp8fast_sc_fp8_overlapped_mlp": FASTEST,
     # issue 25: the default and the fastest configuration compiled without Inductor's deterministic mode, the MLP in
@@ -258,11 +258,11 @@ MODES = {
     "petri_fast_compiled_small_fp8fast_sc_fp8_autotuned": {**FASTEST, "overlapped_mlp": False,
                                                            "deterministic_kernels": False},
     # issue 25: the default and the fastest configuration without the fused attention inputs (Inductor's fusions of
-    # the library's q, k, v norms, rotary embedding and torch.cat instead; petri.engine.cuda.attention_inputs)
+    # the library's q, k, v norms, rotary embedding and torch.cat instead; petri.engine.cuda.attention.attention_inputs)
     "petri_fast_compiled_small_unfused_attention_inputs": {**COMPILED_SMALL, "fused_attention_inputs": False},
     "petri_fast_compiled_small_fp8fast_sc_fp8_unfused_attention_inputs": {**FASTEST, "fused_attention_inputs": False},
     # issue 25: the fastest configuration with each FP8 layer's dense MLP and experts in sequence (the overlapped MLP,
-    # petri.engine.cuda.overlapped_mlp, on by default since 2026-12-03, off)
+    # petri.engine.cuda.fused.overlapped_mlp, on by default since 2026-12-03, off)
     "petri_fast_compiled_small_fp8fast_sc_fp8_sequential_mlp": {**FASTEST, "overlapped_mlp": False},
     # the global layers' attention by the memory-efficient kernel over key chunks (the method before 2026-12-03)
     "petri_fast_compiled_small_chunked_global_attention": {**COMPILED_SMALL, "global_attention": "chunks"},
@@ -270,10 +270,10 @@ MODES = {
     # the sliding layers' attention by SDPA's choice at every batch (the flash kernel at one sample off)
     "petri_fast_compiled_small_sdpa_sliding": {**COMPILED_SMALL, "flash_sliding": False},
     "petri_fast_compiled_small_fp8fast_sc_fp8_sdpa_sliding": {**FASTEST, "flash_sliding": False},
-    # the prompt encoder's sliding layers by SDPA with the band mask (petri.engine.cuda.encoder_attention off)
+    # the prompt encoder's sliding layers by SDPA with the band mask (petri.engine.cuda.attention.encoder_attention off)
     "petri_fast_compiled_small_masked_encoder": {**COMPILED_SMALL, "encoder_window": False},
     "petri_fast_compiled_small_fp8fast_sc_fp8_masked_encoder": {**FASTEST, "encoder_window": False},
-    # the fastest configuration with the prompt encoder in FP8 too (opt-in: petri.engine.cuda.fp8's fp8_encoder)
+    # the fastest configuration with the prompt encoder in FP8 too (opt-in: petri.engine.cuda.fp8_tier.fp8's fp8_encoder)
     "petri_fast_compiled_small_fp8fast_sc_fp8_fp8_encoder": {**FASTEST, "fp8_encoder": True},
 }
 #: every other configuration (generate's, petri_eager, petri_fast): uncompiled layers, the library's experts
@@ -282,7 +282,7 @@ PLAIN = {"overlapped_mlp": False}
 #: what the model's layers were last set up with: (compiled, fused experts, the levers), see set_model_mode
 _current_layers: list = [None]
 #: issue 62 (--release-fp8): FP8 configurations run with the encoder in FP8 and the bf16 copies released
-#: (petri.engine.cuda.fp8_release: what fits an 80 GB card); after the first, only fp8 ↔ fp8-fast can follow
+#: (petri.engine.cuda.fp8_tier.fp8_release: what fits an 80 GB card); after the first, only fp8 ↔ fp8-fast can follow
 _release_fp8: list = [False]
 
 
@@ -295,12 +295,12 @@ def set_model_mode(lm: LoadedModel, compiled: bool = False, fused_experts: bool 
                    flash_sliding: bool = True, encoder_window: bool = True, fp8_encoder: bool = False) -> None:
     """Put the model in one configuration whatever the previous one was: uncompiled layers and the
     transformers experts, then (``fused_experts``) the fused experts op and (``compiled``) regional
-    compilation (lazy: it lands in the next call), then the precision (``petri.engine.cuda.fp8``); the
+    compilation (lazy: it lands in the next call), then the precision (``petri.engine.cuda.fp8_tier.fp8``); the
     layers are only reset and recompiled when those two or the compiled tier's levers change."""
     import torch._dynamo
 
-    from petri.engine.cuda.fp8 import set_precision
-    from petri.engine.cuda.fused_experts import fuse_experts
+    from petri.engine.cuda.fp8_tier.fp8 import set_precision
+    from petri.engine.cuda.fused.fused_experts import fuse_experts
 
     layers = (compiled, fused_experts, small_batch, encoder, fused_router, split_attention, stacked_projections,
               fused_norms, overlapped_mlp, deterministic_kernels, fused_attention_inputs, global_attention,
@@ -318,14 +318,14 @@ def set_model_mode(lm: LoadedModel, compiled: bool = False, fused_experts: bool 
         elif fused_experts:
             fuse_experts(lm.model)
     if lm.fast_tier.released_bf16:  # issue 62: the e4m3 copies stay; only their accumulation can change
-        from petri.engine.cuda.fp8_release import set_accumulation
+        from petri.engine.cuda.fp8_tier.fp8_release import set_accumulation
 
         set_accumulation(lm, precision)
     else:
         release = _release_fp8[0] and precision != "bf16"
         set_precision(lm, precision, fp8_encoder=fp8_encoder or release)
         if release:
-            from petri.engine.cuda.fp8_release import release_bf16
+            from petri.engine.cuda.fp8_tier.fp8_release import release_bf16
 
             release_bf16(lm)
     lm.fast_tier.set_options(FastOptions(softmax_self_conditioning=softmax_sc, inverse_cdf_draw=inverse_cdf,

@@ -46,7 +46,7 @@ def child(size: str, rows: tuple[int, ...], calls: int) -> dict:
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from petri.engine.cuda.fp8 import quantize_rows, scaled_matmul, scaled_matmul_reference
+    from petri.engine.cuda.fp8_tier.fp8 import quantize_rows, scaled_matmul, scaled_matmul_reference
 
     torch.manual_seed(0)
     found = {"size_kib": size, "env": os.environ.get("CUBLASLT_WORKSPACE_SIZE"), "cases": []}

@@ -4,7 +4,7 @@ shapes; Inductor's kernels for the two can round differently. This script compil
 compiled tier twice from a reset Dynamo: once meeting only the measured batch (3 canvases), once
 after a forward of another batch (2 canvases) first, and compares the measured batch's logits
 (and, on CUDA, seeds sampled through the fast path's captured graphs) bit for bit. ``--overlapped``
-does the same with the overlapped MLP (petri.engine.cuda.overlapped_mlp; the FP8 tier's default since 2026-12-03:
+does the same with the overlapped MLP (petri.engine.cuda.fused.overlapped_mlp; the FP8 tier's default since 2026-12-03:
 without the flag this script runs the blocks in sequence). One JSON object on stdout.
 
 ``--autotuned`` compiles as the tier did before 2026-12-03 (Inductor picking kernel configurations
@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from petri.core.trajectory import AnchorSpan, SamplerSettings  # noqa: E402
 from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions  # noqa: E402
-from petri.engine.cuda.fp8 import set_precision  # noqa: E402
+from petri.engine.cuda.fp8_tier.fp8 import set_precision  # noqa: E402
 from petri.engine.torch.decoder_hooks import deterministic_mode_used  # noqa: E402
 from petri.engine.torch.tiny import tiny_random_model  # noqa: E402
 

@@ -9,7 +9,7 @@ would change, each piece alone in a CUDA graph (full-size shapes, random bf16 in
   (what transformers does before SDPA), and as two products around a float32 softmax;
 - one layer's experts (128 experts, top 8, one row per prompt token): petri's bf16 op against the
   FP8 tier's (per-row e4m3, fast accumulation), and both through petri's small-batch grouped GEMM
-  (:mod:`petri.engine.cuda.batch1_experts`) with blocks of 32, 64 and 128 rows and five launch
+  (:mod:`petri.engine.cuda.fused.batch1_experts`) with blocks of 32, 64 and 128 rows and five launch
   configurations each;
 - the dense products (q/k/v stacked, o, the MLP's gate/up and down) at one row per prompt token in
   bf16 against the FP8 tier's scaled products.
@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from blas_workspace import graphed_ms  # noqa: E402
 
-from petri.engine.cuda.batch1_experts import GemmConfig, align_blocks_torch, grouped_gemm  # noqa: E402
-from petri.engine.cuda.fp8 import activation_quantized, experts_fp8, quantize_rows, scaled_matmul  # noqa: E402
-from petri.engine.cuda.fused_experts import combine_rows, gated_activation, moe_experts  # noqa: E402
+from petri.engine.cuda.fp8_tier.fp8 import activation_quantized, experts_fp8, quantize_rows, scaled_matmul  # noqa: E402
+from petri.engine.cuda.fused.batch1_experts import GemmConfig, align_blocks_torch, grouped_gemm  # noqa: E402
+from petri.engine.cuda.fused.fused_experts import combine_rows, gated_activation, moe_experts  # noqa: E402
 
 HIDDEN, HEADS, WINDOW = 2816, 16, 1024
 EXPERTS, TOP_K, EXPERT_WIDTH, MLP_WIDTH = 128, 8, 704, 2112

@@ -1,12 +1,12 @@
 """GPU check of the FP8 tier's pieces at the full-size architecture's shapes (issue 25), one JSON
 object on stdout: for one decoder layer's experts block (128 experts top-8 of width 704, hidden
 2,816; uniform random routing) at T = 256 tokens (one sample's canvas) and T = 3,072 (12 samples),
-the bf16 fused experts op (``petri.engine.cuda.fused_experts``) and the FP8 one (``petri.engine.cuda.fp8``):
+the bf16 fused experts op (``petri.engine.cuda.fused.fused_experts``) and the FP8 one (``petri.engine.cuda.fp8_tier.fp8``):
 median time (``triton.testing.do_bench``), the weight bytes over that time, and the FP8 output's
 relative error against bf16; the two grouped GEMMs alone; and the lm head (262,144 × 2,816) as a
 bf16 ``mm`` and as FP8 ``_scaled_mm`` with the activation quantization; each FP8 GEMM also with
 ``use_fast_accum`` (not what the tier runs), and the row quantization by Triton and by torch ops; at
-T = 256 also the small-batch experts (``petri.engine.cuda.batch1_experts``, bf16).
+T = 256 also the small-batch experts (``petri.engine.cuda.fused.batch1_experts``, bf16).
 
     python experiments/fp8_check.py
 """
@@ -21,15 +21,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from petri.engine.cuda.batch1_experts import MAX_PAIRS, experts_small_batch  # noqa: E402
-from petri.engine.cuda.fp8 import (  # noqa: E402
-    experts_fp8,
-    quantize_rows,
-    quantize_rows_torch,
-    scaled_grouped,
-    scaled_matmul,
-)
-from petri.engine.cuda.fused_experts import experts_triton, route  # noqa: E402
+from petri.engine.cuda.fp8_tier.fp8 import experts_fp8, quantize_rows, quantize_rows_torch, scaled_grouped, scaled_matmul
+from petri.engine.cuda.fused.batch1_experts import MAX_PAIRS, experts_small_batch  # noqa: E402
+from petri.engine.cuda.fused.fused_experts import experts_triton, route  # noqa: E402
 
 
 def _routing(tokens: int, experts: int, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,5 +1,5 @@
 """What the FP8 tier does to the science (issue 25): the distributions of per-sample flips, steps
-and entropy drawn in bf16 and in FP8 (``petri.engine.cuda.fp8``: ``fp8`` and ``fp8-fast``), same sampler
+and entropy drawn in bf16 and in FP8 (``petri.engine.cuda.fp8_tier.fp8``: ``fp8`` and ``fp8-fast``), same sampler
 tier, same seeds, plus a null arm (bf16 with other seeds) that shows how far two bf16 runs differ by
 chance. Per sample: mean flips per free position, steps run, mean entropy over free positions and
 steps run. For each metric and arm against bf16: the relative shift of the mean,
@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "experiments"))
 
-from petri.engine.cuda.fp8 import set_precision_choice  # noqa: E402
+from petri.engine.cuda.fp8_tier.fp8 import set_precision_choice  # noqa: E402
 from petri.engine.precision_choice import PrecisionChoice, parse_precision  # noqa: E402
 from petri.engine.torch.model import compile_for_sampling, load_model  # noqa: E402
 from petri.measure.tables import samples_table  # noqa: E402

@@ -6,7 +6,7 @@
    the noise draw (``triton.testing.do_bench``, median ms);
 2. the tiny model in the compiled tier (compiled layers, fused experts, the sampler's softmax of the
    self-conditioning) inside the graphs: agreement with the eager loop over the same compiled layers;
-3. the fused experts op (``petri.engine.cuda.fused_experts``) at full size (T = 3,072 tokens, 128 experts
+3. the fused experts op (``petri.engine.cuda.fused.fused_experts``) at full size (T = 3,072 tokens, 128 experts
    top-8 of width 704, hidden 2,816): against transformers' ``grouped_mm`` experts on the same
    inputs (elements that differ, largest difference in bf16 ulps) and both timed, with the
    RMSNorm before them, eager and under ``torch.compile`` (what a compiled layer runs).
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from petri.engine.cuda.fused_logits import scalar_reciprocal, triton_logit_pass  # noqa: E402
+from petri.engine.cuda.fused.fused_logits import scalar_reciprocal, triton_logit_pass  # noqa: E402
 
 
 def decoder_softmax_out(sc_logits: torch.Tensor) -> torch.Tensor:
@@ -88,7 +88,7 @@ def kernel_check(rows: int = 3072, vocab: int = 262_144, trials: int = 3) -> dic
     }
     uniforms = torch.rand(rows, device="cuda")
     drawn = triton_logit_pass(raw, None, temp, softcap=cap, uniforms=uniforms).sampled
-    from petri.engine.cuda.fused_logits import reference_logit_pass
+    from petri.engine.cuda.fused.fused_logits import reference_logit_pass
 
     expected_draw = reference_logit_pass(raw, None, inv_temperature=temp, softcap=cap, uniforms=uniforms).sampled
     report["inverse_cdf_draw_vs_reference"] = {"rows_differing": int((drawn != expected_draw).sum()), "of": rows}
@@ -212,7 +212,7 @@ def experts_check(tokens: int = 3072, hidden: int = 2816, experts: int = 128, to
     from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaTextExperts
     from triton.testing import do_bench
 
-    from petri.engine.cuda.fused_experts import moe_experts
+    from petri.engine.cuda.fused.fused_experts import moe_experts
     from petri.engine.torch.configs import MINIMAL_VISION_CONFIG
 
     config = DiffusionGemmaConfig(
@@ -243,7 +243,7 @@ def experts_check(tokens: int = 3072, hidden: int = 2816, experts: int = 128, to
             "max_ulp": int(ulp.max()), "max_abs": float((theirs.float() - ours.float()).abs().max()),
         })
 
-    from petri.engine.cuda.fused_experts import gated_activation
+    from petri.engine.cuda.fused.fused_experts import gated_activation
 
     values = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
     gate = values[~torch.isnan(values)].view(-1, 1).cuda()

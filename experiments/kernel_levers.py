@@ -1,7 +1,7 @@
 """Issue 25's small kernel levers, each timed side by side with what it replaces, in one process on
 one GPU, at the full-size architecture's shapes. One JSON object on stdout.
 
-- ``align``: the small-batch experts' alignment (``petri.engine.cuda.batch1_experts._align_kernel``) as
+- ``align``: the small-batch experts' alignment (``petri.engine.cuda.fused.batch1_experts._align_kernel``) as
   it is, at 4, 8 and 16 warps, against the baseline's kernel (one layer at one sample: 256 tokens,
   top-8 of 128 experts, random routing); the two must give the same blocks and each pair's place;
 - ``activation``: the experts' ``gelu(gate)·up`` over the padded rows of that layout, every row
@@ -12,11 +12,11 @@ one GPU, at the full-size architecture's shapes. One JSON object on stdout.
   reduction and the bf16 max is the rounded max); the sampled tokens, entropies and probabilities
   must be identical; and the pass writing the probabilities in e4m3 (the opt-in FP8
   self-conditioning);
-- ``router``: the routers' softmax, top-k, renormalisation and scale (``petri.engine.cuda.fused_router``)
+- ``router``: the routers' softmax, top-k, renormalisation and scale (``petri.engine.cuda.fused.fused_router``)
   against transformers' ops eager and compiled by Inductor (what the compiled tier ran before),
   at 256 and 3,072 tokens;
 - ``attention``: a global layer's attention (16 query heads, 2 key/value heads, head dim 512,
-  256 canvas queries per sample, 1,856 keys) through ``petri.engine.cuda.split_attention`` against what
+  256 canvas queries per sample, 1,856 keys) through ``petri.engine.cuda.attention.split_attention`` against what
   transformers' SDPA path runs (the key/value heads repeated, then the memory-efficient kernel), at
   1 and 12 samples, with the relative difference of the outputs;
 - ``dense``: the decoder's projections that read one input (a sliding layer's q, k, v; a global
@@ -26,7 +26,7 @@ one GPU, at the full-size architecture's shapes. One JSON object on stdout.
 - ``self_conditioning``: the decoder's soft embedding, probabilities (rows, 262,144) times the
   embedding matrix, in bf16 against FP8 (the probabilities scaled per row, the matrix per column),
   at 256 and 3,072 rows, with the relative difference of the products;
-- ``launch``: the launch shapes of the FP8 tier's row kernels (``petri.engine.cuda.fp8_kernels``: the
+- ``launch``: the launch shapes of the FP8 tier's row kernels (``petri.engine.cuda.fp8_tier.fp8_kernels``: the
   experts' ``gelu(gate)·up`` quantized, over 24,576 rows at 12 samples and the small-batch layout at
   one; the per-row quantization of 3,072 and 256 rows of 2,816), rows per program × warps, each
   checked bit-equal to the default launch (``default_ms``: ``fp8_kernels._launch_shape``'s); and the
@@ -34,7 +34,7 @@ one GPU, at the full-size architecture's shapes. One JSON object on stdout.
   bf16 ones, each with how many draws and probabilities differ from the launch of before this
   lever's (2,048-wide tiles, 8 warps: ``default_ms``) and the largest entropy difference (the
   passes' running sums are summed per tile, so another launch rounds them otherwise).
-- ``norms``: a decoder layer's norms around its feed-forward blocks (``petri.engine.cuda.fused_norms``:
+- ``norms``: a decoder layer's norms around its feed-forward blocks (``petri.engine.cuda.fused.fused_norms``:
   the feed-forward inputs, bf16 and with the FP8 tier's quantization of the MLP's and the experts'
   inputs, and the layer's output) at 256 and 3,072 rows of 2,816, the Triton kernels at 4, 8 and
   16 warps against the library's ops compiled by Inductor (what the compiled tier ran before:
@@ -53,7 +53,7 @@ one GPU, at the full-size architecture's shapes. One JSON object on stdout.
   row a program at 4, 8 and 16 warps) against the MLP's torch ops compiled by Inductor (what the
   compiled tier ran before), with how many e4m3 values each differs from the eager ops by.
 - ``attention_inputs``: the decoder attention's q, k, v norms, rotary embedding and appending to the
-  prompt's keys and values (``petri.engine.cuda.attention_inputs``, the compiled tier's fused attention
+  prompt's keys and values (``petri.engine.cuda.attention.attention_inputs``, the compiled tier's fused attention
   inputs) for a sliding layer (8 key/value heads of 256) and a global one (2 of 512, values from the
   keys), 16 query heads, 256 canvas positions, at one sample (the prompt's 1,023 and 1,600 positions
   a layer holds after a 1,600-token prompt) and at twelve (200): the Triton kernel (its default
@@ -63,7 +63,7 @@ one GPU, at the full-size architecture's shapes. One JSON object on stdout.
   differences from the eager ops.
 
 The baseline kernels come from ``--baseline`` (a folder holding the library files of the commit to
-compare with, e.g. ``git show BASE:petri/engine/cuda/fused_logits.py``): each kernel named is taken from
+compare with, e.g. ``git show BASE:petri/engine/cuda/fused/fused_logits.py``): each kernel named is taken from
 that file's source and run in place of today's through the same launcher (their signatures are
 the same; since the FP8 self-conditioning, ``_second_pass_kernel`` takes two arguments more, so
 ``passes`` needs a baseline from that commit on). Timing: ``triton.testing.do_bench_cudagraph`` (median, launches inside a CUDA graph).
@@ -92,13 +92,13 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.testing import do_bench_cudagraph  # noqa: E402
 
-import petri.engine.cuda.batch1_experts as batch1  # noqa: E402
-import petri.engine.cuda.fp8_kernels as fp8_kernels  # noqa: E402
-import petri.engine.cuda.fused_logits as fused_logits  # noqa: E402
-from petri.engine.cuda.fp8 import FP8_MAX, INV_FP8_MAX, MIN_SCALE, activation_quantized  # noqa: E402
-from petri.engine.cuda.fused_experts import gated_activation  # noqa: E402
-from petri.engine.cuda.fused_router import route_top_k_reference, route_top_k_triton  # noqa: E402
-from petri.engine.cuda.split_attention import petri_split_sdpa  # noqa: E402
+import petri.engine.cuda.fp8_tier.fp8_kernels as fp8_kernels  # noqa: E402
+import petri.engine.cuda.fused.batch1_experts as batch1  # noqa: E402
+import petri.engine.cuda.fused.fused_logits as fused_logits  # noqa: E402
+from petri.engine.cuda.attention.split_attention import petri_split_sdpa  # noqa: E402
+from petri.engine.cuda.fp8_tier.fp8 import FP8_MAX, INV_FP8_MAX, MIN_SCALE, activation_quantized  # noqa: E402
+from petri.engine.cuda.fused.fused_experts import gated_activation  # noqa: E402
+from petri.engine.cuda.fused.fused_router import route_top_k_reference, route_top_k_triton  # noqa: E402
 
 EXPERTS, TOP_K, HIDDEN, WIDTH, VOCAB = 128, 8, 2816, 704, 262_144
 
@@ -250,7 +250,7 @@ def attention_part() -> dict:
 
 
 def dense_part() -> dict:
-    from petri.engine.cuda.fp8 import quantize_rows
+    from petri.engine.cuda.fp8_tier.fp8 import quantize_rows
 
     groups = {  # the stacked outputs of each group: (sliding layers' widths, global layers' widths)
         "qkv": ([4096, 2048, 2048], [8192, 1024]),
@@ -297,7 +297,7 @@ def dense_part() -> dict:
 
 
 def self_conditioning_part() -> dict:
-    from petri.engine.cuda.fp8 import quantize_rows
+    from petri.engine.cuda.fp8_tier.fp8 import quantize_rows
 
     torch.manual_seed(7)
     embedding = (torch.randn(VOCAB, HIDDEN, device="cuda") * 0.03).bfloat16()
@@ -327,7 +327,7 @@ def self_conditioning_part() -> dict:
 
 
 def mlp_activation_part() -> dict:
-    from petri.engine.cuda.fp8 import quantize_rows_torch
+    from petri.engine.cuda.fp8_tier.fp8 import quantize_rows_torch
 
     intermediate = 2112
 
@@ -429,8 +429,8 @@ def launch_part() -> dict:
 
 
 def norms_part() -> dict:
-    from petri.engine.cuda.fp8 import quantize_rows_torch
-    from petri.engine.cuda.fused_norms import (
+    from petri.engine.cuda.fp8_tier.fp8 import quantize_rows_torch
+    from petri.engine.cuda.fused.fused_norms import (
         feedforward_inputs_reference,
         feedforward_inputs_triton,
         layer_output_reference,
@@ -484,7 +484,7 @@ def _differences(pairs) -> dict:
 
 
 def attention_inputs_part() -> dict:
-    from petri.engine.cuda.attention_inputs import attention_inputs_reference, attention_inputs_triton
+    from petri.engine.cuda.attention.attention_inputs import attention_inputs_reference, attention_inputs_triton
 
     compiled = torch.compile(attention_inputs_reference)
     # kind → (key/value heads, head dim, values are the keys, layers of the kind); the prompt's positions a layer
@@ -549,7 +549,7 @@ def _quantize_variant_kernel(x_ptr, q_ptr, scale_ptr, width, inv_max, fp8_max, m
 
 
 def quantize_part() -> dict:
-    from petri.engine.cuda.fp8 import quantize_rows_torch
+    from petri.engine.cuda.fp8_tier.fp8 import quantize_rows_torch
 
     rows = 3072
     torch.manual_seed(0)

@@ -1,5 +1,5 @@
 """Issue 25's batch-1 experts on the GPU: launch configurations of the small-batch grouped GEMM
-(``petri.engine.cuda.batch1_experts.grouped_gemm``) at the full-size architecture's one-sample shapes,
+(``petri.engine.cuda.fused.batch1_experts.grouped_gemm``) at the full-size architecture's one-sample shapes,
 against the memory floor and the library GEMMs the tiers run today. One JSON object on stdout.
 
 One decoder layer's experts: 128 experts, top-8 of width 704, hidden 2,816, T = 256 tokens (one
@@ -39,9 +39,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from petri.engine.cuda.batch1_experts import GemmConfig, align_blocks, experts_small_batch, grouped_gemm, grouped_gemm_reference  # noqa: E402
-from petri.engine.cuda.fp8 import FP8, dequantize, experts_fp8, experts_fp8_small_batch, quantize_rows, scaled_matmul  # noqa: E402
-from petri.engine.cuda.fused_experts import experts_triton, route  # noqa: E402
+from petri.engine.cuda.fp8_tier.fp8 import FP8, dequantize, experts_fp8, experts_fp8_small_batch, quantize_rows, scaled_matmul  # noqa: E402
+from petri.engine.cuda.fused.batch1_experts import GemmConfig, align_blocks, experts_small_batch, grouped_gemm, grouped_gemm_reference  # noqa: E402
+from petri.engine.cuda.fused.fused_experts import experts_triton, route  # noqa: E402
 
 EXPERTS, TOP_K, HIDDEN, WIDTH, TOKENS = 128, 8, 2816, 704, 256
 
@@ -246,7 +246,7 @@ def whole_block(p: dict, best: dict) -> dict:
     module's, so a best found at another BLOCK_M is left out)."""
     from triton.testing import do_bench
 
-    from petri.engine.cuda.batch1_experts import BLOCK_M
+    from petri.engine.cuda.fused.batch1_experts import BLOCK_M
 
     args = (p["hidden"], p["index"], p["weights"])
     fp8_args = (*args, *p["gate_up_q"], *p["down_q"], "gelu_pytorch_tanh")

@@ -1,4 +1,4 @@
-"""Issue 25: does the overlapped MLP (petri.engine.cuda.overlapped_mlp) compute what the sequential blocks
+"""Issue 25: does the overlapped MLP (petri.engine.cuda.fused.overlapped_mlp) compute what the sequential blocks
 compute, eagerly and under CUDA-graph capture? One decoder layer of the tiny model in the FP8 tier
 (fp8-fast) and in bf16, its feed-forward blocks on random quantized inputs of several row counts:
 for each form (sequential eager, overlapped eager with the MLP compiled or not, each captured in a
@@ -25,13 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compile_history import sample_seeds, tiny  # noqa: E402
 
 from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions  # noqa: E402
-from petri.engine.cuda.fp8 import quantize_rows  # noqa: E402
-from petri.engine.cuda.overlapped_mlp import (  # noqa: E402
-    MLPBeside,
-    feedforward_blocks,
-    feedforward_mlp,
-    overlapped_feedforward_blocks,
-)
+from petri.engine.cuda.fp8_tier.fp8 import quantize_rows  # noqa: E402
+from petri.engine.cuda.fused.overlapped_mlp import MLPBeside, feedforward_blocks, feedforward_mlp, overlapped_feedforward_blocks
 
 
 def captured_replays(call, replays: int = 4) -> list:

@@ -13,7 +13,7 @@ import inspect
 PATHS = {
     "study": ["petri.web.gpu:run_study_job", "petri.app.service:PetriService.run_study",
               "petri.app.service:PetriService._study", "petri.app.service:PetriService.submit_study",
-              "petri.study.runner:run_study"],
+              "petri.study.execution.runner:run_study"],
     "probe": ["petri.web.api.probe:run_probe", "petri.app.service:PetriService.probe", "petri.app.probe:probe",
               "petri.engine.probe:read_slots", "petri.engine.probe:read_planned"],
     "seed": ["petri.web.gpu:run_seed", "petri.app.service:PetriService.seed", "petri.app.service:PetriService._seed",

@@ -33,8 +33,8 @@ from petri.core.paths import probe_set_path  # noqa: E402
 from petri.engine.probe import read_slots  # noqa: E402
 from petri.engine.seeding import seed_dish  # noqa: E402
 from petri.engine.torch.model import load_model  # noqa: E402
-from petri.study.probe_eval import item_request  # noqa: E402
-from petri.study.probe_set import load_labelled_set  # noqa: E402
+from petri.study.probe.probe_eval import item_request  # noqa: E402
+from petri.study.probe.probe_set import load_labelled_set  # noqa: E402
 
 CONCEPTS = ("order", "inventory", "person")
 

@@ -4,7 +4,7 @@
     python3 experiments/probe_eval.py --models petri-small --repeats 1
     python3 experiments/probe_eval.py --repeats 1 --order cyclic   # every cyclic order of the alternatives
 
-For each model: ``petri.study.probe_eval.evaluate`` on ``assets/probe/events.jsonl`` (108 items: 36
+For each model: ``petri.study.probe.probe_eval.evaluate`` on ``assets/probe/events.jsonl`` (108 items: 36
 events × 3 pinned concepts; questions ``consistent`` and ``category``), its files under
 ``experiments/results/probe_eval/<model>/`` (predictions.csv, summary.csv, reliability.csv,
 evaluation.json). Then, on the same events, which separates contradictory from benign events
@@ -51,9 +51,9 @@ sys.path.insert(0, str(ROOT))
 from petri.core.paths import probe_set_path, shipped_run_dir  # noqa: E402
 from petri.engine.torch.model import load_model  # noqa: E402
 from petri.stats.calibration import auc_with_interval  # noqa: E402
-from petri.study.probe_eval import ProbeEvaluation, compare_evaluations, evaluate, prediction_columns  # noqa: E402
-from petri.study.probe_set import load_labelled_set  # noqa: E402
-from petri.study.probe_tables import PredictionWriter, write_evaluation  # noqa: E402
+from petri.study.probe.probe_eval import ProbeEvaluation, compare_evaluations, evaluate, prediction_columns  # noqa: E402
+from petri.study.probe.probe_set import load_labelled_set  # noqa: E402
+from petri.study.probe.probe_tables import PredictionWriter, write_evaluation  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
 CONTRASTS = {"contradictory_vs_benign": ("contradictory", "benign"),

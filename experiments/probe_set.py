@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from petri.core.probe import Question  # noqa: E402
-from petri.study.probe_set import LabelledItem, LabelledSet, labelled_set_lines, parse_jsonl  # noqa: E402
+from petri.study.probe.probe_set import LabelledItem, LabelledSet, labelled_set_lines, parse_jsonl  # noqa: E402
 
 STUDY = ROOT / "assets" / "studies" / "inventory_order.json"
 TARGET = ROOT / "assets" / "probe" / "events.jsonl"

@@ -35,7 +35,7 @@ def main() -> None:
     template = args.template or study.templates[0].id
     a, b = study.comparison
     if args.plan_only:
-        from petri.study.runner import BatchJob, batch_key, batch_order
+        from petri.study.execution.runner import BatchJob, batch_key, batch_order
 
         jobs = [BatchJob(i, batch_key(e.id, template), e.id, template, e.group, None, args.samples, None, 0)
                 for i, e in enumerate(study.events)]
@@ -52,9 +52,9 @@ def main() -> None:
     from petri.core.watch import Watch
     from petri.engine.torch.model import EMBEDDED_MODEL_PATH, load_model
     from petri.runs.store import RunStore
+    from petri.study.execution.runner import run_study
     from petri.study.plan import StudyPlan
-    from petri.study.provisional import BatchReader, provisional_statistics
-    from petri.study.runner import run_study
+    from petri.study.results.provisional import BatchReader, provisional_statistics
 
     lm = load_model(EMBEDDED_MODEL_PATH, device="cpu")
     settings = replace(lm.default_settings(), max_denoising_steps=args.steps)

@@ -29,9 +29,9 @@ sys.path.insert(0, str(REPO))
 from petri.core.paths import embedded_model_path, studies_dir  # noqa: E402
 from petri.core.trajectory import SamplerSettings  # noqa: E402
 from petri.runs.store import RunStore  # noqa: E402
-from petri.study.executors import ModelSpec  # noqa: E402
+from petri.study.execution.executors import ModelSpec  # noqa: E402
+from petri.study.execution.runner import run_study  # noqa: E402
 from petri.study.plan import StudyPlan  # noqa: E402
-from petri.study.runner import run_study  # noqa: E402
 from petri.study.schema import load_study, study_from_dict  # noqa: E402
 
 
@@ -70,7 +70,7 @@ def subset(study, events: int | None):
 
 
 def measure(spec, workers: int, study, samples: int, settings: SamplerSettings) -> dict:
-    from petri.study.ray_executor import RayExecutor
+    from petri.study.execution.ray_executor import RayExecutor
 
     started = time.perf_counter()
     executor = RayExecutor(spec, address="local", workers=workers)

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from blas_workspace import graphed_ms  # noqa: E402
 
-from petri.engine.cuda.fp8 import quantize_rows, scaled_matmul  # noqa: E402
+from petri.engine.cuda.fp8_tier.fp8 import quantize_rows, scaled_matmul  # noqa: E402
 
 HIDDEN, VOCAB = 2816, 262_144
 #: the output tile counted for the slices chosen, and the slices' granularity along K

@@ -54,7 +54,7 @@ def added(outs):
 def measure(name: str, n: int, k: int, rows: int, parts: tuple[int, ...], calls: int) -> dict:
     import torch
 
-    from petri.engine.cuda.fp8 import quantize_rows, scaled_matmul_reference
+    from petri.engine.cuda.fp8_tier.fp8 import quantize_rows, scaled_matmul_reference
 
     torch.manual_seed(0)
     weight = (torch.randn(n, k, device="cuda") / k**0.5).bfloat16()

@@ -1,8 +1,8 @@
 """What one live redraw of the Study tab costs as a study grows: run a study file (the shipped one
 by default, its first template) on the embedded model, and after every ``--every`` stored batches
-time the Study tab's live views (:meth:`petri.web.ui.study.StudyController.live_views`) two ways:
+time the Study tab's live views (:meth:`petri.web.ui.study_tab.study.StudyController.live_views`) two ways:
 reading every stored batch again (what the tab did before it followed the run with a reader) and
-with one :class:`~petri.study.provisional.BatchReader` that decodes each batch once. Prints JSON.
+with one :class:`~petri.study.results.provisional.BatchReader` that decodes each batch once. Prints JSON.
 
     python experiments/study_redraw_cost.py --samples 2 --steps 8 --every 9
 """
@@ -26,11 +26,11 @@ def main() -> None:
     from petri.core.watch import Watch
     from petri.engine.torch.model import EMBEDDED_MODEL_PATH, load_model
     from petri.runs.store import RunStore
+    from petri.study.execution.runner import run_study
     from petri.study.plan import StudyPlan
-    from petri.study.provisional import BatchReader
-    from petri.study.runner import run_study
+    from petri.study.results.provisional import BatchReader
     from petri.study.schema import load_study
-    from petri.web.ui.study import StudyController
+    from petri.web.ui.study_tab.study import StudyController
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--study", type=Path, default=REPO / "assets/studies/inventory_order.json")

@@ -4,8 +4,8 @@ argmax over a 262,144-token vocabulary, decoded as ``t<id>``), timed ``--repeats
 
 - record: :func:`petri.measure.replay.sample_record` of one sample (what the view is sent on a sample change)
   and the size of its JSON;
-- figure: :func:`petri.study.trajectory_plots.trajectory_figure` of one sample;
-- gif: :func:`petri.study.animation.write_gif` of one sample (one frame per step);
+- figure: :func:`petri.study.figures.trajectory_plots.trajectory_figure` of one sample;
+- gif: :func:`petri.study.figures.animation.write_gif` of one sample (one frame per step);
 - table: :func:`petri.measure.replay.steps_table` of every sample (the ``steps.csv`` / ``.parquet`` rows).
 
 Prints one JSON object (medians in seconds, bytes, rows).
@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from petri.core.trajectory import AnchorSpan, SamplerSettings, Trajectory  # noqa: E402
 from petri.measure.replay import sample_record, steps_table  # noqa: E402
-from petri.study.animation import write_gif  # noqa: E402
-from petri.study.trajectory_plots import trajectory_figure  # noqa: E402
+from petri.study.figures.animation import write_gif  # noqa: E402
+from petri.study.figures.trajectory_plots import trajectory_figure  # noqa: E402
 
 
 def synthetic(samples: int, steps: int, canvas: int, seed: int = 0) -> Trajectory:

@@ -102,8 +102,8 @@ def stored_events(study: str, model: str, condition: str, store: Path = REPO / "
 
     from petri.runs.store import RunStore
     from petri.stats.groups import event_level_values
-    from petri.study.analysis import batch_tables
-    from petri.study.runner import study_batch
+    from petri.study.execution.runner import study_batch
+    from petri.study.results.analysis import batch_tables
     from petri.study.schema import load_study
 
     path = split_path(study, condition)

@@ -1,5 +1,5 @@
 """A full-size attention call for the GPU tests of petri's attention functions
-(``petri.engine.cuda.split_attention``, ``petri.engine.cuda.sliding_attention``)."""
+(``petri.engine.cuda.attention.split_attention``, ``petri.engine.cuda.attention.sliding_attention``)."""
 
 from __future__ import annotations
 

@@ -144,7 +144,7 @@ def test_arrows_back_up_are_upward_imports_and_imports_up_a_layers_order():
         "petri.web.server (layer 5, rank 0) imports petri.cli.options (layer 5, rank 1)"]
     assert len(arrows_back_up({"petri.core.dish": ["petri.engine.base", "petri.measure.metrics"]})) == 2
     assert arrows_back_up({"petri.cli.main": ["petri.web.server", "petri.app.service"],
-                           "petri.study.runner": ["petri.runs.store", "petri.core.dish"]}) == []
+                           "petri.study.execution.runner": ["petri.runs.store", "petri.core.dish"]}) == []
 
 
 def test_no_import_reaches_up_a_layer():
@@ -194,10 +194,10 @@ def import_graph(type_only: bool) -> dict[str, set[str]]:
 
 
 def test_the_type_only_graph_has_the_type_checking_edges():
-    """``petri.study.report`` imports ``petri.study.runner`` under TYPE_CHECKING only: the type-only
+    """``petri.study.results.report`` imports ``petri.study.execution.runner`` under TYPE_CHECKING only: the type-only
     graph has that edge, the run-time one does not (so the circle test below can see such circles)."""
-    assert "petri.study.runner" in import_graph(type_only=True)["petri.study.report"]
-    assert "petri.study.runner" not in import_graph(type_only=False)["petri.study.report"]
+    assert "petri.study.execution.runner" in import_graph(type_only=True)["petri.study.results.report"]
+    assert "petri.study.execution.runner" not in import_graph(type_only=False)["petri.study.results.report"]
 
 
 @pytest.mark.parametrize("type_only", [False, True], ids=["run-time", "type-only-too"])
@@ -235,7 +235,7 @@ def test_library_files_stay_short():
     "modules",
     [
         "petri.core.trajectory, petri.core.dish, petri.measure.metrics, petri.measure.tables, petri.stats.groups, petri.measure.nouns",
-        "petri.study.runner, petri.study.analysis, petri.runs.store, petri.runs.export, petri.app.service",
+        "petri.study.execution.runner, petri.study.results.analysis, petri.runs.store, petri.runs.export, petri.app.service",
     ],
 )
 def test_numpy_layers_import_without_torch(modules):

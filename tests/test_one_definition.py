@@ -14,7 +14,7 @@ from petri.measure.metrics import flip_grid, step_flips
 from petri.measure.tables import anchors_table, preservation_summary, samples_table
 from petri.runs.store import RunStore
 from petri.web.api.responses import event_summary
-from petri.web.ui.dish import DishController
+from petri.web.ui.dish_tab.dish import DishController
 from petri.web.ui.views import LiveFlips
 
 # sample 0 runs 3 steps, sample 1 stops after 2 (its step 2 is padding, -1)

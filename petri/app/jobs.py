@@ -27,7 +27,7 @@ from typing import Any
 
 from petri.core.cancel import Cancelled, CancelToken, acquire_or_cancel
 from petri.runs.store import RunStore, StoreError
-from petri.study.runner import stopped_status
+from petri.study.execution.runner import stopped_status
 
 STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted")
 FINAL = frozenset({"done", "failed", "cancelled", "interrupted"})

@@ -3,7 +3,7 @@ and the web server (``app.py``, ``petri serve``: :mod:`petri.web.server`), one l
 so the web server imports nothing of the command line (which runs it): ``--model``,
 ``--allow-download``, ``--device``, ``--dtype``, ``--compile``, ``--precision``,
 ``--trust-remote-code`` and ``--backend``, their defaults from the configuration
-(:class:`petri.core.config.PetriConfig`), read into a :class:`~petri.study.executors.ModelSpec`.
+(:class:`petri.core.config.PetriConfig`), read into a :class:`~petri.study.execution.executors.ModelSpec`.
 The sampler's flags are the command line's own (:mod:`petri.cli.options`)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import replace
 from petri.core.config import ConfigError, PetriConfig, variable
 from petri.engine.base import SamplingModel
 from petri.engine.precision_choice import parse_precision
-from petri.study.executors import ModelSpec
+from petri.study.execution.executors import ModelSpec
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, config: PetriConfig = PetriConfig()) -> None:

@@ -24,8 +24,8 @@ from petri.core.probe import DEFAULT_MIN_MASS, ProbeInputError
 from petri.core.watch import NO_WATCH, Watch
 from petri.engine.probe import ProbeResult, layout_probe, read_planned
 from petri.runs.probe_results import EVAL_KIND, EVAL_TABLES, PARTIAL_PREFIX, PROBE_KIND, frame_document, plain, read_document
-from petri.study.probe_eval import EVAL_ORDER, ProbeEvaluation, evaluate, item_request
-from petri.study.probe_set import LabelledSet, labelled_set_lines
+from petri.study.probe.probe_eval import EVAL_ORDER, ProbeEvaluation, evaluate, item_request
+from petri.study.probe.probe_set import LabelledSet, labelled_set_lines
 
 if TYPE_CHECKING:
     from petri.engine.base import SamplingModel
@@ -67,7 +67,7 @@ class EvalSettings:
 
 def labelled_to_dict(labelled: LabelledSet) -> dict:
     """A labelled set as JSON data (stored with its evaluation run, so the run says what it read):
-    its JSONL header with ``items``, one per line of :func:`petri.study.probe_set.labelled_set_lines`."""
+    its JSONL header with ``items``, one per line of :func:`petri.study.probe.probe_set.labelled_set_lines`."""
     header, *items = (json.loads(line) for line in labelled_set_lines(labelled))
     return {**header, "items": items}
 

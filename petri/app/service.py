@@ -33,9 +33,9 @@ from petri.core.watch import NO_WATCH, Watch
 from petri.engine.base import SamplingModel
 from petri.engine.seeding import plan_seed, sample_planned
 from petri.runs.store import RunStore
-from petri.study.executors import StudyExecutor
+from petri.study.execution.executors import StudyExecutor
+from petri.study.execution.runner import StudyProgress, StudyResult, run_study
 from petri.study.plan import StudyPlan
-from petri.study.runner import StudyProgress, StudyResult, run_study
 
 
 def job_watch(watch: Watch) -> Watch:
@@ -182,7 +182,7 @@ class PetriService(RunsView):
     # ------------------------------------------------------------------------------ studies
     def run_study(self, plan: StudyPlan, *, watch: Watch = NO_WATCH, wait_s: float | None = None,
                   owner: str | None = None) -> StudyResult:
-        """:func:`petri.study.runner.run_study` on this service's model and store, holding the one-job
+        """:func:`petri.study.execution.runner.run_study` on this service's model and store, holding the one-job
         lock for the whole study (raises :class:`BusyError` if another job holds it). Rerunning the
         same plan resumes from the store."""
         with self.cancellable(watch.cancel) as token, self.exclusive(wait_s, token):
@@ -210,8 +210,8 @@ class PetriService(RunsView):
 
     def submit_study(self, plan: StudyPlan, *, owner: str | None = None, watch: Watch = NO_WATCH) -> Job:
         """Queue a study as a job; its progress counts (event, template) batches, stored ones
-        included. The job's result is a :class:`~petri.study.runner.StudyResult`. ``watch.progress``
-        (in-process callers such as the UI) also sees each :class:`~petri.study.runner.StudyProgress`.
+        included. The job's result is a :class:`~petri.study.execution.runner.StudyResult`. ``watch.progress``
+        (in-process callers such as the UI) also sees each :class:`~petri.study.execution.runner.StudyProgress`.
         The job is cancelled through the queue (:func:`job_watch`)."""
         watch = job_watch(watch)
 

@@ -19,10 +19,10 @@ from petri.core.paths import use_assets_dir
 from petri.engine.base import BackendUnavailableError, ModelNotFoundError, SamplingModel
 from petri.runs.export import run_tables, token_decoder, write_run
 from petri.runs.store import StoreError
-from petri.study.executors import ExecutorError
+from petri.study.execution.executors import ExecutorError
 
 if TYPE_CHECKING:
-    from petri.study.executors import StudyExecutor
+    from petri.study.execution.executors import StudyExecutor
 
 
 def _concepts(value: str) -> tuple[str, ...]:
@@ -119,15 +119,15 @@ def add_statistics_commands(commands) -> None:
 
 def cmd_statistics(args) -> int:
     if args.command == "paired":
-        from petri.study.paired_runs import compare_runs
+        from petri.study.results.paired_runs import compare_runs
 
         out = compare_runs(args.results_a, args.results_b)
         print(out["wilcoxon"]["summary"])
         print(out["mcnemar"]["summary"])
         return 0
     if args.command == "restat":
-        from petri.study.paired_statistics import paired_from_folder, write_paired
-        from petri.study.statistics import load_results, restat
+        from petri.study.results.paired_statistics import paired_from_folder, write_paired
+        from petri.study.results.statistics import load_results, restat
 
         paired = paired_from_folder(args.results_dir)
         if paired is not None:
@@ -144,8 +144,8 @@ def cmd_statistics(args) -> int:
         return 0
     from petri.stats.mixed import cell_values
     from petri.stats.power import power_from_cells
-    from petri.study.paired_statistics import paired_from_folder
-    from petri.study.statistics import load_results
+    from petri.study.results.paired_statistics import paired_from_folder
+    from petri.study.results.statistics import load_results
 
     paired = paired_from_folder(args.results_dir, n_sims=args.sims, power_events=args.events, effect=args.effect,
                                 alpha=args.alpha, seed=args.seed, power_condition=args.condition)
@@ -194,13 +194,13 @@ def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def ray_executor_from_args(args):
-    """A :class:`~petri.study.ray_executor.RayExecutor` for ``--ray/--workers`` (refusals name the option), or None."""
+    """A :class:`~petri.study.execution.ray_executor.RayExecutor` for ``--ray/--workers`` (refusals name the option), or None."""
     if args.ray is None:
         if args.workers is not None:
             raise ValueError("--workers needs --ray (without it the study runs in this process)")
         return None
     from petri.app.model_options import spec_from_args
-    from petri.study.ray_executor import RayExecutor
+    from petri.study.execution.ray_executor import RayExecutor
 
     return RayExecutor(spec_from_args(args), address=args.ray, workers=args.workers)
 
@@ -239,9 +239,9 @@ def cmd_study(args) -> int:
 
     from petri.core.watch import Watch
     from petri.runs.store import RunStore
+    from petri.study.execution.runner import run_study
     from petri.study.plan import StudyPlan
-    from petri.study.report import write_study
-    from petri.study.runner import run_study
+    from petri.study.results.report import write_study
     from petri.study.schema import load_study
 
     study = load_study(args.file)  # malformed files are refused before the model is even loaded
@@ -310,7 +310,7 @@ def _study_decoder(lm: SamplingModel | StudyExecutor, executor, result):
 
 def cmd_replay(args) -> int:
     from petri.runs.store import RunStore, check_run_id
-    from petri.study.runner import stored_conditions
+    from petri.study.execution.runner import stored_conditions
     from petri.web.replay_files import replay_suffixes, write_replay
 
     suffix = args.out.rsplit(".", 1)[-1].lower() if "." in args.out else ""

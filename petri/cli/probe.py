@@ -84,8 +84,8 @@ def _progress(label: str, quiet: bool):
 
 def _evaluate(model, labelled, args, out: Path, label: str):
     from petri.core.probe import DEFAULT_MIN_MASS
-    from petri.study.probe_eval import EVAL_ORDER, evaluate, prediction_columns
-    from petri.study.probe_tables import PredictionWriter
+    from petri.study.probe.probe_eval import EVAL_ORDER, evaluate, prediction_columns
+    from petri.study.probe.probe_tables import PredictionWriter
 
     writer = PredictionWriter(out / "predictions.csv", prediction_columns(labelled))
     try:
@@ -148,9 +148,9 @@ def cmd_probe(args) -> int:
 
 def _cmd_set(args) -> int:
     from petri.core.settings import MAX_SEED
-    from petri.study.probe_eval import compare_evaluations
-    from petri.study.probe_set import load_labelled_set
-    from petri.study.probe_tables import write_evaluation
+    from petri.study.probe.probe_eval import compare_evaluations
+    from petri.study.probe.probe_set import load_labelled_set
+    from petri.study.probe.probe_tables import write_evaluation
 
     if args.steps < 1 or args.repeats < 1:
         raise ValueError("--steps and --repeats must be at least 1")

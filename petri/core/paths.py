@@ -25,7 +25,7 @@ def use_assets_dir(folder: str | Path | None) -> None:
     """Tell this process where its assets folder is (``None``: the default places). An entry point
     calls it once with its configuration's ``assets`` (``PETRI_ASSETS``,
     :class:`petri.core.config.PetriConfig`); a worker loading a
-    :class:`petri.study.executors.ModelSpec` with the folder its spec carries."""
+    :class:`petri.study.execution.executors.ModelSpec` with the folder its spec carries."""
     _TOLD["assets"] = _folder(folder)
 
 

@@ -9,7 +9,7 @@ its checks across fields (:class:`Check`: ``t_min <= t_max``). From that alone:
 - :func:`request_fields` gives the fields of a request, in the stored order, each switch after the
   last field it turns (the HTTP API's ``settings`` model, :mod:`petri.web.api.settings`);
 - :func:`controls` gives the same in the order the surfaces show them (the CLI's flags,
-  :mod:`petri.cli.options`; the UI's controls, :mod:`petri.web.ui.dish_controls`);
+  :mod:`petri.cli.options`; the UI's controls, :mod:`petri.web.ui.dish_tab.dish_controls`);
 - :func:`apply_settings` applies what a request gave to a model's defaults, checking bounds, the
   family's switches and checks, and refusing a setting of another family, naming the field
   (:class:`SettingError`); the API, the CLI and the UI all go through it.

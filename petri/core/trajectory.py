@@ -205,7 +205,7 @@ class Trajectory:
     torch sampler that reproduces ``generate``), ``mlx``, ``fast`` (the GPU fast path's exact tier),
     ``fast`` with ``+compiled``, ``+sc-softmax``, ``+sc-fp8``, ``+inverse-cdf``, ``+small-batch``,
     ``+overlapped-mlp``, ``+autotuned`` for the compiled tier's levers (``petri.engine.torch.fast_tier.FastTier.fast_name``),
-    and ``+fp8`` or ``+fp8-fast`` after any of these in the FP8 tier (``petri.engine.cuda.fp8``), after
+    and ``+fp8`` or ``+fp8-fast`` after any of these in the FP8 tier (``petri.engine.cuda.fp8_tier.fp8``), after
     ``+enc-fp8`` where its prompt encoder ran in FP8 too;
     ``unknown`` for runs stored before it was recorded.
 

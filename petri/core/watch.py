@@ -24,7 +24,7 @@ class Watch:
         on_step: called with every denoising step (a :class:`~petri.engine.base.LiveStep`) for the
             live views; costs a host copy per step, so ``None`` unless someone draws them.
         progress: called as the run advances: a study with a
-            :class:`~petri.study.runner.StudyProgress` after each stored (or found stored) batch, a
+            :class:`~petri.study.execution.runner.StudyProgress` after each stored (or found stored) batch, a
             seed with the index of the event whose steps come next (before its first step). An
             exception it raises aborts the run (what is stored stays).
         cancel: stops the run within one denoising step (:class:`~petri.core.cancel.Cancelled`).

@@ -1,16 +1,16 @@
 """The precision a model runs in, written as one text: a precision, then the FP8 tier's opt-in levers,
 each after a ``+`` (issue 25). What ``--precision`` takes (the ``petri`` command, ``app.py``, a study's
-:class:`petri.study.executors.ModelSpec`, so Ray workers get the same tier) and what
+:class:`petri.study.execution.executors.ModelSpec`, so Ray workers get the same tier) and what
 ``experiments/fp8_shift.py`` names its arms by:
 
-- ``bf16`` (the default), ``fp8``, ``fp8-fast``: :func:`petri.engine.cuda.fp8.set_precision`;
+- ``bf16`` (the default), ``fp8``, ``fp8-fast``: :func:`petri.engine.cuda.fp8_tier.fp8.set_precision`;
 - ``+sc-fp8``: the FP8 self-conditioning (:class:`petri.engine.torch.fast_tier.FastOptions`'
   ``fp8_self_conditioning``; the compiled tier only, since it lives in the compiled logits pass);
 - ``+enc-fp8``: the FP8 prompt encoder (``set_precision``'s ``fp8_encoder``).
 
 So ``fp8-fast+sc-fp8`` is the benchmark's fastest configuration (``experiments/bench.py``'s
 ``petri_fast_compiled_small_fp8fast_sc_fp8``) and ``fp8-fast+sc-fp8+enc-fp8`` the same with the
-FP8 encoder. The levers need an FP8 precision. :func:`petri.engine.cuda.fp8.set_precision_choice` puts
+FP8 encoder. The levers need an FP8 precision. :func:`petri.engine.cuda.fp8_tier.fp8.set_precision_choice` puts
 a model in a choice. Sampler names say what ran: ``+sc-fp8``,
 ``+enc-fp8``, ``+fp8-fast``. Nothing here imports torch (the command line checks the text before a
 model loads).

@@ -133,7 +133,7 @@ def load_backend_model(
     On CUDA a DiffusionGemma's tier is planned before it loads
     (:func:`petri.engine.torch.tier_memory.plan_cuda_tier`): ``compile=None`` takes the compiled tier where
     it fits the card, else the exact one; an FP8 tier that fits only without its bf16 copies runs so
-    (``+enc-fp8``, :mod:`petri.engine.cuda.fp8_release`); a tier that does not fit is refused
+    (``+enc-fp8``, :mod:`petri.engine.cuda.fp8_tier.fp8_release`); a tier that does not fit is refused
     (:class:`petri.engine.torch.tier_memory.TierMemoryError`, naming the tier that fits)."""
     from petri.engine.precision_choice import PrecisionChoice, parse_precision
 
@@ -170,11 +170,11 @@ def load_backend_model(
     if compile or (compile is None and compiles_by_default(lm)):
         compile_for_sampling(lm)
     if choice != PrecisionChoice():
-        from petri.engine.cuda.fp8 import set_precision_choice
+        from petri.engine.cuda.fp8_tier.fp8 import set_precision_choice
 
         set_precision_choice(lm, choice)
     if tier is not None and tier.released:
-        from petri.engine.cuda.fp8_release import release_bf16
+        from petri.engine.cuda.fp8_tier.fp8_release import release_bf16
 
         release_bf16(lm)
     return lm

@@ -6,10 +6,10 @@ column order. Every view of a sample reads this registry, so a new per-sample me
 
 - the samples table (:func:`petri.measure.tables.samples_table`, and so every CSV and study table);
 - the API's ``SampleOut`` (:mod:`petri.web.api.responses`: a field per metric with ``api`` set);
-- the UI's Samples table (:mod:`petri.web.ui.dish`: a column per metric with a ``ui_width``);
-- a study's events table (:func:`petri.study.analysis.events_table`: the metric's ``per_event``
+- the UI's Samples table (:mod:`petri.web.ui.dish_tab.dish`: a column per metric with a ``ui_width``);
+- a study's events table (:func:`petri.study.results.analysis.events_table`: the metric's ``per_event``
   aggregates of the event's samples);
-- a study's report (:mod:`petri.study.report`: the group means of every metric with ``report`` set).
+- a study's report (:mod:`petri.study.results.report`: the group means of every metric with ``report`` set).
 
 A metric's :attr:`~SampleMetric.compute` takes one event's
 :class:`~petri.measure.summary.EventSummary` and returns one value per sample ``(S,)``: the summary

@@ -7,7 +7,7 @@ A probe run stores JSON documents, not trajectories (:meth:`petri.runs.store.Run
 - kind ``probe-eval`` (a labelled set's evaluation): while it runs, ``read/<n>`` (the prediction
   rows of the n-th read, committed as they come); once done, ``predictions``, ``summary`` and
   ``reliability`` (each :func:`frame_document` of the
-  :class:`~petri.study.probe_eval.ProbeEvaluation`'s table) and ``evaluation`` (its ``meta``), the
+  :class:`~petri.study.probe.probe_eval.ProbeEvaluation`'s table) and ``evaluation`` (its ``meta``), the
   ``read/<n>`` pieces dropped. A run stopped part way (cancelled, interrupted) keeps its pieces, and
   its ``predictions`` table reads them.
 

@@ -1,6 +1,6 @@
 """A study run planned once, where the request enters (``POST /api/study`` and ``POST /api/jobs/study``
 through :func:`petri.web.api.requests.prepare_study`, the UI's Study tab through the same, the
-command line's ``petri study``), and passed whole down to :func:`petri.study.runner.run_study`, as a
+command line's ``petri study``), and passed whole down to :func:`petri.study.execution.runner.run_study`, as a
 seed's :class:`~petri.core.plan.SeedPlan` is.
 
 A :class:`StudyPlan` is checked when it is made: ``samples`` at least 1, the study's language has

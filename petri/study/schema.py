@@ -6,7 +6,7 @@ prompt templates wrap them, and which two groups the headline test compares. The
 documented in ``assets/studies/README.md``; :func:`load_study` checks all of it *before* any
 sampling and raises :class:`StudyError` naming the file, the entry and the reason.
 
-This module never imports torch; the runner (``petri.study.runner.run_study``, re-exported here) does,
+This module never imports torch; the runner (``petri.study.execution.runner.run_study``, re-exported here) does,
 lazily.
 """
 

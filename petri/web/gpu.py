@@ -11,8 +11,8 @@ from petri.app.probe import ProbeRun
 from petri.app.service import PetriService, SeedResult
 from petri.core.plan import ProbePlan, SeedPlan
 from petri.core.watch import NO_WATCH, Watch
+from petri.study.execution.runner import StudyResult
 from petri.study.plan import StudyPlan
-from petri.study.runner import StudyResult
 from petri.web.gpu_executor import on_zero_gpu, run_zerogpu_read, run_zerogpu_seed, run_zerogpu_study
 
 

@@ -18,7 +18,7 @@ frames are CPU data: each step's :class:`~petri.engine.base.LiveStep` (numpy arr
 finished event's :class:`~petri.core.trajectory.Trajectory`.
 
 A study's batches go the same way, one call per batch (:class:`ZeroGpuStudyExecutor`, for
-:func:`petri.study.runner.run_study`; :func:`zerogpu_study_stream` for the Study tab, :func:`run_zerogpu_study`
+:func:`petri.study.execution.runner.run_study`; :func:`zerogpu_study_stream` for the Study tab, :func:`run_zerogpu_study`
 for ``POST /api/study``), and a probe read is one call (:func:`read_frames`, :func:`run_zerogpu_read`).
 
 Each call's ``duration`` is estimated from the work it carries (:mod:`petri.web.gpu_cost`;
@@ -53,9 +53,9 @@ from petri.core.watch import NO_WATCH, Watch
 from petri.engine.base import LiveStep
 from petri.engine.probe import ProbeResult, read_planned
 from petri.engine.seeding import sample_planned
-from petri.study.executors import BatchJob, LocalExecutor, sample_batch
+from petri.study.execution.executors import BatchJob, LocalExecutor, sample_batch
+from petri.study.execution.runner import StudyResult
 from petri.study.plan import StudyPlan
-from petri.study.runner import StudyResult
 from petri.web.gpu_cost import CallWork, duration_s
 
 if TYPE_CHECKING:  # the web layer imports no torch before a model loads
@@ -372,7 +372,7 @@ def run_zerogpu_seed(service: PetriService, plan: SeedPlan, on_step=None, cancel
 
 
 class ZeroGpuStudyExecutor(LocalExecutor):
-    """A study's batches on ZeroGPU, for :func:`petri.study.runner.run_study`: one ``spaces.GPU``
+    """A study's batches on ZeroGPU, for :func:`petri.study.execution.runner.run_study`: one ``spaces.GPU``
     call per batch (:data:`zerogpu_batch`), from the caller's thread; the layouts are checked and the
     model's facts read here, on ``lm`` (no GPU work). The runner stores each batch as it lands, so an
     aborted call (:class:`GpuAborted`) keeps every finished batch and running the study again resumes

@@ -12,9 +12,9 @@ from pathlib import Path
 from petri.core.trajectory import Trajectory
 from petri.runs.export import Conditions
 from petri.runs.formats import FORMATS, write_table
-from petri.study.animation import mp4_available, write_gif, write_mp4
-from petri.study.plots import save_figures
-from petri.study.trajectory_plots import step_curves_figure, trajectory_figure
+from petri.study.figures.animation import mp4_available, write_gif, write_mp4
+from petri.study.figures.plots import save_figures
+from petri.study.figures.trajectory_plots import step_curves_figure, trajectory_figure
 from petri.web.tokens import TokenText, concept_colors
 
 #: the replay's own kinds: the animation and the whole-trajectory figure
@@ -52,7 +52,7 @@ def write_replay(stored: list, event: int, sample: int, out: str | Path, *, toke
     """Write one export of a stored run (``stored`` as :meth:`petri.runs.store.RunStore.load_events` gives it),
     the kind chosen by ``out``'s suffix (:func:`replay_suffixes`). Token text: ``tokens``, else the
     tokenizer of ``tokenizer`` (a folder or cached hub id), else of the run's model id. ``conditions``
-    (a paired study's run: :func:`petri.study.runner.stored_conditions`) tags the steps table's rows. Returns
+    (a paired study's run: :func:`petri.study.execution.runner.stored_conditions`) tags the steps table's rows. Returns
     (path, note); a PNG/SVG that cannot be rendered here raises RuntimeError naming why."""
     out = Path(out)
     suffix = out.suffix.lstrip(".").lower()

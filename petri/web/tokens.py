@@ -22,7 +22,7 @@ def concept_colors(concepts: Sequence[str]) -> dict[str, str]:
 
 class TokenText:
     """The text of single token ids (cached), for hovers and the highlighted final text; a callable
-    ``id → str`` as :func:`petri.study.plots.token_texts` takes it. Also knows which ids are special
+    ``id → str`` as :func:`petri.study.figures.plots.token_texts` takes it. Also knows which ids are special
     tokens (``<eos>``, ``<pad>``, ``<|channel>`` …: never shown in the answer) and which end the turn."""
 
     def __init__(self, tokenizer):

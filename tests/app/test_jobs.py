@@ -161,7 +161,7 @@ def test_a_crash_leaves_running_work_that_the_next_start_marks_interrupted(store
 
 
 def test_a_stopped_run_is_marked_by_what_stopped_it():
-    from petri.study.runner import stopped_status
+    from petri.study.execution.runner import stopped_status
 
     assert stopped_status(Cancelled("cancelled")) == "cancelled"
     assert stopped_status(Cancelled("interrupted")) == "interrupted"

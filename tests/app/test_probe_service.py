@@ -14,7 +14,7 @@ from petri.core.probe import ProbeInputError, request_from_dict
 from petri.engine.probe import plan_probe
 from petri.runs.formats import RESULT_TABLES
 from petri.runs.store import RunStore
-from petri.study.probe_set import LabelledItem, LabelledSet
+from petri.study.probe.probe_set import LabelledItem, LabelledSet
 from tests.app.test_jobs import wait_until
 
 REQUEST = {"prompt": "Only 90 units are in stock.", "frame": "ok {{consistent}}",

@@ -88,7 +88,7 @@ def run_outside(env_dir: Path, *args: str, cwd: Path) -> subprocess.CompletedPro
 def test_the_installed_package_is_the_wheel_not_the_checkout(installed, tmp_path):
     done = run_outside(
         installed, str(installed / "bin" / "python"), "-c",
-        "import json, petri, petri.core.paths; from petri.web.ui.shipped import load_shipped, shipped_study_dir; "
+        "import json, petri, petri.core.paths; from petri.web.ui.study_tab.shipped import load_shipped, shipped_study_dir; "
         "print(json.dumps([petri.__file__, str(petri.core.paths.embedded_model_path()), "
         "str(petri.core.paths.embedded_model_named('petri-tiny-mdm')), str(shipped_study_dir()), "
         "len(load_shipped(shipped_study_dir()).events)]))",

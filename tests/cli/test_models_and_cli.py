@@ -118,7 +118,7 @@ def test_compile_option_is_a_tri_state_and_auto_compiles_only_cuda(tiny_checkpoi
 
     from petri.app import model_options
     from petri.engine.torch import model as torch_model
-    from petri.study.executors import ModelSpec
+    from petri.study.execution.executors import ModelSpec
 
     folder, _ = tiny_checkpoint
     from petri.core.config import ConfigError, PetriConfig

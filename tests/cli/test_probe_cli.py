@@ -11,7 +11,7 @@ import pytest
 
 from petri.cli.main import main
 from petri.core.paths import probe_set_path
-from petri.study.probe_set import labelled_set_lines, load_labelled_set
+from petri.study.probe.probe_set import labelled_set_lines, load_labelled_set
 
 REQUEST = {"prompt": "Event: Only 90 units are in stock, but the customer ordered 120.",
            "frame": "Consistent: {{consistent}}",

@@ -51,7 +51,7 @@ def test_every_step_carries_the_plans_pinned_mask_and_run_id(service):
 
 
 def test_a_ui_dish_run_lays_its_event_out_once(service, layouts_made):
-    from petri.web.ui.dish import DishController
+    from petri.web.ui.dish_tab.dish import DishController
 
     ctl = DishController(service)
     placement = ctl.spread("order, inventory", True)
@@ -65,7 +65,7 @@ def test_a_ui_dish_run_lays_its_event_out_once(service, layouts_made):
 
 def test_a_ui_compare_run_lays_each_event_out_once(service, layouts_made):
     from petri.web.ui.compare import CompareController
-    from petri.web.ui.dish import DishController
+    from petri.web.ui.dish_tab.dish import DishController
 
     ctl = CompareController(service, DishController(service))
     layouts_made.clear()
@@ -98,7 +98,7 @@ def test_a_studys_steps_carry_its_run_id_and_each_batchs_pinned_mask(tiny_lm, tm
     """A study's batches sample through seed_dish: every live step names the study's run (it named
     none before), and its pinned mask is the batch's (the stored trajectory's anchor mask)."""
     from petri.runs.store import RunStore
-    from petri.study.runner import run_study
+    from petri.study.execution.runner import run_study
     from petri.study.schema import study_from_dict
     from study_support import study_dict
 

@@ -143,7 +143,7 @@ def test_the_ui_dish_tab_runs_it(mdm, tmp_path):
     """The Dish tab's handler (what the browser calls) on the embedded masked model."""
     from petri.app.service import PetriService
     from petri.runs.store import RunStore
-    from petri.web.ui.dish import DishController
+    from petri.web.ui.dish_tab.dish import DishController
     from tests.web.ui.test_ui import dish_inputs
 
     service = PetriService(mdm, RunStore(tmp_path / "store"))
@@ -224,7 +224,7 @@ def test_its_settings_are_set_from_the_ui_and_reach_the_sampler(mdm, tmp_path):
     from petri.app.service import PetriService
     from petri.runs.store import RunStore
     from petri.web.ui.build import build_ui
-    from petri.web.ui.dish import DishController
+    from petri.web.ui.dish_tab.dish import DishController
     from tests.web.ui.test_ui import dish_inputs
 
     service = PetriService(mdm, RunStore(tmp_path / "store"))

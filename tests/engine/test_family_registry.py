@@ -125,7 +125,7 @@ def test_the_cli_has_its_flags(toy, tmp_path):
 def test_the_ui_builds_its_controls_and_runs_them(toy_service):
     from petri.web.ui.build import build_ui
     from petri.web.ui.compare import CompareController
-    from petri.web.ui.dish import DishController
+    from petri.web.ui.dish_tab.dish import DishController
 
     config = build_ui(toy_service).get_config_file()
     ids = {c["props"].get("elem_id") for c in config["components"]}

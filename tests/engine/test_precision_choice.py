@@ -17,7 +17,7 @@ from petri.app.model_options import add_model_arguments
 from petri.core.trajectory import AnchorSpan, SamplerSettings
 from petri.engine.base import SampleRequest
 from petri.engine.cuda.compiled_tier import uncompile_regions
-from petri.engine.cuda.fp8 import precision_of, set_precision_choice
+from petri.engine.cuda.fp8_tier.fp8 import precision_of, set_precision_choice
 from petri.engine.precision_choice import PrecisionChoice, parse_precision
 from petri.engine.select import load_backend_model
 from petri.engine.torch.model import compile_for_sampling

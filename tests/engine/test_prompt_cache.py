@@ -195,7 +195,7 @@ def test_the_fast_paths_session_takes_kept_prompts_and_samples_what_encoding_the
     """A, B, A through one fast-path session: the session holds the first request's cache as its
     static buffer and copies each later prompt into it; the kept copies must survive that."""
     from petri.engine.cuda.fast_sampler import FastOptions, run_sampler_fast
-    from petri.engine.cuda.fused_logits import HAVE_TRITON
+    from petri.engine.cuda.fused.fused_logits import HAVE_TRITON
 
     lm = tiny_random_model(canvas_length=16)
     if device == "cuda":

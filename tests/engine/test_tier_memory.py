@@ -138,7 +138,7 @@ def test_a_tier_that_does_not_fit_is_refused_before_any_weight_loads(monkeypatch
     """load_backend_model on a (faked) CUDA device plans from the checkpoint's config and refuses
     before the loader runs; with room it passes the planned tier on."""
     from petri.engine import select
-    from petri.engine.cuda import fused_logits
+    from petri.engine.cuda.fused import fused_logits
     from petri.engine.torch import device as torch_device
     from petri.engine.torch import model as torch_model
 

@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from experiment_support import experiment_script
-from petri.study.probe_set import load_labelled_set
+from petri.study.probe.probe_set import load_labelled_set
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -295,7 +295,7 @@ def test_an_english_study_never_imports_the_korean_or_japanese_analysers():
         import sys
         from petri.measure.nouns import analyser_for, template_jaccard
         from petri.study.schema import load_study
-        import petri.study.analysis, petri.study.report
+        import petri.study.results.analysis, petri.study.results.report
         study = load_study("assets/studies/inventory_order.json")
         method = study.noun_method()
         template_jaccard({"a": ["The order shipped."], "b": ["The inventory grew."]}, method=method)

@@ -142,7 +142,7 @@ def test_the_mp4_has_one_frame_per_step_of_the_sample_where_ffmpeg_exists(tmp_pa
     import shutil
     import subprocess
 
-    from petri.study.animation import write_mp4
+    from petri.study.figures.animation import write_mp4
 
     path = write_mp4(trajectory(), sample, decode, tmp_path / f"s{sample}.mp4", frame_ms=400)
     assert path.read_bytes()[4:8] == b"ftyp"  # an ISO-BMFF (MP4) file

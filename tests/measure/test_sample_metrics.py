@@ -16,11 +16,11 @@ from petri.engine.seeding import seed_dish
 from petri.measure.metrics import flip_counts
 from petri.measure.sample_metrics import SampleMetric, register_sample_metric, sample_metrics, total, unregister_sample_metric
 from petri.measure.tables import samples_table
-from petri.study.analysis import events_table, study_tables
-from petri.study.report import _metrics_section
-from petri.study.runner import StudyBatch
+from petri.study.execution.runner import StudyBatch
+from petri.study.results.analysis import events_table, study_tables
+from petri.study.results.report import _metrics_section
 from petri.web.app import create_app
-from petri.web.ui.dish import DishController
+from petri.web.ui.dish_tab.dish import DishController
 from petri.web.ui.views import samples_columns
 
 NEW = "free_flips_total"

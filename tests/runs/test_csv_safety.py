@@ -4,7 +4,7 @@ a carriage return is written with a leading ``'`` (OWASP's advice against CSV in
 raw value stays in the JSON sidecar. Checked on the files the real writers wrote: the API's CSV
 route, the UI's and the CLI's seed downloads (:func:`petri.web.api.responses.write_run_files`, the
 same :func:`petri.runs.export.write_tables` as ``petri seed --out``) and a study's folder
-(:func:`petri.study.report.write_study`)."""
+(:func:`petri.study.results.report.write_study`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from petri.app.service import PetriService
 from petri.core.trajectory import SamplerSettings
 from petri.runs.store import RunStore
 from petri.study.plan import StudyPlan
-from petri.study.report import write_study
+from petri.study.results.report import write_study
 from petri.study.schema import study_from_dict
 from petri.web.api.responses import write_run_files
 from petri.web.app import create_app

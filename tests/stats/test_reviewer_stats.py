@@ -286,7 +286,7 @@ def test_each_designs_size_is_its_rejection_rate_at_effect_0_with_a_wilson_inter
 
 
 def test_provisional_statistics_warn_about_peeking_until_final():
-    from petri.study.provisional import ProvisionalStatistics
+    from petri.study.results.provisional import ProvisionalStatistics
 
     p = ProvisionalStatistics(3, 36, pd.DataFrame(), pd.DataFrame(), None, {"benign": 1})
     assert "inflates the false-positive rate" in p.warning
@@ -295,7 +295,7 @@ def test_provisional_statistics_warn_about_peeking_until_final():
 
 def test_report_row_of_a_small_group_is_marked_uninformative():
     from petri.stats.groups import compare_groups
-    from petri.study.report import _comparison_row
+    from petri.study.results.report import _comparison_row
 
     row = _comparison_row(compare_groups([1.0, 2.0], [3.0, 4.0], unit="event"))
     assert "uninformative" in row and "CI" not in row and "+1.000" not in row
@@ -347,7 +347,7 @@ def test_the_shipped_comparison_ignores_only_the_optimizers_diagnostics():
 def test_shipped_study_statistics_are_the_codes():
     """The committed statistics.json, pair_tests.csv and report section are what the code gives now
     (floats to 1e-9, the mixed model's optimizer diagnostics aside: :data:`OPTIMIZER_DIAGNOSTICS`)."""
-    from petri.study.statistics import load_results, study_statistics
+    from petri.study.results.statistics import load_results, study_statistics
 
     segments, groups, planned, seed = load_results(SHIPPED)
     stats = study_statistics(segments, groups, planned_batches=planned, seed=seed)
@@ -395,7 +395,7 @@ def test_cli_paired_on_two_result_folders(tmp_path, capsys):
 
 
 def test_statistics_json_is_strict_json_with_untested_pairs_as_null(tmp_path):
-    from petri.study.statistics import study_statistics, write_statistics
+    from petri.study.results.statistics import study_statistics, write_statistics
 
     rng = np.random.default_rng(8)
     rows = [{"event_id": f"e{e}", "template_id": f"t{t}", "group": "benign" if e < 6 else "contradictory",

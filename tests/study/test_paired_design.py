@@ -9,11 +9,11 @@ import copy
 import numpy as np
 import pytest
 
-import petri.study.runner as runner
+import petri.study.execution.runner as runner
 from petri.core.watch import Watch
 from petri.runs.store import RunStore
-from petri.study.analysis import analyze
 from petri.study.plan import StudyPlan
+from petri.study.results.analysis import analyze
 from petri.study.schema import StudyError, study_from_dict
 from petri.study.transforms import apply_transform, shuffle_words
 from tests.study.test_study_run import SETTINGS, one_thread  # noqa: F401 (one intra-op thread, autouse)
@@ -268,7 +268,7 @@ def test_shared_slots_that_do_not_fit_are_refused_before_sampling(tiny_lm, tmp_p
 def test_the_paired_statistics_read_the_event_means_of_each_condition(paired_run, tmp_path):
     from scipy import stats as sps
 
-    from petri.study.report import write_study
+    from petri.study.results.report import write_study
 
     outputs = write_study(paired_run, tmp_path / "out", images=False)
     paired = outputs.analysis.paired
@@ -306,7 +306,7 @@ def test_petri_power_and_restat_read_a_paired_folder(paired_run, tmp_path, capsy
     from scipy import stats as sps
 
     from petri.cli.main import main
-    from petri.study.report import write_study
+    from petri.study.results.report import write_study
 
     out = tmp_path / "out"
     outputs = write_study(paired_run, out, images=False)
@@ -330,7 +330,7 @@ def test_petri_power_and_restat_read_a_paired_folder(paired_run, tmp_path, capsy
 def test_the_slope_chart_draws_one_line_per_event_coloured_by_direction():
     import pandas as pd
 
-    from petri.study.paired_plots import DIRECTION_COLORS, paired_slope_figure
+    from petri.study.figures.paired_plots import DIRECTION_COLORS, paired_slope_figure
 
     events = pd.DataFrame({"event_id": ["e1", "e1", "e2", "e2", "e3", "e3"], "condition": ["a", "b"] * 3,
                            "instability": [1.0, 2.0, 2.0, 1.0, 1.0, 1.0], "event": ["x"] * 6})
@@ -347,8 +347,8 @@ def test_the_slope_chart_draws_one_line_per_event_coloured_by_direction():
 
 
 def test_petri_paired_matches_two_runs_of_a_paired_study_on_event_and_condition(paired_run, tmp_path):
-    from petri.study.paired_runs import compare_runs
-    from petri.study.report import write_study
+    from petri.study.results.paired_runs import compare_runs
+    from petri.study.results.report import write_study
 
     for name in ("a", "b"):
         write_study(paired_run, tmp_path / name, images=False)

@@ -1,4 +1,4 @@
-"""Labelled sets (petri.study.probe_set) and the probe's evaluation (petri.study.probe_eval,
+"""Labelled sets (petri.study.probe.probe_set) and the probe's evaluation (petri.study.probe.probe_eval,
 probe_tables): refusals naming the field, metrics against hand-worked cases, McNemar by hand,
 the evaluation on a tiny model against read_slots itself, and the files written row by row."""
 
@@ -13,9 +13,9 @@ import pytest
 from petri.core.probe import MAX_ITEMS, ProbeInputError, Question
 from petri.engine.probe import read_slots
 from petri.engine.torch.tiny import tiny_random_model
-from petri.study.probe_eval import ProbeEvaluation, compare_evaluations, evaluate, item_request, prediction_columns, summarise
-from petri.study.probe_set import LabelledItem, LabelledSet, labelled_set_lines, load_labelled_set
-from petri.study.probe_tables import PredictionWriter, write_evaluation
+from petri.study.probe.probe_eval import ProbeEvaluation, compare_evaluations, evaluate, item_request, prediction_columns, summarise
+from petri.study.probe.probe_set import LabelledItem, LabelledSet, labelled_set_lines, load_labelled_set
+from petri.study.probe.probe_tables import PredictionWriter, write_evaluation
 
 HEADER = {"probe_set": "toy", "frame": "Ok:{{ok}}", "questions": [{"name": "ok", "alternatives": ["yes", "no"],
                                                                   "labels": ["A", "B"]}]}

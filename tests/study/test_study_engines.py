@@ -23,8 +23,8 @@ from petri.engine.select import mlx_available
 from petri.engine.torch.sampler import run_sampler
 from petri.measure.tables import pairs_table
 from petri.runs.store import RunStore
+from petri.study.execution.runner import run_study
 from petri.study.plan import StudyPlan
-from petri.study.runner import run_study
 from petri.study.schema import study_from_dict
 from study_support import study_dict
 from tiny_support import save_checkpoint

@@ -23,11 +23,11 @@ from petri.core.watch import Watch
 from petri.engine.torch.model import load_tokenizer
 from petri.runs.export import token_decoder
 from petri.runs.store import RunStore
-from petri.study.executors import ModelSpec
+from petri.study.execution.executors import ModelSpec
+from petri.study.execution.ray_executor import RayExecutor
+from petri.study.execution.runner import run_study
 from petri.study.plan import StudyPlan
-from petri.study.ray_executor import RayExecutor
-from petri.study.report import write_study
-from petri.study.runner import run_study
+from petri.study.results.report import write_study
 from petri.study.schema import load_study
 from study_support import study_dict
 
@@ -246,7 +246,7 @@ def test_without_ray_installed_the_option_says_how_to_install_it(study_file, tmp
 
 
 def test_petri_imports_without_ray():
-    code = ("import sys, petri.cli.main, petri.study.ray_executor, petri.study.runner; "
+    code = ("import sys, petri.cli.main, petri.study.execution.ray_executor, petri.study.execution.runner; "
             "assert 'ray' not in sys.modules, 'ray imported at import time'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -14,19 +14,19 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-import petri.study.executors as executors
-import petri.study.runner as runner
+import petri.study.execution.executors as executors
+import petri.study.execution.runner as runner
 from petri.app.service import BusyError
 from petri.core.dish import LayoutError
 from petri.core.trajectory import SamplerSettings
 from petri.core.watch import Watch
 from petri.measure.nouns import FALLBACK, FUGASHI, KIWI, tagger_name, top_nouns_by_template
 from petri.runs.store import RunStore
-from petri.study.analysis import analyze, clean_text, cluster_bootstrap_mean, study_tables
+from petri.study.figures.plots import flips_bar, save_figures
+from petri.study.figures.plots import sample_flip_heatmap as flip_heatmap
 from petri.study.plan import StudyPlan
-from petri.study.plots import flips_bar, save_figures
-from petri.study.plots import sample_flip_heatmap as flip_heatmap
-from petri.study.report import render_report, sidecar, write_study
+from petri.study.results.analysis import analyze, clean_text, cluster_bootstrap_mean, study_tables
+from petri.study.results.report import render_report, sidecar, write_study
 from petri.study.schema import study_from_dict
 from service_support import model_held
 
@@ -327,7 +327,7 @@ def test_one_sample_figures(full, tiny_lm, tmp_path):
 
 
 def test_image_failures_never_fail_the_run(monkeypatch, tmp_path):
-    import petri.study.plots as plots
+    import petri.study.figures.plots as plots
 
     monkeypatch.setattr(plots, "_IMAGE_STATUS", (True, "pretend"))
 

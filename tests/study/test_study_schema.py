@@ -112,7 +112,7 @@ def test_a_missing_analyser_package_is_refused_before_the_model_or_sampling(tmp_
     with pytest.raises(StudyError) as err:
         study.noun_method()
     assert err.value.entry == "language" and "kiwipiepy-model" in err.value.reason
-    from petri.study.runner import run_study
+    from petri.study.execution.runner import run_study
 
     with pytest.raises(StudyError, match="kiwipiepy-model"):  # before the model is even asked for its facts
         run_study(object(), StudyPlan(study), store=None)

@@ -18,9 +18,9 @@ from petri.core.trajectory import MaskedSettings
 from petri.engine.families.masked import MaskedLoadedModel
 from petri.engine.torch.model import LoadedModel, load_model
 from petri.runs.store import RunStore
-from petri.study.analysis import analyze
+from petri.study.execution.runner import run_study
 from petri.study.plan import StudyPlan
-from petri.study.runner import run_study
+from petri.study.results.analysis import analyze
 from petri.study.schema import study_from_dict
 
 STUDY = {**ENGINES_STUDY, "id": "two-families", "title": "uniform vs masked diffusion"}

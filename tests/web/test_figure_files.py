@@ -13,7 +13,7 @@ from petri.core.dish import Dish
 from petri.web.access import CALLER_COOKIE, AccessPolicy, Caller
 from petri.web.app import create_app
 from petri.web.ui.access import export_dir
-from petri.web.ui.figure_files import figure_files, write_figure_files
+from petri.web.ui.widgets.figure_files import figure_files, write_figure_files
 
 EVENT = "Only 90 units are in stock, but a customer ordered 120."
 
@@ -31,7 +31,7 @@ def test_the_writer_names_each_file_by_run_and_figure_and_the_html_holds_its_dat
 
 
 def test_the_dish_figures_are_the_stored_runs_and_answer_only_to_its_owner(service):
-    from petri.web.ui.dish import DishController
+    from petri.web.ui.dish_tab.dish import DishController
 
     a, b = Caller(public=True, token="a" * 43), Caller(public=True, token="b" * 43)
     run_id = service.seed(service.plan([SeedEvent(Dish(concepts=["order", "inventory"], event=EVENT))], 3), owner=a.owner).run_id
@@ -84,8 +84,8 @@ def test_the_compare_figures_are_both_heatmaps_and_the_difference_of_the_stored_
 def test_the_study_tabs_figures_on_screen_are_written_under_the_run_id_they_carry(tmp_path):
     """The Study tab writes the plots' own values; the run id comes from ``layout.meta`` (tag_run) and
     only a hex id is used in a file name (a hostile one becomes "figures")."""
-    from petri.study.plots import tag_run
-    from petri.web.ui.figure_files import shown_figures
+    from petri.study.figures.plots import tag_run
+    from petri.web.ui.widgets.figure_files import shown_figures
 
     run = "0123456789abcdef0123456789abcdef"
     shown = {"instability": gr.Plot().postprocess(tag_run(go.Figure(go.Bar(y=[271828.5])), run)),

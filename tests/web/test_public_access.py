@@ -177,7 +177,7 @@ def test_the_trajectory_view_opens_no_other_callers_run(tiny_lm, service):
     from petri.app.service import SeedEvent
     from petri.core.dish import Dish
     from petri.web.tokens import TokenText
-    from petri.web.ui.trajectory import TrajectoryView
+    from petri.web.ui.widgets.trajectory import TrajectoryView
 
     a, b = Caller(public=True, token="a" * 43), Caller(public=True, token="b" * 43)
     run_id = service.seed(service.plan([SeedEvent(Dish(concepts=["order", "inventory"], event=EVENT))], 2), owner=a.owner).run_id
@@ -207,7 +207,7 @@ def ui_compare_run(svc: PetriService, caller: Caller, labels: tuple[str, str] = 
     """A 2-sample, 3-step Compare run from the UI's controller (EVENT as A, "The order shipped." as
     B) made by ``caller``: ``(controller, run id)``."""
     from petri.web.ui.compare import CompareController
-    from petri.web.ui.dish import DishController
+    from petri.web.ui.dish_tab.dish import DishController
 
     ctl = CompareController(svc, DishController(svc))
     updates = list(ctl.run("order, inventory, person", labels[0], EVENT, labels[1], "The order shipped.", None, 2, 0, 3,

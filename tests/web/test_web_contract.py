@@ -15,8 +15,8 @@ import pytest
 from petri.web.api.requests import SeedRequest, StudyRequest, prepare_seed, prepare_study
 from petri.web.app import create_app
 from petri.web.errors import FieldError
-from petri.web.ui.dish import DishController
-from petri.web.ui.study import StudyController
+from petri.web.ui.dish_tab.dish import DishController
+from petri.web.ui.study_tab.study import StudyController
 from service_support import model_held
 
 WEB = Path(__file__).resolve().parents[2] / "petri" / "web"
@@ -100,7 +100,7 @@ def test_routes_and_ui_never_import_each_other_and_nothing_circles():
     """The UI (petri/web/ui) never imports the routers (petri/web/api's routes, jobs and replay) nor the
     app; nothing but the app imports the UI. The request and response models are shared."""
     graph = {name: _web_imports(path) for name, path in web_modules().items()}
-    assert "petri.web.ui.dish" in graph and "petri.web.api.routes" in graph
+    assert "petri.web.ui.dish_tab.dish" in graph and "petri.web.api.routes" in graph
     ui = {m for m in graph if m.startswith("petri.web.ui.")}
     api_side = {"petri.web.api.routes", "petri.web.api.jobs", "petri.web.api.replay", "petri.web.app"}
     for module in ui:

@@ -14,8 +14,8 @@ from gradio.context import LocalContext
 import zerogpu_support as harness
 from petri.core.trajectory import SamplerSettings
 from petri.engine.probe import plan_probe
+from petri.study.execution.runner import StudyProgress, StudyResult
 from petri.study.plan import StudyPlan
-from petri.study.runner import StudyProgress, StudyResult
 from petri.study.schema import study_from_dict
 from petri.web import gpu_executor
 from petri.web.api.probe_requests import read_request

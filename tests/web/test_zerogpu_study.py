@@ -13,8 +13,8 @@ import pytest
 import zerogpu_support as harness
 from petri.core.trajectory import SamplerSettings
 from petri.runs.store import RunStore
+from petri.study.execution.runner import run_study
 from petri.study.plan import StudyPlan
-from petri.study.runner import run_study
 from petri.study.schema import study_from_dict
 from petri.web import gpu_executor
 from petri.web.gpu_executor import GpuAborted, ZeroGpuStudyExecutor

@@ -1,10 +1,10 @@
 """The compiled tier of the GPU fast path, switched on and off in place: the decoder's experts
-through the fused experts op (:mod:`petri.engine.cuda.fused_experts`), its routers' top-k as one op
-(:mod:`petri.engine.cuda.fused_router`), its projections that read one input as one product
-(:mod:`petri.engine.cuda.stacked_projections`), its global layers' attention
-(:mod:`petri.engine.cuda.split_attention`) and its other layers' at one sample
-(:mod:`petri.engine.cuda.sliding_attention`), its attention's norms, rotary embedding and appending to the
-prompt's keys as one op (:mod:`petri.engine.cuda.attention_inputs`), regional compilation of the decoder
+through the fused experts op (:mod:`petri.engine.cuda.fused.fused_experts`), its routers' top-k as one op
+(:mod:`petri.engine.cuda.fused.fused_router`), its projections that read one input as one product
+(:mod:`petri.engine.cuda.fused.stacked_projections`), its global layers' attention
+(:mod:`petri.engine.cuda.attention.split_attention`) and its other layers' at one sample
+(:mod:`petri.engine.cuda.attention.sliding_attention`), its attention's norms, rotary embedding and appending to the
+prompt's keys as one op (:mod:`petri.engine.cuda.attention.attention_inputs`), regional compilation of the decoder
 layers and of the prompt encoder's with one graph per layer type (:mod:`petri.engine.torch.decoder_hooks`),
 and the fast path's options that are not bit-exact either (:class:`petri.engine.torch.fast_tier.FastOptions`:
 the self-conditioning softmax in the logits pass, the inverse-CDF draw). What it switched on is written
@@ -19,17 +19,17 @@ import logging
 import os
 
 from petri.engine.base import TorchLoadedModel
-from petri.engine.cuda.attention_inputs import drop_fused_attention_inputs, use_fused_attention_inputs
-from petri.engine.cuda.batch1_experts import use_small_batch_experts
-from petri.engine.cuda.encoder_attention import use_encoder_window
-from petri.engine.cuda.fp8 import precision_of, set_precision
-from petri.engine.cuda.fused_experts import fuse_experts, unfuse_experts
-from petri.engine.cuda.fused_norms import fuse_norms_reason, fused_norms_forward
-from petri.engine.cuda.fused_router import fuse_routers, unfuse_routers
-from petri.engine.cuda.overlapped_mlp import MLPBeside, feedforward_mlp
-from petri.engine.cuda.sliding_attention import use_flash_sliding
-from petri.engine.cuda.split_attention import check_method, drop_split_attention, use_split_attention
-from petri.engine.cuda.stacked_projections import stack_projections, unstack_projections
+from petri.engine.cuda.attention.attention_inputs import drop_fused_attention_inputs, use_fused_attention_inputs
+from petri.engine.cuda.attention.encoder_attention import use_encoder_window
+from petri.engine.cuda.attention.sliding_attention import use_flash_sliding
+from petri.engine.cuda.attention.split_attention import check_method, drop_split_attention, use_split_attention
+from petri.engine.cuda.fp8_tier.fp8 import precision_of, set_precision
+from petri.engine.cuda.fused.batch1_experts import use_small_batch_experts
+from petri.engine.cuda.fused.fused_experts import fuse_experts, unfuse_experts
+from petri.engine.cuda.fused.fused_norms import fuse_norms_reason, fused_norms_forward
+from petri.engine.cuda.fused.fused_router import fuse_routers, unfuse_routers
+from petri.engine.cuda.fused.overlapped_mlp import MLPBeside, feedforward_mlp
+from petri.engine.cuda.fused.stacked_projections import stack_projections, unstack_projections
 from petri.engine.torch.decoder_hooks import (
     compile_function,
     compile_layers,
@@ -60,41 +60,41 @@ def compile_regions(lm: TorchLoadedModel, backend: str = "inductor", fused_exper
     AOTAutograd and Triton kernel caches in ``TORCHINDUCTOR_CACHE_DIR``, :func:`use_petri_cache_dir`),
     which a restarted process reuses. ``small_batch_experts`` (on by default; issue 25's batch-1 lever,
     measured faster at one sample on an H200 in bf16 and FP8 and equal at twelve, where it is not
-    used): calls of few tokens take :mod:`petri.engine.cuda.batch1_experts`' grouped GEMM instead (in FP8
-    its scaled form, :func:`petri.engine.cuda.fp8.experts_fp8_small_batch`). ``encoder`` (on by default;
+    used): calls of few tokens take :mod:`petri.engine.cuda.fused.batch1_experts`' grouped GEMM instead (in FP8
+    its scaled form, :func:`petri.engine.cuda.fp8_tier.fp8.experts_fp8_small_batch`). ``encoder`` (on by default;
     issue 25): the prompt encoder's layers too, the same way (their experts through the same ops, in
-    bf16 unless the FP8 tier's opt-in ``fp8_encoder`` asks for FP8, :func:`petri.engine.cuda.fp8.set_precision`;
+    bf16 unless the FP8 tier's opt-in ``fp8_encoder`` asks for FP8, :func:`petri.engine.cuda.fp8_tier.fp8.set_precision`;
     :func:`petri.engine.torch.decoder_hooks.writing_own_cache_layer`), so a
     request's prompt pass is compiled as well. ``fused_router`` (on by default; issue 25): every
     compiled layer's router takes its softmax, top-k and scaling as one op
-    (:mod:`petri.engine.cuda.fused_router`). ``split_attention`` (on by default; issue 25, measured
+    (:mod:`petri.engine.cuda.fused.fused_router`). ``split_attention`` (on by default; issue 25, measured
     faster over whole seeds at one and twelve samples on an H200): the decoder's global layers attend
-    through :mod:`petri.engine.cuda.split_attention`, by ``global_attention``'s method: ``"products"``
+    through :mod:`petri.engine.cuda.attention.split_attention`, by ``global_attention``'s method: ``"products"``
     (the default since 2026-12-03: two batched products around a float32 softmax) or ``"chunks"``
     (the memory-efficient kernel over chunks of the keys, the method before). ``flash_sliding`` (on by
     default since 2026-12-04; issue 25): at one sample the other layers (head dim up to
-    256) attend through the flash kernel (:mod:`petri.engine.cuda.sliding_attention`) instead of SDPA's
+    256) attend through the flash kernel (:mod:`petri.engine.cuda.attention.sliding_attention`) instead of SDPA's
     choice. ``encoder_window`` (on by default since 2026-12-04; issue 25): with ``encoder``, the prompt
     encoder's sliding layers attend through the flash kernel told their window instead of SDPA with
-    the band mask (:mod:`petri.engine.cuda.encoder_attention`). ``stacked_projections`` (on by default; issue 25):
+    the band mask (:mod:`petri.engine.cuda.attention.encoder_attention`). ``stacked_projections`` (on by default; issue 25):
     each decoder layer's q, k, v and its MLP's gate and up as one product each
-    (:mod:`petri.engine.cuda.stacked_projections`). ``fp8_self_conditioning`` (opt-in; issue 25, measured
+    (:mod:`petri.engine.cuda.fused.stacked_projections`). ``fp8_self_conditioning`` (opt-in; issue 25, measured
     faster at 12 samples on an H200, its distribution shift in docs/performance-log.md): in the FP8 tier, the
     self-conditioning probabilities and their product with the embedding in e4m3
     (:class:`FastOptions`). ``fused_norms`` (on by default; issue 25, measured faster at 12 samples
     on an H200 in bf16 and fp8-fast, even at one in bf16): each decoder layer's norms between its
-    attention and the next layer as two row kernels (:mod:`petri.engine.cuda.fused_norms`; needs the
+    attention and the next layer as two row kernels (:mod:`petri.engine.cuda.fused.fused_norms`; needs the
     fused router, left out with the reason logged where a layer does not fit). ``overlapped_mlp``
     (on by default since 2026-12-03; issue 25, measured faster at one sample in fp8-fast, even in bf16
     and at twelve; seeds give the sequential blocks' tokens since the deterministic kernels, see the
     module; off, FP8 layers run the two blocks in sequence): with the fused
     norms, in the FP8 tier, each decoder layer's dense MLP on a side CUDA stream beside its router
-    and experts (:mod:`petri.engine.cuda.overlapped_mlp`). ``deterministic_kernels`` (on by default; issue 25):
+    and experts (:mod:`petri.engine.cuda.fused.overlapped_mlp`). ``deterministic_kernels`` (on by default; issue 25):
     every compile in Inductor's deterministic mode (:func:`petri.engine.torch.decoder_hooks.compile_function`:
     a seed's tokens then do not depend on what the process compiled or timed before; off, the
     sampler names say ``+autotuned``). ``fused_attention_inputs`` (on by default; issue 25): each
     decoder attention's q, k, v norms, rotary embedding, transposes and appending to the prompt's
-    keys and values as one op (:mod:`petri.engine.cuda.attention_inputs`). The FP8 tier, when
+    keys and values as one op (:mod:`petri.engine.cuda.attention.attention_inputs`). The FP8 tier, when
     on, is switched off around the change and on again, so that it quantizes what is installed.
     :func:`uncompile_regions` undoes it all; an unknown ``global_attention`` is a ``ValueError``
     before anything changes."""
@@ -107,7 +107,7 @@ def compile_regions(lm: TorchLoadedModel, backend: str = "inductor", fused_exper
         left_out = _fuse_ops(lm.model, decoder_layers, fused_experts, small_batch_experts, fused_router)
         for op, reason in left_out.items():
             log.warning("fused %s off: %s", op, reason)
-        # issue 25: petri.engine.cuda.batch1_experts
+        # issue 25: petri.engine.cuda.fused.batch1_experts
         tier.small_batch_experts = fused_experts and small_batch_experts and "experts" not in left_out
         if split_attention:
             use_split_attention(decoder_layers, method=global_attention)
@@ -136,11 +136,11 @@ def compile_regions(lm: TorchLoadedModel, backend: str = "inductor", fused_exper
 def _fused_norms_forward(layers, fused_norms: bool, fused_router: bool, overlapped_mlp: bool = False,
                          backend: str = "inductor", deterministic: bool = True):
     """What :func:`compile_layers` compiles for ``layers``: the fused norms' forward
-    (:func:`petri.engine.cuda.fused_norms.fused_norms_forward`) when asked and every layer fits (it
+    (:func:`petri.engine.cuda.fused.fused_norms.fused_norms_forward`) when asked and every layer fits (it
     needs the fused router: ``fused_router``, installed), else ``None`` (the layers' own forward),
     the reason logged. ``overlapped_mlp``: that forward with the dense MLP, compiled on its own by
     ``backend`` (one function for every layer; ``deterministic``: :func:`compile_function`), run
-    beside the experts (:mod:`petri.engine.cuda.overlapped_mlp`)."""
+    beside the experts (:mod:`petri.engine.cuda.fused.overlapped_mlp`)."""
     if not fused_norms:
         if overlapped_mlp:
             log.warning("overlapped MLP off: the fused norms are off")
@@ -160,7 +160,7 @@ def _fused_norms_forward(layers, fused_norms: bool, fused_router: bool, overlapp
 def _fp8_off(lm: TorchLoadedModel):
     """The FP8 tier off while open and on again after (in the precision it had): switching it on
     quantizes the layers installed by then (the stacked projections) and puts the FP8 experts
-    forward over the op installed (with the tier's small-batch flag), :func:`petri.engine.cuda.fp8.use_fp8`."""
+    forward over the op installed (with the tier's small-batch flag), :func:`petri.engine.cuda.fp8_tier.fp8.use_fp8`."""
     precision = precision_of(lm)
     set_precision(lm, "bf16")
     try:

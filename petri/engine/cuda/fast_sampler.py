@@ -1,5 +1,5 @@
 """The GPU fast path of the pinned, logged sampler: static buffers, the denoising step captured as
-CUDA graphs, and one fused pass over the logits per step (:mod:`petri.engine.cuda.fused_logits`).
+CUDA graphs, and one fused pass over the logits per step (:mod:`petri.engine.cuda.fused.fused_logits`).
 
 It runs the same step as :func:`petri.engine.torch.sampler.run_sampler` (same anchors, acceptance rule, renoise,
 adaptive stop and per-step log), with one deliberate difference: the denoiser token is drawn by an
@@ -11,7 +11,7 @@ of an eager loop that draws the same noise (``tests/engine/cuda/test_fast_sample
 
 Two tiers. The exact tier (the default :class:`FastOptions`) is bit-equal to that eager loop. The
 compiled tier (:func:`petri.engine.cuda.compiled_tier.compile_regions`, what ``--compile`` turns on; the default on CUDA) adds
-compiled decoder layers, the fused experts op (:mod:`petri.engine.cuda.fused_experts`), the decoder's
+compiled decoder layers, the fused experts op (:mod:`petri.engine.cuda.fused.fused_experts`), the decoder's
 self-conditioning softmax done in the logits pass, and an inverse-CDF draw from one uniform per
 position instead of the race over S·L·V exponentials: each the same computation up to float
 rounding (tolerances in docs/performance-log.md, "The GPU fast path"), so its tokens are statistically, not bitwise,
@@ -49,8 +49,8 @@ from petri.core.cancel import CancelToken
 from petri.core.trajectory import SamplerSettings, Trajectory
 from petri.engine.base import LiveStep, SampleRequest, StepCallback, TorchLoadedModel, spelled_out
 from petri.engine.cuda.compiled_tier import uncompile_regions
-from petri.engine.cuda.fp8 import embedding_columns, scaled_matmul
-from petri.engine.cuda.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
+from petri.engine.cuda.fp8_tier.fp8 import embedding_columns, scaled_matmul
+from petri.engine.cuda.fused.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
 from petri.engine.cuda.step_logs import StepLogs
 from petri.engine.families.uniform import StopRule, accept_and_renoise, stops, temperature_at
 from petri.engine.loop import Record, run_loop

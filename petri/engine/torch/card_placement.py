@@ -105,7 +105,7 @@ def place_on_card(lm, device: str = "cuda", precision: str = "bf16"):
     lm.model.to(target)
     placed = replace(lm, device=target, **({"fast_tier": None} if hasattr(lm, "fast_tier") else {}))
     if choice != PrecisionChoice():
-        from petri.engine.cuda.fp8 import set_precision_choice
+        from petri.engine.cuda.fp8_tier.fp8 import set_precision_choice
 
         set_precision_choice(placed, choice)
     return placed

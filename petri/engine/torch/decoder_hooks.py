@@ -177,7 +177,7 @@ def compile_layers(layers, backend: str = "inductor", call=reading_own_cache_lay
     compiled forward: :func:`reading_own_cache_layer` for decoder layers (the default),
     :func:`writing_own_cache_layer` for the prompt encoder's. ``forward``: what is compiled for a
     layer, ``forward(layer)`` (a bound method), instead of the layer's own forward (the compiled
-    tier's fused norms, :func:`petri.engine.cuda.fused_norms.fused_norms_forward`); :func:`uncompile_layers`
+    tier's fused norms, :func:`petri.engine.cuda.fused.fused_norms.fused_norms_forward`); :func:`uncompile_layers`
     gives the layer its class's forward back either way. ``deterministic``: Inductor's deterministic
     mode (:func:`compile_function`)."""
     import torch._dynamo

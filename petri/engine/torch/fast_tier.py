@@ -2,7 +2,7 @@
 
 A tier is chosen when the model is loaded (:func:`petri.engine.select.load_backend_model`: the
 exact fast path, the compiled tier of :mod:`petri.engine.cuda.compiled_tier`, the FP8 variants of
-:mod:`petri.engine.cuda.fp8`, the small-batch experts of :mod:`petri.engine.cuda.batch1_experts`) and is
+:mod:`petri.engine.cuda.fp8_tier.fp8`, the small-batch experts of :mod:`petri.engine.cuda.fused.batch1_experts`) and is
 owned by the loaded model (:class:`petri.engine.torch.model.LoadedModel`'s ``fast_tier``), not
 by the framework module and not by a module global. It holds what the GPU fast path
 (:mod:`petri.engine.cuda.fast_sampler`) runs with and keeps: the options, the sessions (static buffers
@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from petri.engine.cuda.batch1_experts import small_batch_fits
 from petri.engine.cuda.encoder_graphs import EncoderGraphs
+from petri.engine.cuda.fused.batch1_experts import small_batch_fits
 from petri.engine.torch.decoder_hooks import self_conditioning_reason
 from petri.engine.torch.prompt_cache import PromptCache
 
@@ -32,7 +32,7 @@ class FastOptions:
     final-logit softcap inside the pass (else take the model's own float32 logits).
     Off by default, on in the compiled tier (:func:`petri.engine.cuda.compiled_tier.compile_regions`), as neither is bit-exact:
     softmax_self_conditioning: the pass also computes the decoder's softmax of the next
-    self-conditioning logits (:mod:`petri.engine.cuda.fused_logits`) and the forward hands the decoder
+    self-conditioning logits (:mod:`petri.engine.cuda.fused.fused_logits`) and the forward hands the decoder
     the soft embeddings (its float32 (S, L, V) softmax and casts are skipped; rare one-ulp
     differences where the sum rounds differently). inverse_cdf_draw: the token drawn by inverse
     CDF from one uniform per position instead of the race over S·L·V noise (same distribution;
@@ -40,7 +40,7 @@ class FastOptions:
     faster at 12 samples, not at one; its distribution shift is in docs/performance-log.md): in the FP8 tier,
     with softmax_self_conditioning, the pass writes the probabilities in e4m3 with a scale per row
     and the decoder's soft embeddings are one FP8 product with the embedding matrix quantized per
-    hidden column (:func:`petri.engine.cuda.fp8.embedding_columns`); about 3 % relative error in the
+    hidden column (:func:`petri.engine.cuda.fp8_tier.fp8.embedding_columns`); about 3 % relative error in the
     soft embeddings where bf16 has 0.2 %, sampler name ``+sc-fp8``."""
 
     graph: bool = True
@@ -59,14 +59,14 @@ class FastTier:
     a copy of the loaded model over the same module shares its tier, one over another module gets
     its own (:meth:`petri.engine.torch.model.LoadedModel.__post_init__`). options: what the fast
     path runs with unless a call says otherwise (the exact tier's :class:`FastOptions` by default).
-    precision: ``"bf16"``, ``"fp8"`` or ``"fp8-fast"`` (:func:`petri.engine.cuda.fp8.set_precision`).
+    precision: ``"bf16"``, ``"fp8"`` or ``"fp8-fast"`` (:func:`petri.engine.cuda.fp8_tier.fp8.set_precision`).
     fp8_encoder (opt-in): the FP8 tier, when on, runs the prompt encoder in FP8 too
-    (:func:`petri.engine.cuda.fp8.set_precision`'s ``fp8_encoder``; :attr:`fp8_encoder_used`).
+    (:func:`petri.engine.cuda.fp8_tier.fp8.set_precision`'s ``fp8_encoder``; :attr:`fp8_encoder_used`).
     compiled_layers: the decoder layers :func:`petri.engine.torch.decoder_hooks.compile_layers` compiled
     for the compiled tier (empty: not compiled); compiled_encoder_layers: the prompt encoder's layers
     it compiled (:func:`petri.engine.torch.decoder_hooks.writing_own_cache_layer`; part of the kept
     prompts' key, :attr:`encoder_form`). small_batch_experts: the compiled tier installed
-    :mod:`petri.engine.cuda.batch1_experts`' forward (the small-batch lever; in FP8 the FP8 tier's
+    :mod:`petri.engine.cuda.fused.batch1_experts`' forward (the small-batch lever; in FP8 the FP8 tier's
     small-batch experts op). autotuned_kernels: the compiled tier's Inductor kernels were compiled
     without Inductor's deterministic mode (:func:`petri.engine.torch.decoder_hooks.compile_function`), so
     their configurations were picked by timing them. disabled: why the fast path is off for this model
@@ -76,7 +76,7 @@ class FastTier:
     sampler on this model, eager ones included (:class:`petri.engine.torch.prompt_cache.PromptCache`).
     encoder_graphs: the compiled tier's prompt encoder passes captured per prompt length
     (:class:`petri.engine.cuda.encoder_graphs.EncoderGraphs`), dropped with the sessions. released_bf16: the FP8
-    tier freed the bf16 weights it quantized (:func:`petri.engine.cuda.fp8_release.release_bf16`): no
+    tier freed the bf16 weights it quantized (:func:`petri.engine.cuda.fp8_tier.fp8_release.release_bf16`): no
     going back to bf16, no compiling again; released_fingerprint: the weights' fingerprint taken just
     before (what :meth:`petri.engine.torch.model.LoadedModel.fingerprint` answers from then on).
     """
@@ -167,8 +167,8 @@ class FastTier:
     def small_batch_experts_used(self, batch: int) -> bool:
         """Whether a call of ``batch`` canvases runs the small-batch experts (the ``+small-batch``
         of its sampler name): installed by the compiled tier (in FP8 the FP8 tier's small-batch op,
-        :func:`petri.engine.cuda.fp8.use_fp8`), and few enough (token, k) pairs
-        (:func:`petri.engine.cuda.batch1_experts.small_batch_fits`)."""
+        :func:`petri.engine.cuda.fp8_tier.fp8.use_fp8`), and few enough (token, k) pairs
+        (:func:`petri.engine.cuda.fused.batch1_experts.small_batch_fits`)."""
         return self.small_batch_experts and small_batch_fits(self.model, batch)
 
     @property
@@ -180,7 +180,7 @@ class FastTier:
         """The sampler name of a fast-path call of ``batch`` canvases with ``options`` (the tier's
         unless given): ``fast``, then ``+compiled``, ``+sc-softmax``, ``+sc-fp8``, ``+inverse-cdf``,
         ``+small-batch``, ``+overlapped-mlp`` (the compiled tier's overlapped MLP, which only
-        FP8 layers take: :mod:`petri.engine.cuda.overlapped_mlp`), ``+autotuned`` (its kernels compiled
+        FP8 layers take: :mod:`petri.engine.cuda.fused.overlapped_mlp`), ``+autotuned`` (its kernels compiled
         without Inductor's deterministic mode, :attr:`autotuned_kernels`) and the precision tag for each lever in
         use, in that order (the names stored runs carry)."""
         options = self.options if options is None else options

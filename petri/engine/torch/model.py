@@ -127,7 +127,7 @@ class LoadedModel(RequestSampling):
 
     def fingerprint(self) -> str:
         """:func:`weights_fingerprint` of this model (of its weights as loaded, where the FP8 tier
-        released its bf16 copies since: :mod:`petri.engine.cuda.fp8_release`)."""
+        released its bf16 copies since: :mod:`petri.engine.cuda.fp8_tier.fp8_release`)."""
         return self.fast_tier.released_fingerprint or weights_fingerprint(self.model, self.dtype)
 
     def eager_stepper(self, request: SampleRequest):
@@ -152,7 +152,7 @@ class LoadedModel(RequestSampling):
 def compiles_by_default(lm: LoadedModel) -> bool:
     """Whether ``--compile`` is on unless turned off: on CUDA with Triton, where the compiled tier
     is the fastest path measured (``experiments/bench.py``; docs/performance-log.md, "The GPU fast path")."""
-    from petri.engine.cuda.fused_logits import HAVE_TRITON
+    from petri.engine.cuda.fused.fused_logits import HAVE_TRITON
 
     return lm.device.type == "cuda" and HAVE_TRITON
 
@@ -171,10 +171,10 @@ def compile_for_sampling(
     (measured on one H200, full-size architecture, 12 samples × 24 steps: 2.85 s instead of 4.72 s
     eager after about 160 s of compilation, ``experiments/results/bench_h200_b12_p200_compiled_petri.json``).
     ``regional`` also brings the rest of the compiled tier (``compile_regions``): ``fused_experts``
-    (default) routes the decoder's experts through :func:`petri.engine.cuda.fused_experts.moe_experts`
+    (default) routes the decoder's experts through :func:`petri.engine.cuda.fused.fused_experts.moe_experts`
     (the gather, gate and combine around the expert GEMMs as Triton kernels, opaque to the compiler),
     and ``small_batch_experts`` (default) sends calls of few tokens to
-    :mod:`petri.engine.cuda.batch1_experts`' kernels (issue 25: faster at one sample, measured on an H200),
+    :mod:`petri.engine.cuda.fused.batch1_experts`' kernels (issue 25: faster at one sample, measured on an H200),
     ``encoder`` (default) compiles the prompt encoder's layers the same way, and ``fused_router``
     (default) runs each router's softmax and top-k as one op, ``split_attention`` (default) runs
     the global layers' attention by petri's own method (``global_attention``: ``"products"``, two

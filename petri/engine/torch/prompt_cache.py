@@ -21,7 +21,7 @@ without a copy at batch 1).
 
 The limit: ``PETRI_PROMPT_CACHE_MB`` (default 1,024 MiB; 0 keeps nothing), read by the entry points
 (:class:`petri.core.config.PetriConfig`) and applied to a loaded model with :func:`set_prompt_cache_bytes`
-(:meth:`petri.study.executors.ModelSpec.load`, :func:`petri.web.app.create_app`). A public server keeps
+(:meth:`petri.study.execution.executors.ModelSpec.load`, :func:`petri.web.app.create_app`). A public server keeps
 nothing unless that variable is set: a visitor could otherwise
 tell from the speed of a request (its ``encode_s``) that someone else sent the same prompt lately.
 """

@@ -229,7 +229,7 @@ def plan_cuda_tier(name_or_path, device: str, dtype: str, compile: bool | None, 
     :data:`PLANNING_SHAPE` against the card's free memory), before any weight loads; ``None`` off
     CUDA or where the checkpoint's config cannot be read (the loader then names what is missing)."""
     from petri.core.paths import checkpoint_source
-    from petri.engine.cuda.fused_logits import HAVE_TRITON
+    from petri.engine.cuda.fused.fused_logits import HAVE_TRITON
     from petri.engine.torch.device import resolve_device, resolve_dtype
     from petri.engine.torch.model import default_model_name
 

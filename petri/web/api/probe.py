@@ -10,7 +10,7 @@
 
 ``GET /api/probe/compare?a=RUN&b=RUN``: two stored evaluations of one labelled set (two models,
 prompts or settings) compared item by item, the exact McNemar test per question and the discordant
-items (:func:`petri.study.probe_eval.compare_predictions`, as ``petri probe --compare-to``).
+items (:func:`petri.study.probe.probe_eval.compare_predictions`, as ``petri probe --compare-to``).
 
 Either is read back through the runs routes: ``GET /api/runs/{run_id}`` (the stored documents under
 ``probe``) and ``GET /api/runs/{run_id}/{table}.{fmt}`` (``reads``, ``top_k``; ``predictions``,
@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field
 from petri.app.probe import ProbeRun
 from petri.engine.probe import plan_probe
 from petri.runs.probe_results import EVAL_KIND, PROBE_KIND, predictions_table
-from petri.study.probe_eval import compare_predictions
+from petri.study.probe.probe_eval import compare_predictions
 from petri.web.api.deps import Client, Jobs, Service, load_run
 from petri.web.api.jobs import SUBMIT_RESPONSES, _submit, _submitted
 from petri.web.api.probe_requests import ProbeIn, prepare_evaluation, prepare_probe

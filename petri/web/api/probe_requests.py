@@ -26,8 +26,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from petri.app.probe import EvalSettings
 from petri.core.paths import probe_set_path
 from petri.core.probe import DEFAULT_MIN_MASS, MIN_MASS_HIGH, MIN_MASS_LOW, ORDER_AS_LISTED, Pin, ProbeRequest, Question, parse_order
-from petri.study.probe_eval import EVAL_ORDER
-from petri.study.probe_set import LabelledItem, LabelledSet, labelled_set, load_labelled_set
+from petri.study.probe.probe_eval import EVAL_ORDER
+from petri.study.probe.probe_set import LabelledItem, LabelledSet, labelled_set, load_labelled_set
 from petri.web.api import examples
 from petri.web.api.requests import group_check, text_check
 from petri.web.errors import FieldError
@@ -46,7 +46,7 @@ from petri.web.limits import (
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROBE_NAME_CHARS), AfterValidator(group_check)]
 Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROBE_TEXT_CHARS), AfterValidator(text_check)]
-#: the suffixes of a labelled set file (:func:`petri.study.probe_eval.load_labelled_set`)
+#: the suffixes of a labelled set file (:func:`petri.study.probe.probe_eval.load_labelled_set`)
 SET_SUFFIXES = (".jsonl", ".csv")
 
 
@@ -76,7 +76,7 @@ class PinIn(_Strict):
 
 class ItemIn(_Strict):
     """One item of an inline labelled set, as a line of a JSONL set file
-    (:mod:`petri.study.probe_set`): its input, optionally its own frame, its gold answers."""
+    (:mod:`petri.study.probe.probe_set`): its input, optionally its own frame, its gold answers."""
 
     id: Name | None = Field(None, description="default: its index")
     prompt: Text

@@ -21,9 +21,9 @@ from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response
 
 from petri.core.trajectory import Trajectory
-from petri.study.animation import write_gif
-from petri.study.plots import save_figures
-from petri.study.trajectory_plots import trajectory_figure
+from petri.study.figures.animation import write_gif
+from petri.study.figures.plots import save_figures
+from petri.study.figures.trajectory_plots import trajectory_figure
 from petri.web.api.deps import Client, RunId, Service, served_tokenizer, stored_events
 from petri.web.replay_files import pick, run_colors
 from petri.web.tokens import TokenText

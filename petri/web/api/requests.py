@@ -25,8 +25,8 @@ from petri.core.plan import SeedEvent, SeedPlan
 from petri.core.settings import FamilySettings
 from petri.core.trajectory import AnchorSpan
 from petri.engine.seeding import plan_dish, plan_event
+from petri.study.execution.runner import check_layouts, plan_cells
 from petri.study.plan import StudyPlan
-from petri.study.runner import check_layouts, plan_cells
 from petri.study.schema import Study, StudyError, study_from_dict
 from petri.web import limits
 from petri.web.api import examples

@@ -20,7 +20,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from petri.runs.export import token_decoder
 from petri.runs.formats import FORMATS, RESULT_TABLES, RUN_TABLES, ResultTable, any_table, result_table_bytes, table_bytes, table_format
-from petri.study.runner import stored_conditions
+from petri.study.execution.runner import stored_conditions
 from petri.web import limits
 from petri.web.api.deps import Client, RunId, Service, load_run, served_tokenizer, stored_run
 from petri.web.api.responses import RunOut, csv_links, event_summary, model_out

@@ -1,5 +1,6 @@
-"""The Gradio UI: one module a tab, the canvas control, the live view, the trajectory viewer.
+"""The Gradio UI: one module or sub-package a tab, the widgets they share, the live view.
 
 The Gradio UI: :func:`.build.build_ui` assembles the tabs (Dish, Compare, Study, Runs, Model), each
-a module of its own; the canvas control, the live view and the trajectory viewer beside them.
+a module or a sub-package of its own; the shared widgets (:mod:`.widgets`: the canvas control, the
+trajectory viewer) and the live view beside them.
 """

@@ -18,7 +18,7 @@ token. :func:`register_api_endpoints` adds, inside the app's ``gr.Blocks``, one 
 - ``/study``: the JSON body of ``POST /api/study`` (validated once by
   :class:`~petri.web.api.requests.StudyRequest` and the same checks); each (event, template) batch is
   one ``spaces.GPU`` call (:class:`~petri.web.gpu_executor.ZeroGpuStudyExecutor`, under
-  :func:`petri.study.runner.run_study`, which stores each batch as it lands, so a call that stops
+  :func:`petri.study.execution.runner.run_study`, which stores each batch as it lands, so a call that stops
   keeps the batches before it and posting the body again resumes). It streams one frame per stored
   batch, ``{"kind": "batch", "done", "total", "event_id", "template_id", "skipped"}``, then the
   route's own answer (``kind`` ``"study"``; ``token`` on a public server).

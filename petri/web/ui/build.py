@@ -19,12 +19,12 @@ from petri.web.gpu_executor import on_zero_gpu
 from petri.web.ui.access import UiAccess
 from petri.web.ui.api_endpoints import register_api_endpoints
 from petri.web.ui.compare import build_compare_tab
-from petri.web.ui.dish import build_dish_tab
+from petri.web.ui.dish_tab.dish import build_dish_tab
 from petri.web.ui.model import model_markdown
-from petri.web.ui.probe import build_probe_tab
-from petri.web.ui.probe_views import ANSWERS_PHONE_CSS
+from petri.web.ui.probe_tab.probe import build_probe_tab
+from petri.web.ui.probe_tab.probe_views import ANSWERS_PHONE_CSS
 from petri.web.ui.runs import RUNS_PHONE_CSS, RunsController, build_runs_tab
-from petri.web.ui.study import build_study_tab
+from petri.web.ui.study_tab.study import build_study_tab
 
 UI_CSS = """
 #petri-canvas, #petri-cmp-canvas, #petri-heatmap { min-height: 0; }

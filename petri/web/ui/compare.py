@@ -1,11 +1,11 @@
 """The Compare tab: two events (e.g. benign vs contradictory) on the same concepts, the same anchor
 layouts and the same seed, in one run (``POST /api/seed`` with two events: each event's batch is laid
 out and seeded from the same seed, so sample ``s`` of A and sample ``s`` of B share their layout).
-The inputs beyond the two events are the Dish tab's (:mod:`petri.web.ui.dish_controls`): the anchor
+The inputs beyond the two events are the Dish tab's (:mod:`petri.web.ui.dish_tab.dish_controls`): the anchor
 slots on the chip canvas or in the slot table, per-sample shuffle, and the sampler settings. While
 it samples, each event's flip map and trajectory view are redrawn as its steps arrive
-(:class:`petri.web.ui.dish_live.LiveDish`, as on the Dish tab). Shown after: both flip maps and their difference, per-pair instability side
-by side, and the paired difference per sample (B − A), with each event's final text.
+(:class:`petri.web.ui.dish_tab.dish_live.LiveDish`, as on the Dish tab). Shown after: both flip maps and their difference, per-pair
+instability side by side, and the paired difference per sample (B − A), with each event's final text.
 
 The tables are :func:`compare_pairs` and :func:`paired_samples` (pure, over
 :func:`petri.measure.tables.pairs_table` / :func:`~petri.measure.tables.segments_table` / :func:`~petri.measure.tables.samples_table`).
@@ -29,15 +29,15 @@ from petri.core.wording import counted
 from petri.measure.metrics import flip_grid
 from petri.measure.summary import EventSummary
 from petri.measure.tables import pairs_table, samples_table, segments_table
-from petri.study.anchor_marks import aggregate_anchor_boxes
-from petri.study.plots import flip_difference_heatmap
+from petri.study.figures.anchor_marks import aggregate_anchor_boxes
+from petri.study.figures.plots import flip_difference_heatmap
 from petri.web.access import Caller
 from petri.web.errors import FieldError
 from petri.web.gpu_executor import GpuAborted, on_zero_gpu
 from petri.web.limits import MAX_SAMPLES
 from petri.web.ui.access import UiAccess
-from petri.web.ui.dish import EXAMPLE_CONCEPTS, TEMPLATE_CHOICES, DishController
-from petri.web.ui.dish_controls import (
+from petri.web.ui.dish_tab.dish import EXAMPLE_CONCEPTS, TEMPLATE_CHOICES, DishController
+from petri.web.ui.dish_tab.dish_controls import (
     chip_canvas,
     control_of,
     placement_controls,
@@ -45,13 +45,13 @@ from petri.web.ui.dish_controls import (
     settings_inputs,
     wire_placement,
 )
-from petri.web.ui.dish_live import LiveDish, throttled, title_at_top
-from petri.web.ui.figure_files import add_figure_downloads
+from petri.web.ui.dish_tab.dish_live import LiveDish, throttled, title_at_top
 from petri.web.ui.gpu_quota import capped_seed, cost_box, seed_cost
 from petri.web.ui.live import QUEUED_LINE, JobCancelled, stream, wire_run, zerogpu_stream
-from petri.web.ui.stats import paired_tests_line
-from petri.web.ui.trajectory import TrajectoryView, mode_of, run_label
+from petri.web.ui.study_tab.stats import paired_tests_line
 from petri.web.ui.views import END_TOKEN_COLOR, END_TOKEN_LABEL, concept_colors, highlighted_text, request_error_message
+from petri.web.ui.widgets.figure_files import add_figure_downloads
+from petri.web.ui.widgets.trajectory import TrajectoryView, mode_of, run_label
 
 EXAMPLE_A = ("benign", "The customer placed an order, and the warehouse packed it the same afternoon.")
 EXAMPLE_B = ("contradictory", "Only 90 units are in stock, but a customer ordered 120.")

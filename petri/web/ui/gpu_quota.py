@@ -22,7 +22,7 @@ from petri.core.dish import encode_prompt
 from petri.core.probe import ProbeRequest
 from petri.core.settings import FamilySettings
 from petri.engine.probe import plan_probe
-from petri.study.runner import plan_cells
+from petri.study.execution.runner import plan_cells
 from petri.web.api.requests import prepare_seed
 from petri.web.gpu_cost import MAX_CALL_QUOTA_S, CallWork, cap_work, duration_s, quota_s, quota_share
 from petri.web.gpu_executor import call_duration, card_size, on_zero_gpu, read_work, seed_work

@@ -28,12 +28,12 @@ from petri.core.trajectory import settings_from_dict
 from petri.core.wording import counted
 from petri.measure.summary import EventSummary
 from petri.runs.probe_results import EVAL_KIND, PROBE_KIND
-from petri.study.provisional import stored_batches
-from petri.study.runner import StudyResult
+from petri.study.execution.runner import StudyResult
+from petri.study.results.provisional import stored_batches
 from petri.study.schema import StudyError, study_from_dict
 from petri.web.access import Caller
 from petri.web.ui.access import UiAccess
-from petri.web.ui.probe_views import probe_headline, probe_row
+from petri.web.ui.probe_tab.probe_views import probe_headline, probe_row
 from petri.web.ui.views import phone_table_css
 
 RUN_COLUMNS = ["kind", "what", "design", "headline", "status", "run_id", "created_at", "model", "concepts"]

@@ -1,6 +1,6 @@
 """The UI's pure helpers (no Gradio): parsing the concept field, the live flip count, the final text as the model's answer, and
 one-line error messages (colours and token text are :mod:`petri.web.tokens`', re-exported here). The flip
-figures themselves are :func:`petri.study.plots.flip_heatmap`; flips are :mod:`petri.measure.metrics`'."""
+figures themselves are :func:`petri.study.figures.plots.flip_heatmap`; flips are :mod:`petri.measure.metrics`'."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fused attention inputs (petri.engine.cuda.attention_inputs): the decoder attention's forward with its
+"""The fused attention inputs (petri.engine.cuda.attention.attention_inputs): the decoder attention's forward with its
 q, k, v norms, rotary embedding and appending to the prompt's keys as one op gives the library's logits
 bit for bit through the reference (float32 and bf16; the tiny model's sliding layer has a v projection,
 its global layer takes its values from the keys, and the q and k norms' weights are drawn at random so
@@ -16,8 +16,8 @@ import math
 import pytest
 import torch
 
-from petri.engine.cuda import attention_inputs as module
-from petri.engine.cuda.attention_inputs import (
+from petri.engine.cuda.attention import attention_inputs as module
+from petri.engine.cuda.attention.attention_inputs import (
     attention_inputs,
     attention_inputs_reference,
     attention_inputs_triton,

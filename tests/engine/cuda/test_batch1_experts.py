@@ -1,4 +1,4 @@
-"""The small-batch experts (petri.engine.cuda.batch1_experts): the block alignment against a hand-worked
+"""The small-batch experts (petri.engine.cuda.fused.batch1_experts): the block alignment against a hand-worked
 case, the reference GEMM against a per-row loop, the opt-in wiring in the compiled tier, and on a
 GPU (skipped elsewhere) the Triton grouped GEMM against the reference and the whole block against
 the fused experts op's plain-torch path."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from petri.engine.cuda.batch1_experts import (
+from petri.engine.cuda.fused.batch1_experts import (
     MAX_PAIRS,
     GemmConfig,
     align_blocks,
@@ -18,8 +18,8 @@ from petri.engine.cuda.batch1_experts import (
     grouped_gemm,
     grouped_gemm_reference,
 )
-from petri.engine.cuda.fused_experts import experts_reference
-from petri.engine.cuda.fused_logits import HAVE_TRITON
+from petri.engine.cuda.fused.fused_experts import experts_reference
+from petri.engine.cuda.fused.fused_logits import HAVE_TRITON
 
 CUDA = torch.cuda.is_available() and HAVE_TRITON
 
@@ -110,7 +110,7 @@ def test_each_kernel_form_equals_the_reference_on_gpu(form, gather):
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("fast_accum", [False, True], ids=["fp32-slices", "fast-accum"])
 def test_scaled_kernel_equals_the_dequantized_reference_on_gpu(form, fast_accum):
-    from petri.engine.cuda.fp8 import dequantize, quantize_rows
+    from petri.engine.cuda.fp8_tier.fp8 import dequantize, quantize_rows
 
     index, _, x, gate_up, _ = _gpu_case(4)
     rows, block_expert, _ = align_blocks(index, gate_up.shape[0])
@@ -125,7 +125,7 @@ def test_scaled_kernel_equals_the_dequantized_reference_on_gpu(form, fast_accum)
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
 def test_fp8_small_batch_block_equals_the_fp8_op_on_gpu():
-    from petri.engine.cuda.fp8 import experts_fp8, experts_fp8_small_batch, quantize_rows
+    from petri.engine.cuda.fp8_tier.fp8 import experts_fp8, experts_fp8_small_batch, quantize_rows
 
     index, weights, x, gate_up, down = _gpu_case(5)
     quantized = (*quantize_rows(gate_up), *quantize_rows(down))
@@ -155,8 +155,8 @@ def test_triton_alignment_places_the_pairs_as_the_torch_one_on_gpu(tokens, top_k
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA and Triton")
 def test_the_experts_blocks_are_bit_equal_with_either_alignment_on_gpu(monkeypatch):
-    import petri.engine.cuda.batch1_experts as batch1
-    import petri.engine.cuda.fp8 as fp8
+    import petri.engine.cuda.fp8_tier.fp8 as fp8
+    import petri.engine.cuda.fused.batch1_experts as batch1
 
     index, weights, x, gate_up, down = _gpu_case(7)
     quantized = (*fp8.quantize_rows(gate_up), *fp8.quantize_rows(down))

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.cuda.fused_logits import HAVE_TRITON
+from petri.engine.cuda.fused.fused_logits import HAVE_TRITON
 from petri.engine.torch.decoder_hooks import encoder_layers
 from petri.engine.torch.step import cache_kwarg, encode_prompt_once, encoded_prompt
 from petri.engine.torch.tiny import tiny_random_model

@@ -19,7 +19,7 @@ import torch
 
 from experiment_support import experiment_script
 from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.cuda.fused_logits import HAVE_TRITON
+from petri.engine.cuda.fused.fused_logits import HAVE_TRITON
 from petri.engine.torch import decoder_hooks
 from petri.engine.torch.decoder_hooks import compile_function, inductor_deterministic_available
 from petri.engine.torch.model import compile_for_sampling

@@ -1,5 +1,5 @@
 """The prompt encoder's sliding layers through the flash kernel told their window
-(petri.engine.cuda.encoder_attention): which calls it computes (hand-worked), that petri's encoder calls
+(petri.engine.cuda.attention.encoder_attention): which calls it computes (hand-worked), that petri's encoder calls
 it with what it needs (one prompt, causal, the layer's window, an empty cache) and with the
 library's SDPA on the CPU leaves the cache bit for bit, the compiled tier's install and undo; on a
 GPU (skipped elsewhere) a hand-worked case at the window's edge, and the function against the
@@ -12,10 +12,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-import petri.engine.cuda.encoder_attention as encoder_attention
+import petri.engine.cuda.attention.encoder_attention as encoder_attention
+from petri.engine.cuda.attention.encoder_attention import NAME, petri_encoder_window, use_encoder_window, window_call_fits
+from petri.engine.cuda.attention.split_attention import drop_split_attention
 from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.cuda.encoder_attention import NAME, petri_encoder_window, use_encoder_window, window_call_fits
-from petri.engine.cuda.split_attention import drop_split_attention
 from petri.engine.torch.decoder_hooks import encoder_layers
 from petri.engine.torch.step import encode_prompt_once, encoder_inputs
 from petri.engine.torch.tiny import tiny_random_model

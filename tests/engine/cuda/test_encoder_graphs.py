@@ -21,7 +21,7 @@ from petri.core.trajectory import AnchorSpan, SamplerSettings
 from petri.engine.cuda import encoder_graphs as module
 from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
 from petri.engine.cuda.encoder_graphs import EncoderGraphs, set_encoder_graph_lengths
-from petri.engine.cuda.fused_logits import HAVE_TRITON
+from petri.engine.cuda.fused.fused_logits import HAVE_TRITON
 from petri.engine.torch.fast_tier import FastOptions
 from petri.engine.torch.step import encode_prompt_once
 from petri.engine.torch.tiny import tiny_random_model

@@ -20,7 +20,7 @@ import torch
 from petri.core.dish import pinned_arrays
 from petri.core.trajectory import AnchorSpan, SamplerSettings
 from petri.engine.cuda.fast_sampler import FastOptions, fast_path_reason, run_sampler_fast
-from petri.engine.cuda.fused_logits import HAVE_TRITON
+from petri.engine.cuda.fused.fused_logits import HAVE_TRITON
 from petri.engine.torch.array_ops import accept_mask
 from petri.engine.torch.step import StabilityTracker, cache_kwarg, encode_prompt_once
 
@@ -153,7 +153,7 @@ def test_compiled_tier_on_cpu_equals_eager_race_loop():
     from torch._dynamo.utils import counters
 
     from petri.engine.cuda.compiled_tier import uncompile_regions
-    from petri.engine.cuda.fused_experts import unfuse_experts
+    from petri.engine.cuda.fused.fused_experts import unfuse_experts
     from petri.engine.torch.model import compile_for_sampling
     from petri.engine.torch.tiny import tiny_random_model
 

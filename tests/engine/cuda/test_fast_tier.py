@@ -27,7 +27,7 @@ from petri.core.trajectory import AnchorSpan, SamplerSettings
 from petri.engine.base import SampleRequest
 from petri.engine.cuda import fast_sampler
 from petri.engine.cuda.fast_sampler import FastOptions, fast_path_reason, run_sampler_auto, run_sampler_fast
-from petri.engine.cuda.fused_logits import HAVE_TRITON
+from petri.engine.cuda.fused.fused_logits import HAVE_TRITON
 from petri.engine.torch.model import LoadedModel
 
 ENGINE = Path(__file__).resolve().parents[3] / "petri" / "engine"
@@ -107,10 +107,10 @@ def bf16_tiny(tiny_lm):
 
 def test_the_tier_names_what_the_trajectory_records(bf16_tiny):
     """Every lever the tier holds, spelled as stored runs spell it (the names are part of run ids)."""
-    from petri.engine.cuda.batch1_experts import _small_batch_forward
     from petri.engine.cuda.compiled_tier import uncompile_regions
-    from petri.engine.cuda.fp8 import _experts_forward as _fp8_experts_forward
-    from petri.engine.cuda.fp8 import set_precision
+    from petri.engine.cuda.fp8_tier.fp8 import _experts_forward as _fp8_experts_forward
+    from petri.engine.cuda.fp8_tier.fp8 import set_precision
+    from petri.engine.cuda.fused.batch1_experts import _small_batch_forward
     from petri.engine.torch.model import compile_for_sampling
 
     lm, tier = bf16_tiny, bf16_tiny.fast_tier

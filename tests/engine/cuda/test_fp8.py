@@ -1,4 +1,4 @@
-"""The FP8 tier (petri.engine.cuda.fp8): quantization against hand-worked values and the e4m3 rounding
+"""The FP8 tier (petri.engine.cuda.fp8_tier.fp8): quantization against hand-worked values and the e4m3 rounding
 bound, the scaled products against float64 loops written here, the tier switched on and off on a
 tiny model (reversible, named in every trajectory, refused with a reason where it cannot run), and
 on a GPU (skipped elsewhere) torch's scaled matmuls against the dequantized references."""
@@ -14,7 +14,7 @@ import torch
 
 from petri.core.trajectory import AnchorSpan, SamplerSettings
 from petri.engine.base import SampleRequest
-from petri.engine.cuda.fp8 import (
+from petri.engine.cuda.fp8_tier.fp8 import (
     FP8,
     FP8_MAX,
     INV_FP8_MAX,
@@ -34,8 +34,8 @@ from petri.engine.cuda.fp8 import (
     use_bf16,
     use_fp8,
 )
-from petri.engine.cuda.fused_experts import experts_reference, gated_activation
-from petri.engine.cuda.fused_logits import HAVE_TRITON
+from petri.engine.cuda.fused.fused_experts import experts_reference, gated_activation
+from petri.engine.cuda.fused.fused_logits import HAVE_TRITON
 from petri.engine.torch.tiny import tiny_random_model
 from tiny_support import tiny_logits
 
@@ -182,8 +182,8 @@ def test_fp8_trajectories_name_the_tier(bf16_tiny):
 
 
 def test_fp8_survives_the_compiled_tier_switching_its_experts(bf16_tiny):
-    from petri.engine.cuda.batch1_experts import _small_batch_forward
     from petri.engine.cuda.compiled_tier import uncompile_regions
+    from petri.engine.cuda.fused.batch1_experts import _small_batch_forward
     from petri.engine.torch.model import compile_for_sampling
 
     experts = bf16_tiny.model.model.decoder.layers[0].experts
@@ -265,7 +265,7 @@ def test_fp8_fast_path_runs_in_graphs_and_names_the_tier_on_gpu(bf16_tiny):
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU with FP8 matrix units and Triton")
 @pytest.mark.parametrize("launch", [(None, None), (1, 1), (2, 4), (4, 2), (8, 8)], ids=lambda v: f"{v[0]}rows-{v[1]}warps")
 def test_triton_quantization_is_bit_equal_to_the_torch_ops_on_gpu(launch):
-    from petri.engine.cuda.fp8_kernels import gelu_gate_quantized, quantize_rows_triton
+    from petri.engine.cuda.fp8_tier.fp8_kernels import gelu_gate_quantized, quantize_rows_triton
 
     rows_per_program, warps = launch
     torch.manual_seed(5)
@@ -304,7 +304,7 @@ def test_triton_quantization_divides_as_torch_does_on_every_bf16_value_on_gpu():
     """Every finite bf16 value (-0 included) quantized in rows of neighbouring values (each row's
     quotients spread over e4m3's whole range, rounding boundaries included) and in shuffled rows
     (most quotients far below e4m3's smallest value), against the torch ops (IEEE division)."""
-    from petri.engine.cuda.fp8_kernels import quantize_rows_triton
+    from petri.engine.cuda.fp8_tier.fp8_kernels import quantize_rows_triton
 
     bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)
     values = bits.view(torch.bfloat16)

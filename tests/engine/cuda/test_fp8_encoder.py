@@ -1,4 +1,4 @@
-"""The FP8 tier's opt-in FP8 prompt encoder (petri.engine.cuda.fp8, ``fp8_encoder``): which modules it
+"""The FP8 tier's opt-in FP8 prompt encoder (petri.engine.cuda.fp8_tier.fp8, ``fp8_encoder``): which modules it
 quantizes (the encoder's linears and experts, not its routers), that it takes the decoder's FP8
 copies (tied matrices: no new memory; a stacked member's rows of its group's copy, which equal the
 member's own quantization), that it changes the prompt cache by FP8 error only where asked and
@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.cuda.fp8 import FP8, precision_of, quantize_rows, set_precision, use_bf16
-from petri.engine.cuda.fused_logits import HAVE_TRITON
-from petri.engine.cuda.stacked_projections import GROUP
+from petri.engine.cuda.fp8_tier.fp8 import FP8, precision_of, quantize_rows, set_precision, use_bf16
+from petri.engine.cuda.fused.fused_logits import HAVE_TRITON
+from petri.engine.cuda.fused.stacked_projections import GROUP
 from petri.engine.torch.decoder_hooks import encoder_layers
 from petri.engine.torch.step import encode_prompt_once, encoded_prompt
 from petri.engine.torch.tiny import tiny_random_model
@@ -82,7 +82,7 @@ def test_the_tier_keeps_the_choice_across_switches(lm):
 def test_switching_the_tier_off_leaves_a_bf16_encoders_compiled_experts(lm):
     """Without the FP8 encoder the encoder's experts keep the compiled tier's op through the FP8
     tier's switches (use_bf16 restores only what use_fp8 installed)."""
-    from petri.engine.cuda.batch1_experts import _small_batch_forward
+    from petri.engine.cuda.fused.batch1_experts import _small_batch_forward
 
     compile_regions(lm, backend="eager")
     experts = encoder_layers(lm.model)[0].experts

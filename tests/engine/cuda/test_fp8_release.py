@@ -1,4 +1,4 @@
-"""The FP8 tier without its bf16 copies (petri.engine.cuda.fp8_release, issue 62), on a tiny bf16 model on
+"""The FP8 tier without its bf16 copies (petri.engine.cuda.fp8_tier.fp8_release, issue 62), on a tiny bf16 model on
 the CPU (the tier's dequantizing reference products): the same logits and trajectories as the FP8 tier
 with the encoder in FP8 and the copies kept, the bytes freed counted by hand, refusals named."""
 
@@ -9,8 +9,8 @@ import torch
 
 from petri.core.trajectory import AnchorSpan, SamplerSettings
 from petri.engine.base import SampleRequest
-from petri.engine.cuda.fp8 import set_precision
-from petri.engine.cuda.fp8_release import release_bf16, released_tensors, set_accumulation
+from petri.engine.cuda.fp8_tier.fp8 import set_precision
+from petri.engine.cuda.fp8_tier.fp8_release import release_bf16, released_tensors, set_accumulation
 from petri.engine.torch.model import compile_for_sampling
 from petri.engine.torch.tiny import tiny_random_model
 from tiny_support import tiny_logits

@@ -16,8 +16,8 @@ import torch
 
 from petri.core.trajectory import AnchorSpan, SamplerSettings
 from petri.engine.cuda.fast_sampler import run_sampler_fast
-from petri.engine.cuda.fp8 import embedding_columns, precision_of, scaled_matmul, set_precision
-from petri.engine.cuda.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
+from petri.engine.cuda.fp8_tier.fp8 import embedding_columns, precision_of, scaled_matmul, set_precision
+from petri.engine.cuda.fused.fused_logits import HAVE_TRITON, reference_logit_pass, scalar_reciprocal, triton_logit_pass
 from petri.engine.torch.fast_tier import FastOptions
 from petri.engine.torch.tiny import tiny_random_model
 

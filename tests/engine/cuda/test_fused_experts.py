@@ -1,4 +1,4 @@
-"""The fused experts op (``petri.engine.cuda.fused_experts``) against a per-token loop written here, against
+"""The fused experts op (``petri.engine.cuda.fused.fused_experts``) against a per-token loop written here, against
 transformers' own experts module, and (on a GPU) the Triton kernels against the plain-torch path."""
 
 from __future__ import annotations
@@ -10,16 +10,9 @@ import torch
 import torch.nn.functional as F
 from transformers import DiffusionGemmaForBlockDiffusion
 
-from petri.engine.cuda.batch1_experts import moe_experts_small_batch
-from petri.engine.cuda.fused_experts import (
-    experts_reference,
-    experts_triton,
-    fuse_experts,
-    moe_experts,
-    route,
-    unfuse_experts,
-)
-from petri.engine.cuda.fused_logits import HAVE_TRITON
+from petri.engine.cuda.fused.batch1_experts import moe_experts_small_batch
+from petri.engine.cuda.fused.fused_experts import experts_reference, experts_triton, fuse_experts, moe_experts, route, unfuse_experts
+from petri.engine.cuda.fused.fused_logits import HAVE_TRITON
 from petri.engine.torch.configs import small_diffusion_gemma_config
 
 EXPERTS, TOP_K = 8, 3
@@ -112,7 +105,7 @@ def test_fuse_routes_the_layers_through_the_op_and_unfuse_restores(model, monkey
         calls.append(args[0].shape)
         return reference(*args)
 
-    monkeypatch.setattr("petri.engine.cuda.fused_experts.experts_reference", counting)
+    monkeypatch.setattr("petri.engine.cuda.fused.fused_experts.experts_reference", counting)
     layer = fused.model.decoder.layers[0].experts
     hidden = torch.randn(5, layer.hidden_dim)
     index, weights = random_routing(5)
@@ -208,7 +201,7 @@ def every_bfloat16(device: str) -> torch.Tensor:
 
 def test_gated_activation_torch_path_is_transformers_gate():
     gate, up = torch.randn(7, 16).to(torch.bfloat16), torch.randn(7, 16).to(torch.bfloat16)
-    from petri.engine.cuda.fused_experts import gated_activation
+    from petri.engine.cuda.fused.fused_experts import gated_activation
 
     got = gated_activation(torch.cat([gate, up], dim=1), "gelu_pytorch_tanh")
     assert torch.equal(got, F.gelu(gate, approximate="tanh") * up)
@@ -216,7 +209,7 @@ def test_gated_activation_torch_path_is_transformers_gate():
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and HAVE_TRITON), reason="the Triton kernels need CUDA")
 def test_gelu_gate_kernel_equals_torch_on_every_bfloat16_input():
-    from petri.engine.cuda.fused_experts import gated_activation
+    from petri.engine.cuda.fused.fused_experts import gated_activation
 
     gate = every_bfloat16("cuda")
     ones = torch.ones_like(gate)
@@ -232,7 +225,7 @@ def test_gelu_gate_kernel_equals_torch_on_every_bfloat16_input():
 def test_gelu_gate_kernel_skipping_padding_rows_writes_the_same_used_rows():
     """``pairs`` (the small-batch layout's pair of each row, -1 for padding): the used rows equal the
     kernel's output without it, bit for bit; padding rows are whatever the buffer held."""
-    from petri.engine.cuda.fused_experts import gated_activation
+    from petri.engine.cuda.fused.fused_experts import gated_activation
 
     torch.manual_seed(3)
     projected = torch.randn(96, 2 * 704, device="cuda").bfloat16() * 3

@@ -1,4 +1,4 @@
-"""The fused logits pass (petri.engine.cuda.fused_logits).
+"""The fused logits pass (petri.engine.cuda.fused.fused_logits).
 
 CPU (CI): the chunked torch reference against naive full-tensor ops written here, on random logits.
 GPU (skipped without CUDA + Triton): the Triton kernel against the same naive ops and float64.
@@ -15,13 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from petri.engine.cuda.fused_logits import (
-    HAVE_TRITON,
-    inverse_cdf_draw,
-    reference_logit_pass,
-    scalar_reciprocal,
-    triton_logit_pass,
-)
+from petri.engine.cuda.fused.fused_logits import HAVE_TRITON, inverse_cdf_draw, reference_logit_pass, scalar_reciprocal, triton_logit_pass
 
 CUDA = torch.cuda.is_available() and HAVE_TRITON
 

@@ -1,4 +1,4 @@
-"""The fused norms (petri.engine.cuda.fused_norms): the decoder layer's forward with its norms as two ops
+"""The fused norms (petri.engine.cuda.fused.fused_norms): the decoder layer's forward with its norms as two ops
 gives the library's logits bit for bit through the reference ops (float32 and bf16, norm weights,
 router scale and layer scalar drawn at random so that a swapped weight shows); in the FP8 tier the
 MLP and the experts take the op's quantized rows, with the logits of the library's layer in that
@@ -14,11 +14,11 @@ import logging
 import pytest
 import torch
 
-from petri.engine.cuda import fp8 as fp8_module
-from petri.engine.cuda import fp8_mlp
 from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.cuda.fp8 import dequantize, quantize_rows, set_precision
-from petri.engine.cuda.fused_norms import (
+from petri.engine.cuda.fp8_tier import fp8 as fp8_module
+from petri.engine.cuda.fp8_tier import fp8_mlp
+from petri.engine.cuda.fp8_tier.fp8 import dequantize, quantize_rows, set_precision
+from petri.engine.cuda.fused.fused_norms import (
     NORMS,
     feedforward_inputs,
     feedforward_inputs_reference,

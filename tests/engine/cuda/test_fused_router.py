@@ -1,4 +1,4 @@
-"""The routers' fused top-k (petri.engine.cuda.fused_router): on the CPU the op is transformers' router
+"""The routers' fused top-k (petri.engine.cuda.fused.fused_router): on the CPU the op is transformers' router
 after its scores, bit for bit (the reference is the library's own router module); the compiled tier
 installs it in the decoder's and the encoder's layers and undoes it; on a GPU (skipped elsewhere)
 the Triton kernel chooses the reference's experts, in its order, with its weights up to rounding."""
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.cuda.fused_logits import HAVE_TRITON
-from petri.engine.cuda.fused_router import fuse_routers, route_top_k_reference, route_top_k_triton, unfuse_routers
+from petri.engine.cuda.fused.fused_logits import HAVE_TRITON
+from petri.engine.cuda.fused.fused_router import fuse_routers, route_top_k_reference, route_top_k_triton, unfuse_routers
 from petri.engine.torch.decoder_hooks import encoder_layers
 from petri.engine.torch.tiny import tiny_random_model
 

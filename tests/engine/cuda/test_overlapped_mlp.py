@@ -1,4 +1,4 @@
-"""The overlapped MLP (issue 25, petri.engine.cuda.overlapped_mlp): on the CPU the compiled tier with the
+"""The overlapped MLP (issue 25, petri.engine.cuda.fused.overlapped_mlp): on the CPU the compiled tier with the
 FP8 layers' dense MLP handed to :func:`overlapped_feedforward_blocks` (compiled on its own, called
 once per layer and forward; bf16 layers keep the sequence) gives the logits of the tier without it
 bit for bit, in bf16 and in the FP8 tier, and is left out, saying why, without the fused norms;
@@ -21,16 +21,12 @@ import pytest
 import torch
 
 from experiment_support import experiment_script
-from petri.engine.cuda import compiled_tier, fused_norms
+from petri.engine.cuda import compiled_tier
 from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.cuda.fp8 import set_precision
-from petri.engine.cuda.fused_logits import HAVE_TRITON
-from petri.engine.cuda.overlapped_mlp import (
-    MLPBeside,
-    feedforward_blocks,
-    feedforward_mlp,
-    overlapped_feedforward_blocks,
-)
+from petri.engine.cuda.fp8_tier.fp8 import set_precision
+from petri.engine.cuda.fused import fused_norms
+from petri.engine.cuda.fused.fused_logits import HAVE_TRITON
+from petri.engine.cuda.fused.overlapped_mlp import MLPBeside, feedforward_blocks, feedforward_mlp, overlapped_feedforward_blocks
 from petri.engine.torch.tiny import tiny_random_model
 from tiny_support import tiny_logits
 
@@ -131,7 +127,7 @@ class _Layer(torch.nn.Module):
 
 def _blocks(layer, monkeypatch):
     """Stand-in experts (x @ W) so the choreography is tested on its own."""
-    monkeypatch.setattr("petri.engine.cuda.overlapped_mlp.feedforward_experts",
+    monkeypatch.setattr("petri.engine.cuda.fused.overlapped_mlp.feedforward_experts",
                         lambda layer, pre_2, scale, router_input, quantize: pre_2 @ layer.experts_weight)
 
 
@@ -196,7 +192,7 @@ def _overlap_check():
 def test_the_overlapped_fp8_blocks_equal_the_sequential_ones_eager_and_captured():
     """One FP8 layer's two blocks on 48 quantized rows: overlapped (the MLP compiled on its own, on
     the side stream) bit-equal to the blocks in sequence, run eagerly and replayed from a CUDA graph."""
-    from petri.engine.cuda.fp8 import quantize_rows
+    from petri.engine.cuda.fp8_tier.fp8 import quantize_rows
 
     check = _overlap_check()
     lm = check.tiny("cuda", "fp8-fast")
@@ -241,8 +237,8 @@ def test_the_side_stream_changes_no_token_of_the_compiled_fp8_tier(monkeypatch):
 
 def test_the_sequential_blocks_are_the_mlp_then_the_experts(monkeypatch):
     order = []
-    monkeypatch.setattr("petri.engine.cuda.overlapped_mlp.feedforward_mlp", lambda *a: order.append("mlp") or 1)
-    monkeypatch.setattr("petri.engine.cuda.overlapped_mlp.feedforward_experts", lambda *a: order.append("experts") or 2)
+    monkeypatch.setattr("petri.engine.cuda.fused.overlapped_mlp.feedforward_mlp", lambda *a: order.append("mlp") or 1)
+    monkeypatch.setattr("petri.engine.cuda.fused.overlapped_mlp.feedforward_experts", lambda *a: order.append("experts") or 2)
     assert feedforward_blocks(None, None, None, None, None, None, False) == (1, 2) and order == ["mlp", "experts"]
 
 

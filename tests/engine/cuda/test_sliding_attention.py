@@ -1,4 +1,4 @@
-"""The sliding layers' flash attention at one sample (petri.engine.cuda.sliding_attention): which calls
+"""The sliding layers' flash attention at one sample (petri.engine.cuda.attention.sliding_attention): which calls
 the flash kernel takes (hand-worked), the install on a model (on the CPU every call goes to the
 library's SDPA: the same logits) and its undo, and on a GPU (skipped elsewhere) the function against
 PyTorch's SDPA at the full-size sliding shape: the flash kernel's folded result at one sample,
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attention_support import check_against_sdpa, tiny_decoder
-from petri.engine.cuda.sliding_attention import (
+from petri.engine.cuda.attention.sliding_attention import (
     FLASH_BELOW_SAMPLES,
     NAME,
     attend_flash,
@@ -18,7 +18,7 @@ from petri.engine.cuda.sliding_attention import (
     petri_flash_sliding,
     use_flash_sliding,
 )
-from petri.engine.cuda.split_attention import drop_split_attention, split_attention, use_split_attention
+from petri.engine.cuda.attention.split_attention import drop_split_attention, split_attention, use_split_attention
 
 CUDA = torch.cuda.is_available()
 

@@ -1,4 +1,4 @@
-"""The global layers' attention (petri.engine.cuda.split_attention), both methods: the folded and split
+"""The global layers' attention (petri.engine.cuda.attention.split_attention), both methods: the folded and split
 computation and the two products against plain softmax attention with the key/value heads repeated
 (the reference, transformers' ``repeat_kv`` order), a hand-worked product, hand-worked chunk
 choices and score budget, the install and undo on a model by method (where it does not apply, the
@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import petri.engine.cuda.split_attention as split_module
+import petri.engine.cuda.attention.split_attention as split_module
 from attention_support import check_against_sdpa, tiny_decoder
-from petri.engine.cuda.sliding_attention import NAME as FLASH_NAME
-from petri.engine.cuda.split_attention import (
+from petri.engine.cuda.attention.sliding_attention import NAME as FLASH_NAME
+from petri.engine.cuda.attention.split_attention import (
     NAME,
     NAMES,
     PRODUCTS_NAME,
@@ -164,7 +164,7 @@ def test_the_compiled_tier_installs_it_unless_told_not_to_and_undoes_it():
 def test_compiled_layers_with_the_split_give_the_librarys_logits_on_gpu(method, flash_sliding):
     """A tiny bf16 model whose global layer has head dim 512 (so the split applies), the compiled
     tier with ``split_attention=True`` (Inductor, the aten kernel inside the compiled layer) and its
-    sliding layer through the flash kernel or SDPA (``petri.engine.cuda.sliding_attention``) against the
+    sliding layer through the flash kernel or SDPA (``petri.engine.cuda.attention.sliding_attention``) against the
     uncompiled library model: logits within bf16 rounding."""
     from dataclasses import replace
 

@@ -1,4 +1,4 @@
-"""The stacked projections (petri.engine.cuda.stacked_projections): a group's members give their own
+"""The stacked projections (petri.engine.cuda.fused.stacked_projections): a group's members give their own
 products (against their unstacked linears, in float64), from one product of the stacked weight
 when called as the library calls them and from their own call of it otherwise; the weights become
 views without a copy; the compiled tier installs and undoes the groups, Dynamo traces them as one
@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from petri.engine.cuda.compiled_tier import compile_regions, uncompile_regions
-from petri.engine.cuda.fp8 import dense_targets, precision_of, set_precision
-from petri.engine.cuda.stacked_projections import (
+from petri.engine.cuda.fp8_tier.fp8 import dense_targets, precision_of, set_precision
+from petri.engine.cuda.fused.stacked_projections import (
     StackedProjections,
     is_stacked_member,
     projection_groups,

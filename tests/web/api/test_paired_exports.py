@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from petri.app.service import PetriService
 from petri.runs.store import RunStore
-from petri.study import runner
+from petri.study.execution import runner
 from petri.study.plan import StudyPlan
 from petri.study.schema import study_from_dict
 from petri.web.app import create_app
@@ -104,7 +104,7 @@ def test_every_table_of_a_paired_run_names_each_rows_condition_and_dose(stored, 
 def test_the_study_folder_and_the_api_put_the_condition_in_the_same_place(stored, tiny_lm, tmp_path):
     """The study folder's samples: ..., template_id, condition, dose, model_id; the run's: ..., template,
     condition, dose, model_id (the condition follows the columns that name the row's event and template)."""
-    from petri.study.report import write_study
+    from petri.study.results.report import write_study
 
     client, folder, run_id, _ = stored
     result = runner.run_study(tiny_lm, StudyPlan(study_from_dict(DOSE), samples=SAMPLES, seed=3, settings=SETTINGS),

@@ -3,7 +3,7 @@ and of 2³²−1 is read, and one of 2³² refused naming ``seed``, alike by ``P
 ``petri probe --request`` and the core's :func:`~petri.core.probe.request_from_dict`; a probe
 text of 20,000 characters passes every edge's check and one of 20,001 is refused naming the field;
 the seed's bound is the range numpy's legacy seeding takes (the reference here, with torch's);
-an inline labelled set becomes the same :class:`~petri.study.probe_set.LabelledSet` as its JSONL
+an inline labelled set becomes the same :class:`~petri.study.probe.probe_set.LabelledSet` as its JSONL
 file, refusing what the file's parser refuses, naming the same field."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from petri.cli.main import main
 from petri.core.probe import MAX_TEXT_CHARS, ProbeInputError, request_from_dict
 from petri.core.settings import MAX_SEED
-from petri.study.probe_set import parse_jsonl
+from petri.study.probe.probe_set import parse_jsonl
 from petri.web.api.probe_requests import ProbeIn, prepare_evaluation, read_request
 from petri.web.app import create_app
 from petri.web.limits import MAX_PROBE_REPEATS, MAX_PROBE_TEXT_CHARS

@@ -264,7 +264,7 @@ def test_a_quick_second_move_is_not_drawn_over_by_the_first_moves_echo(page, mon
     arrives after the second move, is dropped (it carries an older move number), so the chip never
     goes back to the first move's position once it showed the second's, and it ends there, with
     the slot table."""
-    from petri.web.ui.dish import DishController
+    from petri.web.ui.dish_tab.dish import DishController
 
     tab(page, "Dish")
     page.fill("#petri-concepts textarea, #petri-concepts input", "order, inventory, person")
@@ -332,7 +332,7 @@ def small_study_file(folder: Path) -> Path:
     """A 6-event, 1-template study file (benign / contradictory), for a study that runs in seconds."""
     import pandas as pd
 
-    from petri.web.ui.study import fields_to_dict
+    from petri.web.ui.study_tab.study import fields_to_dict
 
     texts = {"benign": ["The order was packed.", "The stock was counted.", "A customer paid for the order."],
              "contradictory": ["Ninety units in stock, none in stock.", "The order arrived before it was placed.",

@@ -16,10 +16,10 @@ import pytest
 from test_browser import CHROMIUM, CHROMIUM_ARGS
 
 from petri.core.trajectory import AnchorSpan
-from petri.study.anchor_marks import aggregate_anchor_boxes
-from petri.study.plots import flip_heatmap, jaccard_heatmap
-from petri.web.ui.canvas import CANVAS_CSS, CANVAS_HTML, CANVAS_JS
-from petri.web.ui.trajectory import VIEW_CSS, VIEW_HTML, VIEW_JS
+from petri.study.figures.anchor_marks import aggregate_anchor_boxes
+from petri.study.figures.plots import flip_heatmap, jaccard_heatmap
+from petri.web.ui.widgets.canvas import CANVAS_CSS, CANVAS_HTML, CANVAS_JS
+from petri.web.ui.widgets.trajectory import VIEW_CSS, VIEW_HTML, VIEW_JS
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")
 
@@ -109,7 +109,7 @@ def test_whole_trajectory_figure_writes_readable_cells_and_outlines_flips_in_das
     from petri.core.dish import Dish
     from petri.engine.seeding import seed_dish
     from petri.engine.torch.tiny import tiny_random_model
-    from petri.study.trajectory_plots import READABLE_CELL_PX, trajectory_figure
+    from petri.study.figures.trajectory_plots import READABLE_CELL_PX, trajectory_figure
 
     lm = tiny_random_model(canvas_length=24)
     traj = seed_dish(lm, Dish(("order", "person"), "An order was placed."), 1, lm.default_settings(), seed=3)
@@ -129,7 +129,7 @@ def test_whole_trajectory_figure_cells_in_the_browser(page):
     from petri.core.dish import Dish
     from petri.engine.seeding import seed_dish
     from petri.engine.torch.tiny import tiny_random_model
-    from petri.study.trajectory_plots import READABLE_CELL_PX, trajectory_figure
+    from petri.study.figures.trajectory_plots import READABLE_CELL_PX, trajectory_figure
 
     lm = tiny_random_model(canvas_length=24)
     traj = seed_dish(lm, Dish(("order", "person"), "An order was placed."), 1, lm.default_settings(), seed=3)

@@ -227,7 +227,7 @@ def test_each_tabs_download_figures_button_yields_the_figures_of_its_run(page, s
     links = figure_links(page, "Dish", "#petri-dish-figures")
     assert f"{run_id}-flip-heatmap.html" in links and any(n.startswith(f"{run_id}-flips-sample") for n in links), links
     assert "flips per step and position (3 samples)" in httpx.get(links[f"{run_id}-flip-heatmap.html"], timeout=60).text
-    from petri.study.plots import image_export_status
+    from petri.study.figures.plots import image_export_status
 
     if image_export_status()[0]:  # PNG and SVG too where kaleido finds a Chromium (it does where this test runs)
         assert {f"{run_id}-flip-heatmap.png", f"{run_id}-flip-heatmap.svg"} <= set(links), links
@@ -236,7 +236,7 @@ def test_each_tabs_download_figures_button_yields_the_figures_of_its_run(page, s
     links = figure_links(page, "Compare", "#petri-cmp-figures")
     assert {f"{compare_id}-{n}.html" for n in ("heatmap-a", "heatmap-b", "difference")} <= set(links), links
     assert "benign: flips per step" in httpx.get(links[f"{compare_id}-heatmap-a.html"], timeout=60).text
-    from petri.web.ui.shipped import load_shipped
+    from petri.web.ui.study_tab.shipped import load_shipped
 
     shipped = load_shipped()  # the Study tab shows the shipped study's figures until a run replaces them
     if shipped is not None:

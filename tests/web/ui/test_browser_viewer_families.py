@@ -18,7 +18,7 @@ from petri.engine.families.masked import MaskedSettings
 from petri.engine.seeding import seed_dish
 from petri.engine.torch.tiny import tiny_masked_model
 from petri.web.tokens import TokenText
-from petri.web.ui.trajectory import VIEW_CSS, VIEW_HTML, VIEW_JS, TrajectoryView
+from petri.web.ui.widgets.trajectory import VIEW_CSS, VIEW_HTML, VIEW_JS, TrajectoryView
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is absent")
 

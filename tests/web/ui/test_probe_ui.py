@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from petri.runs.formats import RESULT_TABLES
-from petri.web.ui.probe import ProbeController
+from petri.web.ui.probe_tab.probe import ProbeController
 from petri.web.ui.runs import RunsController, runs_table
 
 QUESTIONS = [["consistent", "", "yes, no", "", ""]]
@@ -105,7 +105,7 @@ def test_the_probe_tabs_seed_inputs_take_the_one_seed_bound(service):
     import gradio as gr
 
     from petri.core.settings import MAX_SEED
-    from petri.web.ui.probe import build_probe_tab
+    from petri.web.ui.probe_tab.probe import build_probe_tab
 
     with gr.Blocks() as blocks:
         build_probe_tab(service)

@@ -14,8 +14,8 @@ from petri.app.service import PetriService
 from petri.core.watch import NO_WATCH
 from petri.runs.store import RunStore
 from petri.study.schema import StudyError
-from petri.web.ui.dish import DishController
-from petri.web.ui.study import StudyController, builtin_studies, fields_to_study, study_to_fields
+from petri.web.ui.dish_tab.dish import DishController
+from petri.web.ui.study_tab.study import StudyController, builtin_studies, fields_to_study, study_to_fields
 from petri.web.ui.views import highlighted_text, parse_concepts
 from study_support import study_fields, tab_study
 

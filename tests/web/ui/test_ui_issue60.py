@@ -11,12 +11,12 @@ from petri.app.service import SeedEvent
 from petri.core.dish import Dish
 from petri.core.paths import assets_dir
 from petri.core.trajectory import AnchorSpan, SamplerSettings
-from petri.study.anchor_marks import aggregate_anchor_boxes
+from petri.study.figures.anchor_marks import aggregate_anchor_boxes
 from petri.web.ui.build import build_ui
 from petri.web.ui.compare import CompareController
-from petri.web.ui.dish import DishController
+from petri.web.ui.dish_tab.dish import DishController
 from petri.web.ui.model import model_card
-from petri.web.ui.probe_views import probe_row
+from petri.web.ui.probe_tab.probe_views import probe_row
 from petri.web.ui.runs import empty_note, run_details, runs_table
 from petri.web.ui.views import END_TOKEN_LABEL
 
@@ -118,7 +118,7 @@ def test_the_token_figures_rows_are_the_viewers_cells_then_the_final_text(tiny_l
     from petri.engine.seeding import seed_dish
     from petri.engine.torch.tiny import tiny_masked_model
     from petri.measure.replay import visible_text
-    from petri.study.trajectory_plots import figure_rows, shown_mode, trajectory_figure
+    from petri.study.figures.trajectory_plots import figure_rows, shown_mode, trajectory_figure
     from petri.web.tokens import TokenText
 
     dish = Dish(("order", "person"), "Only 90 units are in stock, but the customer ordered 120.")

@@ -14,11 +14,11 @@ from scipy import stats as sps
 
 from petri.core.watch import Watch
 from petri.measure.tables import segments_table
-from petri.study.analysis import analyze
 from petri.study.plan import StudyPlan
-from petri.study.provisional import provisional_statistics, stored_batches
-from petri.web.ui import study as ui_study
-from petri.web.ui.study import StudyController, fields_to_study
+from petri.study.results.analysis import analyze
+from petri.study.results.provisional import provisional_statistics, stored_batches
+from petri.web.ui.study_tab import study as ui_study
+from petri.web.ui.study_tab.study import StudyController, fields_to_study
 from study_support import study_fields, tab_study
 
 N_BOOT = 200
@@ -136,7 +136,7 @@ def test_the_dish_tab_runs_a_job_and_its_cancel_stops_it(service):
     """Cancel while the Dish tab samples: the job stops within a step, the run reads cancelled."""
     import threading
 
-    from petri.web.ui.dish import DishController
+    from petri.web.ui.dish_tab.dish import DishController
 
     ctl = DishController(service)
     cancel = threading.Event()
@@ -233,7 +233,7 @@ def test_a_redraw_waits_four_times_its_own_cost_and_the_reader_decodes_each_batc
     share, a redraw that took 1 s is next due 4 s after it started; and following a run reads each
     stored batch from the store once (the whole store was read again at every redraw before)."""
     from petri.runs import store as store_module
-    from petri.study.provisional import BatchReader
+    from petri.study.results.provisional import BatchReader
 
     assert ui_study.redraw_due(10.0, None, 0.0)
     assert not ui_study.redraw_due(11.9, 10.0, 0.1) and ui_study.redraw_due(12.0, 10.0, 0.1)  # the 2 s floor
@@ -273,9 +273,9 @@ def test_the_compare_tab_draws_each_events_flip_map_while_it_samples(service, mo
     live map of each event counts what its stored trajectory counts (flip_grid summed over samples),
     so no step of B was counted into A's map or dropped."""
     from petri.measure.metrics import flip_grid
-    from petri.web.ui import dish_live as ui_dish_live
     from petri.web.ui.compare import CompareController
-    from petri.web.ui.dish import DishController
+    from petri.web.ui.dish_tab import dish_live as ui_dish_live
+    from petri.web.ui.dish_tab.dish import DishController
 
     monkeypatch.setattr(ui_dish_live, "LIVE_REDRAW_S", 0.0)  # draw every step
     ctl = CompareController(service, DishController(service))
@@ -326,9 +326,9 @@ def test_the_compare_tab_keeps_the_events_apart_when_steps_do_not_restart_at_zer
     """Which event a live step belongs to comes from the service (``watch.progress``), not from the step
     index falling back to 0: with a sampler whose stream skips step 0, B's steps still draw B's map."""
     import petri.app.service as service_module
-    from petri.web.ui import dish_live as ui_dish_live
     from petri.web.ui.compare import CompareController
-    from petri.web.ui.dish import DishController
+    from petri.web.ui.dish_tab import dish_live as ui_dish_live
+    from petri.web.ui.dish_tab.dish import DishController
 
     real = service_module.sample_planned
 
@@ -391,7 +391,7 @@ def test_a_refused_run_is_never_queued_and_never_says_queued(service):
     import gradio as gr
 
     from petri.web.ui.build import build_ui
-    from petri.web.ui.dish import DishController
+    from petri.web.ui.dish_tab.dish import DishController
     from petri.web.ui.live import QUEUED_LINE, REFUSED_LINE
 
     demo = build_ui(service)
@@ -410,7 +410,7 @@ def test_a_refused_run_is_never_queued_and_never_says_queued(service):
     # validator step refuses a loaded study's template choice (the study browser tests)
     tabs = [("petri-run", dish, 0), ("petri-cmp-run", compare, 0), ("petri-study-run", study, 1)]
     queued_anyway = {"petri-study-run"}
-    from petri.web.ui.study import StudyController
+    from petri.web.ui.study_tab.study import StudyController
 
     study_validate = StudyController(service).validate
     bad_word = "order, inv\u0007entory"  # a control character: the concept check refuses it
@@ -445,7 +445,7 @@ def test_the_compare_and_study_validators_mark_the_field_that_holds_the_error(se
     (the second label when both labels are the same, event B when it is empty, the template choice
     when none is chosen, the events table for an event without text), with the message naming it."""
     from petri.web.ui.compare import CompareController
-    from petri.web.ui.dish import DishController
+    from petri.web.ui.dish_tab.dish import DishController
 
     dish = DishController(service)
     compare = CompareController(service, dish)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from petri.study.schema import study_from_dict
-from petri.web.ui.study import StudyController, fields_to_study, study_to_fields
+from petri.web.ui.study_tab.study import StudyController, fields_to_study, study_to_fields
 from tests.web.api.test_paired_api import STUDY
 
 

@@ -10,8 +10,8 @@ import gradio as gr
 import pandas as pd
 import pytest
 
-from petri.web.ui.stats import pairs_view, run_power
-from petri.web.ui.study import StudyController
+from petri.web.ui.study_tab.stats import pairs_view, run_power
+from petri.web.ui.study_tab.study import StudyController
 from study_support import study_fields, tab_study
 
 SHIPPED = Path(__file__).resolve().parents[3] / "assets" / "studies" / "results" / "inventory_order-en-petri-tiny"
@@ -33,7 +33,7 @@ def test_finished_study_view_has_flagged_pairs_and_its_folder(service):
     # a provisional view (fewer batches than planned) carries the peeking warning; the final one does not
     from types import SimpleNamespace
 
-    from petri.web.ui.study import fields_to_study
+    from petri.web.ui.study_tab.study import fields_to_study
 
     study = fields_to_study(meta, concepts, events, templates, "benign, contradictory", "")
     run_id = final["status"].split("`")[1]
@@ -61,7 +61,7 @@ def test_power_panel_simulates_from_the_study_on_screen():
     # issue 49 / 60: the size (rate at effect 0) beside each design's power, from the same simulation at effect 0
     from petri.stats.mixed import cell_values
     from petri.stats.power import power_from_cells
-    from petri.study.statistics import load_results
+    from petri.study.results.statistics import load_results
 
     segments, groups, _, _ = load_results(SHIPPED)
     null = power_from_cells(cell_values(segments), groups, events=(6, 12), templates=(1, 5), effect=0.0, n_sims=100, seed=0)
@@ -79,8 +79,8 @@ def test_power_panel_simulates_from_the_study_on_screen():
 def test_a_power_estimate_of_another_run_is_cleared_or_marked(tmp_path):
     """Issue 60 item 1: a new run on screen clears the estimate (naming the new run); an estimate that
     lands after another run came on screen says it is not of the run on screen."""
-    from petri.web.ui.stats import power_cleared, power_still_current, stats_views
-    from petri.web.ui.study import pending_views
+    from petri.web.ui.study_tab.stats import power_cleared, power_still_current, stats_views
+    from petri.web.ui.study_tab.study import pending_views
 
     pending = pending_views("f" * 24, 2, 6)
     assert pending["results_dir"] is None and "f" * 24 in pending["power"] and "all 6 batches" in pending["power"]
@@ -124,7 +124,7 @@ def test_compare_view_gives_the_paired_tests(service):
 
     from petri.measure.tables import samples_table, segments_table
     from petri.web.ui.compare import CompareController
-    from petri.web.ui.dish import DishController
+    from petri.web.ui.dish_tab.dish import DishController
 
     ctl = CompareController(service, DishController(service))
     *_, final = ctl.run("order, inventory, person", "benign", "The order was packed.", "contradictory",
@@ -147,7 +147,7 @@ def test_a_mixed_model_that_did_not_converge_says_so_beside_the_headline():
     is named as such first."""
     from types import SimpleNamespace
 
-    from petri.web.ui.study import mixed_model_lines
+    from petri.web.ui.study_tab.study import mixed_model_lines
 
     fit = SimpleNamespace(effect=0.1234, se=0.05, p_value=0.0213, converged=True)
     stats = SimpleNamespace(mixed=fit, groups=("benign", "contradictory"))

@@ -9,7 +9,7 @@ import json
 import pandas as pd
 
 from petri.core.wording import counted, plural
-from petri.web.ui.study import StudyController, jaccard_views, pending_views
+from petri.web.ui.study_tab.study import StudyController, jaccard_views, pending_views
 from study_support import study_fields, tab_study
 
 
@@ -39,7 +39,7 @@ def test_a_one_template_run_shows_a_sentence_in_place_of_its_jaccard_heatmap():
 
 def test_an_uploaded_study_empties_the_bundled_study_box_and_counts_in_the_singular(tmp_path, service):
     meta, concepts, events, templates = study_fields(tab_study())
-    from petri.web.ui.study import fields_to_dict
+    from petri.web.ui.study_tab.study import fields_to_dict
 
     data = fields_to_dict(meta, concepts, events, templates.iloc[:1], "benign, contradictory", "")
     path = tmp_path / "one.json"

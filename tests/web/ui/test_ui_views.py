@@ -16,13 +16,13 @@ from petri.core.paths import shipped_run_dir
 from petri.measure.metrics import flip_grid
 from petri.measure.tables import samples_table, segments_table
 from petri.runs.store import RunStore
-from petri.web.ui.canvas import placement_rows
 from petri.web.ui.compare import CompareController, paired_samples
-from petri.web.ui.dish import DishController
+from petri.web.ui.dish_tab.dish import DishController
 from petri.web.ui.runs import RunsController, runs_table
-from petri.web.ui.shipped import load_shipped, shipped_figures, shipped_markdown
-from petri.web.ui.study import StudyController
+from petri.web.ui.study_tab.shipped import load_shipped, shipped_figures, shipped_markdown
+from petri.web.ui.study_tab.study import StudyController
 from petri.web.ui.views import END_TOKEN_LABEL, highlighted_text
+from petri.web.ui.widgets.canvas import placement_rows
 
 
 def one_sample_dish(service, ctl):
@@ -190,7 +190,7 @@ def test_runs_rows_say_what_first_with_the_design_and_a_headline(service):
 
 
 def test_flip_difference_is_b_minus_a_with_the_shorter_map_padded():
-    from petri.study.plots import flip_difference_heatmap
+    from petri.study.figures.plots import flip_difference_heatmap
 
     a = [[0, 1, 2], [1, 0, 0]]  # A stopped after 2 steps
     b = [[1, 1, 0], [0, 2, 0], [3, 0, 1]]
@@ -203,7 +203,7 @@ def test_flip_difference_is_b_minus_a_with_the_shorter_map_padded():
 def test_a_reopened_run_puts_every_control_back(service):
     """Reopening a dish, a comparison and a study sets every input of its tab to the run's values:
     fed back to the tab, they make the same request (Run starts the same run; a study resumes)."""
-    from petri.web.ui.study import fields_to_study
+    from petri.web.ui.study_tab.study import fields_to_study
 
     dish = DishController(service)
     table = dish.spread("order, person", False).iloc[::-1].reset_index(drop=True)  # person's slot first
@@ -249,7 +249,7 @@ def test_count_colour_bars_tick_whole_numbers_and_the_difference_scale_fits_the_
     many: about 8 whole-number ticks. The difference map's symmetric scale is the largest difference
     drawn (2 here, not the 8 samples), and its anchors are outlined in the concept colours."""
     from petri.core.trajectory import AnchorSpan
-    from petri.study.plots import flip_difference_heatmap, flip_heatmap
+    from petri.study.figures.plots import flip_difference_heatmap, flip_heatmap
 
     bar = flip_heatmap(np.zeros((4, 6)), n_samples=3).data[0].colorbar
     assert (bar.tickmode, bar.tick0, bar.dtick) == ("linear", 0, 1)
@@ -274,8 +274,8 @@ def test_heatmap_boxes_name_slots_when_samples_shuffle_their_anchors():
     """Item 7 of issue 20: a figure over every sample labels what it aggregates. Hand-worked: sample 0
     pins order at 3 (one token) and person at 8-9; sample 1 swaps them (person 3-4, order 8)."""
     from petri.core.trajectory import AnchorSpan
-    from petri.study.anchor_marks import aggregate_anchor_boxes
-    from petri.study.plots import flip_heatmap
+    from petri.study.figures.anchor_marks import aggregate_anchor_boxes
+    from petri.study.figures.plots import flip_heatmap
 
     order_a, person_a = AnchorSpan("order", 3, (11,)), AnchorSpan("person", 8, (12, 13))
     same = aggregate_anchor_boxes([[order_a, person_a], [person_a, order_a]])  # same layout, other list order
@@ -293,7 +293,7 @@ def test_the_template_dropdown_keeps_each_templates_newline(service):
     the newline). Its choices' labels mark the newline and their values are the true texts; a shown
     label that comes back as the value (typed or kept) is still the template with its newline."""
     from petri.core.dish import DEFAULT_TEMPLATE
-    from petri.web.ui.dish import TEMPLATE_CHOICES, template_control
+    from petri.web.ui.dish_tab.dish import TEMPLATE_CHOICES, template_control
 
     ctl = DishController(service)
     default_label, default_value = TEMPLATE_CHOICES[0]

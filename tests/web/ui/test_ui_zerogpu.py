@@ -13,7 +13,7 @@ from test_ui import dish_inputs
 
 import zerogpu_support as harness
 from petri.web import gpu_executor
-from petri.web.ui.dish import DishController
+from petri.web.ui.dish_tab.dish import DishController
 
 RECORDS = ("argmax", "entropy", "accepted", "steps", "anchor_mask", "final_ids", "canvas")
 
@@ -73,7 +73,7 @@ def study_inputs(steps=4, samples=2, seed=5):
 
 
 def test_a_zerogpu_study_runs_a_call_a_batch_an_abort_keeps_its_batches_and_a_rerun_resumes(service, monkeypatch, tmp_path):
-    from petri.web.ui.study import StudyController
+    from petri.web.ui.study_tab.study import StudyController
 
     ctl = StudyController(service)
     harness.serve_on_zerogpu(monkeypatch, service)
@@ -101,7 +101,7 @@ def test_a_zerogpu_study_runs_a_call_a_batch_an_abort_keeps_its_batches_and_a_re
 
 
 def test_cancel_stops_a_zerogpu_study_and_keeps_its_stored_batches(service, monkeypatch):
-    from petri.web.ui.study import StudyController
+    from petri.web.ui.study_tab.study import StudyController
 
     ctl = StudyController(service)
     harness.serve_on_zerogpu(monkeypatch, service)
@@ -123,8 +123,8 @@ def compare_inputs(samples=2, steps=4):
 
 
 def test_a_zerogpu_comparison_is_one_call_and_stores_what_the_dedicated_path_stores(service, monkeypatch):
-    from petri.web.ui import dish_live
     from petri.web.ui.compare import CompareController
+    from petri.web.ui.dish_tab import dish_live
 
     monkeypatch.setattr(dish_live, "LIVE_REDRAW_S", 0.0)  # draw every step
     ctl = CompareController(service, DishController(service))
@@ -144,7 +144,7 @@ QUESTIONS = [["consistent", "", "yes, no", "", ""]]
 
 
 def test_a_zerogpu_read_is_one_call_and_a_refused_one_says_so_plainly(service, monkeypatch):
-    from petri.web.ui.probe import ProbeController
+    from petri.web.ui.probe_tab.probe import ProbeController
 
     ctl = ProbeController(service)
     harness.serve_on_zerogpu(monkeypatch, service)
