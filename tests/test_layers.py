@@ -46,6 +46,8 @@ ORDER_IN_LAYER: dict[str, int] = {
 }
 HEAVY = ("torch", "mlx", "transformers")
 MAX_LINES = 500
+#: modules a folder of petri/ may hold (``__init__.py`` not counted); more get a sub-package named for what they hold
+MAX_MODULES = 15
 
 
 def module_name(path: Path) -> str:
@@ -229,6 +231,21 @@ def test_library_files_stay_short():
     long_files = {str(p.relative_to(PACKAGE.parent)): n for p in PACKAGE.rglob("*.py")
                   if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long_files, f"over {MAX_LINES} lines: {long_files}"
+
+
+def test_a_sub_package_keeps_its_parents_layer():
+    """``petri/study/figures/`` is layer 3 as ``petri/study/`` is; no sub-package has an entry of its own."""
+    assert layer_of("petri.study.figures.plots") == layer_of("petri.study") == 3
+    assert layer_of("petri.web.ui.dish_tab.dish") == 5 and layer_of("petri.engine.cuda.fused.fused_logits") == 2
+    nested = [m for m in all_modules() if m.count(".") >= 3 and layer_of(m) != LAYERS[".".join(m.split(".")[:2])]]
+    assert not nested, nested
+
+
+def test_no_folder_is_flat():
+    """Issue 61, item 6: a folder's sub-groups are sub-packages, not file-name prefixes."""
+    crowded = {str(init.parent.relative_to(PACKAGE.parent)): n for init in PACKAGE.rglob("__init__.py")
+               if (n := sum(p.name != "__init__.py" for p in init.parent.glob("*.py"))) > MAX_MODULES}
+    assert not crowded, f"folders over {MAX_MODULES} modules: {crowded}"
 
 
 @pytest.mark.parametrize(
