@@ -107,7 +107,7 @@ if HAVE_TRITON:
         return tl.where(error == 0.0, quotient, tl.fma(error, reciprocal, quotient))
 
     @triton.jit
-    def _quantize_store(values, valid, used, q_ptr, scale_ptr, rows, cols, q_stride, inv_max, fp8_max, min_scale):
+    def quantize_store(values, valid, used, q_ptr, scale_ptr, rows, cols, q_stride, inv_max, fp8_max, min_scale):
         """Per row of the (ROWS, BLOCK) tile ``values``: scale = max(amax(|row|) · inv_max, min_scale);
         q = clamp(values / scale) in e4m3 (RNE; the division correctly rounded, :func:`_divided`).
         ``rows`` (ROWS, 1), ``cols`` (1, BLOCK); ``valid`` masks the tile, ``used`` (ROWS, 1) the
@@ -127,7 +127,7 @@ if HAVE_TRITON:
         used = rows < n_rows
         valid = used & (cols < width)
         x = tl.load(x_ptr + rows * x_stride + cols, mask=valid, other=0.0).to(tl.float32)
-        _quantize_store(x, valid, used, q_ptr, scale_ptr, rows, cols, q_stride, inv_max, fp8_max, min_scale)
+        quantize_store(x, valid, used, q_ptr, scale_ptr, rows, cols, q_stride, inv_max, fp8_max, min_scale)
 
     @triton.jit
     def _gelu_gate_quant_kernel(projected_ptr, q_ptr, scale_ptr, pairs_ptr, n_rows, width, projected_stride, q_stride,
@@ -151,5 +151,5 @@ if HAVE_TRITON:
             inner = 0.7978845834732056 * tl.fma(0.044715, cube, x)
             gelu = (0.5 * x * (1.0 + libdevice.tanh(inner))).to(tl.bfloat16).to(tl.float32)
             activation = (gelu * up).to(tl.bfloat16).to(tl.float32)
-            _quantize_store(activation, valid, used, q_ptr, scale_ptr, rows, cols, q_stride, inv_max, fp8_max,
+            quantize_store(activation, valid, used, q_ptr, scale_ptr, rows, cols, q_stride, inv_max, fp8_max,
                             min_scale)

@@ -52,7 +52,7 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from petri.engine.cuda.fp8_tier.fp8_kernels import _quantize_store
+    from petri.engine.cuda.fp8_tier.fp8_kernels import quantize_store
     from petri.engine.cuda.fused.fused_logits import libdevice
 
 #: the norms of a decoder layer the two ops replace, by attribute (the router's is ``router.norm``)
@@ -167,13 +167,13 @@ if HAVE_TRITON:
         tl.store(router_ptr + at, (scaled.to(tl.float32) * router_root).to(tl.bfloat16), mask=valid)
         pre = ((r * inv) * _load(pre_w, cols, valid)).to(tl.bfloat16)
         if QUANTIZE:
-            _quantize_store(pre.to(tl.float32), valid, row >= 0, pre_ptr, pre_scale_ptr, row, cols, width, inv_max,
+            quantize_store(pre.to(tl.float32), valid, row >= 0, pre_ptr, pre_scale_ptr, row, cols, width, inv_max,
                             fp8_max, min_scale)
         else:
             tl.store(pre_ptr + at, pre, mask=valid)
         pre_2 = ((r * inv) * _load(pre_2_w, cols, valid)).to(tl.bfloat16)
         if QUANTIZE:
-            _quantize_store(pre_2.to(tl.float32), valid, row >= 0, pre_2_ptr, pre_2_scale_ptr, row, cols, width,
+            quantize_store(pre_2.to(tl.float32), valid, row >= 0, pre_2_ptr, pre_2_scale_ptr, row, cols, width,
                             inv_max, fp8_max, min_scale)
         else:
             tl.store(pre_2_ptr + at, pre_2, mask=valid)
