@@ -30,22 +30,17 @@ With ``gradio_client``: ``Client(space).predict(body, api_name="/seed")`` return
 
 from __future__ import annotations
 
-import contextvars
-import queue
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gradio as gr
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from petri.app.service import PetriService
-from petri.core.cancel import CancelToken
-from petri.core.watch import Watch
 from petri.web.api.answers import check_sync_budget, seed_answer, study_answer
 from petri.web.api.requests import SeedRequest, StudyRequest, prepare_seed, prepare_study
 from petri.web.errors import FieldError, request_error_message
-from petri.web.gpu_executor import GpuAborted, ZeroGpuStudyExecutor, zerogpu_seed_stream
+from petri.web.gpu_executor import GpuAborted, zerogpu_seed_stream, zerogpu_study_stream
 from petri.web.ui.access import UiAccess
 from petri.web.zerogpu_routes import GPU_ROUTES
 
@@ -56,18 +51,30 @@ def step_frame(run_id: str, step) -> dict:
             "finished": step.finished.tolist()}
 
 
+def validated(body: dict, model: type[BaseModel], prepare: Callable[[Any], Any]) -> tuple[Any, Any]:
+    """``(request, plan)``: ``body`` validated once by the route's pydantic ``model`` and planned by
+    ``prepare`` (the route's own checks); a refusal is a ``gradio.Error`` naming the field."""
+    try:
+        parsed = model.model_validate(body)
+        return parsed, prepare(parsed)
+    except (ValidationError, FieldError) as err:
+        raise gr.Error(request_error_message(err), title="Bad request", print_exception=False) from None
+
+
+def seed_plan(service: PetriService, parsed: SeedRequest):
+    """A seed request planned as ``POST /api/seed`` plans it, within the synchronous budget."""
+    plan = prepare_seed(parsed, service.lm)
+    check_sync_budget(len(plan.events), plan.samples, plan.settings.max_denoising_steps, service.canvas_length)
+    return plan
+
+
 def seed_endpoint(service: PetriService, who: UiAccess):
     """The ``/seed`` endpoint's function over ``service``: a generator of frames, then the answer."""
 
     def seed(body: dict, request: gr.Request) -> Iterator[dict[str, Any]]:
         """A seed on the GPU: the body of POST /api/seed in, a frame per denoising step, then its answer."""
         caller = who.caller(request).for_submission()
-        try:
-            parsed = SeedRequest.model_validate(body)
-            plan = prepare_seed(parsed, service.lm)
-            check_sync_budget(len(plan.events), plan.samples, plan.settings.max_denoising_steps, service.canvas_length)
-        except (ValidationError, FieldError) as err:
-            raise gr.Error(request_error_message(err), title="Bad request", print_exception=False) from None
+        parsed, plan = validated(body, SeedRequest, lambda parsed: seed_plan(service, parsed))
         try:
             for kind, payload in zerogpu_seed_stream(service, plan, caller.owner):
                 if kind == "progress":
@@ -87,18 +94,9 @@ def study_endpoint(service: PetriService, who: UiAccess):
     def study(body: dict, request: gr.Request) -> Iterator[dict[str, Any]]:
         """A study on the GPU, one call per batch: the body of POST /api/study in, a frame per batch, then its answer."""
         caller = who.caller(request).for_submission()
-        try:
-            parsed = StudyRequest.model_validate(body)
-            plan = prepare_study(parsed, service.lm)
-        except (ValidationError, FieldError) as err:
-            raise gr.Error(request_error_message(err), title="Bad request", print_exception=False) from None
-
-        def run(progress, cancel):
-            return service.run_study_on(ZeroGpuStudyExecutor(service.lm), plan,
-                                        watch=Watch(progress=progress, cancel=cancel), owner=caller.owner)
-
-        try:
-            for kind, payload in in_request_thread(run):
+        _, plan = validated(body, StudyRequest, lambda parsed: prepare_study(parsed, service.lm))
+        try:  # the batches driven from a thread carrying this request's context (the quota token)
+            for kind, payload in zerogpu_study_stream(service, plan, owner=caller.owner):
                 if kind == "progress":
                     yield {"kind": "batch", "done": payload.done, "total": payload.total, "event_id": payload.event_id,
                            "template_id": payload.template_id, "skipped": payload.skipped}
@@ -110,36 +108,6 @@ def study_endpoint(service: PetriService, who: UiAccess):
                            print_exception=False) from None
 
     return study
-
-
-def in_request_thread(work) -> Iterator[tuple[str, Any]]:
-    """``work(progress, cancel)`` in a thread that carries this thread's context (Gradio's request,
-    whose quota token each ``spaces.GPU`` call reads), yielding ``("progress", value)`` per
-    ``progress(value)`` and then ``("done", result)``; its error is raised here; closing the
-    generator cancels it (within one step) and waits for it."""
-    messages: queue.Queue = queue.Queue()
-    token = CancelToken()
-
-    def target() -> None:
-        try:
-            messages.put(("done", work(lambda value: messages.put(("progress", value)), token)))
-        except BaseException as err:  # noqa: BLE001 - raised again on the generator's side
-            messages.put(("error", err))
-
-    thread = threading.Thread(target=contextvars.copy_context().run, args=(target,), name="petri-zerogpu-study",
-                              daemon=True)
-    thread.start()
-    try:
-        while True:
-            kind, value = messages.get()
-            if kind == "error":
-                raise value
-            yield kind, value
-            if kind == "done":
-                return
-    finally:
-        token.cancel("cancelled")
-        thread.join()
 
 
 #: ``api_name`` → the function that builds its endpoint (a service and the UI's access rule in).
