@@ -18,8 +18,13 @@ frames are CPU data: each step's :class:`~petri.engine.base.LiveStep` (numpy arr
 finished event's :class:`~petri.core.trajectory.Trajectory`.
 
 A study's batches go the same way, one call per batch (:class:`ZeroGpuStudyExecutor`, for
-:func:`petri.study.execution.runner.run_study`; :func:`zerogpu_study_stream` for the Study tab, :func:`run_zerogpu_study`
-for ``POST /api/study``), and a probe read is one call (:func:`read_frames`, :func:`run_zerogpu_read`).
+:func:`petri.study.execution.runner.run_study`; :func:`zerogpu_study_stream` for the Study tab and the
+Gradio endpoint ``/study``), and a probe read is one call (:func:`read_frames`, :func:`run_zerogpu_read`).
+(The FastAPI routes that run the model answer 501 on ZeroGPU: :mod:`petri.web.zerogpu_routes`.)
+
+The main process keeps the model on the CPU (:func:`host_model_args`); each call puts it on its card
+(:func:`zerogpu_placement`, :mod:`petri.engine.torch.card_placement`) in the tier for the card size
+each call asks for (``PETRI_ZEROGPU_SIZE``).
 
 Each call's ``duration`` is estimated from the work it carries (:mod:`petri.web.gpu_cost`;
 ``PETRI_GPU_DURATION_S`` overrides it). A call that ZeroGPU stops ("GPU task aborted") or refuses
