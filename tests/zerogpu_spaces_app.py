@@ -11,7 +11,8 @@ NVIDIA card, replaced here (and, on a CPU wheel of torch, three attributes of th
 picklable ``torch.cuda._is_in_bad_fork``): ``spaces.zero.torch.init`` (sets ``CUDA_VISIBLE_DEVICES`` to the
 scheduled GPU, then makes a tensor on it) and ``spaces.zero.torch.move`` (copies the tensors the
 main process put on ``cuda`` to the card). The stand-ins set the variable and check that nothing
-was put on ``cuda`` (the model is served on the CPU here), and append ``init PID UUID`` to the file
+was put on ``cuda`` (the model is served on the CPU here, and each call places it on the CPU: there
+is no card to place it on), and append ``init PID UUID`` to the file
 ``PETRI_STANDIN_LOG`` names, so the test sees which process the GPU work ran in.
 """
 
@@ -58,6 +59,11 @@ zero_torch.init = init
 zero_torch.move = move
 
 if __name__ == "__main__":
+    from petri.engine.torch.card_placement import CardPlacement
+    from petri.web import gpu_executor
     from petri.web.server import main
+
+    # no card: each GPU call places the model where it is, on the CPU (as the fork harness does)
+    gpu_executor.zerogpu_placement = lambda lm, size="xlarge": CardPlacement("cpu")  # type: ignore[assignment]
 
     sys.exit(main(sys.argv[1:]))

@@ -90,7 +90,7 @@ def spaces_gpu(**options: Any) -> Callable[[Callable], Callable]:
     """``spaces.GPU(**options)`` when the ``spaces`` package is installed (itself a no-op off
     ZeroGPU); else the identity. ``spaces`` is imported here, lazily: it is never pinned."""
     try:
-        import spaces  # type: ignore[import-not-found]
+        import spaces
     except ImportError:
         return lambda fn: fn
     return spaces.GPU(**options)

@@ -29,7 +29,7 @@ GPU_ROUTES: dict[str, str | None] = {
     "/api/jobs/seed": "seed",
     "/api/study": "study",
     "/api/jobs/study": "study",
-    "/api/probe": None,
+    "/api/probe": "probe",
 }
 #: What :func:`zerogpu_answer` puts in the snippet when the Space's id is not known (``SPACE_ID`` unset).
 SPACE_PLACEHOLDER = "OWNER/SPACE"

@@ -29,7 +29,7 @@ def prepare_spaces() -> ModuleType | None:
     if not on_zero_gpu():
         return None
     try:
-        import spaces  # type: ignore[import-not-found]
+        import spaces
     except ImportError:
         return None
     return spaces
@@ -40,14 +40,14 @@ def run_spaces_startup() -> bool:
     that its wrapped ``gr.Blocks.launch`` would run, and unwrap ``launch``; True if it ran."""
     if prepare_spaces() is None:
         return False
-    from spaces import zero  # type: ignore[import-not-found]
+    from spaces import zero
 
     startup = getattr(zero, "startup", None)
     if startup is None:  # a spaces without the start-up hook this was written against
         return False
     startup()
     import gradio as gr
-    from spaces.zero import gradio as zero_gradio  # type: ignore[import-not-found]
+    from spaces.zero import gradio as zero_gradio
 
     original = getattr(zero_gradio, "_orig_launch", None)
     if original is not None:

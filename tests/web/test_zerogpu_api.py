@@ -67,7 +67,8 @@ def test_on_zerogpu_the_gpu_routes_answer_501_and_the_gradio_endpoint_answers_as
     seed_refusal = refused["/api/seed"].json()
     assert seed_refusal["gradio_endpoint"] == "/seed" and "api_name='/seed'" in seed_refusal["gradio_client"]
     assert "Client('someone/petri-zero')" in seed_refusal["gradio_client"]
-    assert refused["/api/study"].json()["gradio_endpoint"] == "/study" and refused["/api/probe"].json()["gradio_endpoint"] is None
+    assert refused["/api/study"].json()["gradio_endpoint"] == "/study"
+    assert refused["/api/probe"].json()["gradio_endpoint"] == "/probe"
 
     assert answer["kind"] == "seed" and same_work(answer) == same_work(dedicated.json())
     steps = frames[:-1]
@@ -145,3 +146,45 @@ def test_the_gradio_study_endpoint_answers_as_the_route_one_gpu_call_a_batch(tin
     assert [f["done"] for f in batches] == list(range(1, answer["batches"] + 1))
     assert len(harness.CALLS) == answer["batches"] and {c.exitcode for c in harness.CALLS} == {0}  # a fork a batch
     assert table.status_code == 200 and table.text == dedicated_table.text
+
+
+READ_BODY = {"prompt": "Only 90 units are in stock, but a customer ordered 120.", "frame": "ok: {{consistent}}",
+             "questions": [{"name": "consistent", "alternatives": ["yes", "no"]}], "samples": 2, "steps": 2, "seed": 3,
+             "order": "cyclic"}
+
+
+def test_the_gradio_probe_endpoint_reads_in_one_gpu_call_and_answers_as_the_route(service, monkeypatch, live_server):
+    with TestClient(create_app(service, ui=False)) as api:  # the dedicated path, for the same read
+        dedicated = api.post("/api/probe", json=READ_BODY)
+    assert dedicated.status_code == 200, dedicated.text
+    harness.serve_on_zerogpu(monkeypatch, service)
+    with live_server(create_app(service)) as live:
+        (answer,) = list(Client(live.url, verbose=False).submit(READ_BODY, api_name="/probe"))
+        refused = httpx.post(f"{live.url}/api/probe", json=READ_BODY, timeout=60)
+    assert refused.status_code == 501 and refused.json()["gradio_endpoint"] == "/probe"
+    (call,) = harness.CALLS  # the read was one GPU call, in a forked child
+    assert call.exitcode == 0 and call.yields == 1
+    here, there = dedicated.json(), answer
+    assert there["kind"] == here["kind"] == "probe" and there["run_id"] != here["run_id"]
+    assert there["read"]["request"] == here["read"]["request"]
+    for a, b in zip(there["read"]["reads"], here["read"]["reads"], strict=True):
+        assert (a["question"], a["step"], a["answer"]) == (b["question"], b["step"], b["answer"])
+        np.testing.assert_allclose(a["probs"], b["probs"], rtol=1e-6)
+    assert service.get_run(there["run_id"])["status"] == "done"
+
+
+def test_the_gradio_probe_endpoint_refuses_a_labelled_set_and_a_bad_field_before_any_call(service, monkeypatch):
+    import gradio as gr
+
+    from petri.web.ui.access import UiAccess
+    from petri.web.ui.api_endpoints import probe_endpoint
+
+    harness.serve_on_zerogpu(monkeypatch, service)
+    probe = probe_endpoint(service, UiAccess())
+    with pytest.raises(gr.Error, match="set.*does not run on ZeroGPU"):
+        list(probe({"set": "consistency-small"}, None))
+    with pytest.raises(gr.Error, match="steps"):
+        list(probe({**READ_BODY, "steps": 0}, None))
+    with pytest.raises(gr.Error, match="questions"):  # refused by the plan on the model (an unknown slot)
+        list(probe({**READ_BODY, "frame": "ok: {{other}}"}, None))
+    assert harness.CALLS == [] and service.store.list_runs() == []

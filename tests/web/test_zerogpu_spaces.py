@@ -75,7 +75,8 @@ def test_the_real_spaces_package_runs_the_seed_endpoint_in_its_forked_worker(tmp
     with DeviceApi(idle=(False, True, True, True, True, True, False)) as api:  # 2 seeds, 4 study batches, 1 seed
         env = {**os.environ, "SPACES_ZERO_GPU": "true", "SPACES_ZERO_DEVICE_API_URL": api.url,
                "ZEROGPU_PROC_SELF_CGROUP_PATH": str(cgroup), "ZEROGPU_OFFLOAD_DIR": str(tmp_path / "offload"),
-               "HOME": str(tmp_path / "home"), "PETRI_STANDIN_LOG": str(log), "GRADIO_ANALYTICS_ENABLED": "False"}
+               "HOME": str(tmp_path / "home"), "PETRI_STANDIN_LOG": str(log), "GRADIO_ANALYTICS_ENABLED": "False",
+               "PETRI_GPU_DURATION_S": "60"}  # every call asks for 60 s (unset: each call's estimate)
         server = subprocess.Popen([sys.executable, str(TESTS / "zerogpu_spaces_app.py"), "--tiny-random",
                                    "--store", str(tmp_path / "store"), "--host", "127.0.0.1", "--port", str(port)],
                                   env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)

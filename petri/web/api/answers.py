@@ -4,10 +4,16 @@ the FastAPI routes (:mod:`petri.web.api.routes`) and, on ZeroGPU, the Gradio end
 
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from petri.app.probe import ProbeRun
 from petri.app.service import SeedResult
 from petri.core.plan import SeedPlan
+from petri.runs.probe_results import PROBE_KIND
 from petri.web import limits
-from petri.web.api.responses import RunOut, StudyOut, csv_links, event_summary, model_out
+from petri.web.api.responses import ModelOut, RunOut, StudyOut, csv_links, event_summary, model_out
 from petri.web.errors import FieldError
 
 
@@ -66,3 +72,25 @@ def study_answer(service, plan, result) -> StudyOut:
         timings={k: float(v) for k, v in result.timings.items()},
         csv=csv_links(result.run_id),
     )
+
+
+class ProbeOut(BaseModel):
+    """A stored slot read."""
+
+    run_id: str
+    kind: str = PROBE_KIND
+    status: str
+    model: ModelOut
+    read: dict[str, Any] = Field(description="request, reads (question, step, alternatives, probs, mass, entropy, "
+                                             "top_k, draws, answer), skipped, final, seconds")
+    timings: dict[str, float]
+    csv: dict[str, str] = Field(description="download links of the run's tables")
+
+
+def probe_answer(service, done: ProbeRun) -> ProbeOut:
+    """``POST /api/probe``'s answer for the stored read ``done`` (also the answer of the ZeroGPU
+    Gradio endpoint ``/probe``, :mod:`petri.web.ui.api_endpoints`)."""
+    run = service.get_run(done.run_id) or {}
+    return ProbeOut(run_id=done.run_id, status=run.get("status", "done"), model=model_out(service.model_info()),
+                    read=done.document, timings={"wall_s": done.wall_s, "read_s": float(done.result.seconds)},
+                    csv=csv_links(done.run_id, PROBE_KIND))

@@ -30,29 +30,17 @@ from pydantic import BaseModel, Field
 
 from petri.app.probe import ProbeRun
 from petri.engine.probe import plan_probe
-from petri.runs.probe_results import EVAL_KIND, PROBE_KIND, predictions_table
+from petri.runs.probe_results import EVAL_KIND, predictions_table
 from petri.study.probe.probe_eval import compare_predictions
+from petri.web.api.answers import ProbeOut, probe_answer
 from petri.web.api.deps import Client, Jobs, Service, load_run
 from petri.web.api.jobs import SUBMIT_RESPONSES, _submit, _submitted
 from petri.web.api.probe_requests import ProbeIn, prepare_evaluation, prepare_probe
-from petri.web.api.responses import JobSubmitted, ModelOut, csv_links, model_out
+from petri.web.api.responses import JobSubmitted
 from petri.web.errors import FieldError, StrictJsonRoute
 from petri.web.gpu import run_probe
 
 router = APIRouter(prefix="/api", tags=["probe"], route_class=StrictJsonRoute)
-
-
-class ProbeOut(BaseModel):
-    """A stored slot read."""
-
-    run_id: str
-    kind: str = PROBE_KIND
-    status: str
-    model: ModelOut
-    read: dict[str, Any] = Field(description="request, reads (question, step, alternatives, probs, mass, entropy, "
-                                             "top_k, draws, answer), skipped, final, seconds")
-    timings: dict[str, float]
-    csv: dict[str, str] = Field(description="download links of the run's tables")
 
 
 def submit_evaluation(service, body: ProbeIn, owner: str | None):
@@ -74,10 +62,7 @@ async def probe(body: ProbeIn, service: Service, jobs: Jobs, caller: Client, cli
     plan = await run_in_threadpool(plan_probe, service.lm, prepare_probe(body))  # tokenizes every listing order
     caller.hand_out(response)
     done: ProbeRun = await jobs.run(client, run_probe, service, plan, wait_s=jobs.busy_wait_s, owner=caller.owner)
-    run = service.get_run(done.run_id) or {}
-    return ProbeOut(run_id=done.run_id, status=run.get("status", "done"), model=model_out(service.model_info()),
-                    read=done.document, timings={"wall_s": done.wall_s, "read_s": float(done.result.seconds)},
-                    csv=csv_links(done.run_id, PROBE_KIND))
+    return probe_answer(service, done)
 
 
 EvalRunId = Annotated[str, Query(description="the run id of a stored probe evaluation (kind probe-eval)", max_length=64)]

@@ -23,6 +23,11 @@ token. :func:`register_api_endpoints` adds, inside the app's ``gr.Blocks``, one 
   batch, ``{"kind": "batch", "done", "total", "event_id", "template_id", "skipped"}``, then the
   route's own answer (``kind`` ``"study"``; ``token`` on a public server).
 
+- ``/probe``: the JSON body of ``POST /api/probe`` for a read (a labelled set is refused naming the
+  field: its evaluation would be a GPU call an item), planned as the route plans it and read in one
+  ``spaces.GPU`` call (:func:`~petri.web.gpu_executor.run_zerogpu_read`); its one frame is the route's
+  answer (``kind`` ``"probe"``; ``token`` on a public server).
+
 With ``gradio_client``: ``Client(space).predict(body, api_name="/seed")`` returns the answer;
 ``submit`` iterates the frames. A bad field raises ``gradio.Error`` naming it, as the route's 422 does;
 "GPU task aborted" names the events that were stored before it.
@@ -37,10 +42,13 @@ import gradio as gr
 from pydantic import BaseModel, ValidationError
 
 from petri.app.service import PetriService
-from petri.web.api.answers import check_sync_budget, seed_answer, study_answer
+from petri.core.probe import ProbeInputError
+from petri.engine.probe import plan_probe
+from petri.web.api.answers import check_sync_budget, probe_answer, seed_answer, study_answer
+from petri.web.api.probe_requests import ProbeIn, prepare_probe
 from petri.web.api.requests import SeedRequest, StudyRequest, prepare_seed, prepare_study
 from petri.web.errors import FieldError, request_error_message
-from petri.web.gpu_executor import GpuAborted, zerogpu_seed_stream, zerogpu_study_stream
+from petri.web.gpu_executor import GpuAborted, run_zerogpu_read, zerogpu_seed_stream, zerogpu_study_stream
 from petri.web.ui.access import UiAccess
 from petri.web.zerogpu_routes import GPU_ROUTES
 
@@ -110,8 +118,38 @@ def study_endpoint(service: PetriService, who: UiAccess):
     return study
 
 
+def read_plan(service: PetriService, parsed: ProbeIn):
+    """A read's body planned on the served model as ``POST /api/probe`` plans it; a labelled set is
+    refused naming ``items`` (its evaluation would be a GPU call an item: not on ZeroGPU)."""
+    if parsed.is_evaluation:
+        raise FieldError(["body", "items" if parsed.items is not None else "set"],
+                         "a labelled set's evaluation does not run on ZeroGPU (a GPU call an item); "
+                         "read one frame at a time")
+    try:
+        return plan_probe(service.lm, prepare_probe(parsed))
+    except ProbeInputError as err:
+        raise FieldError(["body", *err.field.split(".")], str(err).removeprefix(f"{err.field}: ")) from None
+
+
+def probe_endpoint(service: PetriService, who: UiAccess):
+    """The ``/probe`` endpoint's function over ``service``: one read, one GPU call, then its answer."""
+
+    def probe(body: dict, request: gr.Request) -> Iterator[dict[str, Any]]:
+        """A slot read on the GPU: the body of POST /api/probe (a read) in, the route's answer out."""
+        caller = who.caller(request).for_submission()
+        _, plan = validated(body, ProbeIn, lambda parsed: read_plan(service, parsed))
+        try:
+            done = run_zerogpu_read(service, plan, owner=caller.owner)
+        except GpuAborted as err:
+            raise gr.Error(f"Stopped: {err}", title="GPU task aborted", print_exception=False) from None
+        answer = probe_answer(service, done).model_dump(mode="json")
+        yield {**answer, "token": caller.token} if caller.public else answer
+
+    return probe
+
+
 #: ``api_name`` → the function that builds its endpoint (a service and the UI's access rule in).
-ENDPOINTS = {"seed": seed_endpoint, "study": study_endpoint}
+ENDPOINTS = {"seed": seed_endpoint, "study": study_endpoint, "probe": probe_endpoint}
 
 
 def register_api_endpoints(service: PetriService, who: UiAccess) -> list[str]:
