@@ -317,6 +317,9 @@ def serve_on_zerogpu(monkeypatch, service) -> None:
     monkeypatch.setattr(gpu_executor, "_placement", [CardPlacement("cpu")])
     monkeypatch.setattr(gpu_executor, "zerogpu_placement", lambda lm, size="xlarge": CardPlacement("cpu"))
     monkeypatch.setattr(gpu_executor, "_size", ["large"])  # the tests' quotas are worked for half a card
+    serve = gpu_executor.serve  # an app made after this serves the same way (half a card, placed on the CPU)
+    monkeypatch.setattr(gpu_executor, "serve", lambda service, duration_s=None, placement=None, size="large":
+                        serve(service, duration_s, CardPlacement("cpu"), "large"))
     for name, frames, duration in (("zerogpu_seed", gpu_executor.seed_frames, gpu_executor.seed_duration),
                                    ("zerogpu_batch", gpu_executor.batch_frames, gpu_executor.batch_duration),
                                    ("zerogpu_read", gpu_executor.read_frames, gpu_executor.read_duration)):

@@ -316,7 +316,6 @@ def test_load_mlx_model_reads_the_folder(pairs, tmp_path):
 def test_select_backend_rules(monkeypatch):
     import petri.engine.select as sel
 
-    monkeypatch.delenv(sel.ENV_VAR, raising=False)
     monkeypatch.setattr(sel, "mlx_available", lambda: True)
     monkeypatch.setattr(sel, "is_apple_silicon", lambda: True)
     monkeypatch.setattr(sel, "torch_gpu_available", lambda: False)
@@ -327,8 +326,8 @@ def test_select_backend_rules(monkeypatch):
     monkeypatch.setattr(sel, "is_apple_silicon", lambda: False)  # Linux / Intel Mac: torch
     assert select_backend() == "torch"
     assert select_backend("mlx") == "mlx" and select_backend("TORCH") == "torch"
-    monkeypatch.setenv(sel.ENV_VAR, "mlx")
-    assert select_backend("auto") == "mlx" and select_backend("torch") == "torch"
+    monkeypatch.setenv("PETRI_BACKEND", "mlx")  # --backend's default (petri.core.config), never read here
+    assert select_backend("auto") == "torch" and select_backend("torch") == "torch"
     monkeypatch.setattr(sel, "mlx_available", lambda: False)
     with pytest.raises(BackendUnavailableError, match="mlx"):
         select_backend("mlx")
