@@ -320,10 +320,8 @@ def serve_on_zerogpu(monkeypatch, service) -> None:
     serve = gpu_executor.serve  # an app made after this serves the same way (half a card, placed on the CPU)
     monkeypatch.setattr(gpu_executor, "serve", lambda service, duration_s=None, placement=None, size="large":
                         serve(service, duration_s, CardPlacement("cpu"), "large"))
-    for name, frames, duration in (("zerogpu_seed", gpu_executor.seed_frames, gpu_executor.seed_duration),
-                                   ("zerogpu_batch", gpu_executor.batch_frames, gpu_executor.batch_duration),
-                                   ("zerogpu_read", gpu_executor.read_frames, gpu_executor.read_duration)):
-        monkeypatch.setattr(gpu_executor, name, gpu_executor.spaces_gpu(duration=duration)(frames))
+    for name, call in zip(("zerogpu_seed", "zerogpu_batch", "zerogpu_read"), gpu_executor.decorated_calls("large")):
+        monkeypatch.setattr(gpu_executor, name, call)
     monkeypatch.setattr(QUOTA, "left_s", None)
     CALLS.clear()
 

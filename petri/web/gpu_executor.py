@@ -41,7 +41,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -71,10 +71,6 @@ ZERO_GPU_ENV = "SPACES_ZERO_GPU"
 #: The message of the error ``spaces`` raises in the main process when the GPU child dies or runs
 #: past its ``duration``.
 ABORTED = "GPU task aborted"
-#: The card size each call asks for unless :func:`serve` is told otherwise (``PETRI_ZEROGPU_SIZE``): the
-#: whole card, since the real DiffusionGemma fits no tier on half of one
-#: (:func:`petri.engine.torch.card_placement.card_tier`).
-DEFAULT_ZEROGPU_SIZE = DEFAULT_ZEROGPU_CARD
 #: The titles of the errors ``spaces`` raises when it does not start a call (``spaces/zero/client.py``):
 #: the visitor's quota, a duration above the maximum, credits, no GPU in time.
 REFUSED_TITLES = ("ZeroGPU quota exceeded", "ZeroGPU illegal duration", "ZeroGPU pending credits exceeded",
@@ -138,7 +134,9 @@ _duration_s: list[int | None] = [None]
 #: How the served model is put on the card inside each GPU call (empty: used where it was loaded).
 _placement: list[CardPlacement] = []
 #: The card size every call asks for (:func:`serve` sets it).
-_size: list[str] = [DEFAULT_ZEROGPU_SIZE]
+#: (``PETRI_ZEROGPU_SIZE``'s default, :data:`petri.core.config.DEFAULT_ZEROGPU_CARD`: the whole card, since
+#: the real DiffusionGemma fits no tier on half of one, :func:`petri.engine.torch.card_placement.card_tier`).
+_size: list[str] = [DEFAULT_ZEROGPU_CARD]
 
 
 def card_size() -> str:
@@ -147,7 +145,7 @@ def card_size() -> str:
 
 
 def serve(service: PetriService, duration_s: int | None = None, placement: CardPlacement | None = None,
-          size: str = DEFAULT_ZEROGPU_SIZE) -> None:
+          size: str = DEFAULT_ZEROGPU_CARD) -> None:
     """Name the service whose model :func:`seed_frames` samples with, the seconds every call asks for
     (``PETRI_GPU_DURATION_S``, :class:`petri.core.config.PetriConfig`; ``None``: each call's estimate,
     :func:`call_duration`), how each call puts that model on
@@ -160,9 +158,7 @@ def serve(service: PetriService, duration_s: int | None = None, placement: CardP
     _duration_s[:] = [duration_s]
     _placement[:] = [placement] if placement is not None else []
     _size[:] = [size]
-    zerogpu_seed = spaces_gpu(duration=seed_duration, size=size)(seed_frames)
-    zerogpu_batch = spaces_gpu(duration=batch_duration, size=size)(batch_frames)
-    zerogpu_read = spaces_gpu(duration=read_duration, size=size)(read_frames)
+    zerogpu_seed, zerogpu_batch, zerogpu_read = decorated_calls(size)
 
 
 def host_model_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -175,7 +171,7 @@ def host_model_args(args: argparse.Namespace) -> argparse.Namespace:
                                  "precision": "bf16"})
 
 
-def zerogpu_placement(lm, size: str = DEFAULT_ZEROGPU_SIZE) -> CardPlacement:
+def zerogpu_placement(lm, size: str = DEFAULT_ZEROGPU_CARD) -> CardPlacement:
     """How a ZeroGPU call puts ``lm`` (loaded on the CPU in this process) on its card
     (:func:`petri.engine.torch.card_placement.placement_for`: CUDA, in the tier for a ``size`` card)."""
     from petri.engine.torch.card_placement import placement_for
@@ -237,9 +233,9 @@ def _served_lm():
 
 
 def _served_model():
-    if not _served:
-        raise RuntimeError("no model is served: call petri.web.gpu_executor.serve(service) first")
-    return _placement[0].model(_served[0].lm) if _placement else _served[0].lm
+    """The served model as a GPU call samples with it: placed on this process's card, if a placement was served."""
+    lm = _served_lm()
+    return _placement[0].model(lm) if _placement else lm
 
 
 def seed_frames(plan: SeedPlan) -> Iterator[GpuFrame]:
@@ -312,12 +308,18 @@ def read_frames(plan: ProbePlan) -> Iterator[ProbeResult]:
     yield done[0]
 
 
-#: :func:`seed_frames` under ``spaces.GPU``: what :func:`zerogpu_seed_stream` calls.
-zerogpu_seed = spaces_gpu(duration=seed_duration, size=DEFAULT_ZEROGPU_SIZE)(seed_frames)
-#: :func:`batch_frames` under ``spaces.GPU``: what :class:`ZeroGpuStudyExecutor` calls, once a batch.
-zerogpu_batch = spaces_gpu(duration=batch_duration, size=DEFAULT_ZEROGPU_SIZE)(batch_frames)
-#: :func:`read_frames` under ``spaces.GPU``: what :func:`run_zerogpu_read` calls.
-zerogpu_read = spaces_gpu(duration=read_duration, size=DEFAULT_ZEROGPU_SIZE)(read_frames)
+def decorated_calls(size: str) -> tuple[Callable[..., Generator], Callable[..., Generator], Callable[..., Generator]]:
+    """The GPU generators under ``spaces.GPU`` for a ``size`` card, each with its own ``duration``
+    callable: (:func:`seed_frames`, what :func:`zerogpu_seed_stream` calls; :func:`batch_frames`, what
+    :class:`ZeroGpuStudyExecutor` calls once a batch; :func:`read_frames`, what :func:`run_zerogpu_read`
+    calls), held as :data:`zerogpu_seed`, :data:`zerogpu_batch` and :data:`zerogpu_read` (:func:`serve`
+    decorates them again for the size it is given)."""
+    return (spaces_gpu(duration=seed_duration, size=size)(seed_frames),
+            spaces_gpu(duration=batch_duration, size=size)(batch_frames),
+            spaces_gpu(duration=read_duration, size=size)(read_frames))
+
+
+zerogpu_seed, zerogpu_batch, zerogpu_read = decorated_calls(DEFAULT_ZEROGPU_CARD)
 
 
 def zerogpu_seed_stream(service: PetriService, plan: SeedPlan, owner: str | None = None,
